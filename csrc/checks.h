@@ -1,0 +1,64 @@
+// Argument checks shared by the CPU and CUDA kernels.
+//
+// They mirror mhfast/_validate.py: errors start with "mhfast.<op>: " and name the argument.
+// TORCH_CHECK_TYPE surfaces in Python as TypeError, TORCH_CHECK_VALUE as ValueError.
+// Only metadata is checked here (free on every device); value ranges are checked inside the
+// CPU kernels and, for CUDA, by the Python wrappers in mhfast/ops.py.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <initializer_list>
+#include <string>
+
+namespace mhfast {
+
+inline void check_dtype(const char* op, const char* name, const at::Tensor& t,
+                        std::initializer_list<at::ScalarType> allowed) {
+  for (auto s : allowed) {
+    if (t.scalar_type() == s) return;
+  }
+  std::string want;
+  for (auto s : allowed) want += (want.empty() ? "" : " or ") + std::string(c10::toString(s));
+  TORCH_CHECK_TYPE(false, "mhfast.", op, ": ", name, " must be ", want, ", got ", t.scalar_type());
+}
+
+inline void check_dim(const char* op, const char* name, const at::Tensor& t, int64_t dim) {
+  TORCH_CHECK_VALUE(t.dim() == dim, "mhfast.", op, ": ", name, " must be ", dim, "-D, got shape ",
+                    t.sizes());
+}
+
+inline void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim,
+                       int64_t expected, const char* what) {
+  TORCH_CHECK_VALUE(t.size(dim) == expected, "mhfast.", op, ": ", name, " has size ", t.size(dim),
+                    " in dim ", dim, ", expected ", expected, " (", what, ")");
+}
+
+inline void check_same_device(const char* op, const char* ref_name, const at::Tensor& ref,
+                              const char* name, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.device() == ref.device(), "mhfast.", op, ": ", name, " is on ", t.device(),
+                    " but ", ref_name, " is on ", ref.device(),
+                    "; all tensor arguments must be on one device");
+}
+
+inline void check_device_type(const char* op, const char* name, const at::Tensor& t,
+                              c10::DeviceType type) {
+  TORCH_CHECK_VALUE(t.device().type() == type, "mhfast.", op, ": ", name, " must be on ",
+                    c10::DeviceTypeName(type, /*lower_case=*/true), ", got ", t.device());
+}
+
+// Per-op metadata checks (identical on every backend).
+void check_masked_copies_args(const at::Tensor& tokens, const at::Tensor& seq_index,
+                              const at::Tensor& pos_index);
+void check_gather_energies_args(const at::Tensor& logits, const at::Tensor& targets,
+                                const at::Tensor& seq_index, int64_t num_seqs);
+void check_propose_args(const at::Tensor& logits, const at::Tensor& current, double temperature,
+                        double top_p, const at::Tensor& uniforms);
+void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
+                          const at::Tensor& proposed, const at::Tensor& energy,
+                          const at::Tensor& energy_proposed, const at::Tensor& logq_forward,
+                          const at::Tensor& logq_reverse, const at::Tensor& beta,
+                          const at::Tensor& uniforms);
+
+}  // namespace mhfast

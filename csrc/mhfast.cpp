@@ -1,0 +1,37 @@
+// Operator schemas of mhfast: the single TORCH_LIBRARY block.
+//
+// Kernels are registered per backend in csrc/cpu/register_cpu.cpp and
+// csrc/cuda/register_cuda.cu; fake (meta) kernels are registered from Python
+// in mhfast/ops.py. The pure-PyTorch twin of every op is in mhfast/reference.py.
+#include <Python.h>
+#include <torch/library.h>
+
+extern "C" {
+// `import mhfast._C` loads this shared library, which runs the static
+// registrations below. The module itself is empty (pattern of
+// pytorch/extension-cpp): the ops live in torch.ops.mhfast.
+PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {
+      PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
+  };
+  return PyModule_Create(&module_def);
+}
+}
+
+TORCH_LIBRARY(mhfast, m) {
+  // Row n = tokens[seq_index[n]] with column pos_index[n] set to mask_id.
+  m.def("masked_copies(Tensor tokens, Tensor seq_index, Tensor pos_index, int mask_id) -> Tensor");
+  // (e_raw[num_seqs], e_local[num_seqs], token_logp[N]), fp32 accumulation.
+  m.def(
+      "gather_energies(Tensor logits, Tensor targets, Tensor seq_index, int num_seqs)"
+      " -> (Tensor, Tensor, Tensor)");
+  // Nucleus/temperature proposal by inverse CDF: (proposed, logq_proposed, logq_current).
+  m.def(
+      "propose(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms)"
+      " -> (Tensor, Tensor, Tensor)");
+  // Vectorized Metropolis-Hastings accept/reject; updates tokens and energy in place.
+  m.def(
+      "mh_accept_(Tensor(a!) tokens, Tensor positions, Tensor proposed, Tensor(b!) energy,"
+      " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
+      " Tensor uniforms) -> Tensor");
+}

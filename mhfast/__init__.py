@@ -1,0 +1,12 @@
+"""mhfast: correct and fast Metropolis-Hastings sampling from masked language models.
+
+Implements Goyal, Dyer & Berg-Kirkpatrick (ICLR 2022), "Exposing the Implicit Energy Networks
+behind Masked Language Models via Metropolis-Hastings", on compiled CPU/CUDA ops.
+"""
+from __future__ import annotations
+
+from . import ops, reference
+from ._C_loader import built_with_cuda
+
+__all__ = ["ops", "reference", "built_with_cuda"]
+__version__ = "0.1.0"

@@ -1,0 +1,91 @@
+"""The model protocol: what mhfast needs from a masked language model.
+
+Any object with these attributes and methods can be sampled from; adapters for HuggingFace
+masked LMs (:mod:`mhfast.models.hf`) and fairseq CMLM translation models
+(:mod:`mhfast.models.fairseq_cmlm`) implement it for real models, and
+:mod:`mhfast.models.tabular` for small models whose conditionals are given explicitly.
+
+Shapes: ``N`` masked rows, each a sequence of length ``T`` (padded with ``pad_id`` where the
+sequences of one call differ in length), ``V`` vocabulary entries, ``d`` feature width.
+
+Example (a user-defined model):
+    >>> import torch
+    >>> class Uniform:
+    ...     vocab_size, mask_id, pad_id, special_ids = 4, 3, 3, (3,)
+    ...     def masked_logits(self, tokens, positions, context=None, context_index=None):
+    ...         return torch.zeros(tokens.shape[0], self.vocab_size)
+    >>> isinstance(Uniform(), MaskedLM)
+    True
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class MaskedLM(Protocol):
+    """A masked language model seen as an energy network (paper, section 2).
+
+    Attributes:
+        vocab_size: V, the number of logits per position.
+        mask_id: the token id of [MASK] (``<unk>`` for fairseq CMLMs).
+        pad_id: the token id that pads rows of different lengths; ``masked_logits`` must
+            ignore padded positions (attention mask).
+        special_ids: token ids never sampled (mask, pad, BOS/EOS, ...); the sampler gives
+            them -inf logits in proposals.
+    """
+
+    vocab_size: int
+    mask_id: int
+    pad_id: int
+    special_ids: Sequence[int]
+
+    def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                      context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw scores at ``positions[n]`` of row ``n``: Long[N,T], Long[N] -> float[N,V].
+
+        Row ``n`` already holds ``mask_id`` at ``positions[n]`` (and possibly elsewhere, for
+        block proposals). The LM head should be applied only at the requested positions.
+        ``context``/``context_index`` are for conditional models: row ``n`` is conditioned on
+        source ``context_index[n]`` of the encoded ``context``.
+        """
+        ...
+
+
+@runtime_checkable
+class FeatureMaskedLM(MaskedLM, Protocol):
+    """Optional split of :meth:`masked_logits` that lets the sampler cache d-wide features.
+
+    ``masked_logits(...) == output_layer(masked_features(...))``. With it the sampler caches
+    the current state's per-position features (T x d per chain) instead of V-wide logits and
+    applies ``output_layer`` only where it needs a distribution.
+    """
+
+    def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                        context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden features at ``positions[n]`` of row ``n``: Long[N,T], Long[N] -> float[N,d]."""
+        ...
+
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        """The LM head: float[M,d] -> float[M,V]."""
+        ...
+
+
+@runtime_checkable
+class ConditionalMaskedLM(MaskedLM, Protocol):
+    """A conditional MLM (e.g. a CMLM translation model): encode once, predict target lengths."""
+
+    def encode(self, sources: Any) -> Any:
+        """Encode a batch of S sources once; the result is passed back as ``context``."""
+        ...
+
+    def predict_lengths(self, context: Any, k: int) -> torch.Tensor:
+        """The k most likely target lengths per source: Long[S, k], best first."""
+        ...
+
+
+def has_features(model: Any) -> bool:
+    """Whether ``model`` offers the feature/output-layer split of :class:`FeatureMaskedLM`."""
+    return callable(getattr(model, "masked_features", None)) and callable(getattr(model, "output_layer", None))

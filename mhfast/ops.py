@@ -1,0 +1,97 @@
+"""Typed Python wrappers of mhfast's compiled ops (``torch.ops.mhfast.*``).
+
+Each wrapper has the signature of its pure-PyTorch twin in :mod:`mhfast.reference` plus a
+keyword ``validate``. The compiled kernels always check dtypes, ranks, sizes and devices; the
+CPU kernels also check value ranges (token ids, positions), which costs nothing there. On CUDA
+a value-range check needs a device->host sync, so the wrapper does it in Python when
+``validate=True`` (the default) and skips it when ``validate=False``; mhfast's sampler, which
+builds its own indices, passes ``validate=False``. The CUDA kernels never read or write out of
+bounds even on invalid input.
+
+Example:
+    >>> import torch, mhfast.ops as ops
+    >>> logits = torch.tensor([[0.0, 1.0, 2.0]])
+    >>> e_raw, e_local, token_logp = ops.gather_energies(logits, torch.tensor([2]), torch.tensor([0]), 1)
+    >>> e_raw
+    tensor([-2.])
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _validate
+from ._C_loader import load_library
+
+load_library()
+
+_ops = torch.ops.mhfast
+
+
+def _needs_python_checks(validate: bool, t: torch.Tensor) -> bool:
+    # CPU kernels check values themselves; under torch.compile tracing values are unknown.
+    return validate and t.device.type != "cpu" and not torch.compiler.is_compiling()
+
+
+def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torch.Tensor, mask_id: int,
+                  *, validate: bool = True) -> torch.Tensor:
+    """Compiled :func:`mhfast.reference.masked_copies`."""
+    if _needs_python_checks(validate, tokens):
+        _validate.masked_copies(tokens, seq_index, pos_index, mask_id, values=True)
+    return _ops.masked_copies(tokens, seq_index, pos_index, mask_id)
+
+
+def gather_energies(logits: torch.Tensor, targets: torch.Tensor, seq_index: torch.Tensor, num_seqs: int,
+                    *, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.gather_energies`."""
+    if _needs_python_checks(validate, logits):
+        _validate.gather_energies(logits, targets, seq_index, num_seqs, values=True)
+    return _ops.gather_energies(logits, targets, seq_index, num_seqs)
+
+
+def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top_p: float,
+            uniforms: torch.Tensor, *, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.propose`."""
+    if _needs_python_checks(validate, logits):
+        _validate.propose(logits, current, temperature, top_p, uniforms, values=True)
+    return _ops.propose(logits, current, float(temperature), float(top_p), uniforms)
+
+
+def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor, energy: torch.Tensor,
+               energy_proposed: torch.Tensor, logq_forward: torch.Tensor, logq_reverse: torch.Tensor,
+               beta: torch.Tensor, uniforms: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
+    """Compiled :func:`mhfast.reference.mh_accept_`."""
+    if _needs_python_checks(validate, tokens):
+        _validate.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
+                             logq_reverse, beta, uniforms, values=True)
+    return _ops.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse,
+                           beta, uniforms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.library.register_fake("mhfast::masked_copies")
+def _masked_copies_fake(tokens, seq_index, pos_index, mask_id):
+    torch._check(seq_index.shape[0] == pos_index.shape[0])
+    return tokens.new_empty((seq_index.shape[0], tokens.shape[1]))
+
+
+@torch.library.register_fake("mhfast::gather_energies")
+def _gather_energies_fake(logits, targets, seq_index, num_seqs):
+    f32 = dict(dtype=torch.float32, device=logits.device)
+    return (logits.new_empty((num_seqs,), **f32), logits.new_empty((num_seqs,), **f32),
+            logits.new_empty((logits.shape[0],), **f32))
+
+
+@torch.library.register_fake("mhfast::propose")
+def _propose_fake(logits, current, temperature, top_p, uniforms):
+    B = logits.shape[0]
+    return (current.new_empty((B,)), uniforms.new_empty((B,)), uniforms.new_empty((B,)))
+
+
+@torch.library.register_fake("mhfast::mh_accept_")
+def _mh_accept_fake(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
+                    uniforms):
+    return torch.empty((tokens.shape[0],), dtype=torch.bool, device=tokens.device)

@@ -1,0 +1,126 @@
+"""Pure-PyTorch references of mhfast's compiled ops.
+
+Each function has the signature and semantics of its compiled twin in :mod:`mhfast.ops`
+(schemas in ``csrc/mhfast.cpp``) and is the specification the kernels are tested against.
+They are written for clarity, not speed; ``mhfast.sample(..., backend="reference")``
+runs the whole sampler on them.
+
+Example:
+    >>> import torch
+    >>> from mhfast import reference
+    >>> tokens = torch.tensor([[5, 6, 7]])
+    >>> idx = torch.zeros(3, dtype=torch.long)
+    >>> reference.masked_copies(tokens, idx, torch.arange(3), 0)
+    tensor([[0, 6, 7],
+            [5, 0, 7],
+            [5, 6, 0]])
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _validate
+
+
+def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torch.Tensor,
+                  mask_id: int) -> torch.Tensor:
+    """Row ``n`` is ``tokens[seq_index[n]]`` with position ``pos_index[n]`` set to ``mask_id``.
+
+    Builds the T-way masked batch that scores a sequence (paper, section 2).
+    Shapes: tokens Long[B,T], seq_index Long[N], pos_index Long[N] -> Long[N,T].
+    """
+    _validate.masked_copies(tokens, seq_index, pos_index, mask_id, values=True)
+    out = tokens.index_select(0, seq_index)
+    out[torch.arange(out.shape[0], device=out.device), pos_index] = mask_id
+    return out
+
+
+def gather_energies(logits: torch.Tensor, targets: torch.Tensor, seq_index: torch.Tensor,
+                    num_seqs: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Energies of sequences from the logits of their masked copies (paper, sections 2.1-2.2).
+
+    ``token_logp[n] = logits[n, targets[n]] - logsumexp(logits[n])``;
+    ``e_raw[b] = -sum(logits[n, targets[n]])`` and ``e_local[b] = -sum(token_logp[n])`` over the
+    rows ``n`` with ``seq_index[n] == b``. Accumulates in fp32 whatever the logits' dtype.
+    Returns ``(e_raw f32[num_seqs], e_local f32[num_seqs], token_logp f32[N])``.
+    """
+    _validate.gather_energies(logits, targets, seq_index, num_seqs, values=True)
+    lf = logits.float()
+    if lf.shape[0] == 0:
+        zeros = torch.zeros(num_seqs, device=logits.device)
+        return zeros, zeros.clone(), torch.zeros(0, device=logits.device)
+    target_logit = lf.gather(1, targets[:, None]).squeeze(1)
+    token_logp = target_logit - torch.logsumexp(lf, dim=1)
+    e_raw = torch.zeros(num_seqs, device=logits.device).index_add_(0, seq_index, -target_logit)
+    e_local = torch.zeros(num_seqs, device=logits.device).index_add_(0, seq_index, -token_logp)
+    return e_raw, e_local, token_logp
+
+
+def nucleus_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """log q: ``softmax(logits / temperature)`` restricted to the nucleus and renormalized.
+
+    The nucleus is the smallest set of tokens, taken by decreasing probability (ties broken by
+    lower token id), whose probability mass reaches ``top_p`` (paper, section 4.1). Tokens
+    outside it, and tokens whose logit is -inf, get -inf.
+    """
+    logp = torch.log_softmax(logits.float() / temperature, dim=1)
+    p = logp.exp()
+    # Stable descending sort keeps equal probabilities in increasing token-id order.
+    sorted_p, order = torch.sort(p, dim=1, descending=True, stable=True)
+    mass_before = sorted_p.cumsum(dim=1) - sorted_p
+    keep_sorted = (mass_before < top_p) & (sorted_p > 0)
+    keep_sorted[:, 0] = True  # the most probable token is always in the nucleus
+    keep = torch.zeros_like(keep_sorted).scatter_(1, order, keep_sorted)
+    kept_logp = logp.masked_fill(~keep, float("-inf"))
+    return kept_logp - torch.logsumexp(kept_logp, dim=1, keepdim=True)
+
+
+def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top_p: float,
+            uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw one token per row from the tempered nucleus distribution q (paper, section 4.1).
+
+    ``proposed[b]`` is found by inverse CDF over the nucleus in increasing token-id order:
+    the smallest id whose cumulative q exceeds ``uniforms[b]``. Returns
+    ``(proposed Long[B], logq_proposed f32[B], logq_current f32[B])``, where ``logq_current``
+    is -inf when ``current`` lies outside the nucleus. A -inf logit is never proposed.
+    """
+    _validate.propose(logits, current, temperature, top_p, uniforms, values=True)
+    B = logits.shape[0]
+    if B == 0:
+        empty = torch.zeros(0, device=logits.device)
+        return torch.zeros(0, dtype=torch.long, device=logits.device), empty, empty.clone()
+    logq = nucleus_log_probs(logits, temperature, top_p)
+    cdf = logq.exp().cumsum(dim=1)
+    inside = torch.isfinite(logq)
+    # Smallest kept id whose CDF exceeds u; if rounding leaves none (u ~ 1), the last kept id.
+    above = (cdf > uniforms[:, None]) & inside
+    last_kept = inside.shape[1] - 1 - inside.flip(1).int().argmax(dim=1)
+    first_above = above.int().argmax(dim=1)
+    proposed = torch.where(above.any(dim=1), first_above, last_kept)
+    logq_proposed = logq.gather(1, proposed[:, None]).squeeze(1)
+    logq_current = logq.gather(1, current[:, None]).squeeze(1)
+    return proposed, logq_proposed, logq_current
+
+
+def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor,
+               energy: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
+               logq_reverse: torch.Tensor, beta: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Metropolis-Hastings accept/reject for B chains at once, in place (paper, section 3).
+
+    ``log_alpha = beta * (energy - energy_proposed) + logq_reverse - logq_forward``; chain b
+    accepts iff ``log(uniforms[b]) < log_alpha`` (NaN rejects). Where accepted,
+    ``tokens[b, positions[b]] = proposed[b]`` and ``energy[b] = energy_proposed[b]``.
+    ``positions``/``proposed`` are Long[B] (single site) or Long[B,K] (block of K sites,
+    -1 marks an unused slot). Returns ``accepted`` Bool[B].
+    """
+    _validate.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
+                         logq_reverse, beta, uniforms, values=True)
+    log_alpha = beta * (energy - energy_proposed) + logq_reverse - logq_forward
+    accepted = torch.log(uniforms) < log_alpha  # NaN compares False: rejected
+    pos = positions if positions.dim() == 2 else positions[:, None]
+    new = proposed if proposed.dim() == 2 else proposed[:, None]
+    write = accepted[:, None] & (pos >= 0)
+    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(pos)
+    tokens[rows[write], pos[write]] = new[write]
+    energy.copy_(torch.where(accepted, energy_proposed, energy))
+    return accepted
