@@ -1,0 +1,347 @@
+"""HuggingFace ``*ForMaskedLM`` models as mhfast energy networks (the :mod:`mhfast.models.base` protocol).
+
+:class:`HFMaskedLM` wraps any transformers masked LM (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT,
+ALBERT, ELECTRA generator, ESM, MPNet, ...), given as a model object or a local directory. For the
+architectures listed in ``_HEADS`` it splits the model into its encoder body and its LM head, so
+``masked_features`` runs the body and returns only the d-wide hidden states at the masked positions
+and ``output_layer`` applies the model's own head to those rows (the sampler caches features and
+applies the V-wide head only where it needs a distribution). Other architectures fall back to the
+full forward (``model(...).logits`` gathered at the positions) with a one-time warning.
+
+Example (a tiny random BERT; real models load from a local directory, offline):
+    >>> import torch, transformers
+    >>> from mhfast.models.hf import HFMaskedLM
+    >>> cfg = transformers.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=1,
+    ...                               num_attention_heads=2, intermediate_size=32)
+    >>> lm = HFMaskedLM(transformers.BertForMaskedLM(cfg), mask_id=4, pad_id=0, special_ids=(0, 1, 2, 3, 4))
+    >>> tokens = torch.tensor([[2, 4, 6, 3]])              # [CLS] [MASK] x [SEP]
+    >>> lm.masked_logits(tokens, torch.tensor([1])).shape
+    torch.Size([1, 8])
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+
+_INSTALL_HINT = "mhfast.models.hf needs the transformers package: pip install transformers"
+
+# Architectures whose LM head we apply ourselves: class name -> function(model) -> head callable
+# mapping hidden states [M, d] of the body (model.base_model) to logits [M, V]. Each entry mirrors
+# that class's forward() in transformers (checked against transformers 5.x); the tests compare the
+# split against the full forward for every entry they can build.
+_HEADS: dict[str, Callable[[Any], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "BertForMaskedLM": lambda m: m.cls,
+    "RobertaForMaskedLM": lambda m: m.lm_head,
+    "XLMRobertaForMaskedLM": lambda m: m.lm_head,
+    "XLMRobertaXLForMaskedLM": lambda m: m.lm_head,
+    "CamembertForMaskedLM": lambda m: m.lm_head,
+    "EsmForMaskedLM": lambda m: m.lm_head,
+    "MPNetForMaskedLM": lambda m: m.lm_head,
+    "AlbertForMaskedLM": lambda m: m.predictions,
+    "ElectraForMaskedLM": lambda m: (lambda h: m.generator_lm_head(m.generator_predictions(h))),
+    "DistilBertForMaskedLM": lambda m: (
+        lambda h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h))))),
+}
+
+# Position embeddings of these model types start after the padding index (fairseq convention).
+_PADDING_OFFSET_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - transformers is installed in CI
+        raise ImportError(_INSTALL_HINT) from e
+    return transformers
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' load report and progress bars; missing weights are checked by us."""
+    tf_logging = _transformers().utils.logging
+    verbosity = tf_logging.get_verbosity()
+    tf_logging.set_verbosity_error()
+    bars = tf_logging.is_progress_bar_enabled()
+    tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        tf_logging.set_verbosity(verbosity)
+        if bars:
+            tf_logging.enable_progress_bar()
+
+
+def _load_from_dir(path: str) -> Any:
+    """``AutoModelForMaskedLM.from_pretrained(path)`` offline, failing loudly on missing weights."""
+    transformers = _transformers()
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"model_or_path: no such model directory: {path!r}")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"model_or_path: {path!r} has no config.json (not a HuggingFace model directory)")
+    with _quiet_transformers():
+        try:
+            model, info = transformers.AutoModelForMaskedLM.from_pretrained(
+                path, local_files_only=True, output_loading_info=True)
+        except ValueError as e:  # config of a model type without a masked-LM class
+            raise ValueError(f"model_or_path: {path!r} is not a masked language model: {e}") from None
+    missing = [k for k in info.get("missing_keys", ()) if "position_ids" not in k]
+    if missing:
+        # A randomly initialized head or layer would make every energy meaningless.
+        raise ValueError(f"model_or_path: checkpoint in {path!r} lacks weights: {sorted(missing)[:8]}")
+    return model
+
+
+def _load_tokenizer(path: str) -> Any | None:
+    """The tokenizer saved next to a model, or None when there is none (ids then come from kwargs/config)."""
+    transformers = _transformers()
+    with _quiet_transformers():
+        try:
+            return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+
+class HFMaskedLM:
+    """A transformers masked LM behind mhfast's model protocol (``FeatureMaskedLM`` when the head is known).
+
+    Args:
+        model_or_path: a ``transformers.PreTrainedModel`` of a ``*ForMaskedLM`` class, or a local
+            directory holding one (``save_pretrained`` layout; loaded offline).
+        tokenizer: its tokenizer; by default the one saved in the directory, if any. Provides
+            ``mask_id``/``pad_id``/special ids and :meth:`encode`/:meth:`decode`.
+        device, dtype: move/cast the model (default: leave it as it is).
+        mask_id, pad_id, special_ids, bos_id, eos_id: override what the tokenizer/config say
+            (needed for a bare model object without tokenizer). ``bos_id``/``eos_id`` are the ids
+            :meth:`frame` puts around unconditional samples ([CLS]/[SEP] for BERT, <s>/</s> for RoBERTa).
+
+    Attributes (the protocol): ``vocab_size``, ``mask_id``, ``pad_id``, ``special_ids`` (every
+    special token that exists: pad, cls, sep, mask, unk, bos, eos), plus ``model`` (in eval mode),
+    ``tokenizer``, ``max_length`` (longest row the position embeddings allow, or None).
+
+    Rows are right- or left-padded with ``pad_id``; padding is masked out of attention, so a
+    padded row scores exactly like the unpadded one (up to float rounding).
+    """
+
+    def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None, mask_id: int | None = None, pad_id: int | None = None,
+                 special_ids: Sequence[int] | None = None, bos_id: int | None = None,
+                 eos_id: int | None = None) -> None:
+        transformers = _transformers()
+        if isinstance(model_or_path, (str, os.PathLike)):
+            path = os.fspath(model_or_path)
+            model = _load_from_dir(path)
+            if tokenizer is None:
+                tokenizer = _load_tokenizer(path)
+        elif isinstance(model_or_path, transformers.PreTrainedModel):
+            model = model_or_path
+        else:
+            raise TypeError("model_or_path: expected a transformers *ForMaskedLM model or a local model directory, "
+                            f"got {type(model_or_path).__name__}")
+        if device is not None or dtype is not None:
+            model = model.to(device=device, dtype=dtype)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        config = model.config
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) \
+            if model.get_output_embeddings() is not None else int(config.vocab_size)
+
+        def pick(explicit: int | None, *names: str) -> int | None:
+            if explicit is not None:
+                return int(explicit)
+            for source in (tokenizer, config):
+                for name in names:
+                    value = getattr(source, name, None) if source is not None else None
+                    if isinstance(value, int) and 0 <= value < self.vocab_size:
+                        return value
+            return None
+
+        mask = pick(mask_id, "mask_token_id")
+        pad = pick(pad_id, "pad_token_id")
+        if mask is None:
+            raise ValueError("mask_id: the model has no tokenizer or config entry naming its [MASK] token; "
+                             "pass mask_id= (and pad_id=, special_ids=)")
+        if pad is None:
+            raise ValueError("pad_id: the model has no tokenizer or config entry naming its padding token; pass pad_id=")
+        self.mask_id, self.pad_id = mask, pad
+        self.bos_id = pick(bos_id, "cls_token_id", "bos_token_id")
+        self.eos_id = pick(eos_id, "sep_token_id", "eos_token_id")
+        if special_ids is None:
+            named = [pick(None, f"{n}_token_id") for n in ("pad", "cls", "sep", "mask", "unk", "bos", "eos")]
+            special_ids = [i for i in named if i is not None] + [mask, pad]
+        self.special_ids = tuple(sorted({int(i) for i in special_ids}))
+        for name, value in (("mask_id", self.mask_id), ("pad_id", self.pad_id)):
+            if not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name}: {value} outside the vocabulary [0, {self.vocab_size})")
+        self.max_length = self._max_length(config)
+
+        head = _HEADS.get(type(model).__name__)
+        if head is None:  # a subclass of a supported class (e.g. a user's BertForMaskedLM subclass)
+            for klass in type(model).__mro__[1:]:
+                if klass.__name__ in _HEADS and hasattr(transformers, klass.__name__):
+                    head = _HEADS[klass.__name__]
+                    break
+        self._head = head(model) if head is not None else None
+        self._body = model.base_model if head is not None else None
+        if head is None:
+            warnings.warn(f"mhfast: no head split known for {type(model).__name__}; using the full forward "
+                          "(slower: the LM head runs at every position, no feature caching)", stacklevel=2)
+
+    # -- protocol -------------------------------------------------------------------------------
+
+    @property
+    def masked_features(self) -> Callable[..., torch.Tensor] | None:
+        """Hidden states at the masked positions: Long[N,T], Long[N] -> float[N,d].
+
+        None for architectures without a known head split, so that
+        :func:`mhfast.models.base.has_features` is False and the sampler caches logits instead.
+        """
+        return self._masked_features if self._head is not None else None
+
+    @property
+    def output_layer(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The model's own LM head: float[M,d] -> float[M,V] (None without a known head split)."""
+        return self._output_layer if self._head is not None else None
+
+    @torch.no_grad()
+    def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                      context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits at ``positions[n]`` of row ``n``: Long[N,T], Long[N] -> float[N,V]."""
+        if self._head is not None:
+            return self._output_layer(self._masked_features(tokens, positions, context, context_index))
+        tokens, positions, attention_mask = self._prepare(tokens, positions, context, context_index)
+        if tokens.shape[0] == 0:
+            return torch.empty(0, self.vocab_size, device=self.device, dtype=self.dtype)
+        logits = self.model(input_ids=tokens, attention_mask=attention_mask).logits
+        return logits[torch.arange(tokens.shape[0], device=tokens.device), positions]
+
+    @torch.no_grad()
+    def _masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                         context_index: torch.Tensor | None = None) -> torch.Tensor:
+        tokens, positions, attention_mask = self._prepare(tokens, positions, context, context_index)
+        if tokens.shape[0] == 0:
+            return torch.empty(0, self._feature_dim(), device=self.device, dtype=self.dtype)
+        hidden = self._body(input_ids=tokens, attention_mask=attention_mask)[0]
+        return hidden[torch.arange(tokens.shape[0], device=tokens.device), positions]
+
+    @torch.no_grad()
+    def _output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        if features.dim() != 2:
+            raise ValueError(f"features: expected [M, d], got shape {tuple(features.shape)}")
+        return self._head(features.to(device=self.device, dtype=self.dtype))
+
+    # -- sampler hooks and conveniences -------------------------------------------------------------
+
+    def frame(self, length: int) -> torch.Tensor:
+        """Template of an unconditional sample: [CLS] + [MASK]*length + [SEP] (<s>...</s> for RoBERTa).
+
+        The sampler calls it for ``sample(model, length=...)`` so the specials stay fixed at the ends,
+        as in training. Missing bos/eos ids are left out.
+
+        Example: ``lm.frame(3)`` -> ``tensor([2, 4, 4, 4, 3])`` for BERT ids (cls 2, mask 4, sep 3).
+        """
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"length: expected an int >= 1, got {length!r}")
+        ids = ([self.bos_id] if self.bos_id is not None else []) + [self.mask_id] * length \
+            + ([self.eos_id] if self.eos_id is not None else [])
+        if self.max_length is not None and len(ids) > self.max_length:
+            raise ValueError(f"length: {length} (+{len(ids) - length} special tokens) exceeds the model's "
+                             f"maximum of {self.max_length} positions")
+        return torch.tensor(ids, dtype=torch.long)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """Token ids of ``text`` with the tokenizer's specials (e.g. [CLS] ... [SEP]): Long[T]."""
+        if self.tokenizer is None:
+            raise ValueError("text: this model has no tokenizer; pass token ids instead")
+        return torch.tensor(self.tokenizer(text)["input_ids"], dtype=torch.long)
+
+    def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
+        """Text of ``ids`` without special tokens."""
+        ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
+        if self.tokenizer is None:
+            return " ".join(str(i) for i in ids if i not in self.special_ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _feature_dim(self) -> int:
+        config = self.model.config
+        return int(getattr(config, "hidden_size", None) or config.dim)
+
+    def _max_length(self, config: Any) -> int | None:
+        if getattr(config, "position_embedding_type", "absolute") != "absolute":
+            return None  # rotary/relative positions: no hard limit from the embedding table
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit is None:
+            return None
+        if getattr(config, "model_type", "") in _PADDING_OFFSET_TYPES:
+            limit -= self.pad_id + 1
+        return int(limit)
+
+    def _prepare(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any,
+                 context_index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Checks shapes, moves to the model's device, drops all-pad columns, builds the attention mask."""
+        if context is not None or context_index is not None:
+            raise ValueError("context: HuggingFace masked LMs are unconditional; pass context=None")
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens: expected a Long[N,T] tensor, got "
+                             f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
+        if not isinstance(positions, torch.Tensor) or positions.shape != (tokens.shape[0],) \
+                or positions.dtype != torch.long:
+            raise ValueError(f"positions: expected Long[{tokens.shape[0]}], got "
+                             f"{getattr(positions, 'dtype', type(positions).__name__)} "
+                             f"{tuple(getattr(positions, 'shape', ()))}")
+        device = self.device
+        tokens, positions = tokens.to(device), positions.to(device)
+        if tokens.shape[0] == 0:
+            return tokens, positions, None
+        real = tokens != self.pad_id
+        if bool(real.all()):
+            return tokens, positions, None  # no padding: skip the attention mask entirely
+        # Columns that are padding in every row change nothing (attention mask) but cost compute.
+        used = int(real.any(0).nonzero().max()) + 1 if bool(real.any()) else 1
+        return tokens[:, :used], positions, real[:, :used].long()
+
+
+def load_masked_lm(model: Any, **kwargs: Any) -> Any:
+    """Anything mhfast can sample from, from a user's argument.
+
+    Accepts: an object already implementing :class:`mhfast.models.base.MaskedLM` (returned as is),
+    a ``transformers`` ``*ForMaskedLM`` model object, a local HuggingFace model directory, or the
+    name ``"antiberty"`` (the model shipped in the antiberty package). ``kwargs`` go to
+    :class:`HFMaskedLM`.
+
+    Example:
+        >>> lm = load_masked_lm("antiberty")      # doctest: +SKIP
+        >>> lm.decode(lm.encode("EVQLV"))          # doctest: +SKIP
+        'EVQLV'
+    """
+    from .base import MaskedLM
+
+    if isinstance(model, (str, os.PathLike)):
+        if isinstance(model, str) and model.lower() == "antiberty" and not os.path.exists(model):
+            from .antiberty import load_antiberty
+            return load_antiberty(**kwargs)
+        return HFMaskedLM(model, **kwargs)
+    try:
+        transformers = _transformers()
+    except ImportError:
+        transformers = None
+    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
+        return HFMaskedLM(model, **kwargs)
+    if isinstance(model, MaskedLM):
+        return model
+    raise TypeError(f"model: unsupported {type(model).__name__}; expected an object implementing "
+                    "mhfast.models.base.MaskedLM, a transformers *ForMaskedLM model, a local HuggingFace "
+                    "model directory, or 'antiberty'")
