@@ -122,8 +122,9 @@ class HFMaskedLM:
     special token that exists: pad, cls, sep, mask, unk, bos, eos), plus ``model`` (in eval mode),
     ``tokenizer``, ``max_length`` (longest row the position embeddings allow, or None).
 
-    Rows are right- or left-padded with ``pad_id``; padding is masked out of attention, so a
-    padded row scores exactly like the unpadded one (up to float rounding).
+    Rows of different lengths are right-padded with ``pad_id`` (as the sampler does); padding is
+    masked out of attention, so a padded row scores like the unpadded one (up to float rounding).
+    Left padding would shift absolute position embeddings and is not supported.
     """
 
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str | torch.device | None = None,

@@ -1,0 +1,71 @@
+"""Tiny randomly initialized transformers masked LMs for fast adapter/sampler/CLI tests.
+
+Every model has the same 12-token vocabulary: 5 specials then 7 "words" a..g, so a
+BertTokenizer built from ``VOCAB`` works for all of them; RoBERTa-style models use
+pad 1 / bos 0 / eos 2 as in fairseq, the rest BERT ids.
+
+Example:
+    >>> model = tiny_model("bert")
+    >>> model.config.num_hidden_layers
+    2
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import transformers
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "e", "f", "g"]
+BERT_IDS = dict(pad_id=0, mask_id=4, bos_id=2, eos_id=3, special_ids=(0, 1, 2, 3, 4))
+# fairseq/RoBERTa convention: <s>=0 <pad>=1 </s>=2; <mask> reuses id 4 here.
+ROBERTA_IDS = dict(pad_id=1, mask_id=4, bos_id=0, eos_id=2, special_ids=(0, 1, 2, 3, 4))
+WORDS = list(range(5, 12))
+
+_SMALL = dict(vocab_size=len(VOCAB), num_attention_heads=2, intermediate_size=32, max_position_embeddings=40)
+
+
+def tiny_model(kind: str, seed: int = 0) -> transformers.PreTrainedModel:
+    """A random ``*ForMaskedLM`` of kind bert|roberta|distilbert|electra|albert|esm (d=16, 2 layers)."""
+    torch.manual_seed(seed)
+    if kind == "bert":
+        model = transformers.BertForMaskedLM(transformers.BertConfig(
+            hidden_size=16, num_hidden_layers=2, pad_token_id=0, **_SMALL))
+    elif kind == "roberta":
+        model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+            hidden_size=16, num_hidden_layers=2, pad_token_id=1, bos_token_id=0, eos_token_id=2, **_SMALL))
+    elif kind == "distilbert":
+        model = transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
+            vocab_size=len(VOCAB), dim=16, n_layers=2, n_heads=2, hidden_dim=32, max_position_embeddings=40,
+            pad_token_id=0))
+    elif kind == "electra":  # embedding_size != hidden_size exercises ELECTRA's projections
+        model = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+            embedding_size=8, hidden_size=16, num_hidden_layers=2, pad_token_id=0, **_SMALL))
+    elif kind == "albert":
+        model = transformers.AlbertForMaskedLM(transformers.AlbertConfig(
+            embedding_size=8, hidden_size=16, num_hidden_layers=2, pad_token_id=0, **_SMALL))
+    elif kind == "esm":
+        model = transformers.EsmForMaskedLM(transformers.EsmConfig(
+            hidden_size=16, num_hidden_layers=2, pad_token_id=1, mask_token_id=4,
+            position_embedding_type="rotary", **_SMALL))
+    else:
+        raise ValueError(f"kind: unknown tiny model {kind!r}")
+    # Random init gives near-uniform logits; scale the head up so conditionals are peaked
+    # like a trained MLM's and differences between code paths are not hidden in the noise.
+    with torch.no_grad():
+        out = model.get_output_embeddings()
+        out.weight.mul_(20.0)
+    return model.eval()
+
+
+def ids_for(kind: str) -> dict:
+    return ROBERTA_IDS if kind in ("roberta", "esm") else BERT_IDS
+
+
+def save_tiny_bert_dir(path: str | os.PathLike, seed: int = 0) -> str:
+    """A local model directory (weights + BertTokenizer) as ``save_pretrained`` writes it."""
+    path = os.fspath(path)
+    tiny_model("bert", seed).save_pretrained(path)
+    vocab = {w: i for i, w in enumerate(VOCAB)}
+    transformers.BertTokenizer(vocab=vocab, do_lower_case=False).save_pretrained(path)
+    return path

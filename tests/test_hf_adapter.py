@@ -1,0 +1,152 @@
+"""HFMaskedLM on tiny random transformers models: the head split equals the full forward,
+padding is invisible, the fallback path, loading from a directory, frame(), and bad input."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from hf_tiny_models import BERT_IDS, WORDS, ids_for, save_tiny_bert_dir, tiny_model
+from mhfast.models import hf
+from mhfast.models.base import FeatureMaskedLM, MaskedLM, has_features
+from mhfast.models.hf import HFMaskedLM, load_masked_lm
+
+KINDS = ["bert", "roberta", "distilbert", "electra", "albert", "esm"]
+ATOL = 1e-5  # fp32; head-only vs full forward differ only by the order of identical float ops
+
+
+def random_rows(kind: str, n: int, length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """n rows [bos] w_1..w_length [eos] of random words, each masked at one random word position."""
+    g = torch.Generator().manual_seed(seed)
+    ids = ids_for(kind)
+    words = torch.tensor(WORDS)[torch.randint(len(WORDS), (n, length), generator=g)]
+    rows = torch.cat([torch.full((n, 1), ids["bos_id"]), words, torch.full((n, 1), ids["eos_id"])], dim=1)
+    positions = torch.randint(1, length + 1, (n,), generator=g)
+    rows[torch.arange(n), positions] = ids["mask_id"]
+    return rows, positions
+
+
+def full_forward(model, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=rows).logits[torch.arange(rows.shape[0]), positions]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_head_split_equals_full_forward(kind):
+    model = tiny_model(kind)
+    lm = HFMaskedLM(model, **ids_for(kind))
+    assert has_features(lm) and isinstance(lm, FeatureMaskedLM)
+    rows, positions = random_rows(kind, 9, 7)
+    expected = full_forward(model, rows, positions)
+    features = lm.masked_features(rows, positions)
+    assert features.shape == (9, 16)
+    torch.testing.assert_close(lm.output_layer(features), expected, rtol=0, atol=ATOL)
+    torch.testing.assert_close(lm.masked_logits(rows, positions), expected, rtol=0, atol=ATOL)
+    assert lm.vocab_size == 12
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padded_rows_score_like_unpadded(kind):
+    model = tiny_model(kind)
+    lm = HFMaskedLM(model, **ids_for(kind))
+    pad = ids_for(kind)["pad_id"]
+    lengths = [3, 8, 5, 1]
+    parts = [random_rows(kind, 2, L, seed=L) for L in lengths]
+    T = max(lengths) + 2
+    rows = torch.cat([torch.nn.functional.pad(r, (0, T - r.shape[1]), value=pad) for r, _ in parts])
+    positions = torch.cat([p for _, p in parts])
+    expected = torch.cat([full_forward(model, r, p) for r, p in parts])  # each length alone, no padding
+    torch.testing.assert_close(lm.masked_logits(rows, positions), expected, rtol=0, atol=ATOL)
+    # All rows shorter than T: the all-pad columns are dropped, the result must not change.
+    extra = torch.nn.functional.pad(rows, (0, 4), value=pad)
+    torch.testing.assert_close(lm.masked_logits(extra, positions), expected, rtol=0, atol=ATOL)
+
+
+def test_unknown_architecture_falls_back_to_full_forward(monkeypatch):
+    monkeypatch.delitem(hf._HEADS, "BertForMaskedLM")
+    model = tiny_model("bert")
+    with pytest.warns(UserWarning, match="full forward"):
+        lm = HFMaskedLM(model, **BERT_IDS)
+    assert not has_features(lm) and isinstance(lm, MaskedLM)
+    rows, positions = random_rows("bert", 6, 5)
+    padded = torch.nn.functional.pad(rows, (0, 3), value=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the warning is one-time: none per call
+        torch.testing.assert_close(lm.masked_logits(padded, positions), full_forward(model, rows, positions),
+                                   rtol=0, atol=ATOL)
+
+
+def test_subclass_of_supported_class_uses_the_head_split():
+    import transformers
+
+    class MyBert(transformers.BertForMaskedLM):
+        pass
+
+    model = MyBert(tiny_model("bert").config).eval()
+    lm = HFMaskedLM(model, **BERT_IDS)
+    assert has_features(lm)
+    rows, positions = random_rows("bert", 4, 6)
+    torch.testing.assert_close(lm.masked_logits(rows, positions), full_forward(model, rows, positions),
+                               rtol=0, atol=ATOL)
+
+
+def test_load_from_directory_with_tokenizer(tmp_path):
+    path = save_tiny_bert_dir(tmp_path / "tiny")
+    lm = load_masked_lm(str(path))
+    assert isinstance(lm, HFMaskedLM)
+    assert (lm.mask_id, lm.pad_id, lm.bos_id, lm.eos_id) == (4, 0, 2, 3)
+    assert lm.special_ids == (0, 1, 2, 3, 4)
+    ids = lm.encode("a b c")
+    assert ids.tolist() == [2, 5, 6, 7, 3] and lm.decode(ids) == "a b c"
+    rows, positions = random_rows("bert", 5, 4)
+    torch.testing.assert_close(lm.masked_logits(rows, positions), full_forward(tiny_model("bert"), rows, positions),
+                               rtol=0, atol=ATOL)
+
+
+def test_frame_and_max_length():
+    bert = HFMaskedLM(tiny_model("bert"), **BERT_IDS)
+    assert bert.frame(3).tolist() == [2, 4, 4, 4, 3]
+    assert bert.max_length == 40
+    bert.frame(38)
+    with pytest.raises(ValueError, match="length"):
+        bert.frame(39)
+    with pytest.raises(ValueError, match="length"):
+        bert.frame(0)
+    roberta = HFMaskedLM(tiny_model("roberta"), **ids_for("roberta"))
+    assert roberta.frame(2).tolist() == [0, 4, 4, 2]
+    assert roberta.max_length == 40 - 2  # positions start after padding_idx=1
+    esm = HFMaskedLM(tiny_model("esm"), **ids_for("esm"))
+    assert esm.max_length is None  # rotary: no embedding-table limit
+
+
+def test_dtype_and_empty_batch():
+    lm = HFMaskedLM(tiny_model("bert"), **BERT_IDS, dtype=torch.bfloat16)
+    rows, positions = random_rows("bert", 3, 4)
+    out = lm.masked_logits(rows, positions)
+    assert out.dtype == torch.bfloat16 and out.shape == (3, 12)
+    empty = lm.masked_features(torch.zeros(0, 6, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+    assert empty.shape == (0, 16)
+
+
+def test_bad_input_raises_clear_errors(tmp_path):
+    with pytest.raises(TypeError, match="model"):
+        load_masked_lm(object())
+    with pytest.raises(TypeError, match="model_or_path"):
+        HFMaskedLM(42)
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        HFMaskedLM(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        HFMaskedLM(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="mask_id"):
+        HFMaskedLM(tiny_model("bert"))  # no tokenizer, BERT config names no mask token
+    lm = HFMaskedLM(tiny_model("bert"), **BERT_IDS)
+    rows, positions = random_rows("bert", 2, 3)
+    with pytest.raises(ValueError, match="context"):
+        lm.masked_logits(rows, positions, context=torch.zeros(1))
+    with pytest.raises(ValueError, match="positions"):
+        lm.masked_logits(rows, positions[:1])
+    with pytest.raises(ValueError, match="tokens"):
+        lm.masked_logits(rows.float(), positions)
+    assert load_masked_lm(lm) is lm  # protocol objects pass through
