@@ -1,0 +1,109 @@
+// Per-op metadata checks (dtype, rank, size, device), shared by the CPU and CUDA kernels.
+//
+// They run in the same order and raise the same exception types as mhfast/_validate.py
+// (TypeError for a dtype, ValueError for everything else) so that mhfast.ops and
+// mhfast.reference fail alike. Value-range checks read the data and live in the kernels.
+#include "checks.h"
+
+#include <cmath>
+
+namespace mhfast {
+namespace {
+
+constexpr auto kLong = at::ScalarType::Long;
+constexpr auto kFloat = at::ScalarType::Float;
+
+void check_float_logits(const char* op, const at::Tensor& logits) {
+  check_dtype(op, "logits", logits, {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16});
+}
+
+void check_vocab_nonempty(const char* op, const at::Tensor& logits) {
+  TORCH_CHECK_VALUE(!(logits.size(0) > 0 && logits.size(1) == 0), "mhfast.", op,
+                    ": logits must have at least one column (vocabulary size 0)");
+}
+
+}  // namespace
+
+void check_masked_copies_args(const at::Tensor& tokens, const at::Tensor& seq_index,
+                              const at::Tensor& pos_index) {
+  const char* op = "masked_copies";
+  check_dtype(op, "tokens", tokens, {kLong});
+  check_dtype(op, "seq_index", seq_index, {kLong});
+  check_dtype(op, "pos_index", pos_index, {kLong});
+  check_dim(op, "tokens", tokens, 2);
+  check_dim(op, "seq_index", seq_index, 1);
+  check_dim(op, "pos_index", pos_index, 1);
+  check_size(op, "pos_index", pos_index, 0, seq_index.size(0), "len(seq_index)");
+  check_same_device(op, "tokens", tokens, "seq_index", seq_index);
+  check_same_device(op, "tokens", tokens, "pos_index", pos_index);
+}
+
+void check_gather_energies_args(const at::Tensor& logits, const at::Tensor& targets,
+                                const at::Tensor& seq_index, int64_t num_seqs) {
+  const char* op = "gather_energies";
+  check_float_logits(op, logits);
+  check_dtype(op, "targets", targets, {kLong});
+  check_dtype(op, "seq_index", seq_index, {kLong});
+  check_dim(op, "logits", logits, 2);
+  check_dim(op, "targets", targets, 1);
+  check_dim(op, "seq_index", seq_index, 1);
+  check_size(op, "targets", targets, 0, logits.size(0), "rows of logits");
+  check_size(op, "seq_index", seq_index, 0, logits.size(0), "rows of logits");
+  check_same_device(op, "logits", logits, "targets", targets);
+  check_same_device(op, "logits", logits, "seq_index", seq_index);
+  TORCH_CHECK_VALUE(num_seqs >= 0, "mhfast.", op, ": num_seqs must be an int >= 0, got ", num_seqs);
+  check_vocab_nonempty(op, logits);
+}
+
+void check_propose_args(const at::Tensor& logits, const at::Tensor& current, double temperature,
+                        double top_p, const at::Tensor& uniforms) {
+  const char* op = "propose";
+  check_float_logits(op, logits);
+  check_dtype(op, "current", current, {kLong});
+  check_dtype(op, "uniforms", uniforms, {kFloat});
+  check_dim(op, "logits", logits, 2);
+  check_dim(op, "current", current, 1);
+  check_dim(op, "uniforms", uniforms, 1);
+  check_size(op, "current", current, 0, logits.size(0), "rows of logits");
+  check_size(op, "uniforms", uniforms, 0, logits.size(0), "rows of logits");
+  check_same_device(op, "logits", logits, "current", current);
+  check_same_device(op, "logits", logits, "uniforms", uniforms);
+  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0, "mhfast.", op,
+                    ": temperature must be a finite number > 0, got ", temperature);
+  // Written so that NaN fails too.
+  TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
+  check_vocab_nonempty(op, logits);
+}
+
+void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
+                          const at::Tensor& proposed, const at::Tensor& energy,
+                          const at::Tensor& energy_proposed, const at::Tensor& logq_forward,
+                          const at::Tensor& logq_reverse, const at::Tensor& beta,
+                          const at::Tensor& uniforms) {
+  const char* op = "mh_accept_";
+  check_dtype(op, "tokens", tokens, {kLong});
+  check_dtype(op, "positions", positions, {kLong});
+  check_dtype(op, "proposed", proposed, {kLong});
+  const std::pair<const char*, const at::Tensor*> per_chain[] = {
+      {"energy", &energy},         {"energy_proposed", &energy_proposed},
+      {"logq_forward", &logq_forward}, {"logq_reverse", &logq_reverse},
+      {"beta", &beta},             {"uniforms", &uniforms}};
+  for (const auto& [name, t] : per_chain) {
+    check_dtype(op, name, *t, {kFloat});
+    check_dim(op, name, *t, 1);
+  }
+  check_dim(op, "tokens", tokens, 2);
+  TORCH_CHECK_VALUE(positions.dim() == 1 || positions.dim() == 2, "mhfast.", op,
+                    ": positions must be 1-D or 2-D, got shape ", positions.sizes());
+  TORCH_CHECK_VALUE(proposed.sizes() == positions.sizes(), "mhfast.", op, ": proposed has shape ",
+                    proposed.sizes(), " but positions has shape ", positions.sizes(),
+                    "; they must match");
+  const int64_t B = tokens.size(0);
+  check_size(op, "positions", positions, 0, B, "rows of tokens");
+  for (const auto& [name, t] : per_chain) check_size(op, name, *t, 0, B, "rows of tokens");
+  check_same_device(op, "tokens", tokens, "positions", positions);
+  check_same_device(op, "tokens", tokens, "proposed", proposed);
+  for (const auto& [name, t] : per_chain) check_same_device(op, "tokens", tokens, name, *t);
+}
+
+}  // namespace mhfast

@@ -1,0 +1,41 @@
+// CPU kernels of mhfast's ops (registered in register_cpu.cpp) and the helpers they share.
+//
+// Every kernel first runs the shared metadata checks (csrc/checks.h), then the value-range
+// checks below in a cheap serial pre-pass, so that bad input raises a Python ValueError naming
+// the argument before any output (or in-place tensor) is written.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace mhfast {
+namespace cpu {
+
+at::Tensor masked_copies_cpu(const at::Tensor& tokens, const at::Tensor& seq_index,
+                             const at::Tensor& pos_index, int64_t mask_id);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Tensor& logits,
+                                                                   const at::Tensor& targets,
+                                                                   const at::Tensor& seq_index,
+                                                                   int64_t num_seqs);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& logits,
+                                                           const at::Tensor& current,
+                                                           double temperature, double top_p,
+                                                           const at::Tensor& uniforms);
+
+at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
+                         at::Tensor& energy, const at::Tensor& energy_proposed,
+                         const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
+                         const at::Tensor& beta, const at::Tensor& uniforms);
+
+// Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
+// element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
+// `allow_minus_one` additionally permits -1 (unused slots of block positions).
+void check_in_range(const char* op, const char* name, const at::Tensor& t, int64_t low,
+                    int64_t high, bool allow_minus_one = false);
+
+}  // namespace cpu
+}  // namespace mhfast

@@ -1,0 +1,223 @@
+// propose on CPU: one draw per row from the tempered nucleus distribution q, by inverse CDF.
+//
+// Per row: x = logits / temperature, logp = log_softmax(x) (two passes: max, sum-exp).
+// top_p == 1: the nucleus is every token with nonzero fp32 probability, no sort needed.
+// top_p < 1: a histogram of probability mass over log-probability bins locates the bin where
+// the mass of the tokens sorted by (p desc, id asc) crosses top_p; only that bin's tokens are
+// sorted. Then an inverse-CDF scan in increasing token id picks the smallest kept id whose
+// cumulative mass exceeds u * Z (Z = nucleus mass), as mhfast/reference.py specifies.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "../checks.h"
+#include "ops_cpu.h"
+#include "row_math.h"
+
+namespace mhfast {
+namespace cpu {
+namespace {
+
+enum RowStatus : int8_t { kOk = 0, kNanOrInf = 1, kNoFinite = 2 };
+
+// Log-probability bins of the top_p histogram: width 104 / kBins nats, covering every nonzero
+// fp32 probability (log p > kLogMinPositive).
+constexpr int kBins = 1024;
+constexpr float kBinScale = kBins / 104.0f;
+
+struct RowOut {
+  int64_t proposed = 0;
+  float logq_proposed = std::numeric_limits<float>::quiet_NaN();
+  float logq_current = std::numeric_limits<float>::quiet_NaN();
+  RowStatus status = kOk;
+};
+
+struct Scratch {
+  std::vector<float> x;  // logits / temperature, then reused
+  std::vector<float> p;  // fp32 probabilities (top_p < 1 only)
+  std::vector<double> bin_mass;
+  std::vector<std::pair<float, int64_t>> cand;
+};
+
+inline int bin_of(float logp) {
+  const int b = static_cast<int>(-logp * kBinScale);
+  return b < kBins - 1 ? b : kBins - 1;
+}
+
+template <typename scalar_t>
+RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top_p,
+                   int64_t current, float u, Scratch& s) {
+  RowOut out;
+  float* x = s.x.data();
+  // Same arithmetic as the reference: logits.float() / temperature (fp32 division).
+  for (int64_t i = 0; i < V; ++i) x[i] = to_float(row[i]) / temperature;
+  bool has_nan = false;
+  const float m = max_with_nan(x, V, &has_nan);
+  if (has_nan || m == kInf) {
+    out.status = kNanOrInf;
+    return out;
+  }
+  if (m == -kInf) {
+    out.status = kNoFinite;
+    return out;
+  }
+  // log_softmax as torch computes it: (x - max) - log(sum exp(x - max)).
+  const float log_sum = std::log(sum_exp_shifted(x, V, m));
+  auto logp_of = [&](int64_t i) { return (x[i] - m) - log_sum; };
+
+  if (top_p >= 1.0) {
+    // Nucleus = all tokens with nonzero probability; its mass is 1 (up to rounding), so
+    // log q = log p and the inverse CDF compares the running mass with u directly.
+    double cum = 0.0;
+    int64_t last = -1, pick = -1;
+    for (int64_t i = 0; i < V; ++i) {
+      const float lp = logp_of(i);
+      if (!(lp > kLogMinPositive)) continue;
+      last = i;
+      cum += exp_nonpos(lp);
+      if (cum > u) {
+        pick = i;
+        break;
+      }
+    }
+    out.proposed = pick >= 0 ? pick : last;
+    out.logq_proposed = logp_of(out.proposed);
+    const float lc = logp_of(current);
+    out.logq_current = lc > kLogMinPositive ? lc : -kInf;
+    return out;
+  }
+
+  // top_p < 1: probability of every token and mass per log-probability bin.
+  float* p = s.p.data();
+  double* mass = s.bin_mass.data();
+  std::fill(mass, mass + kBins, 0.0);
+  for (int64_t i = 0; i < V; ++i) {
+    const float lp = logp_of(i);
+    const float pi = exp_nonpos(lp);
+    p[i] = pi;
+    if (lp > kLogMinPositive) mass[bin_of(lp)] += pi;
+  }
+  // First bin after which the mass (tokens by decreasing p) reaches top_p. Bins before it are
+  // wholly in the nucleus (their tokens have mass_before < top_p), bins after it wholly out.
+  double before = 0.0;
+  int cross = 0;
+  for (; cross < kBins; ++cross) {
+    if (before + mass[cross] >= top_p) break;
+    before += mass[cross];
+  }
+  // Tokens of the crossing bin, in the reference's order (p desc, id asc), kept while the mass
+  // before them is < top_p; (p_thr, id_thr) is the last kept one.
+  float p_thr = kInf;
+  int64_t id_thr = -1;
+  double z = before;
+  if (cross < kBins) {
+    s.cand.clear();
+    for (int64_t i = 0; i < V; ++i) {
+      const float lp = logp_of(i);
+      if (lp > kLogMinPositive && bin_of(lp) == cross) s.cand.emplace_back(p[i], i);
+    }
+    std::sort(s.cand.begin(), s.cand.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    for (const auto& [pc, ic] : s.cand) {
+      // The most probable token is always kept (mass_before = 0 < top_p).
+      if (!(z < top_p) && id_thr >= 0) break;
+      z += pc;
+      p_thr = pc;
+      id_thr = ic;
+    }
+  }
+  auto kept = [&](int64_t i) {
+    const float lp = logp_of(i);
+    if (!(lp > kLogMinPositive)) return false;
+    const int b = bin_of(lp);
+    return b < cross || (b == cross && (p[i] > p_thr || (p[i] == p_thr && i <= id_thr)));
+  };
+  const float log_z = static_cast<float>(std::log(z));
+  const double target = static_cast<double>(u) * z;
+  double cum = 0.0;
+  int64_t last = -1, pick = -1;
+  for (int64_t i = 0; i < V; ++i) {
+    if (!kept(i)) continue;
+    last = i;
+    cum += p[i];
+    if (cum > target) {
+      pick = i;
+      break;
+    }
+  }
+  out.proposed = pick >= 0 ? pick : last;
+  out.logq_proposed = logp_of(out.proposed) - log_z;
+  out.logq_current = kept(current) ? logp_of(current) - log_z : -kInf;
+  return out;
+}
+
+template <typename scalar_t>
+void propose_rows(const at::Tensor& logits, const int64_t* current, const float* uniforms,
+                  float temperature, double top_p, int64_t* proposed, float* logq_p,
+                  float* logq_c, int8_t* status) {
+  const int64_t B = logits.size(0), V = logits.size(1), s0 = logits.stride(0);
+  const scalar_t* base = logits.const_data_ptr<scalar_t>();
+  const int64_t grain = std::max<int64_t>(1, 16384 / V);
+  at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
+    Scratch s;
+    s.x.resize(V);
+    if (top_p < 1.0) {
+      s.p.resize(V);
+      s.bin_mass.resize(kBins);
+    }
+    for (int64_t b = begin; b < end; ++b) {
+      const RowOut r = propose_row(base + b * s0, V, temperature, top_p, current[b], uniforms[b], s);
+      proposed[b] = r.proposed;
+      logq_p[b] = r.logq_proposed;
+      logq_c[b] = r.logq_current;
+      status[b] = r.status;
+    }
+  });
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& logits_in,
+                                                           const at::Tensor& current,
+                                                           double temperature, double top_p,
+                                                           const at::Tensor& uniforms) {
+  const char* op = "propose";
+  check_propose_args(logits_in, current, temperature, top_p, uniforms);
+  check_device_type(op, "logits", logits_in, c10::DeviceType::CPU);
+  const int64_t B = logits_in.size(0), V = logits_in.size(1);
+  const at::Tensor cur = current.contiguous(), uni = uniforms.contiguous();
+  check_in_range(op, "current", cur, 0, V);
+  const float* u = uni.const_data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK_VALUE(u[b] >= 0.0f && u[b] <= 1.0f, "mhfast.", op, ": uniforms must lie in [0, 1]");
+  }
+
+  at::Tensor proposed = at::empty({B}, cur.options());
+  const auto f32 = logits_in.options().dtype(at::kFloat);
+  at::Tensor logq_p = at::empty({B}, f32), logq_c = at::empty({B}, f32);
+  if (B == 0) return {proposed, logq_p, logq_c};
+  const at::Tensor logits = logits_in.stride(1) == 1 ? logits_in : logits_in.contiguous();
+  std::vector<int8_t> status(B, kOk);
+  MHFAST_DISPATCH_LOGITS(logits.scalar_type(), "mhfast_propose_cpu", [&] {
+    propose_rows<scalar_t>(logits, cur.const_data_ptr<int64_t>(), u, static_cast<float>(temperature),
+                           top_p, proposed.mutable_data_ptr<int64_t>(),
+                           logq_p.mutable_data_ptr<float>(), logq_c.mutable_data_ptr<float>(),
+                           status.data());
+  });
+  // Reported after the parallel pass (outputs are fresh tensors, nothing of the caller's was
+  // written), in the order of mhfast/_validate.py.
+  TORCH_CHECK_VALUE(std::find(status.begin(), status.end(), kNanOrInf) == status.end(), "mhfast.",
+                    op, ": logits contains NaN or +inf (or overflows fp32 when divided by temperature)");
+  TORCH_CHECK_VALUE(std::find(status.begin(), status.end(), kNoFinite) == status.end(), "mhfast.",
+                    op, ": logits has a row with no finite entry (nothing can be proposed)");
+  return {proposed, logq_p, logq_c};
+}
+
+}  // namespace cpu
+}  // namespace mhfast

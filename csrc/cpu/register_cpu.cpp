@@ -1,0 +1,11 @@
+// Registers the CPU kernels of the ops declared in csrc/mhfast.cpp.
+#include <torch/library.h>
+
+#include "ops_cpu.h"
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) {
+  m.impl("masked_copies", &mhfast::cpu::masked_copies_cpu);
+  m.impl("gather_energies", &mhfast::cpu::gather_energies_cpu);
+  m.impl("propose", &mhfast::cpu::propose_cpu);
+  m.impl("mh_accept_", &mhfast::cpu::mh_accept_cpu);
+}

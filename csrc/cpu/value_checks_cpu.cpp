@@ -1,0 +1,26 @@
+// Value-range checks of index tensors, run serially before a CPU kernel writes anything.
+#include "ops_cpu.h"
+
+#include <c10/util/Exception.h>
+
+namespace mhfast {
+namespace cpu {
+
+void check_in_range(const char* op, const char* name, const at::Tensor& t, int64_t low,
+                    int64_t high, bool allow_minus_one) {
+  if (t.numel() == 0) return;
+  // Index tensors are small (one entry per row or chain): a contiguous copy is cheap.
+  const at::Tensor c = t.contiguous();
+  const int64_t* p = c.const_data_ptr<int64_t>();
+  const int64_t n = c.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = p[i];
+    if ((v < low || v >= high) && !(allow_minus_one && v == -1)) {
+      TORCH_CHECK_VALUE(false, "mhfast.", op, ": ", name, " contains ", v, ", outside [", low, ", ",
+                        high, ")", allow_minus_one ? " (or -1)" : "");
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace mhfast
