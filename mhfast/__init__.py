@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import ops, reference
 from ._C_loader import built_with_cuda
+from .sampler import SampleResult, sample
 
-__all__ = ["ops", "reference", "built_with_cuda"]
+__all__ = ["ops", "reference", "built_with_cuda", "sample", "SampleResult"]
 __version__ = "0.1.0"

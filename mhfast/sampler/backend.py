@@ -1,0 +1,46 @@
+"""The four ops the sampler uses, from the compiled core or the pure-PyTorch reference.
+
+The algorithm code calls ``backend.masked_copies(...)`` etc. and never knows which one runs;
+with the same seed both give identical chains (the reference is the specification).
+
+Example:
+    >>> from mhfast.sampler.backend import get_backend
+    >>> get_backend("reference").name
+    'reference'
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    masked_copies: Callable
+    gather_energies: Callable
+    propose: Callable
+    mh_accept_: Callable
+
+
+def get_backend(name: str) -> Backend:
+    """``"compiled"`` -> :mod:`mhfast.ops` with ``validate=False`` (the sampler builds its own,
+    valid indices, and value checks would cost a device->host sync on CUDA);
+    ``"reference"`` -> :mod:`mhfast.reference`."""
+    if name == "compiled":
+        from .. import ops
+
+        return Backend(
+            "compiled",
+            functools.partial(ops.masked_copies, validate=False),
+            functools.partial(ops.gather_energies, validate=False),
+            functools.partial(ops.propose, validate=False),
+            functools.partial(ops.mh_accept_, validate=False),
+        )
+    if name == "reference":
+        from .. import reference
+
+        return Backend("reference", reference.masked_copies, reference.gather_energies, reference.propose,
+                       reference.mh_accept_)
+    raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")

@@ -1,0 +1,147 @@
+"""All model calls of the sampler: sub-batching, features vs logits, energy terms, row counting.
+
+The sampler talks to the model only through :class:`ModelRunner`:
+
+* ``outputs(rows, positions)``: one masked position per row -> ``masked_features`` (when the
+  model has the feature/output-layer split, :func:`mhfast.models.base.has_features`) or
+  ``masked_logits``; these d- or V-wide outputs are what the single-site MH cache stores.
+* ``outputs_at(rows, row_index, positions)``: several positions read from one row (block
+  proposals, greedy warm start); uses the optional protocol hooks ``masked_features_at`` /
+  ``masked_logits_at`` when the model has them, otherwise repeats each row once per position.
+* ``terms(...)``: per-row energy terms ``-logit[target]`` (raw) and ``-log softmax[target]``
+  (local) through the backend's ``gather_energies``.
+
+Rows are forwarded in sub-batches of at most ``max(1, max_tokens_per_batch // T)`` rows;
+``model_rows`` counts every masked row forwarded (the cost unit of the benchmarks).
+
+Example:
+    >>> import torch
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> from mhfast.sampler.backend import get_backend
+    >>> model = TabularMLM.random(num_tokens=3, length=2, seed=0)
+    >>> runner = ModelRunner(model, None, 65536)
+    >>> rows = torch.tensor([[model.mask_id, 0], [1, model.mask_id]])
+    >>> runner.outputs(rows, torch.tensor([0, 1])).shape, runner.model_rows
+    (torch.Size([2, 5]), 2)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..models.base import has_features
+
+
+def sum_terms(terms: torch.Tensor) -> torch.Tensor:
+    """Per-chain energy from per-position terms [M, T]: summed in float64, returned as float32.
+
+    float64 makes the sum (practically) independent of the summation order and of the padded
+    width, so a chain's energy is bit-identical alone or inside any batch.
+    """
+    return terms.double().sum(dim=1).float()
+
+
+class ModelRunner:
+    def __init__(self, model: Any, context: Any, max_tokens_per_batch: int, device: torch.device | None = None):
+        self.model = model
+        self.context = context
+        self.conditional = context is not None
+        self.use_features = has_features(model)
+        self.max_tokens = int(max_tokens_per_batch)
+        self.model_rows = 0
+        self.model_calls = 0
+        V = int(model.vocab_size)
+        special = torch.zeros(V, dtype=torch.bool, device=device)
+        ids = [int(i) for i in model.special_ids] + [int(model.mask_id), int(model.pad_id)]
+        special[torch.tensor([i for i in ids if 0 <= i < V], dtype=torch.long, device=device)] = True
+        self.special = special  #: Bool[V], token ids never proposed (get -inf before propose)
+        self.mask_id = int(model.mask_id)
+
+    # ------------------------------------------------------------------ model calls
+    def _call(self, name: str, *args: Any, ctx_index: torch.Tensor | None) -> torch.Tensor:
+        fn = getattr(self.model, name)
+        self.model_calls += 1
+        if self.conditional:
+            return fn(*args, context=self.context, context_index=ctx_index)
+        return fn(*args)
+
+    def _chunk(self, T: int) -> int:
+        return max(1, self.max_tokens // max(T, 1))
+
+    def outputs(self, rows: torch.Tensor, positions: torch.Tensor, ctx_index: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Features (or logits) at ``positions[n]`` of masked row ``n``: [N, D]."""
+        name = "masked_features" if self.use_features else "masked_logits"
+        N, T = rows.shape
+        step = self._chunk(T)
+        parts = []
+        for s in range(0, N, step):
+            ci = ctx_index[s:s + step] if ctx_index is not None else None
+            parts.append(self._call(name, rows[s:s + step], positions[s:s + step], ctx_index=ci))
+        self.model_rows += N
+        return torch.cat(parts) if len(parts) != 1 else parts[0]
+
+    def outputs_at(self, rows: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                   ctx_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Features (or logits) at ``positions[n]`` of row ``row_index[n]`` (sorted ascending): [N, D].
+
+        With the optional hook ``masked_features_at``/``masked_logits_at(tokens[R,T], row_index[N],
+        positions[N], context=, context_index=[R])`` each row is forwarded once; otherwise each
+        row is repeated once per requested position (same result, more rows).
+        """
+        hook = "masked_features_at" if self.use_features else "masked_logits_at"
+        if not callable(getattr(self.model, hook, None)):
+            ci = ctx_index.index_select(0, row_index) if ctx_index is not None else None
+            return self.outputs(rows.index_select(0, row_index), positions, ci)
+        R, T = rows.shape
+        step = self._chunk(T)
+        bounds = torch.searchsorted(row_index, torch.arange(0, R + step, step, device=row_index.device)).tolist()
+        parts = []
+        for j, s in enumerate(range(0, R, step)):
+            lo, hi = bounds[j], bounds[j + 1]
+            ci = ctx_index[s:s + step] if ctx_index is not None else None
+            parts.append(self._call(hook, rows[s:s + step], row_index[lo:hi] - s, positions[lo:hi], ctx_index=ci))
+        self.model_rows += R
+        return torch.cat(parts) if len(parts) != 1 else parts[0]
+
+    def to_logits(self, outputs: torch.Tensor) -> torch.Tensor:
+        """V-wide logits from cached outputs (applies the LM head when outputs are features)."""
+        return self.model.output_layer(outputs) if self.use_features else outputs
+
+    def proposal_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits with special ids at -inf (never proposed, never chosen by the warm start)."""
+        return logits.masked_fill(self.special, float("-inf"))
+
+    # ------------------------------------------------------------------ energies
+    def terms_from_logits(self, backend: Any, logits: torch.Tensor, targets: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-row energy terms (raw, local) = (-logit[target], -log_softmax[target]): f32[N] each."""
+        n = logits.shape[0]
+        idx = torch.arange(n, device=logits.device)
+        e_raw, e_local, _ = backend.gather_energies(logits, targets, idx, n)
+        return e_raw, e_local
+
+    def score_rows(self, backend: Any, rows: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,
+                   ctx_index: torch.Tensor | None, keep_outputs: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Energy terms of masked rows (chunked so V-wide logits never exceed one sub-batch).
+
+        Returns ``(raw f32[N], local f32[N], outputs [N, D] or None)``.
+        """
+        N, T = rows.shape
+        step = self._chunk(T)
+        raws, locals_, outs = [], [], []
+        for s in range(0, N, step):
+            ci = ctx_index[s:s + step] if ctx_index is not None else None
+            out = self.outputs(rows[s:s + step], positions[s:s + step], ci)
+            r, l = self.terms_from_logits(backend, self.to_logits(out), targets[s:s + step])
+            raws.append(r)
+            locals_.append(l)
+            if keep_outputs:
+                outs.append(out)
+        if N == 0:
+            empty = torch.zeros(0, device=rows.device)
+            return empty, empty.clone(), None
+        cat = (lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs))
+        return cat(raws), cat(locals_), (cat(outs) if keep_outputs else None)

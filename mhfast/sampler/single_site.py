@@ -1,0 +1,149 @@
+"""Single-site steps: Metropolis-Hastings (paper, Algorithm 1) and degenerate Gibbs (section 6).
+
+One step moves every active chain (one position each) at once.
+
+MH with a cache (the efficient inner loop). For each chain the state keeps, per energy
+position t, the model output of X masked at t (``state.cache``) and the energy terms. At
+position i:
+
+* the proposal distribution is the cached row i (the LM head applied to one row): X and X'
+  masked at i are the same sequence, so no model call is needed to propose;
+* a proposal equal to the current token is X' = X, accepted with probability 1: no model call;
+* otherwise X' needs ``T_e - 1`` new masked rows (X' masked at every other energy position);
+  the term of position i comes from the cached row i at the proposed token. Accepted
+  chains copy the new rows into the cache, so E(X) is never recomputed.
+
+Degenerate Gibbs (Wang & Cho) proposes from the same conditional and always accepts; the
+state changes every step, so there is no cache: one fresh masked row per chain and step.
+
+Example:
+    >>> import mhfast, torch
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> r = mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, chains=4, epochs=3, burn_in=1, backend="reference")
+    >>> r.tokens.shape
+    torch.Size([1, 4, 2])
+"""
+from __future__ import annotations
+
+import torch
+
+from . import rng
+from .runner import ModelRunner, sum_terms
+from .state import ChainState, EpochStats
+
+
+class StepConfig:
+    """The per-call constants a step needs."""
+
+    def __init__(self, seed: int, proposal_temperature: float, top_p: float, backend, runner: ModelRunner):
+        self.seed = seed
+        self.proposal_temperature = float(proposal_temperature)
+        self.top_p = float(top_p)
+        self.backend = backend
+        self.runner = runner
+
+
+def _accept(cfg: StepConfig, state: ChainState, chains: torch.Tensor, positions: torch.Tensor,
+            proposed: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
+            logq_reverse: torch.Tensor, beta: float | None, epoch: int, step: int) -> torch.Tensor:
+    """mh_accept_ on the chains ``chains`` (tokens written back); ``beta=None`` accepts always.
+
+    Accept-always uses the same op with beta = 0 and logq_reverse = logq_forward, so
+    log_alpha = 0 > log(u) for every u in (0, 1).
+    """
+    n = chains.shape[0]
+    dev = state.tokens.device
+    tokens = state.tokens.index_select(0, chains)
+    energy = state.target.index_select(0, chains)
+    if beta is None:
+        beta_t = torch.zeros(n, device=dev)
+        energy_proposed = energy.clone()
+        logq_reverse = logq_forward
+    else:
+        beta_t = torch.full((n,), float(beta), device=dev)
+    u = rng.uniforms(cfg.seed, state.inputs[chains], state.chain_ids[chains], epoch, step, rng.ACCEPT)
+    accepted = cfg.backend.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
+                                      logq_reverse, beta_t, u)
+    state.tokens[chains] = tokens
+    return accepted
+
+
+def mh_step(cfg: StepConfig, state: ChainState, positions: torch.Tensor, beta: float | None, epoch: int,
+            step: int, stats: EpochStats) -> None:
+    """One single-site MH step; ``positions`` Long[M] (-1: chain idle). ``beta=None``: force accept."""
+    runner, be = cfg.runner, cfg.backend
+    act = (positions >= 0).nonzero().squeeze(1)
+    A = act.shape[0]
+    if A == 0:
+        return
+    pos = positions[act]
+    logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
+    cur = state.tokens[act, pos]
+    u = rng.uniforms(cfg.seed, state.inputs[act], state.chain_ids[act], epoch, step, rng.PROPOSE)
+    prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
+    changed_local = (prop != cur).nonzero().squeeze(1)  # the one host sync of the step
+    n = changed_local.shape[0]
+    stats.proposals += A
+    stats.accepted += A - n  # X' = X: accepted with probability 1, nothing to compute
+    if n == 0:
+        return
+    ch = act[changed_local]
+    p_ch, w_ch = pos[changed_local], prop[changed_local]
+    dev = state.tokens.device
+    ar = torch.arange(n, device=dev)
+    x_new = state.tokens.index_select(0, ch)
+    x_new[ar, p_ch] = w_ch
+    # X' masked at every energy position except i: T_e - 1 new rows per changed chain.
+    others = state.energy_mask.index_select(0, ch)
+    others[ar, p_ch] = False
+    seq, q = others.nonzero(as_tuple=True)
+    raw_new = state.raw_terms.index_select(0, ch)
+    local_new = state.local_terms.index_select(0, ch)
+    outputs = None
+    if seq.numel():
+        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
+        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
+        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True)
+        raw_new[seq, q] = r
+        local_new[seq, q] = l
+    # Position i of X': the cached row i (shared by X and X') read at the proposed token.
+    r_i, l_i = runner.terms_from_logits(be, logits.index_select(0, changed_local), w_ch)
+    raw_new[ar, p_ch] = r_i
+    local_new[ar, p_ch] = l_i
+    e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
+    target_new = e_raw_new if state.energy == "raw" else e_local_new
+    accepted = _accept(cfg, state, ch, p_ch, w_ch, target_new, logq_f[changed_local], logq_r[changed_local],
+                       beta, epoch, step)
+    acc_local = accepted.nonzero().squeeze(1)
+    acc = ch.index_select(0, acc_local)
+    state.raw_terms[acc] = raw_new.index_select(0, acc_local)
+    state.local_terms[acc] = local_new.index_select(0, acc_local)
+    state.e_raw[acc] = e_raw_new.index_select(0, acc_local)
+    state.e_local[acc] = e_local_new.index_select(0, acc_local)
+    if outputs is not None:
+        keep = accepted.index_select(0, seq).nonzero().squeeze(1)
+        state.cache[ch[seq[keep]], q[keep]] = outputs.index_select(0, keep)
+    k = acc_local.shape[0]
+    stats.accepted += k
+    stats.novel += k
+
+
+def gibbs_step(cfg: StepConfig, state: ChainState, positions: torch.Tensor, epoch: int, step: int,
+               stats: EpochStats) -> None:
+    """One degenerate-Gibbs step: sample X_i from the MLM conditional and always accept."""
+    runner, be = cfg.runner, cfg.backend
+    act = (positions >= 0).nonzero().squeeze(1)
+    A = act.shape[0]
+    if A == 0:
+        return
+    pos = positions[act]
+    rows = be.masked_copies(state.tokens, act, pos, runner.mask_id)
+    logits = runner.to_logits(runner.outputs(rows, pos, state.ctx_of(act)))
+    cur = state.tokens[act, pos]
+    u = rng.uniforms(cfg.seed, state.inputs[act], state.chain_ids[act], epoch, step, rng.PROPOSE)
+    prop, logq_f, _ = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
+    zeros = torch.zeros(A, device=state.tokens.device)
+    _accept(cfg, state, act, pos, prop, zeros, logq_f, logq_f, None, epoch, step)
+    stats.proposals += A
+    stats.accepted += A
+    stats.novel += (prop != cur).sum()
