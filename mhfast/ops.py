@@ -74,12 +74,15 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
 
 @torch.library.register_fake("mhfast::masked_copies")
 def _masked_copies_fake(tokens, seq_index, pos_index, mask_id):
+    # Mixed devices involving "meta" dispatch here, not to a real kernel: check them here too.
+    _validate.same_device("masked_copies", "tokens", tokens, seq_index=seq_index, pos_index=pos_index)
     torch._check(seq_index.shape[0] == pos_index.shape[0])
     return tokens.new_empty((seq_index.shape[0], tokens.shape[1]))
 
 
 @torch.library.register_fake("mhfast::gather_energies")
 def _gather_energies_fake(logits, targets, seq_index, num_seqs):
+    _validate.same_device("gather_energies", "logits", logits, targets=targets, seq_index=seq_index)
     f32 = dict(dtype=torch.float32, device=logits.device)
     return (logits.new_empty((num_seqs,), **f32), logits.new_empty((num_seqs,), **f32),
             logits.new_empty((logits.shape[0],), **f32))
@@ -87,6 +90,7 @@ def _gather_energies_fake(logits, targets, seq_index, num_seqs):
 
 @torch.library.register_fake("mhfast::propose")
 def _propose_fake(logits, current, temperature, top_p, uniforms):
+    _validate.same_device("propose", "logits", logits, current=current, uniforms=uniforms)
     B = logits.shape[0]
     return (current.new_empty((B,)), uniforms.new_empty((B,)), uniforms.new_empty((B,)))
 
@@ -94,4 +98,7 @@ def _propose_fake(logits, current, temperature, top_p, uniforms):
 @torch.library.register_fake("mhfast::mh_accept_")
 def _mh_accept_fake(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
                     uniforms):
+    _validate.same_device("mh_accept_", "tokens", tokens, positions=positions, proposed=proposed, energy=energy,
+                          energy_proposed=energy_proposed, logq_forward=logq_forward,
+                          logq_reverse=logq_reverse, beta=beta, uniforms=uniforms)
     return torch.empty((tokens.shape[0],), dtype=torch.bool, device=tokens.device)

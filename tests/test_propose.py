@@ -1,0 +1,209 @@
+"""propose: with fixed uniforms the compiled op draws the reference's tokens (uniforms and top_p
+kept away from CDF / nucleus boundaries, where fp32 rounding may legitimately differ); with
+random uniforms 10^5 draws follow q (chi-square); -inf logits are never proposed; bad input
+is rejected with an error naming the argument."""
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+
+import mhfast.ops as ops
+import mhfast.reference as reference
+from op_checks import raises_everywhere
+
+U_MARGIN = 1e-4  # |u - CDF boundary| below this: either side is a correct fp32 answer
+P_MARGIN = 1e-5  # |mass before a token - top_p| below this: the token's membership is ambiguous
+
+
+def random_logits(B: int, V: int, seed: int, scale: float = 3.0, ties: bool = True, neg_inf: float = 0.2):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, V, generator=g) * scale
+    if ties:  # coarse values make many equal probabilities: exercises the tie-breaking by token id
+        logits = (logits * 2).round() / 2
+    logits[torch.rand(B, V, generator=g) < neg_inf] = float("-inf")
+    logits[:, torch.randint(0, V, (1,), generator=g)] = 1.0  # at least one finite entry per row
+    return logits
+
+
+def mass_before_sorted(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mass before each token in the nucleus order (p desc, id asc), that token's id), float64."""
+    p = torch.softmax(logits.float() / temperature, dim=1)  # the reference's fp32 probabilities
+    sorted_p, order = torch.sort(p, dim=1, descending=True, stable=True)
+    sorted_p = sorted_p.double()
+    mass = sorted_p.cumsum(1) - sorted_p
+    return mass.masked_fill(sorted_p == 0, float("nan")), order
+
+
+def pick_uniforms(logits, temperature, top_p, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row a uniform at least U_MARGIN away from every CDF boundary of q, and whether the row is
+    unambiguous (no token's nucleus membership within P_MARGIN of top_p; at top_p = 1 only the
+    negligible tail can be ambiguous, and those rows stay usable)."""
+    B = logits.shape[0]
+    q = reference.nucleus_log_probs(logits, temperature, top_p).double().exp()
+    cdf = torch.cat([torch.zeros(B, 1, dtype=torch.float64), q.cumsum(1)], dim=1).contiguous()
+    g = torch.Generator().manual_seed(seed)
+    cand = torch.rand(B, 64, generator=g, dtype=torch.float64).contiguous()
+    idx = torch.searchsorted(cdf, cand).clamp(1, cdf.shape[1] - 1)
+    dist = torch.minimum((cdf.gather(1, idx) - cand).abs(), (cand - cdf.gather(1, idx - 1)).abs())
+    good = dist > U_MARGIN
+    first = good.int().argmax(1)
+    u = cand.gather(1, first[:, None]).squeeze(1).float()
+    ok = good.any(1)
+    if top_p < 1:
+        mass, _ = mass_before_sorted(logits, temperature)
+        ok &= ~((mass - top_p).abs() < P_MARGIN).any(1)
+    return u, ok
+
+
+def ambiguous_current(logits, temperature, top_p, current) -> torch.Tensor:
+    mass, order = mass_before_sorted(logits, temperature)
+    mass_of = torch.empty_like(mass).scatter_(1, order, mass)
+    m = mass_of.gather(1, current[:, None]).squeeze(1)
+    return (m - top_p).abs() < P_MARGIN
+
+
+def check_against_reference(logits, temperature, top_p, seed, device, min_usable=0.5):
+    u, ok = pick_uniforms(logits, temperature, top_p, seed)
+    B, V = logits.shape
+    g = torch.Generator().manual_seed(seed + 1)
+    # Current tokens: half anywhere in the vocabulary, half drawn from q (inside the nucleus).
+    current = torch.randint(0, V, (B,), generator=g)
+    from_q = reference.propose(logits, current, temperature, top_p, torch.rand(B, generator=g))[0]
+    current = torch.where(torch.arange(B) % 2 == 0, current, from_q)
+    expected = reference.propose(logits, current, temperature, top_p, u)
+    assert ok.float().mean() >= min_usable, "test setup: too few rows away from boundaries"
+    fns = [ops.propose] + ([torch.ops.mhfast.propose] if device == "cpu" else [])
+    dev = lambda t: t.to(device)
+    for fn in fns:
+        proposed, logq_p, logq_c = (t.cpu() for t in fn(dev(logits), dev(current), temperature, top_p, dev(u)))
+        assert proposed.dtype == torch.int64 and logq_p.dtype == torch.float32
+        assert torch.equal(proposed[ok], expected[0][ok])
+        torch.testing.assert_close(logq_p[ok], expected[1][ok], rtol=1e-4, atol=1e-4)
+        cmp = ok & ~ambiguous_current(logits, temperature, top_p, current)
+        torch.testing.assert_close(logq_c[cmp], expected[2][cmp], rtol=1e-4, atol=1e-4)
+        # Whatever the boundaries, a proposal is a token with a finite logit.
+        assert torch.isfinite(logits.gather(1, proposed[:, None])).all()
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.5, 0.05])
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("V", [2, 5, 100, 1000])
+def test_matches_reference_fixed_uniforms(device, V, temperature, top_p):
+    logits = random_logits(64, V, seed=V)
+    check_against_reference(logits, temperature, top_p, seed=V + 1, device=device,
+                            min_usable=0.25 if V == 1000 else 0.5)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.3])
+def test_matches_reference_large_vocab(device, top_p):
+    # A peaked distribution keeps enough of u's range away from the 50K CDF boundaries.
+    logits = random_logits(4, 50_000, seed=3, scale=8.0, ties=False, neg_inf=0.0)
+    check_against_reference(logits, 1.0, top_p, seed=4, device=device, min_usable=0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("top_p", [1.0, 0.7])
+def test_half_precision_logits(device, dtype, top_p):
+    logits = random_logits(64, 300, seed=8).to(dtype)
+    check_against_reference(logits, 0.8, top_p, seed=9, device=device)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.6])
+def test_strided_logits(device, top_p):
+    wide = random_logits(64, 200, seed=11)
+    check_against_reference(wide[:, ::2], 1.3, top_p, seed=12, device=device)  # stride(1) == 2
+    check_against_reference(wide.t().contiguous().t(), 1.3, top_p, seed=13, device=device)
+
+
+def test_ties_broken_by_lower_id(device):
+    # 10 equally likely tokens, top_p = 0.35: the nucleus is the 4 lowest ids (mass before id 3 is 0.3).
+    V = 10
+    logits = torch.zeros(V, V, device=device)
+    current = torch.arange(V, device=device)
+    u = torch.linspace(0.01, 0.99, V, device=device)
+    proposed, logq_p, logq_c = (t.cpu() for t in ops.propose(logits, current, 1.0, 0.35, u))
+    assert torch.equal(torch.isfinite(logq_c), torch.arange(V) < 4)
+    torch.testing.assert_close(logq_c[:4], torch.full((4,), -torch.log(torch.tensor(4.0)).item()))
+    assert torch.equal(proposed, (u.cpu() * 4).floor().long())
+    torch.testing.assert_close(logq_p, torch.full((V,), -torch.log(torch.tensor(4.0)).item()))
+
+
+def test_empty_batch(device):
+    out = ops.propose(torch.zeros(0, 5, device=device), torch.zeros(0, dtype=torch.long, device=device), 1.0, 0.9,
+                      torch.zeros(0, device=device))
+    assert [t.shape for t in out] == [(0,), (0,), (0,)]
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.5])
+def test_never_proposes_outside_nucleus(device, top_p):
+    B, V = 512, 300
+    logits = random_logits(B, V, seed=21, neg_inf=0.9)
+    u = torch.rand(B)
+    u[:100], u[100:200] = 0.0, 1.0  # the ends of the inverse CDF
+    current = torch.randint(0, V, (B,))
+    proposed, logq_p, _ = (t.cpu() for t in ops.propose(logits.to(device), current.to(device), 1.0, top_p,
+                                                         u.to(device)))
+    logq = reference.nucleus_log_probs(logits, 1.0, top_p)
+    assert torch.isfinite(logq.gather(1, proposed[:, None])).all()
+    assert torch.isfinite(logq_p).all()
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.5])
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_draws_follow_q_chi_square(device, temperature, top_p):
+    n, V = 100_000, 12
+    g = torch.Generator().manual_seed(1234)
+    row = torch.randn(1, V, generator=g) * 1.5
+    row[0, 3] = float("-inf")
+    row[0, 7] = row[0, 5]  # a tie
+    logits = row.expand(n, V)  # stride 0 over rows: every draw from the same distribution
+    u = torch.rand(n, generator=g)
+    current = torch.zeros(n, dtype=torch.long)
+    proposed, logq_p, _ = (t.cpu() for t in ops.propose(logits.to(device), current.to(device), temperature, top_p,
+                                                         u.to(device)))
+    q = reference.nucleus_log_probs(row, temperature, top_p)[0].double().exp()
+    counts = torch.bincount(proposed, minlength=V).double()
+    assert counts[q == 0].sum() == 0, "proposed a token outside the nucleus"
+    torch.testing.assert_close(logq_p, q.log().float()[proposed], rtol=1e-5, atol=1e-5)
+    kept = q > 0
+    if kept.sum() > 1:
+        _, p_value = stats.chisquare(counts[kept].numpy(), (q[kept] / q[kept].sum() * n).numpy())
+        assert p_value > 1e-4, f"draws do not follow q (chi-square p = {p_value:.2e})"
+
+
+def test_bad_input(device):
+    B, V = 4, 10
+    logits = random_logits(B, V, seed=0).to(device)
+    current = torch.randint(0, V, (B,)).to(device)
+    u = torch.rand(B).to(device)
+    raw_values = device == "cpu"
+    raises_everywhere("propose", (logits.double(), current, 1.0, 0.9, u), "logits")
+    raises_everywhere("propose", (logits, current.int(), 1.0, 0.9, u), "current")
+    raises_everywhere("propose", (logits, current, 1.0, 0.9, u.double()), "uniforms")
+    raises_everywhere("propose", (logits[0], current, 1.0, 0.9, u), "logits")
+    raises_everywhere("propose", (logits, current[:, None], 1.0, 0.9, u), "current")
+    raises_everywhere("propose", (logits, current[:3], 1.0, 0.9, u), "current")
+    raises_everywhere("propose", (logits, current, 1.0, 0.9, u[1:]), "uniforms")
+    raises_everywhere("propose", (logits[:, :0], current, 1.0, 0.9, u), "logits")
+    for t in (0.0, -1.0, float("nan"), float("inf")):
+        raises_everywhere("propose", (logits, current, t, 0.9, u), "temperature")
+    for p in (0.0, -0.1, 1.5, float("nan")):
+        raises_everywhere("propose", (logits, current, 1.0, p, u), "top_p")
+    for bad in (-1, V):
+        c = current.clone()
+        c[2] = bad
+        raises_everywhere("propose", (logits, c, 1.0, 0.9, u), "current", raw=raw_values)
+    for bad in (float("nan"), float("inf")):
+        lg = logits.clone()
+        lg[1, 4] = bad
+        raises_everywhere("propose", (lg, current, 1.0, 0.9, u), "logits", raw=raw_values)
+    lg = logits.clone()
+    lg[3] = float("-inf")
+    raises_everywhere("propose", (lg, current, 1.0, 0.9, u), "logits", raw=raw_values)
+    for bad in (-0.1, 1.5, float("nan")):
+        uu = u.clone()
+        uu[0] = bad
+        raises_everywhere("propose", (logits, current, 1.0, 0.9, uu), "uniforms", raw=raw_values)
+    other = "cpu" if device == "cuda" else "meta"
+    raises_everywhere("propose", (logits, current, 1.0, 0.9, u.to(other)), "uniforms", raw=device == "cuda")
