@@ -1,0 +1,248 @@
+"""mhfast.sample: backends, RNG independence from batching, infilling, padding, recording, schedules,
+caching (rows per step), the conditional path and argument errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mhfast
+from mhfast import reference
+from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
+
+SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops: threads only add contention on the shared CI cores
+    yield
+    torch.set_num_threads(previous)
+
+
+def model4(**kwargs) -> TabularMLM:
+    return TabularMLM.random(num_tokens=3, length=(2, 3, 4), seed=3, scale=0.7, **kwargs)
+
+
+def energy_of(model, tokens: torch.Tensor) -> tuple[float, float]:
+    """(E_raw, E_local) of one unpadded row, every non-special position in the energy."""
+    pos = (~torch.isin(tokens, torch.tensor(model.special_ids))).nonzero().squeeze(1)
+    rows = reference.masked_copies(tokens[None], torch.zeros_like(pos), pos, model.mask_id)
+    e_raw, e_local, _ = reference.gather_energies(model.masked_logits(rows, pos), tokens[pos],
+                                                  torch.zeros_like(pos), 1)
+    return float(e_raw), float(e_local)
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_compiled_and_reference_backends_give_identical_chains(sampler, energy):
+    model = model4(features=True, row_hooks=True)
+    kw = dict(chains=6, epochs=6, burn_in=2, seed=7, sampler=sampler, energy=energy, record="epoch",
+              block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1)
+    a = mhfast.sample(model, 4, backend="compiled", **kw)
+    b = mhfast.sample(model, 4, backend="reference", **kw)
+    assert torch.equal(a.history, b.history)
+    assert torch.equal(a.best_tokens, b.best_tokens)
+    torch.testing.assert_close(a.energy, b.energy)
+    torch.testing.assert_close(a.acceptance_rate, b.acceptance_rate)
+    assert a.model_rows == b.model_rows
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_chain_does_not_depend_on_batch_or_sub_batching(sampler):
+    """Input 0 alone, or first in a padded batch with longer/shorter rows, more chains and tiny
+    sub-batches, follows the same chains (the RNG is keyed by input, chain, epoch and step)."""
+    model = model4()
+    m, p = model.mask_id, model.pad_id
+    alone = torch.tensor([[m, m, m]])
+    batch = torch.tensor([[m, m, m, p], [m, m, m, m], [m, m, p, p]])
+    kw = dict(epochs=5, burn_in=1, seed=11, sampler=sampler, record="epoch", block_schedule=2)
+    a = mhfast.sample(model, init=alone, chains=3, **kw)
+    b = mhfast.sample(model, init=batch, chains=5, max_tokens_per_batch=7, **kw)
+    assert torch.equal(a.history[:, 0], b.history[:, 0, :3, :3])
+    assert bool((b.history[:, 0, :, 3] == p).all()) and bool((b.history[:, 2, :, 2:] == p).all())
+    torch.testing.assert_close(a.energy[0], b.energy[0, :3])
+    assert b.lengths.tolist() == [3, 4, 2]
+
+
+def test_energies_and_best_state_are_consistent():
+    model = model4(features=True)
+    r = mhfast.sample(model, 4, chains=5, epochs=6, burn_in=2, seed=2, energy="local")
+    for c in range(5):
+        e_raw, e_local = energy_of(model, r.tokens[0, c])
+        assert abs(e_raw - float(r.energy_raw[0, c])) < 1e-4
+        assert abs(e_local - float(r.energy_local[0, c])) < 1e-4
+    assert abs(energy_of(model, r.best_tokens[0])[1] - float(r.best_energy[0])) < 1e-4
+    assert float(r.best_energy[0]) <= float(r.energy_local.min()) + 1e-6
+    assert abs(float(r.e_local[-1]) - float(r.energy_local.mean())) < 1e-4
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_infilling_never_changes_fixed_positions(sampler):
+    model = model4()
+    m = model.mask_id
+    init = torch.tensor([[2, m, 0, m], [1, 1, 1, 1]])
+    free = torch.tensor([[False, True, False, True], [True, False, False, True]])
+    r = mhfast.sample(model, init=init, free_positions=free, chains=4, epochs=5, burn_in=0, seed=1,
+                      sampler=sampler, record="epoch", proposal_temperature=3.0)
+    fixed = ~free
+    for e in range(5):
+        for c in range(4):
+            assert torch.equal(r.history[e, :, c][fixed], init[fixed])
+    assert bool((r.tokens[0, :, [1, 3]] < 3).all())  # masks filled with ordinary tokens
+    changed = (r.history[:, 1, :, 0] != 1) | (r.history[:, 1, :, 3] != 1)
+    assert bool(changed.any()), "free positions should move with a hot proposal"
+
+
+def test_record_epoch_history_shapes():
+    model = model4()
+    r = mhfast.sample(model, 3, chains=4, epochs=9, burn_in=3, record="epoch")
+    assert r.history.shape == (6, 1, 4, 3)
+    assert torch.equal(r.history[-1], r.tokens)
+    assert mhfast.sample(model, 3, chains=4, epochs=9, burn_in=3).history is None
+    assert mhfast.sample(model, 3, chains=2, epochs=3, burn_in=3, record="epoch").history.shape == (0, 1, 2, 3)
+    for name in ("e_raw", "e_local", "acceptance_rate", "novel_rate", "target_temperature"):
+        assert getattr(r, name).shape == (9,)
+
+
+def test_annealing_schedule_and_force_accept():
+    model = model4()
+    r = mhfast.sample(model, 4, chains=20, epochs=12, burn_in=2, target_temperature=1.0, anneal=0.2,
+                      min_target_temperature=0.3, force_accept_epochs=3, proposal_temperature=4.0, seed=3)
+    expected = [max(0.3, 1.0 - 0.2 * e) for e in range(12)]
+    torch.testing.assert_close(r.target_temperature, torch.tensor(expected))
+    assert r.acceptance_rate[:3].tolist() == [1.0, 1.0, 1.0]
+    assert float(r.acceptance_rate[3:].max()) < 1.0  # hot proposals, cold target: real rejections
+    assert bool((r.novel_rate <= r.acceptance_rate).all())
+
+
+class RowCounter:
+    """Wraps a model and records the rows of every masked_logits call."""
+
+    def __init__(self, model):
+        self.inner = model
+        self.vocab_size, self.mask_id, self.pad_id = model.vocab_size, model.mask_id, model.pad_id
+        self.special_ids = model.special_ids
+        self.rows: list[int] = []
+
+    def masked_logits(self, tokens, positions, context=None, context_index=None):
+        self.rows.append(tokens.shape[0])
+        return self.inner.masked_logits(tokens, positions)
+
+
+def test_mh_rows_per_step_are_te_minus_one_per_changed_chain():
+    """Single-site MH forwards T_e - 1 rows per chain whose proposal differs from its current
+    token and none otherwise: per epoch, rows = (T_e - 1) * (proposals - unchanged)."""
+    T, chains = 4, 8
+    model = RowCounter(model4())
+    epoch_rows, epoch_stats = [], []
+    r = mhfast.sample(model, T, chains=chains, epochs=5, burn_in=1, seed=5,
+                      progress=lambda e, s: (epoch_rows.append(s["model_rows"]), epoch_stats.append(s)))
+    assert sum(model.rows) == r.model_rows
+    # warm start: the all-mask row repeated once per position (no row hook), then T_e rows per chain
+    previous = T + chains * T
+    for rows_now, s in zip(epoch_rows, epoch_stats):
+        proposals = chains * T
+        unchanged = round(proposals * s["acceptance_rate"]) - round(proposals * s["novel_rate"])
+        assert rows_now - previous == (T - 1) * (proposals - unchanged)
+        previous = rows_now
+
+
+def test_unchanged_proposals_make_no_model_call():
+    """A model whose conditionals always put (almost) all mass on token 0: after the warm start and
+    the initial scoring, every proposal equals the current token, so the sampler never calls it."""
+    base = model4()
+    for table in base.tables.values():
+        table[:, :, 0] = 60.0
+    model = RowCounter(base)
+    r = mhfast.sample(model, 4, chains=6, epochs=4, burn_in=1)
+    assert r.model_rows == 4 + 6 * 4  # warm start + initial energy pass only
+    assert bool((r.tokens == 0).all())
+    assert r.acceptance_rate.tolist() == [1.0] * 4 and r.novel_rate.tolist() == [0.0] * 4
+
+
+def test_gibbs_and_block_rows():
+    T, chains = 4, 3
+    g = mhfast.sample(RowCounter(model4()), T, chains=chains, epochs=3, burn_in=0, sampler="gibbs")
+    assert g.model_rows == T + 3 * (chains * T + chains * T)  # 1 row / chain / step + 1 energy pass / epoch
+    # block-MH with row hooks: 1 row per chain and step + T_e rows per changed chain
+    rows, stats = [], []
+    model = model4(row_hooks=True)
+    r = mhfast.sample(model, T, chains=chains, epochs=3, burn_in=0, sampler="block-mh", block_schedule=2,
+                      progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
+    previous = 1 + chains * T
+    for now, s in zip(rows, stats):
+        proposals = chains * (T // 2)
+        unchanged = round(proposals * s["acceptance_rate"]) - round(proposals * s["novel_rate"])
+        assert now - previous == proposals + T * (proposals - unchanged)
+        previous = now
+
+
+def test_conditional_sources_encode_once_and_pick_a_length():
+    model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=3, seed=4)
+    r = mhfast.sample(model, source=torch.tensor([2, 0, 1]), length_beam=2, chains=4, epochs=6, burn_in=2,
+                      energy="local")
+    assert model.encode_calls == 1
+    assert r.tokens.shape == (3, 4, 3) and r.candidate_lengths.shape == (3, 2)
+    assert r.lengths.tolist() == r.candidate_lengths[torch.arange(3), r.chosen_candidate].tolist()
+    for s, src in enumerate([2, 0, 1]):
+        L = int(r.lengths[s])
+        assert bool((r.tokens[s, :, L:] == model.pad_id).all())
+        best = r.best_tokens[s, :L]
+        pos = torch.arange(L)
+        rows = reference.masked_copies(best[None], torch.zeros_like(pos), pos, model.mask_id)
+        logits = model.masked_logits(rows, pos, context=torch.tensor([src]), context_index=torch.zeros_like(pos))
+        _, e_local, _ = reference.gather_energies(logits, best[pos], torch.zeros_like(pos), 1)
+        assert abs(float(e_local) - float(r.best_energy[s])) < 1e-4
+
+
+def test_generator_seed_is_reproducible():
+    model = model4()
+    a = mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, generator=torch.Generator().manual_seed(5))
+    b = mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(sampler="hmc"), "sampler"),
+    (dict(energy="norm"), "energy"),
+    (dict(epochs=3, burn_in=5), "epochs"),
+    (dict(proposal_temperature=0.0), "proposal_temperature"),
+    (dict(target_temperature=-1.0), "target_temperature"),
+    (dict(min_target_temperature=0), "min_target_temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(chains=0), "chains"),
+    (dict(order="sideways"), "order"),
+    (dict(record="all"), "record"),
+    (dict(block_schedule=0, sampler="block-mh"), "block_schedule"),
+    (dict(block_schedule=[1, 2], sampler="block-mh", epochs=3, burn_in=0), "block_schedule"),
+    (dict(anneal=-0.1), "anneal"),
+    (dict(backend="gpu"), "backend"),
+])
+def test_bad_arguments_raise_value_error_naming_them(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        mhfast.sample(model4(), 3, **kwargs)
+
+
+def test_bad_inputs_raise_value_error_naming_them():
+    model = model4()
+    m, p = model.mask_id, model.pad_id
+    with pytest.raises(ValueError, match="length"):
+        mhfast.sample(model, 0)
+    with pytest.raises(ValueError, match="exactly one of length, init or source"):
+        mhfast.sample(model)
+    with pytest.raises(ValueError, match="exactly one of length, init or source"):
+        mhfast.sample(model, 3, init=torch.tensor([[m, m, m]]))
+    with pytest.raises(ValueError, match="init"):
+        mhfast.sample(model, init=torch.tensor([[0, 9, 1]]))  # outside the vocabulary
+    with pytest.raises(ValueError, match="init"):
+        mhfast.sample(model, init=torch.tensor([[0, p, 1]]))  # padding in the middle
+    with pytest.raises(ValueError, match="free_positions"):  # a special id at a free position
+        mhfast.sample(model, init=torch.tensor([[0, p, p]]), free_positions=torch.tensor([[True, True, False]]))
+    with pytest.raises(ValueError, match="free_positions"):  # a mask left fixed
+        mhfast.sample(model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, False, True]]))
+    with pytest.raises(ValueError, match="free_positions"):
+        mhfast.sample(model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, True]]))
+    with pytest.raises(TypeError, match="source"):
+        mhfast.sample(model, source=torch.tensor([0]))
