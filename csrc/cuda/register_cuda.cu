@@ -1,0 +1,151 @@
+// CUDA entry points of mhfast's ops: argument checks, outputs, device guard, current stream;
+// the kernels are behind the raw-pointer launchers of ops_cuda.h. No host-device sync anywhere:
+// value ranges are checked by the Python wrappers (mhfast/ops.py, validate=True) and the
+// kernels stay in bounds on invalid values (see ops_cuda.h for what they produce then).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "../checks.h"
+#include "ops_cuda.h"
+
+namespace mhfast {
+namespace cuda {
+namespace {
+
+template <typename T>
+Strided1<const T> view1(const at::Tensor& t) {
+  return {t.const_data_ptr<T>(), t.stride(0)};
+}
+
+template <typename T>
+Strided1<T> view1_mut(const at::Tensor& t) {
+  return {t.mutable_data_ptr<T>(), t.stride(0)};
+}
+
+// A 1-D tensor is seen as [n, 1] (column stride 0).
+template <typename T>
+Strided2<const T> view2(const at::Tensor& t) {
+  if (t.dim() == 1) return {t.const_data_ptr<T>(), t.size(0), 1, t.stride(0), 0};
+  return {t.const_data_ptr<T>(), t.size(0), t.size(1), t.stride(0), t.stride(1)};
+}
+
+FloatKind float_kind(const at::Tensor& logits) {
+  switch (logits.scalar_type()) {
+    case at::ScalarType::Half:
+      return FloatKind::kFloat16;
+    case at::ScalarType::BFloat16:
+      return FloatKind::kBFloat16;
+    default:
+      return FloatKind::kFloat32;  // the checks admitted only these three
+  }
+}
+
+// The kernels read each row with unit column stride (vector loads); any row stride is fine.
+at::Tensor unit_column_stride(const at::Tensor& logits) {
+  return (logits.size(1) > 1 && logits.stride(1) != 1) ? logits.contiguous() : logits;
+}
+
+at::Tensor masked_copies_cuda(const at::Tensor& tokens, const at::Tensor& seq_index,
+                              const at::Tensor& pos_index, int64_t mask_id) {
+  check_masked_copies_args(tokens, seq_index, pos_index);
+  check_device_type("masked_copies", "tokens", tokens, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(tokens.device());
+  const int64_t N = seq_index.size(0);
+  at::Tensor out = at::empty({N, tokens.size(1)}, tokens.options());
+  C10_CUDA_CHECK(launch_masked_copies(view2<int64_t>(tokens), view1<int64_t>(seq_index),
+                                      view1<int64_t>(pos_index), N, mask_id,
+                                      out.mutable_data_ptr<int64_t>(),
+                                      c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cuda(const at::Tensor& logits_in,
+                                                                    const at::Tensor& targets,
+                                                                    const at::Tensor& seq_index,
+                                                                    int64_t num_seqs) {
+  check_gather_energies_args(logits_in, targets, seq_index, num_seqs);
+  check_device_type("gather_energies", "logits", logits_in, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(logits_in.device());
+  const at::Tensor logits = unit_column_stride(logits_in);
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const auto f32 = logits.options().dtype(at::kFloat);
+  at::Tensor e_raw = at::empty({num_seqs}, f32);
+  at::Tensor e_local = at::empty({num_seqs}, f32);
+  at::Tensor token_logp = at::empty({N}, f32);
+  at::Tensor target_logit = at::empty({N}, f32);  // scratch between the two launches
+  C10_CUDA_CHECK(launch_gather_energies(
+      logits.const_data_ptr(), float_kind(logits), N, V, logits.stride(0), view1<int64_t>(targets),
+      view1<int64_t>(seq_index), num_seqs, e_raw.mutable_data_ptr<float>(),
+      e_local.mutable_data_ptr<float>(), token_logp.mutable_data_ptr<float>(),
+      target_logit.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream()));
+  return {e_raw, e_local, token_logp};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cuda(const at::Tensor& logits_in,
+                                                            const at::Tensor& current,
+                                                            double temperature, double top_p,
+                                                            const at::Tensor& uniforms) {
+  check_propose_args(logits_in, current, temperature, top_p, uniforms);
+  check_device_type("propose", "logits", logits_in, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(logits_in.device());
+  const at::Tensor logits = unit_column_stride(logits_in);
+  const int64_t B = logits.size(0), V = logits.size(1);
+  at::Tensor proposed = at::empty({B}, current.options());
+  at::Tensor logq_proposed = at::empty({B}, uniforms.options());
+  at::Tensor logq_current = at::empty({B}, uniforms.options());
+  at::Tensor scratch;  // rows too long for shared memory live here
+  if (B > 0 && propose_needs_scratch(V, logits.get_device())) {
+    scratch = at::empty({B, V}, logits.options().dtype(at::kFloat));
+  }
+  C10_CUDA_CHECK(launch_propose(
+      logits.const_data_ptr(), float_kind(logits), B, V, logits.stride(0), view1<int64_t>(current),
+      static_cast<float>(temperature), top_p, view1<float>(uniforms),
+      scratch.defined() ? scratch.mutable_data_ptr<float>() : nullptr,
+      proposed.mutable_data_ptr<int64_t>(), logq_proposed.mutable_data_ptr<float>(),
+      logq_current.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream()));
+  return {proposed, logq_proposed, logq_current};
+}
+
+at::Tensor mh_accept_cuda(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
+                          at::Tensor& energy, const at::Tensor& energy_proposed,
+                          const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
+                          const at::Tensor& beta, const at::Tensor& uniforms) {
+  check_mh_accept_args(tokens, positions, proposed, energy, energy_proposed, logq_forward,
+                       logq_reverse, beta, uniforms);
+  check_device_type("mh_accept_", "tokens", tokens, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(tokens.device());
+  at::Tensor accepted = at::empty({tokens.size(0)}, tokens.options().dtype(at::kBool));
+  const Strided2<const int64_t> pos = view2<int64_t>(positions);
+  const MhAcceptArgs args{
+      {tokens.mutable_data_ptr<int64_t>(), tokens.size(0), tokens.size(1), tokens.stride(0),
+       tokens.stride(1)},
+      pos,
+      view2<int64_t>(proposed),
+      view1_mut<float>(energy),
+      view1<float>(energy_proposed),
+      view1<float>(logq_forward),
+      view1<float>(logq_reverse),
+      view1<float>(beta),
+      view1<float>(uniforms),
+      accepted.mutable_data_ptr<bool>(),
+  };
+  C10_CUDA_CHECK(launch_mh_accept(args, c10::cuda::getCurrentCUDAStream().stream()));
+  return accepted;
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CUDA, m) {
+  m.impl("masked_copies", &mhfast::cuda::masked_copies_cuda);
+  m.impl("gather_energies", &mhfast::cuda::gather_energies_cuda);
+  m.impl("propose", &mhfast::cuda::propose_cuda);
+  m.impl("mh_accept_", &mhfast::cuda::mh_accept_cuda);
+}
