@@ -86,6 +86,24 @@ class ConditionalMaskedLM(MaskedLM, Protocol):
         ...
 
 
+class SamplerHooks(Protocol):
+    """Optional methods the sampler (:func:`mhfast.sample`) uses when a model has them.
+
+    * ``frame(length) -> Long[T']``: the starting row of an unconditional sample of ``length``
+      free tokens, e.g. ``[CLS] + [MASK]*length + [SEP]``; tokens that are special ids stay
+      fixed and are left out of the energy. Default: ``[MASK]*length``.
+    * ``masked_logits_at(tokens Long[R,T], row_index Long[N], positions Long[N], context=None,
+      context_index=None) -> float[N,V]``: logits at ``positions[n]`` of row ``row_index[n]``
+      (ascending), reading several masked positions of one row from a single forward (block
+      proposals, greedy warm start); ``context_index`` is Long[R], one per row. Without it the
+      sampler repeats each row once per position. ``masked_features_at`` (same arguments,
+      -> float[N,d]) is its :class:`FeatureMaskedLM` twin, used when the model has features.
+    """
+
+    def frame(self, length: int) -> torch.Tensor:
+        ...
+
+
 def has_features(model: Any) -> bool:
     """Whether ``model`` offers the feature/output-layer split of :class:`FeatureMaskedLM`."""
     return callable(getattr(model, "masked_features", None)) and callable(getattr(model, "output_layer", None))

@@ -151,7 +151,6 @@ class ConditionalTabularMLM(TabularMLM):
         # source s ranks the lengths in a rotated order, so sources disagree on the best length
         ranking = torch.tensor([[lengths[(s + i) % len(lengths)] for i in range(len(lengths))]
                                 for s in range(num_sources)])
-        ranking = torch.stack([r.flip(0) if s % 2 else r for s, r in enumerate(ranking)])
         return cls(source_tables, ranking, mask_id=num_tokens, pad_id=num_tokens + 1, **kwargs)
 
     def encode(self, sources: torch.Tensor) -> torch.Tensor:
