@@ -1,0 +1,24 @@
+"""Smoke run of bench/bench_ops.py on tiny sizes, so the benchmark script cannot rot unnoticed.
+
+It checks that the script runs and reports every op; it asserts nothing about speed (speed is
+measured in bench/, never asserted in tests).
+
+Example:
+    python3 -m pytest -q tests/test_bench_smoke.py
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_ops_quick_runs_and_reports_every_op():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_ops.py"), "--quick", "--no-write",
+                           "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for op in ("masked_copies", "gather_energies", "propose", "mh_accept_", "one MH step (4 ops)"):
+        assert f"{op} [cpu]" in proc.stdout, f"{op} missing from the report:\n{proc.stdout[-3000:]}"
+    assert "wrote" not in proc.stdout  # --no-write leaves bench/RESULTS.md alone
