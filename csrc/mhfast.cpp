@@ -3,8 +3,11 @@
 // Kernels are registered per backend in csrc/cpu/register_cpu.cpp and
 // csrc/cuda/register_cuda.cu; fake (meta) kernels are registered from Python
 // in mhfast/ops.py. The pure-PyTorch twin of every op is in mhfast/reference.py.
-#include <Python.h>
 #include <torch/library.h>
+
+// MHFAST_NO_PYTHON: plain C++ shared library (CMakeLists.txt), no Python module entry point.
+#ifndef MHFAST_NO_PYTHON
+#include <Python.h>
 
 extern "C" {
 // `import mhfast._C` loads this shared library, which runs the static
@@ -17,6 +20,7 @@ PyObject* PyInit__C(void) {
   return PyModule_Create(&module_def);
 }
 }
+#endif  // MHFAST_NO_PYTHON
 
 TORCH_LIBRARY(mhfast, m) {
   // Row n = tokens[seq_index[n]] with column pos_index[n] set to mask_id.
