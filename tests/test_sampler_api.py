@@ -246,3 +246,19 @@ def test_bad_inputs_raise_value_error_naming_them():
         mhfast.sample(model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, True]]))
     with pytest.raises(TypeError, match="source"):
         mhfast.sample(model, source=torch.tensor([0]))
+
+
+def test_counter_rng_is_uniform_and_a_pure_function_of_its_counters():
+    from mhfast.sampler import rng
+
+    chains = torch.arange(20000)
+    u = rng.uniforms(3, torch.zeros_like(chains), chains, 0, 0, rng.PROPOSE)
+    assert bool(((u > 0) & (u < 1)).all())
+    # Kolmogorov-Smirnov distance to U(0,1); 1.63 / sqrt(n) is the 1% critical value
+    ks = float((torch.sort(u.double()).values - torch.arange(1, 20001, dtype=torch.float64) / 20000).abs().max())
+    assert ks < 1.63 / 20000 ** 0.5
+    assert torch.equal(u[123:125], rng.uniforms(3, torch.zeros(2, dtype=torch.long), chains[123:125], 0, 0,
+                                                rng.PROPOSE))
+    other = rng.uniforms(3, torch.zeros_like(chains), chains, 0, 0, rng.ACCEPT)
+    assert abs(float(torch.corrcoef(torch.stack([u, other]))[0, 1])) < 0.03
+    assert not torch.equal(u, rng.uniforms(4, torch.zeros_like(chains), chains, 0, 0, rng.PROPOSE))

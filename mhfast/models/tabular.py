@@ -22,7 +22,6 @@ Example:
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import torch

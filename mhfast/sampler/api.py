@@ -312,6 +312,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     elif sampler == "block-mh":
         rescore(state, runner, be)
 
+    # Chains with a k-th free position take part in step k of every epoch (fixed: computed once).
+    active_at_step = [(state.num_free > k).nonzero().squeeze(1) for k in range(int(state.num_free.max()))]
     e_raw_hist, e_local_hist, acc_hist, novel_hist, temps, history = [], [], [], [], [], []
     for e in range(epochs):
         tau = schedules.target_temperature(float(target_temperature), float(anneal), float(min_target_temperature), e)
@@ -321,14 +323,14 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         stats = EpochStats()
         order_e = schedules.epoch_order(seed, state.free, state.inputs, state.chain_ids, e, order)
         if sampler in ("mh", "gibbs"):
-            for k in range(int(state.num_free.max())):
-                positions = torch.where(k < state.num_free, order_e[:, min(k, T - 1)], -1)
+            for k, act in enumerate(active_at_step):
+                pos = order_e[act, k]
                 if sampler == "mh":
-                    mh_step(cfg, state, positions, beta, e, k, stats)
+                    mh_step(cfg, state, act, pos, beta, e, k, stats)
                     if post:
                         state.track_best()
                 else:
-                    gibbs_step(cfg, state, positions, e, k, stats)
+                    gibbs_step(cfg, state, act, pos, e, k, stats)
         else:
             sizes = schedules.block_sizes(block_schedule, e, epochs, state.num_free)
             for k in range(schedules.steps_per_epoch(state.num_free, sizes)):

@@ -24,7 +24,7 @@ import torch
 
 from . import rng
 from .runner import sum_terms
-from .single_site import StepConfig, _accept
+from .single_site import StepConfig, _accept, commit_accepted
 from .state import ChainState, EpochStats, score_states
 
 
@@ -79,16 +79,10 @@ def block_step(cfg: StepConfig, state: ChainState, blocks: torch.Tensor, beta: f
     rr, ss = valid.nonzero(as_tuple=True)
     x_new[rr, blk_ch[rr, ss]] = prop_ch[rr, ss]
     raw_new, local_new, _ = score_states(runner, be, x_new, state.energy_mask.index_select(0, ch), state.ctx_of(ch))
-    e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
-    target_new = e_raw_new if state.energy == "raw" else e_local_new
+    target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
     accepted = _accept(cfg, state, ch, blk_ch, prop_ch, target_new, lf[changed_local], lr[changed_local], beta,
                        epoch, step)
-    acc_local = accepted.nonzero().squeeze(1)
-    acc = ch.index_select(0, acc_local)
-    state.raw_terms[acc] = raw_new.index_select(0, acc_local)
-    state.local_terms[acc] = local_new.index_select(0, acc_local)
-    state.e_raw[acc] = e_raw_new.index_select(0, acc_local)
-    state.e_local[acc] = e_local_new.index_select(0, acc_local)
-    k = acc_local.shape[0]
+    commit_accepted(state, ch, accepted, raw_new, local_new)
+    k = accepted.sum()
     stats.accepted += k
     stats.novel += k

@@ -68,15 +68,25 @@ def _accept(cfg: StepConfig, state: ChainState, chains: torch.Tensor, positions:
     return accepted
 
 
-def mh_step(cfg: StepConfig, state: ChainState, positions: torch.Tensor, beta: float | None, epoch: int,
-            step: int, stats: EpochStats) -> None:
-    """One single-site MH step; ``positions`` Long[M] (-1: chain idle). ``beta=None``: force accept."""
+def commit_accepted(state: ChainState, chains: torch.Tensor, accepted: torch.Tensor, raw_new: torch.Tensor,
+                    local_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy the proposal's energy terms into the accepted chains (masked, without a host sync)."""
+    keep = accepted[:, None]
+    state.raw_terms.index_copy_(0, chains, torch.where(keep, raw_new, state.raw_terms.index_select(0, chains)))
+    state.local_terms.index_copy_(0, chains, torch.where(keep, local_new, state.local_terms.index_select(0, chains)))
+    e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
+    state.e_raw.index_copy_(0, chains, torch.where(accepted, e_raw_new, state.e_raw.index_select(0, chains)))
+    state.e_local.index_copy_(0, chains, torch.where(accepted, e_local_new, state.e_local.index_select(0, chains)))
+    return e_raw_new, e_local_new
+
+
+def mh_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, pos: torch.Tensor, beta: float | None,
+            epoch: int, step: int, stats: EpochStats) -> None:
+    """One single-site MH step of the chains ``act`` at positions ``pos``. ``beta=None``: force accept."""
     runner, be = cfg.runner, cfg.backend
-    act = (positions >= 0).nonzero().squeeze(1)
     A = act.shape[0]
     if A == 0:
         return
-    pos = positions[act]
     logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
     cur = state.tokens[act, pos]
     u = rng.uniforms(cfg.seed, state.inputs[act], state.chain_ids[act], epoch, step, rng.PROPOSE)
@@ -110,33 +120,26 @@ def mh_step(cfg: StepConfig, state: ChainState, positions: torch.Tensor, beta: f
     r_i, l_i = runner.terms_from_logits(be, logits.index_select(0, changed_local), w_ch)
     raw_new[ar, p_ch] = r_i
     local_new[ar, p_ch] = l_i
-    e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
-    target_new = e_raw_new if state.energy == "raw" else e_local_new
+    target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
     accepted = _accept(cfg, state, ch, p_ch, w_ch, target_new, logq_f[changed_local], logq_r[changed_local],
                        beta, epoch, step)
-    acc_local = accepted.nonzero().squeeze(1)
-    acc = ch.index_select(0, acc_local)
-    state.raw_terms[acc] = raw_new.index_select(0, acc_local)
-    state.local_terms[acc] = local_new.index_select(0, acc_local)
-    state.e_raw[acc] = e_raw_new.index_select(0, acc_local)
-    state.e_local[acc] = e_local_new.index_select(0, acc_local)
-    if outputs is not None:
-        keep = accepted.index_select(0, seq).nonzero().squeeze(1)
-        state.cache[ch[seq[keep]], q[keep]] = outputs.index_select(0, keep)
-    k = acc_local.shape[0]
+    commit_accepted(state, ch, accepted, raw_new, local_new)
+    if outputs is not None:  # accepted chains: the rows of X' become the cache (row i is unchanged)
+        m_rows = ch.index_select(0, seq)
+        old = state.cache[m_rows, q]
+        state.cache[m_rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(old.dtype), old)
+    k = accepted.sum()
     stats.accepted += k
     stats.novel += k
 
 
-def gibbs_step(cfg: StepConfig, state: ChainState, positions: torch.Tensor, epoch: int, step: int,
+def gibbs_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int, step: int,
                stats: EpochStats) -> None:
-    """One degenerate-Gibbs step: sample X_i from the MLM conditional and always accept."""
+    """One degenerate-Gibbs step of the chains ``act`` at ``pos``: sample X_i from the MLM conditional, accept."""
     runner, be = cfg.runner, cfg.backend
-    act = (positions >= 0).nonzero().squeeze(1)
     A = act.shape[0]
     if A == 0:
         return
-    pos = positions[act]
     rows = be.masked_copies(state.tokens, act, pos, runner.mask_id)
     logits = runner.to_logits(runner.outputs(rows, pos, state.ctx_of(act)))
     cur = state.tokens[act, pos]
