@@ -210,7 +210,8 @@ def machine_description(device: str) -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     text = (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} intra-op threads")
+            f"{torch.get_num_threads()} intra-op threads, load average {os.getloadavg()[0]:.1f} "
+            "at the end of the run (above ~0.5 the CPU numbers are noisy)")
     if device == "cuda":
         text += f"; GPU: {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
     return text

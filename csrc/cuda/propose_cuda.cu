@@ -20,7 +20,9 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <climits>
+#include <limits>
 
 #include "common.cuh"
 
@@ -290,8 +292,11 @@ cudaError_t launch_propose(const void* logits, FloatKind kind, int64_t B, int64_
     if (err != cudaSuccess) return err;
     if (propose_needs_scratch(V, device)) return cudaErrorInvalidValue;
   }
+  // top_p below the smallest float would round to 0 and make even G(p_max) = 0 fail "< top_p";
+  // the smallest positive float keeps exactly what the reference keeps then: the top token.
+  const float top_p_f = std::max(static_cast<float>(top_p), std::numeric_limits<float>::denorm_min());
   const ProposeParams params{V,        row_stride,    current,       temperature,
-                             static_cast<float>(top_p), top_p >= 1.0, uniforms, scratch,
+                             top_p_f,  top_p >= 1.0,  uniforms,      scratch,
                              proposed, logq_proposed, logq_current};
   switch (kind) {
     case FloatKind::kFloat32:
