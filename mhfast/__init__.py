@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from . import ops, reference
 from ._C_loader import built_with_cuda
+from .mask_predict import MaskPredictResult, mask_predict
 from .sampler import SampleResult, sample
 
-__all__ = ["ops", "reference", "built_with_cuda", "sample", "SampleResult"]
+__all__ = ["ops", "reference", "built_with_cuda", "sample", "SampleResult", "mask_predict", "MaskPredictResult"]
 __version__ = "0.1.0"
