@@ -39,7 +39,7 @@ struct RowOut {
 
 struct Scratch {
   std::vector<float> x;  // logits / temperature, then reused
-  std::vector<float> p;  // fp32 probabilities (top_p < 1 only)
+  std::vector<float> p;  // fp32 probabilities
   std::vector<double> bin_mass;
   std::vector<std::pair<float, int64_t>> cand;
 };
@@ -69,6 +69,9 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
   // log_softmax as torch computes it: (x - max) - log(sum exp(x - max)).
   const float log_sum = std::log(sum_exp_shifted(x, V, m));
   auto logp_of = [&](int64_t i) { return (x[i] - m) - log_sum; };
+  // fp32 probabilities, p[i] = exp(logp_of(i)) (vectorized; same argument rounding).
+  float* p = s.p.data();
+  exp_shifted_store(x, V, m, log_sum, p);
 
   if (top_p >= 1.0) {
     // Nucleus = all tokens with nonzero probability; its mass is 1 (up to rounding), so
@@ -79,7 +82,7 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
       const float lp = logp_of(i);
       if (!(lp > kLogMinPositive)) continue;
       last = i;
-      cum += exp_nonpos(lp);
+      cum += p[i];
       if (cum > u) {
         pick = i;
         break;
@@ -93,14 +96,11 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
   }
 
   // top_p < 1: probability of every token and mass per log-probability bin.
-  float* p = s.p.data();
   double* mass = s.bin_mass.data();
   std::fill(mass, mass + kBins, 0.0);
   for (int64_t i = 0; i < V; ++i) {
     const float lp = logp_of(i);
-    const float pi = exp_nonpos(lp);
-    p[i] = pi;
-    if (lp > kLogMinPositive) mass[bin_of(lp)] += pi;
+    if (lp > kLogMinPositive) mass[bin_of(lp)] += p[i];
   }
   // First bin after which the mass (tokens by decreasing p) reaches top_p. Bins before it are
   // wholly in the nucleus (their tokens have mass_before < top_p), bins after it wholly out.
@@ -167,10 +167,8 @@ void propose_rows(const at::Tensor& logits, const int64_t* current, const float*
   at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
     Scratch s;
     s.x.resize(V);
-    if (top_p < 1.0) {
-      s.p.resize(V);
-      s.bin_mass.resize(kBins);
-    }
+    s.p.resize(V);
+    if (top_p < 1.0) s.bin_mass.resize(kBins);
     for (int64_t b = begin; b < end; ++b) {
       const RowOut r = propose_row(base + b * s0, V, temperature, top_p, current[b], uniforms[b], s);
       proposed[b] = r.proposed;

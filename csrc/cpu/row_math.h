@@ -1,9 +1,8 @@
 // Row primitives shared by gather_energies_cpu.cpp and propose_cpu.cpp.
 //
-// Written as plain loops over small fixed-size lane arrays with a branch-free exp, so that
-// gcc -O3 vectorizes them for whatever ISA the file is compiled for (the extension is built
-// for baseline x86-64; no -march flags are assumed). All reductions use a fixed lane layout
-// and a fixed combination order, so results never depend on the thread count.
+// A branch-free exp (Cephes' polynomial) shared by the scalar and the AVX2 paths, and the row
+// reductions built on it. All reductions use a fixed lane layout and combination order, so
+// results never depend on the thread count.
 #pragma once
 
 #include <ATen/Dispatch.h>
@@ -18,7 +17,6 @@
 namespace mhfast {
 namespace cpu {
 
-constexpr int kLanes = 16;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // exp(x) for x <= 0 (NaN-free input), Cephes' single-precision polynomial (about 2 ulp).
@@ -53,50 +51,18 @@ inline float to_float(float x) { return x; }
 inline float to_float(c10::Half x) { return static_cast<float>(x); }
 inline float to_float(c10::BFloat16 x) { return static_cast<float>(x); }
 
-// Max of x[0..n) that propagates NaN (as torch.amax does), plus whether a NaN was seen.
-inline float max_with_nan(const float* x, int64_t n, bool* has_nan) {
-  float m[kLanes];
-  int32_t nan[kLanes];
-  for (int j = 0; j < kLanes; ++j) {
-    m[j] = -kInf;
-    nan[j] = 0;
-  }
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const float v = x[i + j];
-      m[j] = v > m[j] ? v : m[j];
-      nan[j] |= (v != v);
-    }
-  }
-  for (; i < n; ++i) {
-    const float v = x[i];
-    m[0] = v > m[0] ? v : m[0];
-    nan[0] |= (v != v);
-  }
-  float out = -kInf;
-  int32_t any_nan = 0;
-  for (int j = 0; j < kLanes; ++j) {
-    out = m[j] > out ? m[j] : out;
-    any_nan |= nan[j];
-  }
-  *has_nan = any_nan != 0;
-  return any_nan ? std::numeric_limits<float>::quiet_NaN() : out;
-}
+// Row reductions, in row_math.cpp: AVX2+FMA code chosen at run time when the CPU has it (the
+// extension itself is compiled for baseline x86-64), portable loops otherwise. The choice is fixed
+// for the process, so results are reproducible run to run and independent of the thread count.
 
-// sum_i exp((x[i] - shift) * scale) for finite shift with (x[i] - shift) * scale <= 0,
-// accumulated in fp32 lanes, combined in a fixed order.
-inline float sum_exp_shifted(const float* x, int64_t n, float shift) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += exp_nonpos(x[i + j] - shift);
-  }
-  for (; i < n; ++i) acc[0] += exp_nonpos(x[i] - shift);
-  float s = 0.0f;
-  for (int j = 0; j < kLanes; ++j) s += acc[j];
-  return s;
-}
+// Max of x[0..n) that propagates NaN (as torch.amax does); *has_nan tells whether one was seen.
+float max_with_nan(const float* x, int64_t n, bool* has_nan);
+
+// sum_i exp(x[i] - shift) for a finite shift >= every x[i]; fp32 lanes, fixed combination order.
+float sum_exp_shifted(const float* x, int64_t n, float shift);
+
+// out[i] = exp((x[i] - a) - b) with that exact rounding order of the argument, for arguments <= 0.
+void exp_shifted_store(const float* x, int64_t n, float a, float b, float* out);
 
 }  // namespace cpu
 }  // namespace mhfast
