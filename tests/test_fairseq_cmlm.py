@@ -186,9 +186,12 @@ def test_mask_predict_bad_arguments(cmlm, sources):
 # ---------------------------------------------------------------------------- sampler
 def test_sample_conditional_encodes_once_and_keeps_bos_eos(cmlm, sources):
     srcs = sources[:3]
+    before = cmlm.encoder_calls
     with EncoderCounter(cmlm) as enc:
         res = mhfast.sample(cmlm, source=srcs, length_beam=2, chains=2, epochs=3, burn_in=1, seed=0)
     assert enc.calls == 1  # one encoder pass for all sources x length candidates x chains x masked copies
+    assert cmlm.encoder_calls == before + 1
+    assert res.model_rows > 3 * 2 * 2  # many masked rows went through the decoder meanwhile
     ctx = cmlm.encode(srcs)
     assert torch.equal(res.candidate_lengths, cmlm.predict_lengths(ctx, 2))
     S, C, T = res.tokens.shape
