@@ -178,6 +178,63 @@ def test_gibbs_and_block_rows():
         previous = now
 
 
+@pytest.mark.parametrize("features", [False, True])
+def test_block_mh_with_one_position_blocks_is_single_site_mh(features):
+    """Block MH with |I| = 1 is single-site MH: same proposal (the cached row), same uniforms (slot 0),
+    same rows (T_e - 1 per changed chain, no proposal forward), so the chains are identical."""
+    model = model4(features=features, row_hooks=True)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, p, p], [m, m, m, p]])
+    kw = dict(init=init, chains=5, epochs=6, burn_in=2, seed=4, record="epoch", force_accept_epochs=1, anneal=0.1,
+              energy="local", proposal_temperature=1.5)
+    a = mhfast.sample(model, sampler="mh", **kw)
+    b = mhfast.sample(model, sampler="block-mh", block_schedule=1, **kw)
+    assert torch.equal(a.history, b.history)
+    assert torch.equal(a.best_tokens, b.best_tokens)
+    assert torch.equal(a.energy, b.energy) and torch.equal(a.acceptance_rate, b.acceptance_rate)
+    assert (a.model_rows, a.model_calls) == (b.model_rows, b.model_calls)
+
+
+def test_block_mh_rows_per_step_drop_to_single_site_cost_at_size_one():
+    """Schedule 2, 2, 1, 1, 1 on T = 4 with the row hooks. Size 2: 1 proposal row per block + T_e rows
+    of X' per changed chain. Size 1: no proposal row (cached) and T_e - 1 rows per changed chain, none
+    for an unchanged one. Both backends agree on chains and rows."""
+    T, chains = 4, 6
+    model = model4(row_hooks=True)
+    runs = {}
+    for backend in ("compiled", "reference"):
+        rows, stats, kinds = [], [], set()
+        r = mhfast.sample(model, T, chains=chains, epochs=5, burn_in=0, seed=9, sampler="block-mh",
+                          block_schedule=[2, 2, 1, 1, 1], record="epoch", backend=backend, proposal_temperature=2.0,
+                          progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
+        runs[backend] = r
+        previous = 1 + chains * T  # warm start (one row with the hooks) + the initial T_e rows per chain
+        for e, (now, s) in enumerate(zip(rows, stats)):
+            size = 2 if e < 2 else 1
+            proposals = chains * (T // size)
+            changed = proposals - (round(proposals * s["acceptance_rate"]) - round(proposals * s["novel_rate"]))
+            expected = proposals + T * changed if size == 2 else (T - 1) * changed
+            assert now - previous == expected, f"{backend} epoch {e}"
+            if size == 1:
+                kinds.add(changed == proposals)
+                kinds.add(changed == 0)
+            previous = now
+        assert kinds == {False}, "size-1 epochs should mix changed and unchanged proposals"
+    assert torch.equal(runs["compiled"].history, runs["reference"].history)
+    assert runs["compiled"].model_rows == runs["reference"].model_rows
+
+
+def test_block_mh_unchanged_single_site_proposals_make_no_model_call():
+    """Peaked conditionals: after the warm start and the initial scoring, block proposals need their
+    one row per chain and block, one-position blocks nothing at all."""
+    base = model4(row_hooks=True)
+    for table in base.tables.values():
+        table[:, :, 0] = 60.0
+    r = mhfast.sample(base, 4, chains=6, epochs=4, burn_in=1, sampler="block-mh", block_schedule=[2, 1, 1, 1])
+    assert r.model_rows == 1 + 6 * 4 + 6 * 2  # warm start + initial energy pass + size-2 proposals
+    assert bool((r.tokens == 0).all())
+
+
 def test_conditional_sources_encode_once_and_pick_a_length():
     model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=3, seed=4)
     r = mhfast.sample(model, source=torch.tensor([2, 0, 1]), length_beam=2, chains=4, epochs=6, burn_in=2,

@@ -307,13 +307,20 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         ctx_index=rep(ctx_rows) if ctx_rows is not None else None, num_inputs=B, chains=chains, energy=energy)
     cfg = StepConfig(seed, proposal_temperature, top_p, be, runner)
     is_gibbs = sampler in ("gibbs", "block-gibbs")
-    if sampler == "mh":
-        rescore(state, runner, be, keep_cache=True)
-    elif sampler == "block-mh":
-        rescore(state, runner, be)
+    is_block = sampler in ("block-mh", "block-gibbs")
+    # Block sizes per epoch, on the host copy of the free counts (no device sync in the loop).
+    block_sizes = [schedules.block_sizes(block_schedule, e, epochs, state.num_free_host) for e in range(epochs)
+                   ] if is_block else []
+    # Block MH makes single-site moves (from the cache) for one-position blocks: then it keeps
+    # the cache, which costs no extra rows (accepted block moves store the rows of X' they computed).
+    block_single_site = sampler == "block-mh" and any(
+        schedules.uses_single_site(state.num_free_host, sizes) for sizes in block_sizes)
+    if sampler in ("mh", "block-mh"):
+        rescore(state, runner, be, keep_cache=sampler == "mh" or block_single_site)
 
     # Chains with a k-th free position take part in step k of every epoch (fixed: computed once).
-    active_at_step = [(state.num_free > k).nonzero().squeeze(1) for k in range(int(state.num_free.max()))]
+    active_host = [(state.num_free_host > k).nonzero().squeeze(1) for k in range(int(state.num_free_host.max()))]
+    active_at_step = [a.to(device) for a in active_host]
     e_raw_hist, e_local_hist, acc_hist, novel_hist, temps, history = [], [], [], [], [], []
     for e in range(epochs):
         tau = schedules.target_temperature(float(target_temperature), float(anneal), float(min_target_temperature), e)
@@ -326,16 +333,16 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
             for k, act in enumerate(active_at_step):
                 pos = order_e[act, k]
                 if sampler == "mh":
-                    mh_step(cfg, state, act, pos, beta, e, k, stats)
+                    mh_step(cfg, state, act, active_host[k], pos, beta, e, k, stats)
                     if post:
                         state.track_best()
                 else:
                     gibbs_step(cfg, state, act, pos, e, k, stats)
         else:
-            sizes = schedules.block_sizes(block_schedule, e, epochs, state.num_free)
-            for k in range(schedules.steps_per_epoch(state.num_free, sizes)):
-                blocks = schedules.block_positions(order_e, state.num_free, sizes, k)
-                block_step(cfg, state, blocks, beta, e, k, stats, gibbs=is_gibbs)
+            sizes = block_sizes[e]
+            for k in range(schedules.steps_per_epoch(state.num_free_host, sizes)):
+                plan = schedules.block_step_plan(state.num_free_host, sizes, k, block_single_site, device)
+                block_step(cfg, state, plan, order_e, beta, e, k, stats, gibbs=is_gibbs)
                 if post and not is_gibbs:
                     state.track_best()
         if is_gibbs:

@@ -7,6 +7,11 @@ logits at |I| positions) and each X'_i, i in I, is drawn independently from
 the MH ratio is exact: ``log q_reverse = sum_i log q(X_i)``, ``log q_forward = sum_i log q(X'_i)``.
 The energy of X' needs its ``T_e`` masked rows (nothing of the current state's rows can be
 reused once two or more positions change); the current energy is kept per chain.
+A block of one position (block size 1 at the end of the default schedule, or the last,
+partial block of an epoch) is a single-site MH move, and is made exactly like one: proposal
+from the single-site cache (no proposal forward) and ``T_e - 1`` rows of X'. For that, block
+MH keeps the cache valid: an accepted block move stores the ``T_e`` rows of X' it computed
+(no extra model rows).
 "block-gibbs" uses the same proposal and always accepts (with proposal temperature -> 0 this
 is Mask-Predict-like iterative refinement).
 
@@ -23,66 +28,66 @@ from __future__ import annotations
 import torch
 
 from . import rng
-from .runner import sum_terms
-from .single_site import StepConfig, _accept, commit_accepted
-from .state import ChainState, EpochStats, score_states
+from .schedules import BlockStep
+from .single_site import StepConfig, _accept, changed_chains, evaluate_and_accept
+from .state import ChainState, EpochStats
 
 
-def block_step(cfg: StepConfig, state: ChainState, blocks: torch.Tensor, beta: float | None, epoch: int,
-               step: int, stats: EpochStats, gibbs: bool) -> None:
-    """One block step; ``blocks`` Long[M, K] positions (-1: unused slot; a row of -1: chain idle).
+def block_step(cfg: StepConfig, state: ChainState, plan: BlockStep, order: torch.Tensor, beta: float | None,
+               epoch: int, step: int, stats: EpochStats, gibbs: bool) -> None:
+    """One block step: the chains and columns of ``order`` (Long[M, T]) given by ``plan``.
 
     ``gibbs=True``: accept always and skip the energy of X' (block Gibbs). ``beta=None``
-    (force-accept epochs): accept always but keep energies exact.
+    (force-accept epochs): accept always but keep energies (and the cache) exact.
     """
     runner, be = cfg.runner, cfg.backend
     dev = state.tokens.device
-    act = (blocks >= 0).any(dim=1).nonzero().squeeze(1)
-    A = act.shape[0]
+    nS, nB = plan.single.shape[0], plan.multi.shape[0]
+    A = nS + nB
     if A == 0:
         return
-    blk = blocks.index_select(0, act)  # [A, K]
-    K = blk.shape[1]
-    r, slot = (blk >= 0).nonzero(as_tuple=True)  # row-major: r ascending
-    pos = blk[r, slot]
-    x = state.tokens.index_select(0, act)
-    rows = x.clone()
-    rows[r, pos] = runner.mask_id  # X masked at every position of its block
-    logits = runner.to_logits(runner.outputs_at(rows, r, pos, state.ctx_of(act)))
-    cur = x[r, pos]
+    act = torch.cat([plan.single, plan.multi])
+    # One entry per proposed position: the single-site chains (slot 0), then every slot of every block.
+    r = torch.cat([torch.arange(nS, device=dev), plan.multi_row + nS])  # index into act, ascending
+    slot = torch.cat([torch.zeros(nS, dtype=torch.long, device=dev), plan.multi_slot])
     chain_of = act.index_select(0, r)
-    u = rng.uniforms(cfg.seed, state.inputs[chain_of], state.chain_ids[chain_of], epoch, step, rng.PROPOSE,
-                     slot)
+    pos = order[chain_of, torch.cat([plan.single_col, plan.multi_col])]
+    cur = state.tokens[chain_of, pos]
+    parts = []
+    if nS:  # |I| = 1: q(. | X without i) is the cached row i, as in single-site MH
+        parts.append(runner.to_logits(state.cache[plan.single, pos[:nS]]))
+    if nB:  # X masked at every position of its block: one row per chain (with the row hooks)
+        rows = state.tokens.index_select(0, plan.multi)
+        rows[plan.multi_row, pos[nS:]] = runner.mask_id
+        parts.append(runner.to_logits(runner.outputs_at(rows, plan.multi_row, pos[nS:], state.ctx_of(plan.multi),
+                                                        row_index_host=plan.multi_row_host)))
+    logits = parts[0] if len(parts) == 1 else torch.cat(parts)
+    u = rng.uniforms(cfg.seed, state.inputs[chain_of], state.chain_ids[chain_of], epoch, step, rng.PROPOSE, slot)
     prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
     # Sum over the block in float64 (order-independent, so batch-independent).
     lf = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_f.double()).float()
     lr = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_r.double()).float()
     diff = torch.zeros(A, dtype=torch.long, device=dev).index_add_(0, r, (prop != cur).long())
-    proposed = torch.zeros_like(blk)
+    positions = torch.full((A, plan.width), -1, dtype=torch.long, device=dev)
+    positions[r, slot] = pos
+    proposed = torch.full_like(positions, -1)
     proposed[r, slot] = prop
-    changed_local = (diff > 0).nonzero().squeeze(1)
-    n = changed_local.shape[0]
+    local, local_host = changed_chains(diff > 0)
+    ch_host = plan.chains_host.index_select(0, local_host)
+    n = ch_host.shape[0]
     stats.proposals += A
     stats.accepted += A - n  # X' = X: accepted with probability 1
     if n == 0:
         return
-    ch = act.index_select(0, changed_local)
-    blk_ch, prop_ch = blk.index_select(0, changed_local), proposed.index_select(0, changed_local)
+    ch = act.index_select(0, local)
+    pos_ch, prop_ch = positions.index_select(0, local), proposed.index_select(0, local)
+    lf_ch = lf.index_select(0, local)
     if gibbs:
         zeros = torch.zeros(n, device=dev)
-        _accept(cfg, state, ch, blk_ch, prop_ch, zeros, lf[changed_local], lf[changed_local], None, epoch, step)
+        _accept(cfg, state, ch, pos_ch, prop_ch, zeros, lf_ch, lf_ch, None, epoch, step)
         stats.accepted += n
         stats.novel += n
         return
-    x_new = x.index_select(0, changed_local)
-    valid = blk_ch >= 0
-    rr, ss = valid.nonzero(as_tuple=True)
-    x_new[rr, blk_ch[rr, ss]] = prop_ch[rr, ss]
-    raw_new, local_new, _ = score_states(runner, be, x_new, state.energy_mask.index_select(0, ch), state.ctx_of(ch))
-    target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
-    accepted = _accept(cfg, state, ch, blk_ch, prop_ch, target_new, lf[changed_local], lr[changed_local], beta,
-                       epoch, step)
-    commit_accepted(state, ch, accepted, raw_new, local_new)
-    k = accepted.sum()
-    stats.accepted += k
-    stats.novel += k
+    n_single = int((local_host < nS).sum())  # single-site chains come first in act: a prefix of ch
+    evaluate_and_accept(cfg, state, ch, ch_host, pos_ch, prop_ch, lf_ch, lr.index_select(0, local),
+                        logits.index_select(0, local[:n_single]), beta, epoch, step, stats)

@@ -83,12 +83,15 @@ class ModelRunner:
         return torch.cat(parts) if len(parts) != 1 else parts[0]
 
     def outputs_at(self, rows: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
-                   ctx_index: torch.Tensor | None = None) -> torch.Tensor:
+                   ctx_index: torch.Tensor | None = None, row_index_host: torch.Tensor | None = None
+                   ) -> torch.Tensor:
         """Features (or logits) at ``positions[n]`` of row ``row_index[n]`` (sorted ascending): [N, D].
 
         With the optional hook ``masked_features_at``/``masked_logits_at(tokens[R,T], row_index[N],
         positions[N], context=, context_index=[R])`` each row is forwarded once; otherwise each
         row is repeated once per requested position (same result, more rows).
+        ``row_index_host``: a CPU copy of ``row_index``, if the caller has one (the sub-batch
+        bounds are then found without a device->host sync).
         """
         hook = "masked_features_at" if self.use_features else "masked_logits_at"
         if not callable(getattr(self.model, hook, None)):
@@ -96,7 +99,8 @@ class ModelRunner:
             return self.outputs(rows.index_select(0, row_index), positions, ci)
         R, T = rows.shape
         step = self._chunk(T)
-        bounds = torch.searchsorted(row_index, torch.arange(0, R + step, step, device=row_index.device)).tolist()
+        host = row_index_host if row_index_host is not None else row_index
+        bounds = torch.searchsorted(host, torch.arange(0, R + step, step, device=host.device)).tolist()
         parts = []
         for j, s in enumerate(range(0, R, step)):
             lo, hi = bounds[j], bounds[j + 1]

@@ -14,6 +14,7 @@ Example:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import torch
@@ -72,14 +73,62 @@ def block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_free: torc
     return torch.minimum(sizes, torch.clamp(num_free, min=1))
 
 
-def block_positions(order: torch.Tensor, num_free: torch.Tensor, sizes: torch.Tensor, step: int) -> torch.Tensor:
-    """Positions of block ``step`` of each chain (successive chunks of its order): Long[M, K], -1 unused."""
-    K = int(sizes.max()) if sizes.numel() else 1
-    slot = torch.arange(K, device=order.device)
-    idx = step * sizes[:, None] + slot  # index into the chain's order
-    valid = (slot < sizes[:, None]) & (idx < num_free[:, None])
-    pos = order.gather(1, idx.clamp(max=order.shape[1] - 1))
-    return torch.where(valid, pos, torch.full_like(pos, -1))
+@dataclass
+class BlockStep:
+    """Who moves at one step of a block epoch, and with which entries of their position order.
+
+    Built on the host from host copies of ``num_free`` and the block sizes, so a step needs no
+    device->host sync to know its chains. A chain whose block has a single position
+    (block size 1, or the last, partial block of its epoch) is listed in ``single``: block MH
+    with ``|I| = 1`` *is* single-site MH, so it moves from the single-site cache with no
+    proposal forward. The others are in ``multi``. Column ``c`` of a chain means the position
+    ``order[chain, c]`` of the epoch order.
+    """
+
+    single: torch.Tensor  #: Long[nS] chains making a single-site move
+    single_col: torch.Tensor  #: Long[nS] column of their position
+    multi: torch.Tensor  #: Long[nB] chains making a block move
+    multi_row: torch.Tensor  #: Long[N] index into ``multi`` of each block slot (ascending)
+    multi_slot: torch.Tensor  #: Long[N] slot inside the block (lane of the proposal uniform)
+    multi_col: torch.Tensor  #: Long[N] column of each slot's position
+    multi_row_host: torch.Tensor  #: CPU copy of ``multi_row`` (sub-batch bounds without a sync)
+    chains_host: torch.Tensor  #: CPU Long[nS + nB]: ``single`` then ``multi``
+    width: int  #: K, the most positions in one block of this step (>= 1)
+
+
+def block_step_plan(num_free: torch.Tensor, sizes: torch.Tensor, step: int, single_site: bool,
+                    device: torch.device | None = None) -> BlockStep:
+    """The :class:`BlockStep` of block ``step`` (successive chunks of each chain's order).
+
+    ``num_free`` and ``sizes`` are CPU Long[M]; ``single_site=False`` sends every chain through
+    the block path (block Gibbs, or block MH without a cache).
+
+    Example:
+        >>> p = block_step_plan(torch.tensor([5, 4, 2]), torch.tensor([2, 2, 2]), 2, True)
+        >>> p.single.tolist(), p.multi.tolist(), p.single_col.tolist()   # chain 0: its 5th position alone
+        ([0], [], [4])
+    """
+    count = torch.minimum((num_free - step * sizes).clamp(min=0), sizes)  # positions in this block
+    is_single = (count == 1) if single_site else torch.zeros_like(count, dtype=torch.bool)
+    single = is_single.nonzero().squeeze(1)
+    multi = ((count >= 1) & ~is_single).nonzero().squeeze(1)
+    per_block = count.index_select(0, multi)
+    row = torch.repeat_interleave(torch.arange(multi.numel()), per_block)
+    first = torch.cumsum(per_block, 0) - per_block
+    slot = torch.arange(row.numel()) - first.index_select(0, row)
+    col = step * sizes.index_select(0, multi).index_select(0, row) + slot
+    single_col = step * sizes.index_select(0, single)
+    parts = [single, single_col, multi, row, slot, col]
+    # one host->device copy for the whole plan
+    single_d, single_col_d, multi_d, row_d, slot_d, col_d = torch.cat(parts).to(device).split(
+        [t.numel() for t in parts])
+    return BlockStep(single_d, single_col_d, multi_d, row_d, slot_d, col_d, row, torch.cat([single, multi]),
+                     int(per_block.max()) if per_block.numel() else 1)
+
+
+def uses_single_site(num_free: torch.Tensor, sizes: torch.Tensor) -> bool:
+    """Whether some chain has a one-position block in an epoch with these sizes (CPU tensors)."""
+    return bool(((num_free > 0) & ((sizes == 1) | (num_free % sizes == 1))).any())
 
 
 def steps_per_epoch(num_free: torch.Tensor, sizes: torch.Tensor) -> int:

@@ -80,9 +80,70 @@ def commit_accepted(state: ChainState, chains: torch.Tensor, accepted: torch.Ten
     return e_raw_new, e_local_new
 
 
-def mh_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, pos: torch.Tensor, beta: float | None,
-            epoch: int, step: int, stats: EpochStats) -> None:
-    """One single-site MH step of the chains ``act`` at positions ``pos``. ``beta=None``: force accept."""
+def changed_chains(changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the step's chains whose proposal differs from their state: the one host sync of
+    a step (the caller then knows how many rows to forward). Returns ``(device, CPU)`` copies."""
+    local_host = changed.cpu().nonzero().squeeze(1)
+    return local_host.to(changed.device), local_host
+
+
+def evaluate_and_accept(cfg: StepConfig, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
+                        positions: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
+                        logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
+                        step: int, stats: EpochStats) -> None:
+    """The MH test of proposals X' != X of the chains ``ch`` (single-site and block moves alike).
+
+    ``positions``/``proposed``: Long[n, K] (-1: unused slot). The first ``len(known_logits)``
+    chains make single-site moves at ``positions[:, 0]``: X' masked there is X masked there, so
+    that energy term comes from the cached row (``known_logits``, its V logits) and only the
+    other ``T_e - 1`` rows of X' are forwarded; the other chains forward all ``T_e`` rows.
+    With a cache, accepted chains store the new rows: the cache stays the current state's.
+    """
+    runner, be = cfg.runner, cfg.backend
+    n = ch.shape[0]
+    nk = known_logits.shape[0]
+    dev = state.tokens.device
+    # X': unused slots repeat slot 0, so the scatter never writes two different values to one cell.
+    valid = positions >= 0
+    x_new = state.tokens.index_select(0, ch).scatter_(1, torch.where(valid, positions, positions[:, :1]),
+                                                      torch.where(valid, proposed, proposed[:, :1]))
+    known, p_known, w_known = torch.arange(nk, device=dev), positions[:nk, 0], proposed[:nk, 0]
+    need = state.energy_mask.index_select(0, ch)
+    need[known, p_known] = False
+    num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - nk  # host counts: no sync
+    raw_new = state.raw_terms.index_select(0, ch)
+    local_new = state.local_terms.index_select(0, ch)
+    outputs = None
+    if num_rows:
+        seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
+        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
+        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
+        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=state.cache is not None)
+        raw_new[seq, q] = r
+        local_new[seq, q] = l
+    if nk:  # single-site moves: the cached row read at the proposed token
+        r_i, l_i = runner.terms_from_logits(be, known_logits, w_known)
+        raw_new[known, p_known] = r_i
+        local_new[known, p_known] = l_i
+    target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
+    accepted = _accept(cfg, state, ch, positions, proposed, target_new, logq_forward, logq_reverse, beta, epoch,
+                       step)
+    commit_accepted(state, ch, accepted, raw_new, local_new)
+    if outputs is not None:  # accepted chains: the rows of X' become the cache (a known row is unchanged)
+        m_rows = ch.index_select(0, seq)
+        old = state.cache[m_rows, q]
+        state.cache[m_rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(old.dtype), old)
+    k = accepted.sum()
+    stats.accepted += k
+    stats.novel += k
+
+
+def mh_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor,
+            beta: float | None, epoch: int, step: int, stats: EpochStats) -> None:
+    """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``.
+
+    ``beta=None``: force accept (energies are still computed, so the cache stays valid).
+    """
     runner, be = cfg.runner, cfg.backend
     A = act.shape[0]
     if A == 0:
@@ -91,46 +152,16 @@ def mh_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, pos: torch.Te
     cur = state.tokens[act, pos]
     u = rng.uniforms(cfg.seed, state.inputs[act], state.chain_ids[act], epoch, step, rng.PROPOSE)
     prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
-    changed_local = (prop != cur).nonzero().squeeze(1)  # the one host sync of the step
-    n = changed_local.shape[0]
+    local, local_host = changed_chains(prop != cur)
+    ch_host = act_host.index_select(0, local_host)
+    n = ch_host.shape[0]
     stats.proposals += A
     stats.accepted += A - n  # X' = X: accepted with probability 1, nothing to compute
     if n == 0:
         return
-    ch = act[changed_local]
-    p_ch, w_ch = pos[changed_local], prop[changed_local]
-    dev = state.tokens.device
-    ar = torch.arange(n, device=dev)
-    x_new = state.tokens.index_select(0, ch)
-    x_new[ar, p_ch] = w_ch
-    # X' masked at every energy position except i: T_e - 1 new rows per changed chain.
-    others = state.energy_mask.index_select(0, ch)
-    others[ar, p_ch] = False
-    seq, q = others.nonzero(as_tuple=True)
-    raw_new = state.raw_terms.index_select(0, ch)
-    local_new = state.local_terms.index_select(0, ch)
-    outputs = None
-    if seq.numel():
-        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
-        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
-        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True)
-        raw_new[seq, q] = r
-        local_new[seq, q] = l
-    # Position i of X': the cached row i (shared by X and X') read at the proposed token.
-    r_i, l_i = runner.terms_from_logits(be, logits.index_select(0, changed_local), w_ch)
-    raw_new[ar, p_ch] = r_i
-    local_new[ar, p_ch] = l_i
-    target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
-    accepted = _accept(cfg, state, ch, p_ch, w_ch, target_new, logq_f[changed_local], logq_r[changed_local],
-                       beta, epoch, step)
-    commit_accepted(state, ch, accepted, raw_new, local_new)
-    if outputs is not None:  # accepted chains: the rows of X' become the cache (row i is unchanged)
-        m_rows = ch.index_select(0, seq)
-        old = state.cache[m_rows, q]
-        state.cache[m_rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(old.dtype), old)
-    k = accepted.sum()
-    stats.accepted += k
-    stats.novel += k
+    evaluate_and_accept(cfg, state, act.index_select(0, local), ch_host, pos.index_select(0, local)[:, None],
+                        prop.index_select(0, local)[:, None], logq_f.index_select(0, local),
+                        logq_r.index_select(0, local), logits.index_select(0, local), beta, epoch, step, stats)
 
 
 def gibbs_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int, step: int,

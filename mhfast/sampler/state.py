@@ -55,7 +55,10 @@ class ChainState:
     local_terms: torch.Tensor = field(init=False)
     e_raw: torch.Tensor = field(init=False)
     e_local: torch.Tensor = field(init=False)
-    cache: torch.Tensor | None = None  #: [M, T, D] outputs of X masked at each energy position
+    #: [M, T, D] model outputs of X masked at each energy position (features or logits), kept
+    #: valid by every step of the samplers that read it ("mh", and "block-mh" when its
+    #: schedule has one-position blocks); None otherwise.
+    cache: torch.Tensor | None = None
     best_energy: torch.Tensor = field(init=False)
     best_tokens: torch.Tensor = field(init=False)
 
@@ -63,6 +66,9 @@ class ChainState:
         M, T = self.tokens.shape
         dev = self.tokens.device
         self.num_free = self.free.sum(dim=1)
+        # Host copies of static counts: steps plan their index work with them instead of syncing.
+        self.num_free_host = self.num_free.cpu()
+        self.num_energy_host = self.energy_mask.sum(dim=1).cpu()
         self.raw_terms = torch.zeros(M, T, device=dev)
         self.local_terms = torch.zeros(M, T, device=dev)
         self.e_raw = torch.zeros(M, device=dev)
