@@ -1,0 +1,72 @@
+"""The ``mhfast`` command line: ``mhfast <command> [options]`` (also ``python3 -m mhfast``).
+
+Each command is a module of :mod:`mhfast.commands` defining ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``; modules are discovered automatically, so a
+new command is a new file there and needs no edit here.
+
+User errors (bad options, missing files, invalid sequences) print ONE line
+``mhfast <command>: error: ...`` on stderr and exit with status 2; set ``MHFAST_DEBUG=1`` to get
+the traceback instead.
+
+Example:
+    $ python3 -m mhfast sample --model antiberty --length 12 --epochs 4 --burn-in 1
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+from typing import Sequence
+
+from . import commands
+
+
+class UsageError(Exception):
+    """A user mistake the CLI reports as one line (exit status 2)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but an error is a single line (no usage dump) and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _command_modules() -> list:
+    mods = [importlib.import_module(f"{commands.__name__}.{info.name}")
+            for info in pkgutil.iter_modules(commands.__path__) if not info.name.startswith("_")]
+    return sorted((m for m in mods if hasattr(m, "NAME") and hasattr(m, "run")), key=lambda m: m.NAME)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="mhfast", description="Metropolis-Hastings sampling from masked language models "
+                           "(Goyal, Dyer & Berg-Kirkpatrick, ICLR 2022).")
+    sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=OneLineParser)
+    for mod in _command_modules():
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run, _prog=p.prog)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``mhfast`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except (UsageError, ValueError, TypeError, FileNotFoundError, ImportError, OSError) as e:
+        if os.environ.get("MHFAST_DEBUG") == "1":
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the library wrote
+        print(f"{args._prog}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{args._prog}: interrupted", file=sys.stderr)
+        return 130
