@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,10 +43,24 @@ def read_text(path: Path) -> list[str]:
 
 
 def load_cmlm(checkpoint: Path, dict_dir: Path):
-    """Load (model, task) in fp32 eval mode; dictionaries are read from ``dict_dir``."""
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(dict_dir)}
-    )
+    """Load (model, task) in fp32 eval mode; dictionaries are read from ``dict_dir``.
+
+    fairseq calls ``torch.load`` without ``weights_only``; since torch 2.6 that means weights_only=True,
+    which rejects raw fairseq TRAINING checkpoints (they pickle an argparse.Namespace and logging meters).
+    These are our own files, so full unpickling is allowed for this one call; exported bundles
+    (export_model.py) load either way.
+    """
+    previous = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [str(checkpoint)], arg_overrides={"data": str(dict_dir)}
+        )
+    finally:
+        if previous is None:
+            del os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"]
+        else:
+            os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = previous
     model = models[0].float().eval()  # a half-precision bundle is decoded in fp32 on CPU
     return model, task
 

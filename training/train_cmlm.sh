@@ -20,6 +20,9 @@ MAX_UPDATE=${MAX_UPDATE:-100000}
 SAVE_EVERY=${SAVE_EVERY:-250}
 LOG_EVERY=${LOG_EVERY:-25}
 DROPOUT=${DROPOUT:-0.2}
+# Resuming from $SAVE_DIR/checkpoint_last.pt needs full unpickling (fairseq stores an argparse.Namespace and
+# meters; torch>=2.6 defaults to weights_only=True). These are our own files.
+export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 mkdir -p "$SAVE_DIR" "$(dirname "$LOG_FILE")"
 
 exec fairseq-train "$WORK/data-bin" \
