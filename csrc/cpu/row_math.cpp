@@ -5,6 +5,8 @@
 // intrinsics (no library code is compiled for AVX2, so nothing AVX2 can leak to other callers).
 #include "row_math.h"
 
+#include <cstdlib>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MHFAST_HAVE_AVX2_PATH 1
@@ -133,8 +135,10 @@ MHFAST_AVX2 void exp_shifted_store_avx2(const float* x, int64_t n, float a, floa
   for (; i < n; ++i) out[i] = exp_nonpos((x[i] - a) - b);
 }
 
+// MHFAST_CPU_PORTABLE=1 forces the portable path (tests run it on AVX2 machines too).
 bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          std::getenv("MHFAST_CPU_PORTABLE") == nullptr;
   return has;
 }
 #endif
