@@ -118,3 +118,33 @@ def test_fallback_path_matches_head_split(lm, monkeypatch):
     rows[torch.arange(2), positions] = lm.mask_id
     torch.testing.assert_close(full.masked_logits(rows, positions), lm.masked_logits(rows, positions),
                                rtol=0, atol=1e-4)
+
+
+def test_unconditional_samples_are_amino_acid_sequences(lm):
+    import mhfast
+
+    result = mhfast.sample(lm, 8, chains=3, epochs=2, burn_in=1, seed=3)
+    assert result.tokens.shape == (1, 3, 10)
+    assert (result.tokens[..., 0] == lm.bos_id).all() and (result.tokens[..., -1] == lm.eos_id).all()
+    for c in range(3):
+        seq = lm.decode(result.tokens[0, c])
+        assert len(seq) == 8 and set(seq) <= set(AMINO_ACIDS), seq
+    assert set(lm.decode(result.best_tokens[0])) <= set(AMINO_ACIDS)
+
+
+def test_infilling_a_cdr_like_span_never_changes_fixed_positions(lm):
+    import mhfast
+
+    init = torch.stack([lm.encode(ADALIMUMAB_VH[:20]), lm.encode(TRASTUZUMAB_VH[:20])])
+    free = torch.zeros_like(init, dtype=torch.bool)
+    free[:, 11:15] = True  # residues 10..13 (token 0 is [CLS])
+    result = mhfast.sample(lm, init=init, free_positions=free, chains=2, epochs=2, burn_in=0, seed=1,
+                           record="epoch", proposal_temperature=2.0)
+    states = torch.cat([result.history.flatten(0, 2), result.tokens.flatten(0, 1)])
+    inputs = torch.cat([init.repeat_interleave(2, 0).repeat(2, 1), init.repeat_interleave(2, 0)])
+    fixed = ~free.repeat_interleave(2, 0).repeat(3, 1)
+    assert torch.equal(states[fixed], inputs[fixed])
+    for s in states:
+        assert set(lm.decode(s)) <= set(AMINO_ACIDS)
+    # The span was actually sampled (temperature 2 proposals on 2 inputs x 2 chains x 2 epochs).
+    assert bool((states[~fixed] != inputs[~fixed]).any())
