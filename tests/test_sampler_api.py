@@ -195,6 +195,22 @@ def test_block_mh_with_one_position_blocks_is_single_site_mh(features):
     assert (a.model_rows, a.model_calls) == (b.model_rows, b.model_calls)
 
 
+@pytest.mark.parametrize("features", [False, True])
+def test_block_mh_cache_stays_valid_across_block_and_forced_moves(features):
+    """Block moves (some forced), then one-position blocks reading the cache: a stale cached row
+    would give a wrong proposal and a wrong energy term, so the final energies would not match."""
+    model = model4(features=features, row_hooks=True)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p]])
+    r = mhfast.sample(model, init=init, chains=6, epochs=6, burn_in=0, seed=3, sampler="block-mh",
+                      block_schedule=[3, 2, 2, 1, 2, 1], force_accept_epochs=2, proposal_temperature=2.0)
+    for b, L in enumerate([4, 3]):
+        for c in range(6):
+            e_raw, e_local = energy_of(model, r.tokens[b, c, :L])
+            assert abs(e_raw - float(r.energy_raw[b, c])) < 1e-4
+            assert abs(e_local - float(r.energy_local[b, c])) < 1e-4
+
+
 def test_block_mh_rows_per_step_drop_to_single_site_cost_at_size_one():
     """Schedule 2, 2, 1, 1, 1 on T = 4 with the row hooks. Size 2: 1 proposal row per block + T_e rows
     of X' per changed chain. Size 1: no proposal row (cached) and T_e - 1 rows per changed chain, none

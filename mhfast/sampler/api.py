@@ -304,8 +304,9 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     state = ChainState(
         tokens=rep(start), energy_mask=rep(energy_mask), free=rep(free),
         inputs=rep(torch.arange(B, device=device)), chain_ids=torch.arange(chains, device=device).repeat(B),
-        ctx_index=rep(ctx_rows) if ctx_rows is not None else None, num_inputs=B, chains=chains, energy=energy)
-    cfg = StepConfig(seed, proposal_temperature, top_p, be, runner)
+        ctx_index=rep(ctx_rows) if ctx_rows is not None else None, num_inputs=B, chains=chains, energy=energy,
+        seed=seed)
+    cfg = StepConfig(proposal_temperature, top_p, be, runner)
     is_gibbs = sampler in ("gibbs", "block-gibbs")
     is_block = sampler in ("block-mh", "block-gibbs")
     # Block sizes per epoch, on the host copy of the free counts (no device sync in the loop).
@@ -322,6 +323,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     active_host = [(state.num_free_host > k).nonzero().squeeze(1) for k in range(int(state.num_free_host.max()))]
     active_at_step = [a.to(device) for a in active_host]
     e_raw_hist, e_local_hist, acc_hist, novel_hist, temps, history = [], [], [], [], [], []
+    plans: list[schedules.BlockStep] = []
+    plans_for = None  # the block sizes ``plans`` were made for
     for e in range(epochs):
         tau = schedules.target_temperature(float(target_temperature), float(anneal), float(min_target_temperature), e)
         temps.append(tau)
@@ -339,9 +342,11 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
                 else:
                     gibbs_step(cfg, state, act, pos, e, k, stats)
         else:
-            sizes = block_sizes[e]
-            for k in range(schedules.steps_per_epoch(state.num_free_host, sizes)):
-                plan = schedules.block_step_plan(state.num_free_host, sizes, k, block_single_site, device)
+            if plans_for is None or not torch.equal(block_sizes[e], plans_for):  # sizes repeat across epochs
+                plans_for = block_sizes[e]
+                plans = [schedules.block_step_plan(state.num_free_host, plans_for, k, block_single_site, device)
+                         for k in range(schedules.steps_per_epoch(state.num_free_host, plans_for))]
+            for k, plan in enumerate(plans):
                 block_step(cfg, state, plan, order_e, beta, e, k, stats, gibbs=is_gibbs)
                 if post and not is_gibbs:
                     state.track_best()

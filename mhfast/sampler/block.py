@@ -42,27 +42,25 @@ def block_step(cfg: StepConfig, state: ChainState, plan: BlockStep, order: torch
     """
     runner, be = cfg.runner, cfg.backend
     dev = state.tokens.device
-    nS, nB = plan.single.shape[0], plan.multi.shape[0]
-    A = nS + nB
+    act, nS = plan.chains, plan.num_single
+    A = act.shape[0]
     if A == 0:
         return
-    act = torch.cat([plan.single, plan.multi])
-    # One entry per proposed position: the single-site chains (slot 0), then every slot of every block.
-    r = torch.cat([torch.arange(nS, device=dev), plan.multi_row + nS])  # index into act, ascending
-    slot = torch.cat([torch.zeros(nS, dtype=torch.long, device=dev), plan.multi_slot])
-    chain_of = act.index_select(0, r)
-    pos = order[chain_of, torch.cat([plan.single_col, plan.multi_col])]
+    r, slot, chain_of = plan.entry, plan.entry_slot, plan.entry_chain
+    pos = order[chain_of, plan.entry_col]
     cur = state.tokens[chain_of, pos]
     parts = []
     if nS:  # |I| = 1: q(. | X without i) is the cached row i, as in single-site MH
-        parts.append(runner.to_logits(state.cache[plan.single, pos[:nS]]))
-    if nB:  # X masked at every position of its block: one row per chain (with the row hooks)
-        rows = state.tokens.index_select(0, plan.multi)
-        rows[plan.multi_row, pos[nS:]] = runner.mask_id
-        parts.append(runner.to_logits(runner.outputs_at(rows, plan.multi_row, pos[nS:], state.ctx_of(plan.multi),
-                                                        row_index_host=plan.multi_row_host)))
+        assert state.cache is not None, "one-position block moves need the single-site cache"
+        parts.append(runner.to_logits(state.cache[chain_of[:nS], pos[:nS]]))
+    if A > nS:  # X masked at every position of its block: one row per chain (with the row hooks)
+        rows = state.tokens.index_select(0, act[nS:])
+        block_row = r[nS:] - nS
+        rows[block_row, pos[nS:]] = runner.mask_id
+        parts.append(runner.to_logits(runner.outputs_at(rows, block_row, pos[nS:], state.ctx_of(act[nS:]),
+                                                        row_index_host=plan.block_row_host)))
     logits = parts[0] if len(parts) == 1 else torch.cat(parts)
-    u = rng.uniforms(cfg.seed, state.inputs[chain_of], state.chain_ids[chain_of], epoch, step, rng.PROPOSE, slot)
+    u = rng.uniforms_from_keys(state.rng_keys[chain_of], epoch, step, rng.PROPOSE, slot)
     prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
     # Sum over the block in float64 (order-independent, so batch-independent).
     lf = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_f.double()).float()

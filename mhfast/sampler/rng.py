@@ -44,16 +44,49 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
+_U64 = (1 << 64) - 1
+
+
+def _mix_int(x: int) -> int:
+    """:func:`_mix` on a Python int (unsigned 64-bit arithmetic)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+def _absorb(h: torch.Tensor, c: torch.Tensor | int) -> torch.Tensor:
+    """One counter into the hash state: mix(h + GOLDEN * (c + 1)), a Python int counter folded on the host."""
+    if isinstance(c, torch.Tensor):
+        return _mix(h + (c.to(torch.int64) + 1) * _GOLDEN)
+    return _mix(h + _i64(((int(c) + 1) * 0x9E3779B97F4A7C15) & _U64))
+
+
+def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:
+    """The hash state after (seed, input, chain): Long, broadcast of ``inputs`` and ``chains``.
+
+    A chain's key is fixed for the whole run, so the sampler computes it once and every draw
+    only absorbs (epoch, step, stream, lane): :func:`uniforms_from_keys`.
+    """
+    h = _i64(_mix_int(((seed % (1 << 64)) + 0x9E3779B97F4A7C15) & _U64))
+    h = torch.full((), h, dtype=torch.int64, device=inputs.device)
+    return _absorb(_absorb(h, inputs), chains)
+
+
 def hash_counters(seed: int, *counters: torch.Tensor | int) -> torch.Tensor:
     """Chain the counters through splitmix64: h = mix(h + GOLDEN * (c + 1)) for each counter."""
     tensors = [c for c in counters if isinstance(c, torch.Tensor)]
     device = tensors[0].device if tensors else None
-    h = torch.full((), _i64(seed % (1 << 64)), dtype=torch.int64, device=device)
-    h = _mix(h + _GOLDEN)
+    h = torch.full((), _i64(_mix_int(((seed % (1 << 64)) + 0x9E3779B97F4A7C15) & _U64)), dtype=torch.int64,
+                   device=device)
     for c in counters:
-        c = torch.as_tensor(c, dtype=torch.int64, device=device)
-        h = _mix(h + (c + 1) * _GOLDEN)
+        h = _absorb(h, c)
     return h
+
+
+def _to_uniform(h: torch.Tensor) -> torch.Tensor:
+    # top 23 bits: (k + 0.5) / 2**23 is exact in float32, never 0 (log(u) is finite) and never 1
+    k = _shr(h, 64 - 23)
+    return ((k.double() + 0.5) * (1.0 / (1 << 23))).float()
 
 
 def uniforms(seed: int, inputs: torch.Tensor, chains: torch.Tensor, epoch: int | torch.Tensor,
@@ -63,9 +96,22 @@ def uniforms(seed: int, inputs: torch.Tensor, chains: torch.Tensor, epoch: int |
     Uses the top 23 bits of the hash: ``(k + 0.5) / 2**23`` is exact in float32, so the
     result is never 0 (log(u) is finite) and never 1.
     """
-    h = hash_counters(seed, inputs, chains, epoch, step, stream, lane)
-    k = _shr(h, 64 - 23)
-    return ((k.double() + 0.5) * (1.0 / (1 << 23))).float()
+    return uniforms_from_keys(chain_keys(seed, inputs, chains), epoch, step, stream, lane)
+
+
+def uniforms_from_keys(keys: torch.Tensor, epoch: int | torch.Tensor, step: int | torch.Tensor, stream: int,
+                       lane: int | torch.Tensor = 0) -> torch.Tensor:
+    """:func:`uniforms` from precomputed :func:`chain_keys` (same numbers, fewer operations).
+
+    Example:
+        >>> i, c = torch.tensor([0, 1]), torch.tensor([2, 2])
+        >>> torch.equal(uniforms_from_keys(chain_keys(7, i, c), 3, 4, ACCEPT), uniforms(7, i, c, 3, 4, ACCEPT))
+        True
+    """
+    h = keys
+    for counter in (epoch, step, stream, lane):
+        h = _absorb(h, counter)
+    return _to_uniform(h)
 
 
 def seed_from_generator(generator: torch.Generator) -> int:

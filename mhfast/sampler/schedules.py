@@ -78,21 +78,22 @@ class BlockStep:
     """Who moves at one step of a block epoch, and with which entries of their position order.
 
     Built on the host from host copies of ``num_free`` and the block sizes, so a step needs no
-    device->host sync to know its chains. A chain whose block has a single position
-    (block size 1, or the last, partial block of its epoch) is listed in ``single``: block MH
-    with ``|I| = 1`` *is* single-site MH, so it moves from the single-site cache with no
-    proposal forward. The others are in ``multi``. Column ``c`` of a chain means the position
+    device->host sync to know its chains (and the plans of an epoch are reused while the sizes
+    repeat). A chain whose block has a single position (block size 1, or the last, partial
+    block of its epoch) comes first, among the ``num_single`` single-site chains: block MH with
+    ``|I| = 1`` *is* single-site MH, so it moves from the single-site cache with no proposal
+    forward. The other chains make block moves. Column ``c`` of a chain means the position
     ``order[chain, c]`` of the epoch order.
     """
 
-    single: torch.Tensor  #: Long[nS] chains making a single-site move
-    single_col: torch.Tensor  #: Long[nS] column of their position
-    multi: torch.Tensor  #: Long[nB] chains making a block move
-    multi_row: torch.Tensor  #: Long[N] index into ``multi`` of each block slot (ascending)
-    multi_slot: torch.Tensor  #: Long[N] slot inside the block (lane of the proposal uniform)
-    multi_col: torch.Tensor  #: Long[N] column of each slot's position
-    multi_row_host: torch.Tensor  #: CPU copy of ``multi_row`` (sub-batch bounds without a sync)
-    chains_host: torch.Tensor  #: CPU Long[nS + nB]: ``single`` then ``multi``
+    chains: torch.Tensor  #: Long[A] moving chains: the single-site ones, then the block ones
+    chains_host: torch.Tensor  #: CPU copy of ``chains``
+    num_single: int  #: how many of ``chains`` make single-site moves
+    entry: torch.Tensor  #: Long[N] index into ``chains`` of each proposed position (ascending)
+    entry_chain: torch.Tensor  #: Long[N] ``chains[entry]``
+    entry_slot: torch.Tensor  #: Long[N] slot inside the block (lane of the proposal uniform)
+    entry_col: torch.Tensor  #: Long[N] column of the position in the epoch order
+    block_row_host: torch.Tensor  #: CPU Long[N - num_single] ``entry - num_single`` of the block entries
     width: int  #: K, the most positions in one block of this step (>= 1)
 
 
@@ -105,25 +106,26 @@ def block_step_plan(num_free: torch.Tensor, sizes: torch.Tensor, step: int, sing
 
     Example:
         >>> p = block_step_plan(torch.tensor([5, 4, 2]), torch.tensor([2, 2, 2]), 2, True)
-        >>> p.single.tolist(), p.multi.tolist(), p.single_col.tolist()   # chain 0: its 5th position alone
-        ([0], [], [4])
+        >>> p.chains.tolist(), p.num_single, p.entry_col.tolist()   # chain 0: its 5th position alone
+        ([0], 1, [4])
+        >>> p = block_step_plan(torch.tensor([5, 4, 2]), torch.tensor([2, 2, 2]), 1, True)
+        >>> p.chains.tolist(), p.entry.tolist(), p.entry_slot.tolist(), p.entry_col.tolist()
+        ([0, 1], [0, 0, 1, 1], [0, 1, 0, 1], [2, 3, 2, 3])
     """
     count = torch.minimum((num_free - step * sizes).clamp(min=0), sizes)  # positions in this block
     is_single = (count == 1) if single_site else torch.zeros_like(count, dtype=torch.bool)
-    single = is_single.nonzero().squeeze(1)
-    multi = ((count >= 1) & ~is_single).nonzero().squeeze(1)
-    per_block = count.index_select(0, multi)
-    row = torch.repeat_interleave(torch.arange(multi.numel()), per_block)
-    first = torch.cumsum(per_block, 0) - per_block
-    slot = torch.arange(row.numel()) - first.index_select(0, row)
-    col = step * sizes.index_select(0, multi).index_select(0, row) + slot
-    single_col = step * sizes.index_select(0, single)
-    parts = [single, single_col, multi, row, slot, col]
-    # one host->device copy for the whole plan
-    single_d, single_col_d, multi_d, row_d, slot_d, col_d = torch.cat(parts).to(device).split(
-        [t.numel() for t in parts])
-    return BlockStep(single_d, single_col_d, multi_d, row_d, slot_d, col_d, row, torch.cat([single, multi]),
-                     int(per_block.max()) if per_block.numel() else 1)
+    chains = torch.cat([is_single.nonzero().squeeze(1), ((count >= 1) & ~is_single).nonzero().squeeze(1)])
+    per_chain = count.index_select(0, chains)
+    entry = torch.repeat_interleave(torch.arange(chains.numel()), per_chain)
+    first = torch.cumsum(per_chain, 0) - per_chain
+    slot = torch.arange(entry.numel()) - first.index_select(0, entry)
+    entry_chain = chains.index_select(0, entry)
+    col = step * sizes.index_select(0, entry_chain) + slot
+    num_single = int(is_single.sum())
+    parts = [chains, entry, entry_chain, slot, col]
+    on_device = torch.cat(parts).to(device).split([t.numel() for t in parts])  # one host->device copy
+    return BlockStep(on_device[0], chains, num_single, *on_device[1:], entry[num_single:] - num_single,
+                     int(per_chain.max()) if per_chain.numel() else 1)
 
 
 def uses_single_site(num_free: torch.Tensor, sizes: torch.Tensor) -> bool:

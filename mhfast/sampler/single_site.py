@@ -35,8 +35,7 @@ from .state import ChainState, EpochStats
 class StepConfig:
     """The per-call constants a step needs."""
 
-    def __init__(self, seed: int, proposal_temperature: float, top_p: float, backend, runner: ModelRunner):
-        self.seed = seed
+    def __init__(self, proposal_temperature: float, top_p: float, backend, runner: ModelRunner):
         self.proposal_temperature = float(proposal_temperature)
         self.top_p = float(top_p)
         self.backend = backend
@@ -61,7 +60,7 @@ def _accept(cfg: StepConfig, state: ChainState, chains: torch.Tensor, positions:
         logq_reverse = logq_forward
     else:
         beta_t = torch.full((n,), float(beta), device=dev)
-    u = rng.uniforms(cfg.seed, state.inputs[chains], state.chain_ids[chains], epoch, step, rng.ACCEPT)
+    u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT)
     accepted = cfg.backend.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
                                       logq_reverse, beta_t, u)
     state.tokens[chains] = tokens
@@ -150,7 +149,7 @@ def mh_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, act_host: tor
         return
     logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
     cur = state.tokens[act, pos]
-    u = rng.uniforms(cfg.seed, state.inputs[act], state.chain_ids[act], epoch, step, rng.PROPOSE)
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
     prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
     local, local_host = changed_chains(prop != cur)
     ch_host = act_host.index_select(0, local_host)
@@ -174,7 +173,7 @@ def gibbs_step(cfg: StepConfig, state: ChainState, act: torch.Tensor, pos: torch
     rows = be.masked_copies(state.tokens, act, pos, runner.mask_id)
     logits = runner.to_logits(runner.outputs(rows, pos, state.ctx_of(act)))
     cur = state.tokens[act, pos]
-    u = rng.uniforms(cfg.seed, state.inputs[act], state.chain_ids[act], epoch, step, rng.PROPOSE)
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
     prop, logq_f, _ = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
     zeros = torch.zeros(A, device=state.tokens.device)
     _accept(cfg, state, act, pos, prop, zeros, logq_f, logq_f, None, epoch, step)

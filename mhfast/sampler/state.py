@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import rng
 from .runner import ModelRunner, sum_terms
 
 
@@ -51,6 +52,7 @@ class ChainState:
     num_inputs: int
     chains: int
     energy: str  #: "raw" or "local": the target energy
+    seed: int = 0  #: RNG seed: ``rng_keys`` = the counter hash of (seed, input, chain), made once
     raw_terms: torch.Tensor = field(init=False)
     local_terms: torch.Tensor = field(init=False)
     e_raw: torch.Tensor = field(init=False)
@@ -66,6 +68,7 @@ class ChainState:
         M, T = self.tokens.shape
         dev = self.tokens.device
         self.num_free = self.free.sum(dim=1)
+        self.rng_keys = rng.chain_keys(self.seed, self.inputs, self.chain_ids)
         # Host copies of static counts: steps plan their index work with them instead of syncing.
         self.num_free_host = self.num_free.cpu()
         self.num_energy_host = self.energy_mask.sum(dim=1).cpu()
