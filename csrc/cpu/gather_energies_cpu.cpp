@@ -33,7 +33,7 @@ float row_logsumexp(const scalar_t* row, int64_t V, float* buf) {
     if constexpr (std::is_same_v<scalar_t, float>) {
       x = row + start;
     } else {
-      for (int64_t i = 0; i < len; ++i) buf[i] = to_float(row[start + i]);
+      to_float_block(row + start, len, buf);
       x = buf;
     }
     bool has_nan = false;

@@ -55,7 +55,8 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
   RowOut out;
   float* x = s.x.data();
   // Same arithmetic as the reference: logits.float() / temperature (fp32 division).
-  for (int64_t i = 0; i < V; ++i) x[i] = to_float(row[i]) / temperature;
+  to_float_block(row, V, x);
+  for (int64_t i = 0; i < V; ++i) x[i] = x[i] / temperature;
   bool has_nan = false;
   const float m = max_with_nan(x, V, &has_nan);
   if (has_nan || m == kInf) {

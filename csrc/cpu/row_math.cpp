@@ -135,6 +135,17 @@ MHFAST_AVX2 void exp_shifted_store_avx2(const float* x, int64_t n, float a, floa
   for (; i < n; ++i) out[i] = exp_nonpos((x[i] - a) - b);
 }
 
+// fp16 -> fp32 with F16C (exact conversion: the same values as the scalar c10::Half cast).
+__attribute__((target("avx2,fma,f16c"))) void half_to_float_f16c(const c10::Half* src, int64_t n,
+                                                                      float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
 // MHFAST_CPU_PORTABLE=1 forces the portable path (tests run it on AVX2 machines too).
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -157,6 +168,14 @@ float sum_exp_shifted(const float* x, int64_t n, float shift) {
   if (cpu_has_avx2()) return sum_exp_shifted_avx2(x, n, shift);
 #endif
   return sum_exp_shifted_portable(x, n, shift);
+}
+
+void half_to_float(const c10::Half* src, int64_t n, float* dst) {
+#ifdef MHFAST_HAVE_AVX2_PATH
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  if (f16c && cpu_has_avx2()) return half_to_float_f16c(src, n, dst);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
 void exp_shifted_store(const float* x, int64_t n, float a, float b, float* out) {

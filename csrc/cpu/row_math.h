@@ -61,6 +61,18 @@ float max_with_nan(const float* x, int64_t n, bool* has_nan);
 // sum_i exp(x[i] - shift) for a finite shift >= every x[i]; fp32 lanes, fixed combination order.
 float sum_exp_shifted(const float* x, int64_t n, float shift);
 
+// dst[i] = float(src[i]) for fp16 (F16C when the CPU has it: exact, same values as c10::Half).
+void half_to_float(const c10::Half* src, int64_t n, float* dst);
+
+// dst[i] = float(src[i]) for any logits dtype (a bf16 -> fp32 loop vectorizes on its own).
+inline void to_float_block(const float* src, int64_t n, float* dst) {
+  std::memcpy(dst, src, sizeof(float) * n);
+}
+inline void to_float_block(const c10::Half* src, int64_t n, float* dst) { half_to_float(src, n, dst); }
+inline void to_float_block(const c10::BFloat16* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
 // out[i] = exp((x[i] - a) - b) with that exact rounding order of the argument, for arguments <= 0.
 void exp_shifted_store(const float* x, int64_t n, float a, float b, float* out);
 
