@@ -1,0 +1,297 @@
+"""Sampler throughput: proposals per second of Algorithm 1 vs mhfast.sample, and the model-only floor.
+
+Models: AntiBERTy (trained, 8 layers, d=512, V=25) and a randomly initialized BertForMaskedLM of
+Mask-Predict-base size (6 layers, d=512, 8 heads, V=32000; random weights give near-uniform
+conditionals, so almost every proposal changes the state: the worst case for caching).
+
+For each model, length T and chain count C (single-site MH, raw energy, random order):
+  (a) algorithm1   bench/algorithm1.py, the paper's Algorithm 1 verbatim (per chain, per step:
+                   2T+1 full forwards, LM head at every position); C does not change its rate.
+  (b) reference    mhfast.sample(backend="reference")
+  (c) compiled     mhfast.sample(backend="compiled")
+  (d) model floor  exactly the model calls (c) made (recorded and replayed), nothing else.
+To keep the run short every case samples only ``--steps`` free positions per chain (the others are
+fixed but still in the energy, so each MH step costs what it costs at length T), one epoch after
+the greedy warm start, and cases whose forward work exceeds ``--budget`` tokens are skipped (the
+lead re-runs with a larger budget on a quiet machine). Also reported: the fraction of MH steps
+that needed a model call (any chain's proposal differed from its current token) and rows
+forwarded per proposal; and resident memory over a long run (small model, tiny T) to show it flat.
+
+Results go to bench/RESULTS.md between ``<!-- bench_sampler:start -->`` and ``<!-- bench_sampler:end -->``.
+
+    python3 bench/bench_sampler.py            # full grid (within --budget)
+    python3 bench/bench_sampler.py --quick    # smoke run: T=16, C in {1,5}, short memory run
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils.benchmark as benchmark
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from algorithm1 import algorithm1  # noqa: E402
+
+import mhfast  # noqa: E402
+from mhfast.models.hf import HFMaskedLM  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+START, END = "<!-- bench_sampler:start -->", "<!-- bench_sampler:end -->"
+
+
+class RecordingModel:
+    """Delegates the protocol to ``inner`` and records every model call (to replay it as the floor)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.vocab_size, self.mask_id, self.pad_id = inner.vocab_size, inner.mask_id, inner.pad_id
+        self.special_ids = inner.special_ids
+        self.frame, self.device = inner.frame, inner.device
+        self.calls: list[tuple[str, tuple]] = []
+
+    def masked_features(self, tokens, positions, context=None, context_index=None):
+        self.calls.append(("masked_features", (tokens.clone(), positions.clone())))
+        return self.inner.masked_features(tokens, positions)
+
+    def output_layer(self, features):
+        self.calls.append(("output_layer", (features.clone(),)))
+        return self.inner.output_layer(features)
+
+    def masked_logits(self, tokens, positions, context=None, context_index=None):
+        return self.output_layer(self.masked_features(tokens, positions))
+
+    def replay(self) -> None:
+        for name, args in self.calls:
+            getattr(self.inner, name)(*args)
+
+    def feature_rows(self) -> int:
+        return sum(a[0].shape[0] for n, a in self.calls if n == "masked_features")
+
+    def feature_tokens(self) -> int:
+        return sum(a[0].numel() for n, a in self.calls if n == "masked_features")
+
+
+def mp_base() -> HFMaskedLM:
+    """Random BertForMaskedLM of Mask-Predict-base size with BERT-style special ids 0..4."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=32000, hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
+                                  intermediate_size=2048, max_position_embeddings=512, pad_token_id=0)
+    return HFMaskedLM(transformers.BertForMaskedLM(cfg).eval(), pad_id=0, mask_id=4, bos_id=2, eos_id=3,
+                      special_ids=(0, 1, 2, 3, 4))
+
+
+def tiny_bert() -> HFMaskedLM:
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=12, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=32, max_position_embeddings=64, initializer_range=1.0)
+    return HFMaskedLM(transformers.BertForMaskedLM(cfg).eval(), pad_id=0, mask_id=4, bos_id=2, eos_id=3,
+                      special_ids=(0, 1, 2, 3, 4))
+
+
+def start_rows(lm: Any, T: int, chains: int, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A greedy-filled length-T row (Algorithm 1, line 3) with only ``steps`` free positions."""
+    frame = lm.frame(T)
+    with torch.no_grad():
+        logits = lm.model(input_ids=frame[None]).logits[0]
+    logits[:, list(lm.special_ids)] = float("-inf")
+    init = torch.where(frame == lm.mask_id, logits.argmax(dim=1), frame)[None]
+    free = torch.zeros_like(init, dtype=torch.bool)
+    free[0, 1:1 + steps] = True  # the first `steps` tokens after [CLS]
+    return init, free
+
+
+def sampler_case(lm: Any, init: torch.Tensor, free: torch.Tensor, chains: int, backend: str) -> tuple[float, Any]:
+    rec = RecordingModel(lm)
+    kw = dict(init=init, free_positions=free, chains=chains, epochs=1, burn_in=0, seed=1, backend=backend)
+    t = benchmark.Timer(stmt="sample(rec, **kw)", globals={"sample": mhfast.sample, "rec": rec, "kw": kw},
+                        num_threads=torch.get_num_threads())
+    m = t.timeit(1)
+    rec.calls.clear()
+    result = mhfast.sample(rec, **kw)  # same chains again, recorded (deterministic seed)
+    return m.median, (result, rec)
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def run_grid(args) -> list[dict]:
+    rows = []
+    models = {"antiberty": lambda: __import__("mhfast.models.antiberty", fromlist=["x"]).load_antiberty(),
+              "mp-base-random": mp_base}
+    for model_name in args.models:
+        lm = models[model_name]()
+        for T in args.lengths:
+            for C in args.chains:
+                steps = min(args.steps, T)
+                # Worst-case forward tokens of one sampler run: every step forwards T rows of T+2 tokens.
+                est = C * steps * T * (T + 2)
+                if est > args.budget:
+                    print(f"[{model_name}] T={T} C={C}: skipped (~{est} tokens > --budget {args.budget})", flush=True)
+                    continue
+                init, free = start_rows(lm, T, C, steps)
+                proposals = C * steps
+                row = {"model": model_name, "T": T, "C": C, "proposals": proposals}
+                for backend in ("reference", "compiled"):
+                    seconds, (result, rec) = sampler_case(lm, init, free, C, backend)
+                    row[backend] = proposals / seconds
+                row["rows_per_prop"] = rec.feature_rows() / proposals
+                # Floor: replay exactly the compiled run's model calls.
+                t0 = time.perf_counter()
+                rec.replay()
+                row["floor"] = proposals / (time.perf_counter() - t0)
+                # Steps with a model call: calls after the warm start + initial rescore, one batch per step
+                # (sub-batching can split one step into several calls: count distinct steps conservatively).
+                row["accept"] = float(result.acceptance_rate.mean())
+                row["novel"] = float(result.novel_rate.mean())
+                row["model_rows"] = result.model_rows
+                if C in args.alg1_chains and T * (2 * T + 1) * (T + 2) * args.alg1_steps <= args.budget:
+                    out = algorithm1(lm, T, chains=1, epochs=1, steps=args.alg1_steps, seed=1)
+                    t0 = time.perf_counter()
+                    out = algorithm1(lm, T, chains=1, epochs=1, steps=args.alg1_steps, seed=1)
+                    row["algorithm1"] = out["proposals"] / (time.perf_counter() - t0)
+                print(f"[{model_name}] T={T:3d} C={C:3d}  " + "  ".join(
+                    f"{k} {fmt(row[k])}/s" for k in ("algorithm1", "reference", "compiled", "floor") if k in row)
+                    + f"  rows/proposal {row['rows_per_prop']:.2f}  accept {row['accept']:.2f} "
+                      f"novel {row['novel']:.2f}", flush=True)
+                rows.append(row)
+        del lm
+    return rows
+
+
+def step_call_fraction(lm: Any, T: int, C: int) -> tuple[float, float]:
+    """Fraction of MH steps with a model call and mean rows per proposal, on a full epoch (after warm-up)."""
+    rec = RecordingModel(lm)
+    counted = []
+
+    def progress(epoch, stats):
+        counted.append(len(rec.calls))
+
+    r = mhfast.sample(rec, T, chains=C, epochs=2, burn_in=0, seed=2, progress=progress)
+    # Calls made during epoch 2 (the epoch-1 state is warm): masked_features calls = steps that forwarded
+    # (sub-batching could split a step; at these sizes one step is one call).
+    calls = [n for n, _ in rec.calls[counted[0]:counted[1]] if n == "masked_features"]
+    return len(calls) / T, float(r.novel_rate[1])
+
+
+def rss_mb() -> float:
+    with contextlib.suppress(OSError):
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def memory_run(epochs: int) -> dict:
+    lm = tiny_bert()
+    marks = {}
+    checkpoints = {9, epochs // 2 - 1, epochs - 1}
+
+    def progress(epoch, stats):
+        if epoch in checkpoints:
+            marks[epoch + 1] = rss_mb()
+
+    t0 = time.perf_counter()
+    mhfast.sample(lm, 4, chains=5, epochs=epochs, burn_in=0, seed=3, progress=progress)
+    return {"epochs": epochs, "rss": marks, "seconds": time.perf_counter() - t0}
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+            f"load average {os.getloadavg()[0]:.1f} at the end of the run (above ~0.5 the numbers are noisy)")
+
+
+def markdown(rows: list[dict], fractions: list[tuple], memory: dict, args) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = ["## Sampler throughput (`bench/bench_sampler.py`)", "",
+           f"Run {now}{' (--quick)' if args.quick else ''}. Machine: {machine_description()}.", "",
+           f"Proposals per second, single-site MH, raw energy, {args.steps} sampled positions per chain at length T "
+           "(the rest fixed, still in the energy), one epoch after the greedy warm start. floor = replaying only "
+           "the model calls the compiled run made. Algorithm 1 runs one chain "
+           f"({args.alg1_steps} steps); its rate does not depend on C. rows / proposal counts every masked row the "
+           "compiled run forwarded, including the initial T-row scoring of each chain, which dominates when "
+           "few positions are sampled (the lead's full run uses more steps).", "",
+           "| model | T | C | algorithm1 | reference | compiled | model floor | compiled / algorithm1 | "
+           "compiled / floor | rows / proposal | accept | novel |", "|" + "---|" * 12]
+    for r in rows:
+        a1 = r.get("algorithm1")
+        out.append(f"| {r['model']} | {r['T']} | {r['C']} | {fmt(a1) if a1 else '-'} | {fmt(r['reference'])} | "
+                   f"{fmt(r['compiled'])} | {fmt(r['floor'])} | {fmt(r['compiled'] / a1) + 'x' if a1 else '-'} | "
+                   f"{r['compiled'] / r['floor']:.2f} | {r['rows_per_prop']:.2f} | {r['accept']:.2f} | "
+                   f"{r['novel']:.2f} |")
+    if fractions:
+        out += ["", "Fraction of MH steps that needed a model call (second epoch of an unconditional run, all "
+                "positions free; a step needs one iff some chain proposed a token different from its current one):",
+                "", "| model | T | C | steps with a model call | novel rate |", "|---|---|---|---|---|"]
+        for model, T, C, frac, novel in fractions:
+            out.append(f"| {model} | {T} | {C} | {frac:.2f} | {novel:.2f} |")
+    if memory:
+        marks = ", ".join(f"epoch {e}: {v:.0f} MB" for e, v in sorted(memory["rss"].items()))
+        out += ["", f"Memory: tiny random BERT, T=4, 5 chains, {memory['epochs']} epochs "
+                f"({memory['seconds']:.0f} s): resident set size {marks}."]
+    return "\n".join(out)
+
+
+def write_section(text: str) -> None:
+    block = f"{START}\n{text.rstrip()}\n{END}"
+    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    if START in old and END in old:
+        new = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, old, flags=re.S)
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: T=16, C in {1,5}, 200-epoch memory run")
+    p.add_argument("--models", nargs="+", default=["antiberty", "mp-base-random"],
+                   choices=["antiberty", "mp-base-random"])
+    p.add_argument("--steps", type=int, default=4, help="sampled positions per chain")
+    p.add_argument("--alg1-steps", type=int, default=2)
+    p.add_argument("--budget", type=int, default=400_000, help="max forward tokens of one case (skip above)")
+    p.add_argument("--memory-epochs", type=int, default=1000)
+    p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
+    args = p.parse_args(argv)
+    args.lengths, args.chains, args.alg1_chains = [16, 32, 64], [1, 5, 64], {1}
+    if args.quick:
+        args.lengths, args.chains, args.memory_epochs, args.steps = [16], [1, 5], 200, 2
+        args.alg1_steps = 1
+    rows = run_grid(args)
+    fractions = []
+    if "antiberty" in args.models:
+        from mhfast.models.antiberty import load_antiberty
+        lm = load_antiberty()
+        for T, C in ([(16, 5)] if args.quick else [(16, 5), (32, 5)]):
+            frac, novel = step_call_fraction(lm, T, C)
+            fractions.append(("antiberty", T, C, frac, novel))
+            print(f"[antiberty] T={T} C={C}: {frac:.2f} of MH steps needed a model call (novel {novel:.2f})")
+    memory = memory_run(args.memory_epochs)
+    print(f"memory: {memory}")
+    text = markdown(rows, fractions, memory, args)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+        print(f"wrote the bench_sampler section of {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
