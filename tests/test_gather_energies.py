@@ -54,7 +54,7 @@ def test_matches_reference(device, dtype, N, V, num_seqs, layout):
     check_matches(*random_case(N, V, num_seqs, dtype, N * V, device, layout), num_seqs)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(N=st.integers(0, 20), V=st.integers(1, 300), extra_seqs=st.integers(0, 3), neg_inf=st.sampled_from([0, 0.5]),
        dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**31))
 def test_matches_reference_random_cpu(N, V, extra_seqs, neg_inf, dtype, seed):

@@ -22,7 +22,7 @@ def random_case(B: int, T: int, N: int, seed: int, device: str, transposed: bool
     return tokens.to(device), seq_index.to(device), pos_index.to(device)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(B=st.integers(1, 6), T=st.integers(1, 12), N=st.integers(0, 30), seed=st.integers(0, 2**31),
        transposed=st.booleans(), mask_id=st.integers(-5, 10**6))
 def test_matches_reference_cpu(B, T, N, seed, transposed, mask_id):
