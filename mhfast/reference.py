@@ -65,6 +65,11 @@ def nucleus_log_probs(logits: torch.Tensor, temperature: float, top_p: float) ->
     """
     logp = torch.log_softmax(logits.float() / temperature, dim=1)
     p = logp.exp()
+    if top_p >= 1.0:
+        # The whole support. (The cumulative test below could drop tail tokens worth < 1e-7 once
+        # the fp32 running mass rounds to 1.0; the kernels keep every token of nonzero probability.)
+        support = logp.masked_fill(p == 0, float("-inf"))
+        return support - torch.logsumexp(support, dim=1, keepdim=True)
     # Stable descending sort keeps equal probabilities in increasing token-id order.
     sorted_p, order = torch.sort(p, dim=1, descending=True, stable=True)
     mass_before = sorted_p.cumsum(dim=1) - sorted_p
