@@ -10,7 +10,7 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 # (asked for directly or by another package) would pull a multi-GB CUDA build.
 pip_install "torch==2.13.0"
 pip_install numpy scipy pytest hypothesis expecttest ninja tqdm \
-  "transformers>=4.40" "antiberty==0.1.3" "sacrebleu>=2.3" sacremoses sentencepiece
+  "transformers>=4.40" "antiberty==0.1.3" "sacrebleu>=2.3" sacremoses sentencepiece matplotlib
 
 # fairseq (optional; the CMLM adapter and its tests): only the fairseq-fixed fork builds on Python
 # 3.11. It compiles Cython extensions against the installed torch/numpy (~4.5 min on 2 cores), so

@@ -1,0 +1,110 @@
+"""Smoke run of bench/paper_experiments.py on the tiny fairseq CMLM (tests/fairseq_tiny_cmlm.py).
+
+Runs Figure 1 and Table 5 end to end (2 sentences, 2 chains, 3 epochs) into ``tmp_path`` and checks that
+the Markdown sections and PNG figures are written and every number in the tables is finite. It asserts
+nothing about the paper's findings (a tiny model need not reproduce them) nor about speed.
+
+The tiny model is the one test_fairseq_cmlm.py trains: reused from ``MHFAST_FAIRSEQ_CACHE`` or from this
+pytest session's temp folder when that file already built it, built once otherwise.
+
+Example:
+    python3 -m pytest -q tests/test_paper_experiments_smoke.py
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_tiny_cmlm import MULTI30K, _config_key, build
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
+
+
+def _load_script():
+    if "paper_experiments" in sys.modules:
+        return sys.modules["paper_experiments"]
+    spec = importlib.util.spec_from_file_location("paper_experiments", ROOT / "bench" / "paper_experiments.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_experiments"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_paths(tmp_path_factory):
+    cache = os.environ.get("MHFAST_FAIRSEQ_CACHE")
+    if not cache:  # the folder test_fairseq_cmlm.py's fixture trained into, if it ran in this session
+        built = [d for d in sorted(tmp_path_factory.getbasetemp().glob("fairseq_cmlm*"))
+                 if (d / f"cmlm-{_config_key()}" / "ckpt" / "checkpoint_last.pt").is_file()]
+        cache = built[0] if built else tmp_path_factory.mktemp("fairseq_cmlm")
+    return build(cache)
+
+
+def _table_numbers(section: str) -> list[str]:
+    """Every cell of the section's Markdown table rows except the first column and the header."""
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    return [cell.strip() for row in rows[1:] for cell in row.strip("|").split("|")[1:] if cell.strip()]
+
+
+def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
+    script = _load_script()
+    out = tmp_path / "docs"
+    argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+            "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]),
+            "--sentences", "2", "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "3",
+            "--out", str(out)]
+    assert script.main(argv) == 0
+    assert script.main(["table5"] + argv[1:]) == 0
+
+    md = (out / "experiments.md").read_text(encoding="utf-8")
+    for name, rows in (("fig1", 3), ("table5", 5)):
+        m = re.search(rf"<!-- paper:{name}:start -->(.*?)<!-- paper:{name}:end -->", md, re.S)
+        assert m, f"no {name} section in experiments.md"
+        section = m.group(1)
+        assert "Command: `python3 bench/paper_experiments.py " + name in section
+        assert re.search(r"Wall time: \d+ s", section)
+        assert re.search(r"Finding .*\*\*(holds|does not hold) here\*\*", section)
+        cells = _table_numbers(section)
+        assert len(cells) >= rows * 2
+        values = [float(c) for c in cells]  # "nan" would parse: check finiteness explicitly
+        assert all(math.isfinite(v) for v in values), cells
+        png = out / "figures" / f"{name}.png"
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"](figures/{name}.png)" in section
+    # BLEU is a percentage, rates are fractions: a unit slip would show here.
+    fig1 = md.split("<!-- paper:fig1:start -->")[1]
+    first_row = next(line for line in fig1.splitlines() if line.startswith("| MH raw"))
+    e_local, acc, novel, bleu = (float(x) for x in first_row.strip("|").split("|")[1:5])
+    assert e_local > 0 and 0 <= novel <= acc <= 1 and 0 <= bleu <= 100
+
+
+def test_write_section_replaces_its_own_block(tmp_path):
+    script = _load_script()
+    setup = script.Setup(None, [], [], [], str, "test data")
+    args = argparse.Namespace(chains=2, epochs=3, burn_in=1, seed=0)
+    md = tmp_path / "experiments.md"
+    md.write_text("# Title\n\nhand-written text\n", encoding="utf-8")
+    for text in ("first", "second"):
+        script.write_section(md, script.Section("table1", "Table 1", [text], []), "cmd", 1.0, setup, args)
+    script.write_section(md, script.Section("table2", "Table 2", ["other"], []), "cmd", 1.0, setup, args)
+    content = md.read_text(encoding="utf-8")
+    assert content.startswith("# Title\n\nhand-written text\n")
+    assert content.count("<!-- paper:table1:start -->") == 1 and "second" in content and "first" not in content
+    assert content.index("paper:table1:end") < content.index("paper:table2:start")
+
+
+def test_select_sentences_keeps_the_first_short_ones():
+    script = _load_script()
+    src = ["a b c", "", "a", "a b", "a b c d"]
+    assert script.select_sentences(src, ["r"] * 5, 2, 2) == [2, 3]
+    assert script.select_sentences(src, ["r"] * 5, 0, 0) == [0, 2, 3, 4]
+    with pytest.raises(ValueError, match="differ in length"):
+        script.select_sentences(src, ["r"], 2, 2)
