@@ -1,9 +1,14 @@
-"""Shared fixtures: the ``device`` every op test runs on.
+"""Shared fixtures: the ``device`` every op test runs on; the tiny fairseq CMLM.
 
 "cpu" always; "cuda" too when a GPU is visible, and then the build MUST have CUDA kernels
 (a GPU machine with a CPU-only build is a broken install: it fails, it is never skipped).
+
+``tiny_paths`` trains the tiny CMLM of tests/fairseq_tiny_cmlm.py once per test session (~1-2 min)
+for every test module that needs it; MHFAST_FAIRSEQ_CACHE names a folder to reuse it across sessions.
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -20,3 +25,12 @@ def device(request) -> str:
             "a GPU is visible but mhfast._C has no CUDA kernels: rebuild without MHFAST_FORCE_CPU"
         )
     return request.param
+
+
+@pytest.fixture(scope="session")
+def tiny_paths(tmp_path_factory):
+    """Paths of the tiny fairseq CMLM (``checkpoint``, ``data``, ``valid_de``, ``valid_en``), built once."""
+    from fairseq_tiny_cmlm import build
+
+    cache = os.environ.get("MHFAST_FAIRSEQ_CACHE") or tmp_path_factory.mktemp("fairseq_cmlm")
+    return build(cache)

@@ -1,13 +1,12 @@
 """The fairseq CMLM adapter and Mask-Predict, on a tiny cmlm_transformer trained in this session.
 
-The model is trained once per session by fairseq-train (tests/fairseq_tiny_cmlm.py, ~1 min on 2
-cores) on a Multi30k slice from ``../shared`` beside the repository; set MHFAST_FAIRSEQ_CACHE to a
-directory to reuse it across sessions. fairseq itself is installed by scripts/install.sh: these
-tests fail (they do not skip) without it.
+The model is trained once per session by fairseq-train (conftest.py's ``tiny_paths`` fixture, shared
+with tests/test_cli_translate.py; ~1 min on 2 cores) on a Multi30k slice from ``../shared`` beside
+the repository; set MHFAST_FAIRSEQ_CACHE to a directory to reuse it across sessions. fairseq itself
+is installed by scripts/install.sh: these tests fail (they do not skip) without it.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +15,9 @@ import pytest
 import torch
 
 import mhfast
-from fairseq_tiny_cmlm import MULTI30K, build, tokenize
+from fairseq_tiny_cmlm import MULTI30K, tokenize
 
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
-
-
-@pytest.fixture(scope="session")
-def tiny_paths(tmp_path_factory):
-    cache = os.environ.get("MHFAST_FAIRSEQ_CACHE") or tmp_path_factory.mktemp("fairseq_cmlm")
-    return build(cache)
 
 
 @pytest.fixture(scope="session")

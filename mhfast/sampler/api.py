@@ -136,6 +136,27 @@ def _block_schedule_check(block_schedule: Any, epochs: int) -> None:
     raise _err("block_schedule", f"must be None, an int, a list of ints or a callable, got {block_schedule!r}")
 
 
+def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device) -> torch.Tensor:
+    """Long[num_ids * per_id]: the RNG input index of every sampler input (see ``input_ids``)."""
+    if input_ids is None:
+        return torch.arange(num_ids * per_id, device=device)
+    if isinstance(input_ids, torch.Tensor):
+        if input_ids.dtype not in (torch.int32, torch.int64) or input_ids.dim() != 1:
+            raise _err("input_ids", f"must be a 1-D integer tensor, got {input_ids.dtype} of shape "
+                       f"{tuple(input_ids.shape)}")
+        ids = input_ids.to("cpu", torch.long)
+    else:
+        values = list(input_ids)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise _err("input_ids", f"must be ints, got {values!r}")
+        ids = torch.tensor(values, dtype=torch.long)
+    if ids.numel() != num_ids:
+        raise _err("input_ids", f"has {ids.numel()} entries, expected one per input/source ({num_ids})")
+    if bool((ids < 0).any()):
+        raise _err("input_ids", "must be >= 0")
+    return (ids[:, None] * per_id + torch.arange(per_id)[None, :]).reshape(-1).to(device)
+
+
 def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None = None,
            free_positions: torch.Tensor | None = None, source: Any = None, length_beam: int = 1,
            energy: str = "raw", sampler: str = "mh", chains: int = 5, epochs: int = 33, burn_in: int = 7,
@@ -145,7 +166,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
            seed: int = 0, generator: torch.Generator | None = None, device: Any = None,
            backend: str = "compiled", max_tokens_per_batch: int = 65536, record: str = "final",
            progress: Callable[[int, dict], None] | None = None,
-           select: str = "energy_per_token") -> SampleResult:
+           select: str = "energy_per_token", input_ids: Sequence[int] | torch.Tensor | None = None
+           ) -> SampleResult:
     """Sample sequences from the energy network behind a masked LM with Metropolis-Hastings.
 
     Exactly one of ``length`` / ``init`` / ``source`` says what to sample:
@@ -192,6 +214,11 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
             ``max(1, max_tokens_per_batch // T)`` rows.
         record: "final", or "epoch" to also return the end-of-epoch states after burn-in.
         progress: called as ``progress(epoch, stats_dict)`` after every epoch.
+        input_ids: the RNG identity of each input (ints >= 0): one per ``init`` row (or the one
+            ``length`` input), or one per source for ``source=`` (length candidate j of source
+            ``s`` then draws as input ``input_ids[s] * length_beam + j``). Default ``0, 1, ...``.
+            Sampling a long list in pieces with each piece's GLOBAL indices gives every input the
+            random numbers it gets in one big call (``mhfast translate`` relies on it to resume).
 
     Returns:
         :class:`SampleResult`.
@@ -294,6 +321,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         raise _err("init" if init is not None else "length", "leaves no free position to sample")
 
     inputs_per_source = length_beam if source is not None else 1
+    input_index = _input_index(input_ids, B // inputs_per_source, inputs_per_source, device)
     ctx_rows = (torch.arange(B, device=device) // inputs_per_source) if source is not None else None
     be = get_backend(backend)
     runner = ModelRunner(model, context, max_tokens_per_batch, device)
@@ -303,7 +331,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     rep = lambda t: t.repeat_interleave(chains, dim=0)  # noqa: E731
     state = ChainState(
         tokens=rep(start), energy_mask=rep(energy_mask), free=rep(free),
-        inputs=rep(torch.arange(B, device=device)), chain_ids=torch.arange(chains, device=device).repeat(B),
+        inputs=rep(input_index), chain_ids=torch.arange(chains, device=device).repeat(B),
         ctx_index=rep(ctx_rows) if ctx_rows is not None else None, num_inputs=B, chains=chains, energy=energy,
         seed=seed)
     cfg = StepConfig(proposal_temperature, top_p, be, runner)

@@ -1,0 +1,322 @@
+"""``mhfast translate``: translate sentences with a CMLM by Metropolis-Hastings (or Mask-Predict).
+
+Reads raw source sentences (one per line) from --input or stdin and writes one translation per
+line, in input order, to stdout or --output: the best sample per source (lowest target energy
+after burn-in), detokenized. The bundled Multi30k De->En model is used unless --model/--data name
+another fairseq cmlm_transformer. Empty source lines give empty output lines.
+
+Work is done in fixed chunks of --batch-size input lines (chunk k = lines k*N .. k*N+N-1). Every
+sentence samples with its GLOBAL line index as the sampler's input index, so its chains do not
+depend on which chunk it is in. After each chunk the output is flushed and fsynced, then the
+sidecar OUTPUT.progress (JSON: options hash, lines done, output bytes) is replaced atomically. A
+killed run continued with --resume truncates the output to the committed bytes and goes on with
+the next chunk: the result equals an uninterrupted run line for line. --resume refuses to go on
+when the options, the model or the input differ.
+
+--format fairseq writes per sentence i (0-based), like fairseq-generate:
+``S-i<TAB>source``, ``H-i<TAB>score<TAB>tokens`` (model tokens), ``D-i<TAB>score<TAB>detokenized``
+and ``E-i<TAB>E_<energy>=best<TAB>raw=c1 c2 ..<TAB>local=c1 c2 ..`` (the best sample's target energy
+and every chain's final raw/local energy) for MH, or ``P-i<TAB>positional log-probs`` for
+Mask-Predict. score = -best energy per token for MH, the mean token log-probability for
+Mask-Predict (higher is better). Empty sources get ``S-i``/``H-i``/``D-i`` with score 0 and no
+tokens.
+
+--stats-out F writes per-chunk, per-epoch sampler statistics as JSON (read by ``mhfast evaluate
+--stats F``).
+
+Examples:
+    $ python3 -m mhfast translate --input test.de --output test.hyp --chains 2 --epochs 10 --burn-in 3
+    $ echo "Ein Hund läuft." | python3 -m mhfast translate --method mask-predict --quiet
+    $ python3 -m mhfast translate --model ckpt.pt --data data-bin --tokenizer none --input src.tok --output out
+    $ python3 -m mhfast translate --input test.de --output test.hyp --resume     # after a crash
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+NAME = "translate"
+HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH sampling or Mask-Predict"
+DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
+PROGRESS_SUFFIX = ".progress"
+PROGRESS_VERSION = 1
+
+
+def _block_schedule(text: str) -> Any:
+    """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int or comma-separated ints, got {text!r}") from None
+    return values[0] if len(values) == 1 else values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..sampler.api import ENERGIES, ORDERS, SAMPLERS
+
+    io = p.add_argument_group("input/output")
+    io.add_argument("--input", "-i", metavar="FILE", help="source sentences, one per line (default: stdin)")
+    io.add_argument("--output", "-o", metavar="FILE", help="translations (default: stdout)")
+    io.add_argument("--format", choices=("plain", "fairseq"), default="plain",
+                    help="plain: one hypothesis per line; fairseq: S-/H-/D-/E- lines like fairseq-generate")
+    io.add_argument("--resume", action="store_true",
+                    help="continue a killed run into the same --output (needs OUTPUT.progress, same options)")
+    io.add_argument("--stats-out", metavar="FILE", help="write per-epoch sampler statistics as JSON")
+    io.add_argument("--quiet", "-q", action="store_true", help="no progress bar on stderr")
+
+    model = p.add_argument_group("model")
+    model.add_argument("--model", metavar="CHECKPOINT", default=None,
+                       help="a fairseq cmlm_transformer checkpoint (default: the bundled Multi30k De->En model)")
+    model.add_argument("--data", metavar="DICT_DIR", help="folder with the checkpoint's dict.<src>.txt/dict.<tgt>.txt")
+    tok = model.add_mutually_exclusive_group()
+    tok.add_argument("--spm", metavar="SPM_MODEL", help="SentencePiece model (default: DICT_DIR/spm.model)")
+    tok.add_argument("--tokenizer", choices=("none",), help="'none': inputs are already tokenized")
+    model.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default cpu)")
+
+    dec = p.add_argument_group("decoding")
+    dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh")
+    dec.add_argument("--iterations", type=int, default=10,
+                     help="mask-predict: decoder passes (the paper's T; fairseq --iter-decode-max-iter T-1)")
+    dec.add_argument("--length-beam", type=int, default=1, help="length candidates per source")
+    dec.add_argument("--batch-size", type=int, default=16, help="sentences per sampler call (and per saved chunk)")
+
+    mh = p.add_argument_group("MH sampler (mhfast.sample; defaults = paper section 5)")
+    mh.add_argument("--energy", choices=ENERGIES, default="raw")
+    mh.add_argument("--sampler", choices=SAMPLERS, default="mh")
+    mh.add_argument("--chains", type=int, default=5)
+    mh.add_argument("--epochs", type=int, default=33)
+    mh.add_argument("--burn-in", type=int, default=7)
+    mh.add_argument("--order", choices=ORDERS, default="random")
+    mh.add_argument("--proposal-temperature", type=float, default=1.0)
+    mh.add_argument("--top-p", type=float, default=1.0)
+    mh.add_argument("--block-schedule", type=_block_schedule, default=None, metavar="N[,N...]",
+                    help="block size (one int, or one per epoch) for block-mh/block-gibbs (default: shrinking)")
+    mh.add_argument("--target-temperature", type=float, default=1.0)
+    mh.add_argument("--anneal", type=float, default=0.0, help="target temperature decrease per epoch (section 8)")
+    mh.add_argument("--min-target-temperature", type=float, default=0.05)
+    mh.add_argument("--force-accept-epochs", type=int, default=0, help="accept everything in the first N epochs")
+    mh.add_argument("--seed", type=int, default=0)
+    mh.add_argument("--backend", choices=("compiled", "reference"), default="compiled")
+    mh.add_argument("--max-tokens-per-batch", type=int, default=65536)
+
+
+# ---------------------------------------------------------------------------- options
+def _check(args: argparse.Namespace) -> None:
+    for name in ("chains", "epochs", "batch_size", "max_tokens_per_batch", "length_beam", "iterations"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.burn_in <= args.epochs:
+        raise ValueError(f"--burn-in must be in [0, --epochs={args.epochs}], got {args.burn_in}")
+    if args.force_accept_epochs < 0:
+        raise ValueError(f"--force-accept-epochs must be >= 0, got {args.force_accept_epochs}")
+    for name in ("proposal_temperature", "target_temperature", "min_target_temperature"):
+        if not getattr(args, name) > 0 or getattr(args, name) == float("inf"):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {getattr(args, name)}")
+    if not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if not 0 <= args.anneal < float("inf"):
+        raise ValueError(f"--anneal must be a finite number >= 0, got {args.anneal}")
+    sizes = args.block_schedule if isinstance(args.block_schedule, list) else [args.block_schedule or 1]
+    if min(sizes) < 1:
+        raise ValueError(f"--block-schedule sizes must be >= 1, got {args.block_schedule}")
+    if isinstance(args.block_schedule, list) and len(sizes) != args.epochs:
+        raise ValueError(f"--block-schedule has {len(sizes)} sizes, expected one per epoch ({args.epochs})")
+    if args.resume and not args.output:
+        raise ValueError("--resume needs --output (a run to stdout cannot be continued)")
+    if args.model is None and (args.data or args.spm or args.tokenizer):
+        raise ValueError("--data/--spm/--tokenizer go with --model CHECKPOINT (the bundled model has its own)")
+    if args.model is not None and not args.data:
+        raise ValueError("--model needs --data DICT_DIR (the folder with its dict.<lang>.txt files)")
+    if args.input is not None and not os.path.isfile(args.input):
+        raise FileNotFoundError(f"--input: no such file: {args.input!r}")
+    if args.output is not None and os.path.isdir(args.output):
+        raise ValueError(f"--output: {args.output!r} is a directory")
+
+
+def sampler_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of mhfast.sample given by the options (model/source/input_ids aside)."""
+    return dict(energy=args.energy, sampler=args.sampler, chains=args.chains, epochs=args.epochs,
+                burn_in=args.burn_in, order=args.order, proposal_temperature=args.proposal_temperature,
+                top_p=args.top_p, block_schedule=args.block_schedule, target_temperature=args.target_temperature,
+                anneal=args.anneal, min_target_temperature=args.min_target_temperature,
+                force_accept_epochs=args.force_accept_epochs, seed=args.seed, device=args.device,
+                backend=args.backend, max_tokens_per_batch=args.max_tokens_per_batch)
+
+
+def _file_identity(path: str | os.PathLike | None) -> Any:
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    return [str(p), p.stat().st_size] if p.exists() else [str(p), None]
+
+
+def options_hash(args: argparse.Namespace, lines: list[str]) -> str:
+    """sha256 of everything that decides the output: decoding options, model files, the input text."""
+    from ..translation import BUNDLE_DIR
+
+    model_dir = BUNDLE_DIR if args.model is None else Path(args.data)
+    spec = {
+        "version": PROGRESS_VERSION, "method": args.method, "format": args.format, "batch_size": args.batch_size,
+        "length_beam": args.length_beam,
+        "iterations": args.iterations if args.method == "mask-predict" else None,
+        "sampler": sampler_options(args) if args.method == "mh" else None,
+        "model": _file_identity(args.model or BUNDLE_DIR / "model.pt"),
+        "dicts": [_file_identity(f) for f in sorted(model_dir.glob("dict.*.txt"))] if model_dir.is_dir() else None,
+        "spm": _file_identity(args.spm), "tokenizer": args.tokenizer, "stats_out": args.stats_out,
+        "input": hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest(), "lines": len(lines),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- files
+def read_lines(path: str | None) -> list[str]:
+    """Source lines (newline and surrounding whitespace stripped) from a file or stdin."""
+    if path is None:
+        text = sys.stdin.read()
+    else:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    lines = text.splitlines()
+    return [line.strip() for line in lines]
+
+
+def _write_json_atomic(path: str, data: Any) -> None:
+    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half of one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_progress(output: str, digest: str) -> dict:
+    path = output + PROGRESS_SUFFIX
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: no progress file {path!r} (was the run started with --output {output!r}?)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            progress = json.load(f)
+        lines_done, size = int(progress["lines_done"]), int(progress["output_bytes"])
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"--resume: {path!r} is not a valid progress file") from None
+    if progress.get("options_hash") != digest:
+        raise ValueError("--resume: the options, model or input differ from the interrupted run "
+                         f"(see {path!r}); rerun without --resume to start over")
+    if not os.path.isfile(output) or os.path.getsize(output) < size:
+        raise ValueError(f"--resume: {output!r} is shorter than the {size} bytes {path!r} records as written")
+    return {"lines_done": lines_done, "output_bytes": size}
+
+
+def format_sentence(index: int, source: str, hyp: Any, fmt: str) -> str:
+    """The output text of one sentence (with trailing newline)."""
+    if fmt == "plain":
+        return hyp.text + "\n"
+    lines = [f"S-{index}\t{source}", f"H-{index}\t{hyp.score:.6f}\t{' '.join(hyp.tokens)}",
+             f"D-{index}\t{hyp.score:.6f}\t{hyp.text}"]
+    d = hyp.details
+    if "best_energy" in d:
+        lines.append(f"E-{index}\tE_{d['energy']}={d['best_energy']:.4f}\traw="
+                     + " ".join(f"{x:.4f}" for x in d["chains_raw"]) + "\tlocal="
+                     + " ".join(f"{x:.4f}" for x in d["chains_local"]))
+    elif "positional_scores" in d:
+        lines.append(f"P-{index}\t" + " ".join(f"{x:.4f}" for x in d["positional_scores"]))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- run
+def _load(args: argparse.Namespace) -> Any:
+    from ..translation import load_bundled_model, load_translator
+
+    if args.model is None:
+        return load_bundled_model(device=args.device)
+    return load_translator(args.model, args.data, spm=args.spm, tokenizer=args.tokenizer, device=args.device)
+
+
+def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="sent", file=sys.stderr, disable=args.quiet,
+                dynamic_ncols=True, desc="translate")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    lines = read_lines(args.input)
+    digest = options_hash(args, lines)
+    start, out_bytes = 0, 0
+    if args.resume:
+        state = _read_progress(args.output, digest)
+        start, out_bytes = state["lines_done"], state["output_bytes"]
+    translator = _load(args)
+
+    stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
+                   "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
+    if args.stats_out and args.resume and os.path.isfile(args.stats_out):
+        with open(args.stats_out, encoding="utf-8") as f:
+            old = json.load(f)
+        # Chunks after the committed ones may have been recorded before the kill: drop them.
+        stats["batches"] = [b for b in old.get("batches", []) if b["end"] <= start]
+
+    out: Any
+    if args.output is None:
+        out = sys.stdout
+    else:  # binary: tell() is a byte offset, the unit of the progress file
+        out = open(args.output, "r+b" if args.resume else "wb")
+        if args.resume:  # drop what a killed run wrote after its last committed chunk
+            out.truncate(out_bytes)
+            out.seek(out_bytes)
+        else:
+            _write_json_atomic(args.output + PROGRESS_SUFFIX, {"options_hash": digest, "lines_done": 0,
+                                                               "output_bytes": 0, "total_lines": len(lines)})
+    bar = _progress_bar(args, len(lines), start)
+    decoded, acc_sum = 0, 0.0
+    try:
+        for first in range(start, len(lines), args.batch_size):
+            chunk = lines[first:first + args.batch_size]
+
+            def on_epoch(epoch: int, s: dict) -> None:
+                bar.set_postfix_str(f"epoch {epoch + 1}/{args.epochs} accept "
+                                    + (f"{acc_sum / decoded:.3f}" if decoded else f"{s['acceptance_rate']:.3f}"),
+                                    refresh=True)
+
+            result = translator.translate(
+                chunk, method=args.method, input_ids=range(first, first + len(chunk)),
+                sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
+                progress=None if args.quiet else on_epoch)
+            text = "".join(format_sentence(first + j, src, hyp, args.format)
+                           for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
+            out.write(text if out is sys.stdout else text.encode("utf-8"))
+            out.flush()
+            if args.output is not None:
+                os.fsync(out.fileno())
+            end = first + len(chunk)
+            if args.stats_out:
+                stats["batches"].append({"start": first, "end": end, "sentences": result.sentences,
+                                         "epochs": result.epochs})
+                _write_json_atomic(args.stats_out, stats)
+            if args.output is not None:  # the commit point: this chunk is done for --resume
+                _write_json_atomic(args.output + PROGRESS_SUFFIX, {
+                    "options_hash": digest, "lines_done": end, "output_bytes": out.tell(),
+                    "total_lines": len(lines)})
+            if result.acceptance is not None:
+                decoded += result.sentences
+                acc_sum += result.acceptance * result.sentences
+            bar.update(len(chunk))
+            if decoded:
+                bar.set_postfix_str(f"accept {acc_sum / decoded:.3f}", refresh=False)
+        if args.stats_out and not stats["batches"] and not args.resume:
+            _write_json_atomic(args.stats_out, stats)
+    except BaseException:
+        bar.leave = False  # clear the bar: the error is the last line the user sees
+        raise
+    finally:
+        bar.close()
+        if out is not sys.stdout:
+            out.close()
+    return 0

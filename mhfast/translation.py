@@ -1,0 +1,252 @@
+"""Translation with a fairseq CMLM: model loading, text pre/post-processing, batch decoding.
+
+Shared by ``mhfast translate`` and ``mhfast evaluate``. A :class:`Translator` wraps a
+:class:`mhfast.models.fairseq_cmlm.FairseqCMLM` with its text processing and turns a batch of raw
+source sentences into detokenized hypotheses, either by Metropolis-Hastings
+(:func:`mhfast.sample` with ``source=``; the best sample per source) or by Mask-Predict
+(:func:`mhfast.mask_predict`).
+
+Source ids are built as ``translation_lev`` built them in training: ``[bos] + pieces + [eos]``
+(fairseq's ``load_langpair_dataset(prepend_bos=True)``), so the length head sees the lengths it
+was trained on.
+
+The bundled De->En model (:func:`load_bundled_model`) lives in ``mhfast/data/multi30k_de_en/``:
+``model.pt`` (exported by ``training/export_model.py``), ``dict.de.txt``, ``dict.en.txt``,
+``spm.model`` (SentencePiece, shared by both sides) and the raw ``test_2016_flickr.{de,en}``.
+
+Example::
+
+    >>> from mhfast.translation import load_bundled_model                  # doctest: +SKIP
+    >>> tr = load_bundled_model()                                           # doctest: +SKIP
+    >>> out = tr.translate(["Ein Hund läuft."], method="mh", input_ids=[0],
+    ...                    sampler_options=dict(chains=2, epochs=4, burn_in=1))   # doctest: +SKIP
+    >>> out.hypotheses[0].text                                              # doctest: +SKIP
+    'A dog runs.'
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+#: The bundled Multi30k De->En CMLM.
+BUNDLE_DIR = Path(__file__).resolve().parent / "data" / "multi30k_de_en"
+BUNDLE_FILES = ("model.pt", "dict.de.txt", "dict.en.txt", "spm.model")
+#: The bundled references (raw text, one sentence per line).
+BUNDLED_TEST_SOURCE = BUNDLE_DIR / "test_2016_flickr.de"
+BUNDLED_TEST_REFERENCE = BUNDLE_DIR / "test_2016_flickr.en"
+METHODS = ("mh", "mask-predict")
+
+
+class TextProcessor:
+    """Raw text <-> the model's token strings.
+
+    ``kind="spm"``: SentencePiece pieces (``encode`` joins them with spaces, ``decode`` is
+    ``sp.decode(pieces)``); ``kind="none"``: the text is already tokenized (whitespace split,
+    hypotheses joined with single spaces).
+
+    Example:
+        >>> TextProcessor.none().encode("  ein  hund . ")
+        'ein hund .'
+        >>> TextProcessor.none().decode(["a", "dog", "."])
+        'a dog .'
+    """
+
+    def __init__(self, kind: str, spm_model: str | os.PathLike | None = None):
+        if kind not in ("spm", "none"):
+            raise ValueError(f"tokenizer: expected 'spm' or 'none', got {kind!r}")
+        self.kind = kind
+        self.spm_model = None if spm_model is None else str(spm_model)
+        self._sp = None
+        if kind == "spm":
+            if spm_model is None or not os.path.isfile(spm_model):
+                raise FileNotFoundError(f"--spm: SentencePiece model not found: {spm_model}")
+            try:
+                import sentencepiece
+            except ImportError as e:  # pragma: no cover - installed by scripts/install.sh
+                raise ImportError("the SentencePiece tokenizer needs 'pip install sentencepiece'") from e
+            self._sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+
+    @classmethod
+    def none(cls) -> "TextProcessor":
+        return cls("none")
+
+    def encode(self, text: str) -> str:
+        """Raw sentence -> space-separated token strings (the dictionary's symbols)."""
+        if self._sp is None:
+            return " ".join(text.split())
+        return " ".join(self._sp.encode(text, out_type=str))
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        """Token strings of a hypothesis -> detokenized text."""
+        if self._sp is None:
+            return " ".join(tokens)
+        return self._sp.decode(list(tokens))
+
+
+@dataclass
+class Hypothesis:
+    """One translation.
+
+    Attributes:
+        text: detokenized hypothesis ("" for an empty source).
+        tokens: its token strings (BOS/EOS excluded).
+        score: higher is better. MH: ``-best_energy / energy positions`` (the negative energy per
+            token; for the local energy the mean masked log-probability); Mask-Predict: fairseq's
+            mean positional log-probability.
+        details: method-specific numbers for ``--format fairseq`` (energies or positional scores).
+    """
+
+    text: str
+    tokens: list[str] = field(default_factory=list)
+    score: float = 0.0
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class BatchOutput:
+    """What :meth:`Translator.translate` returns for one batch.
+
+    Attributes:
+        hypotheses: one per source, in input order.
+        epochs: per-epoch sampler statistics of the batch (MH only; empty for Mask-Predict):
+            dicts with ``epoch``, ``acceptance_rate``, ``novel_rate``, ``e_raw``, ``e_local``,
+            ``target_temperature``.
+        sentences: number of non-empty sources (the ones that were decoded).
+        acceptance: mean post-burn-in acceptance rate of the batch (MH; None otherwise).
+    """
+
+    hypotheses: list[Hypothesis]
+    epochs: list[dict]
+    sentences: int
+    acceptance: float | None
+
+
+class Translator:
+    """A fairseq CMLM with its text processing: raw sentences in, detokenized hypotheses out.
+
+    Example::
+
+        >>> tr = Translator(cmlm, TextProcessor.none())                                   # doctest: +SKIP
+        >>> tr.translate(["ein hund ."], method="mask-predict", iterations=10).hypotheses[0].text  # doctest: +SKIP
+        'a dog .'
+    """
+
+    def __init__(self, cmlm: Any, processor: TextProcessor):
+        self.cmlm = cmlm
+        self.processor = processor
+
+    def source_ids(self, text: str) -> torch.Tensor:
+        """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources."""
+        d = self.cmlm.src_dict
+        ids = d.encode_line(self.processor.encode(text), add_if_not_exist=False, append_eos=True).long()
+        return torch.cat([torch.tensor([d.bos()]), ids])
+
+    def _tokens(self, ids: torch.Tensor) -> list[str]:
+        special = set(self.cmlm.special_ids)
+        return [self.cmlm.tgt_dict[i] for i in ids.tolist() if i not in special]
+
+    def translate(self, sources: Sequence[str], method: str = "mh", input_ids: Sequence[int] | None = None,
+                  sampler_options: dict | None = None, iterations: int = 10, length_beam: int = 1,
+                  progress: Callable[[int, dict], None] | None = None) -> BatchOutput:
+        """Translate a batch of raw sentences (empty ones give empty hypotheses and cost nothing).
+
+        Args:
+            method: "mh" (mhfast.sample with ``source=``, best sample per source) or "mask-predict".
+            input_ids: global index of each source (the sampler's RNG identity, so a sentence gets
+                the same chains whatever batch it is in); default ``0..len(sources)-1``.
+            sampler_options: keyword arguments of :func:`mhfast.sample` (MH only).
+            iterations: Mask-Predict decoder passes (the paper's T; fairseq's max_iter + 1), >= 1.
+            length_beam: length candidates per source (both methods).
+            progress: passed to :func:`mhfast.sample` (called after each epoch).
+        """
+        if method not in METHODS:
+            raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+        input_ids = list(range(len(sources))) if input_ids is None else list(input_ids)
+        if len(input_ids) != len(sources):
+            raise ValueError(f"input_ids: {len(input_ids)} ids for {len(sources)} sources")
+        keep = [i for i, s in enumerate(sources) if s.strip()]
+        hyps = [Hypothesis("") for _ in sources]
+        if not keep:
+            return BatchOutput(hyps, [], 0, None)
+        ids = [self.source_ids(sources[i]) for i in keep]
+        if method == "mask-predict":
+            import mhfast
+
+            if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+                raise ValueError(f"iterations: expected an int >= 1, got {iterations!r}")
+            out = mhfast.mask_predict(self.cmlm, ids, iterations=iterations - 1, length_beam=length_beam)
+            for j, i in enumerate(keep):
+                toks = self._tokens(out.tokens[j])
+                hyps[i] = Hypothesis(self.processor.decode(toks), toks, float(out.score[j]),
+                                     {"positional_scores": [float(x) for x in out.positional_scores[j]]})
+            return BatchOutput(hyps, [], len(keep), None)
+
+        import mhfast
+
+        opts = dict(sampler_options or {})
+        res = mhfast.sample(self.cmlm, source=ids, length_beam=length_beam, input_ids=[input_ids[i] for i in keep],
+                            progress=progress, **opts)
+        special = torch.tensor(sorted(set(self.cmlm.special_ids)), dtype=torch.long)
+        energy = opts.get("energy", "raw")
+        for j, i in enumerate(keep):
+            best = res.best_tokens[j].cpu()
+            toks = self._tokens(best)
+            L = int(res.lengths[j])
+            positions = max(int((~torch.isin(best[:L], special)).sum()), 1)
+            hyps[i] = Hypothesis(self.processor.decode(toks), toks, -float(res.best_energy[j]) / positions, {
+                "energy": energy, "best_energy": float(res.best_energy[j]),
+                "chains_raw": [float(x) for x in res.energy_raw[j]],
+                "chains_local": [float(x) for x in res.energy_local[j]]})
+        burn_in = int(opts.get("burn_in", 7))
+        epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
+                   "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
+                   "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]
+        post = res.acceptance_rate[burn_in:] if burn_in < len(res.acceptance_rate) else res.acceptance_rate
+        return BatchOutput(hyps, epochs, len(keep), float(post.mean()))
+
+
+def resolve_tokenizer(data_dir: str | os.PathLike, spm: str | os.PathLike | None,
+                      tokenizer: str | None) -> TextProcessor:
+    """The text processing of a model: ``--spm FILE``, ``--tokenizer none``, or ``DATA/spm.model`` if present."""
+    if spm is not None and tokenizer == "none":
+        raise ValueError("--spm and --tokenizer none exclude each other")
+    if tokenizer == "none":
+        return TextProcessor.none()
+    if spm is None:
+        candidate = Path(data_dir) / "spm.model"
+        if not candidate.is_file():
+            raise ValueError(f"--model: give --spm SPM_MODEL or --tokenizer none (no spm.model in {data_dir})")
+        spm = candidate
+    return TextProcessor("spm", spm)
+
+
+def load_translator(checkpoint: str | os.PathLike, data_dir: str | os.PathLike, spm: str | os.PathLike | None = None,
+                    tokenizer: str | None = None, device: str | torch.device | None = None) -> Translator:
+    """Load any ``cmlm_transformer`` checkpoint with its ``dict.{src,tgt}.txt`` folder as a :class:`Translator`."""
+    if not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f"--model: checkpoint not found: {checkpoint}")
+    if not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"--data: dictionary folder not found: {data_dir}")
+    processor = resolve_tokenizer(data_dir, spm, tokenizer)
+    from .models.fairseq_cmlm import load_fairseq_cmlm
+
+    cmlm = load_fairseq_cmlm(checkpoint, data_dir, device=device)
+    return Translator(cmlm, processor)
+
+
+def bundle_missing() -> list[str]:
+    """Files of the bundled model that are not there (empty when it is complete)."""
+    return [name for name in BUNDLE_FILES if not (BUNDLE_DIR / name).is_file()]
+
+
+def load_bundled_model(device: str | torch.device | None = None) -> Translator:
+    """The bundled Multi30k De->En CMLM with its SentencePiece model (fp16 weights, run in fp32)."""
+    missing = bundle_missing()
+    if missing:
+        raise FileNotFoundError(f"the bundled De->En model is incomplete ({', '.join(missing)} missing in "
+                                f"{BUNDLE_DIR}); pass --model CHECKPOINT --data DICT_DIR instead")
+    return load_translator(BUNDLE_DIR / "model.pt", BUNDLE_DIR, BUNDLE_DIR / "spm.model", device=device)

@@ -1,0 +1,308 @@
+"""``mhfast translate`` / ``mhfast evaluate`` and ``mhfast.sample(input_ids=...)``.
+
+The translation tests run the tiny fairseq CMLM of conftest.py's ``tiny_paths`` (trained once per
+session, shared with test_fairseq_cmlm.py) with ``--tokenizer none`` on its held-out sentences
+(already tokenized). The resume test kills a real ``python -m mhfast translate`` process with
+SIGKILL after its first chunks are committed and checks that ``--resume`` ends with the bytes of an
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import mhfast
+from fairseq_tiny_cmlm import MULTI30K
+from mhfast.cli import main
+from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
+FAST = ["--chains", "2", "--epochs", "3", "--burn-in", "1"]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse rejects an option value
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------- sample(input_ids=)
+def test_sample_input_ids_make_pieces_equal_one_call():
+    """Sampling 5 rows in pieces with their global indices reproduces the one-call chains."""
+    model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=3)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m], [m, m, p], [m, m, m], [m, m, m], [m, m, p]])
+    kw = dict(chains=3, epochs=4, burn_in=1, seed=5, record="epoch")
+    whole = mhfast.sample(model, init=init, **kw)
+    assert torch.equal(whole.history, mhfast.sample(model, init=init, input_ids=range(5), **kw).history)
+    a = mhfast.sample(model, init=init[:2], input_ids=[0, 1], **kw)
+    b = mhfast.sample(model, init=init[2:], input_ids=torch.tensor([2, 3, 4]), **kw)
+    assert torch.equal(torch.cat([a.history, b.history], dim=1), whole.history)
+    assert torch.equal(torch.cat([a.best_tokens, b.best_tokens]), whole.best_tokens)
+    # without the global indices the second piece draws input 0's numbers: other chains
+    c = mhfast.sample(model, init=init[2:], **kw)
+    assert not torch.equal(c.history, b.history)
+
+
+def test_sample_input_ids_with_sources_and_length_beam():
+    model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=3, seed=4)
+    kw = dict(length_beam=2, chains=2, epochs=4, burn_in=1, seed=9, record="epoch")
+    whole = mhfast.sample(model, source=torch.tensor([0, 1, 2]), **kw)
+    a = mhfast.sample(model, source=torch.tensor([0]), input_ids=[0], **kw)
+    b = mhfast.sample(model, source=torch.tensor([1, 2]), input_ids=[1, 2], **kw)
+    T = whole.tokens.shape[2]
+    pad = lambda t: torch.nn.functional.pad(t, (0, T - t.shape[-1]), value=model.pad_id)  # noqa: E731
+    assert torch.equal(torch.cat([pad(a.history), pad(b.history)], dim=1), whole.history)
+    assert torch.equal(torch.cat([a.chosen_candidate, b.chosen_candidate]), whole.chosen_candidate)
+
+
+@pytest.mark.parametrize("ids,match", [([0, 1], "one per"), ([0, -1, 2], ">= 0"), ([0.0, 1.0, 2.0], "ints"),
+                                       (torch.zeros(3, 1, dtype=torch.long), "1-D")])
+def test_sample_bad_input_ids(ids, match):
+    model = TabularMLM.random(num_tokens=3, length=2, seed=0)
+    init = torch.full((3, 2), model.mask_id)
+    with pytest.raises(ValueError, match="input_ids.*" + match):
+        mhfast.sample(model, init=init, input_ids=ids, chains=1, epochs=1, burn_in=0)
+
+
+# ---------------------------------------------------------------------------- translate (tiny CMLM)
+@pytest.fixture(scope="module")
+def tiny(tiny_paths):
+    return tiny_paths
+
+
+@pytest.fixture(scope="module")
+def translator(tiny):
+    from mhfast.translation import load_translator
+
+    return load_translator(tiny["checkpoint"], tiny["data"], tokenizer="none")
+
+
+@pytest.fixture(scope="module")
+def sources(tiny) -> list[str]:
+    """Held-out sentences, shortest first (MH costs ~length^2 decoder rows per epoch: keep tests fast)."""
+    return sorted(tiny["valid_de"].read_text(encoding="utf-8").splitlines(), key=lambda s: len(s.split()))
+
+
+def model_args(tiny) -> list[str]:
+    return ["--model", str(tiny["checkpoint"]), "--data", str(tiny["data"]), "--tokenizer", "none"]
+
+
+def write_input(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@needs_multi30k
+def test_translate_plain_is_the_best_sample_per_source(tiny, translator, sources, tmp_path, capsys):
+    lines = sources[:3] + [""] + sources[3:5]
+    src = write_input(tmp_path / "src.txt", lines)
+    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--batch-size", "4", *FAST,
+                              "--seed", "3", "--quiet"], capsys)
+    assert code == 0, err
+    assert err == ""  # --quiet: no progress bar
+    got = out.split("\n")
+    assert len(got) == len(lines) + 1 and got[-1] == "" and got[3] == ""
+    # The same sentences through the library: one call, global indices 0..5 (line 3 is empty).
+    cmlm = translator.cmlm
+    keep = [0, 1, 2, 4, 5]
+    ids = [torch.cat([torch.tensor([cmlm.src_dict.bos()]),
+                      cmlm.src_dict.encode_line(lines[i], add_if_not_exist=False).long()]) for i in keep]
+    res = mhfast.sample(cmlm, source=ids, input_ids=keep, chains=2, epochs=3, burn_in=1, seed=3)
+    for j, i in enumerate(keep):
+        assert got[i] == cmlm.decode(res.best_tokens[j]), f"line {i}"
+        assert got[i]  # a real translation, not an empty line
+
+
+@needs_multi30k
+def test_translate_mask_predict_and_stdin(tiny, translator, sources, monkeypatch, capsys):
+    lines = sources[:4]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    code, out, err = run_cli(["translate", *model_args(tiny), "--method", "mask-predict", "--iterations", "4",
+                              "--length-beam", "2", "--quiet"], capsys)
+    assert code == 0, err
+    ref = mhfast.mask_predict(translator.cmlm, [translator.source_ids(s) for s in lines], iterations=3,
+                              length_beam=2)
+    assert out.splitlines() == [translator.cmlm.decode(t) for t in ref.tokens]
+
+
+@needs_multi30k
+def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path, capsys):
+    lines = sources[:2] + [""] + sources[2:3]
+    src = write_input(tmp_path / "src.txt", lines)
+    stats = tmp_path / "stats.json"
+    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--format", "fairseq",
+                              "--energy", "local", "--batch-size", "2", "--stats-out", str(stats), *FAST], capsys)
+    assert code == 0, err
+    assert "sent/s" in err and "accept" in err  # the tqdm bar on stderr
+    blocks: dict[str, dict[str, list[str]]] = {}
+    for line in out.splitlines():
+        tag, _, rest = line.partition("\t")
+        kind, _, index = tag.partition("-")
+        blocks.setdefault(index, {})[kind] = rest.split("\t")
+    assert sorted(blocks, key=int) == ["0", "1", "2", "3"]
+    assert blocks["2"]["S"] == [""] and blocks["2"]["D"] == ["0.000000", ""] and "E" not in blocks["2"]
+    for i in ("0", "1", "3"):
+        b = blocks[i]
+        assert b["S"] == [lines[int(i)]]
+        score, tokens = float(b["H"][0]), b["H"][1].split()
+        assert b["D"] == b["H"]  # --tokenizer none: detokenized = tokens
+        best = float(b["E"][0].removeprefix("E_local="))
+        # score = -E / number of energy positions (the content tokens)
+        assert abs(score + best / len(tokens)) < 1e-3 * max(1.0, abs(score))
+        chains_local = [float(x) for x in b["E"][2].removeprefix("local=").split()]
+        assert len(chains_local) == 2 and best <= min(chains_local) + 1e-3  # best over steps <= final states
+    data = json.loads(stats.read_text())
+    assert [(b["start"], b["end"], b["sentences"]) for b in data["batches"]] == [(0, 2, 2), (2, 4, 1)]
+    assert all(len(b["epochs"]) == 3 for b in data["batches"])
+    code, out, err = run_cli(["evaluate", "--stats", str(stats)], capsys)
+    assert code == 0, err
+    rows = [ln for ln in out.splitlines() if re.match(r"\s*\d+\*? ", ln)]
+    assert "post-burn-in mean" in out and len(rows) == 3 and rows[0].lstrip().startswith("1*")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mhfast", "translate", *args]
+
+
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
+@needs_multi30k
+def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path):
+    lines = sources[:14]
+    lines[5] = ""
+    src = write_input(tmp_path / "src.txt", lines)
+    common = [*model_args(tiny), "--input", str(src), "--format", "fairseq", "--batch-size", "2", "--chains", "2",
+              "--epochs", "3", "--burn-in", "1", "--seed", "7", "--quiet"]
+    full, part = tmp_path / "full.txt", tmp_path / "part.txt"
+    done = subprocess.run(_cli(*common, "--output", str(full)), env=_env(), cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    progress = Path(str(part) + ".progress")
+    proc = subprocess.Popen(_cli(*common, "--output", str(part)), env=_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        lines_done = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if progress.is_file():
+                try:
+                    lines_done = json.loads(progress.read_text())["lines_done"]
+                except (ValueError, KeyError):
+                    lines_done = 0  # caught between writes of the tmp file: read again
+                if lines_done >= 4:
+                    break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert 4 <= lines_done < len(lines), f"the run was not killed mid-way (lines done: {lines_done})"
+    state = json.loads(progress.read_text())
+    assert state["lines_done"] < len(lines)
+    assert part.stat().st_size >= state["output_bytes"]
+    assert full.read_bytes().startswith(part.read_bytes()[:state["output_bytes"]])
+
+    # Other options: refused, output untouched.
+    before = part.read_bytes()
+    bad = subprocess.run(_cli(*common, "--output", str(part), "--resume", "--seed", "8"), env=_env(), cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "differ" in bad.stderr
+    assert part.read_bytes() == before
+
+    resumed = subprocess.run(_cli(*common, "--output", str(part), "--resume"), env=_env(), cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert part.read_text().splitlines() == full.read_text().splitlines()
+    assert part.read_bytes() == full.read_bytes()
+    assert json.loads(progress.read_text())["lines_done"] == len(lines)
+
+
+@needs_multi30k
+def test_translate_errors_are_one_line(tiny, tmp_path, capsys):
+    src = write_input(tmp_path / "src.txt", ["ein hund ."])
+    cases = [
+        (["--input", str(tmp_path / "missing.txt"), *model_args(tiny)], "--input"),
+        (["--input", str(src), "--resume", *model_args(tiny)], "--resume needs --output"),
+        (["--input", str(src), "--model", str(tiny["checkpoint"])], "--data"),
+        (["--input", str(src), "--chains", "0", *model_args(tiny)], "--chains"),
+        (["--input", str(src), "--burn-in", "9", "--epochs", "3", *model_args(tiny)], "--burn-in"),
+        (["--input", str(src), "--model", str(tmp_path / "none.pt"), "--data", str(tiny["data"]),
+          "--tokenizer", "none"], "checkpoint not found"),
+        (["--input", str(src), "--model", str(tiny["checkpoint"]), "--data", str(tiny["data"])], "--spm"),
+        (["--input", str(src), "--output", str(tmp_path / "o.txt"), "--resume", *model_args(tiny)], "progress"),
+        (["--input", str(src), "--top-p", "0", *model_args(tiny), *FAST], "--top-p"),
+        (["--input", str(src), "--proposal-temperature", "0", *model_args(tiny)], "--proposal-temperature"),
+        (["--input", str(src), "--block-schedule", "3,2", *model_args(tiny), *FAST], "one per epoch"),
+        (["--input", str(src), "--block-schedule", "x"], "--block-schedule"),
+    ]
+    for argv, needle in cases:
+        code, out, err = run_cli(["translate", *argv], capsys)
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (argv, err)
+
+
+def test_translate_bundled_model_or_clear_error(tmp_path, capsys):
+    """The bundled model translates when it is installed; without it the error names what is missing."""
+    from mhfast.translation import bundle_missing
+
+    src = write_input(tmp_path / "src.txt", ["Ein Hund läuft über eine Wiese.", ""])
+    code, out, err = run_cli(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"], capsys)
+    if bundle_missing():
+        assert code == 2 and "bundled De->En model is incomplete" in err and len(err.strip().splitlines()) == 1
+    else:
+        assert code == 0, err
+        got = out.split("\n")
+        assert len(got) == 3 and got[0].strip() and got[1] == ""
+
+
+# ---------------------------------------------------------------------------- evaluate
+def test_evaluate_matches_sacrebleu(tmp_path, capsys):
+    import sacrebleu
+
+    hyps = ["a dog runs on the grass .", "two men are talking .", "a woman sits at a bar ."]
+    refs = ["a dog is running on the grass .", "two men talk .", "a woman sits at a dark bar ."]
+    h, r, s = (write_input(tmp_path / n, x) for n, x in (("h", hyps), ("r", refs), ("s", ["x"] * 3)))
+    code, out, err = run_cli(["evaluate", "--hyp", str(h), "--ref", str(r), "--src", str(s)], capsys)
+    assert code == 0, err
+    bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    chrf = sacrebleu.corpus_chrf(hyps, [refs])
+    assert f"BLEU = {bleu.score:.2f}" in out and f"chrF2 = {chrf.score:.2f}" in out
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in out and "nc:6|nw:0" in out  # the signatures
+
+
+def test_evaluate_errors_are_one_line(tmp_path, capsys):
+    h = write_input(tmp_path / "h", ["a", "b"])
+    r = write_input(tmp_path / "r", ["a", "b", "c"])
+    bad_stats = tmp_path / "bad.json"
+    bad_stats.write_text('{"batches": [{"epochs": [{"epoch": 0}]}]}')
+    cases = [
+        (["--hyp", str(h), "--ref", str(r)], "line counts differ: --hyp 2, --ref 3"),
+        (["--hyp", str(h), "--ref", str(h), "--src", str(r)], "--src 3"),
+        (["--hyp", str(tmp_path / "missing"), "--ref", str(r)], "--hyp: no such file"),
+        (["--hyp", str(h)], "--hyp and --ref go together"),
+        ([], "give --hyp"),
+        (["--stats", str(bad_stats)], "--stats"),
+        (["--stats", str(tmp_path / "missing.json")], "--stats: no such file"),
+    ]
+    for argv, needle in cases:
+        code, out, err = run_cli(["evaluate", *argv], capsys)
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (argv, err)
