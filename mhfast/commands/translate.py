@@ -77,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tok.add_argument("--spm", metavar="SPM_MODEL", help="SentencePiece model (default: DICT_DIR/spm.model)")
     tok.add_argument("--tokenizer", choices=("none",), help="'none': inputs are already tokenized")
     model.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default cpu)")
+    model.add_argument("--threads", type=int, default=0,
+                       help="CPU threads of torch (0: torch's default); 1 is fastest on a busy machine")
 
     dec = p.add_argument_group("decoding")
     dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh")
@@ -112,6 +114,8 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 <= args.burn_in <= args.epochs:
         raise ValueError(f"--burn-in must be in [0, --epochs={args.epochs}], got {args.burn_in}")
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0, got {args.threads}")
     if args.force_accept_epochs < 0:
         raise ValueError(f"--force-accept-epochs must be >= 0, got {args.force_accept_epochs}")
     for name in ("proposal_temperature", "target_temperature", "min_target_temperature"):
@@ -253,6 +257,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         state = _read_progress(args.output, digest)
         start, out_bytes = state["lines_done"], state["output_bytes"]
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     translator = _load(args)
 
     stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
