@@ -128,7 +128,7 @@ def load_setup(args: argparse.Namespace) -> Setup:
         raise SystemExit(f"error: no source in {src_path} has <= {args.max_source_tokens} words")
     source_text, refs = [src[i] for i in keep], [ref[i] for i in keep]
 
-    model = load_fairseq_cmlm(args.model, args.data)
+    model = load_fairseq_cmlm(args.model, args.data, device=args.device)
     sd = model.src_dict
     if args.spm is not None:
         import sentencepiece as spm
@@ -203,13 +203,13 @@ def run_sampler(setup: Setup, args: argparse.Namespace, label: str, **kwargs: An
     res = mhfast.sample(setup.model, source=setup.sources, length_beam=1, chains=args.chains, epochs=args.epochs,
                         burn_in=args.burn_in, seed=args.seed, record="epoch", **kwargs)
     seconds = time.perf_counter() - start
-    hist = res.history  # [E - burn_in, S, C, T]
+    hist = res.history.cpu()  # [E - burn_in, S, C, T]
     bleu = []
     for e in range(hist.shape[0]):
         per_chain = [corpus_bleu([setup.to_text(hist[e, s, c]) for s in range(hist.shape[1])], setup.refs)
                      for c in range(hist.shape[2])]
         bleu.append(mean(per_chain))
-    best = corpus_bleu([setup.to_text(t) for t in res.best_tokens], setup.refs)
+    best = corpus_bleu([setup.to_text(t) for t in res.best_tokens.cpu()], setup.refs)
     run = Run(label, bleu, res.e_local.tolist(), res.e_raw.tolist(), res.acceptance_rate.tolist(),
               res.novel_rate.tolist(), res.target_temperature.tolist(), best, seconds, args.burn_in)
     print(f"  {label:<38} BLEU {run.avg_bleu:6.2f}  best-sample BLEU {best:6.2f}  E_local {run.avg_e_local:8.2f}  "
@@ -296,8 +296,10 @@ def plot_epochs(path: Path, runs: list[Run], panels: list[tuple[str, Callable[[R
                 title: str, all_epochs: bool = False) -> Path:
     """One panel per (name, getter); x = post-burn-in epoch (or every epoch with ``all_epochs``)."""
     plt = _plt()
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for ax, (name, get) in zip(axes[0], panels):
+    cols = 2 if len(panels) == 4 else len(panels)
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, (name, get) in zip(axes.flat, panels):
         for run in runs:
             ys = get(run)
             first = 1 if (not all_epochs or len(ys) != len(run.e_local)) else 1 - run.burn_in
@@ -305,7 +307,7 @@ def plot_epochs(path: Path, runs: list[Run], panels: list[tuple[str, Callable[[R
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("epoch after burn-in")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    axes.flat[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -440,7 +442,7 @@ def exp_table4(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
     acc = "; ".join(f"{e}: " + " -> ".join(fmt(runs[e, a].avg_acceptance, 3) for a in ANNEALS) for e in ("local", "raw"))
     lines = table(header, rows) + [
         "", f"Annealing: target temperature max({args.min_target_temperature}, 1 - anneal * epoch). Seconds per run: "
-        + ", ".join(f"{r.label} {r.seconds:.0f}" for r in runs.values()) + ".",
+        + ", ".join(f"{r.label} {r.seconds:.1f}" for r in runs.values()) + ".",
         "", f"Finding (paper: stronger annealing lowers the acceptance rate; raw energy keeps higher acceptance than "
         f"local): acceptance over anneal {', '.join(map(str, ANNEALS))}: {acc} -> acceptance falls with annealing "
         f"strength: {verdict(acc_drops)}; raw >= local at every strength: {verdict(raw_higher)}."]
@@ -503,6 +505,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--anneal", type=float, default=0.02, help="annealing step of table5's MH runs")
     p.add_argument("--min-target-temperature", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="where the model and the chains live (cpu, cuda)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (0 = torch default). Default 1: the decoder batches here are small, "
                         "and on a shared CPU OpenMP threads waiting for each other made runs up to 50x slower")
