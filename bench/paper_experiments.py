@@ -261,7 +261,7 @@ def write_section(md_path: Path, section: Section, command: str, seconds: float,
     start, end = f"<!-- paper:{section.name}:start -->", f"<!-- paper:{section.name}:end -->"
     body = [start, f"## {section.title}", "",
             f"Command: `{command}`  ", f"Wall time: {seconds:.0f} s on {os.cpu_count()} CPU core(s) "
-            f"({torch.get_num_threads()} torch threads, load average {os.getloadavg()[0]:.1f} at the end, "
+            f"(torch threads: {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} at the end, "
             f"{platform.processor() or platform.machine()}), {time.strftime('%Y-%m-%d %H:%M')}  ",
             f"Data: {setup.description}; {args.chains} chains, {args.epochs} epochs of which {args.burn_in} burn-in, "
             f"seed {args.seed}.", ""]
@@ -497,7 +497,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spm", type=Path, help="SentencePiece model (omit for already-tokenized --src/--ref text)")
     p.add_argument("--src", type=Path, help="source sentences (default: test_2016_flickr.de)")
     p.add_argument("--ref", type=Path, help="reference translations (default: test_2016_flickr.en)")
-    p.add_argument("--sentences", type=int, default=8, help="first N sources that pass the length filter (0 = all)")
+    p.add_argument("--sentences", type=int, default=2,
+                   help="first N sources that pass the length filter (0 = all); 2 keeps `all` near 30 min on 2 "
+                        "CPU cores (docs/experiments.md, Cost)")
     p.add_argument("--max-source-tokens", type=int, default=20, help="max whitespace words of the raw source (0 = any)")
     p.add_argument("--chains", type=int, default=5)
     p.add_argument("--burn-in", type=int, default=7)
