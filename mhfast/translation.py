@@ -141,9 +141,7 @@ class Translator:
 
     def source_ids(self, text: str) -> torch.Tensor:
         """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources."""
-        d = self.cmlm.src_dict
-        ids = d.encode_line(self.processor.encode(text), add_if_not_exist=False, append_eos=True).long()
-        return torch.cat([torch.tensor([d.bos()]), ids])
+        return self.cmlm.source_ids(self.processor.encode(text))
 
     def _tokens(self, ids: torch.Tensor) -> list[str]:
         special = set(self.cmlm.special_ids)

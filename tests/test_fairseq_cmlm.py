@@ -74,7 +74,10 @@ def test_protocol_and_specials(cmlm):
 
 
 def test_string_and_id_sources_encode_identically(cmlm, sources):
-    ids = [cmlm.src_dict.encode_line(s, add_if_not_exist=False).long() for s in sources[:3]]
+    # Strings are framed [bos] + ids + [eos], as translation_lev built the training sources.
+    bos = torch.tensor([cmlm.src_dict.bos()])
+    ids = [torch.cat([bos, cmlm.src_dict.encode_line(s, add_if_not_exist=False).long()]) for s in sources[:3]]
+    assert all(int(i[0]) == cmlm.src_dict.bos() and int(i[-1]) == cmlm.src_dict.eos() for i in ids)
     no_eos = [i[:-1] for i in ids]  # a missing trailing EOS is added, as fairseq's datasets have it
     a, b, c = cmlm.encode(sources[:3]), cmlm.encode(ids), cmlm.encode(no_eos)
     assert torch.equal(a.src_tokens, b.src_tokens) and torch.equal(a.src_tokens, c.src_tokens)

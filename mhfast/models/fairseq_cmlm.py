@@ -132,12 +132,16 @@ class FairseqCMLM:
     def source_ids(self, source: str | torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Source token ids ending in EOS (as fairseq's datasets give them): Long[S_i] on CPU.
 
-        A string is tokenized by ``tokenizer`` (if given) and mapped by the source dictionary
-        (unknown words -> ``<unk>``); ids get a trailing EOS if they lack one.
+        A string is tokenized by ``tokenizer`` (if given), mapped by the source dictionary
+        (unknown words -> ``<unk>``) and framed ``[bos] + ids + [eos]``, the layout
+        ``translation_lev`` trains CMLMs on (``load_langpair_dataset(prepend_bos=True)``): the
+        length head must see the source lengths it was trained with. Token ids are taken as
+        given and get a trailing EOS if they lack one.
         """
         if isinstance(source, str):
             line = self.tokenizer(source) if self.tokenizer is not None else source
-            return self.src_dict.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+            ids = self.src_dict.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+            return torch.cat([ids.new_tensor([self.src_dict.bos()]), ids])
         ids = source if isinstance(source, torch.Tensor) else torch.as_tensor(list(source), dtype=torch.long)
         if ids.dtype != torch.long or ids.dim() != 1:
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
