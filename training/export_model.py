@@ -49,7 +49,15 @@ def average_states(paths: list[Path]) -> dict:
             value = tensor.float()
             total[name] = total[name] + value if name in total else value.clone()
     assert state is not None
-    state["model"] = {name: t / len(paths) for name, t in total.items()}
+    averaged = {name: t / len(paths) for name, t in total.items()}
+    # --share-all-embeddings ties encoder/decoder embeddings and the output projection to ONE tensor;
+    # keep them aliased so torch.save writes the 8008x256 matrix once instead of three times.
+    first_name_of_storage: dict[int, str] = {}
+    for name, tensor in state["model"].items():
+        owner = first_name_of_storage.setdefault(tensor.data_ptr(), name)
+        if owner != name:
+            averaged[name] = averaged[owner]
+    state["model"] = averaged
     return state
 
 
@@ -68,7 +76,12 @@ def slim_state(state: dict, half: bool) -> dict:
     """Keep only what loading needs; no optimizer moments (they would triple the size)."""
     history = [{k: v for k, v in h.items() if k != "optimizer"} for h in state.get("optimizer_history", [])[-1:]]
     train_iterator = state.get("extra_state", {}).get("train_iterator")
-    model = {k: (v.half() if half and v.is_floating_point() else v) for k, v in state["model"].items()}
+    converted: dict[int, torch.Tensor] = {}  # id(fp32 tensor) -> its fp16 copy, so aliases stay aliases
+    model = {}
+    for name, tensor in state["model"].items():
+        if half and tensor.is_floating_point():
+            tensor = converted.setdefault(id(tensor), tensor.half())
+        model[name] = tensor
     return {
         "cfg": plain_cfg(state["cfg"]),
         "model": model,
