@@ -111,46 +111,36 @@ def _default_file(lang: str) -> Path:
 
 def load_setup(args: argparse.Namespace) -> Setup:
     """Load the CMLM (``--model``/``--data``/``--spm``, default: the bundle) and the fixed source subset."""
-    from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
+    from mhfast.translation import load_bundled_model, load_translator
 
     if args.model is None:
-        args.model, args.data = BUNDLE / "model.pt", args.data or BUNDLE
-        args.spm = args.spm or BUNDLE / "spm.model"
-        if not args.model.is_file():
-            raise SystemExit(f"error: no bundled model at {args.model}; train/export it (training/README.md) "
-                             "or pass --model CKPT --data DICT_DIR --spm SPM")
-    if args.data is None:
-        raise SystemExit("error: --model needs --data (the folder with dict.de.txt / dict.en.txt)")
+        args.model = BUNDLE / "model.pt"
+        try:
+            translator = load_bundled_model(device=args.device)
+        except FileNotFoundError as e:
+            raise SystemExit(f"error: {e}; train/export it (training/README.md) or pass --model CKPT --data DICT_DIR "
+                             "--spm SPM") from None
+    else:
+        if args.data is None:
+            raise SystemExit("error: --model needs --data (the folder with dict.de.txt / dict.en.txt)")
+        # Without --spm: DATA/spm.model if there, else whitespace tokens as they are.
+        plain = args.spm is None and not (Path(args.data) / "spm.model").is_file()
+        translator = load_translator(args.model, args.data, args.spm, tokenizer="none" if plain else None,
+                                     device=args.device)
     src_path, ref_path = args.src or _default_file("de"), args.ref or _default_file("en")
     src, ref = read_lines(src_path), read_lines(ref_path)
     keep = select_sentences(src, ref, args.max_source_tokens, args.sentences)
     if not keep:
         raise SystemExit(f"error: no source in {src_path} has <= {args.max_source_tokens} words")
     source_text, refs = [src[i] for i in keep], [ref[i] for i in keep]
-
-    model = load_fairseq_cmlm(args.model, args.data, device=args.device)
-    sd = model.src_dict
-    if args.spm is not None:
-        import sentencepiece as spm
-
-        sp = spm.SentencePieceProcessor(model_file=str(args.spm))
-        pieces = [" ".join(p) for p in sp.encode(source_text, out_type=str)]
-
-        def to_text(ids: torch.Tensor) -> str:
-            return sp.decode([model.tgt_dict[i] for i in ids.tolist() if i not in model.special_ids])
-    else:
-        pieces = source_text
-
-        def to_text(ids: torch.Tensor) -> str:
-            return model.decode(ids)
-    # translation_lev trains with prepend_bos=True: sources are [bos] + tokens + [eos].
-    sources = [torch.cat([torch.tensor([sd.bos()]), sd.encode_line(p, add_if_not_exist=False, append_eos=True).long()])
-               for p in pieces]
+    # [bos] + tokens + [eos], as translation_lev trained the sources.
+    sources = [translator.source_ids(t) for t in source_text]
+    model = translator.cmlm
     words = sum(len(s.split()) for s in source_text) / len(source_text)
     desc = (f"model `{args.model}` (vocab {model.vocab_size}), sources `{src_path}` lines {keep[0]}..{keep[-1]}: "
             f"the first {len(keep)} with <= {args.max_source_tokens or 'any'} whitespace words "
             f"(mean {words:.1f} words, {sum(len(s) for s in sources) / len(sources) - 2:.1f} source tokens)")
-    return Setup(model, sources, source_text, refs, to_text, desc)
+    return Setup(model, sources, source_text, refs, translator.detokenize, desc)
 
 
 # ---------------------------------------------------------------------------------------------- running

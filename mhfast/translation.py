@@ -147,6 +147,10 @@ class Translator:
         special = set(self.cmlm.special_ids)
         return [self.cmlm.tgt_dict[i] for i in ids.tolist() if i not in special]
 
+    def detokenize(self, ids: torch.Tensor) -> str:
+        """Target ids (specials and padding dropped) -> raw text."""
+        return self.processor.decode(self._tokens(ids))
+
     def translate(self, sources: Sequence[str], method: str = "mh", input_ids: Sequence[int] | None = None,
                   sampler_options: dict | None = None, iterations: int = 10, length_beam: int = 1,
                   progress: Callable[[int, dict], None] | None = None) -> BatchOutput:

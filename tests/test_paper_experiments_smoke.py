@@ -4,8 +4,8 @@ Runs Figure 1 and Table 5 end to end (2 sentences, 2 chains, 3 epochs) into ``tm
 the Markdown sections and PNG figures are written and every number in the tables is finite. It asserts
 nothing about the paper's findings (a tiny model need not reproduce them) nor about speed.
 
-The tiny model is the one test_fairseq_cmlm.py trains: reused from ``MHFAST_FAIRSEQ_CACHE`` or from this
-pytest session's temp folder when that file already built it, built once otherwise.
+The tiny model is the session fixture ``tiny_paths`` of tests/conftest.py (shared with the other fairseq
+tests: trained once per pytest session, or reused from ``MHFAST_FAIRSEQ_CACHE``).
 
 Example:
     python3 -m pytest -q tests/test_paper_experiments_smoke.py
@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from fairseq_tiny_cmlm import MULTI30K, _config_key, build
+from fairseq_tiny_cmlm import MULTI30K
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
@@ -36,16 +35,6 @@ def _load_script():
     sys.modules["paper_experiments"] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def tiny_paths(tmp_path_factory):
-    cache = os.environ.get("MHFAST_FAIRSEQ_CACHE")
-    if not cache:  # the folder test_fairseq_cmlm.py's fixture trained into, if it ran in this session
-        built = [d for d in sorted(tmp_path_factory.getbasetemp().glob("fairseq_cmlm*"))
-                 if (d / f"cmlm-{_config_key()}" / "ckpt" / "checkpoint_last.pt").is_file()]
-        cache = built[0] if built else tmp_path_factory.mktemp("fairseq_cmlm")
-    return build(cache)
 
 
 def _table_numbers(section: str) -> list[str]:
