@@ -6,21 +6,29 @@ conditionals, so almost every proposal changes the state: the worst case for cac
 
 For each model, length T and chain count C (single-site MH, raw energy, random order):
   (a) algorithm1   bench/algorithm1.py, the paper's Algorithm 1 verbatim (per chain, per step:
-                   2T+1 full forwards, LM head at every position); C does not change its rate.
+                   2T+1 full forwards, LM head at every position). Its chains run one after the
+                   other, so its rate at C chains equals its rate at one chain: measured once per T.
   (b) reference    mhfast.sample(backend="reference")
   (c) compiled     mhfast.sample(backend="compiled")
-  (d) model floor  exactly the model calls (c) made (recorded and replayed), nothing else.
-To keep the run short every case samples only ``--steps`` free positions per chain (the others are
-fixed but still in the energy, so each MH step costs what it costs at length T), one epoch after
-the greedy warm start, and cases whose forward work exceeds ``--budget`` tokens are skipped (the
-lead re-runs with a larger budget on a quiet machine). Also reported: the fraction of MH steps
-that needed a model call (any chain's proposal differed from its current token) and rows
-forwarded per proposal; and resident memory over a long run (small model, tiny T) to show it flat.
+  (d) model floor  exactly the model calls (c) made in the measured epochs (recorded, replayed).
+Every rate is MARGINAL (steady state, as in the paper's 33-epoch runs): each case runs twice with
+the same seed, for e1 and e2 > e1 epochs; the sampler's randomness is counter-based, so the two
+runs are identical over the first e1 epochs (checked: the model calls of run e1 are a prefix of
+those of run e2), and rate = C * steps * (e2 - e1) / (t(e2) - t(e1)), each t the best of
+``--reps`` repetitions. This removes the greedy warm start and the initial T-row scoring of every
+chain. The floor replays the calls of run e2 beyond the first len(calls of run e1). Algorithm 1
+is timed the same way with s1 and s2 > s1 MH steps. To keep the run short every case samples
+only ``--steps`` free positions per chain (the others are fixed but still in the energy, so each
+MH step costs what it costs at length T), and cases whose forward work exceeds ``--budget``
+tokens are skipped (the lead re-runs with a larger budget on a quiet machine). Also reported: the
+fraction of MH steps that needed a model call (any chain's proposal differed from its current
+token) and rows forwarded per proposal; and resident memory over a long run (small model, tiny T)
+to show it flat.
 
 Results go to bench/RESULTS.md between ``<!-- bench_sampler:start -->`` and ``<!-- bench_sampler:end -->``.
 
     python3 bench/bench_sampler.py            # full grid (within --budget)
-    python3 bench/bench_sampler.py --quick    # smoke run: T=16, C in {1,5}, short memory run
+    python3 bench/bench_sampler.py --quick    # smoke run: T in {16,20}, C in {1,5}, short memory run
 """
 from __future__ import annotations
 
@@ -36,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.utils.benchmark as benchmark
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from algorithm1 import algorithm1  # noqa: E402
@@ -68,16 +75,6 @@ class RecordingModel:
 
     def masked_logits(self, tokens, positions, context=None, context_index=None):
         return self.output_layer(self.masked_features(tokens, positions))
-
-    def replay(self) -> None:
-        for name, args in self.calls:
-            getattr(self.inner, name)(*args)
-
-    def feature_rows(self) -> int:
-        return sum(a[0].shape[0] for n, a in self.calls if n == "masked_features")
-
-    def feature_tokens(self) -> int:
-        return sum(a[0].numel() for n, a in self.calls if n == "masked_features")
 
 
 def mp_base() -> HFMaskedLM:
@@ -111,63 +108,123 @@ def start_rows(lm: Any, T: int, chains: int, steps: int) -> tuple[torch.Tensor, 
     return init, free
 
 
-def sampler_case(lm: Any, init: torch.Tensor, free: torch.Tensor, chains: int, backend: str) -> tuple[float, Any]:
-    rec = RecordingModel(lm)
-    kw = dict(init=init, free_positions=free, chains=chains, epochs=1, burn_in=0, seed=1, backend=backend)
-    t = benchmark.Timer(stmt="sample(rec, **kw)", globals={"sample": mhfast.sample, "rec": rec, "kw": kw},
-                        num_threads=torch.get_num_threads())
-    m = t.timeit(1)
-    rec.calls.clear()
-    result = mhfast.sample(rec, **kw)  # same chains again, recorded (deterministic seed)
-    return m.median, (result, rec)
+def sampler_run(lm: Any, init: torch.Tensor, free: torch.Tensor, chains: int, backend: str, epochs: int,
+                reps: int, record: bool) -> tuple[float, Any, RecordingModel | None]:
+    """Best-of-``reps`` seconds of one ``mhfast.sample`` run (+ its result and, if ``record``, its model calls).
+
+    The recorded run (cloning every model input costs time) comes first, doubles as the warm-up
+    and is not timed; the timed runs call the model directly.
+    """
+    kw = dict(init=init, free_positions=free, chains=chains, epochs=epochs, burn_in=0, seed=1, backend=backend)
+    rec = None
+    if record:
+        rec = RecordingModel(lm)
+        result = mhfast.sample(rec, **kw)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = mhfast.sample(lm, **kw)
+        best = min(best, time.perf_counter() - t0)
+    return best, result, rec
 
 
-def fmt(x: float) -> str:
-    return f"{x:.3g}"
+def check_prefix(short: RecordingModel, long: RecordingModel) -> None:
+    """Run e1's model calls must be the first calls of run e2 (same chains over the common epochs)."""
+    assert len(long.calls) >= len(short.calls), "the longer run made fewer model calls than the shorter one"
+    for i, ((n1, a1), (n2, a2)) in enumerate(zip(short.calls, long.calls)):
+        same = n1 == n2 and len(a1) == len(a2) and all(
+            x.shape == y.shape and (torch.equal(x, y) if not x.is_floating_point() else torch.allclose(x, y))
+            for x, y in zip(a1, a2))
+        assert same, f"model call {i} differs between the e1 and e2 runs: the chains are not the same"
+
+
+def replay_seconds(lm: Any, calls: list, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for name, a in calls:
+                getattr(lm, name)(*a)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def marginal(proposals: int, t1: float, t2: float) -> float:
+    """Proposals per second of the extra work; nan when noise made the longer run not slower."""
+    return proposals / (t2 - t1) if t2 > t1 else float("nan")
+
+
+def algorithm1_rate(lm: Any, T: int, s1: int, s2: int, reps: int) -> float:
+    """Marginal proposals/s of Algorithm 1 (one chain; its chains run serially, so C does not matter)."""
+    best = {}
+    for s in (s1, s2):
+        best[s] = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = algorithm1(lm, T, chains=1, epochs=1, steps=s, seed=1)
+            best[s] = min(best[s], time.perf_counter() - t0)
+            assert out["proposals"] == s
+    return marginal(s2 - s1, best[s1], best[s2])
 
 
 def run_grid(args) -> list[dict]:
     rows = []
     models = {"antiberty": lambda: __import__("mhfast.models.antiberty", fromlist=["x"]).load_antiberty(),
               "mp-base-random": mp_base}
+    e1, e2 = args.epochs
+    s1, s2 = args.alg1_steps
     for model_name in args.models:
         lm = models[model_name]()
         for T in args.lengths:
+            steps = min(args.steps, T)
+            a1 = None  # Algorithm 1's rate at this T, shared by every C (serial chains)
+            if T * (2 * T + 1) * (T + 2) * s2 <= args.budget:
+                algorithm1(lm, T, chains=1, epochs=1, steps=1, seed=1)  # warm-up (first forwards at this T)
+                a1 = algorithm1_rate(lm, T, s1, s2, args.reps)
+            else:
+                print(f"[{model_name}] T={T}: algorithm1 skipped (> --budget)", flush=True)
             for C in args.chains:
-                steps = min(args.steps, T)
-                # Worst-case forward tokens of one sampler run: every step forwards T rows of T+2 tokens.
-                est = C * steps * T * (T + 2)
+                # Worst-case forward tokens of the longer run: every step forwards T rows of T+2 tokens.
+                est = C * steps * e2 * T * (T + 2)
                 if est > args.budget:
                     print(f"[{model_name}] T={T} C={C}: skipped (~{est} tokens > --budget {args.budget})", flush=True)
                     continue
                 init, free = start_rows(lm, T, C, steps)
-                proposals = C * steps
-                row = {"model": model_name, "T": T, "C": C, "proposals": proposals}
+                proposals = C * steps * (e2 - e1)  # the marginal proposals
+                row = {"model": model_name, "T": T, "C": C, "proposals": proposals, "algorithm1": a1}
+                t = {}
                 for backend in ("reference", "compiled"):
-                    seconds, (result, rec) = sampler_case(lm, init, free, C, backend)
-                    row[backend] = proposals / seconds
-                row["rows_per_prop"] = rec.feature_rows() / proposals
-                # Floor: replay exactly the compiled run's model calls.
-                t0 = time.perf_counter()
-                rec.replay()
-                row["floor"] = proposals / (time.perf_counter() - t0)
-                # Steps with a model call: calls after the warm start + initial rescore, one batch per step
-                # (sub-batching can split one step into several calls: count distinct steps conservatively).
-                row["accept"] = float(result.acceptance_rate.mean())
-                row["novel"] = float(result.novel_rate.mean())
-                row["model_rows"] = result.model_rows
-                if C in args.alg1_chains and T * (2 * T + 1) * (T + 2) * args.alg1_steps <= args.budget:
-                    out = algorithm1(lm, T, chains=1, epochs=1, steps=args.alg1_steps, seed=1)
-                    t0 = time.perf_counter()
-                    out = algorithm1(lm, T, chains=1, epochs=1, steps=args.alg1_steps, seed=1)
-                    row["algorithm1"] = out["proposals"] / (time.perf_counter() - t0)
+                    rec_it = backend == "compiled"
+                    t[backend, e1], _, rec1 = sampler_run(lm, init, free, C, backend, e1, args.reps, rec_it)
+                    t[backend, e2], result, rec2 = sampler_run(lm, init, free, C, backend, e2, args.reps, rec_it)
+                    row[backend] = marginal(proposals, t[backend, e1], t[backend, e2])
+                check_prefix(rec1, rec2)
+                extra = rec2.calls[len(rec1.calls):]
+                row["floor"] = proposals / replay_seconds(lm, extra, args.reps)
+                row["rows_per_prop"] = sum(a[0].shape[0] for n, a in extra if n == "masked_features") / proposals
+                row["accept"] = float(result.acceptance_rate[e1:].mean())
+                row["novel"] = float(result.novel_rate[e1:].mean())
                 print(f"[{model_name}] T={T:3d} C={C:3d}  " + "  ".join(
-                    f"{k} {fmt(row[k])}/s" for k in ("algorithm1", "reference", "compiled", "floor") if k in row)
+                    f"{k} {fmt(row[k])}/s" for k in ("algorithm1", "reference", "compiled", "floor")
+                    if row.get(k) is not None)
+                    + f"  (c)/(a) {ratio(row['compiled'], a1)}  (c)/(d) {ratio(row['compiled'], row['floor'])}"
                     + f"  rows/proposal {row['rows_per_prop']:.2f}  accept {row['accept']:.2f} "
                       f"novel {row['novel']:.2f}", flush=True)
                 rows.append(row)
         del lm
     return rows
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return "noisy" if x != x else f"{x:.3g}"
+
+
+def ratio(x: float | None, y: float | None) -> str:
+    if x is None or y is None or x != x or y != y:
+        return "-"
+    return f"{x / y:.3g}"
 
 
 def step_call_fraction(lm: Any, T: int, C: int) -> tuple[float, float]:
@@ -222,19 +279,24 @@ def markdown(rows: list[dict], fractions: list[tuple], memory: dict, args) -> st
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = ["## Sampler throughput (`bench/bench_sampler.py`)", "",
            f"Run {now}{' (--quick)' if args.quick else ''}. Machine: {machine_description()}.", "",
-           f"Proposals per second, single-site MH, raw energy, {args.steps} sampled positions per chain at length T "
-           "(the rest fixed, still in the energy), one epoch after the greedy warm start. floor = replaying only "
-           "the model calls the compiled run made. Algorithm 1 runs one chain "
-           f"({args.alg1_steps} steps); its rate does not depend on C. rows / proposal counts every masked row the "
-           "compiled run forwarded, including the initial T-row scoring of each chain, which dominates when "
-           "few positions are sampled (the lead's full run uses more steps).", "",
-           "| model | T | C | algorithm1 | reference | compiled | model floor | compiled / algorithm1 | "
-           "compiled / floor | rows / proposal | accept | novel |", "|" + "---|" * 12]
+           f"Marginal proposals per second (steady state), single-site MH, raw energy, {args.steps} sampled "
+           "positions per chain at length T (the rest fixed, still in the energy): each case runs with "
+           f"{args.epochs[0]} and {args.epochs[1]} epochs (same seed, so the same chains over the common epochs, "
+           "checked on the recorded model calls) and rate = extra proposals / extra seconds, each time the best of "
+           f"{args.reps} runs; the greedy warm start and initial scoring of each chain cancel out. (d) floor = "
+           "replaying only the model calls the compiled run made in the extra epochs. (a) Algorithm 1 runs its "
+           f"chains one after the other, so its rate does not depend on C: it is measured once per T (one chain, "
+           f"{args.alg1_steps[0]} vs {args.alg1_steps[1]} MH steps) and repeated on every C row. rows / proposal = "
+           "masked rows the compiled run forwarded in the extra epochs per proposal. \"noisy\" = the longer run "
+           "was not slower (machine load).", "",
+           "| model | T | C | (a) algorithm1 | (b) reference | (c) compiled | (d) model floor | (c)/(a) | "
+           "(c)/(d) | rows / proposal | accept | novel |", "|" + "---|" * 12]
     for r in rows:
         a1 = r.get("algorithm1")
-        out.append(f"| {r['model']} | {r['T']} | {r['C']} | {fmt(a1) if a1 else '-'} | {fmt(r['reference'])} | "
-                   f"{fmt(r['compiled'])} | {fmt(r['floor'])} | {fmt(r['compiled'] / a1) + 'x' if a1 else '-'} | "
-                   f"{r['compiled'] / r['floor']:.2f} | {r['rows_per_prop']:.2f} | {r['accept']:.2f} | "
+        c_a = ratio(r["compiled"], a1)
+        out.append(f"| {r['model']} | {r['T']} | {r['C']} | {fmt(a1)} | {fmt(r['reference'])} | "
+                   f"{fmt(r['compiled'])} | {fmt(r['floor'])} | {c_a + 'x' if c_a != '-' else c_a} | "
+                   f"{ratio(r['compiled'], r['floor'])} | {r['rows_per_prop']:.2f} | {r['accept']:.2f} | "
                    f"{r['novel']:.2f} |")
     if fractions:
         out += ["", "Fraction of MH steps that needed a model call (second epoch of an unconditional run, all "
@@ -261,19 +323,27 @@ def write_section(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: T=16, C in {1,5}, 200-epoch memory run")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: T in {16,20}, C in {1,5}, 1 vs 2 epochs, 200-epoch memory run")
     p.add_argument("--models", nargs="+", default=["antiberty", "mp-base-random"],
                    choices=["antiberty", "mp-base-random"])
     p.add_argument("--steps", type=int, default=4, help="sampled positions per chain")
-    p.add_argument("--alg1-steps", type=int, default=2)
-    p.add_argument("--budget", type=int, default=400_000, help="max forward tokens of one case (skip above)")
+    p.add_argument("--epochs", type=int, nargs=2, default=[1, 3], metavar=("E1", "E2"),
+                   help="the two epoch counts of the marginal rate (E2 > E1)")
+    p.add_argument("--alg1-steps", type=int, nargs=2, default=[1, 3], metavar=("S1", "S2"),
+                   help="the two step counts of Algorithm 1's marginal rate (S2 > S1)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per timed run (the best is kept)")
+    p.add_argument("--budget", type=int, default=1_200_000,
+                   help="max forward tokens of the longer run of one case (skip above)")
     p.add_argument("--memory-epochs", type=int, default=1000)
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     args = p.parse_args(argv)
-    args.lengths, args.chains, args.alg1_chains = [16, 32, 64], [1, 5, 64], {1}
+    args.lengths, args.chains = [16, 20, 32, 64], [1, 5, 64]
     if args.quick:
-        args.lengths, args.chains, args.memory_epochs, args.steps = [16], [1, 5], 200, 2
-        args.alg1_steps = 1
+        args.lengths, args.chains, args.memory_epochs, args.steps = [16, 20], [1, 5], 200, 2
+        args.epochs, args.alg1_steps, args.reps = [1, 2], [1, 2], 2
+    if not (0 < args.epochs[0] < args.epochs[1] and 0 < args.alg1_steps[0] < args.alg1_steps[1]):
+        p.error("--epochs and --alg1-steps need 0 < first < second")
     rows = run_grid(args)
     fractions = []
     if "antiberty" in args.models:
