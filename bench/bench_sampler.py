@@ -108,24 +108,27 @@ def start_rows(lm: Any, T: int, chains: int, steps: int) -> tuple[torch.Tensor, 
     return init, free
 
 
-def sampler_run(lm: Any, init: torch.Tensor, free: torch.Tensor, chains: int, backend: str, epochs: int,
-                reps: int, record: bool) -> tuple[float, Any, RecordingModel | None]:
-    """Best-of-``reps`` seconds of one ``mhfast.sample`` run (+ its result and, if ``record``, its model calls).
+def sampler_pair(lm: Any, init: torch.Tensor, free: torch.Tensor, chains: int, backend: str, e1: int, e2: int,
+                 reps: int, record: bool) -> tuple[float, float, Any, RecordingModel | None, RecordingModel | None]:
+    """Best-of-``reps`` seconds of ``mhfast.sample`` with e1 and with e2 epochs (+ the e2 result and recordings).
 
-    The recorded run (cloning every model input costs time) comes first, doubles as the warm-up
-    and is not timed; the timed runs call the model directly.
+    The recorded runs (cloning every model input costs time) come first, double as warm-up and
+    are not timed; the timed runs call the model directly and alternate e1 / e2, so that a change
+    of machine load hits both alike.
     """
-    kw = dict(init=init, free_positions=free, chains=chains, epochs=epochs, burn_in=0, seed=1, backend=backend)
-    rec = None
+    kw = dict(init=init, free_positions=free, chains=chains, burn_in=0, seed=1, backend=backend)
+    recs: dict[int, RecordingModel | None] = {e1: None, e2: None}
     if record:
-        rec = RecordingModel(lm)
-        result = mhfast.sample(rec, **kw)
-    best = float("inf")
+        for e in (e1, e2):
+            recs[e] = RecordingModel(lm)
+            mhfast.sample(recs[e], epochs=e, **kw)
+    best = {e1: float("inf"), e2: float("inf")}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        result = mhfast.sample(lm, **kw)
-        best = min(best, time.perf_counter() - t0)
-    return best, result, rec
+        for e in (e1, e2):
+            t0 = time.perf_counter()
+            result = mhfast.sample(lm, epochs=e, **kw)
+            best[e] = min(best[e], time.perf_counter() - t0)
+    return best[e1], best[e2], result, recs[e1], recs[e2]
 
 
 def check_prefix(short: RecordingModel, long: RecordingModel) -> None:
@@ -156,10 +159,9 @@ def marginal(proposals: int, t1: float, t2: float) -> float:
 
 def algorithm1_rate(lm: Any, T: int, s1: int, s2: int, reps: int) -> float:
     """Marginal proposals/s of Algorithm 1 (one chain; its chains run serially, so C does not matter)."""
-    best = {}
-    for s in (s1, s2):
-        best[s] = float("inf")
-        for _ in range(reps):
+    best = {s1: float("inf"), s2: float("inf")}
+    for _ in range(reps):
+        for s in (s1, s2):  # alternate, so that a change of machine load hits both alike
             t0 = time.perf_counter()
             out = algorithm1(lm, T, chains=1, epochs=1, steps=s, seed=1)
             best[s] = min(best[s], time.perf_counter() - t0)
@@ -192,12 +194,10 @@ def run_grid(args) -> list[dict]:
                 init, free = start_rows(lm, T, C, steps)
                 proposals = C * steps * (e2 - e1)  # the marginal proposals
                 row = {"model": model_name, "T": T, "C": C, "proposals": proposals, "algorithm1": a1}
-                t = {}
                 for backend in ("reference", "compiled"):
-                    rec_it = backend == "compiled"
-                    t[backend, e1], _, rec1 = sampler_run(lm, init, free, C, backend, e1, args.reps, rec_it)
-                    t[backend, e2], result, rec2 = sampler_run(lm, init, free, C, backend, e2, args.reps, rec_it)
-                    row[backend] = marginal(proposals, t[backend, e1], t[backend, e2])
+                    t1, t2, result, rec1, rec2 = sampler_pair(lm, init, free, C, backend, e1, e2, args.reps,
+                                                              record=backend == "compiled")
+                    row[backend] = marginal(proposals, t1, t2)
                 check_prefix(rec1, rec2)
                 extra = rec2.calls[len(rec1.calls):]
                 row["floor"] = proposals / replay_seconds(lm, extra, args.reps)
