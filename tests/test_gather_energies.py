@@ -79,8 +79,9 @@ def test_special_values(device):
     check_matches(wide, torch.tensor([0, 1, 2], device=device), torch.tensor([0, 0, 1], device=device), 2)
 
 
-def test_deterministic_across_runs_and_threads():
-    logits, targets, seq_index = random_case(257, 3001, 7, torch.float32, 5, "cpu")
+@pytest.mark.parametrize("N,V", [(257, 3001), (5000, 25)])  # (5000, 25): the small-V path, split
+def test_deterministic_across_runs_and_threads(N, V):
+    logits, targets, seq_index = random_case(N, V, 7, torch.float32, 5, "cpu")
     threads = torch.get_num_threads()
     try:
         runs = []

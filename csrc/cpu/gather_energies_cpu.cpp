@@ -4,11 +4,15 @@
 // taken and its exp-sum added to a running (max, sum) pair rescaled when the max grows (online
 // logsumexp). Rows are independent and run in parallel; the per-sequence sums are then done
 // serially in row order, so the result is bit-identical for any number of threads.
+// Small vocabularies (V <= kSmallV, e.g. AntiBERTy's 25) take a path that handles a whole range
+// of rows per call with each row in registers, and checks the targets as it goes (the serial
+// check_in_range only runs to word the error when a bad one was seen).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -68,6 +72,24 @@ void rows_kernel(const at::Tensor& logits, const int64_t* targets, float* target
   });
 }
 
+// The small-V path over all rows; returns whether some target was outside [0, V).
+template <typename scalar_t>
+bool small_rows_kernel(const at::Tensor& logits, const int64_t* targets, float* target_logit,
+                       float* token_logp) {
+  const int64_t N = logits.size(0), V = logits.size(1), s0 = logits.stride(0);
+  const scalar_t* base = logits.const_data_ptr<scalar_t>();
+  const scalar_t* data_end = base + (N - 1) * s0 + V;
+  const int64_t grain = std::max<int64_t>(1, 32768 / V);
+  std::atomic<bool> any_bad{false};
+  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
+    bool bad = false;
+    small_rows_log_softmax_target(base, data_end, s0, V, targets, begin, end, target_logit,
+                                  token_logp, &bad);
+    if (bad) any_bad.store(true, std::memory_order_relaxed);
+  });
+  return any_bad.load();
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Tensor& logits_in,
@@ -79,8 +101,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Ten
   check_device_type(op, "logits", logits_in, c10::DeviceType::CPU);
   const int64_t N = logits_in.size(0), V = logits_in.size(1);
   const at::Tensor tgt = targets.contiguous(), seq = seq_index.contiguous();
-  check_in_range(op, "targets", tgt, 0, V);
-  check_in_range(op, "seq_index", seq, 0, num_seqs);
+  const bool small = V >= 1 && V <= kSmallV && has_small_rows_path();
+  if (!small) check_in_range(op, "targets", tgt, 0, V);
 
   const auto f32 = logits_in.options().dtype(at::kFloat);
   at::Tensor e_raw = at::empty({num_seqs}, f32), e_local = at::empty({num_seqs}, f32);
@@ -90,21 +112,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Ten
   float* tl = target_logit.mutable_data_ptr<float>();
   float* lp = token_logp.mutable_data_ptr<float>();
   if (N > 0) {
-    MHFAST_DISPATCH_LOGITS(logits.scalar_type(),
-                                    "mhfast_gather_energies_cpu", [&] {
-                                      rows_kernel<scalar_t>(logits, tgt.const_data_ptr<int64_t>(),
-                                                            tl, lp);
-                                    });
+    MHFAST_DISPATCH_LOGITS(logits.scalar_type(), "mhfast_gather_energies_cpu", [&] {
+      const int64_t* t = tgt.const_data_ptr<int64_t>();
+      if (!small) {
+        rows_kernel<scalar_t>(logits, t, tl, lp);
+      } else if (small_rows_kernel<scalar_t>(logits, t, tl, lp)) {
+        check_in_range(op, "targets", tgt, 0, V);  // throws, naming the first bad target
+      }
+    });
   }
-  // Serial, in row order: the sums do not depend on how rows were split among threads.
+  // Serial, in row order: the sums do not depend on how rows were split among threads. A run of
+  // rows of one sequence is summed in registers (the same additions in the same order).
   float* er = e_raw.mutable_data_ptr<float>();
   float* el = e_local.mutable_data_ptr<float>();
   std::fill(er, er + num_seqs, 0.0f);
   std::fill(el, el + num_seqs, 0.0f);
   const int64_t* seq_p = seq.const_data_ptr<int64_t>();
-  for (int64_t n = 0; n < N; ++n) {
-    er[seq_p[n]] += -tl[n];
-    el[seq_p[n]] += -lp[n];
+  for (int64_t n = 0; n < N;) {
+    const int64_t s = seq_p[n];
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_seqs)) {
+      check_in_range(op, "seq_index", seq, 0, num_seqs);  // throws, naming the first bad entry
+    }
+    float raw = er[s], local = el[s];
+    for (; n < N && seq_p[n] == s; ++n) {
+      raw += -tl[n];
+      local += -lp[n];
+    }
+    er[s] = raw;
+    el[s] = local;
   }
   return {e_raw, e_local, token_logp};
 }

@@ -146,6 +146,100 @@ __attribute__((target("avx2,fma,f16c"))) void half_to_float_f16c(const c10::Half
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
+
+// ------------------------------------------------------------------------------------------
+// Small vocabularies: one call per range of rows, each row in NV registers of 8 lanes.
+// ------------------------------------------------------------------------------------------
+#define MHFAST_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
+
+MHFAST_AVX2_F16C inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+MHFAST_AVX2_F16C inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+MHFAST_AVX2_F16C inline __m256 load8(const c10::BFloat16* p) {  // bf16 bits << 16: exact
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+// The first n (1..8) entries at p, without reading past them; the other lanes are -inf.
+MHFAST_AVX2_F16C inline __m256 load_tail(const float* p, int n, __m256i mask) {
+  return _mm256_blendv_ps(_mm256_set1_ps(-kInf), _mm256_maskload_ps(p, mask),
+                          _mm256_castsi256_ps(mask));
+}
+template <typename scalar_t>
+MHFAST_AVX2_F16C inline __m256 load_tail(const scalar_t* p, int n, __m256i mask) {
+  alignas(16) scalar_t t[8];
+  std::memcpy(t, p, sizeof(scalar_t) * n);
+  return _mm256_blendv_ps(_mm256_set1_ps(-kInf), load8(t), _mm256_castsi256_ps(mask));
+}
+
+// Max over the 8 lanes (no NaN among them), broadcast to every lane.
+MHFAST_AVX2_F16C inline __m256 all_lanes_max(__m256 v) {
+  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4E));
+  return _mm256_max_ps(v, _mm256_permute_ps(v, 0xB1));
+}
+
+// Sum of the 8 lanes in a fixed order.
+MHFAST_AVX2_F16C inline float lanes_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+template <int NV, typename scalar_t>
+MHFAST_AVX2_F16C void small_rows_avx2(const scalar_t* base, const scalar_t* data_end, int64_t s0, int64_t V,
+                                      const int64_t* targets, int64_t begin, int64_t end,
+                                      float* target_logit, float* token_logp, bool* bad_target) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const int tail = static_cast<int>(V - 8 * (NV - 1));  // 1..8 entries in the last register
+  const __m256i tail_mask =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  bool bad = false;
+  for (int64_t n = begin; n < end; ++n) {
+    const scalar_t* row = base + n * s0;
+    __m256 v[NV];
+    for (int k = 0; k + 1 < NV; ++k) v[k] = load8(row + 8 * k);
+    // Reading 8 entries past the row's end is safe while they stay inside the tensor's data
+    // (so for all rows but the last few): a plain load, blended; else a load of the tail only.
+    if (row + 8 * NV <= data_end) {
+      v[NV - 1] = _mm256_blendv_ps(_mm256_set1_ps(-kInf), load8(row + 8 * (NV - 1)),
+                                   _mm256_castsi256_ps(tail_mask));
+    } else {
+      v[NV - 1] = load_tail(row + 8 * (NV - 1), tail, tail_mask);
+    }
+    __m256 mx = v[0], nan = _mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q);
+    for (int k = 1; k < NV; ++k) {
+      mx = _mm256_max_ps(mx, v[k]);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
+    }
+    const int64_t t = targets[n];
+    if (static_cast<uint64_t>(t) >= static_cast<uint64_t>(V)) {  // never read outside the row
+      bad = true;
+      target_logit[n] = token_logp[n] = kNaN;
+      continue;
+    }
+    const float target = to_float(row[t]);
+    float lse;
+    if (_mm256_movemask_ps(nan) != 0) {
+      lse = kNaN;
+    } else {
+      mx = all_lanes_max(mx);
+      const float m = _mm256_cvtss_f32(mx);
+      if (m == kInf || m == -kInf) {
+        lse = m;  // +inf if any +inf; -inf if every entry is -inf
+      } else {
+        __m256 acc = exp_nonpos_avx2(_mm256_sub_ps(v[0], mx));  // -inf lanes add exactly 0
+        for (int k = 1; k < NV; ++k) acc = _mm256_add_ps(acc, exp_nonpos_avx2(_mm256_sub_ps(v[k], mx)));
+        lse = m + std::log(lanes_sum(acc));
+      }
+    }
+    target_logit[n] = target;
+    token_logp[n] = target - lse;
+  }
+  if (bad) *bad_target = true;
+}
+
 // MHFAST_CPU_PORTABLE=1 forces the portable path (tests run it on AVX2 machines too).
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -184,6 +278,53 @@ void exp_shifted_store(const float* x, int64_t n, float a, float b, float* out) 
 #endif
   exp_shifted_store_portable(x, n, a, b, out);
 }
+
+bool has_small_rows_path() {
+#ifdef MHFAST_HAVE_AVX2_PATH
+  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+template <typename scalar_t>
+bool small_rows_log_softmax_target(const scalar_t* base, const scalar_t* data_end,
+                                   int64_t row_stride, int64_t V, const int64_t* targets,
+                                   int64_t begin, int64_t end, float* target_logit,
+                                   float* token_logp, bool* bad_target) {
+  if (V < 1 || V > kSmallV || !has_small_rows_path()) return false;
+#ifdef MHFAST_HAVE_AVX2_PATH
+  // One dispatch per range of rows: the register count is a template argument.
+#define MHFAST_SMALL_CASE(NV)                                                                  \
+  case NV:                                                                                     \
+    small_rows_avx2<NV>(base, data_end, row_stride, V, targets, begin, end, target_logit, token_logp,    \
+                        bad_target);                                                           \
+    return true;
+  static_assert(kSmallV == 64, "one case per register count below");
+  switch ((V + 7) / 8) {
+    MHFAST_SMALL_CASE(1)
+    MHFAST_SMALL_CASE(2)
+    MHFAST_SMALL_CASE(3)
+    MHFAST_SMALL_CASE(4)
+    MHFAST_SMALL_CASE(5)
+    MHFAST_SMALL_CASE(6)
+    MHFAST_SMALL_CASE(7)
+    MHFAST_SMALL_CASE(8)
+  }
+#undef MHFAST_SMALL_CASE
+#endif
+  return false;
+}
+
+#define MHFAST_INSTANTIATE_SMALL_ROWS(T)                                                  \
+  template bool small_rows_log_softmax_target<T>(const T*, const T*, int64_t, int64_t,     \
+                                                 const int64_t*,                             \
+                                                 int64_t, int64_t, float*, float*, bool*);
+MHFAST_INSTANTIATE_SMALL_ROWS(float)
+MHFAST_INSTANTIATE_SMALL_ROWS(c10::Half)
+MHFAST_INSTANTIATE_SMALL_ROWS(c10::BFloat16)
+#undef MHFAST_INSTANTIATE_SMALL_ROWS
 
 }  // namespace cpu
 }  // namespace mhfast

@@ -73,6 +73,23 @@ inline void to_float_block(const c10::BFloat16* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
+// Small vocabularies (V <= kSmallV): a whole range of rows in one call (data_end: one past the
+// tensor's last entry, base + (N - 1) * row_stride + V), each row held in registers
+// (read once; max then exp-sum over the registers). For rows n in [begin, end):
+//   target_logit[n] = float(row[targets[n]]), token_logp[n] = target_logit[n] - logsumexp(row),
+// with torch.logsumexp's special values (NaN if any NaN, +inf if any +inf, -inf if all -inf).
+// A target outside [0, V) is not read: its outputs are NaN and *bad_target is set to true.
+// The lane layout depends only on V, so results do not depend on how rows are split.
+// Returns false (and does nothing) when has_small_rows_path() is false or V is outside
+// [1, kSmallV]: the caller then uses the generic block loop.
+constexpr int64_t kSmallV = 64;
+bool has_small_rows_path();
+template <typename scalar_t>
+bool small_rows_log_softmax_target(const scalar_t* base, const scalar_t* data_end,
+                                   int64_t row_stride, int64_t V, const int64_t* targets,
+                                   int64_t begin, int64_t end, float* target_logit,
+                                   float* token_logp, bool* bad_target);
+
 // out[i] = exp((x[i] - a) - b) with that exact rounding order of the argument, for arguments <= 0.
 void exp_shifted_store(const float* x, int64_t n, float a, float b, float* out);
 
