@@ -335,10 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3, help="repetitions per timed run (the best is kept)")
     p.add_argument("--budget", type=int, default=1_200_000,
                    help="max forward tokens of the longer run of one case (skip above)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 20, 32, 64], help="sequence lengths T")
+    p.add_argument("--chains", type=int, nargs="+", default=[1, 5, 64], help="chain counts C")
     p.add_argument("--memory-epochs", type=int, default=1000)
     p.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     args = p.parse_args(argv)
-    args.lengths, args.chains = [16, 20, 32, 64], [1, 5, 64]
     if args.quick:
         args.lengths, args.chains, args.memory_epochs, args.steps = [16, 20], [1, 5], 200, 2
         args.epochs, args.alg1_steps, args.reps = [1, 2], [1, 2], 2
