@@ -23,7 +23,6 @@ import contextlib
 import datetime
 import os
 import platform
-import re
 import sys
 import types
 from dataclasses import dataclass
@@ -33,8 +32,11 @@ from typing import Callable
 import torch
 import torch.utils.benchmark as benchmark
 
-import mhfast.ops as ops
-import mhfast.reference as reference
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_md  # noqa: E402
+
+import mhfast.ops as ops  # noqa: E402
+import mhfast.reference as reference  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 START, END = "<!-- bench_ops:start -->", "<!-- bench_ops:end -->"
@@ -282,13 +284,7 @@ def run_device(device: str, quick: bool, min_run_time: float) -> tuple[str, list
 
 
 def write_section(text: str) -> None:
-    block = f"{START}\n{text.rstrip()}\n{END}"
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in old and END in old:
-        new = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, old, flags=re.S)
-    else:
-        new = old.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(new)
+    results_md.write_section(START, END, text, RESULTS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,6 @@ import contextlib
 import datetime
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from algorithm1 import algorithm1  # noqa: E402
+import results_md  # noqa: E402
 
 import mhfast  # noqa: E402
 from mhfast.models.hf import HFMaskedLM  # noqa: E402
@@ -312,13 +312,7 @@ def markdown(rows: list[dict], fractions: list[tuple], memory: dict, args) -> st
 
 
 def write_section(text: str) -> None:
-    block = f"{START}\n{text.rstrip()}\n{END}"
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in old and END in old:
-        new = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, old, flags=re.S)
-    else:
-        new = old.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(new)
+    results_md.write_section(START, END, text, RESULTS)
 
 
 def main(argv: list[str] | None = None) -> int:
