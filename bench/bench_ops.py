@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import os
-import platform
 import sys
 import types
 from dataclasses import dataclass
@@ -204,21 +202,6 @@ def peak_bandwidth_gbs() -> float | None:
     return next((v for k, v in known.items() if k in props.name), None)
 
 
-def machine_description(device: str) -> str:
-    cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    text = (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} intra-op threads, load average {os.getloadavg()[0]:.1f} "
-            "at the end of the run (above ~0.5 the CPU numbers are noisy)")
-    if device == "cuda":
-        text += f"; GPU: {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
-    return text
-
-
 def time_case(case: Case, device: str, min_run_time: float) -> dict:
     threads = torch.get_num_threads()
     row = {"op": case.op, "size": case.size}
@@ -314,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         compare = benchmark.Compare(measurements)
         compare.trim_significant_figures()
         print(compare)
-        sections += ["", f"### {device}", "", f"Machine: {machine_description(device)}.", "", table, "",
+        sections += ["", f"### {device}", "", f"Machine: {results_md.machine_description(device)}.", "", table, "",
                      "<details><summary>torch.utils.benchmark.Compare</summary>", "", "```text",
                      str(compare).strip(), "```", "", "</details>"]
     text = "\n".join(sections)

@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import datetime
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -264,21 +263,10 @@ def memory_run(epochs: int) -> dict:
     return {"epochs": epochs, "rss": marks, "seconds": time.perf_counter() - t0}
 
 
-def machine_description() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
-            f"load average {os.getloadavg()[0]:.1f} at the end of the run (above ~0.5 the numbers are noisy)")
-
-
 def markdown(rows: list[dict], fractions: list[tuple], memory: dict, args) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = ["## Sampler throughput (`bench/bench_sampler.py`)", "",
-           f"Run {now}{' (--quick)' if args.quick else ''}. Machine: {machine_description()}.", "",
+           f"Run {now}{' (--quick)' if args.quick else ''}. Machine: {results_md.machine_description()}.", "",
            f"Marginal proposals per second (steady state), single-site MH, raw energy, {args.steps} sampled "
            "positions per chain at length T (the rest fixed, still in the energy): each case runs with "
            f"{args.epochs[0]} and {args.epochs[1]} epochs (same seed, so the same chains over the common epochs, "
