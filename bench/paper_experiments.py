@@ -282,6 +282,16 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path, title: str) -> Path:
+    """Title, layout and PNG of a finished figure (then freed)."""
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_epochs(path: Path, runs: list[Run], panels: list[tuple[str, Callable[[Run], list[float]]]],
                 title: str, all_epochs: bool = False) -> Path:
     """One panel per (name, getter); x = post-burn-in epoch (or every epoch with ``all_epochs``)."""
@@ -298,12 +308,7 @@ def plot_epochs(path: Path, runs: list[Run], panels: list[tuple[str, Callable[[R
         ax.set_xlabel("epoch after burn-in")
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def plot_sweep(path: Path, xs: Sequence[float], series: dict[str, dict[str, list[float]]], xlabel: str,
@@ -318,12 +323,7 @@ def plot_sweep(path: Path, xs: Sequence[float], series: dict[str, dict[str, list
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 # ---------------------------------------------------------------------------------------------- experiments
