@@ -245,6 +245,17 @@ def bundle_missing() -> list[str]:
     return [name for name in BUNDLE_FILES if not (BUNDLE_DIR / name).is_file()]
 
 
+def bundled_test_file(path: str, option: str) -> str:
+    """``path`` itself, or for ``"bundled"`` the bundled test_2016_flickr source (``option == "--input"``)
+    or reference file; a missing bundled file is a FileNotFoundError naming ``option``."""
+    if path != "bundled":
+        return path
+    bundled = BUNDLED_TEST_SOURCE if option == "--input" else BUNDLED_TEST_REFERENCE
+    if not bundled.is_file():
+        raise FileNotFoundError(f"{option} bundled: {bundled} is not there (bundled model not installed)")
+    return str(bundled)
+
+
 def load_bundled_model(device: str | torch.device | None = None) -> Translator:
     """The bundled Multi30k De->En CMLM with its SentencePiece model (fp16 weights, run in fp32)."""
     missing = bundle_missing()

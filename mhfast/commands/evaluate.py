@@ -40,16 +40,6 @@ def read_lines(path: str, option: str) -> list[str]:
         return [line.rstrip("\r\n") for line in f.read().splitlines()]
 
 
-def _reference_path(ref: str) -> str:
-    if ref != "bundled":
-        return ref
-    from ..translation import BUNDLED_TEST_REFERENCE
-
-    if not BUNDLED_TEST_REFERENCE.is_file():
-        raise FileNotFoundError(f"--ref bundled: {BUNDLED_TEST_REFERENCE} is not there (bundled model not installed)")
-    return str(BUNDLED_TEST_REFERENCE)
-
-
 def score(hyps: list[str], refs: list[str], lowercase: bool = False) -> list[tuple[str, Any, str]]:
     """``[(name, sacrebleu score, signature)]`` for corpus BLEU and chrF."""
     import sacrebleu
@@ -120,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     stats = _read_stats(args.stats) if args.stats else None  # check every file before printing anything
     if args.hyp is not None:
         hyps = read_lines(args.hyp, "--hyp")
-        ref_path = _reference_path(args.ref)
+        from ..translation import bundled_test_file
+
+        ref_path = bundled_test_file(args.ref, "--ref")
         refs = read_lines(ref_path, "--ref")
         counts = {"--hyp": len(hyps), "--ref": len(refs)}
         if args.src:

@@ -24,11 +24,18 @@ tokens.
 --stats-out F writes per-chunk, per-epoch sampler statistics as JSON (read by ``mhfast evaluate
 --stats F``).
 
+--ref FILE (or ``bundled``: the bundled test_2016_flickr.en) gives one reference per input line:
+--format fairseq then adds ``T-i<TAB>reference`` lines (as fairseq-generate does), and at the end
+sacreBLEU and chrF of all translations against the references, with their signatures, go to stderr.
+``--input bundled`` reads the bundled test_2016_flickr.de; --limit N keeps the first N input lines
+(and references).
+
 Examples:
     $ python3 -m mhfast translate --input test.de --output test.hyp --chains 2 --epochs 10 --burn-in 3
     $ echo "Ein Hund läuft." | python3 -m mhfast translate --method mask-predict --quiet
     $ python3 -m mhfast translate --model ckpt.pt --data data-bin --tokenizer none --input src.tok --output out
     $ python3 -m mhfast translate --input test.de --output test.hyp --resume     # after a crash
+    $ python3 -m mhfast translate --input bundled --ref bundled --limit 5 --format fairseq
 """
 from __future__ import annotations
 
@@ -60,10 +67,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..sampler.api import ENERGIES, ORDERS, SAMPLERS
 
     io = p.add_argument_group("input/output")
-    io.add_argument("--input", "-i", metavar="FILE", help="source sentences, one per line (default: stdin)")
+    io.add_argument("--input", "-i", metavar="FILE",
+                    help="source sentences, one per line (default: stdin); 'bundled': test_2016_flickr.de")
+    io.add_argument("--ref", metavar="FILE",
+                    help="references, one per input line ('bundled': test_2016_flickr.en): T- lines with "
+                         "--format fairseq, BLEU and chrF on stderr at the end")
+    io.add_argument("--limit", type=int, default=None, metavar="N", help="translate only the first N input lines")
     io.add_argument("--output", "-o", metavar="FILE", help="translations (default: stdout)")
     io.add_argument("--format", choices=("plain", "fairseq"), default="plain",
-                    help="plain: one hypothesis per line; fairseq: S-/H-/D-/E- lines like fairseq-generate")
+                    help="plain: one hypothesis per line; fairseq: S-/T-/H-/D-/E- lines like fairseq-generate")
     io.add_argument("--resume", action="store_true",
                     help="continue a killed run into the same --output (needs OUTPUT.progress, same options)")
     io.add_argument("--stats-out", metavar="FILE", help="write per-epoch sampler statistics as JSON")
@@ -136,8 +148,11 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--data/--spm/--tokenizer go with --model CHECKPOINT (the bundled model has its own)")
     if args.model is not None and not args.data:
         raise ValueError("--model needs --data DICT_DIR (the folder with its dict.<lang>.txt files)")
-    if args.input is not None and not os.path.isfile(args.input):
-        raise FileNotFoundError(f"--input: no such file: {args.input!r}")
+    if args.limit is not None and args.limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {args.limit}")
+    for option, path in (("--input", args.input), ("--ref", args.ref)):
+        if path is not None and path != "bundled" and not os.path.isfile(path):
+            raise FileNotFoundError(f"{option}: no such file: {path!r}")
     if args.output is not None and os.path.isdir(args.output):
         raise ValueError(f"--output: {args.output!r} is a directory")
 
@@ -159,8 +174,9 @@ def _file_identity(path: str | os.PathLike | None) -> Any:
     return [str(p), p.stat().st_size] if p.exists() else [str(p), None]
 
 
-def options_hash(args: argparse.Namespace, lines: list[str]) -> str:
-    """sha256 of everything that decides the output: decoding options, model files, the input text."""
+def options_hash(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None) -> str:
+    """sha256 of everything that decides the output: decoding options, model files, the input text
+    (and the references, which --format fairseq writes)."""
     from ..translation import BUNDLE_DIR
 
     model_dir = BUNDLE_DIR if args.model is None else Path(args.data)
@@ -174,6 +190,8 @@ def options_hash(args: argparse.Namespace, lines: list[str]) -> str:
         "spm": _file_identity(args.spm), "tokenizer": args.tokenizer, "stats_out": args.stats_out,
         "input": hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest(), "lines": len(lines),
     }
+    if refs is not None:  # keeps the hashes of runs without --ref unchanged
+        spec["refs"] = hashlib.sha256("\n".join(refs).encode("utf-8")).hexdigest()
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -217,12 +235,12 @@ def _read_progress(output: str, digest: str) -> dict:
     return {"lines_done": lines_done, "output_bytes": size}
 
 
-def format_sentence(index: int, source: str, hyp: Any, fmt: str) -> str:
+def format_sentence(index: int, source: str, hyp: Any, fmt: str, ref: str | None = None) -> str:
     """The output text of one sentence (with trailing newline)."""
     if fmt == "plain":
         return hyp.text + "\n"
-    lines = [f"S-{index}\t{source}", f"H-{index}\t{hyp.score:.6f}\t{' '.join(hyp.tokens)}",
-             f"D-{index}\t{hyp.score:.6f}\t{hyp.text}"]
+    lines = [f"S-{index}\t{source}"] + ([f"T-{index}\t{ref}"] if ref is not None else [])
+    lines += [f"H-{index}\t{hyp.score:.6f}\t{' '.join(hyp.tokens)}", f"D-{index}\t{hyp.score:.6f}\t{hyp.text}"]
     d = hyp.details
     if "best_energy" in d:
         lines.append(f"E-{index}\tE_{d['energy']}={d['best_energy']:.4f}\traw="
@@ -231,6 +249,22 @@ def format_sentence(index: int, source: str, hyp: Any, fmt: str) -> str:
     elif "positional_scores" in d:
         lines.append(f"P-{index}\t" + " ".join(f"{x:.4f}" for x in d["positional_scores"]))
     return "\n".join(lines) + "\n"
+
+
+def hypotheses_in_output(text: str, fmt: str) -> list[str]:
+    """The detokenized hypotheses of an output written by this command (plain lines or D- lines)."""
+    if fmt == "plain":
+        return text.split("\n")[:-1] if text else []
+    return [line.split("\t", 2)[2] for line in text.split("\n") if line.startswith("D-")]
+
+
+def report_scores(hyps: list[str], refs: list[str]) -> None:
+    """sacreBLEU and chrF (with signatures) on stderr: stdout stays the translations only."""
+    from .evaluate import score
+
+    print(f"{len(hyps)} sentences", file=sys.stderr)
+    for _, result, signature in score(hyps, refs):
+        print(f"{result}\n  signature: {signature}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------- run
@@ -251,8 +285,17 @@ def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    lines = read_lines(args.input)
-    digest = options_hash(args, lines)
+    from ..translation import bundled_test_file
+
+    lines = read_lines(None if args.input is None else bundled_test_file(args.input, "--input"))
+    refs = None if args.ref is None else read_lines(bundled_test_file(args.ref, "--ref"))
+    if args.limit is not None:
+        lines = lines[:args.limit]
+        refs = None if refs is None else refs[:args.limit]
+    if refs is not None and len(refs) != len(lines):
+        raise ValueError(f"line counts differ: --input {len(lines)}, --ref {len(refs)}"
+                         + (f" (after --limit {args.limit})" if args.limit is not None else ""))
+    digest = options_hash(args, lines, refs)
     start, out_bytes = 0, 0
     if args.resume:
         state = _read_progress(args.output, digest)
@@ -284,6 +327,7 @@ def run(args: argparse.Namespace) -> int:
                                                                "output_bytes": 0, "total_lines": len(lines)})
     bar = _progress_bar(args, len(lines), start)
     decoded, acc_sum = 0, 0.0
+    texts: list[str] = []  # this process's output text, for the scores at the end
     try:
         for first in range(start, len(lines), args.batch_size):
             chunk = lines[first:first + args.batch_size]
@@ -297,8 +341,10 @@ def run(args: argparse.Namespace) -> int:
                 chunk, method=args.method, input_ids=range(first, first + len(chunk)),
                 sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
                 progress=None if args.quiet else on_epoch)
-            text = "".join(format_sentence(first + j, src, hyp, args.format)
+            text = "".join(format_sentence(first + j, src, hyp, args.format,
+                                           None if refs is None else refs[first + j])
                            for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
+            texts.append(text)
             out.write(text if out is sys.stdout else text.encode("utf-8"))
             out.flush()
             if args.output is not None:
@@ -327,4 +373,10 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         if out is not sys.stdout:
             out.close()
+    if refs is not None and lines:
+        done = "".join(texts)
+        if args.resume:  # the lines of the interrupted run are in the file before this run's
+            with open(args.output, encoding="utf-8", newline="") as f:
+                done = f.read()
+        report_scores(hypotheses_in_output(done, args.format), refs)
     return 0
