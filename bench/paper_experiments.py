@@ -273,9 +273,10 @@ def write_section(md_path: Path, section: Section, command: str, seconds: float,
 def _plt():
     import logging
 
+    # fairseq sets the root logger to DEBUG; quiet matplotlib before its import logs its set-up
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq sets the root logger to DEBUG
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
 
