@@ -185,6 +185,61 @@ def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path
     assert "post-burn-in mean" in out and len(rows) == 2 and rows[0].lstrip().startswith("1*")
 
 
+@needs_multi30k
+def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsys):
+    """--ref adds T- lines after S- lines, --limit keeps the first N lines, and the BLEU/chrF on stderr
+    are sacreBLEU's on the D- hypotheses (the same numbers `mhfast evaluate` prints)."""
+    import sacrebleu
+
+    de = tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines()
+    en = tiny_paths["valid_en"].read_text(encoding="utf-8").splitlines()
+    short = sorted(range(len(de)), key=lambda i: len(de[i].split()))[:3]
+    lines, refs = [de[i] for i in short], [en[i] for i in short]
+    src = write_input(tmp_path / "src.txt", lines)
+    ref = write_input(tmp_path / "ref.txt", refs)
+    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref), "--limit", "2",
+                              "--format", "fairseq", *FAST, "--quiet"], capsys)
+    assert code == 0, err
+    tags = [line.split("\t", 1)[0] for line in out.splitlines()]
+    assert [t for t in tags if t[0] in "STHD"] == ["S-0", "T-0", "H-0", "D-0", "S-1", "T-1", "H-1", "D-1"]
+    assert [line.split("\t", 1)[1] for line in out.splitlines() if line.startswith("T-")] == refs[:2]
+    hyps = [line.split("\t", 2)[2] for line in out.splitlines() if line.startswith("D-")]
+    bleu = sacrebleu.corpus_bleu(hyps, [refs[:2]])
+    chrf = sacrebleu.corpus_chrf(hyps, [refs[:2]])
+    assert err.startswith("2 sentences\n")
+    assert f"BLEU = {bleu.score:.2f}" in err and f"chrF2 = {chrf.score:.2f}" in err
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in err  # the signature
+
+    # plain output + --output file: stdout and the file hold only the translations, scores on stderr
+    hyp_file = tmp_path / "hyp.txt"
+    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref),
+                              "--output", str(hyp_file), *FAST, "--quiet"], capsys)
+    assert code == 0 and out == "", err
+    hyps = hyp_file.read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == 3 and f"BLEU = {sacrebleu.corpus_bleu(hyps, [refs]).score:.2f}" in err
+
+
+@needs_multi30k
+def test_translate_reference_errors_are_one_line(tiny, tmp_path, capsys):
+    src = write_input(tmp_path / "src.txt", ["ein hund .", "eine frau ."])
+    ref = write_input(tmp_path / "ref.txt", ["a dog ."])
+    cases = [
+        (["--ref", str(ref)], "line counts differ: --input 2, --ref 1"),
+        (["--ref", str(ref), "--limit", "2"], "after --limit 2"),
+        (["--ref", str(tmp_path / "missing.txt")], "--ref: no such file"),
+        (["--limit", "-1"], "--limit must be >= 0"),
+    ]
+    for extra, needle in cases:
+        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), *extra, *FAST, "--quiet"],
+                                 capsys)
+        assert code == 2, (extra, err)
+        assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (extra, err)
+    # --limit 1 leaves one line of each: accepted
+    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref), "--limit", "1",
+                              *FAST, "--quiet"], capsys)
+    assert code == 0 and len(out.splitlines()) == 1, err
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "mhfast", "translate", *args]
 
@@ -270,18 +325,19 @@ def test_translate_errors_are_one_line(tiny, tmp_path, capsys):
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (argv, err)
 
 
-def test_translate_bundled_model_or_clear_error(tmp_path, capsys):
-    """The bundled model translates when it is installed; without it the error names what is missing."""
-    from mhfast.translation import bundle_missing
+def test_translate_bundled_model_and_clear_error_without_it(tmp_path, monkeypatch, capsys):
+    """The bundled model translates by default; a missing bundle is a one-line error naming it."""
+    import mhfast.translation as translation
 
     src = write_input(tmp_path / "src.txt", ["Ein Hund läuft über eine Wiese.", ""])
     code, out, err = run_cli(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"], capsys)
-    if bundle_missing():
-        assert code == 2 and "bundled De->En model is incomplete" in err and len(err.strip().splitlines()) == 1
-    else:
-        assert code == 0, err
-        got = out.split("\n")
-        assert len(got) == 3 and got[0].strip() and got[1] == ""
+    assert code == 0, err
+    got = out.split("\n")
+    assert len(got) == 3 and "dog" in got[0].lower() and got[1] == "" and got[2] == ""
+
+    monkeypatch.setattr(translation, "BUNDLE_DIR", tmp_path / "nothing-here")
+    code, out, err = run_cli(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"], capsys)
+    assert code == 2 and "bundled De->En model is incomplete" in err and len(err.strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------------------- evaluate
