@@ -90,6 +90,19 @@ def test_write_section_replaces_its_own_block(tmp_path):
     assert content.index("paper:table1:end") < content.index("paper:table2:start")
 
 
+def test_write_section_keeps_the_experiment_order_whatever_the_run_order(tmp_path):
+    """Experiments run in parallel processes finish in any order; the file still reads fig1, table1, ..."""
+    script = _load_script()
+    setup = script.Setup(None, [], [], [], str, "test data")
+    args = argparse.Namespace(chains=2, epochs=3, burn_in=1, seed=0)
+    md = tmp_path / "experiments.md"
+    md.write_text("# Title\n", encoding="utf-8")
+    for name in ("table5", "fig1", "table4", "table2", "fig1", "table1"):
+        script.write_section(md, script.Section(name, name, [f"body of {name}"], []), "cmd", 1.0, setup, args)
+    assert re.findall(r"paper:(\w+):start", md.read_text(encoding="utf-8")) == ["fig1", "table1", "table2", "table4",
+                                                                                "table5"]
+
+
 def test_select_sentences_keeps_the_first_short_ones():
     script = _load_script()
     src = ["a b c", "", "a", "a b", "a b c d"]
