@@ -10,7 +10,7 @@
 
 Example::
 
-    python3 training/export_model.py --checkpoints /work/train_run/checkpoints --num 5
+    python3 training/export_model.py --checkpoints /work/train_run/checkpoints --num 3
     python3 training/evaluate_mask_predict.py --bundle mhfast/data/multi30k_de_en
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", type=Path, default=Path("/work/train_run/checkpoints"))
     parser.add_argument("--inputs", type=Path, nargs="*", help="explicit checkpoint files (instead of --num)")
-    parser.add_argument("--num", type=int, default=5, help="average the last NUM update checkpoints")
+    parser.add_argument("--num", type=int, default=3, help="average the last NUM update checkpoints")
     parser.add_argument("--work", type=Path, default=Path("/work/train_run"), help="has data-bin/ and spm.model")
     parser.add_argument("--out", type=Path, default=BUNDLE)
     parser.add_argument("--fp32", action="store_true", help="keep fp32 weights")
