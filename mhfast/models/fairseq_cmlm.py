@@ -53,6 +53,10 @@ _LENGTH_OFFSET = 128
 
 def _fairseq() -> Any:
     """Import fairseq lazily so mhfast works without it; a clear message names the install."""
+    import logging
+
+    # Importing fairseq registers every task; the speech tasks log an INFO line asking for tensorboardX.
+    logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
     try:
         import fairseq  # noqa: F401
         import fairseq.checkpoint_utils  # noqa: F401
