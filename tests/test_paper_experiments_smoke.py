@@ -75,15 +75,20 @@ def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
     assert e_local > 0 and 0 <= novel <= acc <= 1 and 0 <= bleu <= 100
 
 
-def test_write_section_replaces_its_own_block(tmp_path):
+def _write_section(md: Path, name: str, lines: list[str]) -> None:
+    """write_section with a placeholder setup and options (only the Markdown layout is under test)."""
     script = _load_script()
     setup = script.Setup(None, [], [], [], str, "test data")
     args = argparse.Namespace(chains=2, epochs=3, burn_in=1, seed=0)
+    script.write_section(md, script.Section(name, name.title(), lines, []), "cmd", 1.0, setup, args)
+
+
+def test_write_section_replaces_its_own_block(tmp_path):
     md = tmp_path / "experiments.md"
     md.write_text("# Title\n\nhand-written text\n", encoding="utf-8")
     for text in ("first", "second"):
-        script.write_section(md, script.Section("table1", "Table 1", [text], []), "cmd", 1.0, setup, args)
-    script.write_section(md, script.Section("table2", "Table 2", ["other"], []), "cmd", 1.0, setup, args)
+        _write_section(md, "table1", [text])
+    _write_section(md, "table2", ["other"])
     content = md.read_text(encoding="utf-8")
     assert content.startswith("# Title\n\nhand-written text\n")
     assert content.count("<!-- paper:table1:start -->") == 1 and "second" in content and "first" not in content
@@ -92,13 +97,10 @@ def test_write_section_replaces_its_own_block(tmp_path):
 
 def test_write_section_keeps_the_experiment_order_whatever_the_run_order(tmp_path):
     """Experiments run in parallel processes finish in any order; the file still reads fig1, table1, ..."""
-    script = _load_script()
-    setup = script.Setup(None, [], [], [], str, "test data")
-    args = argparse.Namespace(chains=2, epochs=3, burn_in=1, seed=0)
     md = tmp_path / "experiments.md"
     md.write_text("# Title\n", encoding="utf-8")
     for name in ("table5", "fig1", "table4", "table2", "fig1", "table1"):
-        script.write_section(md, script.Section(name, name, [f"body of {name}"], []), "cmd", 1.0, setup, args)
+        _write_section(md, name, [f"body of {name}"])
     assert re.findall(r"paper:(\w+):start", md.read_text(encoding="utf-8")) == ["fig1", "table1", "table2", "table4",
                                                                                 "table5"]
 
