@@ -253,9 +253,10 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, 
     lines = sources[:10]
     lines[3] = ""
     src = write_input(tmp_path / "src.txt", lines)
+    ref = write_input(tmp_path / "ref.txt", [f"reference {i} ." for i in range(len(lines))])
     # 5 chunks of 2 lines, each long enough (~0.5 s) for the kill to land between commits.
-    common = [*model_args(tiny), "--input", str(src), "--format", "fairseq", "--batch-size", "2", "--chains", "3",
-              "--epochs", "4", "--burn-in", "1", "--seed", "7", "--quiet"]
+    common = [*model_args(tiny), "--input", str(src), "--ref", str(ref), "--format", "fairseq", "--batch-size", "2",
+              "--chains", "3", "--epochs", "4", "--burn-in", "1", "--seed", "7", "--quiet"]
     full, part = tmp_path / "full.txt", tmp_path / "part.txt"
     done = subprocess.run(_cli(*common, "--output", str(full)), env=_env(), cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
@@ -297,6 +298,8 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, 
     assert resumed.returncode == 0, resumed.stderr
     assert part.read_text().splitlines() == full.read_text().splitlines()
     assert part.read_bytes() == full.read_bytes()
+    # the scores of the resumed run cover the lines of both processes: the uninterrupted run's numbers
+    assert "BLEU = " in resumed.stderr and resumed.stderr == done.stderr
     assert json.loads(progress.read_text())["lines_done"] == len(lines)
 
 

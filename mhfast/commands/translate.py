@@ -314,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
         # Chunks after the committed ones may have been recorded before the kill: drop them.
         stats["batches"] = [b for b in old.get("batches", []) if b["end"] <= start]
 
+    hyps: list[str] = []  # every translation of the run, for the scores at the end
     out: Any
     if args.output is None:
         out = sys.stdout
@@ -321,13 +322,14 @@ def run(args: argparse.Namespace) -> int:
         out = open(args.output, "r+b" if args.resume else "wb")
         if args.resume:  # drop what a killed run wrote after its last committed chunk
             out.truncate(out_bytes)
+            if refs is not None:  # the committed translations count in the scores too
+                hyps = hypotheses_in_output(out.read().decode("utf-8"), args.format)
             out.seek(out_bytes)
         else:
             _write_json_atomic(args.output + PROGRESS_SUFFIX, {"options_hash": digest, "lines_done": 0,
                                                                "output_bytes": 0, "total_lines": len(lines)})
     bar = _progress_bar(args, len(lines), start)
     decoded, acc_sum = 0, 0.0
-    texts: list[str] = []  # this process's output text, for the scores at the end
     try:
         for first in range(start, len(lines), args.batch_size):
             chunk = lines[first:first + args.batch_size]
@@ -344,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
             text = "".join(format_sentence(first + j, src, hyp, args.format,
                                            None if refs is None else refs[first + j])
                            for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
-            texts.append(text)
+            hyps += [hyp.text for hyp in result.hypotheses]
             out.write(text if out is sys.stdout else text.encode("utf-8"))
             out.flush()
             if args.output is not None:
@@ -374,9 +376,5 @@ def run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     if refs is not None and lines:
-        done = "".join(texts)
-        if args.resume:  # the lines of the interrupted run are in the file before this run's
-            with open(args.output, encoding="utf-8", newline="") as f:
-                done = f.read()
-        report_scores(hypotheses_in_output(done, args.format), refs)
+        report_scores(hyps, refs)
     return 0
