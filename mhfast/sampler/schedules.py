@@ -1,4 +1,8 @@
-"""Per-epoch schedules: position orders, block sizes (appendix D) and target temperature (section 8).
+"""Per-epoch schedules: position orders, block sizes (appendix D), target temperature (section 8) and
+forced acceptance (appendix F).
+
+:func:`epoch_schedule` turns the options into one :class:`Epoch` record per epoch; kernels read the
+record instead of branching on options (annealing and forced acceptance are schedules).
 
 Every schedule is a function of the chain's own coordinates only (its input's free-position
 count, its RNG counters), so a chain behaves the same alone or inside any batch.
@@ -11,6 +15,10 @@ Example:
     [1, 1]
     >>> target_temperature(1.0, 0.02, 0.05, 10)
     0.8
+    >>> from mhfast.sampler.options import config_from_kwargs
+    >>> cfg = config_from_kwargs(dict(epochs=3, burn_in=1, target_temperature=0.5, force_accept_epochs=1))
+    >>> [(e.beta, e.post_burn_in) for e in epoch_schedule(cfg)]
+    [(None, False), (2.0, True), (2.0, True)]
 """
 from __future__ import annotations
 
@@ -143,3 +151,33 @@ def steps_per_epoch(num_free: torch.Tensor, sizes: torch.Tensor) -> int:
 def target_temperature(start: float, anneal: float, minimum: float, epoch: int) -> float:
     """Linearly annealed target temperature (paper, section 8): max(minimum, start - anneal * epoch)."""
     return max(minimum, start - anneal * epoch)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """The schedule of one epoch, as the kernels and the driver read it."""
+
+    index: int  #: epoch number, 0-based (an RNG counter)
+    target_temperature: float  #: tau of the target exp(-E / tau) (section 8)
+    beta: float | None  #: 1 / tau, or None: accept every proposal (forced-accept epochs, appendix F)
+    post_burn_in: bool  #: best-state tracking and recording are on
+
+
+def epoch_schedule(cfg) -> list[Epoch]:
+    """One :class:`Epoch` per epoch from the options (a :class:`~mhfast.sampler.options.SamplerConfig`)."""
+    out = []
+    for e in range(cfg.epochs):
+        tau = target_temperature(float(cfg.target_temperature), float(cfg.anneal), float(cfg.min_target_temperature),
+                                 e)
+        out.append(Epoch(e, tau, None if e < cfg.force_accept_epochs else 1.0 / tau, e >= cfg.burn_in))
+    return out
+
+
+def active_chains(num_free: torch.Tensor, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(device, CPU) indices of the chains in step k of a single-site epoch: those with a k-th free
+    position (fixed for the run, so computed once from the CPU ``num_free``)."""
+    out = []
+    for k in range(int(num_free.max()) if num_free.numel() else 0):
+        host = (num_free > k).nonzero().squeeze(1)
+        out.append((host.to(device), host))
+    return out

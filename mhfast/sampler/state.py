@@ -1,4 +1,4 @@
-"""Chain state: tokens, energy/free positions, per-position energy terms, caches and statistics.
+"""Chain state: tokens, energy/free positions, per-position energy terms, the cache, the best state.
 
 ``M = B * chains`` chains are stored flat (chain ``m`` belongs to input ``m // chains``).
 Energies are kept as per-position terms ``raw_terms``/``local_terms`` f32[M, T] (zero at
@@ -7,10 +7,15 @@ float64 by :func:`mhfast.sampler.runner.sum_terms`. Keeping the terms lets a sin
 step reuse every term it does not change, and makes the energy of a chain independent of
 what else is in its batch.
 
+:class:`ChainState` is a frozen dataclass: a kernel step returns a new state built with
+:func:`dataclasses.replace` and new tensors. The one exception is the per-position cache
+(``[M, T, d]``, the largest buffer by far): copying it every step would cost more than the model
+call it saves, so a step updates it in place and *donates* it to the state it returns (as JAX
+donates buffers): a state that has been passed to ``step`` must not be used again.
+
 Example:
     >>> import torch
     >>> from mhfast.models.tabular import TabularMLM
-    >>> from mhfast.sampler.backend import get_backend
     >>> from mhfast.sampler.runner import ModelRunner
     >>> model = TabularMLM.random(num_tokens=3, length=2, seed=0)
     >>> runner = ModelRunner(model, None, 65536)
@@ -20,7 +25,8 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -41,43 +47,44 @@ def warm_start(runner: ModelRunner, init: torch.Tensor, free: torch.Tensor, ctx_
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChainState:
+    """The state of all chains (see the module docstring); build it with :meth:`create`."""
+
     tokens: torch.Tensor  #: Long[M, T] current states
     energy_mask: torch.Tensor  #: Bool[M, T] positions in the energy sum
     free: torch.Tensor  #: Bool[M, T] positions that get proposals
     inputs: torch.Tensor  #: Long[M] input index (RNG counter)
     chain_ids: torch.Tensor  #: Long[M] chain index within the input (RNG counter)
     ctx_index: torch.Tensor | None  #: Long[M] source index for conditional models
-    num_inputs: int
-    chains: int
     energy: str  #: "raw" or "local": the target energy
-    seed: int = 0  #: RNG seed: ``rng_keys`` = the counter hash of (seed, input, chain), made once
-    raw_terms: torch.Tensor = field(init=False)
-    local_terms: torch.Tensor = field(init=False)
-    e_raw: torch.Tensor = field(init=False)
-    e_local: torch.Tensor = field(init=False)
+    seed: int  #: RNG seed
+    rng_keys: torch.Tensor  #: Long[M] the counter hash of (seed, input, chain), made once
+    num_free_host: torch.Tensor  #: CPU Long[M] free positions per chain (steps plan with it: no sync)
+    num_energy_host: torch.Tensor  #: CPU Long[M] energy positions per chain
+    raw_terms: torch.Tensor  #: f32[M, T] -logit of each energy position's token given the rest
+    local_terms: torch.Tensor  #: f32[M, T] -log p of each energy position's token given the rest
+    e_raw: torch.Tensor  #: f32[M] sum of raw_terms
+    e_local: torch.Tensor  #: f32[M] sum of local_terms
+    best_energy: torch.Tensor  #: f32[M] lowest target energy seen after burn-in
+    best_tokens: torch.Tensor  #: Long[M, T] the state that had it
     #: [M, T, D] model outputs of X masked at each energy position (features or logits), kept
-    #: valid by every step of the samplers that read it ("mh", and "block-mh" when its
-    #: schedule has one-position blocks); None otherwise.
+    #: valid by the kernels that read it; None otherwise. Updated in place (donated, see above).
     cache: torch.Tensor | None = None
-    best_energy: torch.Tensor = field(init=False)
-    best_tokens: torch.Tensor = field(init=False)
 
-    def __post_init__(self) -> None:
-        M, T = self.tokens.shape
-        dev = self.tokens.device
-        self.num_free = self.free.sum(dim=1)
-        self.rng_keys = rng.chain_keys(self.seed, self.inputs, self.chain_ids)
-        # Host copies of static counts: steps plan their index work with them instead of syncing.
-        self.num_free_host = self.num_free.cpu()
-        self.num_energy_host = self.energy_mask.sum(dim=1).cpu()
-        self.raw_terms = torch.zeros(M, T, device=dev)
-        self.local_terms = torch.zeros(M, T, device=dev)
-        self.e_raw = torch.zeros(M, device=dev)
-        self.e_local = torch.zeros(M, device=dev)
-        self.best_energy = torch.full((M,), float("inf"), device=dev)
-        self.best_tokens = self.tokens.clone()
+    @classmethod
+    def create(cls, tokens: torch.Tensor, energy_mask: torch.Tensor, free: torch.Tensor, inputs: torch.Tensor,
+               chain_ids: torch.Tensor, ctx_index: torch.Tensor | None, energy: str, seed: int) -> "ChainState":
+        """A state with zero energies (a kernel's ``init`` scores it when it needs energies)."""
+        M, T = tokens.shape
+        dev = tokens.device
+        zeros = torch.zeros(M, T, device=dev)
+        return cls(tokens=tokens, energy_mask=energy_mask, free=free, inputs=inputs, chain_ids=chain_ids,
+                   ctx_index=ctx_index, energy=energy, seed=seed, rng_keys=rng.chain_keys(seed, inputs, chain_ids),
+                   num_free_host=free.sum(dim=1).cpu(), num_energy_host=energy_mask.sum(dim=1).cpu(),
+                   raw_terms=zeros, local_terms=zeros.clone(), e_raw=torch.zeros(M, device=dev),
+                   e_local=torch.zeros(M, device=dev), best_energy=torch.full((M,), float("inf"), device=dev),
+                   best_tokens=tokens.clone())
 
     @property
     def target(self) -> torch.Tensor:
@@ -87,18 +94,16 @@ class ChainState:
     def ctx_of(self, chain_index: torch.Tensor) -> torch.Tensor | None:
         return self.ctx_index.index_select(0, chain_index) if self.ctx_index is not None else None
 
-    def set_terms(self, chain_index: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor) -> None:
-        """Replace the energy terms (and energies) of the chains ``chain_index``."""
-        self.raw_terms[chain_index] = raw_terms
-        self.local_terms[chain_index] = local_terms
-        self.e_raw[chain_index] = sum_terms(raw_terms)
-        self.e_local[chain_index] = sum_terms(local_terms)
+    def with_terms(self, raw_terms: torch.Tensor, local_terms: torch.Tensor) -> "ChainState":
+        """Every chain's energy terms (and energies) replaced."""
+        return dataclasses.replace(self, raw_terms=raw_terms, local_terms=local_terms, e_raw=sum_terms(raw_terms),
+                                   e_local=sum_terms(local_terms))
 
-    def track_best(self) -> None:
-        """Remember each chain's lowest-target-energy state (no host sync)."""
+    def with_best(self) -> "ChainState":
+        """Each chain's lowest-target-energy state remembered (no host sync)."""
         better = self.target < self.best_energy
-        self.best_energy = torch.where(better, self.target, self.best_energy)
-        self.best_tokens = torch.where(better[:, None], self.tokens, self.best_tokens)
+        return dataclasses.replace(self, best_energy=torch.where(better, self.target, self.best_energy),
+                                   best_tokens=torch.where(better[:, None], self.tokens, self.best_tokens))
 
 
 def score_states(runner: ModelRunner, backend, tokens: torch.Tensor, energy_mask: torch.Tensor,
@@ -121,23 +126,16 @@ def score_states(runner: ModelRunner, backend, tokens: torch.Tensor, energy_mask
     return raw_terms, local_terms, (seq, pos, outputs)
 
 
-def rescore(state: ChainState, runner: ModelRunner, backend, keep_cache: bool = False) -> None:
-    """Recompute every chain's energy terms (and, with ``keep_cache``, the per-position cache)."""
+def rescore(state: ChainState, runner: ModelRunner, backend, keep_cache: bool = False) -> ChainState:
+    """Every chain's energy terms recomputed (and, with ``keep_cache``, the per-position cache built)."""
     raw, local, (seq, pos, outputs) = score_states(runner, backend, state.tokens, state.energy_mask,
                                                    state.ctx_index, keep_outputs=keep_cache)
-    all_chains = torch.arange(state.tokens.shape[0], device=state.tokens.device)
-    state.set_terms(all_chains, raw, local)
-    if keep_cache:
-        M, T = state.tokens.shape
-        if outputs is None:  # no energy positions at all: nothing will ever be read
-            state.cache = torch.zeros(M, T, 1, device=state.tokens.device)
-        else:
-            state.cache = outputs.new_zeros(M, T, outputs.shape[1])
-            state.cache[seq, pos] = outputs
-
-
-@dataclass
-class EpochStats:
-    proposals: int = 0
-    accepted: int = 0
-    novel: int = 0
+    state = state.with_terms(raw, local)
+    if not keep_cache:
+        return state
+    M, T = state.tokens.shape
+    if outputs is None:  # no energy positions at all: nothing will ever be read
+        return dataclasses.replace(state, cache=torch.zeros(M, T, 1, device=state.tokens.device))
+    cache = outputs.new_zeros(M, T, outputs.shape[1])
+    cache[seq, pos] = outputs
+    return dataclasses.replace(state, cache=cache)

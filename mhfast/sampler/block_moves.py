@@ -1,4 +1,4 @@
-"""Block steps: block MH and degenerate block Gibbs (paper, section 4.1 "Block MH sampling", 7.3).
+"""Block moves: block MH and degenerate block Gibbs (paper, section 4.1 "Block MH sampling", 7.3).
 
 For a block I of positions, X masked at every position of I is forwarded once (one row,
 logits at |I| positions) and each X'_i, i in I, is drawn independently from
@@ -12,7 +12,7 @@ partial block of an epoch) is a single-site MH move, and is made exactly like on
 from the single-site cache (no proposal forward) and ``T_e - 1`` rows of X'. For that, block
 MH keeps the cache valid: an accepted block move stores the ``T_e`` rows of X' it computed
 (no extra model rows).
-"block-gibbs" uses the same proposal and always accepts (with proposal temperature -> 0 this
+Block Gibbs uses the same proposal and always accepts (with proposal temperature -> 0 this
 is Mask-Predict-like iterative refinement).
 
 Example:
@@ -25,43 +25,54 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from . import rng
+from .step import StepContext, StepInfo
+from .moves import accept, changed_chains, evaluate_and_accept
 from .schedules import BlockStep
-from .single_site import StepConfig, _accept, changed_chains, evaluate_and_accept
-from .state import ChainState, EpochStats
+from .state import ChainState
 
 
-def block_step(cfg: StepConfig, state: ChainState, plan: BlockStep, order: torch.Tensor, beta: float | None,
-               epoch: int, step: int, stats: EpochStats, gibbs: bool) -> None:
-    """One block step: the chains and columns of ``order`` (Long[M, T]) given by ``plan``.
-
-    ``gibbs=True``: accept always and skip the energy of X' (block Gibbs). ``beta=None``
-    (force-accept epochs): accept always but keep energies (and the cache) exact.
-    """
-    runner, be = cfg.runner, cfg.backend
-    dev = state.tokens.device
+def _block_logits(ctx: StepContext, state: ChainState, plan: BlockStep, pos: torch.Tensor) -> torch.Tensor:
+    """Proposal logits of every entry of the plan: the cached row for one-position blocks, else one
+    forward of X masked at the whole block (several positions read from one row with the row hooks)."""
+    runner = ctx.runner
     act, nS = plan.chains, plan.num_single
-    A = act.shape[0]
-    if A == 0:
-        return
-    r, slot, chain_of = plan.entry, plan.entry_slot, plan.entry_chain
-    pos = order[chain_of, plan.entry_col]
-    cur = state.tokens[chain_of, pos]
     parts = []
     if nS:  # |I| = 1: q(. | X without i) is the cached row i, as in single-site MH
         assert state.cache is not None, "one-position block moves need the single-site cache"
-        parts.append(runner.to_logits(state.cache[chain_of[:nS], pos[:nS]]))
-    if A > nS:  # X masked at every position of its block: one row per chain (with the row hooks)
+        parts.append(runner.to_logits(state.cache[plan.entry_chain[:nS], pos[:nS]]))
+    if act.shape[0] > nS:  # X masked at every position of its block: one row per chain
         rows = state.tokens.index_select(0, act[nS:])
-        block_row = r[nS:] - nS
+        block_row = plan.entry[nS:] - nS
         rows[block_row, pos[nS:]] = runner.mask_id
         parts.append(runner.to_logits(runner.outputs_at(rows, block_row, pos[nS:], state.ctx_of(act[nS:]),
                                                         row_index_host=plan.block_row_host)))
-    logits = parts[0] if len(parts) == 1 else torch.cat(parts)
-    u = rng.uniforms_from_keys(state.rng_keys[chain_of], epoch, step, rng.PROPOSE, slot)
-    prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, cfg.proposal_temperature, cfg.top_p, u)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torch.Tensor, beta: float | None,
+               epoch: int, step: int, gibbs: bool) -> tuple[ChainState, StepInfo]:
+    """One block step: the chains and columns of ``order`` (Long[M, T]) given by ``plan``.
+
+    ``gibbs=True``: accept always and skip the energy of X' (block Gibbs; ``scored=False``).
+    ``beta=None`` (force-accept epochs): accept always but keep energies (and the cache) exact.
+    """
+    be = ctx.backend
+    dev = state.tokens.device
+    act, A = plan.chains, plan.chains.shape[0]
+    if A == 0:
+        return state, StepInfo(0, 0, 0, scored=not gibbs)
+    r, slot = plan.entry, plan.entry_slot
+    pos = order[plan.entry_chain, plan.entry_col]
+    cur = state.tokens[plan.entry_chain, pos]
+    logits = _block_logits(ctx, state, plan, pos)
+    u = rng.uniforms_from_keys(state.rng_keys[plan.entry_chain], epoch, step, rng.PROPOSE, slot)
+    prop, logq_f, logq_r = be.propose(ctx.runner.proposal_logits(logits), cur, ctx.proposal_temperature, ctx.top_p,
+                                      u)
     # Sum over the block in float64 (order-independent, so batch-independent).
     lf = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_f.double()).float()
     lr = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_r.double()).float()
@@ -73,19 +84,16 @@ def block_step(cfg: StepConfig, state: ChainState, plan: BlockStep, order: torch
     local, local_host = changed_chains(diff > 0)
     ch_host = plan.chains_host.index_select(0, local_host)
     n = ch_host.shape[0]
-    stats.proposals += A
-    stats.accepted += A - n  # X' = X: accepted with probability 1
-    if n == 0:
-        return
+    if n == 0:  # X' = X: accepted with probability 1
+        return state, StepInfo(A, A, 0, scored=not gibbs)
     ch = act.index_select(0, local)
     pos_ch, prop_ch = positions.index_select(0, local), proposed.index_select(0, local)
     lf_ch = lf.index_select(0, local)
     if gibbs:
         zeros = torch.zeros(n, device=dev)
-        _accept(cfg, state, ch, pos_ch, prop_ch, zeros, lf_ch, lf_ch, None, epoch, step)
-        stats.accepted += n
-        stats.novel += n
-        return
-    n_single = int((local_host < nS).sum())  # single-site chains come first in act: a prefix of ch
-    evaluate_and_accept(cfg, state, ch, ch_host, pos_ch, prop_ch, lf_ch, lr.index_select(0, local),
-                        logits.index_select(0, local[:n_single]), beta, epoch, step, stats)
+        tokens, _ = accept(ctx, state, ch, pos_ch, prop_ch, zeros, lf_ch, lf_ch, None, epoch, step)
+        return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, n, scored=False)
+    n_single = int((local_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
+    state, k = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch, lr.index_select(0, local),
+                                   logits.index_select(0, local[:n_single]), beta, epoch, step)
+    return state, StepInfo(A, A - n + k, k, scored=True)

@@ -1,0 +1,184 @@
+"""The moves the kernels are made of: propose from a conditional, score X', accept or reject.
+
+Single-site MH with a cache (the efficient inner loop). For each chain the state keeps, per energy
+position t, the model output of X masked at t (``state.cache``) and the energy terms. At position i:
+
+* the proposal distribution is the cached row i (the LM head applied to one row): X and X'
+  masked at i are the same sequence, so no model call is needed to propose;
+* a proposal equal to the current token is X' = X, accepted with probability 1: no model call;
+* otherwise X' needs ``T_e - 1`` new masked rows (X' masked at every other energy position);
+  the term of position i comes from the cached row i at the proposed token. Accepted
+  chains copy the new rows into the cache, so E(X) is never recomputed.
+
+Block moves (section 4.1) propose several positions from one row of X masked at the whole block
+and need all ``T_e`` rows of X' (:func:`evaluate_and_accept` handles both).
+
+Every function returns a new :class:`~mhfast.sampler.state.ChainState` (the cache buffer is
+updated in place and donated, see :mod:`mhfast.sampler.state`) and a
+:class:`~mhfast.sampler.kernels.base.StepInfo`.
+
+Example:
+    >>> import mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> r = mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, chains=4, epochs=3, burn_in=1, backend="reference")
+    >>> r.tokens.shape
+    torch.Size([1, 4, 2])
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from . import rng
+from .step import StepContext, StepInfo
+from .runner import sum_terms
+from .state import ChainState
+
+
+def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions: torch.Tensor,
+           proposed: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
+           logq_reverse: torch.Tensor, beta: float | None, epoch: int, step: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """mh_accept_ on the chains ``chains``: returns ``(new tokens Long[M, T], accepted Bool[n])``.
+
+    ``beta=None`` accepts always: the same op with beta = 0 and logq_reverse = logq_forward, so
+    log_alpha = 0 > log(u) for every u in (0, 1).
+    """
+    n = chains.shape[0]
+    dev = state.tokens.device
+    tokens = state.tokens.index_select(0, chains)
+    energy = state.target.index_select(0, chains)
+    if beta is None:
+        beta_t = torch.zeros(n, device=dev)
+        energy_proposed = energy.clone()
+        logq_reverse = logq_forward
+    else:
+        beta_t = torch.full((n,), float(beta), device=dev)
+    u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT)
+    accepted = ctx.backend.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
+                                      logq_reverse, beta_t, u)
+    return state.tokens.index_copy(0, chains, tokens), accepted
+
+
+def _commit(state: ChainState, tokens: torch.Tensor, chains: torch.Tensor, accepted: torch.Tensor,
+            raw_new: torch.Tensor, local_new: torch.Tensor) -> ChainState:
+    """The state with the accepted chains' new tokens and energy terms (no host sync)."""
+    keep = accepted[:, None]
+    pick = lambda new, old: old.index_copy(0, chains, torch.where(  # noqa: E731
+        keep if new.dim() == 2 else accepted, new, old.index_select(0, chains)))
+    return dataclasses.replace(
+        state, tokens=tokens, raw_terms=pick(raw_new, state.raw_terms), local_terms=pick(local_new, state.local_terms),
+        e_raw=pick(sum_terms(raw_new), state.e_raw), e_local=pick(sum_terms(local_new), state.e_local))
+
+
+def changed_chains(changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the step's chains whose proposal differs from their state: the one host sync of
+    a step (the caller then knows how many rows to forward). Returns ``(device, CPU)`` copies."""
+    local_host = changed.cpu().nonzero().squeeze(1)
+    return local_host.to(changed.device), local_host
+
+
+def _score_proposals(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
+                     x_new: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor,
+                     known_logits: torch.Tensor):
+    """Energy terms of X' for the chains ``ch``: ``(raw f32[n,T], local f32[n,T], (seq, q, outputs))``.
+
+    The first ``len(known_logits)`` chains make single-site moves: their term at ``positions[:, 0]``
+    comes from the cached row; every other energy position of X' is one forwarded masked row.
+    """
+    runner, be = ctx.runner, ctx.backend
+    nk = known_logits.shape[0]
+    known, p_known, w_known = torch.arange(nk, device=ch.device), positions[:nk, 0], proposed[:nk, 0]
+    need = state.energy_mask.index_select(0, ch)
+    need[known, p_known] = False
+    num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - nk  # host counts: no sync
+    raw_new = state.raw_terms.index_select(0, ch)
+    local_new = state.local_terms.index_select(0, ch)
+    seq = q = outputs = None
+    if num_rows:
+        seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
+        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
+        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
+        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=state.cache is not None)
+        raw_new[seq, q] = r
+        local_new[seq, q] = l
+    if nk:  # single-site moves: the cached row read at the proposed token
+        r_i, l_i = runner.terms_from_logits(be, known_logits, w_known)
+        raw_new[known, p_known] = r_i
+        local_new[known, p_known] = l_i
+    return raw_new, local_new, (seq, q, outputs)
+
+
+def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
+                        positions: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
+                        logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
+                        step: int) -> tuple[ChainState, torch.Tensor]:
+    """The MH test of proposals X' != X of the chains ``ch`` (single-site and block moves alike).
+
+    ``positions``/``proposed``: Long[n, K] (-1: unused slot). See :func:`_score_proposals` for
+    ``known_logits``. With a cache, accepted chains store the new rows: the cache stays the
+    current state's. Returns the new state and the number of accepted chains (a 0-d tensor).
+    """
+    # X': unused slots repeat slot 0, so the scatter never writes two different values to one cell.
+    valid = positions >= 0
+    x_new = state.tokens.index_select(0, ch).scatter_(1, torch.where(valid, positions, positions[:, :1]),
+                                                      torch.where(valid, proposed, proposed[:, :1]))
+    raw_new, local_new, (seq, q, outputs) = _score_proposals(ctx, state, ch, ch_host, x_new, positions, proposed,
+                                                             known_logits)
+    target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
+    tokens, accepted = accept(ctx, state, ch, positions, proposed, target_new, logq_forward, logq_reverse, beta,
+                              epoch, step)
+    new_state = _commit(state, tokens, ch, accepted, raw_new, local_new)
+    if outputs is not None:  # accepted chains: the rows of X' become the cache (a known row is unchanged)
+        m_rows = ch.index_select(0, seq)
+        old = state.cache[m_rows, q]
+        state.cache[m_rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(old.dtype), old)
+    return new_state, accepted.sum()
+
+
+def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
+                   pos: torch.Tensor, beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
+    """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``.
+
+    ``beta=None``: force accept (energies are still computed, so the cache stays valid).
+    """
+    runner, be = ctx.runner, ctx.backend
+    A = act.shape[0]
+    if A == 0:
+        return state, StepInfo(0, 0, 0, scored=True)
+    logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
+    cur = state.tokens[act, pos]
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
+    prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, ctx.proposal_temperature, ctx.top_p, u)
+    local, local_host = changed_chains(prop != cur)
+    ch_host = act_host.index_select(0, local_host)
+    n = ch_host.shape[0]
+    if n == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
+        return state, StepInfo(A, A, 0, scored=True)
+    state, k = evaluate_and_accept(ctx, state, act.index_select(0, local), ch_host,
+                                   pos.index_select(0, local)[:, None], prop.index_select(0, local)[:, None],
+                                   logq_f.index_select(0, local), logq_r.index_select(0, local),
+                                   logits.index_select(0, local), beta, epoch, step)
+    return state, StepInfo(A, A - n + k, k, scored=True)
+
+
+def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int,
+                      step: int) -> tuple[ChainState, StepInfo]:
+    """One degenerate-Gibbs step of the chains ``act`` at ``pos``: sample X_i from the MLM conditional, accept.
+
+    The state changes every step, so there is no cache: one fresh masked row per chain and step;
+    the energies are left stale (``scored=False``) until the kernel rescores at the epoch's end.
+    """
+    runner, be = ctx.runner, ctx.backend
+    A = act.shape[0]
+    if A == 0:
+        return state, StepInfo(0, 0, 0, scored=False)
+    rows = be.masked_copies(state.tokens, act, pos, runner.mask_id)
+    logits = runner.to_logits(runner.outputs(rows, pos, state.ctx_of(act)))
+    cur = state.tokens[act, pos]
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
+    prop, logq_f, _ = be.propose(runner.proposal_logits(logits), cur, ctx.proposal_temperature, ctx.top_p, u)
+    zeros = torch.zeros(A, device=state.tokens.device)
+    tokens, _ = accept(ctx, state, act, pos, prop, zeros, logq_f, logq_f, None, epoch, step)
+    return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, (prop != cur).sum(), scored=False)

@@ -1,0 +1,288 @@
+"""The sampler's options, declared once: type, default, range, help and the paper section of each.
+
+Everything else is generated from :data:`SPEC`:
+
+* :class:`SamplerConfig`, the frozen dataclass that carries validated options from the API or the
+  command line to the driver (:func:`config_from_kwargs`, :func:`config_from_args`);
+* the argument checks of :func:`mhfast.sample` (``ValueError``/``TypeError`` naming the argument) and
+  of the CLI (the same message naming the flag, exit status 2);
+* the sampler flags of ``mhfast sample`` and ``mhfast translate`` (:func:`add_arguments`), so both
+  commands offer the same flags with the same names, defaults and messages;
+* the options table of ``docs/options.md`` (:func:`markdown_table`; a test keeps the file equal).
+
+Adding an option = one :class:`Option` entry here (then read it from the config where it acts).
+
+Example:
+    >>> cfg = config_from_kwargs({"chains": 3, "energy": "local"})
+    >>> cfg.chains, cfg.energy, cfg.epochs
+    (3, 'local', 33)
+    >>> config_from_kwargs({"top_p": 1.5})
+    Traceback (most recent call last):
+    ...
+    ValueError: mhfast.sample: top_p must be in (0, 1], got 1.5
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from .kernels import KERNELS
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+class OptionError(ValueError):
+    """A value outside an option's range; the message does not yet name the option."""
+
+
+# ---------------------------------------------------------------------------- value checks
+def _described(text: str) -> Callable[[Callable], Callable]:
+    """Attach the human-readable range (``check.values``) that the docs table shows."""
+    def wrap(check: Callable) -> Callable:
+        check.values = text
+        return check
+    return wrap
+
+
+def _int(low: int, high: int | None = None) -> Callable[[Any], Any]:
+    span = f">= {low}" if high is None else f"in [{low}, {high}]"
+
+    @_described(f"int {span}" if high is None else "64-bit signed int")
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+            raise OptionError(f"must be an int {span}, got {v!r}")
+        return v
+    return check
+
+
+def _float(low: float, *, strict: bool, high: float | None = None) -> Callable[[Any], Any]:
+    span = f"in ({low:g}, {high:g}]" if high is not None else f"a finite number {'>' if strict else '>='} {low:g}"
+
+    @_described(span.replace("a finite number", "finite,"))
+    def check(v: Any) -> Any:
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        ok = ok and (v > low if strict else v >= low) and (high is None or v <= high)
+        if not ok:
+            raise OptionError(f"must be {span}, got {v!r}")
+        return v
+    return check
+
+
+def _choice(choices: Sequence[str]) -> Callable[[Any], Any]:
+    @_described(", ".join(f"`{c}`" for c in choices))
+    def check(v: Any) -> Any:
+        if v not in choices:
+            raise OptionError(f"must be one of {', '.join(map(repr, choices))}, got {v!r}")
+        return v
+    return check
+
+
+@_described("int >= 1, one per epoch, or a callable")
+def _block_schedule(v: Any) -> Any:
+    """None, an int >= 1, one int >= 1 per epoch (list/tuple; length checked against epochs), or a callable."""
+    if v is None or callable(v):
+        return v
+    if not isinstance(v, bool) and isinstance(v, int):
+        return _int(1)(v)
+    if isinstance(v, (list, tuple)) and v:
+        for b in v:
+            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+                raise OptionError(f"entries must be ints >= 1, got {b!r}")
+        return list(v)
+    raise OptionError(f"must be None, an int, a list of ints or a callable, got {v!r}")
+
+
+@_described("`cpu`, `cuda`, `cuda:N`")
+def _device(v: Any) -> Any:
+    """None (the model's device), or a device that exists and mhfast was built for."""
+    if v is None:
+        return None
+    try:
+        dev = torch.device(v)
+    except (RuntimeError, TypeError, ValueError):
+        raise OptionError(f"is not a device: {v!r} (use cpu, cuda or cuda:N)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise OptionError(f"is {v!r} but no CUDA device is available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise OptionError(f"is {v!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
+    elif dev.type != "cpu":
+        raise OptionError(f"must be a cpu or cuda device, got {v!r}")
+    return v
+
+
+# ---------------------------------------------------------------------------- CLI parsers
+def _parse_block_schedule(text: str) -> Any:
+    """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int or comma-separated ints, got {text!r}") from None
+    return values[0] if len(values) == 1 else values
+
+
+@dataclass(frozen=True)
+class Option:
+    """One sampler option. ``check`` validates (and may normalize) a value; ``cli`` = a flag of both commands."""
+
+    name: str
+    default: Any
+    check: Callable[[Any], Any]
+    help: str
+    section: str
+    type: str  #: how the docs and the CLI show it: int, float, choice, schedule, str
+    choices: tuple[str, ...] = ()
+    cli: bool = True
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parser(self) -> Callable[[str], Any]:
+        return {"int": int, "float": float, "schedule": _parse_block_schedule}.get(self.type, str)
+
+
+SAMPLERS = tuple(KERNELS)
+ENERGIES = ("raw", "local")
+ORDERS = ("random", "left-to-right")
+
+SPEC: tuple[Option, ...] = (
+    Option("energy", "raw", _choice(ENERGIES), "target energy: raw = -sum of raw logits, local = -sum of masked "
+           "log-probabilities (pseudo-log-likelihood)", "2.1, 2.2", "choice", ENERGIES),
+    Option("sampler", "mh", _choice(SAMPLERS), "mh: single-site MH; gibbs: degenerate Gibbs (always accepts); "
+           "block-mh: block proposals, exact MH ratio; block-gibbs: block proposals, always accepted",
+           "3, 4.1, 6, 7.3", "choice", SAMPLERS),
+    Option("chains", 5, _int(1), "Markov chains per input", "5", "int"),
+    Option("epochs", 33, _int(1), "sweeps over the free positions", "5", "int"),
+    Option("burn_in", 7, _int(0), "epochs before best-sample tracking and recording start (<= epochs)", "5", "int"),
+    Option("order", "random", _choice(ORDERS), "position order of each sweep: a fresh random permutation per "
+           "chain and epoch, or left to right", "4", "choice", ORDERS),
+    Option("proposal_temperature", 1.0, _float(0.0, strict=True), "temperature of the MLM proposal", "7.1",
+           "float"),
+    Option("top_p", 1.0, _float(0.0, strict=True, high=1.0), "nucleus of the MLM proposal (1 = whole vocabulary)",
+           "7.2", "float"),
+    Option("block_schedule", None, _block_schedule, "block size of block-mh/block-gibbs: an int, one int per "
+           "epoch, or (API) a callable epoch -> size; default: linear shrink from n//4 to 1", "App. D", "schedule",
+           metavar="N[,N...]"),
+    Option("target_temperature", 1.0, _float(0.0, strict=True), "temperature tau of the target exp(-E/tau)", "8",
+           "float"),
+    Option("anneal", 0.0, _float(0.0, strict=False), "target temperature decrease per epoch", "8", "float"),
+    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature",
+           "8", "float"),
+    Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs", "App. F", "int"),
+    Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers",
+           "-", "int"),
+    Option("device", None, _device, "where the chains live: cpu, cuda, cuda:N (default: the model's device)",
+           "-", "str"),
+    Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
+           "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
+    Option("max_tokens_per_batch", 65536, _int(1), "masked rows are forwarded in sub-batches of at most "
+           "max_tokens_per_batch // T rows", "-", "int"),
+    Option("length_beam", 1, _int(1), "length candidates per source (conditional models)", "5", "int", cli=False),
+    Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
+           "burn-in", "-", "choice", ("final", "epoch"), cli=False),
+    Option("select", "energy_per_token", _choice(("energy_per_token", "energy")), "how the best length "
+           "candidate of a source is chosen", "5", "choice", ("energy_per_token", "energy"), cli=False),
+)
+OPTIONS: Mapping[str, Option] = {o.name: o for o in SPEC}
+
+SamplerConfig = dataclasses.make_dataclass(
+    "SamplerConfig", [(o.name, Any, dataclasses.field(default=o.default)) for o in SPEC], frozen=True,
+    namespace={"__doc__": "Validated sampler options (fields: see mhfast.sampler.options.SPEC). Build it with "
+               "config_from_kwargs or config_from_args; it is immutable.",
+               "__module__": __name__})
+
+
+def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
+    """Checks that relate two options (the message starts with the first)."""
+    if values["epochs"] < values["burn_in"]:
+        raise OptionError(f"{name_of('epochs')} ({values['epochs']}) must be >= {name_of('burn_in')} "
+                          f"({values['burn_in']})")
+    schedule = values["block_schedule"]
+    if isinstance(schedule, list) and len(schedule) != values["epochs"]:
+        raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "
+                          f"({values['epochs']})")
+
+
+def _validated(values: Mapping[str, Any], name_of: Callable[[str], str], prefix: str) -> Any:
+    out = {}
+    for opt in SPEC:
+        try:
+            out[opt.name] = opt.check(values.get(opt.name, opt.default))
+        except OptionError as e:
+            raise ValueError(f"{prefix}{name_of(opt.name)} {e}") from None
+    try:
+        _cross_checks(out, name_of)
+    except OptionError as e:
+        raise ValueError(f"{prefix}{e}") from None
+    return SamplerConfig(**out)
+
+
+def config_from_kwargs(kwargs: Mapping[str, Any], where: str = "mhfast.sample") -> Any:
+    """A :class:`SamplerConfig` from keyword arguments; errors read ``"<where>: <name> ..."``.
+
+    Unknown names raise ``TypeError`` like an unexpected keyword argument would.
+    """
+    unknown = sorted(set(kwargs) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+    return _validated(kwargs, lambda name: name, f"{where}: ")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> Any:
+    """A :class:`SamplerConfig` from parsed CLI flags (API-only options at their defaults unless
+    ``overrides`` gives them); errors name the flag (``--top-p must be in (0, 1], got 1.5``)."""
+    values = {o.name: getattr(args, o.name) for o in SPEC if o.cli}
+    values.update(overrides)
+    return _validated(values, lambda name: OPTIONS[name].flag if OPTIONS[name].cli else name, "")
+
+
+def as_kwargs(cfg: Any) -> dict:
+    """The config as keyword arguments of :func:`mhfast.sample` (e.g. for a JSON record of a run)."""
+    return dataclasses.asdict(cfg)
+
+
+def add_arguments(parser: argparse.ArgumentParser | Any, extra_choices: Mapping[str, Sequence[str]] = (),
+                  defaults: Mapping[str, Any] = ()) -> None:
+    """Add every CLI sampler option to ``parser`` (an argparse parser or argument group).
+
+    ``extra_choices`` lets a command accept more values of a choice option (``mhfast sample
+    --energy both``); ``defaults`` is for tests only: both commands use the spec's defaults.
+    """
+    extra, defaults = dict(extra_choices), dict(defaults)
+    for opt in SPEC:
+        if not opt.cli:
+            continue
+        kw: dict = dict(default=defaults.get(opt.name, opt.default), help=f"{opt.help} (paper {opt.section})"
+                        if opt.section != "-" else opt.help)
+        if opt.type == "choice":
+            kw["choices"] = tuple(opt.choices) + tuple(extra.get(opt.name, ()))
+        else:
+            kw["type"] = opt.parser()
+            kw["metavar"] = opt.metavar or opt.type.upper()
+        parser.add_argument(opt.flag, dest=opt.name, **kw)
+
+
+def docstring(indent: int = 8) -> str:
+    """One line per option (name, default, meaning, paper section), for :func:`mhfast.sample`'s docstring."""
+    pad = " " * indent
+    lines = []
+    for opt in SPEC:
+        section = f" (paper {opt.section})" if opt.section != "-" else ""
+        lines.append(f"{pad}{opt.name}={opt.default!r}: {opt.help}{section}; {opt.check.values}.")
+    return "\n".join(lines)
+
+
+def markdown_table() -> str:
+    """The options table of docs/options.md (API name, CLI flag, default, range/choices, section, help)."""
+    rows = ["| API argument | CLI flag | default | values | paper | meaning |", "|---|---|---|---|---|---|"]
+    for o in SPEC:
+        flag = f"`{o.flag}`" if o.cli else "(API only)"
+        rows.append(f"| `{o.name}` | {flag} | `{o.default!r}` | {o.check.values} | {o.section} | {o.help} |")
+    return "\n".join(rows) + "\n"

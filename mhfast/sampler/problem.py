@@ -1,0 +1,187 @@
+"""What to sample: the starting rows, energy and free positions, RNG identities and the model context.
+
+:func:`build_problem` turns ``length`` / ``init`` (+ ``free_positions``) / ``source`` into a
+:class:`Problem` and checks every model-dependent input (token ids inside the vocabulary, padding
+at the end, free positions that can be free, what ``frame``/``predict_lengths`` return), naming
+the argument in a ``ValueError``/``TypeError``.
+
+Example:
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> from mhfast.sampler.options import config_from_kwargs
+    >>> p = build_problem(TabularMLM.random(3, 4, seed=0), config_from_kwargs({}), length=4)
+    >>> p.rows.shape, p.free.tolist()
+    (torch.Size([1, 4]), [[True, True, True, True]])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+
+def _err(name: str, msg: str) -> ValueError:
+    return ValueError(f"mhfast.sample: {name} {msg}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The B sampler inputs (a source with a length beam of k counts as k inputs)."""
+
+    rows: torch.Tensor  #: Long[B, T] starting rows (pad-padded at the end), on ``device``
+    energy_mask: torch.Tensor  #: Bool[B, T] positions in the energy sum
+    free: torch.Tensor  #: Bool[B, T] positions that get proposals
+    is_pad: torch.Tensor  #: Bool[B, T]
+    input_index: torch.Tensor  #: Long[B] RNG identity of each input
+    device: torch.device
+    context: Any = None  #: ``model.encode(source)`` for conditional models
+    ctx_rows: torch.Tensor | None = None  #: Long[B] source of each input
+    candidate_lengths: torch.Tensor | None = None  #: Long[S, k] (``source=`` only)
+    inputs_per_source: int = 1
+
+
+def check_model(model: Any) -> None:
+    """TypeError unless ``model`` implements :class:`mhfast.models.base.MaskedLM`."""
+    for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
+        if not hasattr(model, attr):
+            raise TypeError(f"mhfast.sample: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+    if not callable(getattr(model, "masked_logits", None)):
+        raise TypeError("mhfast.sample: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+
+
+def _template(model: Any, length: int) -> torch.Tensor:
+    """The unconditional starting row: ``model.frame(length)`` if the model has it, else all masks."""
+    frame = getattr(model, "frame", None)
+    if callable(frame):
+        t = torch.as_tensor(frame(length), dtype=torch.long).cpu()
+        if t.dim() != 1:
+            raise ValueError(f"mhfast.sample: model.frame({length}) must return a 1-D LongTensor")
+        return t
+    return torch.full((length,), int(model.mask_id), dtype=torch.long)
+
+
+def _pad_rows(rows: list[torch.Tensor], pad_id: int) -> torch.Tensor:
+    T = max(r.shape[0] for r in rows)
+    out = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :r.shape[0]] = r
+    return out
+
+
+def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device) -> torch.Tensor:
+    """Long[num_ids * per_id]: the RNG input index of every sampler input (see ``input_ids``)."""
+    if input_ids is None:
+        return torch.arange(num_ids * per_id, device=device)
+    if isinstance(input_ids, torch.Tensor):
+        if input_ids.dtype not in (torch.int32, torch.int64) or input_ids.dim() != 1:
+            raise _err("input_ids", f"must be a 1-D integer tensor, got {input_ids.dtype} of shape "
+                       f"{tuple(input_ids.shape)}")
+        ids = input_ids.to("cpu", torch.long)
+    else:
+        values = list(input_ids)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise _err("input_ids", f"must be ints, got {values!r}")
+        ids = torch.tensor(values, dtype=torch.long)
+    if ids.numel() != num_ids:
+        raise _err("input_ids", f"has {ids.numel()} entries, expected one per input/source ({num_ids})")
+    if bool((ids < 0).any()):
+        raise _err("input_ids", "must be >= 0")
+    return (ids[:, None] * per_id + torch.arange(per_id)[None, :]).reshape(-1).to(device)
+
+
+def _rows_from_init(init: Any) -> torch.Tensor:
+    if not isinstance(init, torch.Tensor):
+        raise TypeError(f"mhfast.sample: init must be a LongTensor, got {type(init).__name__}")
+    if init.dtype != torch.long:
+        raise TypeError(f"mhfast.sample: init must be int64, got {init.dtype}")
+    if init.dim() != 2 or init.shape[0] == 0 or init.shape[1] == 0:
+        raise _err("init", f"must have shape [B, T] with B, T >= 1, got {tuple(init.shape)}")
+    return init
+
+
+def _rows_from_source(model: Any, source: Any, length_beam: int, free_positions: Any):
+    """(context, candidate lengths Long[S, k], rows Long[S*k, T]) of a conditional model."""
+    if not (callable(getattr(model, "encode", None)) and callable(getattr(model, "predict_lengths", None))):
+        raise TypeError("mhfast.sample: source= needs a conditional model with encode and predict_lengths")
+    if free_positions is not None:
+        raise _err("free_positions", "cannot be combined with source")
+    context = model.encode(source)
+    candidate_lengths = torch.as_tensor(model.predict_lengths(context, length_beam), dtype=torch.long).cpu()
+    if candidate_lengths.dim() != 2 or candidate_lengths.shape[1] != length_beam:
+        raise ValueError(f"mhfast.sample: model.predict_lengths must return Long[S, {length_beam}], got "
+                         f"shape {tuple(candidate_lengths.shape)}")
+    if bool((candidate_lengths < 1).any()):
+        raise ValueError("mhfast.sample: model.predict_lengths returned a length < 1")
+    rows = _pad_rows([_template(model, int(L)) for L in candidate_lengths.flatten().tolist()], int(model.pad_id))
+    return context, candidate_lengths, rows
+
+
+def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(is_pad, energy positions): non-pad positions holding an ordinary token or ``mask_id``."""
+    V, mask_id, pad_id = int(model.vocab_size), int(model.mask_id), int(model.pad_id)
+    device = rows.device
+    if bool(((rows < 0) | (rows >= V)).any()):
+        bad = int(rows[(rows < 0) | (rows >= V)][0])
+        raise _err("init", f"contains token id {bad}, outside the vocabulary [0, {V})")
+    is_pad = rows == pad_id
+    if bool((is_pad[:, :-1] & ~is_pad[:, 1:]).any()):
+        raise _err("init", f"must be padded at the end of each row (pad_id={pad_id} followed by a token)")
+    if bool(is_pad.all(dim=1).any()):
+        raise _err("init", "has a row of length 0 (only padding)")
+    special = torch.zeros(V, dtype=torch.bool, device=device)
+    special[torch.tensor([int(i) for i in model.special_ids if 0 <= int(i) < V], dtype=torch.long,
+                         device=device)] = True
+    special[pad_id] = True
+    return is_pad, ~is_pad & (~special[rows] | (rows == mask_id))
+
+
+def _free(free_positions: Any, rows: torch.Tensor, energy_mask: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The free positions: ``free_positions`` checked against the rows, else every energy position."""
+    if free_positions is None:
+        return energy_mask.clone()
+    if not isinstance(free_positions, torch.Tensor) or free_positions.dtype != torch.bool:
+        raise TypeError("mhfast.sample: free_positions must be a BoolTensor")
+    if tuple(free_positions.shape) != tuple(rows.shape):
+        raise _err("free_positions", f"must have shape {tuple(rows.shape)} like init, got "
+                   f"{tuple(free_positions.shape)}")
+    free_positions = free_positions.to(rows.device)
+    if bool((free_positions & ~energy_mask).any()):
+        raise _err("free_positions", "marks a position holding a special id or padding (only ordinary "
+                   "tokens or mask_id can be free)")
+    if bool(((rows == mask_id) & ~free_positions).any()):
+        raise _err("free_positions", "leaves a mask_id position fixed (masks must be free to be filled)")
+    return free_positions & energy_mask
+
+
+def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torch.Tensor | None = None,
+                  free_positions: torch.Tensor | None = None, source: Any = None,
+                  input_ids: Sequence[int] | torch.Tensor | None = None) -> Problem:
+    """The :class:`Problem` of one :func:`mhfast.sample` call (exactly one of length/init/source)."""
+    given = [name for name, v in (("length", length), ("init", init), ("source", source)) if v is not None]
+    if len(given) != 1:
+        raise ValueError("mhfast.sample: give exactly one of length, init or source"
+                         + (f" (got {', '.join(given)})" if given else " (got none)"))
+    context = candidate_lengths = None
+    if length is not None:
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise _err("length", f"must be an int >= 1, got {length!r}")
+        rows = _template(model, length)[None]
+    elif init is not None:
+        rows = _rows_from_init(init)
+    else:
+        context, candidate_lengths, rows = _rows_from_source(model, source, cfg.length_beam, free_positions)
+    device = cfg.device
+    if device is None:
+        device = getattr(model, "device", None) or (init.device if init is not None else torch.device("cpu"))
+    device = torch.device(device)
+    rows = rows.to(device)
+    is_pad, energy_mask = _energy_mask(model, rows)
+    free = _free(free_positions, rows, energy_mask, int(model.mask_id))
+    if not bool(free.any()):
+        raise _err("init" if init is not None else "length", "leaves no free position to sample")
+    per_source = cfg.length_beam if source is not None else 1
+    B = rows.shape[0]
+    return Problem(rows=rows, energy_mask=energy_mask, free=free, is_pad=is_pad,
+                   input_index=_input_index(input_ids, B // per_source, per_source, device), device=device,
+                   context=context, ctx_rows=torch.arange(B, device=device) // per_source if source is not None
+                   else None, candidate_lengths=candidate_lengths, inputs_per_source=per_source)

@@ -1,0 +1,100 @@
+"""What :func:`mhfast.sample` returns, and how it is assembled from the final state and the trace.
+
+Example:
+    >>> import mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> r = mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, chains=3, epochs=2, burn_in=1)
+    >>> type(r).__name__, r.tokens.shape, r.best_tokens.shape
+    ('SampleResult', torch.Size([1, 3, 2]), torch.Size([1, 2]))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .driver import Trace
+from .problem import Problem
+from .state import ChainState
+
+
+@dataclass
+class SampleResult:
+    """What :func:`sample` returns (B inputs, C chains, T padded length, E epochs).
+
+    Attributes:
+        tokens: Long[B, C, T] final state of every chain (``pad_id`` padded).
+        lengths: Long[B] real length (non-pad tokens) of each input.
+        best_tokens: Long[B, T] lowest-target-energy state seen after burn-in (over chains, and
+            over steps for "mh"/"block-mh", over epoch ends for the Gibbs variants).
+        best_energy: f32[B] its target energy (unscaled by the target temperature).
+        energy, energy_raw, energy_local: f32[B, C] final target / raw / local energy per chain.
+        e_raw, e_local: f32[E] mean energies over all chains at the end of each epoch.
+        acceptance_rate: f32[E] accepted proposals / proposals (a proposal equal to the current
+            state counts as accepted, as in the paper's section 6).
+        novel_rate: f32[E] accepted proposals that differ from the current state / proposals.
+        target_temperature: f32[E] target temperature used in each epoch (section 8).
+        model_rows: masked rows forwarded through the model (the cost unit of the benchmarks).
+        model_calls: model invocations (sub-batches).
+        history: Long[E - burn_in, B, C, T] end-of-epoch states after burn-in (``record="epoch"``).
+        candidate_lengths: Long[B, length_beam] length candidates (``source=`` only).
+        chosen_candidate: Long[B] index of the kept candidate per source (``source=`` only).
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    best_tokens: torch.Tensor
+    best_energy: torch.Tensor
+    energy: torch.Tensor
+    energy_raw: torch.Tensor
+    energy_local: torch.Tensor
+    e_raw: torch.Tensor
+    e_local: torch.Tensor
+    acceptance_rate: torch.Tensor
+    novel_rate: torch.Tensor
+    target_temperature: torch.Tensor
+    model_rows: int
+    model_calls: int
+    history: torch.Tensor | None = None
+    candidate_lengths: torch.Tensor | None = None
+    chosen_candidate: torch.Tensor | None = None
+
+
+def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Tensor:
+    """Per source, the length candidate whose best sample has the lowest energy (per token); keeps it."""
+    k = problem.inputs_per_source
+    S = result["tokens"].shape[0] // k
+    num_energy = problem.energy_mask.sum(dim=1).clamp(min=1).float()
+    score = result["best_energy"] / num_energy if select == "energy_per_token" else result["best_energy"]
+    chosen = score.view(S, k).argmin(dim=1)
+    keep = torch.arange(S, device=problem.device) * k + chosen
+    for key in ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local"):
+        result[key] = result[key][keep]
+    if result["history"] is not None:
+        result["history"] = result["history"][:, keep]
+    return chosen
+
+
+def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows: int, model_calls: int
+             ) -> SampleResult:
+    """The :class:`SampleResult` of a finished run (best chain per input; best candidate per source)."""
+    B, T = problem.rows.shape
+    C = cfg.chains
+    best_e = state.best_energy.view(B, C)
+    best_chain = best_e.argmin(dim=1)
+    ar = torch.arange(B, device=problem.device)
+    history = None
+    if cfg.record == "epoch":
+        history = (torch.stack([h.view(B, C, T) for h in trace.history]) if trace.history
+                   else torch.zeros(0, B, C, T, dtype=torch.long, device=problem.device))
+    result = dict(
+        tokens=state.tokens.view(B, C, T), lengths=(~problem.is_pad).sum(dim=1),
+        best_tokens=state.best_tokens.view(B, C, T)[ar, best_chain], best_energy=best_e[ar, best_chain],
+        energy=state.target.view(B, C).clone(), energy_raw=state.e_raw.view(B, C).clone(),
+        energy_local=state.e_local.view(B, C).clone(), history=history)
+    chosen = _choose_candidates(problem, result, cfg.select) if problem.candidate_lengths is not None else None
+    f32 = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
+    return SampleResult(
+        **result, e_raw=f32(trace.e_raw), e_local=f32(trace.e_local), acceptance_rate=f32(trace.acceptance_rate),
+        novel_rate=f32(trace.novel_rate), target_temperature=f32(trace.target_temperature), model_rows=model_rows,
+        model_calls=model_calls, candidate_lengths=problem.candidate_lengths, chosen_candidate=chosen)

@@ -1,0 +1,49 @@
+"""The types a kernel step works with: :class:`StepContext` (constants) and :class:`StepInfo` (result).
+
+Example:
+    >>> StepInfo(4, 3, 1, scored=True) + StepInfo(4, 4, 0, scored=True)
+    StepInfo(proposals=8, accepted=7, novel=1, scored=True)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from .runner import ModelRunner
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """The constants every step needs: the validated options, the ops backend and the model runner."""
+
+    config: Any  #: mhfast.sampler.options.SamplerConfig
+    backend: Any  #: mhfast.sampler.backend.Backend
+    runner: ModelRunner
+
+    @property
+    def proposal_temperature(self) -> float:
+        return float(self.config.proposal_temperature)
+
+    @property
+    def top_p(self) -> float:
+        return float(self.config.top_p)
+
+
+class StepInfo(NamedTuple):
+    """What one step did. Counts may be 0-d device tensors (summing them needs no host sync)."""
+
+    proposals: int | torch.Tensor  #: proposals made (one per moving chain)
+    accepted: int | torch.Tensor  #: accepted proposals (X' = X counts as accepted)
+    novel: int | torch.Tensor  #: accepted proposals with X' != X
+    scored: bool  #: the state's energies are exact after this step (best-state tracking may read them)
+
+    def __add__(self, other: "StepInfo") -> "StepInfo":  # type: ignore[override]
+        return StepInfo(self.proposals + other.proposals, self.accepted + other.accepted,
+                        self.novel + other.novel, self.scored and other.scored)
+
+
+NO_STEP = StepInfo(0, 0, 0, scored=True)
+
+
