@@ -1,6 +1,8 @@
 """Mask-Predict (Ghazvininejad et al. 2019), the paper's non-MCMC baseline for CMLM translation.
 
-:func:`mask_predict` decodes a batch of sources with a :class:`mhfast.models.fairseq_cmlm.FairseqCMLM`
+:func:`mask_predict` decodes a batch of sources with any :class:`mhfast.models.base.RefinementModel`
+(the fairseq adapter :class:`mhfast.models.fairseq_cmlm.FairseqCMLM` is one; this module never touches
+fairseq itself)
 and returns exactly what fairseq's ``IterativeRefinementGenerator`` returns for the same model and
 inputs with ``max_iter=iterations``, ``beam_size=length_beam``, ``adaptive=False`` (no early stop),
 ``retain_history=False``, no reranking (what ``fairseq-generate --task translation_lev
@@ -92,7 +94,8 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
     """Mask-Predict decoding of a batch of sources, identical to fairseq's IterativeRefinementGenerator.
 
     Args:
-        model: a :class:`mhfast.models.fairseq_cmlm.FairseqCMLM`.
+        model: a :class:`mhfast.models.base.RefinementModel`, e.g. a
+            :class:`mhfast.models.fairseq_cmlm.FairseqCMLM`.
         sources: non-empty list of source strings or Long[S_i] token ids (see ``FairseqCMLM.encode``).
         iterations: refinement iterations after the first pass (fairseq's ``--iter-decode-max-iter``,
             default 10 = 11 decoder passes); >= 0.
@@ -109,9 +112,12 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
         >>> out.tokens[0]                                                       # doctest: +SKIP
         tensor([0, 12, 50, 8, 2])
     """
-    for name in ("encode", "decoder_log_probs", "predict_lengths"):
-        if not callable(getattr(model, name, None)):
-            raise TypeError(f"model: mask_predict needs a FairseqCMLM-like model (missing {name}())")
+    from .models.base import RefinementModel
+
+    if not isinstance(model, RefinementModel):
+        missing = [n for n in ("encode", "decoder_log_probs", "predict_lengths", "bos_id", "eos_id", "mask_id",
+                               "pad_id") if not hasattr(model, n)]
+        raise TypeError(f"model: mask_predict needs a mhfast.models.base.RefinementModel (missing {', '.join(missing)})")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
         raise ValueError(f"iterations: expected an int >= 0, got {iterations!r}")
     if isinstance(length_beam, bool) or not isinstance(length_beam, int) or length_beam < 1:
@@ -119,19 +125,22 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
     if length_strategy not in ("fairseq", "topk"):
         raise ValueError(f"length_strategy: expected 'fairseq' or 'topk', got {length_strategy!r}")
 
-    context = model.encode(sources)
-    S, k = context.num_sources, length_beam
+    context = model.encode(sources)                                            # opaque to this function
+    k = length_beam
     content = model.predict_lengths(context, k, strategy=length_strategy)      # Long[S, k]
+    S = content.shape[0]
     total = (content + 2).reshape(-1)                                         # source-major rows
     context_index = torch.arange(S, device=total.device).repeat_interleave(k)
     bos, eos, unk, pad = model.bos_id, model.eos_id, model.mask_id, model.pad_id
 
     tokens = _initial_tokens(total, bos, eos, unk, pad)
-    scores = torch.zeros(tokens.shape, dtype=context.encoder_out["encoder_out"][0].dtype, device=tokens.device)
+    scores = None  # in the dtype of the model's log-probabilities (fairseq: the encoder's dtype)
     max_step = iterations + 1
     for step in range(max_step):
         masks = tokens.eq(unk)
         best_scores, best_tokens = model.decoder_log_probs(tokens, context, context_index).max(-1)
+        if scores is None:
+            scores = torch.zeros(tokens.shape, dtype=best_scores.dtype, device=tokens.device)
         tokens.masked_scatter_(masks, best_tokens[masks])
         scores.masked_scatter_(masks, best_scores[masks])
         if step + 1 < max_step:

@@ -84,8 +84,8 @@ def test_init_file_fasta_on_antiberty(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--chains", "0"], "--chains must be >= 1"),
-    (["--burn-in", "9", "--epochs", "2"], "--burn-in must be in"),
+    (["--chains", "0"], "--chains must be an int >= 1, got 0"),
+    (["--burn-in", "9", "--epochs", "2"], "--epochs (2) must be >= --burn-in (9)"),
     (["--model", "/does/not/exist"], "neither 'antiberty' nor an existing model directory"),
     (["--init", "a", "--length", "3"], "not allowed with argument"),
     (["--init", "a", "--free", "3:1"], "START < END"),
@@ -93,7 +93,7 @@ def test_init_file_fasta_on_antiberty(capsys, tmp_path):
     (["--energy", "bogus"], "invalid choice"),
     (["--length", "4", "--free", "0:2"], "--free needs --init"),
     (["--init", "a b", "--free", "0:5"], "has only 2 tokens"),
-    (["--top-p", "1.5", "--length", "3"], "top_p"),
+    (["--top-p", "1.5", "--length", "3"], "--top-p must be in (0, 1]"),
 ])
 def test_bad_options_print_one_line_and_exit_2(capsys, tiny_dir, argv, message):
     if "--model" not in argv:

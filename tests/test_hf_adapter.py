@@ -10,7 +10,8 @@ import torch
 from hf_tiny_models import BERT_IDS, WORDS, ids_for, save_tiny_bert_dir, tiny_model
 from mhfast.models import hf
 from mhfast.models.base import FeatureMaskedLM, MaskedLM, has_features
-from mhfast.models.hf import HFMaskedLM, load_masked_lm
+from mhfast.models.hf import HFMaskedLM
+from mhfast.models.loading import load_masked_lm
 
 KINDS = ["bert", "roberta", "distilbert", "electra", "albert", "esm"]
 ATOL = 1e-5  # fp32 (with rtol 1e-5): head-only vs full forward differ only by float rounding (batching, masks)

@@ -47,7 +47,7 @@ def test_hf_adapter_names_the_missing_package():
 
 
 def test_unsupported_model_object_gets_a_clear_error():
-    from mhfast.models.hf import load_masked_lm
+    from mhfast.models.loading import load_masked_lm
 
     with pytest.raises(TypeError, match="unsupported .*MaskedLM.*HuggingFace.*antiberty"):
         load_masked_lm(object())

@@ -1,7 +1,8 @@
 """``mhfast sample``: sample sequences from a masked LM with Metropolis-Hastings and print them.
 
-The defaults run AntiBERTy, single-site MH on the raw energy, 4 chains of 10 residues for 6 epochs
-(2 burn-in): seconds on 2 CPU cores. The paper's settings are ``--chains 5 --epochs 33 --burn-in 7``.
+The defaults run AntiBERTy, single-site MH on the raw energy, 10 residues, with the paper's chains and
+epochs (5 chains, 33 epochs, 7 burn-in; the same sampler flags and defaults as ``mhfast translate``,
+both made from mhfast.sampler.options).
 
 Examples:
     $ python3 -m mhfast sample                                  # 10-residue AntiBERTy samples
@@ -12,12 +13,15 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 from typing import Any
 
 import torch
+
+from ..sampler import options
 
 NAME = "sample"
 HELP = "sample sequences from a masked LM (AntiBERTy or a HuggingFace model directory) with MH"
@@ -35,8 +39,6 @@ def _span(text: str) -> tuple[int, int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..sampler.api import ENERGIES, ORDERS, SAMPLERS
-
     p.add_argument("--model", default="antiberty",
                    help="'antiberty' (the model of the antiberty package) or a local HuggingFace *ForMaskedLM directory")
     what = p.add_mutually_exclusive_group()
@@ -48,23 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--free", type=_span, action="append", metavar="START:END",
                    help="infilling: only these token spans (0-based over the sequence's ordinary tokens, END "
                         "exclusive, repeatable) are resampled; the rest stays fixed but counts in the energy")
-    p.add_argument("--energy", choices=ENERGIES + ("both",), default="raw",
-                   help="target energy (paper section 2); 'both' runs raw-MH then local-MH")
-    p.add_argument("--sampler", choices=SAMPLERS, default="mh")
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--burn-in", type=int, default=2)
-    p.add_argument("--order", choices=ORDERS, default="random")
-    p.add_argument("--block-size", type=int, default=None,
-                   help="block size for block-mh/block-gibbs (default: shrinking schedule, appendix D)")
-    p.add_argument("--proposal-temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--target-temperature", type=float, default=1.0)
-    p.add_argument("--anneal", type=float, default=0.0, help="target temperature decrease per epoch (section 8)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default cpu)")
-    p.add_argument("--backend", choices=("compiled", "reference"), default="compiled")
-    p.add_argument("--max-tokens-per-batch", type=int, default=65536)
+    options.add_arguments(p.add_argument_group("MH sampler (mhfast.sample; defaults = paper section 5)"),
+                          extra_choices={"energy": ("both",)},
+                          help_suffix={"energy": "; 'both' runs raw-MH then local-MH"})
     p.add_argument("--quiet", action="store_true", help="print only the final samples")
 
 
@@ -123,23 +111,18 @@ def _inputs(lm: Any, args: argparse.Namespace) -> dict:
     return out
 
 
-def _check_counts(args: argparse.Namespace) -> None:
-    for name in ("chains", "epochs", "max_tokens_per_batch"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.burn_in < 0 or args.burn_in > args.epochs:
-        raise ValueError(f"--burn-in must be in [0, --epochs={args.epochs}], got {args.burn_in}")
+def _check(args: argparse.Namespace) -> Any:
+    """The validated sampler config (``--energy both`` checked as raw); errors name the flag."""
     if args.length is not None and args.length < 1:
-        raise ValueError(f"--length must be >= 1, got {args.length}")
-    if args.block_size is not None and args.block_size < 1:
-        raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
+        raise ValueError(f"--length must be an int >= 1, got {args.length}")
+    return options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
 
 
 def run(args: argparse.Namespace) -> int:
     import mhfast
-    from ..models.hf import load_masked_lm
+    from ..models.loading import load_masked_lm
 
-    _check_counts(args)
+    cfg = _check(args)
     if args.model.lower() != "antiberty" and not os.path.exists(args.model):
         raise FileNotFoundError(f"--model: {args.model!r} is neither 'antiberty' nor an existing model directory")
     t0 = time.perf_counter()
@@ -156,12 +139,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
             f"({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
-        result = mhfast.sample(
-            lm, **inputs, energy=energy, sampler=args.sampler, chains=args.chains, epochs=args.epochs,
-            burn_in=args.burn_in, order=args.order, block_schedule=args.block_size,
-            proposal_temperature=args.proposal_temperature, top_p=args.top_p,
-            target_temperature=args.target_temperature, anneal=args.anneal, seed=args.seed, device=args.device,
-            backend=args.backend, max_tokens_per_batch=args.max_tokens_per_batch, progress=progress)
+        result = mhfast.sample(lm, **inputs, config=dataclasses.replace(cfg, energy=energy), progress=progress)
         seconds = time.perf_counter() - t0
         print_result(lm, result, energy, args, seconds)
     return 0

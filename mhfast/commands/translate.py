@@ -47,6 +47,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..sampler import options
+
 NAME = "translate"
 HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH sampling or Mask-Predict"
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
@@ -54,18 +56,7 @@ PROGRESS_SUFFIX = ".progress"
 PROGRESS_VERSION = 1
 
 
-def _block_schedule(text: str) -> Any:
-    """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int or comma-separated ints, got {text!r}") from None
-    return values[0] if len(values) == 1 else values
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..sampler.api import ENERGIES, ORDERS, SAMPLERS
-
     io = p.add_argument_group("input/output")
     io.add_argument("--input", "-i", metavar="FILE",
                     help="source sentences, one per line (default: stdin); 'bundled': test_2016_flickr.de")
@@ -88,7 +79,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tok = model.add_mutually_exclusive_group()
     tok.add_argument("--spm", metavar="SPM_MODEL", help="SentencePiece model (default: DICT_DIR/spm.model)")
     tok.add_argument("--tokenizer", choices=("none",), help="'none': inputs are already tokenized")
-    model.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default cpu)")
     model.add_argument("--threads", type=int, default=0,
                        help="CPU threads of torch (0: torch's default); 1 is fastest on a busy machine")
 
@@ -99,49 +89,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dec.add_argument("--length-beam", type=int, default=1, help="length candidates per source")
     dec.add_argument("--batch-size", type=int, default=16, help="sentences per sampler call (and per saved chunk)")
 
-    mh = p.add_argument_group("MH sampler (mhfast.sample; defaults = paper section 5)")
-    mh.add_argument("--energy", choices=ENERGIES, default="raw")
-    mh.add_argument("--sampler", choices=SAMPLERS, default="mh")
-    mh.add_argument("--chains", type=int, default=5)
-    mh.add_argument("--epochs", type=int, default=33)
-    mh.add_argument("--burn-in", type=int, default=7)
-    mh.add_argument("--order", choices=ORDERS, default="random")
-    mh.add_argument("--proposal-temperature", type=float, default=1.0)
-    mh.add_argument("--top-p", type=float, default=1.0)
-    mh.add_argument("--block-schedule", type=_block_schedule, default=None, metavar="N[,N...]",
-                    help="block size (one int, or one per epoch) for block-mh/block-gibbs (default: shrinking)")
-    mh.add_argument("--target-temperature", type=float, default=1.0)
-    mh.add_argument("--anneal", type=float, default=0.0, help="target temperature decrease per epoch (section 8)")
-    mh.add_argument("--min-target-temperature", type=float, default=0.05)
-    mh.add_argument("--force-accept-epochs", type=int, default=0, help="accept everything in the first N epochs")
-    mh.add_argument("--seed", type=int, default=0)
-    mh.add_argument("--backend", choices=("compiled", "reference"), default="compiled")
-    mh.add_argument("--max-tokens-per-batch", type=int, default=65536)
+    options.add_arguments(p.add_argument_group("MH sampler (mhfast.sample; defaults = paper section 5)"))
 
 
 # ---------------------------------------------------------------------------- options
 def _check(args: argparse.Namespace) -> None:
-    for name in ("chains", "epochs", "batch_size", "max_tokens_per_batch", "length_beam", "iterations"):
+    """Every option checked before any work (the sampler's by the option spec); errors name the flag."""
+    options.config_from_args(args, length_beam=args.length_beam)
+    for name in ("batch_size", "length_beam", "iterations"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.burn_in <= args.epochs:
-        raise ValueError(f"--burn-in must be in [0, --epochs={args.epochs}], got {args.burn_in}")
+            raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0, got {args.threads}")
-    if args.force_accept_epochs < 0:
-        raise ValueError(f"--force-accept-epochs must be >= 0, got {args.force_accept_epochs}")
-    for name in ("proposal_temperature", "target_temperature", "min_target_temperature"):
-        if not getattr(args, name) > 0 or getattr(args, name) == float("inf"):
-            raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {getattr(args, name)}")
-    if not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-    if not 0 <= args.anneal < float("inf"):
-        raise ValueError(f"--anneal must be a finite number >= 0, got {args.anneal}")
-    sizes = args.block_schedule if isinstance(args.block_schedule, list) else [args.block_schedule or 1]
-    if min(sizes) < 1:
-        raise ValueError(f"--block-schedule sizes must be >= 1, got {args.block_schedule}")
-    if isinstance(args.block_schedule, list) and len(sizes) != args.epochs:
-        raise ValueError(f"--block-schedule has {len(sizes)} sizes, expected one per epoch ({args.epochs})")
     if args.resume and not args.output:
         raise ValueError("--resume needs --output (a run to stdout cannot be continued)")
     if args.model is None and (args.data or args.spm or args.tokenizer):
@@ -158,13 +117,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def sampler_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments of mhfast.sample given by the options (model/source/input_ids aside)."""
-    return dict(energy=args.energy, sampler=args.sampler, chains=args.chains, epochs=args.epochs,
-                burn_in=args.burn_in, order=args.order, proposal_temperature=args.proposal_temperature,
-                top_p=args.top_p, block_schedule=args.block_schedule, target_temperature=args.target_temperature,
-                anneal=args.anneal, min_target_temperature=args.min_target_temperature,
-                force_accept_epochs=args.force_accept_epochs, seed=args.seed, device=args.device,
-                backend=args.backend, max_tokens_per_batch=args.max_tokens_per_batch)
+    """The keyword arguments of mhfast.sample given by the sampler flags (model/source/input_ids aside)."""
+    return options.as_kwargs(options.config_from_args(args), cli_only=True)
 
 
 def _file_identity(path: str | os.PathLike | None) -> Any:

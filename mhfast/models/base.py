@@ -86,22 +86,37 @@ class ConditionalMaskedLM(MaskedLM, Protocol):
         ...
 
 
-class SamplerHooks(Protocol):
-    """Optional methods the sampler (:func:`mhfast.sample`) uses when a model has them.
+@runtime_checkable
+class RefinementModel(ConditionalMaskedLM, Protocol):
+    """A conditional MLM that decodes whole rows at once: what :func:`mhfast.mask_predict` needs.
 
-    * ``frame(length) -> Long[T']``: the starting row of an unconditional sample of ``length``
-      free tokens, e.g. ``[CLS] + [MASK]*length + [SEP]``; tokens that are special ids stay
-      fixed and are left out of the energy. Default: ``[MASK]*length``.
-    * ``masked_logits_at(tokens Long[R,T], row_index Long[N], positions Long[N], context=None,
-      context_index=None) -> float[N,V]``: logits at ``positions[n]`` of row ``row_index[n]``
-      (ascending), reading several masked positions of one row from a single forward (block
-      proposals, greedy warm start); ``context_index`` is Long[R], one per row. Without it the
-      sampler repeats each row once per position. ``masked_features_at`` (same arguments,
-      -> float[N,d]) is its :class:`FeatureMaskedLM` twin, used when the model has features.
+    Attributes:
+        bos_id, eos_id: the ids that frame every target row (``[bos] + tokens + [eos]``).
     """
 
-    def frame(self, length: int) -> torch.Tensor:
+    bos_id: int
+    eos_id: int
+
+    def decoder_log_probs(self, tokens: torch.Tensor, context: Any, context_index: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities at every position of every row: Long[R, L] -> float[R, L, V]."""
         ...
+
+    def predict_lengths(self, context: Any, k: int, strategy: str = "topk") -> torch.Tensor:
+        """k target lengths per source (without bos/eos): Long[S, k]; ``strategy`` "topk" or "fairseq"."""
+        ...
+
+
+# Optional methods the sampler (:func:`mhfast.sample`) uses when a model has them:
+#
+# * ``frame(length) -> Long[T']``: the starting row of an unconditional sample of ``length`` free
+#   tokens, e.g. ``[CLS] + [MASK]*length + [SEP]``; tokens that are special ids stay fixed and are
+#   left out of the energy. Default: ``[MASK]*length``.
+# * ``masked_logits_at(tokens Long[R,T], row_index Long[N], positions Long[N], context=None,
+#   context_index=None) -> float[N,V]``: logits at ``positions[n]`` of row ``row_index[n]``
+#   (ascending), reading several masked positions of one row from a single forward (block
+#   proposals, greedy warm start); ``context_index`` is Long[R], one per row. Without it the
+#   sampler repeats each row once per position. ``masked_features_at`` (same arguments,
+#   -> float[N,d]) is its :class:`FeatureMaskedLM` twin, used when the model has features.
 
 
 def has_features(model: Any) -> bool:

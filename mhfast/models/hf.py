@@ -313,36 +313,3 @@ class HFMaskedLM:
         # Columns that are padding in every row change nothing (attention mask) but cost compute.
         used = int(real.any(0).nonzero().max()) + 1 if bool(real.any()) else 1
         return tokens[:, :used], positions, real[:, :used].long()
-
-
-def load_masked_lm(model: Any, **kwargs: Any) -> Any:
-    """Anything mhfast can sample from, from a user's argument.
-
-    Accepts: an object already implementing :class:`mhfast.models.base.MaskedLM` (returned as is),
-    a ``transformers`` ``*ForMaskedLM`` model object, a local HuggingFace model directory, or the
-    name ``"antiberty"`` (the model shipped in the antiberty package). ``kwargs`` go to
-    :class:`HFMaskedLM`.
-
-    Example:
-        >>> lm = load_masked_lm("antiberty")      # doctest: +SKIP
-        >>> lm.decode(lm.encode("EVQLV"))          # doctest: +SKIP
-        'EVQLV'
-    """
-    from .base import MaskedLM
-
-    if isinstance(model, (str, os.PathLike)):
-        if isinstance(model, str) and model.lower() == "antiberty" and not os.path.exists(model):
-            from .antiberty import load_antiberty
-            return load_antiberty(**kwargs)
-        return HFMaskedLM(model, **kwargs)
-    try:
-        transformers = _transformers()
-    except ImportError:
-        transformers = None
-    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
-        return HFMaskedLM(model, **kwargs)
-    if isinstance(model, MaskedLM):
-        return model
-    raise TypeError(f"model: unsupported {type(model).__name__}; expected an object implementing "
-                    "mhfast.models.base.MaskedLM, a transformers *ForMaskedLM model, a local HuggingFace "
-                    "model directory, or 'antiberty'")

@@ -37,7 +37,8 @@ __all__ = ["sample", "SampleResult"]
 def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None = None,
            free_positions: torch.Tensor | None = None, source: Any = None,
            input_ids: Sequence[int] | torch.Tensor | None = None, generator: torch.Generator | None = None,
-           progress: Callable[[int, dict], None] | None = None, **sampler_options: Any) -> SampleResult:
+           progress: Callable[[int, dict], None] | None = None, config: Any = None,
+           **sampler_options: Any) -> SampleResult:
     """Sample sequences from the energy network behind a masked LM with Metropolis-Hastings.
 
     Exactly one of ``length`` / ``init`` / ``source`` says what to sample:
@@ -59,6 +60,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     Args:
         model: anything implementing :class:`mhfast.models.base.MaskedLM`.
         generator: a torch.Generator that draws the seed (instead of ``seed``).
+        config: a :class:`~mhfast.sampler.options.SamplerConfig` (validated options, e.g. from the
+            CLI); keyword options given too override its fields.
         progress: called as ``progress(epoch, stats_dict)`` after every epoch.
         input_ids: the RNG identity of each input (ints >= 0): one per ``init`` row (or the one
             ``length`` input), or one per source for ``source=`` (length candidate j of source
@@ -75,6 +78,10 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     ``max_tokens_per_batch``, and both backends give the same chains:
     """
     check_model(model)
+    if config is not None:  # validated options (e.g. from the CLI); keyword arguments override them
+        if not isinstance(config, options.SamplerConfig):
+            raise TypeError(f"mhfast.sample: config must be a SamplerConfig, got {type(config).__name__}")
+        sampler_options = {**options.as_kwargs(config), **sampler_options}
     if generator is not None:
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"mhfast.sample: generator must be a torch.Generator, got {type(generator).__name__}")

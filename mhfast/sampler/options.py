@@ -179,7 +179,7 @@ SPEC: tuple[Option, ...] = (
     Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers",
            "-", "int"),
     Option("device", None, _device, "where the chains live: cpu, cuda, cuda:N (default: the model's device)",
-           "-", "str"),
+           "-", "str", metavar="DEVICE"),
     Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
     Option("max_tokens_per_batch", 65536, _int(1), "masked rows are forwarded in sub-batches of at most "
@@ -243,24 +243,24 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> Any:
     return _validated(values, lambda name: OPTIONS[name].flag if OPTIONS[name].cli else name, "")
 
 
-def as_kwargs(cfg: Any) -> dict:
-    """The config as keyword arguments of :func:`mhfast.sample` (e.g. for a JSON record of a run)."""
-    return dataclasses.asdict(cfg)
+def as_kwargs(cfg: Any, cli_only: bool = False) -> dict:
+    """The config as keyword arguments of :func:`mhfast.sample` (``cli_only``: the CLI flags' options)."""
+    return {o.name: getattr(cfg, o.name) for o in SPEC if o.cli or not cli_only}
 
 
 def add_arguments(parser: argparse.ArgumentParser | Any, extra_choices: Mapping[str, Sequence[str]] = (),
-                  defaults: Mapping[str, Any] = ()) -> None:
+                  help_suffix: Mapping[str, str] = ()) -> None:
     """Add every CLI sampler option to ``parser`` (an argparse parser or argument group).
 
     ``extra_choices`` lets a command accept more values of a choice option (``mhfast sample
-    --energy both``); ``defaults`` is for tests only: both commands use the spec's defaults.
+    --energy both``), explained by ``help_suffix``; names, defaults and messages stay the spec's.
     """
-    extra, defaults = dict(extra_choices), dict(defaults)
+    extra, suffix = dict(extra_choices), dict(help_suffix)
     for opt in SPEC:
         if not opt.cli:
             continue
-        kw: dict = dict(default=defaults.get(opt.name, opt.default), help=f"{opt.help} (paper {opt.section})"
-                        if opt.section != "-" else opt.help)
+        section = f" (paper {opt.section})" if opt.section != "-" else ""
+        kw: dict = dict(default=opt.default, help=f"{opt.help}{suffix.get(opt.name, '')}{section}")
         if opt.type == "choice":
             kw["choices"] = tuple(opt.choices) + tuple(extra.get(opt.name, ()))
         else:

@@ -72,17 +72,6 @@ def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.T
     return _absorb(_absorb(h, inputs), chains)
 
 
-def hash_counters(seed: int, *counters: torch.Tensor | int) -> torch.Tensor:
-    """Chain the counters through splitmix64: h = mix(h + GOLDEN * (c + 1)) for each counter."""
-    tensors = [c for c in counters if isinstance(c, torch.Tensor)]
-    device = tensors[0].device if tensors else None
-    h = torch.full((), _i64(_mix_int(((seed % (1 << 64)) + 0x9E3779B97F4A7C15) & _U64)), dtype=torch.int64,
-                   device=device)
-    for c in counters:
-        h = _absorb(h, c)
-    return h
-
-
 def _to_uniform(h: torch.Tensor) -> torch.Tensor:
     # top 23 bits: (k + 0.5) / 2**23 is exact in float32, never 0 (log(u) is finite) and never 1
     k = _shr(h, 64 - 23)
