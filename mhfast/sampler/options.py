@@ -286,3 +286,13 @@ def markdown_table() -> str:
         flag = f"`{o.flag}`" if o.cli else "(API only)"
         rows.append(f"| `{o.name}` | {flag} | `{o.default!r}` | {o.check.values} | {o.section} | {o.help} |")
     return "\n".join(rows) + "\n"
+
+
+
+def options_page() -> str:
+    """The whole of docs/options.md."""
+    return ("# Sampler options\n\nGenerated from `mhfast/sampler/options.py` (the one place they are declared) by\n"
+            "`python3 -c \"import mhfast.sampler.options as o; print(o.options_page(), end='')\" > docs/options.md`.\n"
+            "The same options are keyword arguments of `mhfast.sample()` and flags of `mhfast sample` and\n"
+            "`mhfast translate` (options marked *API only* have no flag). Paper sections refer to Goyal, Dyer &\n"
+            "Berg-Kirkpatrick (ICLR 2022).\n\n" + markdown_table())
