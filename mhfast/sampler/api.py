@@ -91,8 +91,11 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         raise ValueError("mhfast.sample: progress must be callable or None")
     problem = build_problem(model, cfg, length=length, init=init, free_positions=free_positions, source=source,
                             input_ids=input_ids)
+    if problem.terms is not None and not KERNELS[cfg.sampler].supports_extra_energy:
+        raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
+                         "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
     runner = ModelRunner(model, problem.context, cfg.max_tokens_per_batch, problem.device)
-    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner))
+    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, problem.terms))
     state = kernel.init(_initial_state(problem, cfg, runner))
     state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                               progress=progress, counters=lambda: {"model_rows": runner.model_rows})
@@ -101,14 +104,15 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
 
 def _initial_state(problem, cfg, runner: ModelRunner) -> ChainState:
     """Every chain of every input at the greedy warm start (Algorithm 1, line 3)."""
-    start = warm_start(runner, problem.rows, problem.free, problem.ctx_rows)
+    start = warm_start(runner, problem.rows, problem.free, problem.ctx_rows, problem.allowed)
     rep = lambda t: t.repeat_interleave(cfg.chains, dim=0)  # noqa: E731
     B = problem.rows.shape[0]
     return ChainState.create(
         tokens=rep(start), energy_mask=rep(problem.energy_mask), free=rep(problem.free),
         inputs=rep(problem.input_index), chain_ids=torch.arange(cfg.chains, device=problem.device).repeat(B),
         ctx_index=rep(problem.ctx_rows) if problem.ctx_rows is not None else None, energy=cfg.energy,
-        seed=cfg.seed)
+        seed=cfg.seed, term_index=rep(problem.term_index),
+        num_terms=len(problem.terms.terms) if problem.terms is not None else 0)
 
 
 def _signature() -> inspect.Signature:

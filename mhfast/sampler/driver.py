@@ -33,6 +33,7 @@ class Trace:
     novel_rate: list[float] = field(default_factory=list)
     target_temperature: list[float] = field(default_factory=list)
     history: list[torch.Tensor] = field(default_factory=list)  #: Long[M, T] per post-burn-in epoch
+    term_values: list[torch.Tensor] = field(default_factory=list)  #: f32[M, K] extra energy terms per epoch
 
     def last(self) -> dict:
         return {"e_raw": self.e_raw[-1], "e_local": self.e_local[-1], "acceptance_rate": self.acceptance_rate[-1],
@@ -61,6 +62,7 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
         trace.acceptance_rate.append(float(info.accepted) / proposals)
         trace.novel_rate.append(float(info.novel) / proposals)
         trace.target_temperature.append(epoch.target_temperature)
+        trace.term_values.append(state.term_values)
         if record and epoch.post_burn_in:
             trace.history.append(state.tokens.clone())
         if progress is not None:

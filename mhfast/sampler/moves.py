@@ -62,14 +62,16 @@ def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions:
 
 
 def _commit(state: ChainState, tokens: torch.Tensor, chains: torch.Tensor, accepted: torch.Tensor,
-            raw_new: torch.Tensor, local_new: torch.Tensor) -> ChainState:
-    """The state with the accepted chains' new tokens and energy terms (no host sync)."""
+            raw_new: torch.Tensor, local_new: torch.Tensor, extra: tuple | None) -> ChainState:
+    """The state with the accepted chains' new tokens, energy terms and extra-term values (no host sync)."""
     keep = accepted[:, None]
     pick = lambda new, old: old.index_copy(0, chains, torch.where(  # noqa: E731
         keep if new.dim() == 2 else accepted, new, old.index_select(0, chains)))
+    more = {} if extra is None else dict(term_values=pick(extra[0], state.term_values), e_extra=pick(extra[1],
+                                                                                                      state.e_extra))
     return dataclasses.replace(
         state, tokens=tokens, raw_terms=pick(raw_new, state.raw_terms), local_terms=pick(local_new, state.local_terms),
-        e_raw=pick(sum_terms(raw_new), state.e_raw), e_local=pick(sum_terms(local_new), state.e_local))
+        e_raw=pick(sum_terms(raw_new), state.e_raw), e_local=pick(sum_terms(local_new), state.e_local), **more)
 
 
 def changed_chains(changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,9 +129,14 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
     raw_new, local_new, (seq, q, outputs) = _score_proposals(ctx, state, ch, ch_host, x_new, positions, proposed,
                                                              known_logits)
     target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
+    extra = None
+    if ctx.terms is not None and ctx.terms.terms:  # extra energy terms of X', batched over the chains
+        values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
+        extra = (values, ctx.terms.weighted(values))
+        target_new = target_new + extra[1]
     tokens, accepted = accept(ctx, state, ch, positions, proposed, target_new, logq_forward, logq_reverse, beta,
                               epoch, step)
-    new_state = _commit(state, tokens, ch, accepted, raw_new, local_new)
+    new_state = _commit(state, tokens, ch, accepted, raw_new, local_new, extra)
     if outputs is not None:  # accepted chains: the rows of X' become the cache (a known row is unchanged)
         m_rows = ch.index_select(0, seq)
         old = state.cache[m_rows, q]
@@ -150,7 +157,8 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
     cur = state.tokens[act, pos]
     u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
-    prop, logq_f, logq_r = be.propose(runner.proposal_logits(logits), cur, ctx.proposal_temperature, ctx.top_p, u)
+    prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
+                                      ctx.proposal_temperature, ctx.top_p, u)
     local, local_host = changed_chains(prop != cur)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
@@ -178,7 +186,8 @@ def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, po
     logits = runner.to_logits(runner.outputs(rows, pos, state.ctx_of(act)))
     cur = state.tokens[act, pos]
     u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
-    prop, logq_f, _ = be.propose(runner.proposal_logits(logits), cur, ctx.proposal_temperature, ctx.top_p, u)
+    prop, logq_f, _ = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
+                                 ctx.proposal_temperature, ctx.top_p, u)
     zeros = torch.zeros(A, device=state.tokens.device)
     tokens, _ = accept(ctx, state, act, pos, prop, zeros, logq_f, logq_f, None, epoch, step)
     return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, (prop != cur).sum(), scored=False)

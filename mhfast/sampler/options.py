@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..energy_terms import check_extra_energy
 from .kernels import KERNELS
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -116,6 +117,13 @@ def _device(v: Any) -> Any:
     return v
 
 
+def _as_option_error(check: Callable[[Any], Any], v: Any) -> Any:
+    try:
+        return check(v)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
+
+
 # ---------------------------------------------------------------------------- CLI parsers
 def _parse_block_schedule(text: str) -> Any:
     """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
@@ -187,6 +195,10 @@ SPEC: tuple[Option, ...] = (
     Option("length_beam", 1, _int(1), "length candidates per source (conditional models)", "5", "int", cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
+    Option("extra_energy", None, _described("a callable, or a list of callables, (callable, weight) pairs and an "
+           "AllowedTokens")(lambda v: _as_option_error(check_extra_energy, v)),
+           "energy terms added to the MLM energy (product of experts; see mhfast.energy_terms): the target is "
+           "exp(-(E + sum_k w_k f_k) / tau); MH and block MH only", "-", "terms", cli=False),
     Option("select", "energy_per_token", _choice(("energy_per_token", "energy")), "how the best length "
            "candidate of a source is chosen", "5", "choice", ("energy_per_token", "energy"), cli=False),
 )

@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 import torch
 
+from ..energy_terms import normalize as normalize_terms
+
 
 def _err(name: str, msg: str) -> ValueError:
     return ValueError(f"mhfast.sample: {name} {msg}")
@@ -38,6 +40,16 @@ class Problem:
     ctx_rows: torch.Tensor | None = None  #: Long[B] source of each input
     candidate_lengths: torch.Tensor | None = None  #: Long[S, k] (``source=`` only)
     inputs_per_source: int = 1
+    term_index: torch.Tensor | None = None  #: Long[B] the input index energy terms see (init row / source)
+    terms: Any = None  #: mhfast.energy_terms.EnergyTerms, or None without extra_energy
+
+    @property
+    def allowed(self) -> torch.Tensor | None:
+        """Bool[B, T, V] allowed tokens per input row (AllowedTokens), or None."""
+        if self.terms is None or self.terms.allowed is None:
+            return None
+        a = self.terms.allowed.to(self.device)
+        return a.expand(self.rows.shape[0], -1, -1) if a.shape[0] == 1 else a[self.term_index]
 
 
 def check_model(model: Any) -> None:
@@ -181,7 +193,30 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
         raise _err("init" if init is not None else "length", "leaves no free position to sample")
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
-    return Problem(rows=rows, energy_mask=energy_mask, free=free, is_pad=is_pad,
-                   input_index=_input_index(input_ids, B // per_source, per_source, device), device=device,
-                   context=context, ctx_rows=torch.arange(B, device=device) // per_source if source is not None
-                   else None, candidate_lengths=candidate_lengths, inputs_per_source=per_source)
+    term_index = torch.arange(B, device=device) // per_source
+    problem = Problem(rows=rows, energy_mask=energy_mask, free=free, is_pad=is_pad,
+                      input_index=_input_index(input_ids, B // per_source, per_source, device), device=device,
+                      context=context, ctx_rows=term_index if source is not None else None,
+                      candidate_lengths=candidate_lengths, inputs_per_source=per_source, term_index=term_index,
+                      terms=normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size)))
+    _check_allowed(problem, model)
+    return problem
+
+
+def _check_allowed(problem: Problem, model: Any) -> None:
+    """An AllowedTokens mask must leave every free position a token, and allow what init holds there."""
+    allowed = problem.allowed
+    if allowed is None:
+        return
+    special = torch.zeros(allowed.shape[2], dtype=torch.bool, device=allowed.device)
+    special[[int(i) for i in set(model.special_ids) | {int(model.mask_id), int(model.pad_id)}]] = True
+    usable = (allowed & ~special).any(dim=2)
+    if bool((problem.free & ~usable).any()):
+        b, t = (problem.free & ~usable).nonzero()[0].tolist()
+        raise _err("extra_energy", f"AllowedTokens allows no ordinary token at free position {t} of input {b}")
+    fixed_tok = problem.free & (problem.rows != int(model.mask_id))
+    held = allowed.gather(2, problem.rows[:, :, None]).squeeze(2)
+    if bool((fixed_tok & ~held).any()):
+        b, t = (fixed_tok & ~held).nonzero()[0].tolist()
+        raise _err("extra_energy", f"AllowedTokens forbids token {int(problem.rows[b, t])} that init holds at free "
+                   f"position {t} of input {b} (start from allowed tokens, or mask that position)")

@@ -37,6 +37,10 @@ class SampleResult:
         model_rows: masked rows forwarded through the model (the cost unit of the benchmarks).
         model_calls: model invocations (sub-batches).
         history: Long[E - burn_in, B, C, T] end-of-epoch states after burn-in (``record="epoch"``).
+        terms: f32[B, C, K] final (unweighted) value of each ``extra_energy`` term per chain; ``energy``
+            and ``best_energy`` include the weighted terms, ``energy_raw``/``energy_local`` do not.
+        terms_per_epoch: f32[E, B, C, K] the same at the end of every epoch.
+        term_names: the K terms' names (``None``, like ``terms``, without ``extra_energy``).
         candidate_lengths: Long[B, length_beam] length candidates (``source=`` only).
         chosen_candidate: Long[B] index of the kept candidate per source (``source=`` only).
     """
@@ -56,6 +60,9 @@ class SampleResult:
     model_rows: int
     model_calls: int
     history: torch.Tensor | None = None
+    terms: torch.Tensor | None = None
+    terms_per_epoch: torch.Tensor | None = None
+    term_names: list[str] | None = None
     candidate_lengths: torch.Tensor | None = None
     chosen_candidate: torch.Tensor | None = None
 
@@ -68,10 +75,12 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
     score = result["best_energy"] / num_energy if select == "energy_per_token" else result["best_energy"]
     chosen = score.view(S, k).argmin(dim=1)
     keep = torch.arange(S, device=problem.device) * k + chosen
-    for key in ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local"):
-        result[key] = result[key][keep]
-    if result["history"] is not None:
-        result["history"] = result["history"][:, keep]
+    for key in ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "terms"):
+        if result[key] is not None:
+            result[key] = result[key][keep]
+    for key in ("history", "terms_per_epoch"):
+        if result[key] is not None:
+            result[key] = result[key][:, keep]
     return chosen
 
 
@@ -91,10 +100,15 @@ def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows:
         tokens=state.tokens.view(B, C, T), lengths=(~problem.is_pad).sum(dim=1),
         best_tokens=state.best_tokens.view(B, C, T)[ar, best_chain], best_energy=best_e[ar, best_chain],
         energy=state.target.view(B, C).clone(), energy_raw=state.e_raw.view(B, C).clone(),
-        energy_local=state.e_local.view(B, C).clone(), history=history)
+        energy_local=state.e_local.view(B, C).clone(), history=history, terms=None, terms_per_epoch=None)
+    if problem.terms is not None:
+        K = state.term_values.shape[1]
+        result["terms"] = state.term_values.view(B, C, K).clone()
+        result["terms_per_epoch"] = torch.stack([v.view(B, C, K) for v in trace.term_values])
     chosen = _choose_candidates(problem, result, cfg.select) if problem.candidate_lengths is not None else None
     f32 = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
     return SampleResult(
         **result, e_raw=f32(trace.e_raw), e_local=f32(trace.e_local), acceptance_rate=f32(trace.acceptance_rate),
         novel_rate=f32(trace.novel_rate), target_temperature=f32(trace.target_temperature), model_rows=model_rows,
-        model_calls=model_calls, candidate_lengths=problem.candidate_lengths, chosen_candidate=chosen)
+        model_calls=model_calls, candidate_lengths=problem.candidate_lengths, chosen_candidate=chosen,
+        term_names=problem.terms.names if problem.terms is not None else None)

@@ -34,15 +34,18 @@ from . import rng
 from .runner import ModelRunner, sum_terms
 
 
-def warm_start(runner: ModelRunner, init: torch.Tensor, free: torch.Tensor, ctx_index: torch.Tensor | None
-               ) -> torch.Tensor:
+def warm_start(runner: ModelRunner, init: torch.Tensor, free: torch.Tensor, ctx_index: torch.Tensor | None,
+               allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Greedy fill (Algorithm 1, line 3; paper, section 5): one forward of each row with all its
-    masks, argmax over non-special tokens at every free masked position. Returns a new tensor."""
+    masks, argmax over non-special (and, with ``allowed`` Bool[B, T, V], allowed) tokens at every
+    free masked position. Returns a new tensor."""
     masked = (init == runner.mask_id) & free
     r, p = masked.nonzero(as_tuple=True)
     out = init.clone()
     if r.numel():
         logits = runner.proposal_logits(runner.to_logits(runner.outputs_at(init, r, p, ctx_index)))
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed[r, p], float("-inf"))
         out[r, p] = logits.argmax(dim=1)
     return out
 
@@ -68,13 +71,17 @@ class ChainState:
     e_local: torch.Tensor  #: f32[M] sum of local_terms
     best_energy: torch.Tensor  #: f32[M] lowest target energy seen after burn-in
     best_tokens: torch.Tensor  #: Long[M, T] the state that had it
+    term_index: torch.Tensor  #: Long[M] the input index extra energy terms see (row of init / source)
+    term_values: torch.Tensor  #: f32[M, K] each extra energy term's (unweighted) value; K = 0 without terms
+    e_extra: torch.Tensor  #: f32[M] sum_k w_k term_values[:, k]
     #: [M, T, D] model outputs of X masked at each energy position (features or logits), kept
     #: valid by the kernels that read it; None otherwise. Updated in place (donated, see above).
     cache: torch.Tensor | None = None
 
     @classmethod
     def create(cls, tokens: torch.Tensor, energy_mask: torch.Tensor, free: torch.Tensor, inputs: torch.Tensor,
-               chain_ids: torch.Tensor, ctx_index: torch.Tensor | None, energy: str, seed: int) -> "ChainState":
+               chain_ids: torch.Tensor, ctx_index: torch.Tensor | None, energy: str, seed: int,
+               term_index: torch.Tensor | None = None, num_terms: int = 0) -> "ChainState":
         """A state with zero energies (a kernel's ``init`` scores it when it needs energies)."""
         M, T = tokens.shape
         dev = tokens.device
@@ -84,12 +91,14 @@ class ChainState:
                    num_free_host=free.sum(dim=1).cpu(), num_energy_host=energy_mask.sum(dim=1).cpu(),
                    raw_terms=zeros, local_terms=zeros.clone(), e_raw=torch.zeros(M, device=dev),
                    e_local=torch.zeros(M, device=dev), best_energy=torch.full((M,), float("inf"), device=dev),
-                   best_tokens=tokens.clone())
+                   best_tokens=tokens.clone(), term_index=term_index if term_index is not None else inputs,
+                   term_values=torch.zeros(M, num_terms, device=dev), e_extra=torch.zeros(M, device=dev))
 
     @property
     def target(self) -> torch.Tensor:
-        """The target energy of each chain (raw or local)."""
-        return self.e_raw if self.energy == "raw" else self.e_local
+        """The target energy of each chain: raw or local, plus the weighted extra energy terms."""
+        e = self.e_raw if self.energy == "raw" else self.e_local
+        return e + self.e_extra if self.term_values.shape[1] else e
 
     def ctx_of(self, chain_index: torch.Tensor) -> torch.Tensor | None:
         return self.ctx_index.index_select(0, chain_index) if self.ctx_index is not None else None
@@ -126,11 +135,15 @@ def score_states(runner: ModelRunner, backend, tokens: torch.Tensor, energy_mask
     return raw_terms, local_terms, (seq, pos, outputs)
 
 
-def rescore(state: ChainState, runner: ModelRunner, backend, keep_cache: bool = False) -> ChainState:
-    """Every chain's energy terms recomputed (and, with ``keep_cache``, the per-position cache built)."""
+def rescore(state: ChainState, runner: ModelRunner, backend, keep_cache: bool = False, terms=None) -> ChainState:
+    """Every chain's energy terms recomputed (and, with ``keep_cache``, the per-position cache built);
+    ``terms`` (:class:`mhfast.energy_terms.EnergyTerms`): the extra energy terms too."""
     raw, local, (seq, pos, outputs) = score_states(runner, backend, state.tokens, state.energy_mask,
                                                    state.ctx_index, keep_outputs=keep_cache)
     state = state.with_terms(raw, local)
+    if terms is not None and terms.terms:
+        values = terms.evaluate(state.tokens, state.term_index)
+        state = dataclasses.replace(state, term_values=values, e_extra=terms.weighted(values))
     if not keep_cache:
         return state
     M, T = state.tokens.shape

@@ -21,6 +21,20 @@ class StepContext:
     config: Any  #: mhfast.sampler.options.SamplerConfig
     backend: Any  #: mhfast.sampler.backend.Backend
     runner: ModelRunner
+    terms: Any = None  #: mhfast.energy_terms.EnergyTerms or None: extra energy terms, allowed-token mask
+
+    def proposal_logits(self, logits: torch.Tensor, term_index: torch.Tensor, positions: torch.Tensor
+                        ) -> torch.Tensor:
+        """Logits with special ids (and tokens outside an AllowedTokens mask) at -inf: never proposed.
+
+        ``term_index``/``positions``: Long[N] input and position of each row of ``logits``.
+        """
+        logits = self.runner.proposal_logits(logits)
+        allowed = self.terms.allowed if self.terms is not None else None
+        if allowed is None:
+            return logits
+        rows = term_index if allowed.shape[0] > 1 else torch.zeros_like(term_index)
+        return logits.masked_fill(~allowed.to(logits.device)[rows, positions], float("-inf"))
 
     @property
     def proposal_temperature(self) -> float:

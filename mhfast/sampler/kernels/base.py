@@ -9,6 +9,7 @@ not kernel branches: a kernel reads the epoch's ``beta`` (``None``: accept every
 Example (a do-nothing kernel that satisfies the protocol):
     >>> class Frozen:
     ...     name = "frozen"
+    ...     supports_extra_energy = False
     ...     def __init__(self, ctx): self.ctx = ctx
     ...     def init(self, state): return state
     ...     def sweep(self, state, epoch): return []
@@ -32,6 +33,7 @@ class Kernel(Protocol):
     """A sampler kernel; ``KERNELS[name](ctx)`` builds one (see :mod:`mhfast.sampler.kernels`)."""
 
     name: str
+    supports_extra_energy: bool  #: whether the kernel's acceptance includes extra energy terms
 
     def init(self, state: ChainState) -> ChainState:
         """The state the first epoch starts from (e.g. energies and cache computed)."""

@@ -17,3 +17,4 @@ class BlockGibbs(BlockMH):
 
     name = "block-gibbs"
     gibbs = True
+    supports_extra_energy = False  # always accepts: it cannot honour energy terms

@@ -28,6 +28,7 @@ class BlockMH:
 
     name = "block-mh"
     gibbs = False
+    supports_extra_energy = True  #: block Gibbs (a subclass) turns it off
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -43,7 +44,7 @@ class BlockMH:
         self._single_site = not self.gibbs and any(uses_single_site(state.num_free_host, s) for s in self._sizes)
         if self.gibbs:
             return state
-        return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=self._single_site)
+        return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=self._single_site, terms=self.ctx.terms)
 
     def _plans_of(self, state: ChainState, epoch: int) -> list[BlockStep]:
         sizes = self._sizes[epoch]

@@ -27,6 +27,7 @@ RESCORE = "rescore"  #: the last move of a Gibbs epoch: energies for the statist
 
 class DegenerateGibbs:
     name = "gibbs"
+    supports_extra_energy = False  # always accepts: it cannot honour energy terms
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx

@@ -25,6 +25,7 @@ class SingleSiteMH:
     """``init`` scores the start and builds the per-position cache; ``step`` is one position per chain."""
 
     name = "mh"
+    supports_extra_energy = True
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -32,7 +33,7 @@ class SingleSiteMH:
 
     def init(self, state: ChainState) -> ChainState:
         self._active = active_chains(state.num_free_host, state.tokens.device)
-        return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True)
+        return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True, terms=self.ctx.terms)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
         order = epoch_order(state.seed, state.free, state.inputs, state.chain_ids, epoch.index, self.ctx.config.order)

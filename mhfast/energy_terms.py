@@ -1,0 +1,252 @@
+"""Energy terms added to the MLM's energy (product of experts), and hard token constraints.
+
+``mhfast.sample(model, ..., extra_energy=terms)`` samples ``exp(-(E_mlm(X) + sum_k w_k f_k(X)) / tau)``
+exactly: the Metropolis-Hastings ratio includes every term (single-site and block MH, with annealing
+and forced acceptance as usual). ``terms`` is one callable, or a list whose items are callables,
+``(callable, weight)`` pairs or :class:`AllowedTokens` constraints. A term is called as
+``f(tokens)`` on ``tokens: Long[N, T]`` (the model's token ids, frame and padding included) or, if
+it declares a second parameter, as ``f(tokens, input_index)`` with ``input_index: Long[N]`` the
+input each row belongs to (the row of ``init``, or the source for ``source=``); it returns
+``Float[N]`` on the tokens' device. Terms are evaluated once per proposed state (batched over
+chains and inputs), never for a proposal equal to the current state, and the current state's
+values are cached like its MLM energy.
+
+Built in: :class:`Hamming` (distance to a reference, mixmatch's ``delta`` term),
+:class:`HFClassifier` (``-log p(label | X)`` of a HuggingFace sequence classifier) and
+:class:`AllowedTokens` (a per-position allowed-token mask: proposals never leave it, so the
+target is the MLM energy restricted to the allowed sequences; not an energy).
+
+Example (keep an infilled antibody close to its parent, then forbid cysteine at two positions):
+    >>> import torch, mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> model = TabularMLM.random(num_tokens=3, length=4, seed=0)
+    >>> parent = torch.tensor([[0, 1, 2, 0]])
+    >>> r = mhfast.sample(model, init=parent, chains=2, epochs=3, burn_in=1,
+    ...                   extra_energy=[(Hamming(parent), 2.0)])
+    >>> r.terms.shape, r.term_names                       # [B, C, K] final values per chain
+    (torch.Size([1, 2, 1]), ['hamming'])
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+class Hamming:
+    """Number of positions where a sequence differs from a reference (mixmatch's ``delta`` term).
+
+    Args:
+        reference: Long[T] (one reference for every input) or Long[B, T] (row b for input b).
+            Sequences and references of different widths are compared as if padded with ``pad_id``.
+        pad_id: the padding id (only needed when widths differ).
+
+    Example:
+        >>> h = Hamming(torch.tensor([1, 2, 3]))
+        >>> h(torch.tensor([[1, 2, 3], [1, 0, 0]]), torch.tensor([0, 0])).tolist()
+        [0.0, 2.0]
+    """
+
+    name = "hamming"
+
+    def __init__(self, reference: torch.Tensor, pad_id: int = 0):
+        reference = torch.as_tensor(reference)
+        if reference.dtype != torch.long or reference.dim() not in (1, 2):
+            raise ValueError(f"Hamming: reference must be a Long[T] or Long[B, T] tensor, got {reference.dtype} "
+                             f"of shape {tuple(reference.shape)}")
+        self.reference = reference if reference.dim() == 2 else reference[None]
+        self.pad_id = int(pad_id)
+
+    def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
+        ref = self.reference.to(tokens.device)
+        if ref.shape[0] > 1:
+            if bool((input_index >= ref.shape[0]).any()):
+                raise ValueError(f"Hamming: an input index is >= the {ref.shape[0]} references given")
+            ref = ref[input_index]
+        else:
+            ref = ref.expand(tokens.shape[0], -1)
+        width = max(ref.shape[1], tokens.shape[1])
+        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=self.pad_id)  # noqa: E731
+        return (pad(tokens) != pad(ref)).sum(dim=1).float()
+
+
+class HFClassifier:
+    """``-log p(label | X)`` of a HuggingFace ``*ForSequenceClassification`` model (controlled generation).
+
+    Args:
+        model: a transformers sequence-classification model object, or a local directory.
+        label: the class to steer toward (an int, or a name from ``config.label2id``).
+        token_map: how MLM token ids become classifier input ids: None (shared vocabulary: the ids
+            are fed as they are), a Long[V] lookup tensor, or a callable ``Long[N, T] -> Long[N, T']``.
+        pad_id: the MLM's padding id (positions holding it are masked out of attention).
+
+    Example:
+        >>> import transformers
+        >>> cfg = transformers.BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=1,
+        ...                               num_attention_heads=2, intermediate_size=8, num_labels=2)
+        >>> clf = HFClassifier(transformers.BertForSequenceClassification(cfg).eval(), label=1)
+        >>> clf(torch.tensor([[2, 5, 6, 3]])).shape
+        torch.Size([1])
+    """
+
+    name = "classifier"
+
+    def __init__(self, model: Any, label: int | str = 0, token_map: Any = None, pad_id: int = 0):
+        if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+            from .models.hf import _transformers
+
+            model = _transformers().AutoModelForSequenceClassification.from_pretrained(model, local_files_only=True)
+        self.model = model.eval()
+        label2id = dict(getattr(model.config, "label2id", {}) or {})
+        if isinstance(label, str):
+            if label not in label2id:
+                raise ValueError(f"HFClassifier: label {label!r} is not one of {sorted(label2id)}")
+            label = int(label2id[label])
+        num_labels = int(model.config.num_labels)
+        if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
+            raise ValueError(f"HFClassifier: label must be in [0, {num_labels}), got {label!r}")
+        self.label, self.token_map, self.pad_id = label, token_map, int(pad_id)
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        mask = tokens != self.pad_id
+        ids = tokens
+        if isinstance(self.token_map, torch.Tensor):
+            ids = self.token_map.to(tokens.device)[tokens]
+        elif callable(self.token_map):
+            ids = self.token_map(tokens)
+            mask = torch.ones_like(ids, dtype=torch.bool)
+        device = next(self.model.parameters()).device
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device).long()).logits
+        return -torch.log_softmax(logits.float(), dim=-1)[:, self.label].to(tokens.device)
+
+
+class AllowedTokens:
+    """A hard constraint: at each position only the allowed tokens are ever proposed.
+
+    ``mask``: Bool[T, V] (every input) or Bool[B, T, V] (one per input), over the padded width T
+    of the sampler's rows. Proposals are drawn from the MLM conditional restricted to the allowed
+    tokens (with the matching proposal probabilities in the MH ratio), so the chain samples the
+    target restricted to sequences whose free positions are all allowed. Tokens already in the
+    starting sequence at free positions must be allowed (masks are filled with allowed tokens).
+
+    Example:
+        >>> mask = torch.ones(3, 5, dtype=torch.bool); mask[1, 2] = False   # never token 2 at position 1
+        >>> AllowedTokens(mask).mask.shape
+        torch.Size([1, 3, 5])
+    """
+
+    name = "allowed"
+
+    def __init__(self, mask: torch.Tensor):
+        mask = torch.as_tensor(mask)
+        if mask.dtype != torch.bool or mask.dim() not in (2, 3):
+            raise ValueError(f"AllowedTokens: mask must be a Bool[T, V] or Bool[B, T, V] tensor, got {mask.dtype} "
+                             f"of shape {tuple(mask.shape)}")
+        self.mask = mask if mask.dim() == 3 else mask[None]
+
+
+# ---------------------------------------------------------------------------- the sampler's view
+@dataclass(frozen=True)
+class Term:
+    """One weighted term as the sampler calls it."""
+
+    fn: Callable[..., torch.Tensor]
+    weight: float
+    name: str
+    wants_index: bool
+
+
+@dataclass(frozen=True)
+class EnergyTerms:
+    """The normalized ``extra_energy`` argument: weighted terms plus an optional allowed-token mask."""
+
+    terms: tuple[Term, ...] = ()
+    allowed: torch.Tensor | None = None  #: Bool[B or 1, T, V]
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.terms]
+
+    def evaluate(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
+        """Every term's value on ``tokens``: f32[N, K], checked (shape, dtype, device, finiteness)."""
+        cols = []
+        for t in self.terms:
+            v = t.fn(tokens, input_index) if t.wants_index else t.fn(tokens)
+            cols.append(_checked(t, v, tokens))
+        return torch.stack(cols, dim=1) if cols else tokens.new_zeros((tokens.shape[0], 0), dtype=torch.float32)
+
+    def weighted(self, values: torch.Tensor) -> torch.Tensor:
+        """sum_k w_k values[:, k], in float64 (order-independent), as f32[N]."""
+        w = torch.tensor([t.weight for t in self.terms], dtype=torch.float64, device=values.device)
+        return (values.double() * w).sum(dim=1).float()
+
+
+def _checked(term: Term, v: Any, tokens: torch.Tensor) -> torch.Tensor:
+    where = f"mhfast.sample: extra_energy term {term.name!r}"
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"{where} returned {type(v).__name__}, expected a Float[N] tensor")
+    if not v.is_floating_point():
+        raise TypeError(f"{where} returned dtype {v.dtype}, expected a floating-point tensor")
+    if tuple(v.shape) != (tokens.shape[0],):
+        raise ValueError(f"{where} returned shape {tuple(v.shape)}, expected ({tokens.shape[0]},) (one per row)")
+    if v.device != tokens.device:
+        raise ValueError(f"{where} returned a tensor on {v.device}, expected {tokens.device} (the tokens' device)")
+    if not bool(torch.isfinite(v).all()):
+        raise ValueError(f"{where} returned NaN or infinite values")
+    return v.float()
+
+
+def _wants_index(fn: Callable) -> bool:
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    except (TypeError, ValueError):  # builtins without a signature: called with tokens only
+        return False
+    return len(params) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def check_extra_energy(value: Any) -> Any:
+    """The option's structural check (the spec calls it): None, a callable, or a list of items."""
+    if value is None or callable(value) or isinstance(value, AllowedTokens):
+        return value
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _term_or_constraint(item)
+        return list(value)
+    raise ValueError(f"must be a callable, an AllowedTokens or a list of callables / (callable, weight) pairs, "
+                     f"got {type(value).__name__}")
+
+
+def _term_or_constraint(item: Any) -> Term | AllowedTokens:
+    if isinstance(item, AllowedTokens):
+        return item
+    fn, weight = (item if isinstance(item, tuple) and len(item) == 2 else (item, 1.0))
+    if not callable(fn):
+        raise ValueError(f"items must be callables or (callable, weight) pairs, got {item!r}")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+        raise ValueError(f"weights must be finite numbers, got {weight!r}")
+    name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return Term(fn, float(weight), str(name), _wants_index(fn))
+
+
+def normalize(value: Any, num_inputs: int, width: int, vocab_size: int) -> EnergyTerms | None:
+    """The sampler's :class:`EnergyTerms` for ``extra_energy=value`` (None: no terms)."""
+    if value is None:
+        return None
+    items = [_term_or_constraint(i) for i in (value if isinstance(value, list) else [value])]
+    terms = tuple(i for i in items if isinstance(i, Term))
+    masks = [i.mask for i in items if isinstance(i, AllowedTokens)]
+    if len(masks) > 1:
+        raise ValueError("mhfast.sample: extra_energy has more than one AllowedTokens (combine the masks)")
+    allowed = masks[0] if masks else None
+    if allowed is not None and (allowed.shape[1:] != (width, vocab_size) or allowed.shape[0] not in (1, num_inputs)):
+        raise ValueError(f"mhfast.sample: extra_energy AllowedTokens mask has shape {tuple(allowed.shape)}, expected "
+                         f"[{width}, {vocab_size}] or [{num_inputs}, {width}, {vocab_size}] (inputs, width, vocab)")
+    names = [t.name for t in terms]
+    terms = tuple(Term(t.fn, t.weight, f"{t.name}_{names[:i].count(t.name)}" if names.count(t.name) > 1 else t.name,
+                       t.wants_index) for i, t in enumerate(terms))
+    return EnergyTerms(terms, allowed)
