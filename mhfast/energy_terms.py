@@ -79,8 +79,9 @@ class HFClassifier:
     Args:
         model: a transformers sequence-classification model object, or a local directory.
         label: the class to steer toward (an int, or a name from ``config.label2id``).
-        token_map: how MLM token ids become classifier input ids: None (shared vocabulary: the ids
-            are fed as they are), a Long[V] lookup tensor, or a callable ``Long[N, T] -> Long[N, T']``.
+        token_map: how MLM token ids become classifier inputs: None (shared vocabulary: the ids are fed
+            as they are), a Long[V] lookup tensor, or a callable ``Long[N, T] -> dict`` of model inputs
+            (e.g. ``input_ids`` and ``attention_mask`` from the classifier's tokenizer on decoded text).
         pad_id: the MLM's padding id (positions holding it are masked out of attention).
 
     Example:
@@ -111,16 +112,14 @@ class HFClassifier:
         self.label, self.token_map, self.pad_id = label, token_map, int(pad_id)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        mask = tokens != self.pad_id
-        ids = tokens
-        if isinstance(self.token_map, torch.Tensor):
-            ids = self.token_map.to(tokens.device)[tokens]
-        elif callable(self.token_map):
-            ids = self.token_map(tokens)
-            mask = torch.ones_like(ids, dtype=torch.bool)
         device = next(self.model.parameters()).device
+        if callable(self.token_map) and not isinstance(self.token_map, torch.Tensor):
+            inputs = {k: v.to(device) for k, v in self.token_map(tokens).items()}
+        else:
+            ids = self.token_map.to(tokens.device)[tokens] if self.token_map is not None else tokens
+            inputs = dict(input_ids=ids.to(device), attention_mask=(tokens != self.pad_id).to(device).long())
         with torch.inference_mode():
-            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device).long()).logits
+            logits = self.model(**inputs).logits
         return -torch.log_softmax(logits.float(), dim=-1)[:, self.label].to(tokens.device)
 
 

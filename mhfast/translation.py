@@ -143,6 +143,12 @@ class Translator:
         """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources."""
         return self.cmlm.source_ids(self.processor.encode(text))
 
+    def target_ids(self, text: str) -> torch.Tensor:
+        """``[bos] + ids + [eos]`` of a raw target sentence (a reference for a Hamming term)."""
+        d = self.cmlm.tgt_dict
+        ids = [d.index(w) for w in self.processor.encode(text).split()]
+        return torch.tensor([self.cmlm.bos_id, *ids, self.cmlm.eos_id], dtype=torch.long)
+
     def _tokens(self, ids: torch.Tensor) -> list[str]:
         special = set(self.cmlm.special_ids)
         return [self.cmlm.tgt_dict[i] for i in ids.tolist() if i not in special]
@@ -153,7 +159,8 @@ class Translator:
 
     def translate(self, sources: Sequence[str], method: str = "mh", input_ids: Sequence[int] | None = None,
                   sampler_options: dict | None = None, iterations: int = 10, length_beam: int = 1,
-                  progress: Callable[[int, dict], None] | None = None) -> BatchOutput:
+                  progress: Callable[[int, dict], None] | None = None,
+                  extra_energy: Callable[[list[int]], Any] | None = None) -> BatchOutput:
         """Translate a batch of raw sentences (empty ones give empty hypotheses and cost nothing).
 
         Args:
@@ -164,6 +171,8 @@ class Translator:
             iterations: Mask-Predict decoder passes (the paper's T; fairseq's max_iter + 1), >= 1.
             length_beam: length candidates per source (both methods).
             progress: passed to :func:`mhfast.sample` (called after each epoch).
+            extra_energy: ``f(input_ids of the non-empty sources) -> extra_energy`` of
+                :func:`mhfast.sample` (MH only): terms see each source's index in that list.
         """
         if method not in METHODS:
             raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
@@ -190,6 +199,8 @@ class Translator:
         import mhfast
 
         opts = dict(sampler_options or {})
+        if extra_energy is not None:
+            opts["extra_energy"] = extra_energy([input_ids[i] for i in keep])
         res = mhfast.sample(self.cmlm, source=ids, length_beam=length_beam, input_ids=[input_ids[i] for i in keep],
                             progress=progress, **opts)
         special = torch.tensor(sorted(set(self.cmlm.special_ids)), dtype=torch.long)

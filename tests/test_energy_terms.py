@@ -201,3 +201,47 @@ def test_hf_classifier_term_steers_toward_its_label():
     nll = lambda r: float(clf(r.tokens[0]).mean())  # noqa: E731
     assert nll(steered) < nll(plain)
     assert torch.allclose(steered.terms[0, :, 0], clf(steered.tokens[0]), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- CLI flags
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from hf_tiny_models import save_tiny_bert_dir
+
+    return save_tiny_bert_dir(tmp_path_factory.mktemp("terms") / "bert")
+
+
+def _cli(capsys, *argv):
+    from mhfast.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sample_hamming_flag_keeps_infills_close_to_the_init(capsys, tiny_dir):
+    base = ["sample", "--model", tiny_dir, "--init", "a b c d e f", "--chains", "6", "--epochs", "4", "--burn-in", "1",
+            "--quiet"]
+    dist = []
+    for extra in ([], ["--hamming", "20"]):
+        code, out, err = _cli(capsys, *base, *extra)
+        assert code == 0, err
+        seqs = [line.split("\t")[0].split() for line in out.splitlines() if line.startswith("  ")
+                and not line.strip().startswith("best")]
+        dist.append(sum(sum(a != b for a, b in zip(s, "a b c d e f".split())) for s in seqs))
+    assert dist[1] < dist[0] and dist[1] == 0  # weight 20: leaving the init costs e^-20 per token
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sample", "--length", "3", "--hamming", "1"], "--hamming needs --hamming-reference"),
+    (["sample", "--length", "3", "--hamming-reference", "x.txt"], "no such file"),
+    (["sample", "--length", "3", "--hamming", "-1"], "--hamming must be a finite number >= 0"),
+    (["sample", "--length", "3", "--classifier", "/no/such/dir"], "--classifier: no such directory"),
+    (["sample", "--length", "3", "--classifier-weight", "nan"], "--classifier-weight must be a finite number"),
+    (["translate", "--input", "bundled", "--limit", "1", "--hamming", "1"], "--hamming needs --hamming-reference"),
+])
+def test_energy_term_flag_errors_are_one_line(capsys, tiny_dir, argv, needle):
+    if argv[0] == "sample":
+        argv = [argv[0], "--model", tiny_dir, *argv[1:]]
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err

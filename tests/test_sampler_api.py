@@ -335,3 +335,34 @@ def test_counter_rng_is_uniform_and_a_pure_function_of_its_counters():
     other = rng.uniforms(3, torch.zeros_like(chains), chains, 0, 0, rng.ACCEPT)
     assert abs(float(torch.corrcoef(torch.stack([u, other]))[0, 1])) < 0.03
     assert not torch.equal(u, rng.uniforms(4, torch.zeros_like(chains), chains, 0, 0, rng.PROPOSE))
+
+
+def test_default_block_schedule_uses_blocks_for_short_inputs():
+    """Appendix D for every length: blocks > 1 first whenever an input has >= 2 free positions, 1 at the end."""
+    from mhfast.sampler.schedules import block_sizes
+
+    n = torch.tensor([1, 2, 3, 5, 7, 8, 20, 40])
+    first, last = block_sizes(None, 0, 33, n), block_sizes(None, 32, 33, n)
+    assert first.tolist() == [1, 2, 2, 2, 2, 2, 5, 10]
+    assert last.tolist() == [1] * 8
+    sizes = torch.stack([block_sizes(None, e, 33, n) for e in range(33)])
+    assert bool((sizes[1:] <= sizes[:-1]).all())  # never grows
+
+
+def test_fixed_target_temperature_is_used_as_given():
+    model = model4()
+    r = mhfast.sample(model, 4, chains=2, epochs=3, burn_in=0, target_temperature=0.02)
+    assert r.target_temperature.tolist() == pytest.approx([0.02] * 3)
+    r = mhfast.sample(model, 4, chains=2, epochs=3, burn_in=0, target_temperature=0.5, anneal=0.3,
+                      min_target_temperature=0.1)
+    assert r.target_temperature.tolist() == pytest.approx([0.5, 0.2, 0.1])  # the explicit floor
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(target_temperature=0.5, anneal=0.1, min_target_temperature=0.8), "min_target_temperature .* <= "),
+    (dict(target_temperature=1e-40), "too small"),
+    (dict(anneal=0.1, min_target_temperature=1e-39), "too small"),
+])
+def test_temperatures_that_cannot_be_honoured_are_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        mhfast.sample(model4(), 3, **kwargs)

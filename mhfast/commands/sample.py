@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..sampler import options
+from . import _energy_terms
 
 NAME = "sample"
 HELP = "sample sequences from a masked LM (AntiBERTy or a HuggingFace model directory) with MH"
@@ -118,6 +119,19 @@ def _check(args: argparse.Namespace) -> Any:
     return options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
 
 
+def _terms(lm: Any, args: argparse.Namespace, inputs: dict) -> list | None:
+    """The extra energy terms of --hamming (reference: --hamming-reference, else the --init rows) and --classifier."""
+    count = inputs["init"].shape[0] if "init" in inputs else 1
+    lines = _energy_terms.reference_lines(args, count)
+    if lines is not None:
+        references = _energy_terms.padded([lm.encode(t) for t in lines], lm.pad_id)
+    else:
+        references = inputs.get("init")
+    decode = lm.decode if callable(getattr(lm, "decode", None)) else None
+    return _energy_terms.extra_energy(_energy_terms.hamming_term(args, references, lm.pad_id),
+                                      _energy_terms.classifier_term(args, lm.pad_id, decode))
+
+
 def run(args: argparse.Namespace) -> int:
     import mhfast
     from ..models.loading import load_masked_lm
@@ -128,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)
+    terms = _terms(lm, args, inputs)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
     energies = ["raw", "local"] if args.energy == "both" else [args.energy]
@@ -139,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
             f"({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
-        result = mhfast.sample(lm, **inputs, config=dataclasses.replace(cfg, energy=energy), progress=progress)
+        result = mhfast.sample(lm, **inputs, config=dataclasses.replace(cfg, energy=energy, extra_energy=terms),
+                               progress=progress)
         seconds = time.perf_counter() - t0
         print_result(lm, result, energy, args, seconds)
     return 0

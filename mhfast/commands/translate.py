@@ -230,6 +230,20 @@ def _load(args: argparse.Namespace) -> Any:
     return load_translator(args.model, args.data, spm=args.spm, tokenizer=args.tokenizer, device=args.device)
 
 
+def _terms_factory(args: argparse.Namespace, translator: Any, count: int) -> Any:
+    """``f(global line ids) -> extra_energy`` for --hamming (targets of --hamming-reference) and --classifier."""
+    from . import _energy_terms as et
+
+    lines = et.reference_lines(args, count, args.limit) if args.hamming else None
+    refs = et.padded([translator.target_ids(t) for t in lines], translator.cmlm.pad_id) if lines else None
+    pad = translator.cmlm.pad_id
+    clf = et.classifier_term(args, pad, translator.detokenize)
+    if not args.hamming and clf is None:
+        et.hamming_term(args, None, pad)  # --hamming-reference alone is an error
+        return None
+    return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad), clf)
+
+
 def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
     from tqdm import tqdm
 
@@ -259,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     translator = _load(args)
+    terms_for = _terms_factory(args, translator, len(lines))
 
     stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
                    "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
@@ -296,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
             result = translator.translate(
                 chunk, method=args.method, input_ids=range(first, first + len(chunk)),
                 sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
-                progress=None if args.quiet else on_epoch)
+                progress=None if args.quiet else on_epoch, extra_energy=terms_for)
             text = "".join(format_sentence(first + j, src, hyp, args.format,
                                            None if refs is None else refs[first + j])
                            for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))

@@ -119,7 +119,8 @@ def _signature() -> inspect.Signature:
     """sample's signature with every option of the spec as a keyword argument (for help() and IDEs)."""
     sig = inspect.signature(sample)
     params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    params += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default) for o in options.SPEC]
+    params += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default) for o in options.SPEC
+               if o.api]
     return sig.replace(parameters=params)
 
 

@@ -35,6 +35,7 @@ from ..energy_terms import check_extra_energy
 from .kernels import KERNELS
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 class OptionError(ValueError):
@@ -124,6 +125,27 @@ def _as_option_error(check: Callable[[Any], Any], v: Any) -> Any:
         raise OptionError(str(e)) from None
 
 
+@_described("finite")
+def _finite(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise OptionError(f"must be a finite number, got {v!r}")
+    return v
+
+
+@_described("a path (or None)")
+def _path(v: Any) -> Any:
+    if v is not None and (not isinstance(v, str) or not v):
+        raise OptionError(f"must be a path, got {v!r}")
+    return v
+
+
+@_described("a label index or name")
+def _label(v: Any) -> Any:
+    if not isinstance(v, str) or not v:
+        raise OptionError(f"must be a label index or name, got {v!r}")
+    return v
+
+
 # ---------------------------------------------------------------------------- CLI parsers
 def _parse_block_schedule(text: str) -> Any:
     """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
@@ -147,6 +169,7 @@ class Option:
     choices: tuple[str, ...] = ()
     cli: bool = True
     metavar: str | None = None
+    api: bool = True  #: False: a CLI-only flag (the API takes the object it builds, e.g. extra_energy terms)
 
     @property
     def flag(self) -> str:
@@ -181,7 +204,8 @@ SPEC: tuple[Option, ...] = (
     Option("target_temperature", 1.0, _float(0.0, strict=True), "temperature tau of the target exp(-E/tau)", "8",
            "float"),
     Option("anneal", 0.0, _float(0.0, strict=False), "target temperature decrease per epoch", "8", "float"),
-    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature",
+    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature (used only with anneal > 0; a fixed target temperature is "
+           "used as given)",
            "8", "float"),
     Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs", "App. F", "int"),
     Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers",
@@ -199,13 +223,24 @@ SPEC: tuple[Option, ...] = (
            "AllowedTokens")(lambda v: _as_option_error(check_extra_energy, v)),
            "energy terms added to the MLM energy (product of experts; see mhfast.energy_terms): the target is "
            "exp(-(E + sum_k w_k f_k) / tau); MH and block MH only", "-", "terms", cli=False),
+    Option("hamming", 0.0, _float(0.0, strict=False), "weight of a Hamming-distance energy term to a reference "
+           "sequence per input (--hamming-reference; mhfast sample: default the --init sequences)", "-", "float",
+           api=False, metavar="WEIGHT"),
+    Option("hamming_reference", None, _path, "file with one reference per input line for --hamming (text for the "
+           "model's tokenizer; translate: target sentences)", "-", "str", api=False, metavar="FILE"),
+    Option("classifier", None, _path, "local HuggingFace *ForSequenceClassification directory: adds "
+           "-log p(label | X) as an energy term (controlled generation)", "-", "str", api=False, metavar="DIR"),
+    Option("classifier_label", "1", _label, "the classifier's label to steer toward (index or name)", "-", "str",
+           api=False, metavar="LABEL"),
+    Option("classifier_weight", 1.0, _finite, "weight of the classifier term", "-",
+           "float", api=False, metavar="WEIGHT"),
     Option("select", "energy_per_token", _choice(("energy_per_token", "energy")), "how the best length "
            "candidate of a source is chosen", "5", "choice", ("energy_per_token", "energy"), cli=False),
 )
 OPTIONS: Mapping[str, Option] = {o.name: o for o in SPEC}
 
 SamplerConfig = dataclasses.make_dataclass(
-    "SamplerConfig", [(o.name, Any, dataclasses.field(default=o.default)) for o in SPEC], frozen=True,
+    "SamplerConfig", [(o.name, Any, dataclasses.field(default=o.default)) for o in SPEC if o.api], frozen=True,
     namespace={"__doc__": "Validated sampler options (fields: see mhfast.sampler.options.SPEC). Build it with "
                "config_from_kwargs or config_from_args; it is immutable.",
                "__module__": __name__})
@@ -216,6 +251,13 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if values["epochs"] < values["burn_in"]:
         raise OptionError(f"{name_of('epochs')} ({values['epochs']}) must be >= {name_of('burn_in')} "
                           f"({values['burn_in']})")
+    if values["anneal"] > 0 and values["min_target_temperature"] > values["target_temperature"]:
+        raise OptionError(f"{name_of('min_target_temperature')} ({values['min_target_temperature']}) must be <= "
+                          f"{name_of('target_temperature')} ({values['target_temperature']}) when annealing")
+    lowest = values["target_temperature"] if values["anneal"] == 0 else values["min_target_temperature"]
+    if 1.0 / lowest > FLOAT32_MAX:  # beta = 1 / tau is a float32 in the accept op
+        raise OptionError(f"{name_of('target_temperature' if values['anneal'] == 0 else 'min_target_temperature')} "
+                          f"({lowest}) is too small: 1 / temperature must fit in float32 (>= {1 / FLOAT32_MAX:.3g})")
     schedule = values["block_schedule"]
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "
@@ -233,7 +275,7 @@ def _validated(values: Mapping[str, Any], name_of: Callable[[str], str], prefix:
         _cross_checks(out, name_of)
     except OptionError as e:
         raise ValueError(f"{prefix}{e}") from None
-    return SamplerConfig(**out)
+    return SamplerConfig(**{o.name: out[o.name] for o in SPEC if o.api})
 
 
 def config_from_kwargs(kwargs: Mapping[str, Any], where: str = "mhfast.sample") -> Any:
@@ -241,7 +283,7 @@ def config_from_kwargs(kwargs: Mapping[str, Any], where: str = "mhfast.sample") 
 
     Unknown names raise ``TypeError`` like an unexpected keyword argument would.
     """
-    unknown = sorted(set(kwargs) - set(OPTIONS))
+    unknown = sorted(set(kwargs) - {o.name for o in SPEC if o.api})
     if unknown:
         raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
     return _validated(kwargs, lambda name: name, f"{where}: ")
@@ -257,7 +299,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> Any:
 
 def as_kwargs(cfg: Any, cli_only: bool = False) -> dict:
     """The config as keyword arguments of :func:`mhfast.sample` (``cli_only``: the CLI flags' options)."""
-    return {o.name: getattr(cfg, o.name) for o in SPEC if o.cli or not cli_only}
+    return {o.name: getattr(cfg, o.name) for o in SPEC if o.api and (o.cli or not cli_only)}
 
 
 def add_arguments(parser: argparse.ArgumentParser | Any, extra_choices: Mapping[str, Sequence[str]] = (),
@@ -285,7 +327,7 @@ def docstring(indent: int = 8) -> str:
     """One line per option (name, default, meaning, paper section), for :func:`mhfast.sample`'s docstring."""
     pad = " " * indent
     lines = []
-    for opt in SPEC:
+    for opt in (o for o in SPEC if o.api):
         section = f" (paper {opt.section})" if opt.section != "-" else ""
         lines.append(f"{pad}{opt.name}={opt.default!r}: {opt.help}{section}; {opt.check.values}.")
     return "\n".join(lines)
@@ -296,7 +338,8 @@ def markdown_table() -> str:
     rows = ["| API argument | CLI flag | default | values | paper | meaning |", "|---|---|---|---|---|---|"]
     for o in SPEC:
         flag = f"`{o.flag}`" if o.cli else "(API only)"
-        rows.append(f"| `{o.name}` | {flag} | `{o.default!r}` | {o.check.values} | {o.section} | {o.help} |")
+        name = f"`{o.name}`" if o.api else "(CLI only)"
+        rows.append(f"| {name} | {flag} | `{o.default!r}` | {o.check.values} | {o.section} | {o.help} |")
     return "\n".join(rows) + "\n"
 
 

@@ -9,12 +9,14 @@ count, its RNG counters), so a chain behaves the same alone or inside any batch.
 
 Example:
     >>> import torch
-    >>> block_sizes(None, 0, 33, torch.tensor([20, 3])).tolist()   # default: max(1, n//4) -> 1
-    [5, 1]
+    >>> block_sizes(None, 0, 33, torch.tensor([20, 3, 1])).tolist()   # default: max(2, n//4) -> 1
+    [5, 2, 1]
     >>> block_sizes(None, 32, 33, torch.tensor([20, 3])).tolist()
     [1, 1]
     >>> target_temperature(1.0, 0.02, 0.05, 10)
     0.8
+    >>> target_temperature(0.02, 0.0, 0.05, 10)    # a fixed temperature is used as given
+    0.02
     >>> from mhfast.sampler.options import config_from_kwargs
     >>> cfg = config_from_kwargs(dict(epochs=3, burn_in=1, target_temperature=0.5, force_accept_epochs=1))
     >>> [(e.beta, e.post_burn_in) for e in epoch_schedule(cfg)]
@@ -55,13 +57,14 @@ def epoch_order(seed: int, free: torch.Tensor, inputs: torch.Tensor, chains: tor
 def block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_free: torch.Tensor) -> torch.Tensor:
     """Block size of each chain in ``epoch``: Long[M], clamped to [1, num_free].
 
-    Default (``None``, appendix D: large blocks first for fast mixing, then smaller ones):
-    linear shrink from ``b0 = max(1, n // 4)`` at epoch 0 to 1 at the last epoch, rounded,
-    where ``n`` is the chain's number of free positions. An int is a constant size; a
-    list/tuple gives one size per epoch; a callable maps the epoch index to a size.
+    Default (``None``, appendix D: large blocks first for fast mixing, then smaller ones,
+    eventually 1): linear shrink from ``b0 = max(2, n // 4)`` at epoch 0 to 1 at the last epoch,
+    rounded, where ``n`` is the chain's number of free positions (``b0 = 1`` when ``n = 1``), so
+    every input with at least 2 free positions starts with blocks of 2 or more. An int is a
+    constant size; a list/tuple gives one size per epoch; a callable maps the epoch index to a size.
     """
     if schedule is None:
-        b0 = torch.clamp(num_free // 4, min=1)
+        b0 = torch.minimum(torch.clamp(num_free // 4, min=2), torch.clamp(num_free, min=1))
         if epochs <= 1:
             sizes = b0
         else:
@@ -149,7 +152,11 @@ def steps_per_epoch(num_free: torch.Tensor, sizes: torch.Tensor) -> int:
 
 
 def target_temperature(start: float, anneal: float, minimum: float, epoch: int) -> float:
-    """Linearly annealed target temperature (paper, section 8): max(minimum, start - anneal * epoch)."""
+    """Target temperature of an epoch (paper, section 8): ``start`` as given when ``anneal`` is 0;
+    else the linear anneal ``max(minimum, start - anneal * epoch)`` (the floor is reached only
+    through the explicit ``minimum``, i.e. ``min_target_temperature``)."""
+    if anneal == 0:
+        return start
     return max(minimum, start - anneal * epoch)
 
 
