@@ -106,4 +106,18 @@ void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
   for (const auto& [name, t] : per_chain) check_same_device(op, "tokens", tokens, name, *t);
 }
 
+void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
+                                 const c10::optional<at::Tensor>& lanes) {
+  const char* op = "counter_uniforms";
+  check_dtype(op, "keys", keys, {kLong});
+  TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
+                    ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
+  if (lanes.has_value()) {
+    check_dtype(op, "lanes", *lanes, {kLong});
+    TORCH_CHECK_VALUE(lanes->sizes() == keys.sizes(), "mhfast.", op, ": lanes has shape ", lanes->sizes(),
+                      " but keys has shape ", keys.sizes(), "; they must match");
+    check_same_device(op, "keys", keys, "lanes", *lanes);
+  }
+}
+
 }  // namespace mhfast

@@ -61,4 +61,7 @@ void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
                           const at::Tensor& logq_reverse, const at::Tensor& beta,
                           const at::Tensor& uniforms);
 
+void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
+                                 const c10::optional<at::Tensor>& lanes);
+
 }  // namespace mhfast

@@ -38,4 +38,6 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_accept_(Tensor(a!) tokens, Tensor positions, Tensor proposed, Tensor(b!) energy,"
       " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
       " Tensor uniforms) -> Tensor");
+  // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
+  m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
 }

@@ -168,3 +168,17 @@ def mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forwar
     if values:
         # -1 marks an unused slot of a block proposal (chains whose block is shorter).
         in_range(op, "positions", positions, 0, tokens.shape[1], allow=-1 if positions.dim() == 2 else None)
+
+
+def counter_uniforms(keys, epoch, step, stream, lanes) -> None:
+    op = "counter_uniforms"
+    dtype(op, "keys", keys, (torch.int64,))
+    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"mhfast.{op}: epoch, step and stream must be >= 0, got {name}={c!r}")
+    if lanes is not None:
+        dtype(op, "lanes", lanes, (torch.int64,))
+        if lanes.shape != keys.shape:
+            raise ValueError(f"mhfast.{op}: lanes has shape {tuple(lanes.shape)} but keys has shape "
+                             f"{tuple(keys.shape)}; they must match")
+        same_device(op, "keys", keys, lanes=lanes)

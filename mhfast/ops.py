@@ -67,6 +67,12 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
                            beta, uniforms)
 
 
+def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int, lanes: torch.Tensor | None = None,
+                     *, validate: bool = True) -> torch.Tensor:
+    """Compiled :func:`mhfast.reference.counter_uniforms` (no value checks needed: every key is valid)."""
+    return _ops.counter_uniforms(keys, int(epoch), int(step), int(stream), lanes)
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
 # ---------------------------------------------------------------------------------------------
@@ -102,3 +108,10 @@ def _mh_accept_fake(tokens, positions, proposed, energy, energy_proposed, logq_f
                           energy_proposed=energy_proposed, logq_forward=logq_forward,
                           logq_reverse=logq_reverse, beta=beta, uniforms=uniforms)
     return torch.empty((tokens.shape[0],), dtype=torch.bool, device=tokens.device)
+
+
+@torch.library.register_fake("mhfast::counter_uniforms")
+def _counter_uniforms_fake(keys, epoch, step, stream, lanes=None):
+    if lanes is not None:
+        _validate.same_device("counter_uniforms", "keys", keys, lanes=lanes)
+    return torch.empty(keys.shape, dtype=torch.float32, device=keys.device)

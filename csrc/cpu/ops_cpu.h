@@ -31,6 +31,9 @@ at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const 
                          const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
                          const at::Tensor& beta, const at::Tensor& uniforms);
 
+at::Tensor counter_uniforms_cpu(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
+                                const c10::optional<at::Tensor>& lanes);
+
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
 // `allow_minus_one` additionally permits -1 (unused slots of block positions).

@@ -8,4 +8,5 @@ TORCH_LIBRARY_IMPL(mhfast, CPU, m) {
   m.impl("gather_energies", &mhfast::cpu::gather_energies_cpu);
   m.impl("propose", &mhfast::cpu::propose_cpu);
   m.impl("mh_accept_", &mhfast::cpu::mh_accept_cpu);
+  m.impl("counter_uniforms", &mhfast::cpu::counter_uniforms_cpu);
 }

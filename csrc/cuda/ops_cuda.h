@@ -83,5 +83,9 @@ struct MhAcceptArgs {
 };
 cudaError_t launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
 
+// counter_uniforms: out[i] = uniform of key i (and lane i, or lane 0 when lanes is null); contiguous.
+cudaError_t launch_counter_uniforms(const int64_t* keys, const int64_t* lanes, int64_t n, int64_t epoch,
+                                    int64_t step, int64_t stream, float* out, cudaStream_t cuda_stream);
+
 }  // namespace cuda
 }  // namespace mhfast

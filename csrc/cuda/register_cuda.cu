@@ -139,6 +139,20 @@ at::Tensor mh_accept_cuda(at::Tensor& tokens, const at::Tensor& positions, const
   return accepted;
 }
 
+at::Tensor counter_uniforms_cuda(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
+                                 const c10::optional<at::Tensor>& lanes) {
+  check_counter_uniforms_args(keys, epoch, step, stream, lanes);
+  check_device_type("counter_uniforms", "keys", keys, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(keys.device());
+  const at::Tensor k = keys.contiguous();
+  const at::Tensor l = lanes.has_value() ? lanes->contiguous() : at::Tensor();
+  at::Tensor out = at::empty(keys.sizes(), keys.options().dtype(at::kFloat));
+  C10_CUDA_CHECK(launch_counter_uniforms(k.const_data_ptr<int64_t>(), l.defined() ? l.const_data_ptr<int64_t>()
+                                         : nullptr, k.numel(), epoch, step, stream, out.mutable_data_ptr<float>(),
+                                         c10::cuda::getCurrentCUDAStream().stream()));
+  return out;
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace mhfast
@@ -148,4 +162,5 @@ TORCH_LIBRARY_IMPL(mhfast, CUDA, m) {
   m.impl("gather_energies", &mhfast::cuda::gather_energies_cuda);
   m.impl("propose", &mhfast::cuda::propose_cuda);
   m.impl("mh_accept_", &mhfast::cuda::mh_accept_cuda);
+  m.impl("counter_uniforms", &mhfast::cuda::counter_uniforms_cuda);
 }

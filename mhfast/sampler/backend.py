@@ -22,6 +22,7 @@ class Backend:
     gather_energies: Callable
     propose: Callable
     mh_accept_: Callable
+    counter_uniforms: Callable
 
 
 def get_backend(name: str) -> Backend:
@@ -37,10 +38,11 @@ def get_backend(name: str) -> Backend:
             functools.partial(ops.gather_energies, validate=False),
             functools.partial(ops.propose, validate=False),
             functools.partial(ops.mh_accept_, validate=False),
+            ops.counter_uniforms,
         )
     if name == "reference":
         from .. import reference
 
         return Backend("reference", reference.masked_copies, reference.gather_energies, reference.propose,
-                       reference.mh_accept_)
+                       reference.mh_accept_, reference.counter_uniforms)
     raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")

@@ -70,7 +70,8 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     pos = order[plan.entry_chain, plan.entry_col]
     cur = state.tokens[plan.entry_chain, pos]
     logits = _block_logits(ctx, state, plan, pos)
-    u = rng.uniforms_from_keys(state.rng_keys[plan.entry_chain], epoch, step, rng.PROPOSE, slot)
+    u = rng.uniforms_from_keys(state.rng_keys[plan.entry_chain], epoch, step, rng.PROPOSE, slot,
+                               be.counter_uniforms)
     prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[plan.entry_chain], pos), cur,
                                       ctx.proposal_temperature, ctx.top_p, u)
     # Sum over the block in float64 (order-independent, so batch-independent).

@@ -55,7 +55,8 @@ def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions:
         logq_reverse = logq_forward
     else:
         beta_t = torch.full((n,), float(beta), device=dev)
-    u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT)
+    u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT,
+                               op=ctx.backend.counter_uniforms)
     accepted = ctx.backend.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
                                       logq_reverse, beta_t, u)
     return state.tokens.index_copy(0, chains, tokens), accepted
@@ -156,7 +157,8 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         return state, StepInfo(0, 0, 0, scored=True)
     logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
     cur = state.tokens[act, pos]
-    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE,
+                               op=ctx.backend.counter_uniforms)
     prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
                                       ctx.proposal_temperature, ctx.top_p, u)
     local, local_host = changed_chains(prop != cur)
@@ -185,7 +187,8 @@ def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, po
     rows = be.masked_copies(state.tokens, act, pos, runner.mask_id)
     logits = runner.to_logits(runner.outputs(rows, pos, state.ctx_of(act)))
     cur = state.tokens[act, pos]
-    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE)
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE,
+                               op=ctx.backend.counter_uniforms)
     prop, logq_f, _ = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
                                  ctx.proposal_temperature, ctx.top_p, u)
     zeros = torch.zeros(A, device=state.tokens.device)

@@ -34,8 +34,8 @@ from . import rng
 BlockSchedule = Union[None, int, Sequence[int], Callable[[int], int]]
 
 
-def epoch_order(seed: int, free: torch.Tensor, inputs: torch.Tensor, chains: torch.Tensor, epoch: int,
-                order: str) -> torch.Tensor:
+def epoch_order(rng_keys: torch.Tensor, free: torch.Tensor, epoch: int, order: str,
+                uniforms_op: Callable = rng.counter_uniforms) -> torch.Tensor:
     """Positions of each chain in visiting order, free positions first: Long[M, T].
 
     ``"random"`` (paper, section 4): a fresh uniformly random permutation per chain and epoch,
@@ -46,7 +46,7 @@ def epoch_order(seed: int, free: torch.Tensor, inputs: torch.Tensor, chains: tor
     M, T = free.shape
     pos = torch.arange(T, device=free.device).expand(M, T)
     if order == "random":
-        keys = rng.uniforms(seed, inputs[:, None], chains[:, None], epoch, 0, rng.ORDER, pos)
+        keys = rng.uniforms_from_keys(rng_keys[:, None], epoch, 0, rng.ORDER, pos, uniforms_op)
     else:
         keys = pos.float()
     # Fixed positions sort after every free one (keys of free positions are < T).

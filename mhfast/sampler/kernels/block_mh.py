@@ -56,7 +56,8 @@ class BlockMH:
         return self._plans
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
-        order = epoch_order(state.seed, state.free, state.inputs, state.chain_ids, epoch.index, self.ctx.config.order)
+        order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
+                            self.ctx.backend.counter_uniforms)
         moves: list[Any] = [(k, plan, order) for k, plan in enumerate(self._plans_of(state, epoch.index))]
         return moves + [RESCORE] if self.gibbs else moves
 

@@ -38,7 +38,8 @@ class DegenerateGibbs:
         return state
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
-        order = epoch_order(state.seed, state.free, state.inputs, state.chain_ids, epoch.index, self.ctx.config.order)
+        order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
+                            self.ctx.backend.counter_uniforms)
         return [(k, act, order[act, k]) for k, (act, _) in enumerate(self._active)] + [RESCORE]
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:

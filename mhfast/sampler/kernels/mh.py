@@ -36,7 +36,8 @@ class SingleSiteMH:
         return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True, terms=self.ctx.terms)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
-        order = epoch_order(state.seed, state.free, state.inputs, state.chain_ids, epoch.index, self.ctx.config.order)
+        order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
+                            self.ctx.backend.counter_uniforms)
         return [(k, act, act_host, order[act, k]) for k, (act, act_host) in enumerate(self._active)]
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:

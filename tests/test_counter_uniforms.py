@@ -1,0 +1,52 @@
+"""counter_uniforms: the compiled counter-based RNG equals its PyTorch twin bit for bit (so moving the
+sampler's randomness into the op left every chain unchanged: see tests/test_golden.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mhfast.ops as ops
+import mhfast.reference as reference
+from mhfast.sampler import rng
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 1000, 20011])
+@pytest.mark.parametrize("with_lanes", [False, True])
+def test_compiled_equals_reference(device, n, with_lanes):
+    g = torch.Generator().manual_seed(n)
+    keys = torch.randint(-(2 ** 63), 2 ** 63 - 1, (n,), generator=g, dtype=torch.int64).to(device)
+    lanes = torch.randint(0, 2 ** 40, (n,), generator=g, dtype=torch.int64).to(device) if with_lanes else None
+    for counters in [(0, 0, 0), (3, 17, rng.ACCEPT), (2 ** 40, 2 ** 33 + 5, 7)]:
+        got = ops.counter_uniforms(keys, *counters, lanes)
+        want = reference.counter_uniforms(keys, *counters, lanes)
+        assert got.dtype == torch.float32 and got.device == keys.device
+        assert torch.equal(got, want)
+        if n:
+            assert bool(((got > 0) & (got < 1)).all())
+
+
+def test_shapes_are_kept_and_the_python_hash_is_the_same(device):
+    keys = rng.chain_keys(5, torch.arange(6, device=device).view(2, 3), torch.zeros(2, 3, dtype=torch.long,
+                                                                                  device=device))
+    u = ops.counter_uniforms(keys, 1, 2, rng.PROPOSE)
+    assert u.shape == (2, 3)
+    assert torch.equal(u, rng.uniforms(5, torch.arange(6, device=device).view(2, 3),
+                                       torch.zeros(2, 3, dtype=torch.long, device=device), 1, 2, rng.PROPOSE))
+
+
+def test_opcheck():
+    keys = torch.randint(0, 2 ** 62, (17,), dtype=torch.int64)
+    torch.library.opcheck(torch.ops.mhfast.counter_uniforms.default, (keys, 1, 2, 3, None))
+    torch.library.opcheck(torch.ops.mhfast.counter_uniforms.default, (keys, 1, 2, 3, keys.abs() % 9))
+
+
+@pytest.mark.parametrize("fn", [ops.counter_uniforms, reference.counter_uniforms])
+@pytest.mark.parametrize("args,exc,match", [
+    ((torch.zeros(3), 0, 0, 0, None), TypeError, "keys must be"),
+    ((torch.zeros(3, dtype=torch.long), 0, 0, 0, torch.zeros(2, dtype=torch.long)), ValueError, "lanes has shape"),
+    ((torch.zeros(3, dtype=torch.long), 0, 0, 0, torch.zeros(3)), TypeError, "lanes must be"),
+    ((torch.zeros(3, dtype=torch.long), -1, 0, 0, None), ValueError, ">= 0"),
+])
+def test_bad_inputs_name_the_argument(fn, args, exc, match):
+    with pytest.raises(exc, match=match):
+        fn(*args)
