@@ -366,3 +366,40 @@ def test_fixed_target_temperature_is_used_as_given():
 def test_temperatures_that_cannot_be_honoured_are_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         mhfast.sample(model4(), 3, **kwargs)
+
+
+def test_rows_per_proposal_is_reported():
+    """Single-site MH on T = 4 free positions: a changed proposal forwards T - 1 = 3 rows, a no-op none."""
+    r = mhfast.sample(model4(), 4, chains=6, epochs=5, burn_in=1, seed=2)
+    assert r.proposals == 6 * 4 * 5
+    changed = (r.model_rows - r.init_rows) / 3
+    assert changed == int(changed) and 0 < changed <= r.proposals
+    assert r.rows_per_proposal == pytest.approx(3 * changed / r.proposals)
+
+
+def test_bfloat16_chains_match_enumeration_of_the_bf16_model():
+    """dtype=bfloat16: MH is exact for the model as evaluated in bf16 (target from bf16 logits)."""
+    from test_sampler_exact import empirical, enumerate_states, tiny_bert, tv_and_bound
+
+    model = tiny_bert()
+    template = model.frame(3)
+    free = template == model.mask_id
+    states = enumerate_states(model, template, free)
+    K = states.shape[0]
+    seq, pos = free.expand(K, -1).nonzero(as_tuple=True)
+    rows = mhfast.reference.masked_copies(states, seq, pos, model.mask_id)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model.masked_logits(rows, pos)
+    _, e_local, _ = mhfast.reference.gather_energies(logits, states[seq, pos], seq, K)
+    p = torch.softmax(-e_local.double(), dim=0)
+    n = 2000
+    r = mhfast.sample(model, init=template[None], chains=n, energy="local", epochs=15, burn_in=3, seed=5,
+                      dtype=torch.bfloat16)
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), n)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
+
+
+@pytest.mark.parametrize("value", ["bf16", torch.int64, 3])
+def test_bad_dtype(value):
+    with pytest.raises(ValueError, match="dtype"):
+        mhfast.sample(model4(), 3, dtype=value)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import driver, options, schedules
+from . import driver, options, precision, schedules
 from .backend import get_backend
 from .kernels import KERNELS
 from .problem import build_problem, check_model
@@ -94,12 +94,14 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     if problem.terms is not None and not KERNELS[cfg.sampler].supports_extra_energy:
         raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
                          "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
-    runner = ModelRunner(model, problem.context, cfg.max_tokens_per_batch, problem.device)
+    precision.check_native(cfg.dtype, problem.device)
+    runner = ModelRunner(model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, problem.terms))
     state = kernel.init(_initial_state(problem, cfg, runner))
+    init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
     state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                               progress=progress, counters=lambda: {"model_rows": runner.model_rows})
-    return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls)
+    return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
 
 
 def _initial_state(problem, cfg, runner: ModelRunner) -> ChainState:

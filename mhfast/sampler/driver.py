@@ -34,6 +34,7 @@ class Trace:
     target_temperature: list[float] = field(default_factory=list)
     history: list[torch.Tensor] = field(default_factory=list)  #: Long[M, T] per post-burn-in epoch
     term_values: list[torch.Tensor] = field(default_factory=list)  #: f32[M, K] extra energy terms per epoch
+    proposals: int = 0  #: proposals made in all epochs (one per moving chain and step)
 
     def last(self) -> dict:
         return {"e_raw": self.e_raw[-1], "e_local": self.e_local[-1], "acceptance_rate": self.acceptance_rate[-1],
@@ -56,6 +57,7 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
             info = info + step_info
             if epoch.post_burn_in and step_info.scored:
                 state = state.with_best()
+        trace.proposals += int(info.proposals)
         proposals = max(int(info.proposals), 1)
         trace.e_raw.append(float(state.e_raw.mean()))
         trace.e_local.append(float(state.e_local.mean()))

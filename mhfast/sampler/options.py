@@ -32,6 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..energy_terms import check_extra_energy
+from .precision import NAMES as DTYPE_NAMES
+from .precision import parse as parse_dtype
 from .kernels import KERNELS
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -216,6 +218,10 @@ SPEC: tuple[Option, ...] = (
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
     Option("max_tokens_per_batch", 65536, _int(1), "masked rows are forwarded in sub-batches of at most "
            "max_tokens_per_batch // T rows", "-", "int"),
+    Option("dtype", None, _described("`float32`, `bfloat16`, `float16` (or a torch dtype)")(
+        lambda v: _as_option_error(parse_dtype, v)), "precision of the model's forward (autocast; energies in "
+        "fp32): MH is then exact for the model as evaluated in that precision; warns where the hardware has no "
+        "fast path", "-", "choice", tuple(DTYPE_NAMES)),
     Option("length_beam", 1, _int(1), "length candidates per source (conditional models)", "5", "int", cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),

@@ -36,6 +36,9 @@ class SampleResult:
         target_temperature: f32[E] target temperature used in each epoch (section 8).
         model_rows: masked rows forwarded through the model (the cost unit of the benchmarks).
         model_calls: model invocations (sub-batches).
+        proposals: proposals made (one per moving chain and step, summed over epochs).
+        init_rows: the rows of ``model_rows`` spent before the first step (warm start, initial
+            energies); ``rows_per_proposal`` = the others / ``proposals``.
         history: Long[E - burn_in, B, C, T] end-of-epoch states after burn-in (``record="epoch"``).
         terms: f32[B, C, K] final (unweighted) value of each ``extra_energy`` term per chain; ``energy``
             and ``best_energy`` include the weighted terms, ``energy_raw``/``energy_local`` do not.
@@ -65,6 +68,13 @@ class SampleResult:
     term_names: list[str] | None = None
     candidate_lengths: torch.Tensor | None = None
     chosen_candidate: torch.Tensor | None = None
+    proposals: int = 0
+    init_rows: int = 0
+
+    @property
+    def rows_per_proposal(self) -> float:
+        """Masked rows the model forwarded per proposal, after the warm start and initial energies."""
+        return (self.model_rows - self.init_rows) / max(self.proposals, 1)
 
 
 def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Tensor:
@@ -84,8 +94,8 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
     return chosen
 
 
-def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows: int, model_calls: int
-             ) -> SampleResult:
+def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows: int, model_calls: int,
+             init_rows: int = 0) -> SampleResult:
     """The :class:`SampleResult` of a finished run (best chain per input; best candidate per source)."""
     B, T = problem.rows.shape
     C = cfg.chains
@@ -111,4 +121,5 @@ def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows:
         **result, e_raw=f32(trace.e_raw), e_local=f32(trace.e_local), acceptance_rate=f32(trace.acceptance_rate),
         novel_rate=f32(trace.novel_rate), target_temperature=f32(trace.target_temperature), model_rows=model_rows,
         model_calls=model_calls, candidate_lengths=problem.candidate_lengths, chosen_candidate=chosen,
-        term_names=problem.terms.names if problem.terms is not None else None)
+        term_names=problem.terms.names if problem.terms is not None else None, proposals=trace.proposals,
+        init_rows=init_rows)

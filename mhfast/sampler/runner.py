@@ -26,6 +26,7 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -43,8 +44,12 @@ def sum_terms(terms: torch.Tensor) -> torch.Tensor:
 
 
 class ModelRunner:
-    def __init__(self, model: Any, context: Any, max_tokens_per_batch: int, device: torch.device | None = None):
+    def __init__(self, model: Any, context: Any, max_tokens_per_batch: int, device: torch.device | None = None,
+                 dtype: torch.dtype | None = None):
         self.model = model
+        # Lower precision for the model's forward only (autocast); energies are accumulated in fp32.
+        self.dtype = dtype if dtype not in (None, torch.float32) else None
+        self.device_type = torch.device(device).type if device is not None else "cpu"
         self.context = context
         self.conditional = context is not None
         self.use_features = has_features(model)
@@ -62,9 +67,18 @@ class ModelRunner:
     def _call(self, name: str, *args: Any, ctx_index: torch.Tensor | None) -> torch.Tensor:
         fn = getattr(self.model, name)
         self.model_calls += 1
-        if self.conditional:
-            return fn(*args, context=self.context, context_index=ctx_index)
-        return fn(*args)
+        with self._precision():
+            if self.conditional:
+                return fn(*args, context=self.context, context_index=ctx_index)
+            return fn(*args)
+
+    def _precision(self) -> Any:
+        """The context of every model computation: no autograd, and autocast to ``dtype`` if one is set."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())
+        if self.dtype is not None:
+            stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
+        return stack
 
     def _chunk(self, T: int) -> int:
         return max(1, self.max_tokens // max(T, 1))
@@ -111,7 +125,10 @@ class ModelRunner:
 
     def to_logits(self, outputs: torch.Tensor) -> torch.Tensor:
         """V-wide logits from cached outputs (applies the LM head when outputs are features)."""
-        return self.model.output_layer(outputs) if self.use_features else outputs
+        if not self.use_features:
+            return outputs
+        with self._precision():
+            return self.model.output_layer(outputs)
 
     def proposal_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits with special ids at -inf (never proposed, never chosen by the warm start)."""

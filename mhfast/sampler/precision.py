@@ -1,0 +1,66 @@
+"""The ``dtype`` option: the model's forward in lower precision, and whether the hardware has it natively.
+
+``dtype=torch.bfloat16`` (or ``"bfloat16"``; ``"float16"`` too) runs every model computation of the
+sampler under ``torch.autocast``; energies are accumulated in fp32 by the ops. MH is then exact for
+the model *as evaluated in that precision*: the target is the bf16 model's energy, not the fp32 one.
+Where the hardware has no fast path (a CPU without AVX512-BF16/AMX, a GPU without bf16), the run is
+slower than fp32, and :func:`check_native` warns instead of staying silent.
+
+Example:
+    >>> parse("bfloat16")
+    torch.bfloat16
+    >>> parse(None) is None
+    True
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import torch
+
+NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse(value: Any) -> torch.dtype | None:
+    """None, a torch dtype among :data:`NAMES`, or its name -> the dtype (ValueError otherwise)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in NAMES:
+        return NAMES[value]
+    if isinstance(value, torch.dtype) and value in NAMES.values():
+        return value
+    raise ValueError(f"must be None or one of {', '.join(NAMES)} (a name or a torch dtype), got {value!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether ``device`` computes ``dtype`` matmuls natively (fast), as far as can be told."""
+    if dtype == torch.float32:
+        return True
+    if device.type == "cuda":
+        return dtype == torch.float16 or torch.cuda.is_bf16_supported()
+    flags = _cpu_flags()
+    if dtype == torch.bfloat16:
+        return bool({"avx512_bf16", "amx_bf16"} & flags)
+    return bool({"avx512_fp16", "amx_fp16"} & flags)
+
+
+def check_native(dtype: torch.dtype | None, device: torch.device) -> None:
+    """Warn (once per call site) when ``dtype`` has no fast path on ``device``."""
+    if dtype is not None and not native(dtype, device):
+        what = "this CPU has no AVX512-BF16/AMX" if device.type == "cpu" else "this GPU lacks it"
+        warnings.warn(f"mhfast.sample: dtype={str(dtype).replace('torch.', '')} has no native support here "
+                      f"({what}): the model will run slower than in float32", RuntimeWarning, stacklevel=3)
