@@ -251,6 +251,13 @@ def hypotheses_in_output(text: str, fmt: str) -> list[str]:
     return [line.split("\t", 2)[2] for line in text.split("\n") if line.startswith("D-")]
 
 
+def sentences_in_output(data: bytes, fmt: str) -> int:
+    """How many sentences an output written by this command holds (plain: lines; fairseq: S- lines)."""
+    if fmt == "plain":
+        return data.count(b"\n")
+    return sum(1 for line in data.split(b"\n") if line.startswith(b"S-"))
+
+
 def report_scores(hyps: list[str], refs: list[str]) -> None:
     """sacreBLEU and chrF (with signatures) on stderr: stdout stays the translations only."""
     from .evaluate import score
@@ -301,7 +308,10 @@ def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSt
             stack.enter_context(OutputLock(path, option))
     if args.output is None:
         return StreamOutput()
-    opened = (CommittedOutput.resume if args.resume else CommittedOutput.start)(args.output, spec, total)
+    if args.resume:
+        opened = CommittedOutput.resume(args.output, spec, total, lambda data: sentences_in_output(data, args.format))
+    else:
+        opened = CommittedOutput.start(args.output, spec, total)
     stack.callback(opened.close)
     return opened
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 PROGRESS_SUFFIX = ".progress"
 PROGRESS_VERSION = 2
@@ -120,8 +120,10 @@ class CommittedOutput:
         return out
 
     @classmethod
-    def resume(cls, path: str, spec: dict, total_lines: int) -> "CommittedOutput":
-        """Continue a run after verifying record and output; ValueError (one line) on any mismatch."""
+    def resume(cls, path: str, spec: dict, total_lines: int,
+               count_records: Callable[[bytes], int] | None = None) -> "CommittedOutput":
+        """Continue a run after verifying record and output; ValueError (one line) on any mismatch.
+        ``count_records(committed bytes)`` must give the record's lines done (when given)."""
         record = read_record(path + PROGRESS_SUFFIX)
         check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
         size = record["output_bytes"]
@@ -135,6 +137,9 @@ class CommittedOutput:
                 raise ValueError(f"--resume: {path!r} does not match its progress record ({have} bytes, the first "
                                  f"{size} committed bytes {'missing' if have < size else 'changed'}): the output "
                                  "was edited, truncated or replaced; rerun without --resume to start over")
+            if count_records is not None and count_records(committed) != record["lines_done"]:
+                raise ValueError(f"--resume: {path!r} holds {count_records(committed)} committed sentences, its "
+                                 f"progress record says {record['lines_done']}; rerun without --resume to start over")
             os.ftruncate(fd, size)  # drop the chunk a killed run was writing
             os.fsync(fd)
             os.lseek(fd, size, os.SEEK_SET)
