@@ -15,6 +15,7 @@ Example (see the test for a complete one):
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -25,6 +26,20 @@ from typing import Any
 
 IO_CALLS = ("write", "fsync", "replace", "ftruncate")
 KILLED = -signal.SIGKILL
+
+
+@functools.lru_cache(maxsize=2)
+def tiny_translator(checkpoint: str, data: str) -> Any:
+    """The tiny CMLM as a Translator, loaded once per test process and warmed up (one-time
+    compilation and caches), so that forked runs start warm."""
+    import torch
+
+    from mhfast.translation import load_translator
+
+    torch.set_num_threads(1)
+    translator = load_translator(checkpoint, data, tokenizer="none")
+    translator.translate(["ein hund ."], sampler_options=dict(chains=1, epochs=1, burn_in=0))
+    return translator
 
 
 def _install_kill_points(event: int | None, rng: random.Random) -> list[int]:

@@ -20,19 +20,14 @@ import torch
 
 from fairseq_tiny_cmlm import MULTI30K
 from mhfast.cli import main
-from resume_harness import KILLED, forked_translate
+from resume_harness import KILLED, forked_translate, tiny_translator
 
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 
 
 @pytest.fixture(scope="module")
 def translator(tiny_paths):
-    from mhfast.translation import load_translator
-
-    torch.set_num_threads(1)
-    translator = load_translator(tiny_paths["checkpoint"], tiny_paths["data"], tokenizer="none")
-    translator.translate(["ein hund ."], sampler_options=dict(chains=1, epochs=1, burn_in=0))  # warm up
-    return translator
+    return tiny_translator(str(tiny_paths["checkpoint"]), str(tiny_paths["data"]))
 
 
 class Slow:

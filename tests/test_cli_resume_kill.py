@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from fairseq_tiny_cmlm import MULTI30K
-from resume_harness import KILLED, forked_translate
+from resume_harness import KILLED, forked_translate, tiny_translator
 
 needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 pytestmark = needs_multi30k
@@ -25,13 +24,7 @@ pytestmark = needs_multi30k
 
 @pytest.fixture(scope="module")
 def translator(tiny_paths):
-    from mhfast.translation import load_translator
-
-    torch.set_num_threads(1)
-    translator = load_translator(tiny_paths["checkpoint"], tiny_paths["data"], tokenizer="none")
-    # warm up here (one-time compilation and caches) so that every forked run starts warm
-    translator.translate(["ein hund ."], sampler_options=dict(chains=1, epochs=1, burn_in=0))
-    return translator
+    return tiny_translator(str(tiny_paths["checkpoint"]), str(tiny_paths["data"]))
 
 
 @pytest.fixture(scope="module")
