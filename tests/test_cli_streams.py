@@ -127,3 +127,17 @@ def test_head_closing_the_pipe_ends_quietly(tiny_paths, tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
     assert first.endswith(b"\n") and err == b""
+
+
+def test_output_that_is_not_a_regular_file(cli, tmp_path):
+    """/dev/null (a device) is written as a stream: no lock or record beside it, no --resume; a
+    statistics file must be regular (it is replaced by rename); a missing folder is named."""
+    src = tmp_path / "src.txt"
+    src.write_bytes(b"ein hund .\n")
+    assert cli(["--input", str(src), "--output", os.devnull]) == (0, "", "")
+    assert not os.path.exists(os.devnull + ".lock") and not os.path.exists(os.devnull + ".progress")
+    for extra, needle in ((["--output", os.devnull, "--resume"], "is not a regular file (nothing to continue)"),
+                          (["--stats-out", os.devnull], "--stats-out: '/dev/null' is not a regular file"),
+                          (["--output", str(tmp_path / "no" / "out.txt")], "--output: folder")):
+        code, out, err = cli(["--input", str(src), *extra])
+        assert code == 2 and needle in err and err.count("\n") == 1, err

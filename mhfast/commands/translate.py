@@ -53,7 +53,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, read_records, write_json_atomic
-from ..files.journal import CommittedOutput, StreamOutput, canonical
+from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 
 NAME = "translate"
@@ -303,12 +303,20 @@ def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSt
     check_distinct({"--output": args.output, "--stats-out": args.stats_out},
                    {"--input": None if args.input in (None, "bundled") else args.input,
                     "--ref": None if args.ref in (None, "bundled") else args.ref})
-    for option, path in (("--output", args.output), ("--stats-out", args.stats_out)):
+    if args.stats_out is not None and is_special(args.stats_out):  # it is replaced by rename: never a device
+        raise ValueError(f"--stats-out: {args.stats_out!r} is not a regular file")
+    special = args.output is not None and is_special(args.output)  # /dev/null, a FIFO: a stream
+    if special and args.resume:
+        raise ValueError(f"--resume: --output {args.output!r} is not a regular file (nothing to continue)")
+    for option, path in (("--output", None if special else args.output), ("--stats-out", args.stats_out)):
         if path is not None:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise FileNotFoundError(f"{option}: folder {folder!r} does not exist")
             stack.enter_context(OutputLock(path, option))
-    if args.output is None:
-        return StreamOutput()
-    if args.resume:
+    if args.output is None or special:
+        opened: Any = StreamOutput(open(args.output, "wb") if special else None)
+    elif args.resume:
         opened = CommittedOutput.resume(args.output, spec, total, lambda data: sentences_in_output(data, args.format))
     else:
         opened = CommittedOutput.start(args.output, spec, total)

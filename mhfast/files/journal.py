@@ -215,7 +215,8 @@ def check_record(record: dict, spec: dict, total_lines: int, path: str) -> None:
 
 
 class StreamOutput:
-    """Standard output with the interface of :class:`CommittedOutput` (no record: it cannot be resumed).
+    """Standard output (or a binary stream such as an opened FIFO or /dev/null) with the interface of
+    :class:`CommittedOutput`, but no record: a stream cannot be resumed.
 
     Bytes go to ``sys.stdout.buffer`` as UTF-8 whatever the locale; each chunk is flushed, so a
     reader sees whole chunks as they are made.
@@ -223,19 +224,21 @@ class StreamOutput:
 
     lines_done, committed = 0, b""
 
-    def __init__(self) -> None:
+    def __init__(self, binary: Any = None) -> None:
         import sys
 
-        if sys.stdout is None:  # started with fd 1 closed
+        if binary is None and sys.stdout is None:  # started with fd 1 closed
             raise ValueError("stdout is closed: give --output FILE")
-        self.stream = sys.stdout
+        self.binary, self.stream = binary, sys.stdout
 
     def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
-        buffer = getattr(self.stream, "buffer", None)
-        self.stream.flush()  # whatever was written as text goes first
-        if buffer is not None:
-            buffer.write(data)
-            buffer.flush()
+        if self.binary is not None:
+            self.binary.write(data)
+            self.binary.flush()
+        elif getattr(self.stream, "buffer", None) is not None:
+            self.stream.flush()  # whatever was written as text goes first
+            self.stream.buffer.write(data)
+            self.stream.buffer.flush()
         else:  # a text-only stream (io.StringIO in tests)
             self.stream.write(data.decode("utf-8"))
             self.stream.flush()
@@ -244,4 +247,16 @@ class StreamOutput:
             before_record()
 
     def close(self) -> None:
-        pass
+        if self.binary is not None:
+            self.binary.close()
+
+
+def is_special(path: str) -> bool:
+    """True for an existing path that is not a regular file (a device such as /dev/null, a FIFO):
+    it cannot be truncated, fsynced, locked beside or replaced, only written as a stream."""
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
