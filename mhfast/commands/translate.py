@@ -225,9 +225,6 @@ def read_lines(path: str | None, option: str = "--input") -> list[str]:
     return [line.strip() for line in read_records(path, option)]
 
 
-_write_json_atomic = write_json_atomic  # the name earlier code used
-
-
 def format_sentence(index: int, source: str, hyp: Any, fmt: str, ref: str | None = None) -> str:
     """The output text of one sentence (with trailing newline)."""
     if fmt == "plain":

@@ -124,6 +124,11 @@ class CommittedOutput:
                count_records: Callable[[bytes], int] | None = None) -> "CommittedOutput":
         """Continue a run after verifying record and output; ValueError (one line) on any mismatch.
         ``count_records(committed bytes)`` must give the record's lines done (when given)."""
+        if not os.path.isfile(path + PROGRESS_SUFFIX):
+            empty = not os.path.isfile(path) or os.path.getsize(path) == 0
+            raise ValueError(f"--resume: no progress file {path + PROGRESS_SUFFIX!r}: " + (
+                "nothing was committed (the run stopped before its first record, or never ran)" if empty else
+                f"{path!r} was not written by 'mhfast translate --output'") + "; rerun without --resume")
         record = read_record(path + PROGRESS_SUFFIX)
         check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
         size = record["output_bytes"]
