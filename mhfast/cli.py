@@ -6,7 +6,8 @@ new command is a new file there and needs no edit here.
 
 User errors (bad options, missing files, invalid sequences) print ONE line
 ``mhfast <command>: error: ...`` on stderr and exit with status 2; set ``MHFAST_DEBUG=1`` to get
-the traceback instead.
+the traceback instead. A closed pipe on stdout (``mhfast translate ... | head -1``) ends the
+command quietly with status 141 (128 + SIGPIPE), as other command-line tools do.
 
 Example:
     $ python3 -m mhfast sample --model antiberty --length 12 --epochs 4 --burn-in 1
@@ -21,10 +22,6 @@ import sys
 from typing import Sequence
 
 from . import commands
-
-
-class UsageError(Exception):
-    """A user mistake the CLI reports as one line (exit status 2)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -60,13 +57,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args._run(args) or 0)
-    except (UsageError, ValueError, TypeError, FileNotFoundError, ImportError, OSError) as e:
+        code = int(args._run(args) or 0)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _broken_pipe()
+    except (ValueError, TypeError, FileNotFoundError, ImportError, OSError) as e:
         if os.environ.get("MHFAST_DEBUG") == "1":
             raise
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the library wrote
-        print(f"{args._prog}: error: {message}", file=sys.stderr)
+        _say(f"{args._prog}: error: {message}")
         return 2
     except KeyboardInterrupt:
-        print(f"{args._prog}: interrupted", file=sys.stderr)
+        _say(f"{args._prog}: interrupted")
         return 130
+
+
+def _say(line: str) -> None:
+    """A line on stderr, if there is a stderr that can take it (it may be closed or a broken pipe)."""
+    try:
+        if sys.stderr is not None:
+            print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``mhfast ... | head``): end quietly, as ``cat`` would, with
+    status 128 + SIGPIPE. stdout is pointed at /dev/null so that Python's final flush of what is
+    still buffered does not raise again (and print "Exception ignored ...")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real stdout file descriptor (tests)
+        pass
+    return 141

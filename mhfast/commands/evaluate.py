@@ -33,11 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def read_lines(path: str, option: str) -> list[str]:
-    """Lines of ``path`` without their newline; a missing file is a one-line error naming the option."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{option}: no such file: {path!r}")
-    with open(path, encoding="utf-8", newline="") as f:
-        return [line.rstrip("\r\n") for line in f.read().splitlines()]
+    """Records of ``path`` separated by "\\n" only ("\\r\\n" tolerated; other separators such as U+2028
+    stay inside their line, as in sacreBLEU); a missing file or bad UTF-8 is a one-line error naming
+    the option, file and line."""
+    from ..files import read_records
+
+    return read_records(path, option)
 
 
 def score(hyps: list[str], refs: list[str], lowercase: bool = False) -> list[tuple[str, Any, str]]:

@@ -59,10 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def read_sequences(path: str) -> list[str]:
     """One sequence per non-empty line, or FASTA records (lines after a '>' header are joined)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--init-file: no such file: {path!r}")
-    with open(path, encoding="utf-8") as f:
-        lines = [line.strip() for line in f]
+    from ..files import read_records
+
+    # "\n"-separated records (a text-mode file would also split at a lone "\r"); bad UTF-8 names the line
+    lines = [line.strip() for line in read_records(path, "--init-file")]
     if any(line.startswith(">") for line in lines):
         records, current = [], None
         for line in lines:

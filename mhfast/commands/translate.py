@@ -7,11 +7,15 @@ another fairseq cmlm_transformer. Empty source lines give empty output lines.
 
 Work is done in fixed chunks of --batch-size input lines (chunk k = lines k*N .. k*N+N-1). Every
 sentence samples with its GLOBAL line index as the sampler's input index, so its chains do not
-depend on which chunk it is in. After each chunk the output is flushed and fsynced, then the
-sidecar OUTPUT.progress (JSON: options hash, lines done, output bytes) is replaced atomically. A
-killed run continued with --resume truncates the output to the committed bytes and goes on with
-the next chunk: the result equals an uninterrupted run line for line. --resume refuses to go on
-when the options, the model or the input differ.
+depend on which chunk it is in. Input lines are separated by "\\n" only ("\\r\\n" tolerated; a U+2028
+or form feed stays inside its line) and must be UTF-8. One process at a time writes an --output (a
+second is refused while the first runs). After each chunk the output is fsynced, then the sidecar
+OUTPUT.progress (the run's options, sha256 of the model files and input, lines done, committed
+output bytes and their sha256, and its own checksum) is replaced atomically. A killed run continued
+with --resume cuts the output to the committed bytes and goes on with the next chunk: the result
+equals an uninterrupted run byte for byte. --resume refuses, naming the difference, when the
+options, model files or input differ, or when the record or the output's committed bytes fail
+their checks.
 
 --format fairseq writes per sentence i (0-based), like fairseq-generate:
 ``S-i<TAB>source``, ``H-i<TAB>score<TAB>tokens`` (model tokens), ``D-i<TAB>score<TAB>detokenized``
@@ -45,15 +49,17 @@ import json
 import os
 import sys
 from pathlib import Path
+from contextlib import ExitStack
 from typing import Any
 
+from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, read_records, write_json_atomic
+from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
+from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
 
 NAME = "translate"
 HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH sampling or Mask-Predict"
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
-PROGRESS_SUFFIX = ".progress"
-PROGRESS_VERSION = 1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -121,72 +127,72 @@ def sampler_options(args: argparse.Namespace) -> dict:
     return options.as_kwargs(options.config_from_args(args), cli_only=True)
 
 
-def _file_identity(path: str | os.PathLike | None) -> Any:
-    if path is None:
-        return None
-    p = Path(path).resolve()
-    return [str(p), p.stat().st_size] if p.exists() else [str(p), None]
-
-
-def options_hash(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None) -> str:
-    """sha256 of everything that decides the output: decoding options, model files, the input text
-    (and the references, which --format fairseq writes)."""
+def _model_files(args: argparse.Namespace) -> dict[str, Any]:
+    """The files that make the model: checkpoint, dictionaries and the SentencePiece model in use."""
     from ..translation import BUNDLE_DIR
 
     model_dir = BUNDLE_DIR if args.model is None else Path(args.data)
-    spec = {
-        "version": PROGRESS_VERSION, "method": args.method, "format": args.format, "batch_size": args.batch_size,
-        "length_beam": args.length_beam,
-        "iterations": args.iterations if args.method == "mask-predict" else None,
-        "sampler": sampler_options(args) if args.method == "mh" else None,
-        "model": _file_identity(args.model or BUNDLE_DIR / "model.pt"),
-        "dicts": [_file_identity(f) for f in sorted(model_dir.glob("dict.*.txt"))] if model_dir.is_dir() else None,
-        "spm": _file_identity(args.spm), "tokenizer": args.tokenizer, "stats_out": args.stats_out,
-        "input": hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest(), "lines": len(lines),
-    }
-    if refs is not None:  # keeps the hashes of runs without --ref unchanged
-        spec["refs"] = hashlib.sha256("\n".join(refs).encode("utf-8")).hexdigest()
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+    files: dict[str, Any] = {"checkpoint": args.model or BUNDLE_DIR / "model.pt"}
+    if model_dir.is_dir():
+        files.update((f.name, f) for f in sorted(model_dir.glob("dict.*.txt")))
+    spm = args.spm or (model_dir / "spm.model" if (model_dir / "spm.model").is_file() else None)
+    files["spm"] = None if args.tokenizer == "none" else spm
+    return files
+
+
+def _records_sha256(records: list[str]) -> str:
+    h = hashlib.sha256(str(len(records)).encode())
+    for r in records:  # a record holds no "\n": the joined text is unambiguous
+        h.update(b"\n" + r.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None) -> dict:
+    """Everything that decides the output, as the progress record keeps it: the options (by their
+    CLI names), the sha256 of every model file (content, not path and size), the input and the
+    references (--format fairseq writes them), the statistics file and the mhfast version."""
+    import mhfast
+
+    options: dict[str, Any] = {"--method": args.method, "--format": args.format, "--batch-size": args.batch_size,
+                               "--length-beam": args.length_beam, "--device": args.device,
+                               "--iterations": args.iterations if args.method == "mask-predict" else None}
+    if args.method == "mh":
+        options.update(("--" + k.replace("_", "-"), v) for k, v in sampler_options(args).items())
+        options.update(_energy_term_spec(args))
+    return {"mhfast": getattr(mhfast, "__version__", None), "options": options, "--tokenizer": args.tokenizer,
+            "model": {name: file_sha256(path) for name, path in _model_files(args).items()},
+            "input": {"lines": len(lines), "sha256": _records_sha256(lines)},
+            "references": None if refs is None else {"lines": len(refs), "sha256": _records_sha256(refs)},
+            "--stats-out": None if args.stats_out is None else os.path.abspath(args.stats_out)}
+
+
+def _energy_term_spec(args: argparse.Namespace) -> dict:
+    """The energy-term flags (CLI-only entries of the option spec), files by content."""
+    out: dict[str, Any] = {}
+    for opt in options.SPEC:
+        if opt.cli and not opt.api:
+            value = getattr(args, opt.name)
+            if isinstance(value, str) and os.path.isfile(value):
+                value = {"path": value, "sha256": file_sha256(value)}
+            elif isinstance(value, str) and os.path.isdir(value):
+                value = {"path": value, "sha256": {f: file_sha256(os.path.join(value, f))
+                                                   for f in sorted(os.listdir(value))
+                                                   if os.path.isfile(os.path.join(value, f))}}
+            out[opt.flag] = value
+    return out
+
+
+def options_hash(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None) -> str:
+    """sha256 of :func:`output_spec` (the statistics file names its run by it)."""
+    return hashlib.sha256(json.dumps(canonical(output_spec(args, lines, refs)), sort_keys=True).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------- files
-def read_lines(path: str | None) -> list[str]:
-    """Source lines (newline and surrounding whitespace stripped) from a file or stdin."""
-    if path is None:
-        text = sys.stdin.read()
-    else:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
-    lines = text.splitlines()
-    return [line.strip() for line in lines]
-
-
-def _write_json_atomic(path: str, data: Any) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half of one."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _read_progress(output: str, digest: str) -> dict:
-    path = output + PROGRESS_SUFFIX
-    if not os.path.isfile(path):
-        raise ValueError(f"--resume: no progress file {path!r} (was the run started with --output {output!r}?)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            progress = json.load(f)
-        lines_done, size = int(progress["lines_done"]), int(progress["output_bytes"])
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"--resume: {path!r} is not a valid progress file") from None
-    if progress.get("options_hash") != digest:
-        raise ValueError("--resume: the options, model or input differ from the interrupted run "
-                         f"(see {path!r}); rerun without --resume to start over")
-    if not os.path.isfile(output) or os.path.getsize(output) < size:
-        raise ValueError(f"--resume: {output!r} is shorter than the {size} bytes {path!r} records as written")
-    return {"lines_done": lines_done, "output_bytes": size}
+def read_lines(path: str | None, option: str = "--input") -> list[str]:
+    """Source lines of a file or stdin, records separated by "\\n" only (mhfast.files.lines: a U+2028
+    or form feed stays inside its line), surrounding whitespace stripped; bad UTF-8 is an error
+    naming the file and line."""
+    return [line.strip() for line in read_records(path, option)]
 
 
 def format_sentence(index: int, source: str, hyp: Any, fmt: str, ref: str | None = None) -> str:
@@ -212,6 +218,13 @@ def hypotheses_in_output(text: str, fmt: str) -> list[str]:
     return [line.split("\t", 2)[2] for line in text.split("\n") if line.startswith("D-")]
 
 
+def sentences_in_output(data: bytes, fmt: str) -> int:
+    """How many sentences an output written by this command holds (plain: lines; fairseq: S- lines)."""
+    if fmt == "plain":
+        return data.count(b"\n")
+    return sum(1 for line in data.split(b"\n") if line.startswith(b"S-"))
+
+
 def report_scores(hyps: list[str], refs: list[str]) -> None:
     """sacreBLEU and chrF (with signatures) on stderr: stdout stays the translations only."""
     from .evaluate import score
@@ -234,69 +247,113 @@ def _terms_factory(args: argparse.Namespace, translator: Any, count: int) -> Any
     """``f(global line ids) -> extra_energy`` for --hamming (targets of --hamming-reference) and --classifier."""
     from . import _energy_terms as et
 
+    if not args.hamming and args.classifier is None:
+        et.hamming_term(args, None, 0)  # --hamming-reference alone is an error
+        return None
     lines = et.reference_lines(args, count, args.limit) if args.hamming else None
     refs = et.padded([translator.target_ids(t) for t in lines], translator.cmlm.pad_id) if lines else None
     pad = translator.cmlm.pad_id
     clf = et.classifier_term(args, pad, translator.detokenize)
-    if not args.hamming and clf is None:
-        et.hamming_term(args, None, pad)  # --hamming-reference alone is an error
-        return None
     return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad), clf)
 
 
 def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, unit="sent", file=sys.stderr, disable=args.quiet,
-                dynamic_ncols=True, desc="translate")
+    return tqdm(total=total, initial=initial, unit="sent", file=sys.stderr,
+                disable=args.quiet or sys.stderr is None or initial >= total, dynamic_ncols=True, desc="translate")
 
 
-def run(args: argparse.Namespace) -> int:
-    _check(args)
+def _read_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
     from ..translation import bundled_test_file
 
-    lines = read_lines(None if args.input is None else bundled_test_file(args.input, "--input"))
-    refs = None if args.ref is None else read_lines(bundled_test_file(args.ref, "--ref"))
+    lines = read_lines(None if args.input is None else bundled_test_file(args.input, "--input"), "--input")
+    refs = None if args.ref is None else read_lines(bundled_test_file(args.ref, "--ref"), "--ref")
     if args.limit is not None:
         lines = lines[:args.limit]
         refs = None if refs is None else refs[:args.limit]
     if refs is not None and len(refs) != len(lines):
         raise ValueError(f"line counts differ: --input {len(lines)}, --ref {len(refs)}"
                          + (f" (after --limit {args.limit})" if args.limit is not None else ""))
-    digest = options_hash(args, lines, refs)
-    start, out_bytes = 0, 0
-    if args.resume:
-        state = _read_progress(args.output, digest)
-        start, out_bytes = state["lines_done"], state["output_bytes"]
-    if args.threads:
-        import torch
+    return lines, refs
 
-        torch.set_num_threads(args.threads)
-    translator = _load(args)
-    terms_for = _terms_factory(args, translator, len(lines))
 
-    stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
-                   "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
-    if args.stats_out and args.resume and os.path.isfile(args.stats_out):
+def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack) -> Any:
+    """stdout, or --output locked for this process (and --stats-out with it), started or verified
+    and resumed: the lock is taken before the progress record is read or anything is written."""
+    check_distinct({"--output": args.output, "--stats-out": args.stats_out},
+                   {"--input": None if args.input in (None, "bundled") else args.input,
+                    "--ref": None if args.ref in (None, "bundled") else args.ref})
+    if args.stats_out is not None and is_special(args.stats_out):  # it is replaced by rename: never a device
+        raise ValueError(f"--stats-out: {args.stats_out!r} is not a regular file")
+    special = args.output is not None and is_special(args.output)  # /dev/null, a FIFO: a stream
+    if special and args.resume:
+        raise ValueError(f"--resume: --output {args.output!r} is not a regular file (nothing to continue)")
+    for option, path in (("--output", None if special else args.output), ("--stats-out", args.stats_out)):
+        if path is not None:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise FileNotFoundError(f"{option}: folder {folder!r} does not exist")
+            stack.enter_context(OutputLock(path, option))
+    if args.output is None or special:
+        opened: Any = StreamOutput(open(args.output, "wb") if special else None)
+    elif args.resume:
+        opened = CommittedOutput.resume(args.output, spec, total, lambda data: sentences_in_output(data, args.format))
+    else:
+        opened = CommittedOutput.start(args.output, spec, total)
+    stack.callback(opened.close)
+    return opened
+
+
+def _resumed_stats(args: argparse.Namespace, stats: dict, start: int) -> None:
+    """Chunks of the statistics file committed before the kill (later ones are dropped: they may
+    have been written before the kill without their output being committed)."""
+    if not (args.stats_out and args.resume):
+        return
+    try:
         with open(args.stats_out, encoding="utf-8") as f:
             old = json.load(f)
-        # Chunks after the committed ones may have been recorded before the kill: drop them.
-        stats["batches"] = [b for b in old.get("batches", []) if b["end"] <= start]
+        batches = [b for b in old["batches"] if b["end"] <= start]
+        ok = old.get("options_hash") == stats["options_hash"] and [b["start"] for b in batches] == \
+            [0] + [b["end"] for b in batches[:-1]] and (batches[-1]["end"] if batches else 0) == start
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok and start > 0:
+        raise ValueError(f"--resume: --stats-out {args.stats_out!r} does not hold the statistics of the first "
+                         f"{start} committed lines; rerun without --resume to start over")
+    stats["batches"] = batches if ok else []
 
-    hyps: list[str] = []  # every translation of the run, for the scores at the end
-    out: Any
-    if args.output is None:
-        out = sys.stdout
-    else:  # binary: tell() is a byte offset, the unit of the progress file
-        out = open(args.output, "r+b" if args.resume else "wb")
-        if args.resume:  # drop what a killed run wrote after its last committed chunk
-            out.truncate(out_bytes)
-            if refs is not None:  # the committed translations count in the scores too
-                hyps = hypotheses_in_output(out.read().decode("utf-8"), args.format)
-            out.seek(out_bytes)
-        else:
-            _write_json_atomic(args.output + PROGRESS_SUFFIX, {"options_hash": digest, "lines_done": 0,
-                                                               "output_bytes": 0, "total_lines": len(lines)})
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    lines, refs = _read_inputs(args)
+    spec = output_spec(args, lines, refs)
+    digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
+    with ExitStack() as stack:
+        sink = _open_output(args, spec, len(lines), stack)
+        start = sink.lines_done
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        translator = _load(args)
+        terms_for = _terms_factory(args, translator, len(lines))
+        stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
+                       "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
+        _resumed_stats(args, stats, start)
+        # every translation of the run for the scores at the end: the committed ones first
+        hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
+        _translate_chunks(args, translator, lines, refs, sink, stats, hyps, terms_for)
+    if refs is not None and lines:
+        report_scores(hyps, refs)
+    return 0
+
+
+def _translate_chunks(args: argparse.Namespace, translator: Any, lines: list[str], refs: list[str] | None,
+                      sink: Any, stats: dict, hyps: list[str], terms_for: Any = None) -> None:
+    """Translate lines[sink.lines_done:] chunk by chunk, committing each chunk to ``sink`` (``terms_for``:
+    the extra energy terms of a chunk's line ids, see :func:`_terms_factory`)."""
+    start = sink.lines_done
     bar = _progress_bar(args, len(lines), start)
     decoded, acc_sum = 0, 0.0
     try:
@@ -316,19 +373,13 @@ def run(args: argparse.Namespace) -> int:
                                            None if refs is None else refs[first + j])
                            for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
             hyps += [hyp.text for hyp in result.hypotheses]
-            out.write(text if out is sys.stdout else text.encode("utf-8"))
-            out.flush()
-            if args.output is not None:
-                os.fsync(out.fileno())
             end = first + len(chunk)
             if args.stats_out:
                 stats["batches"].append({"start": first, "end": end, "sentences": result.sentences,
                                          "epochs": result.epochs})
-                _write_json_atomic(args.stats_out, stats)
-            if args.output is not None:  # the commit point: this chunk is done for --resume
-                _write_json_atomic(args.output + PROGRESS_SUFFIX, {
-                    "options_hash": digest, "lines_done": end, "output_bytes": out.tell(),
-                    "total_lines": len(lines)})
+            # the commit: output bytes durable, then the statistics, then the progress record
+            sink.commit(text.encode("utf-8"), end,
+                        before_record=(lambda: write_json_atomic(args.stats_out, stats)) if args.stats_out else None)
             if result.acceptance is not None:
                 decoded += result.sentences
                 acc_sum += result.acceptance * result.sentences
@@ -336,14 +387,9 @@ def run(args: argparse.Namespace) -> int:
             if decoded:
                 bar.set_postfix_str(f"accept {acc_sum / decoded:.3f}", refresh=False)
         if args.stats_out and not stats["batches"] and not args.resume:
-            _write_json_atomic(args.stats_out, stats)
+            write_json_atomic(args.stats_out, stats)
     except BaseException:
         bar.leave = False  # clear the bar: the error is the last line the user sees
         raise
     finally:
         bar.close()
-        if out is not sys.stdout:
-            out.close()
-    if refs is not None and lines:
-        report_scores(hyps, refs)
-    return 0

@@ -1,0 +1,267 @@
+"""Output committed in whole records, and the progress record ``--resume`` verifies.
+
+Commit protocol (one chunk of translations = one record):
+
+1. append the chunk's bytes to the output, ``fsync`` it;
+2. replace ``OUTPUT.progress`` atomically (write a temporary file, ``fsync``, ``rename``, ``fsync``
+   the folder) with: lines done, committed output bytes, sha256 of those bytes, the run's spec
+   (everything that decides the output) and a checksum of the record itself.
+
+A kill at any instant leaves the record of the last commit and an output that starts with the bytes
+it names (anything after them is a chunk that was being written: ``--resume`` cuts it off). A fresh
+run writes its empty record BEFORE truncating the output, so an old record never describes a new file.
+``--resume`` believes nothing unchecked: the record's checksum and version, the spec (differences are
+named), and the output's committed bytes against the record's size and hash.
+
+Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "out.txt")
+    >>> out = CommittedOutput.start(path, {"seed": 1}, total_lines=2)
+    >>> out.commit(b"hello\\n", lines_done=1); out.close()
+    >>> again = CommittedOutput.resume(path, {"seed": 1}, total_lines=2)
+    >>> again.lines_done, again.committed
+    (1, b'hello\\n')
+    >>> again.close()
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Callable
+
+PROGRESS_SUFFIX = ".progress"
+PROGRESS_VERSION = 2
+KIND = "mhfast-translate-progress"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may be partial)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename/creation in ``path``'s folder durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Replace ``path`` by ``data``: a reader (or a kill) sees the old or the new file, never half of one."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path)
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """:func:`write_bytes_atomic` of ``data`` as JSON."""
+    write_bytes_atomic(path, json.dumps(data).encode("utf-8"))
+
+
+def canonical(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples -> lists, other objects -> str)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _checksum(record: dict) -> str:
+    body = {k: v for k, v in record.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def spec_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Human-readable differences of two specs: ``['--seed (7 -> 8)', 'model file model.pt']``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += spec_differences(old.get(key), new.get(key), f"{prefix}{key}" if not prefix else f"{prefix} {key}")
+        return out
+    if old == new:
+        return []
+    if isinstance(old, str) and isinstance(new, str) and len(old) == len(new) == 64:  # content hashes
+        return [f"{prefix} (content)"]
+    return [f"{prefix} ({json.dumps(old)} -> {json.dumps(new)})"]
+
+
+class CommittedOutput:
+    """The output file of one run, appended to in committed records; use :meth:`start` or :meth:`resume`."""
+
+    def __init__(self, path: str, spec: dict, total_lines: int, fd: int, lines_done: int, committed: bytes):
+        self.path, self.spec, self.total_lines, self.fd = path, canonical(spec), total_lines, fd
+        self.progress_path = path + PROGRESS_SUFFIX
+        self.lines_done, self.committed = lines_done, committed  # committed: bytes of the resumed prefix
+        self.size = len(committed)
+        self._sha = hashlib.sha256(committed)
+
+    @classmethod
+    def start(cls, path: str, spec: dict, total_lines: int) -> "CommittedOutput":
+        """A fresh run: empty record first, then the output is emptied (kill-safe in this order)."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        out = cls(path, spec, total_lines, fd, 0, b"")
+        out._write_record()
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+        fsync_dir(path)
+        return out
+
+    @classmethod
+    def resume(cls, path: str, spec: dict, total_lines: int,
+               count_records: Callable[[bytes], int] | None = None) -> "CommittedOutput":
+        """Continue a run after verifying record and output; ValueError (one line) on any mismatch.
+        ``count_records(committed bytes)`` must give the record's lines done (when given)."""
+        if not os.path.isfile(path + PROGRESS_SUFFIX):
+            empty = not os.path.isfile(path) or os.path.getsize(path) == 0
+            raise ValueError(f"--resume: no progress file {path + PROGRESS_SUFFIX!r}: " + (
+                "nothing was committed (the run stopped before its first record, or never ran)" if empty else
+                f"{path!r} was not written by 'mhfast translate --output'") + "; rerun without --resume")
+        record = read_record(path + PROGRESS_SUFFIX)
+        check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
+        size = record["output_bytes"]
+        if not os.path.isfile(path):
+            raise ValueError(f"--resume: the output {path!r} is not there; rerun without --resume to start over")
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            committed = os.pread(fd, size, 0) if size else b""
+            if len(committed) != size or hashlib.sha256(committed).hexdigest() != record["output_sha256"]:
+                have = os.fstat(fd).st_size
+                raise ValueError(f"--resume: {path!r} does not match its progress record ({have} bytes, the first "
+                                 f"{size} committed bytes {'missing' if have < size else 'changed'}): the output "
+                                 "was edited, truncated or replaced; rerun without --resume to start over")
+            if count_records is not None and count_records(committed) != record["lines_done"]:
+                raise ValueError(f"--resume: {path!r} holds {count_records(committed)} committed sentences, its "
+                                 f"progress record says {record['lines_done']}; rerun without --resume to start over")
+            os.ftruncate(fd, size)  # drop the chunk a killed run was writing
+            os.fsync(fd)
+            os.lseek(fd, size, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, spec, total_lines, fd, record["lines_done"], committed)
+
+    def _record(self) -> dict:
+        record = {"kind": KIND, "version": PROGRESS_VERSION, "spec": self.spec,
+                  "spec_sha256": hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest(),
+                  "lines_done": self.lines_done, "total_lines": self.total_lines,
+                  "output_bytes": self.size, "output_sha256": self._sha.hexdigest()}
+        record["checksum"] = _checksum(record)
+        return record
+
+    def _write_record(self) -> None:
+        write_bytes_atomic(self.progress_path, json.dumps(self._record(), sort_keys=True).encode("utf-8"))
+
+    def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
+        """Append ``data`` (whole records), make it durable, then record ``lines_done`` as done.
+        ``before_record()`` runs between the two (e.g. writing a statistics file)."""
+        write_all(self.fd, data)
+        os.fsync(self.fd)
+        self.size += len(data)
+        self._sha.update(data)
+        self.lines_done = lines_done
+        if before_record is not None:
+            before_record()
+        self._write_record()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def read_record(path: str) -> dict:
+    """The progress record at ``path`` after its checksum is verified (ValueError otherwise)."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: no progress file {path!r} (was the run started with this --output?)")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        record = json.loads(raw.decode("utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"--resume: {path!r} is not a valid progress file (truncated or corrupt); rerun "
+                         "without --resume to start over") from None
+    if record.get("kind") != KIND or record.get("version") != PROGRESS_VERSION:
+        raise ValueError(f"--resume: {path!r} is not a progress file of this mhfast version (format "
+                         f"{record.get('version')!r}, expected {PROGRESS_VERSION}); rerun without --resume")
+    if record.get("checksum") != _checksum(record):
+        raise ValueError(f"--resume: {path!r} fails its checksum (edited or corrupt); rerun without --resume "
+                         "to start over")
+    return record
+
+
+def check_record(record: dict, spec: dict, total_lines: int, path: str) -> None:
+    """The record belongs to a run with ``spec`` and its numbers are consistent (ValueError otherwise)."""
+    diffs = spec_differences(record.get("spec"), spec)
+    if diffs:
+        shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+        raise ValueError(f"--resume: this run and the interrupted one differ in {shown} (see {path!r}); "
+                         "rerun without --resume to start over")
+    ints = [record.get(k) for k in ("lines_done", "total_lines", "output_bytes")]
+    if not all(type(v) is int and v >= 0 for v in ints) or not isinstance(record.get("output_sha256"), str):
+        raise ValueError(f"--resume: {path!r} is not a valid progress file (bad fields)")
+    if record["total_lines"] != total_lines or record["lines_done"] > total_lines:
+        raise ValueError(f"--resume: {path!r} records {record['lines_done']} of {record['total_lines']} lines, "
+                         f"the input has {total_lines}; rerun without --resume to start over")
+
+
+class StreamOutput:
+    """Standard output (or a binary stream such as an opened FIFO or /dev/null) with the interface of
+    :class:`CommittedOutput`, but no record: a stream cannot be resumed.
+
+    Bytes go to ``sys.stdout.buffer`` as UTF-8 whatever the locale; each chunk is flushed, so a
+    reader sees whole chunks as they are made.
+    """
+
+    lines_done, committed = 0, b""
+
+    def __init__(self, binary: Any = None) -> None:
+        import sys
+
+        if binary is None and sys.stdout is None:  # started with fd 1 closed
+            raise ValueError("stdout is closed: give --output FILE")
+        self.binary, self.stream = binary, sys.stdout
+
+    def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
+        if self.binary is not None:
+            self.binary.write(data)
+            self.binary.flush()
+        elif getattr(self.stream, "buffer", None) is not None:
+            self.stream.flush()  # whatever was written as text goes first
+            self.stream.buffer.write(data)
+            self.stream.buffer.flush()
+        else:  # a text-only stream (io.StringIO in tests)
+            self.stream.write(data.decode("utf-8"))
+            self.stream.flush()
+        self.lines_done = lines_done
+        if before_record is not None:
+            before_record()
+
+    def close(self) -> None:
+        if self.binary is not None:
+            self.binary.close()
+
+
+def is_special(path: str) -> bool:
+    """True for an existing path that is not a regular file (a device such as /dev/null, a FIFO):
+    it cannot be truncated, fsynced, locked beside or replaced, only written as a stream."""
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False

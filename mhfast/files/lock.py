@@ -1,0 +1,85 @@
+"""One writer per output: an exclusive, non-blocking ``flock`` on ``OUTPUT.lock``.
+
+Why ``flock`` on a lock file next to the output: the kernel drops the lock when the holder's last
+descriptor closes, and a process's descriptors close when it dies in any way (SIGKILL, OOM killer,
+crash), so a dead run never leaves a stale lock and nothing has to guess from a pid whether the
+holder is alive (pids are reused). The lock file is never deleted: unlinking it while another
+process waits on the old inode would let two processes hold "the" lock on two different inodes. The
+path is resolved (symlinks) first, so two spellings of one output share one lock. ``O_EXCL`` pid
+files fail the first point; locking the output itself would need it opened before its truncation
+and would not cover the progress record beside it.
+
+Example:
+    >>> import tempfile, os
+    >>> out = os.path.join(tempfile.mkdtemp(), "hyp.txt")
+    >>> with OutputLock(out, "--output"):
+    ...     OutputLock(out, "--output").acquire()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mhfast.files.lock.OutputInUse: --output ...: another mhfast process (pid ...) is writing it; ...
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+
+LOCK_SUFFIX = ".lock"
+
+
+class OutputInUse(ValueError):
+    """Another live process holds the output's lock (a user error: one line, exit status 2)."""
+
+
+class OutputLock:
+    """Exclusive lock on ``path`` for this process; ``acquire`` fails at once if it is held."""
+
+    def __init__(self, path: str | os.PathLike, option: str = "--output"):
+        self.path, self.option = str(path), option
+        self.lock_path = os.path.realpath(self.path) + LOCK_SUFFIX
+        self.fd: int | None = None
+
+    def acquire(self) -> "OutputLock":
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process (pid {holder}) is writing "
+                                  "it; wait for it to end or choose another path") from None
+            raise
+        os.ftruncate(fd, 0)  # for the message of a refused second writer only
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # hard links and symlinks too
+    except OSError:  # one of them does not exist (yet)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_distinct(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
+    """ValueError when an output path names an input or another output (``{"--output": path, ...}``):
+    writing would destroy what is read, or two streams would interleave in one file."""
+    outs = [(k, v) for k, v in outputs.items() if v is not None]
+    ins = [(k, v) for k, v in inputs.items() if v is not None]
+    for i, (name, path) in enumerate(outs):
+        for other, other_path in outs[i + 1:] + ins:
+            if _same(path, other_path):
+                raise ValueError(f"{name} and {other} name the same file ({path!r}); choose another {name}")

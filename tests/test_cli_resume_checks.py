@@ -1,0 +1,221 @@
+"""``mhfast translate --output``: one writer per output, and ``--resume`` verifies before it continues.
+
+A second run on an output that a live run writes is refused (by path, symlink or as --stats-out) and
+the first run's output stays that of an uninterrupted run; a killed writer's lock is gone at once.
+``--resume`` refuses, with one line naming the problem and without touching the output, a model file
+with other content (same size and mtime), other dictionaries, input, references or options, an
+edited, truncated, re-checksummed or missing progress record, and an edited or truncated output;
+bytes after the committed ones are dropped. Runs are in-process or forked with the tiny CMLM loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fairseq_tiny_cmlm import MULTI30K
+from mhfast.cli import main
+from resume_harness import KILLED, forked_translate, tiny_translator
+
+pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_paths):
+    return tiny_translator(str(tiny_paths["checkpoint"]), str(tiny_paths["data"]))
+
+
+class Slow:
+    """The translator, but every chunk takes at least ``seconds`` (a window for a second writer);
+    ``interrupt_at`` raises KeyboardInterrupt (Ctrl-C) at that chunk instead."""
+
+    def __init__(self, translator, seconds: float = 0.0, interrupt_at: int | None = None):
+        self.inner, self.seconds, self.interrupt_at, self.calls = translator, seconds, interrupt_at, 0
+
+    def translate(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.interrupt_at:
+            raise KeyboardInterrupt
+        time.sleep(self.seconds)
+        return self.inner.translate(*args, **kwargs)
+
+
+@pytest.fixture
+def setup(tiny_paths, tmp_path, translator, monkeypatch):
+    """Model files copied into tmp_path (so the test can change them), an input, and ``cli(argv)``
+    running ``mhfast translate`` in-process with the preloaded translator."""
+    import mhfast.commands.translate as translate
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(tiny_paths["checkpoint"], model / "checkpoint.pt")
+    for d in Path(tiny_paths["data"]).glob("dict.*.txt"):
+        shutil.copy(d, model / d.name)
+    de = sorted(tiny_paths["valid_de"].read_text(encoding="utf-8").split("\n")[:-1], key=lambda s: len(s.split()))
+    src = tmp_path / "src.txt"
+    src.write_text("".join(x + "\n" for x in de[:6]), encoding="utf-8")
+    ref = tmp_path / "ref.txt"
+    ref.write_text("".join(f"reference {i} .\n" for i in range(6)), encoding="utf-8")
+    argv = ["translate", "--model", str(model / "checkpoint.pt"), "--data", str(model), "--tokenizer", "none",
+            "--input", str(src), "--ref", str(ref), "--batch-size", "2", "--chains", "2", "--epochs", "1",
+            "--burn-in", "0", "--seed", "3", "--quiet"]
+    state = {"translator": translator}
+    monkeypatch.setattr(translate, "_load", lambda args: state["translator"])
+
+    def cli(extra: list[str], capsys) -> tuple[int, str]:
+        code = main(argv + extra)
+        return code, capsys.readouterr().err
+
+    return dict(model=model, src=src, ref=ref, argv=argv, cli=cli, state=state, tmp=tmp_path)
+
+
+def refused(cli, extra, capsys, needle: str, out: Path) -> None:
+    before = out.read_bytes() if out.exists() else None
+    code, err = cli(extra, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err
+    assert (out.read_bytes() if out.exists() else None) == before  # untouched
+
+
+def test_resume_verifies_model_input_options_record_and_output(setup, capsys):
+    cli, tmp = setup["cli"], setup["tmp"]
+    out = tmp / "out.txt"
+    progress = Path(str(out) + ".progress")
+    assert cli(["--output", str(out)], capsys)[0] == 0
+    full = out.read_bytes()
+    assert full.count(b"\n") == 6
+    o = ["--output", str(out), "--resume"]
+    code, err = cli(o, capsys)  # nothing left to do: verified, unchanged, scores printed again
+    assert code == 0 and out.read_bytes() == full and "BLEU" in err
+
+    refused(cli, o + ["--seed", "4"], capsys, "--seed (3 -> 4)", out)
+    refused(cli, o + ["--energy", "local"], capsys, "--energy", out)
+    refused(cli, ["--output", str(out), "--resume", "--format", "fairseq"], capsys, "--format", out)
+    # model files: other bytes, same size and modification time
+    ckpt = setup["model"] / "checkpoint.pt"
+    stat, original = ckpt.stat(), ckpt.read_bytes()
+    middle = len(original) // 2
+    ckpt.write_bytes(original[:middle] + bytes([original[middle] ^ 1]) + original[middle + 1:])
+    os.utime(ckpt, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    refused(cli, o, capsys, "model checkpoint (content)", out)
+    ckpt.write_bytes(original)
+    dictionary = sorted(setup["model"].glob("dict.*.txt"))[0]
+    text = dictionary.read_bytes()
+    dictionary.write_bytes(text.replace(b" ", b"\t", 1))
+    refused(cli, o, capsys, f"model {dictionary.name} (content)", out)
+    dictionary.write_bytes(text)
+    # the input and the references
+    src = setup["src"].read_text(encoding="utf-8")
+    setup["src"].write_text(src.replace(" ", "  ", 1).replace("\n", "\u2028", 1) + "extra\n", encoding="utf-8")
+    refused(cli, o, capsys, "input", out)
+    setup["src"].write_text(src, encoding="utf-8")
+    setup["ref"].write_text(setup["ref"].read_text().replace("reference 5", "reference 6"))
+    refused(cli, o, capsys, "references", out)
+    setup["ref"].write_text(setup["ref"].read_text().replace("reference 6", "reference 5"))
+    assert cli(o, capsys)[0] == 0  # all restored: accepted again
+
+    # the output against the record
+    out.write_bytes(full.replace(b" ", b"_", 1))
+    refused(cli, o, capsys, "does not match its progress record", out)
+    out.write_bytes(full[:-1])
+    refused(cli, o, capsys, "does not match its progress record", out)
+    out.write_bytes(full)
+    # the record: edited, edited with a valid checksum, truncated, of another format, missing
+    from mhfast.files.journal import _checksum
+
+    record = json.loads(progress.read_text())
+    progress.write_text(json.dumps(dict(record, lines_done=4)))
+    refused(cli, o, capsys, "checksum", out)
+    forged = dict(record, lines_done=4)
+    forged["checksum"] = _checksum(forged)
+    progress.write_text(json.dumps(forged))
+    refused(cli, o, capsys, "holds 6 committed sentences, its progress record says 4", out)
+    raw = json.dumps(record).encode()
+    progress.write_bytes(raw[:len(raw) // 2])
+    refused(cli, o, capsys, "not a valid progress file", out)
+    progress.write_text(json.dumps({"options_hash": "0" * 64, "lines_done": 6, "output_bytes": len(full)}))
+    refused(cli, o, capsys, "not a progress file of this mhfast version", out)
+    progress.unlink()
+    refused(cli, o, capsys, "no progress file", out)
+
+
+def test_interrupted_run_resumes_and_drops_uncommitted_bytes(setup, translator, capsys):
+    cli, tmp = setup["cli"], setup["tmp"]
+    full, part = tmp / "full.txt", tmp / "part.txt"
+    assert cli(["--output", str(full)], capsys)[0] == 0
+    setup["state"]["translator"] = Slow(translator, interrupt_at=2)  # Ctrl-C in the second chunk
+    code, err = cli(["--output", str(part)], capsys)
+    assert code == 130 and err.strip() == "mhfast translate: interrupted"
+    record = json.loads(Path(str(part) + ".progress").read_text())
+    assert record["lines_done"] == 2 and part.read_bytes() == full.read_bytes()[:record["output_bytes"]]
+    with open(part, "ab") as f:
+        f.write("half a sentence ÿ".encode()[:-1])  # what a killed run may leave after its last commit
+    setup["state"]["translator"] = translator
+    code, err = cli(["--output", str(part), "--resume"], capsys)
+    assert code == 0 and part.read_bytes() == full.read_bytes()
+
+
+def test_one_writer_per_output(setup, translator, capsys):
+    cli, tmp = setup["cli"], setup["tmp"]
+    ref, out = tmp / "ref_run.txt", tmp / "out.txt"
+    assert cli(["--output", str(ref)], capsys)[0] == 0
+    link = tmp / "link.txt"
+    link.symlink_to(out)
+    argv = setup["argv"] + ["--output", str(out)]
+    pid = os.fork()
+    if pid == 0:  # the first writer: each chunk takes >= 0.4 s, a window for the second
+        import mhfast.commands.translate as translate
+
+        translate._load = lambda args: Slow(translator, seconds=0.4)
+        os._exit(forked_exit(argv))
+    progress = Path(str(out) + ".progress")
+    deadline = time.monotonic() + 60
+    while not (progress.is_file() and json.loads(progress.read_text() or "{}").get("lines_done", 0) >= 2):
+        assert time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG)[0] == 0, "first writer did not start"
+        time.sleep(0.01)
+    for extra in (["--output", str(out)], ["--output", str(out), "--resume"], ["--output", str(link)],
+                  ["--output", str(tmp / "other.txt"), "--stats-out", str(out)]):
+        code, err = cli(extra, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "is writing it" in err and f"pid {pid}" in err, err
+    assert os.waitpid(pid, os.WNOHANG)[0] == 0  # the first run was still going all along
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert out.read_bytes() == ref.read_bytes()  # the first run's output, intact
+
+
+def forked_exit(argv: list[str]) -> int:
+    try:
+        torch.set_num_threads(1)
+        return main(argv)
+    except BaseException:
+        return 99
+
+
+def test_a_killed_writer_leaves_no_lock(setup, translator, capsys):
+    """SIGKILL closes the writer's descriptors: its lock is gone and --resume goes on at once."""
+    cli, tmp = setup["cli"], setup["tmp"]
+    ref, out = tmp / "ref_run.txt", tmp / "out.txt"
+    assert cli(["--output", str(ref)], capsys)[0] == 0
+    status = forked_translate(setup["argv"] + ["--output", str(out)], Slow(translator, seconds=0.3), delay=0.5)
+    assert status == KILLED
+    code, err = cli(["--output", str(out), "--resume"], capsys)
+    assert code == 0, err
+    assert out.read_bytes() == ref.read_bytes()
+
+
+def test_output_must_not_be_an_input(setup, capsys):
+    cli, src = setup["cli"], setup["src"]
+    before = src.read_bytes()
+    for extra, needle in ((["--output", str(src)], "--output and --input name the same file"),
+                          (["--output", str(setup["ref"])], "--output and --ref"),
+                          (["--output", str(setup["tmp"] / "o"), "--stats-out", str(setup["tmp"] / "o")],
+                           "--output and --stats-out")):
+        code, err = cli(extra, capsys)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert src.read_bytes() == before

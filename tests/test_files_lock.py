@@ -1,0 +1,90 @@
+"""mhfast.files.lock and journal without a model: one holder per output path (symlinks included), the
+lock gone when its holder is SIGKILLed, and the progress record's own checks."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from mhfast.files import CommittedOutput, OutputInUse, OutputLock
+from mhfast.files.journal import PROGRESS_SUFFIX, spec_differences
+from mhfast.files.lock import check_distinct
+
+
+def test_second_holder_refused_until_release(tmp_path):
+    out = tmp_path / "out.txt"
+    link = tmp_path / "link.txt"
+    link.symlink_to(out)
+    with OutputLock(out, "--output"):
+        for path in (out, link):
+            with pytest.raises(OutputInUse, match=rf"--output .*pid {os.getpid()}\) is writing it"):
+                OutputLock(path, "--output").acquire()
+    with OutputLock(link, "--output"):  # released: free again
+        pass
+    assert (tmp_path / "out.txt.lock").is_file()  # kept: deleting it would let two holders in
+
+
+def test_lock_of_a_killed_holder_is_free_at_once(tmp_path):
+    out = tmp_path / "out.txt"
+    ready = tmp_path / "ready"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            OutputLock(out).acquire()
+            ready.write_text("1")
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        with pytest.raises(OutputInUse, match=f"pid {pid}"):
+            OutputLock(out).acquire()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    OutputLock(out).acquire().release()
+
+
+def test_check_distinct(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("x")
+    os.link(a, b)  # a hard link is the same file under another name
+    with pytest.raises(ValueError, match="--output and --input name the same file"):
+        check_distinct({"--output": str(b)}, {"--input": str(a)})
+    with pytest.raises(ValueError, match="--output and --stats-out"):
+        check_distinct({"--output": str(tmp_path / "new"), "--stats-out": str(tmp_path / "." / "new")}, {})
+    check_distinct({"--output": str(tmp_path / "c"), "--stats-out": None}, {"--input": str(a), "--ref": None})
+
+
+def test_record_checks(tmp_path):
+    path = str(tmp_path / "out.txt")
+    out = CommittedOutput.start(path, {"options": {"--seed": 1}}, total_lines=3)
+    out.commit(b"one\n", 1)
+    out.commit(b"two\n", 2)
+    out.close()
+    with open(path, "ab") as f:
+        f.write(b"thr")  # a torn third record
+    again = CommittedOutput.resume(path, {"options": {"--seed": 1}}, 3, lambda data: data.count(b"\n"))
+    assert (again.lines_done, again.committed) == (2, b"one\ntwo\n")
+    again.commit(b"three\n", 3)
+    again.close()
+    with open(path, "rb") as f:
+        assert f.read() == b"one\ntwo\nthree\n"
+    with pytest.raises(ValueError, match=r"differ in options --seed \(1 -> 2\)"):
+        CommittedOutput.resume(path, {"options": {"--seed": 2}}, 3)
+    with pytest.raises(ValueError, match="records 3 of 3 lines, the input has 4"):
+        CommittedOutput.resume(path, {"options": {"--seed": 1}}, 4)
+    record = json.loads((tmp_path / ("out.txt" + PROGRESS_SUFFIX)).read_text())
+    assert record["output_bytes"] == 14 and record["lines_done"] == 3 and len(record["checksum"]) == 64
+
+
+def test_spec_differences_names_what_changed():
+    old = {"model": {"checkpoint": "a" * 64}, "options": {"--seed": 1, "--chains": 5}}
+    new = {"model": {"checkpoint": "b" * 64}, "options": {"--seed": 1, "--chains": 4}, "extra": None}
+    assert spec_differences(old, new) == ["model checkpoint (content)", "options --chains (5 -> 4)"]
