@@ -107,7 +107,10 @@ def encode_target(translator: Any, text: str) -> Encoded:
 
 
 def encode(model: Any, item: Any) -> Encoded:
-    """A text (str) or a token id sequence of ``model`` (a model protocol object or a Translator)."""
+    """A text (str) or a token id sequence of ``model`` (a model protocol object or a Translator);
+    an :class:`Encoded` is returned as it is."""
+    if isinstance(item, Encoded):
+        return item
     if hasattr(model, "cmlm") and hasattr(model, "processor"):
         if not isinstance(item, str):
             return _from_ids(model.cmlm, item)
