@@ -205,3 +205,21 @@ def test_hub_ids_resolve_through_the_cache(tmp_path, monkeypatch):
     assert torch.allclose(e.e_local, mhfast.energy(str(snap), [SEQS[0]]).e_local)
     with pytest.raises(FileNotFoundError, match="not in the HuggingFace cache.*HF_HUB_OFFLINE"):
         load_masked_lm("someorg/not-there")
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_last_layer_fast_path_equals_the_full_layer(kind):
+    from hf_tiny_models import ids_for
+
+    from mhfast.scoring.fastpath import LastLayerAtMask, fast_scoring_model
+
+    ids = ids_for(kind)
+    lm = HFMaskedLM(tiny_model(kind, seed=4), **ids)
+    fast = fast_scoring_model(lm)
+    assert isinstance(fast, LastLayerAtMask)
+    p, b, e = ids["pad_id"], ids["bos_id"], ids["eos_id"]
+    rows = torch.tensor([[b, 5, 6, 7, 8, e], [b, 9, 10, e, p, p], [b, 11, 5, e, p, p]])
+    pos = torch.tensor([2, 1, 2])
+    rows[torch.arange(3), pos] = ids["mask_id"]
+    assert torch.allclose(fast.masked_logits(rows, pos), lm.masked_logits(rows, pos), atol=1e-4)
+    assert fast_scoring_model(HFMaskedLM(tiny_model("distilbert"), **BERT_IDS)).__class__ is HFMaskedLM

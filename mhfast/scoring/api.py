@@ -25,6 +25,7 @@ import torch
 from ..sampler.backend import get_backend
 from ..sampler.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
+from .fastpath import fast_scoring_model
 from .terms import masked_terms
 
 ENERGIES = ("raw", "local")
@@ -156,7 +157,7 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     order = torch.argsort(lengths, descending=True, stable=True)
     T = int(lengths.max())
     budget = max_tokens_per_batch if max_tokens_per_batch is not None else auto_max_tokens(model, device, T)
-    runner = ModelRunner(model, context, budget, device)
+    runner = ModelRunner(fast_scoring_model(model), context, budget, device)  # same terms, less work
     raw, local = masked_terms(runner, get_backend(backend), tokens.index_select(0, order)[:, :T],
                               score_mask.index_select(0, order)[:, :T], max_tokens=budget,
                               ctx_index=None if ctx_index is None else ctx_index.index_select(0, order),
