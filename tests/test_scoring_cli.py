@@ -107,3 +107,18 @@ def test_bundled_energy_equals_what_sample_reports(bundled):
     e = mhfast.energy(bundled.cmlm, res.tokens.reshape(B * C, T), source=[s for s in src for _ in range(C)])
     assert torch.allclose(e.e_raw, res.energy_raw.reshape(-1), atol=1e-3)
     assert torch.allclose(e.e_local, res.energy_local.reshape(-1), atol=1e-4)
+
+
+def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path, capsys):
+    from mhfast.models.antiberty import load_antiberty
+
+    seq = "EVQLVESGGGLVQPGGSLRLSCAAS"
+    (tmp_path / "in.txt").write_text(seq + "\n")
+    code, out, _ = _run(capsys, "-i", str(tmp_path / "in.txt"), "-q", "--format", "jsonl", "--per-word")
+    rec = json.loads(out)
+    lm = load_antiberty()
+    e = mhfast.energy(lm, [lm.encode(seq)])
+    assert code == 0 and rec["tokens"] == rec["words"] == len(seq)
+    assert "".join(w for w, _ in rec["word_scores"]) == seq
+    assert rec["pll"] == pytest.approx(-float(e.e_local[0]), abs=1e-4)
+    assert rec["e_raw"] == pytest.approx(float(e.e_raw[0]), abs=1e-3)
