@@ -9,6 +9,8 @@ from . import ops, reference
 from ._C_loader import built_with_cuda
 from .mask_predict import MaskPredictResult, mask_predict
 from .sampler import SampleResult, sample
+from .scoring import Energies, SequenceScore, energy, score
 
-__all__ = ["ops", "reference", "built_with_cuda", "sample", "SampleResult", "mask_predict", "MaskPredictResult"]
+__all__ = ["ops", "reference", "built_with_cuda", "sample", "SampleResult", "mask_predict", "MaskPredictResult",
+           "energy", "Energies", "score", "SequenceScore"]
 __version__ = "0.1.0"

@@ -1,0 +1,204 @@
+"""``mhfast.energy``: the paper's two energies (and PLL) of given sequences, no sampling.
+
+``E_raw(X) = -sum_t logit_t(x_t | X\\t)`` and ``E_local(X) = -sum_t log p(x_t | X\\t)`` over the
+energy positions (non-pad, non-special tokens; paper, sections 2.1-2.2). ``-E_local`` is the
+pseudo-log-likelihood (PLL) of Wang & Cho 2019 / Salazar et al. 2020. The terms are computed by
+:func:`mhfast.scoring.terms.masked_terms` on the sampler's own runner and ops, so they equal the
+energies :func:`mhfast.sample` reports for the same states.
+
+Example:
+    >>> import torch, mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> model = TabularMLM.random(num_tokens=3, length=3, seed=0)
+    >>> e = mhfast.energy(model, torch.tensor([[0, 1, 2], [2, 2, 1]]))
+    >>> e_raw, e_local = e                      # a named tuple: by position or by name
+    >>> e.e_local.shape, bool((e.e_local > 0).all())
+    (torch.Size([2]), True)
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any, Sequence
+
+import torch
+
+from ..sampler.backend import get_backend
+from ..sampler.runner import ModelRunner, sum_terms
+from .budget import auto_max_tokens
+from .fastpath import fast_scoring_model
+from .terms import masked_terms
+
+ENERGIES = ("raw", "local")
+
+
+class Energies(namedtuple("Energies", ["e_raw", "e_local"])):
+    """``(e_raw, e_local)``, each f32[B] (None for an energy not asked for).
+
+    With ``per_position=True`` also ``raw_terms`` / ``local_terms`` f32[B, T] (the per-token
+    terms, 0 at positions outside the energy); otherwise these attributes are None. Unpacks as a
+    pair: ``e_raw, e_local = mhfast.energy(...)``.
+    """
+
+    def __new__(cls, e_raw: Any, e_local: Any, raw_terms: Any = None, local_terms: Any = None) -> "Energies":
+        self = super().__new__(cls, e_raw, e_local)
+        self.raw_terms, self.local_terms = raw_terms, local_terms
+        return self
+
+
+def _err(name: str, msg: str) -> ValueError:
+    return ValueError(f"mhfast.energy: {name} {msg}")
+
+
+def as_model(model: Any) -> Any:
+    """The model protocol object of anything the sampler accepts, a transformers model object, a
+    local directory or a hub id (``mhfast.models.loading.load_masked_lm``)."""
+    from ..models.loading import load_masked_lm
+
+    lm = load_masked_lm(model)
+    for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
+        if not hasattr(lm, attr):
+            raise TypeError(f"mhfast.energy: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+    return lm
+
+
+def pad_sequences(tokens: Any, pad_id: int) -> torch.Tensor:
+    """Long[B, T] from a Long[B, T] tensor (returned as is) or a list of 1-D token id sequences."""
+    if isinstance(tokens, torch.Tensor):
+        if tokens.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"mhfast.energy: tokens must be an integer tensor, got {tokens.dtype}")
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        if tokens.dim() != 2 or 0 in tokens.shape:
+            raise _err("tokens", f"must have shape [B, T] with B, T >= 1, got {tuple(tokens.shape)}")
+        return tokens.long()
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence) or len(tokens) == 0:
+        raise TypeError("mhfast.energy: tokens must be a LongTensor [B, T] or a non-empty list of token id sequences")
+    rows = []
+    for b, seq in enumerate(tokens):
+        row = torch.as_tensor(seq.tolist() if isinstance(seq, torch.Tensor) else list(seq), dtype=torch.long)
+        if row.dim() != 1 or row.numel() == 0:
+            raise _err("tokens", f"[{b}] must be a non-empty 1-D sequence of token ids")
+        rows.append(row)
+    out = torch.full((len(rows), max(len(r) for r in rows)), int(pad_id), dtype=torch.long)
+    for b, row in enumerate(rows):
+        out[b, :len(row)] = row
+    return out
+
+
+def energy_positions(model: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """Bool[B, T]: the positions in the energy (the sampler's rule: non-pad, non-special), checked."""
+    V, pad_id, mask_id = int(model.vocab_size), int(model.pad_id), int(model.mask_id)
+    bad = (tokens < 0) | (tokens >= V)
+    if bool(bad.any()):
+        raise _err("tokens", f"contains token id {int(tokens[bad][0])}, outside the vocabulary [0, {V})")
+    is_pad = tokens == pad_id
+    if bool((is_pad[:, :-1] & ~is_pad[:, 1:]).any()):
+        raise _err("tokens", f"must be padded at the end of each row (pad_id={pad_id} followed by a token)")
+    if bool(is_pad.all(dim=1).any()):
+        raise _err("tokens", "has a row of length 0 (only padding)")
+    if bool((tokens == mask_id).any()):
+        b, t = (tokens == mask_id).nonzero()[0].tolist()
+        raise _err("tokens", f"holds mask_id ({mask_id}) at row {b}, position {t}: scoring needs complete "
+                   "sequences (for a CMLM, a word missing from the target dictionary becomes <unk>, its mask)")
+    special = torch.zeros(V, dtype=torch.bool, device=tokens.device)
+    ids = [int(i) for i in model.special_ids if 0 <= int(i) < V] + [pad_id]
+    special[torch.tensor(ids, dtype=torch.long, device=tokens.device)] = True
+    return ~special[tokens]
+
+
+def _score_mask(free_positions: Any, energy_mask: torch.Tensor) -> torch.Tensor:
+    if free_positions is None:
+        return energy_mask
+    if not isinstance(free_positions, torch.Tensor) or free_positions.dtype != torch.bool:
+        raise TypeError("mhfast.energy: free_positions must be a BoolTensor")
+    if tuple(free_positions.shape) != tuple(energy_mask.shape):
+        raise _err("free_positions", f"must have shape {tuple(energy_mask.shape)} like tokens, got "
+                   f"{tuple(free_positions.shape)}")
+    free_positions = free_positions.to(energy_mask.device)
+    if bool((free_positions & ~energy_mask).any()):
+        raise _err("free_positions", "marks a position holding a special id or padding (only ordinary tokens "
+                   "are scored)")
+    return free_positions
+
+
+def _context(model: Any, source: Any, B: int, device: torch.device) -> tuple[Any, torch.Tensor | None]:
+    if source is None:
+        if callable(getattr(model, "predict_lengths", None)):
+            raise _err("source", "is required: the model is conditional (one source per sequence)")
+        return None, None
+    if not callable(getattr(model, "encode", None)) or not callable(getattr(model, "predict_lengths", None)):
+        raise _err("source", "needs a conditional model (with encode and predict_lengths)")
+    if isinstance(source, (str, torch.Tensor)) or not isinstance(source, Sequence) or len(source) != B:
+        raise _err("source", f"must be a list of one source per sequence ({B})")
+    return model.encode(list(source)), torch.arange(B, device=device)
+
+
+def _check_energy(energy: Any) -> tuple[str, ...]:
+    names = (energy,) if isinstance(energy, str) else tuple(energy) if isinstance(energy, (list, tuple)) else None
+    if not names or any(n not in ENERGIES for n in names):
+        raise _err("energy", f"must be 'raw', 'local' or a tuple of them, got {energy!r}")
+    return names
+
+
+def _check_max_tokens(max_tokens: Any) -> None:
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise _err("max_tokens_per_batch", f"must be an int >= 1 or None (from free memory), got {max_tokens!r}")
+
+
+def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *, source: Any = None,
+                  word_ids: torch.Tensor | None = None, max_tokens_per_batch: int | None = None,
+                  backend: str = "compiled") -> tuple[torch.Tensor, torch.Tensor]:
+    """(raw, local) terms f32[B, T] of checked inputs; rows are scored longest first, returned in order."""
+    device = getattr(model, "device", None) or tokens.device
+    device = torch.device(device)
+    tokens, score_mask = tokens.to(device), score_mask.to(device)
+    context, ctx_index = _context(model, source, tokens.shape[0], device)
+    lengths = (tokens != int(model.pad_id)).sum(dim=1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    T = int(lengths.max())
+    budget = max_tokens_per_batch if max_tokens_per_batch is not None else auto_max_tokens(model, device, T)
+    runner = ModelRunner(fast_scoring_model(model), context, budget, device)  # same terms, less work
+    raw, local = masked_terms(runner, get_backend(backend), tokens.index_select(0, order)[:, :T],
+                              score_mask.index_select(0, order)[:, :T], max_tokens=budget,
+                              ctx_index=None if ctx_index is None else ctx_index.index_select(0, order),
+                              word_ids=None if word_ids is None else word_ids.to(device).index_select(0, order)[:, :T],
+                              lengths=lengths.index_select(0, order))
+    full = tokens.shape[1]
+    out_raw, out_local = raw.new_zeros(tokens.shape[0], full), local.new_zeros(tokens.shape[0], full)
+    out_raw[order, :T], out_local[order, :T] = raw, local
+    return out_raw, out_local
+
+
+def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = None, source: Any = None,
+           energy: str | Sequence[str] = ENERGIES, per_position: bool = False,
+           max_tokens_per_batch: int | None = None, backend: str = "compiled") -> Energies:
+    """The raw and local energies of whole sequences (``-e_local`` is their pseudo-log-likelihood).
+
+    Args:
+        model: anything :func:`mhfast.sample` accepts, a transformers ``*ForMaskedLM`` object
+            (wrapped; its tokenizer is found where it was loaded from), a local model directory,
+            a HuggingFace hub id, or ``"antiberty"``.
+        tokens: Long[B, T] padded at the end with ``model.pad_id``, or a list of token id sequences.
+            Special tokens ([CLS], [SEP], padding, ...) are not scored; ``mask_id`` is refused.
+        free_positions: Bool[B, T]: score only these positions (default: every energy position,
+            the energy :func:`mhfast.sample` reports).
+        source: conditional models (a CMLM): one source per row; scores the targets given it.
+        energy: the energies to return ("raw", "local" or both; both cost the same).
+        per_position: also return the per-token terms (``raw_terms``/``local_terms`` f32[B, T]).
+        max_tokens_per_batch: tokens of masked copies at once (and per forward); None: from
+            free memory (:func:`mhfast.scoring.budget.auto_max_tokens`).
+        backend: "compiled" (the C++/CUDA ops) or "reference" (pure PyTorch).
+
+    Returns:
+        :class:`Energies` ``(e_raw, e_local)``: f32[B] each, summed in float64 like the sampler.
+    """
+    names = _check_energy(energy)
+    _check_max_tokens(max_tokens_per_batch)
+    lm = as_model(model)
+    rows = pad_sequences(tokens, int(lm.pad_id))
+    mask = _score_mask(free_positions, energy_positions(lm, rows))
+    raw, local = compute_terms(lm, rows, mask, source=source, max_tokens_per_batch=max_tokens_per_batch,
+                               backend=backend)
+    keep = (lambda name, value: value if name in names else None)  # noqa: E731
+    return Energies(keep("raw", sum_terms(raw)), keep("local", sum_terms(local)),
+                    keep("raw", raw) if per_position else None, keep("local", local) if per_position else None)

@@ -1,0 +1,57 @@
+"""How many tokens of masked copies may exist at once: an estimate from free memory.
+
+Scoring a sequence of T tokens forwards T masked copies of it; all at once that is T*T tokens of
+activations (and T*V logits), which is what makes the naive method run out of memory on long
+inputs. :func:`auto_max_tokens` picks the chunk size from the memory there is: a quarter of the
+available CPU RAM (``MemAvailable``), or half of the free GPU memory, divided by an estimate of
+the activation bytes one token costs in a transformer forward (hidden states, the 4x feed-forward
+and T attention weights per head, float32) plus its row's share of the V-wide logits. The estimate
+is deliberately generous; the result is clamped to [T, 65536] (65536 = the sampler's default
+``max_tokens_per_batch``: beyond it a CPU forward gets no faster).
+
+Example:
+    >>> auto_max_tokens(None, "cpu", 16) >= 16
+    True
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DEFAULT_CAP = 65536
+_FALLBACK_BYTES = 4 << 30  # when free memory cannot be read
+
+
+def free_memory(device: Any) -> int:
+    """Bytes that may be used: free GPU memory, or MemAvailable of /proc/meminfo on CPU."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(dev)
+        return int(free) // 2
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 4
+    except (OSError, ValueError, IndexError):
+        pass
+    return _FALLBACK_BYTES // 4
+
+
+def _dims(model: Any) -> tuple[int, int, int]:
+    """(hidden size, attention heads, vocabulary) of a model, with safe guesses when unknown."""
+    config = getattr(getattr(model, "model", None), "config", None)
+    hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "dim", 0) or 1024)
+    heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_heads", 0) or 16)
+    vocab = int(getattr(model, "vocab_size", 0) or 32000)
+    return hidden, heads, vocab
+
+
+def auto_max_tokens(model: Any, device: Any, T: int, cap: int = DEFAULT_CAP) -> int:
+    """Tokens of masked copies per chunk for rows of width ``T`` that fit the memory budget."""
+    hidden, heads, vocab = _dims(model)
+    per_token = 4 * (12 * hidden + 2 * heads * T)  # hidden states, FFN, q/k/v and T attention weights/head
+    per_token += (3 * 4 * vocab) // max(T, 1)  # one row's logits, log-softmax and head output, per token
+    tokens = free_memory(device) // max(per_token, 1)
+    return int(max(T, min(cap, tokens)))

@@ -1,0 +1,125 @@
+"""The last encoder layer at the masked position only: a scoring fast path for BERT-family models.
+
+A masked copy is read at ONE position, so after the last attention nothing but that position is
+needed. The sampler's HF adapter already applies the LM head there only; this wrapper goes one step
+earlier: the last layer computes keys and values of every position (the masked position attends to
+all of them) but its query, attention output projection and feed-forward block only at the masked
+position. For BERT-base that removes 10/12 of the last layer's per-token matrix work (about 7% of
+the body) on top of the head.
+
+It applies only where it is exactly the layer's own computation: ``BertLayer``-shaped encoder
+layers (BERT, RoBERTa, XLM-R, CamemBERT; AntiBERTy is a BERT) with absolute position embeddings,
+no decoder/cross-attention, eager or SDPA attention, in eval mode. Every piece used is the layer's
+own module (``query``/``key``/``value``, ``attention.output``, ``feed_forward_chunk``); only the
+attention softmax is ``scaled_dot_product_attention`` with the mask HF built for that layer,
+captured by a forward pre-hook. Anything else keeps the adapter as it is (:func:`fast_scoring_model`).
+
+Example:
+    >>> import torch, transformers
+    >>> from mhfast.models.hf import HFMaskedLM
+    >>> cfg = transformers.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+    ...                               intermediate_size=32)
+    >>> lm = HFMaskedLM(transformers.BertForMaskedLM(cfg), mask_id=4, pad_id=0, special_ids=(0, 1, 2, 3, 4))
+    >>> fast = fast_scoring_model(lm)
+    >>> rows, pos = torch.tensor([[2, 4, 6, 3]]), torch.tensor([1])
+    >>> torch.allclose(fast.masked_logits(rows, pos), lm.masked_logits(rows, pos), atol=1e-5)
+    True
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_LAYERS = ("BertLayer", "RobertaLayer", "XLMRobertaLayer", "CamembertLayer")
+
+
+class _Stop(Exception):
+    """Raised by the pre-hook once the last layer's input is captured (the rest is not run)."""
+
+
+def _last_layer(lm: Any) -> Any | None:
+    """The body's last encoder layer when the fast path is exact for it, else None."""
+    model = getattr(lm, "model", None)
+    body, head = getattr(lm, "_body", None), getattr(lm, "_head", None)
+    if model is None or body is None or head is None or model.training:
+        return None
+    config = model.config
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        return None
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    if getattr(config, "_attn_implementation", "eager") not in ("eager", "sdpa"):
+        return None
+    layers = getattr(getattr(body, "encoder", None), "layer", None)
+    if layers is None or len(layers) == 0 or type(layers[-1]).__name__ not in _LAYERS:
+        return None
+    last = layers[-1]
+    sa = getattr(getattr(last, "attention", None), "self", None)
+    needed = ("query", "key", "value", "scaling", "num_attention_heads", "attention_head_size")
+    if sa is None or not all(hasattr(sa, a) for a in needed) or not callable(getattr(last, "feed_forward_chunk", None)):
+        return None
+    return last
+
+
+class LastLayerAtMask:
+    """An HFMaskedLM whose ``masked_features`` runs the last layer at the masked positions only."""
+
+    def __init__(self, lm: Any, last: Any):
+        self.lm, self.last = lm, last
+        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "device"):
+            setattr(self, a, getattr(lm, a))
+        self.model = lm.model
+        self.output_layer = lm.output_layer
+
+    def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                      context_index: torch.Tensor | None = None) -> torch.Tensor:
+        return self.output_layer(self.masked_features(tokens, positions, context, context_index))
+
+    @torch.no_grad()
+    def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                        context_index: torch.Tensor | None = None) -> torch.Tensor:
+        tokens, positions, attention_mask = self.lm._prepare(tokens, positions, context, context_index)
+        N = tokens.shape[0]
+        if N == 0:
+            return self.lm.masked_features(tokens, positions)
+        captured: list = []
+
+        def capture(_module: Any, args: tuple, kwargs: dict) -> None:
+            captured.append((args[0] if args else kwargs["hidden_states"],
+                             args[1] if len(args) > 1 else kwargs.get("attention_mask")))
+            raise _Stop
+
+        handle = self.last.register_forward_pre_hook(capture, with_kwargs=True)
+        try:
+            self.lm._body(input_ids=tokens, attention_mask=attention_mask)
+        except _Stop:
+            pass
+        finally:
+            handle.remove()
+        hidden, mask = captured[0]
+        return self._last_at(hidden, positions, mask)
+
+    def _last_at(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The last layer's output at ``positions[n]`` of row n: [N, d]."""
+        sa = self.last.attention.self
+        N, T, _ = hidden.shape
+        H, hd = sa.num_attention_heads, sa.attention_head_size
+        rows = torch.arange(N, device=hidden.device)
+        here = hidden[rows, positions]  # [N, d]
+        q = sa.query(here).view(N, 1, H, hd).transpose(1, 2)
+        k = sa.key(hidden).view(N, T, H, hd).transpose(1, 2)
+        v = sa.value(hidden).view(N, T, H, hd).transpose(1, 2)
+        if mask is not None:  # [N or 1, 1, T or 1, T]: keep the query row of each masked position
+            mask = mask.expand(N, -1, -1, -1)
+            mask = mask[rows, :, positions][:, :, None, :] if mask.shape[2] != 1 else mask
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sa.scaling)
+        out = self.last.attention.output(out.transpose(1, 2).reshape(N, 1, H * hd), here[:, None, :])
+        return self.last.feed_forward_chunk(out)[:, 0]
+
+
+def fast_scoring_model(lm: Any) -> Any:
+    """``lm`` wrapped in :class:`LastLayerAtMask` when that is exact for it, else ``lm`` itself."""
+    last = _last_layer(lm)
+    return LastLayerAtMask(lm, last) if last is not None else lm

@@ -1,0 +1,225 @@
+"""mhfast.energy / mhfast.score: equal to a direct PLL implementation, to the sampler's energies, chunked.
+
+The direct implementation below is the textbook method (what mlm-scoring and minicons do): one copy
+of the sequence per scored position with that position (and, for minicons' ``within_word_l2r``,
+the later pieces of its word) masked, a FULL forward with the LM head at every position, then
+log-softmax and the target's entry. mhfast goes another way (masked_copies op, the head only at
+the masked position, gather_energies op), so agreement is a real check.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import mhfast
+from hf_tiny_models import BERT_IDS, save_tiny_bert_dir, tiny_model
+from mhfast.models.hf import HFMaskedLM
+from mhfast.models.tabular import TabularMLM
+from mhfast.scoring.api import compute_terms, energy_positions
+
+SPECIAL = set(BERT_IDS["special_ids"])
+
+
+def direct_terms(hf_model, ids: list[int], word_ids: list[int] | None = None) -> tuple[list[float], list[float]]:
+    """(-logit, -log p) of every non-special token: mask it (and later same-word pieces), full forward."""
+    raws, locals_ = [], []
+    for t, target in enumerate(ids):
+        if target in SPECIAL:
+            continue
+        row = list(ids)
+        row[t] = BERT_IDS["mask_id"]
+        if word_ids is not None and word_ids[t] >= 0:
+            row = [BERT_IDS["mask_id"] if (j > t and word_ids[j] == word_ids[t]) else x for j, x in enumerate(row)]
+        with torch.no_grad():
+            logits = hf_model(input_ids=torch.tensor([row])).logits[0, t].double()
+        raws.append(-float(logits[target]))
+        locals_.append(-float(logits.log_softmax(-1)[target]))
+    return raws, locals_
+
+
+@pytest.fixture(scope="module")
+def bert():
+    model = tiny_model("bert", seed=3)
+    return model, HFMaskedLM(model, **BERT_IDS)
+
+
+SEQS = [[2, 5, 6, 7, 8, 3], [2, 9, 10, 3], [2, 11, 5, 5, 6, 7, 8, 9, 3]]
+
+
+def test_energy_equals_the_direct_pll_on_a_ragged_batch(bert):
+    model, lm = bert
+    e = mhfast.energy(lm, SEQS, per_position=True)
+    e_raw, e_local = e  # a named tuple
+    for b, seq in enumerate(SEQS):
+        raws, locals_ = direct_terms(model, seq)
+        assert abs(float(e_raw[b]) - sum(raws)) < 1e-4
+        assert abs(float(e_local[b]) - sum(locals_)) < 1e-4
+        scored = e.local_terms[b, :len(seq)][torch.tensor([i not in SPECIAL for i in seq])]
+        assert torch.allclose(scored.double(), torch.tensor(locals_, dtype=torch.float64), atol=1e-4)
+        assert float(e.raw_terms[b, 0]) == 0.0 and float(e.local_terms[b, len(seq) - 1]) == 0.0  # CLS/SEP
+
+
+def test_within_word_l2r_equals_minicons_definition(bert):
+    model, lm = bert
+    rows = mhfast.scoring.api.pad_sequences(SEQS, 0)
+    words = torch.tensor([[-1, 0, 0, 0, 1, -1, -1, -1, -1], [-1, 0, 1, -1] + [-1] * 5,
+                          [-1, 0, 0, 1, 2, 2, 3, 3, -1]])
+    raw, local = compute_terms(lm, rows, energy_positions(lm, rows), word_ids=words, backend="reference")
+    plain = compute_terms(lm, rows, energy_positions(lm, rows))[1]
+    for b, seq in enumerate(SEQS):
+        _, want = direct_terms(model, seq, words[b, :len(seq)].tolist())
+        assert abs(float(local[b].sum()) - sum(want)) < 1e-4
+    assert not torch.allclose(local, plain)  # the variant does change multi-piece words
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_energy_equals_what_sample_reports_tabular(backend):
+    model = TabularMLM.random(num_tokens=3, length=[3, 4], seed=1, features=True)
+    init = torch.tensor([[0, 1, 2, 0], [2, 2, 1, model.pad_id]])
+    res = mhfast.sample(model, init=init, chains=3, epochs=3, burn_in=1, seed=4, backend=backend)
+    states = res.tokens.reshape(-1, 4)
+    e = mhfast.energy(model, states, backend=backend)
+    assert torch.equal(e.e_raw, res.energy_raw.reshape(-1))
+    assert torch.equal(e.e_local, res.energy_local.reshape(-1))
+
+
+def test_energy_equals_what_sample_reports_hf(bert):
+    _, lm = bert
+    init = mhfast.scoring.api.pad_sequences(SEQS[:2], 0)
+    res = mhfast.sample(lm, init=init, chains=2, epochs=2, burn_in=1, seed=0)
+    e = mhfast.energy(lm, res.tokens.reshape(-1, init.shape[1]))
+    assert torch.allclose(e.e_raw, res.energy_raw.reshape(-1), atol=1e-4)
+    assert torch.allclose(e.e_local, res.energy_local.reshape(-1), atol=1e-4)
+
+
+class CountingModel:
+    """Delegates to ``inner`` and records the [rows, width] of every forward."""
+
+    def __init__(self, inner):
+        self.inner, self.shapes = inner, []
+        for a in ("vocab_size", "mask_id", "pad_id", "special_ids"):
+            setattr(self, a, getattr(inner, a))
+
+    def masked_logits(self, tokens, positions, context=None, context_index=None):
+        self.shapes.append(tuple(tokens.shape))
+        return self.inner.masked_logits(tokens, positions)
+
+
+def test_masked_copies_are_chunked_to_the_token_budget(bert):
+    _, lm = bert
+    long_seq = [[2] + [5 + (i * 7) % 7 for i in range(30)] + [3], SEQS[1]]
+    full = mhfast.energy(lm, long_seq)
+    counting = CountingModel(lm)
+    small = mhfast.energy(counting, long_seq, max_tokens_per_batch=64)
+    assert all(rows * width <= 64 for rows, width in counting.shapes) and len(counting.shapes) >= 15
+    assert max(w for _, w in counting.shapes) == 32 and min(w for _, w in counting.shapes) == 4  # cut per chunk
+    assert torch.allclose(small.e_local, full.e_local, atol=1e-4)
+    assert torch.allclose(small.e_raw, full.e_raw, atol=1e-4)
+
+
+def test_auto_budget_is_at_least_one_row():
+    from mhfast.scoring.budget import auto_max_tokens
+
+    assert auto_max_tokens(None, "cpu", 512) >= 512
+    assert auto_max_tokens(None, "cpu", 8) <= 65536
+
+
+def test_free_positions_restrict_the_sum(bert):
+    _, lm = bert
+    rows = torch.tensor([SEQS[0]])
+    free = torch.zeros_like(rows, dtype=torch.bool)
+    free[0, 2:4] = True
+    e = mhfast.energy(lm, rows, free_positions=free, per_position=True)
+    whole = mhfast.energy(lm, rows, per_position=True)
+    assert torch.allclose(e.e_local, whole.local_terms[0, 2:4].sum()[None], atol=1e-5)
+    assert mhfast.energy(lm, rows, energy="raw").e_local is None
+
+
+def test_a_plain_transformers_object_is_wrapped(tmp_path):
+    import transformers
+
+    path = save_tiny_bert_dir(tmp_path / "bert", seed=5)
+    obj = transformers.AutoModelForMaskedLM.from_pretrained(path)  # tokenizer found via name_or_path
+    a = mhfast.energy(obj, [SEQS[0]])
+    b = mhfast.energy(path, [SEQS[0]])
+    assert torch.allclose(a.e_local, b.e_local, atol=1e-5)
+    with pytest.raises(ValueError, match="mask_id"):
+        mhfast.energy(tiny_model("bert"), [SEQS[0]])  # bare random object: no tokenizer, no [MASK] id
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(tokens=[[2, 4, 3]]), "mask_id"),
+    (dict(tokens=[[2, 99, 3]]), "outside the vocabulary"),
+    (dict(tokens=torch.tensor([[2, 0, 5]])), "padded at the end"),
+    (dict(tokens=[[2, 5, 3]], energy="pll"), "energy"),
+    (dict(tokens=[[2, 5, 3]], max_tokens_per_batch=0), "max_tokens_per_batch"),
+    (dict(tokens=[[2, 5, 3]], free_positions=torch.tensor([[True, False, False]])), "free_positions"),
+    (dict(tokens=[[2, 5, 3]], source=["x"]), "source"),
+])
+def test_bad_arguments_name_the_argument(bert, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        mhfast.energy(bert[1], **kwargs)
+
+
+def test_score_words_and_pseudo_perplexity():
+    """Word pieces from a fast tokenizer's word_ids(); word scores sum their pieces; PPPL definitions."""
+    import transformers
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "##a", "##b", "##c", "d"]
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=False)
+    model = tiny_model("bert", seed=2)
+    lm = HFMaskedLM(model, tok)
+    for metric in ("original", "within_word_l2r"):
+        s = mhfast.score(lm, ["ab ca d", ""], metric=metric)
+        one = s[0]
+        assert one.tokens == ["a", "##b", "c", "##a", "d"] and one.words == ["ab", "ca", "d"]
+        ids = tok("ab ca d")["input_ids"]
+        words = [-1 if w is None else w for w in tok("ab ca d").word_ids()]
+        _, want = direct_terms(model, ids, words if metric == "within_word_l2r" else None)
+        assert [round(x, 4) for x in one.token_scores] == [round(-x, 4) for x in want]
+        assert abs(one.pll - sum(one.token_scores)) < 1e-5
+        assert one.word_scores[0] == pytest.approx(one.token_scores[0] + one.token_scores[1], abs=1e-6)
+        assert one.pppl == pytest.approx(math.exp(-one.pll / 5)) and one.pppl_word == pytest.approx(
+            math.exp(-one.pll / 3))
+        assert s[1].num_tokens == 0 and math.isnan(s[1].pppl)
+    assert mhfast.scoring.corpus_pppl(s) == pytest.approx(s[0].pppl)
+
+
+def test_hub_ids_resolve_through_the_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from mhfast.models.loading import load_masked_lm
+
+    cache = tmp_path / "hub"
+    snap = cache / "models--someorg--tiny-bert" / "snapshots" / ("0" * 40)
+    save_tiny_bert_dir(snap, seed=1)
+    (cache / "models--someorg--tiny-bert" / "refs").mkdir()
+    (cache / "models--someorg--tiny-bert" / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = load_masked_lm("someorg/tiny-bert")
+    assert lm.mask_id == 4 and lm.tokenizer is not None
+    e = mhfast.energy("someorg/tiny-bert", [SEQS[0]])
+    assert torch.allclose(e.e_local, mhfast.energy(str(snap), [SEQS[0]]).e_local)
+    with pytest.raises(FileNotFoundError, match="not in the HuggingFace cache.*HF_HUB_OFFLINE"):
+        load_masked_lm("someorg/not-there")
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_last_layer_fast_path_equals_the_full_layer(kind):
+    from hf_tiny_models import ids_for
+
+    from mhfast.scoring.fastpath import LastLayerAtMask, fast_scoring_model
+
+    ids = ids_for(kind)
+    lm = HFMaskedLM(tiny_model(kind, seed=4), **ids)
+    fast = fast_scoring_model(lm)
+    assert isinstance(fast, LastLayerAtMask)
+    p, b, e = ids["pad_id"], ids["bos_id"], ids["eos_id"]
+    rows = torch.tensor([[b, 5, 6, 7, 8, e], [b, 9, 10, e, p, p], [b, 11, 5, e, p, p]])
+    pos = torch.tensor([2, 1, 2])
+    rows[torch.arange(3), pos] = ids["mask_id"]
+    assert torch.allclose(fast.masked_logits(rows, pos), lm.masked_logits(rows, pos), atol=1e-4)
+    assert fast_scoring_model(HFMaskedLM(tiny_model("distilbert"), **BERT_IDS)).__class__ is HFMaskedLM

@@ -1,0 +1,124 @@
+"""``mhfast score``: one output line per input line (\\n-only records), TSV/JSONL, one-line errors, models."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import mhfast
+from hf_tiny_models import save_tiny_bert_dir
+from mhfast.cli import main
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    return save_tiny_bert_dir(tmp_path_factory.mktemp("score") / "bert", seed=7)
+
+
+def _run(capsys, *argv):
+    code = main(["score", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tsv_has_one_line_per_input_line_and_the_api_numbers(bert_dir, tmp_path, capsys):
+    # \r\n is one separator; \x0b and U+2028 are inside a line (str.splitlines would split there)
+    (tmp_path / "in.txt").write_bytes("a b c\r\n\nd e\x0bf\nb\u2028c a\n".encode("utf-8"))
+    code, out, err = _run(capsys, "--model", bert_dir, "--input", str(tmp_path / "in.txt"), "--per-token", "-q")
+    assert code == 0 and err == ""
+    rows = [line.split("\t") for line in out.split("\n")[:-1]]
+    assert len(rows) == 4 and rows[1][:3] == ["0.000000", "0.000000", "0"]
+    want = mhfast.score(bert_dir, ["a b c", "", "d e\x0bf", "b\u2028c a"])
+    for row, s in zip(rows, want):
+        assert float(row[0]) == pytest.approx(s.pll, abs=1e-5) and float(row[1]) == pytest.approx(s.e_raw, abs=1e-5)
+        assert int(row[2]) == s.num_tokens and len(row) == 7
+    assert [float(x) for x in rows[0][6].split()] == pytest.approx(want[0].token_scores, abs=1e-5)
+
+
+def test_jsonl_output_file_and_summary(bert_dir, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b c\nd\n")
+    out_file = tmp_path / "out.jsonl"
+    code, out, err = _run(capsys, "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-o", str(out_file),
+                          "--format", "jsonl", "--per-word", "--metric", "within_word_l2r", "--batch-size", "1")
+    assert code == 0 and out == ""
+    recs = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert [r["tokens"] for r in recs] == [3, 1] and [w for w, _ in recs[0]["word_scores"]] == ["a", "b", "c"]
+    assert recs[0]["pll"] == pytest.approx(sum(x for _, x in recs[0]["word_scores"]), abs=1e-5)
+    assert "2 sequences, 4 tokens, pseudo-perplexity" in err
+
+
+@pytest.mark.parametrize("argv, content, message", [
+    (["--batch-size", "0"], b"a\n", "--batch-size must be an int >= 1"),
+    (["--source", "x"], b"a\n", "--source goes with --model bundled"),
+    ([], b"a b\n\xff c\n", "line 2 is not valid UTF-8"),
+    (["--ids"], b"5 6\n5 x\n", "line 2: expected space-separated integer token ids"),
+    (["--ids"], b"2 4 3\n", "line 1: mhfast.energy: tokens holds mask_id (4)"),
+])
+def test_errors_are_one_line_with_status_2(bert_dir, tmp_path, capsys, argv, content, message):
+    (tmp_path / "in.txt").write_bytes(content)
+    code, out, err = _run(capsys, "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-q", *argv)
+    assert code == 2 and message in err and err.count("\n") == 1 and err.startswith("mhfast score: error:")
+
+
+def test_missing_hub_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "in.txt").write_text("a\n")
+    code, _, err = _run(capsys, "--model", "bert-base-cased", "-i", str(tmp_path / "in.txt"), "-q")
+    assert code == 2 and err.count("\n") == 1
+    assert "'bert-base-cased' is not a local directory and not in the HuggingFace cache" in err
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from mhfast.translation import bundle_missing, load_bundled_model
+
+    if bundle_missing():
+        pytest.skip(f"bundled model files missing: {bundle_missing()}")
+    return load_bundled_model()
+
+
+def test_bundled_model_scores_targets_given_sources(bundled, tmp_path, capsys, monkeypatch):
+    import mhfast.translation
+
+    monkeypatch.setattr(mhfast.translation, "load_bundled_model", lambda device=None: bundled)  # load once
+    pairs = ["Ein Hund läuft.\tA dog runs.", "Zwei Männer.\tTwo men."]
+    (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "de").write_text("\n".join(p.split("\t")[0] for p in pairs) + "\n")
+    (tmp_path / "en").write_text("\n".join(p.split("\t")[1] for p in pairs) + "\n")
+    code, tsv, _ = _run(capsys, "--model", "bundled", "-i", str(tmp_path / "pairs.tsv"), "-q")
+    code2, tsv2, _ = _run(capsys, "--model", "bundled", "-i", str(tmp_path / "en"), "--source", str(tmp_path / "de"),
+                          "-q")
+    assert code == code2 == 0 and tsv == tsv2 and len(tsv.splitlines()) == 2
+    first = mhfast.score(bundled, ["A dog runs."], sources=["Ein Hund läuft."])[0]
+    assert float(tsv.split("\t")[0]) == pytest.approx(first.pll, abs=1e-5)
+    code, _, err = _run(capsys, "--model", "bundled", "-i", str(tmp_path / "en"), "-q")
+    assert code == 2 and "line 1 has no TAB" in err
+
+
+def test_bundled_energy_equals_what_sample_reports(bundled):
+    """The conditional path: the energies of the sampler's own final states, given their sources."""
+    src = [bundled.source_ids("Ein Hund läuft."), bundled.source_ids("Zwei Männer.")]
+    res = mhfast.sample(bundled.cmlm, source=src, chains=2, epochs=2, burn_in=1, seed=0)
+    B, C, T = res.tokens.shape
+    e = mhfast.energy(bundled.cmlm, res.tokens.reshape(B * C, T), source=[s for s in src for _ in range(C)])
+    assert torch.allclose(e.e_raw, res.energy_raw.reshape(-1), atol=1e-3)
+    assert torch.allclose(e.e_local, res.energy_local.reshape(-1), atol=1e-4)
+
+
+def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path, capsys):
+    from mhfast.models.antiberty import load_antiberty
+
+    seq = "EVQLVESGGGLVQPGGSLRLSCAAS"
+    (tmp_path / "in.txt").write_text(seq + "\n")
+    code, out, _ = _run(capsys, "-i", str(tmp_path / "in.txt"), "-q", "--format", "jsonl", "--per-word")
+    rec = json.loads(out)
+    lm = load_antiberty()
+    e = mhfast.energy(lm, [lm.encode(seq)])
+    assert code == 0 and rec["tokens"] == rec["words"] == len(seq)
+    assert "".join(w for w, _ in rec["word_scores"]) == seq
+    assert rec["pll"] == pytest.approx(-float(e.e_local[0]), abs=1e-4)
+    assert rec["e_raw"] == pytest.approx(float(e.e_raw[0]), abs=1e-3)
