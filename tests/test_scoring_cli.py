@@ -45,13 +45,13 @@ def test_jsonl_output_file_and_summary(bert_dir, tmp_path, capsys):
     recs = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert [r["tokens"] for r in recs] == [3, 1] and [w for w, _ in recs[0]["word_scores"]] == ["a", "b", "c"]
     assert recs[0]["pll"] == pytest.approx(sum(x for _, x in recs[0]["word_scores"]), abs=1e-5)
-    assert "2 sequences, 4 tokens, pseudo-perplexity" in err
+    assert "2 sequences scored, 4 tokens, pseudo-perplexity" in err
 
 
 @pytest.mark.parametrize("argv, content, message", [
     (["--batch-size", "0"], b"a\n", "--batch-size must be an int >= 1"),
     (["--source", "x"], b"a\n", "--source goes with --model bundled"),
-    ([], b"a b\n\xff c\n", "line 2 is not valid UTF-8"),
+    ([], b"a b\n\xff c\n", "line 2: not valid UTF-8"),
     (["--ids"], b"5 6\n5 x\n", "line 2: expected space-separated integer token ids"),
     (["--ids"], b"2 4 3\n", "line 1: mhfast.energy: tokens holds mask_id (4)"),
 ])
@@ -122,3 +122,33 @@ def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path, capsys):
     assert "".join(w for w, _ in rec["word_scores"]) == seq
     assert rec["pll"] == pytest.approx(-float(e.e_local[0]), abs=1e-4)
     assert rec["e_raw"] == pytest.approx(float(e.e_raw[0]), abs=1e-3)
+
+
+def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path, capsys, monkeypatch):
+    """Committed per batch: a run stopped at its third batch resumes to the uninterrupted run's bytes;
+    --resume refuses another model, other options or an edited output."""
+    import mhfast.scoring
+
+    (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
+    base = ["--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q"]
+    assert _run(capsys, *base, "-o", str(tmp_path / "full.tsv"))[0] == 0
+    real, calls = mhfast.scoring.score, []
+
+    def stop_at_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(mhfast.scoring, "score", stop_at_third)
+    part = tmp_path / "part.tsv"
+    assert _run(capsys, *base, "-o", str(part))[0] == 130
+    monkeypatch.setattr(mhfast.scoring, "score", real)
+    assert part.read_text().count("\n") == 4  # two committed batches
+    code, out, err = _run(capsys, *base, "-o", str(part), "--metric", "within_word_l2r", "--resume")
+    assert code == 2 and "--metric" in err
+    assert _run(capsys, *base, "-o", str(part), "--resume")[0] == 0
+    assert part.read_bytes() == (tmp_path / "full.tsv").read_bytes()
+    part.write_text(part.read_text().replace("-", "+", 1))
+    code, out, err = _run(capsys, *base, "-o", str(part), "--resume")
+    assert code == 2 and "changed" in err and err.count("\n") == 1

@@ -26,7 +26,12 @@ import math
 import os
 import sys
 import time
-from typing import Any, Iterable
+from contextlib import ExitStack
+from typing import Any
+
+from ..files import CommittedOutput, OutputLock, file_sha256, read_records
+from ..files.journal import StreamOutput, is_special
+from ..files.lock import check_distinct
 
 NAME = "score"
 HELP = "score sequences by pseudo-log-likelihood (PLL = -E_local, E_raw, pseudo-perplexity)"
@@ -39,7 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     io.add_argument("--input", "-i", metavar="FILE", help="sequences, one per line (default: stdin)")
     io.add_argument("--source", metavar="FILE", help="--model bundled: source sentences, one per input line "
                     "(without it, input lines are SOURCE<TAB>TARGET)")
-    io.add_argument("--output", "-o", metavar="FILE", help="scores, one line per input line (default: stdout)")
+    io.add_argument("--output", "-o", metavar="FILE", help="scores, one line per input line (default: stdout); "
+                    "committed per batch, one writer at a time")
+    io.add_argument("--resume", action="store_true", help="continue a killed run into the same --output (its "
+                    "progress record must match the model, input and options)")
     io.add_argument("--format", choices=("tsv", "jsonl"), default="tsv")
     io.add_argument("--per-token", action="store_true", help="add each scored token's log-probability")
     io.add_argument("--per-word", action="store_true", help="add each word's log-probability (sum of its pieces)")
@@ -60,49 +68,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- lines in, records out
 def read_input_lines(path: str | None, option: str = "--input") -> list[str]:
-    """The records of a file (or stdin): separated by \\n only, a trailing \\r dropped, strict UTF-8.
+    """The records of a file (or stdin): separated by \\n only, a trailing \\r dropped, strict UTF-8
+    (:func:`mhfast.files.read_records`; a bad line is a ValueError naming the file and the line)."""
+    return read_records(path, option)
 
-    Never ``str.splitlines`` (it would also split at \\x0b, \\x1c, U+2028 ... inside a line). A
-    non-UTF-8 line is a ValueError naming the file and the line. (mhfast.files will replace this.)
-    """
-    if path is None:
-        data, name = sys.stdin.buffer.read(), "<stdin>"
+
+def _model_files(args: argparse.Namespace) -> dict[str, str]:
+    """The files that make the model (its identity for --resume: by content)."""
+    if args.model == "bundled":
+        from ..translation import BUNDLE_DIR, BUNDLE_FILES
+
+        return {f: str(BUNDLE_DIR / f) for f in BUNDLE_FILES}
+    folder = args.model
+    if args.model.lower() == "antiberty" and not os.path.exists(args.model):
+        from ..models.antiberty import antiberty_dir
+
+        folder = antiberty_dir()
+    elif not os.path.isdir(args.model):
+        from ..models.loading import resolve_hub_id
+
+        folder = resolve_hub_id(args.model, option="--model")
+    files = {}
+    for root, _, names in os.walk(folder):
+        for n in sorted(names):
+            full = os.path.join(root, n)
+            files[os.path.relpath(full, folder)] = full
+    return files
+
+
+def output_spec(args: argparse.Namespace, lines: list[str], sources: list[str] | None) -> dict:
+    """Everything that decides the output (what --resume verifies): options, model files, input."""
+    import hashlib
+
+    import mhfast
+
+    digest = lambda rs: hashlib.sha256("\n".join(rs).encode("utf-8")).hexdigest()  # noqa: E731
+    options = {f"--{k.replace('_', '-')}": getattr(args, k) for k in ("model", "metric", "format", "per_token",
+                                                                       "per_word", "ids", "batch_size", "device")}
+    return {"command": "score", "mhfast": mhfast.__version__, "options": options,
+            "model": {k: file_sha256(v) for k, v in sorted(_model_files(args).items())},
+            "input": {"lines": len(lines), "sha256": digest(lines)},
+            "sources": None if sources is None else {"lines": len(sources), "sha256": digest(sources)}}
+
+
+def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack) -> Any:
+    """stdout or a device: a stream; a file: locked for this process, then started or verified and resumed."""
+    if args.output is None or is_special(args.output):
+        if args.resume:
+            raise ValueError("--resume needs --output FILE (a regular file)")
+        sink: Any = StreamOutput(open(args.output, "wb") if args.output is not None else None)
     else:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{option}: no such file: {path!r}")
-        with open(path, "rb") as f:
-            data, name = f.read(), path
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # the newline that ends the last record
-    lines = []
-    for number, line in enumerate(raw, 1):
-        try:
-            lines.append((line[:-1] if line.endswith(b"\r") else line).decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{option}: {name} line {number} is not valid UTF-8 (byte {e.start + 1})") from None
-    return lines
-
-
-class RecordWriter:
-    """Writes output records (one line each) to stdout or a file; :meth:`commit` makes a batch durable.
-
-    Plain writing for now; the integrator swaps in mhfast.files (lock, fsync'ed commits, --resume).
-    """
-
-    def __init__(self, path: str | None):
-        self.path = path
-        self.out = sys.stdout if path is None else open(path, "w", encoding="utf-8", newline="\n")
-
-    def commit(self, records: Iterable[str]) -> None:
-        self.out.write("".join(r + "\n" for r in records))
-        self.out.flush()
-        if self.path is not None:
-            os.fsync(self.out.fileno())
-
-    def close(self) -> None:
-        if self.out is not sys.stdout:
-            self.out.close()
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"--output: folder {folder!r} does not exist")
+        check_distinct({"--output": args.output}, {"--input": args.input, "--source": args.source})
+        stack.enter_context(OutputLock(args.output, "--output"))
+        if args.resume:
+            sink = CommittedOutput.resume(args.output, spec, total, lambda data: data.count(b"\n"))
+        else:
+            sink = CommittedOutput.start(args.output, spec, total)
+    stack.callback(sink.close)
+    return sink
 
 
 # ---------------------------------------------------------------------------- records
@@ -207,24 +233,44 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     from tqdm import tqdm
 
-    from ..scoring import corpus_pppl, score
+    from ..scoring import corpus_pppl
 
     name = args.input or "<stdin>"
     lines = read_input_lines(args.input)
     sources = read_input_lines(args.source, "--source") if args.source is not None else None
     if args.model == "bundled":
         lines, sources = _split_pairs(lines, sources, name)
-    model = _load(args)
-    writer = RecordWriter(args.output)
-    bar = tqdm(total=len(lines), unit="seq", file=sys.stderr, disable=args.quiet, dynamic_ncols=True, desc="score")
+    with ExitStack() as stack:
+        sink = open_output(args, output_spec(args, lines, sources), len(lines), stack)
+        model = _load(args)
+        results = _score_batches(args, model, lines, sources, sink, name)
+    if not args.quiet:
+        tokens, seconds = sum(s.num_tokens for s in results[0]), results[1]
+        print(f"{len(results[0])} sequences scored, {tokens} tokens, pseudo-perplexity {corpus_pppl(results[0]):.4f} "
+              f"per token, {corpus_pppl(results[0], 'word'):.4f} per word; {seconds:.1f} s "
+              f"({tokens / max(seconds, 1e-9):.0f} tokens/s)", file=sys.stderr)
+    return 0
+
+
+def _score_batches(args: argparse.Namespace, model: Any, lines: list[str], sources: list[str] | None, sink: Any,
+                   name: str) -> tuple[list, float]:
+    """Score lines[sink.lines_done:] batch by batch, committing each batch; (scores of this run, seconds)."""
+    from tqdm import tqdm
+
+    from ..scoring import score
+
+    start = sink.lines_done
+    bar = tqdm(total=len(lines), initial=start, unit="seq", file=sys.stderr, disable=args.quiet,
+               dynamic_ncols=True, desc="score")
     t0, results = time.perf_counter(), []
     try:
-        for first in range(0, len(lines), args.batch_size):
+        for first in range(start, len(lines), args.batch_size):
             chunk = _encode_lines(model, lines[first:first + args.batch_size], first, args, name)
             src = None if sources is None else sources[first:first + args.batch_size]
             scores = score(model, chunk, sources=src, metric=args.metric,
                            max_tokens_per_batch=args.max_tokens_per_batch, backend=args.backend)
-            writer.commit(format_record(s, args.format, args.per_token, args.per_word) for s in scores)
+            text = "".join(format_record(s, args.format, args.per_token, args.per_word) + "\n" for s in scores)
+            sink.commit(text.encode("utf-8"), first + len(chunk))
             results += scores
             bar.update(len(chunk))
     except BaseException:
@@ -232,10 +278,4 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         bar.close()
-        writer.close()
-    if not args.quiet:
-        tokens, seconds = sum(s.num_tokens for s in results), time.perf_counter() - t0
-        print(f"{len(results)} sequences, {tokens} tokens, pseudo-perplexity {corpus_pppl(results):.4f} per token, "
-              f"{corpus_pppl(results, 'word'):.4f} per word; {seconds:.1f} s ({tokens / max(seconds, 1e-9):.0f} "
-              "tokens/s)", file=sys.stderr)
-    return 0
+    return results, time.perf_counter() - t0

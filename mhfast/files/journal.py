@@ -128,7 +128,7 @@ class CommittedOutput:
             empty = not os.path.isfile(path) or os.path.getsize(path) == 0
             raise ValueError(f"--resume: no progress file {path + PROGRESS_SUFFIX!r}: " + (
                 "nothing was committed (the run stopped before its first record, or never ran)" if empty else
-                f"{path!r} was not written by 'mhfast translate --output'") + "; rerun without --resume")
+                f"{path!r} was not written by an mhfast command's --output") + "; rerun without --resume")
         record = read_record(path + PROGRESS_SUFFIX)
         check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
         size = record["output_bytes"]
