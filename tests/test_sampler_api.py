@@ -403,3 +403,13 @@ def test_bfloat16_chains_match_enumeration_of_the_bf16_model():
 def test_bad_dtype(value):
     with pytest.raises(ValueError, match="dtype"):
         mhfast.sample(model4(), 3, dtype=value)
+
+
+def test_sample_accepts_a_model_directory_and_a_plain_transformers_model(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from hf_tiny_models import save_tiny_bert_dir
+
+    d = save_tiny_bert_dir(tmp_path / "bert")
+    a = mhfast.sample(d, 4, chains=2, epochs=2, burn_in=0, seed=1)
+    b = mhfast.sample(transformers.AutoModelForMaskedLM.from_pretrained(d), 4, chains=2, epochs=2, burn_in=0, seed=1)
+    assert a.tokens.shape == (1, 2, 6) and torch.equal(a.tokens, b.tokens)  # [CLS] + 4 + [SEP]

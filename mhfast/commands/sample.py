@@ -137,8 +137,9 @@ def run(args: argparse.Namespace) -> int:
     from ..models.loading import load_masked_lm
 
     cfg = _check(args)
-    if args.model.lower() != "antiberty" and not os.path.exists(args.model):
-        raise FileNotFoundError(f"--model: {args.model!r} is neither 'antiberty' nor an existing model directory")
+    if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
+        raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', a local "
+                                "HuggingFace model directory or a hub id)")
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)

@@ -17,10 +17,12 @@ Example (a tabular model whose conditionals are given explicitly):
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any, Callable, Sequence
 
 import torch
 
+from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
 from .backend import get_backend
 from .kernels import KERNELS
@@ -58,7 +60,9 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
       (``select="energy"``).
 
     Args:
-        model: anything implementing :class:`mhfast.models.base.MaskedLM`.
+        model: anything implementing :class:`mhfast.models.base.MaskedLM`, or what
+            :func:`mhfast.models.loading.load_masked_lm` turns into one: ``"antiberty"``, a local
+            HuggingFace model directory, a hub id (from the local cache), a transformers model object.
         generator: a torch.Generator that draws the seed (instead of ``seed``).
         config: a :class:`~mhfast.sampler.options.SamplerConfig` (validated options, e.g. from the
             CLI); keyword options given too override its fields.
@@ -77,6 +81,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     chain, epoch, step, stream), so chains do not depend on batch composition or
     ``max_tokens_per_batch``, and both backends give the same chains:
     """
+    if isinstance(model, (str, os.PathLike)) or (hasattr(model, "config") and not hasattr(model, "masked_logits")):
+        model = load_masked_lm(model)  # a name, a directory, a hub id or a plain transformers model object
     check_model(model)
     if config is not None:  # validated options (e.g. from the CLI); keyword arguments override them
         if not isinstance(config, options.SamplerConfig):
