@@ -50,6 +50,7 @@ import os
 import sys
 from pathlib import Path
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, read_records, write_json_atomic
@@ -326,12 +327,16 @@ def _resumed_stats(args: argparse.Namespace, stats: dict, start: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    from .. import distributed
+
+    world = distributed.world(device=args.device)  # torchrun: every rank runs this; else a world of one
+    if world.backend == "nccl":
+        args.device = str(world.device)  # one GPU per local rank
     lines, refs = _read_inputs(args)
     spec = output_spec(args, lines, refs)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
     with ExitStack() as stack:
-        sink = _open_output(args, spec, len(lines), stack)
-        start = sink.lines_done
+        sink = _open_output_on_main(args, spec, len(lines), stack, world)
         if args.threads:
             import torch
 
@@ -340,56 +345,132 @@ def run(args: argparse.Namespace) -> int:
         terms_for = _terms_factory(args, translator, len(lines))
         stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
                        "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
-        _resumed_stats(args, stats, start)
-        # every translation of the run for the scores at the end: the committed ones first
-        hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
-        _translate_chunks(args, translator, lines, refs, sink, stats, hyps, terms_for)
-    if refs is not None and lines:
+        hyps: list[str] = []
+        if world.is_main:
+            _resumed_stats(args, stats, sink.lines_done)
+            # every translation of the run for the scores at the end: the committed ones first
+            hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
+        work = ChunkWork(args, translator, lines, refs, terms_for)
+        _translate_chunks(work, sink, stats, hyps, world)
+    if refs is not None and lines and world.is_main:
         report_scores(hyps, refs)
     return 0
 
 
-def _translate_chunks(args: argparse.Namespace, translator: Any, lines: list[str], refs: list[str] | None,
-                      sink: Any, stats: dict, hyps: list[str], terms_for: Any = None) -> None:
-    """Translate lines[sink.lines_done:] chunk by chunk, committing each chunk to ``sink`` (``terms_for``:
-    the extra energy terms of a chunk's line ids, see :func:`_terms_factory`)."""
-    start = sink.lines_done
-    bar = _progress_bar(args, len(lines), start)
-    decoded, acc_sum = 0, 0.0
+def _open_output_on_main(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack, world: Any) -> Any:
+    """Rank 0 opens (locks, verifies, resumes) the output; the others learn where it starts, or its error."""
+    if world.size == 1:
+        return _open_output(args, spec, total, stack)
+    import torch.distributed as td
+
+    sink, message = None, [None]
+    if world.is_main:
+        try:
+            sink = _open_output(args, spec, total, stack)
+            message = [("ok", sink.lines_done)]
+        except (ValueError, OSError) as e:
+            message = [("error", f"{type(e).__name__}: {e}")]
+            td.broadcast_object_list(message, src=0)
+            raise
+    td.broadcast_object_list(message, src=0)
+    status, value = message[0]
+    if status == "error":
+        raise ValueError(f"rank 0 could not open the output ({value})")
+    return sink if world.is_main else _Start(value)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What a rank other than 0 knows of the output: where the run starts."""
+
+    lines_done: int
+
+
+@dataclass
+class ChunkWork:
+    """What translating one chunk needs (every rank has all of it)."""
+
+    args: argparse.Namespace
+    translator: Any
+    lines: list[str]
+    refs: list[str] | None
+    terms_for: Any
+
+    def cost(self, first: int) -> float:
+        """An MH chunk's cost: sum of its sentences' squared lengths (an epoch forwards ~T^2 rows), x length beam."""
+        chunk = self.lines[first:first + self.args.batch_size]
+        return float(sum(len(s.split()) ** 2 for s in chunk) * self.args.length_beam) + 1.0
+
+    def translate(self, first: int, progress: Any = None) -> dict:
+        """The chunk starting at line ``first``: its output text, hypotheses and statistics (picklable)."""
+        args, chunk = self.args, self.lines[first:first + self.args.batch_size]
+        result = self.translator.translate(
+            chunk, method=args.method, input_ids=range(first, first + len(chunk)),
+            sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
+            progress=progress, extra_energy=self.terms_for)
+        text = "".join(format_sentence(first + j, src, hyp, args.format, None if self.refs is None
+                                       else self.refs[first + j])
+                       for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
+        return {"first": first, "end": first + len(chunk), "text": text, "hyps": [h.text for h in result.hypotheses],
+                "stats": {"start": first, "end": first + len(chunk), "sentences": result.sentences,
+                          "epochs": result.epochs}, "acceptance": result.acceptance, "sentences": result.sentences}
+
+
+def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], world: Any) -> None:
+    """Translate lines[sink.lines_done:] chunk by chunk, committing each chunk to ``sink`` in order.
+
+    With several ranks, chunks go out in windows of 4 per rank, shared by cost; every chunk is the
+    same batch as in one process (so the same bytes), and rank 0 commits them in order once the
+    window is gathered (a killed run loses at most the window being translated).
+    """
+    from .. import distributed
+
+    args = work.args
+    firsts = list(range(sink.lines_done, len(work.lines), args.batch_size))
+    bar = _progress_bar(args, len(work.lines), sink.lines_done) if world.is_main else None
+    done = {"decoded": 0, "acc_sum": 0.0}
+    window = 1 if world.size == 1 else 4 * world.size  # one process: commit every chunk as soon as it is done
     try:
-        for first in range(start, len(lines), args.batch_size):
-            chunk = lines[first:first + args.batch_size]
-
-            def on_epoch(epoch: int, s: dict) -> None:
-                bar.set_postfix_str(f"epoch {epoch + 1}/{args.epochs} accept "
-                                    + (f"{acc_sum / decoded:.3f}" if decoded else f"{s['acceptance_rate']:.3f}"),
-                                    refresh=True)
-
-            result = translator.translate(
-                chunk, method=args.method, input_ids=range(first, first + len(chunk)),
-                sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
-                progress=None if args.quiet else on_epoch, extra_energy=terms_for)
-            text = "".join(format_sentence(first + j, src, hyp, args.format,
-                                           None if refs is None else refs[first + j])
-                           for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
-            hyps += [hyp.text for hyp in result.hypotheses]
-            end = first + len(chunk)
-            if args.stats_out:
-                stats["batches"].append({"start": first, "end": end, "sentences": result.sentences,
-                                         "epochs": result.epochs})
-            # the commit: output bytes durable, then the statistics, then the progress record
-            sink.commit(text.encode("utf-8"), end,
-                        before_record=(lambda: write_json_atomic(args.stats_out, stats)) if args.stats_out else None)
-            if result.acceptance is not None:
-                decoded += result.sentences
-                acc_sum += result.acceptance * result.sentences
-            bar.update(len(chunk))
-            if decoded:
-                bar.set_postfix_str(f"accept {acc_sum / decoded:.3f}", refresh=False)
-        if args.stats_out and not stats["batches"] and not args.resume:
+        for w0 in range(0, len(firsts), window):
+            part = firsts[w0:w0 + window]
+            mine = distributed.shard([work.cost(f) for f in part], world.size)[world.rank]
+            results = {k: work.translate(part[k], _on_epoch(args, bar, done)) for k in mine}
+            ordered = distributed.gather(results, len(part), world, dst=0)
+            if world.is_main:
+                for res in ordered:
+                    _commit_chunk(args, sink, stats, hyps, res, bar, done)
+        if world.is_main and args.stats_out and not stats["batches"] and not args.resume:
             write_json_atomic(args.stats_out, stats)
     except BaseException:
-        bar.leave = False  # clear the bar: the error is the last line the user sees
+        if bar is not None:
+            bar.leave = False  # clear the bar: the error is the last line the user sees
         raise
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
+
+
+def _on_epoch(args: argparse.Namespace, bar: Any, done: dict) -> Any:
+    if bar is None or args.quiet:
+        return None
+
+    def on_epoch(epoch: int, s: dict) -> None:
+        acc = done["acc_sum"] / done["decoded"] if done["decoded"] else s["acceptance_rate"]
+        bar.set_postfix_str(f"epoch {epoch + 1}/{args.epochs} accept {acc:.3f}", refresh=True)
+    return on_epoch
+
+
+def _commit_chunk(args: argparse.Namespace, sink: Any, stats: dict, hyps: list[str], res: dict, bar: Any,
+                  done: dict) -> None:
+    """The commit of one chunk: output bytes durable, then the statistics, then the progress record."""
+    hyps += res["hyps"]
+    if args.stats_out:
+        stats["batches"].append(res["stats"])
+    sink.commit(res["text"].encode("utf-8"), res["end"],
+                before_record=(lambda: write_json_atomic(args.stats_out, stats)) if args.stats_out else None)
+    if res["acceptance"] is not None:
+        done["decoded"] += res["sentences"]
+        done["acc_sum"] += res["acceptance"] * res["sentences"]
+    bar.update(res["end"] - res["first"])
+    if done["decoded"]:
+        bar.set_postfix_str(f"accept {done['acc_sum'] / done['decoded']:.3f}", refresh=False)
