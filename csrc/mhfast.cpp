@@ -33,9 +33,10 @@ TORCH_LIBRARY(mhfast, m) {
   m.def(
       "propose(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms)"
       " -> (Tensor, Tensor, Tensor)");
-  // Vectorized Metropolis-Hastings accept/reject; updates tokens and energy in place.
+  // Vectorized Metropolis-Hastings accept/reject; updates tokens in place (energy is read only:
+  // the caller keeps the accepted chains' energies itself).
   m.def(
-      "mh_accept_(Tensor(a!) tokens, Tensor positions, Tensor proposed, Tensor(b!) energy,"
+      "mh_accept_(Tensor(a!) tokens, Tensor positions, Tensor proposed, Tensor energy,"
       " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
       " Tensor uniforms) -> Tensor");
 }
