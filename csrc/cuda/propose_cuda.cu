@@ -12,7 +12,8 @@
 //     (non-negative floats order like their bits): each pass over the buffer evaluates G at
 //     kWays - 1 thresholds, so ~31 / log2(kWays) passes instead of bisection's 31. G is monotone in
 //     floating point too (each threshold's sum has a fixed order over non-negative terms), so the
-//     search is exact and lands on a row value.
+//     search is exact and lands on a row value. Once the bracket holds <= kCandidates values
+//     (typically after 2-4 passes), they are copied aside and the remaining passes read only them.
 //  4. nucleus_mass + find_crossing: warp w owns the contiguous ids [w*C, (w+1)*C) and walks them
 //     in 32-wide stripes (lane l reads id stripe + l: consecutive words, no bank conflicts); tie
 //     ranks come from ballots. Pass A: nucleus mass K, last kept id, whether `current` is kept.
@@ -39,6 +40,7 @@ constexpr int kSmallBlock = 128;
 constexpr int kLargeBlock = 512;
 constexpr int64_t kSmallBlockMaxV = 2048;
 constexpr int kWays = 8;  // k-way search: kWays - 1 thresholds per pass, 3 bits of tau per pass
+constexpr int kCandidates = 1024;  // values kept aside once the search bracket holds this few
 constexpr int kMaxWarps = kLargeBlock / 32;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr size_t kDefaultSmemLimit = 48u * 1024u;  // above this (static + dynamic) a kernel opts in
@@ -58,6 +60,7 @@ struct ProposeParams {
 
 // Block-wide scratch for reductions (static shared memory, counted by the launcher's opt-in).
 struct BlockShared {
+  float cand[kCandidates];  // nucleus-boundary candidates (find_nucleus)
   float part[kWays - 1][kMaxWarps];
   float wsum[kMaxWarps];
   Lse lse[kMaxWarps];
@@ -188,16 +191,65 @@ struct Nucleus {
   bool ties;    // false: kept iff p > tau (tau = 0: every p > 0)
 };
 
-// Step 3: the nucleus boundary by k-way search on the bit pattern of tau.
+// g[j] = block sum of (t[j] < bits(x) <= cap ? x : 0) over the n values of `src` (fixed order).
+template <int BLOCK>
+__device__ __forceinline__ void threshold_sums(const float* src, int64_t n, const uint32_t (&t)[kWays - 1],
+                                               uint32_t cap, float (&g)[kWays - 1], BlockShared& sh) {
+#pragma unroll
+  for (int j = 0; j < kWays - 1; ++j) g[j] = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
+    const float x = src[i];
+    const uint32_t bits = __float_as_uint(x) <= cap ? __float_as_uint(x) : 0u;  // above cap: counts nowhere
+#pragma unroll
+    for (int j = 0; j < kWays - 1; ++j) g[j] += (bits > t[j]) ? x : 0.0f;
+  }
+  block_sums<kWays - 1, BLOCK>(g, sh);
+}
+
+// Compacts the values of p with lo < bits <= hi into sh.cand (thread-strided order: deterministic).
+template <int BLOCK>
+__device__ int compact_candidates(const float* p, int64_t V, uint32_t lo, uint32_t hi, BlockShared& sh) {
+  constexpr int kWarps = BLOCK / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int mine = 0;
+  for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
+    const uint32_t bits = __float_as_uint(p[i]);
+    mine += (bits > lo && bits <= hi) ? 1 : 0;
+  }
+  int incl = mine;  // exclusive offset of this thread = warp scan + warps before
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) sh.ties[warp] = incl;
+  __syncthreads();
+  int offset = incl - mine, total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) offset += sh.ties[w];
+    total += sh.ties[w];
+  }
+  for (int64_t i = threadIdx.x; i < V && total <= kCandidates; i += BLOCK) {
+    const float x = p[i];
+    const uint32_t bits = __float_as_uint(x);
+    if (bits > lo && bits <= hi) sh.cand[offset++] = x;
+  }
+  __syncthreads();
+  return total;
+}
+
+// Step 3: the nucleus boundary by k-way search on the bit pattern of tau. Invariant:
+// G(lo) >= top_p (lo = 0: G(0) = total mass), G(hi) < top_p (hi = p_max: G = 0). Once the values
+// in (lo, hi] are few (<= kCandidates), they are copied aside and the remaining passes read only
+// them: for t in [lo, hi), G(t) = G(hi) + sum of the candidates in (t, hi] (monotone in t).
 template <int BLOCK>
 __device__ Nucleus find_nucleus(const float* p, int64_t V, float top_p, float p_max, float mass_part,
                                 BlockShared& sh) {
   float total[1] = {mass_part};
   block_sums<1, BLOCK>(total, sh);
   if (total[0] < top_p) return Nucleus{0.0f, 0.0f, false};  // the whole support
-  // Invariant: G(lo) >= top_p (lo = 0 holds: G(0) = total mass), G(hi) < top_p (G(p_max) = 0).
   uint32_t lo = 0u, hi = __float_as_uint(p_max);
   float g_hi = 0.0f;
+  int n_cand = -1;  // -1: not compacted yet, the passes read the whole row
   while (hi - lo > 1u) {
     uint32_t t[kWays - 1];
     float g[kWays - 1];
@@ -206,15 +258,15 @@ __device__ Nucleus find_nucleus(const float* p, int64_t V, float top_p, float p_
     for (int j = 0; j < kWays - 1; ++j) {
       // Thresholds strictly inside (lo, hi), increasing; small ranges repeat some (harmless).
       t[j] = step > 0 ? lo + step * (j + 1) : min(lo + 1u + j, hi - 1u);
-      g[j] = 0.0f;
     }
-    for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
-      const float pi = p[i];
-      const uint32_t bits = __float_as_uint(pi);
+    if (n_cand < 0) {
+      threshold_sums<BLOCK>(p, V, t, 0xffffffffu, g, sh);
+    } else {
+      // Candidates above the current hi are already in g_hi: capped out.
+      threshold_sums<BLOCK>(sh.cand, n_cand, t, hi, g, sh);
 #pragma unroll
-      for (int j = 0; j < kWays - 1; ++j) g[j] += (bits > t[j]) ? pi : 0.0f;
+      for (int j = 0; j < kWays - 1; ++j) g[j] = g_hi + g[j];
     }
-    block_sums<kWays - 1, BLOCK>(g, sh);
     // G decreases with t: the new hi is the first threshold with G < top_p, lo the one before.
     uint32_t new_lo = lo, new_hi = hi;
     float new_g_hi = g_hi;
@@ -230,6 +282,10 @@ __device__ Nucleus find_nucleus(const float* p, int64_t V, float top_p, float p_
     lo = new_lo;
     hi = new_hi;
     g_hi = new_g_hi;
+    if (n_cand < 0 && hi - lo > 1u) {
+      const int n = compact_candidates<BLOCK>(p, V, lo, hi, sh);
+      if (n <= kCandidates) n_cand = n;
+    }
   }
   return Nucleus{__uint_as_float(hi), g_hi, true};
 }
