@@ -3,7 +3,9 @@
 Each function has the signature and semantics of its compiled twin in :mod:`mhfast.ops`
 (schemas in ``csrc/mhfast.cpp``) and is the specification the kernels are tested against.
 They are written for clarity, not speed; ``mhfast.sample(..., backend="reference")``
-runs the whole sampler on them.
+runs the whole sampler on them. Their argument checks are the ops' own (:mod:`mhfast._validate`:
+tensor metadata through the compiled ``torch.ops.mhfast.<op>_check``, data values in Python), so
+a reference and its compiled twin reject the same inputs with the same messages.
 
 Example:
     >>> import torch
