@@ -51,7 +51,9 @@ __global__ void __launch_bounds__(kBlockRowThreads)
   Lse acc = lse_empty();
   lse_row(row, V, threadIdx.x, kBlockRowThreads, acc);
   const Lse total = Reduce(tmp).Reduce(acc, LseMerge{});
-  if (threadIdx.x == 0) finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
+  if (threadIdx.x == 0) {
+    finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
+  }
 }
 
 template <typename T>
@@ -69,7 +71,9 @@ __global__ void __launch_bounds__(kWarpRowBlock)
   Lse acc = lse_empty();
   lse_row(row, V, lane, 32, acc);
   const Lse total = Reduce(tmp[warp]).Reduce(acc, LseMerge{});
-  if (lane == 0) finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
+  if (lane == 0) {
+    finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
+  }
 }
 
 // First index n in [lo, hi) with seq_index[n] >= key (seq_index sorted).

@@ -109,7 +109,9 @@ __device__ __forceinline__ void block_sums(float (&v)[NV], BlockShared& sh) {
 // Stores n floats at dst (16-byte stores when aligned: consecutive lanes, consecutive vectors).
 __device__ __forceinline__ void store_floats(float* dst, const float* a, int n) {
   if ((reinterpret_cast<uintptr_t>(dst) & 15u) == 0 && n % 4 == 0) {
-    for (int k = 0; k < n; k += 4) *reinterpret_cast<float4*>(dst + k) = make_float4(a[k], a[k + 1], a[k + 2], a[k + 3]);
+    for (int k = 0; k < n; k += 4) {
+      *reinterpret_cast<float4*>(dst + k) = make_float4(a[k], a[k + 1], a[k + 2], a[k + 3]);
+    }
   } else {
     for (int k = 0; k < n; ++k) dst[k] = a[k];
   }
