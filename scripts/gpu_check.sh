@@ -138,7 +138,7 @@ if [ "$QUICK" = 1 ]; then
 else
   # shellcheck disable=SC2086
   run_step "tests (-k $DEV)" "$OUTDIR/tests.log" \
-    $PY -m pytest -q -p no:cacheprovider $OP_TESTS $SAMPLER_TESTS -k "$DEV"
+    $PY -m pytest -q -p no:cacheprovider --durations=15 $OP_TESTS $SAMPLER_TESTS -k "$DEV"
 fi
 
 # 5. Sanitizers (GPU) / the same sweep on the CPU kernels.
