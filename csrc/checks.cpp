@@ -1,8 +1,7 @@
-// Per-op metadata checks (dtype, rank, size, device), shared by the CPU and CUDA kernels.
+// Per-op metadata checks (dtype, rank, size, device, scalar ranges): the only copy (see checks.h).
 //
-// They run in the same order and raise the same exception types as mhfast/_validate.py
-// (TypeError for a dtype, ValueError for everything else) so that mhfast.ops and
-// mhfast.reference fail alike. Value-range checks read the data and live in the kernels.
+// TypeError for a dtype, ValueError for everything else, so that the raw ops, mhfast.ops and
+// mhfast.reference (which calls these through torch.ops.mhfast.<op>_check) fail alike.
 #include "checks.h"
 
 #include <cmath>

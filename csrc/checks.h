@@ -1,9 +1,11 @@
-// Argument checks shared by the CPU and CUDA kernels.
+// Tensor-metadata checks of mhfast's ops, written once: the CPU and CUDA kernels run them at the
+// op boundary, and csrc/mhfast.cpp exposes them as torch.ops.mhfast.<op>_check for the Python
+// references, the validate=True wrappers and the fake kernels (mhfast/_validate.py, ops.py).
 //
-// They mirror mhfast/_validate.py: errors start with "mhfast.<op>: " and name the argument.
-// TORCH_CHECK_TYPE surfaces in Python as TypeError, TORCH_CHECK_VALUE as ValueError.
-// Only metadata is checked here (free on every device); value ranges are checked inside the
-// CPU kernels and, for CUDA, by the Python wrappers in mhfast/ops.py.
+// Errors start with "mhfast.<op>: " and name the argument. TORCH_CHECK_TYPE surfaces in Python
+// as TypeError, TORCH_CHECK_VALUE as ValueError. Only metadata (and scalar arguments) is checked
+// here, free on every device; data values (token ids, NaN logits) are checked by the CPU kernels
+// themselves and, for references and CUDA, once in Python (mhfast/_validate.py).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -3,7 +3,14 @@
 // Kernels are registered per backend in csrc/cpu/register_cpu.cpp and
 // csrc/cuda/register_cuda.cu; fake (meta) kernels are registered from Python
 // in mhfast/ops.py. The pure-PyTorch twin of every op is in mhfast/reference.py.
+//
+// Validate once: the tensor-metadata checks of each op (csrc/checks.cpp) are written once, run
+// by every backend's kernel at the op boundary, and exposed as `<op>_check` ops (one kernel for
+// every device, fake tensors included) for the callers that need them without running the op:
+// the references and the validate=True wrappers (mhfast/_validate.py), and the fake kernels.
 #include <torch/library.h>
+
+#include "checks.h"
 
 // MHFAST_NO_PYTHON: plain C++ shared library (CMakeLists.txt), no Python module entry point.
 #ifndef MHFAST_NO_PYTHON
@@ -33,11 +40,30 @@ TORCH_LIBRARY(mhfast, m) {
   m.def(
       "propose(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms)"
       " -> (Tensor, Tensor, Tensor)");
-  // Vectorized Metropolis-Hastings accept/reject; updates tokens and energy in place.
+  // Vectorized Metropolis-Hastings accept/reject; updates tokens in place (energy is read only:
+  // the caller keeps the accepted chains' energies itself).
   m.def(
-      "mh_accept_(Tensor(a!) tokens, Tensor positions, Tensor proposed, Tensor(b!) energy,"
+      "mh_accept_(Tensor(a!) tokens, Tensor positions, Tensor proposed, Tensor energy,"
       " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
       " Tensor uniforms) -> Tensor");
   // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
   m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
+
+  // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
+  m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
+        &mhfast::check_masked_copies_args);
+  m.def("gather_energies_check(Tensor logits, Tensor targets, Tensor seq_index, int num_seqs) -> ()",
+        &mhfast::check_gather_energies_args);
+  m.def(
+      "propose_check(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms)"
+      " -> ()",
+      &mhfast::check_propose_args);
+  m.def(
+      "mh_accept__check(Tensor tokens, Tensor positions, Tensor proposed, Tensor energy,"
+      " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
+      " Tensor uniforms) -> ()",
+      &mhfast::check_mh_accept_args);
+  m.def(
+      "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
+      &mhfast::check_counter_uniforms_args);
 }

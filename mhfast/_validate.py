@@ -1,53 +1,50 @@
-"""Argument checks shared by the compiled-op wrappers (:mod:`mhfast.ops`) and the
-pure-PyTorch references (:mod:`mhfast.reference`).
+"""Argument checks of mhfast's ops, each written once.
 
-Every check raises ``TypeError`` (wrong dtype) or ``ValueError`` (wrong rank, size,
-device or value) with a message that starts with the op's name and names the
-offending argument, e.g. ``mhfast.masked_copies: pos_index must be int64, got float32``.
+Three kinds, three places:
 
-Metadata checks (dtype, rank, size, device) are free. Value-range checks (token ids
-inside the vocabulary, positions inside the sequence) read the data: on CPU that is
-cheap; on CUDA it costs one device->host sync, which is why the op wrappers take
-``validate=False`` for hot loops whose indices were built by mhfast itself.
+* Tensor metadata (dtype, rank, sizes, one device) and scalar ranges (``num_seqs >= 0``,
+  ``temperature > 0``, ``top_p`` in (0, 1]): C++ only, ``csrc/checks.cpp``. Every kernel runs them
+  at the op boundary (so the raw ``torch.ops.mhfast.*`` ops reject bad input too), and
+  ``torch.ops.mhfast.<op>_check`` runs them alone: the functions below call it, for the
+  references and the ``validate=True`` wrappers, before any data check reads the tensors.
+* Python types that never reach C++ as such (a tensor argument that is not a tensor, a
+  ``mask_id`` that is not an int): here, as TypeError.
+* Data values (token ids inside the vocabulary, positions inside the sequence, NaN / +inf logits,
+  uniforms in [0, 1]): here, for the references and the CUDA wrappers (``validate=True``; one
+  device->host sync, which is why the sampler passes ``validate=False``). The CPU kernels also
+  check values themselves, in their serial pre-pass (free there, and it keeps raw CPU ops safe).
+
+Every error names the op and the argument, e.g. ``mhfast.masked_copies: pos_index must be Long,
+got Float`` (TypeError) or ``mhfast.propose: current contains 7, outside [0, 5)`` (ValueError).
+
+Example:
+    >>> import torch
+    >>> from mhfast import _validate
+    >>> _validate.masked_copies(torch.zeros(2, 3).long(), torch.tensor([0]), torch.tensor([3]), 0, values=True)
+    Traceback (most recent call last):
+    ValueError: mhfast.masked_copies: pos_index contains 3, outside [0, 3)
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from ._C_loader import load_library
+
+load_library()
+_ops = torch.ops.mhfast
 
 
-def dtype(op: str, name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"mhfast.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in allowed:
-        names = " or ".join(str(d).replace("torch.", "") for d in allowed)
-        raise TypeError(f"mhfast.{op}: {name} must be {names}, got {str(t.dtype).replace('torch.', '')}")
+def tensors(op: str, **named: object) -> None:
+    """TypeError naming the first argument that is not a tensor (C++ would see it only as a schema error)."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"mhfast.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
 
 
-def rank(op: str, name: str, t: torch.Tensor, dims: int | tuple[int, ...]) -> None:
-    dims = (dims,) if isinstance(dims, int) else dims
-    if t.dim() not in dims:
-        want = " or ".join(f"{d}-D" for d in dims)
-        raise ValueError(f"mhfast.{op}: {name} must be {want}, got shape {tuple(t.shape)}")
-
-
-def size(op: str, name: str, t: torch.Tensor, dim: int, expected: int, what: str) -> None:
-    if t.shape[dim] != expected:
-        raise ValueError(
-            f"mhfast.{op}: {name} has size {t.shape[dim]} in dim {dim}, expected {expected} ({what})"
-        )
-
-
-def same_device(op: str, ref_name: str, ref: torch.Tensor, **others: torch.Tensor) -> None:
-    for name, t in others.items():
-        if t.device != ref.device:
-            raise ValueError(
-                f"mhfast.{op}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
-                "all tensor arguments must be on one device"
-            )
+def number(op: str, name: str, x: object) -> None:
+    """ValueError unless ``x`` is a Python number (its range is checked in C++)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"mhfast.{op}: {name} must be a number, got {x!r}")
 
 
 def in_range(op: str, name: str, t: torch.Tensor, low: int, high: int, allow: int | None = None) -> None:
@@ -63,33 +60,17 @@ def in_range(op: str, name: str, t: torch.Tensor, low: int, high: int, allow: in
         raise ValueError(f"mhfast.{op}: {name} contains {value}, outside [{low}, {high}){extra}")
 
 
-def positive_float(op: str, name: str, x: float) -> None:
-    if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0):
-        raise ValueError(f"mhfast.{op}: {name} must be a finite number > 0, got {x!r}")
-
-
-def probability(op: str, name: str, x: float) -> None:
-    if not (isinstance(x, (int, float)) and 0 < x <= 1):
-        raise ValueError(f"mhfast.{op}: {name} must be in (0, 1], got {x!r}")
-
-
 # ----------------------------------------------------------------------------------
-# Per-op checks. `values=True` adds the data-dependent range checks.
+# Per-op checks: types, then metadata (C++), then with `values=True` the data checks.
 # ----------------------------------------------------------------------------------
 
 
 def masked_copies(tokens, seq_index, pos_index, mask_id, *, values: bool) -> None:
     op = "masked_copies"
-    dtype(op, "tokens", tokens, (torch.int64,))
-    dtype(op, "seq_index", seq_index, (torch.int64,))
-    dtype(op, "pos_index", pos_index, (torch.int64,))
-    rank(op, "tokens", tokens, 2)
-    rank(op, "seq_index", seq_index, 1)
-    rank(op, "pos_index", pos_index, 1)
-    size(op, "pos_index", pos_index, 0, seq_index.shape[0], "len(seq_index)")
-    same_device(op, "tokens", tokens, seq_index=seq_index, pos_index=pos_index)
-    if not isinstance(mask_id, int):
+    tensors(op, tokens=tokens, seq_index=seq_index, pos_index=pos_index)
+    if isinstance(mask_id, bool) or not isinstance(mask_id, int):
         raise TypeError(f"mhfast.{op}: mask_id must be an int, got {type(mask_id).__name__}")
+    _ops.masked_copies_check(tokens, seq_index, pos_index)
     if values:
         in_range(op, "seq_index", seq_index, 0, tokens.shape[0])
         in_range(op, "pos_index", pos_index, 0, tokens.shape[1])
@@ -97,19 +78,10 @@ def masked_copies(tokens, seq_index, pos_index, mask_id, *, values: bool) -> Non
 
 def gather_energies(logits, targets, seq_index, num_seqs, *, values: bool) -> None:
     op = "gather_energies"
-    dtype(op, "logits", logits, FLOAT_DTYPES)
-    dtype(op, "targets", targets, (torch.int64,))
-    dtype(op, "seq_index", seq_index, (torch.int64,))
-    rank(op, "logits", logits, 2)
-    rank(op, "targets", targets, 1)
-    rank(op, "seq_index", seq_index, 1)
-    size(op, "targets", targets, 0, logits.shape[0], "rows of logits")
-    size(op, "seq_index", seq_index, 0, logits.shape[0], "rows of logits")
-    same_device(op, "logits", logits, targets=targets, seq_index=seq_index)
-    if not isinstance(num_seqs, int) or num_seqs < 0:
+    tensors(op, logits=logits, targets=targets, seq_index=seq_index)
+    if isinstance(num_seqs, bool) or not isinstance(num_seqs, int):
         raise ValueError(f"mhfast.{op}: num_seqs must be an int >= 0, got {num_seqs!r}")
-    if logits.shape[0] > 0 and logits.shape[1] == 0:
-        raise ValueError(f"mhfast.{op}: logits must have at least one column (vocabulary size 0)")
+    _ops.gather_energies_check(logits, targets, seq_index, num_seqs)
     if values:
         in_range(op, "targets", targets, 0, logits.shape[1])
         in_range(op, "seq_index", seq_index, 0, num_seqs)
@@ -117,19 +89,10 @@ def gather_energies(logits, targets, seq_index, num_seqs, *, values: bool) -> No
 
 def propose(logits, current, temperature, top_p, uniforms, *, values: bool) -> None:
     op = "propose"
-    dtype(op, "logits", logits, FLOAT_DTYPES)
-    dtype(op, "current", current, (torch.int64,))
-    dtype(op, "uniforms", uniforms, (torch.float32,))
-    rank(op, "logits", logits, 2)
-    rank(op, "current", current, 1)
-    rank(op, "uniforms", uniforms, 1)
-    size(op, "current", current, 0, logits.shape[0], "rows of logits")
-    size(op, "uniforms", uniforms, 0, logits.shape[0], "rows of logits")
-    same_device(op, "logits", logits, current=current, uniforms=uniforms)
-    positive_float(op, "temperature", temperature)
-    probability(op, "top_p", top_p)
-    if logits.shape[0] > 0 and logits.shape[1] == 0:
-        raise ValueError(f"mhfast.{op}: logits must have at least one column (vocabulary size 0)")
+    tensors(op, logits=logits, current=current, uniforms=uniforms)
+    number(op, "temperature", temperature)
+    number(op, "top_p", top_p)
+    _ops.propose_check(logits, current, float(temperature), float(top_p), uniforms)
     if values:
         in_range(op, "current", current, 0, logits.shape[1])
         if logits.numel() and bool((torch.isnan(logits) | (logits == float("inf"))).any()):
@@ -143,28 +106,11 @@ def propose(logits, current, temperature, top_p, uniforms, *, values: bool) -> N
 def mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
                uniforms, *, values: bool) -> None:
     op = "mh_accept_"
-    dtype(op, "tokens", tokens, (torch.int64,))
-    dtype(op, "positions", positions, (torch.int64,))
-    dtype(op, "proposed", proposed, (torch.int64,))
-    for name, t in (("energy", energy), ("energy_proposed", energy_proposed), ("logq_forward", logq_forward),
-                    ("logq_reverse", logq_reverse), ("beta", beta), ("uniforms", uniforms)):
-        dtype(op, name, t, (torch.float32,))
-        rank(op, name, t, 1)
-    rank(op, "tokens", tokens, 2)
-    rank(op, "positions", positions, (1, 2))
-    if proposed.shape != positions.shape:
-        raise ValueError(
-            f"mhfast.{op}: proposed has shape {tuple(proposed.shape)} but positions has shape "
-            f"{tuple(positions.shape)}; they must match"
-        )
-    B = tokens.shape[0]
-    size(op, "positions", positions, 0, B, "rows of tokens")
-    for name, t in (("energy", energy), ("energy_proposed", energy_proposed), ("logq_forward", logq_forward),
-                    ("logq_reverse", logq_reverse), ("beta", beta), ("uniforms", uniforms)):
-        size(op, name, t, 0, B, "rows of tokens")
-    same_device(op, "tokens", tokens, positions=positions, proposed=proposed, energy=energy,
-                energy_proposed=energy_proposed, logq_forward=logq_forward, logq_reverse=logq_reverse,
-                beta=beta, uniforms=uniforms)
+    tensors(op, tokens=tokens, positions=positions, proposed=proposed, energy=energy,
+            energy_proposed=energy_proposed, logq_forward=logq_forward, logq_reverse=logq_reverse, beta=beta,
+            uniforms=uniforms)
+    _ops.mh_accept__check(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
+                          uniforms)
     if values:
         # -1 marks an unused slot of a block proposal (chains whose block is shorter).
         in_range(op, "positions", positions, 0, tokens.shape[1], allow=-1 if positions.dim() == 2 else None)
@@ -172,13 +118,8 @@ def mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forwar
 
 def counter_uniforms(keys, epoch, step, stream, lanes) -> None:
     op = "counter_uniforms"
-    dtype(op, "keys", keys, (torch.int64,))
+    tensors(op, keys=keys, **({} if lanes is None else {"lanes": lanes}))
     for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise ValueError(f"mhfast.{op}: epoch, step and stream must be >= 0, got {name}={c!r}")
-    if lanes is not None:
-        dtype(op, "lanes", lanes, (torch.int64,))
-        if lanes.shape != keys.shape:
-            raise ValueError(f"mhfast.{op}: lanes has shape {tuple(lanes.shape)} but keys has shape "
-                             f"{tuple(keys.shape)}; they must match")
-        same_device(op, "keys", keys, lanes=lanes)
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)

@@ -1,12 +1,14 @@
 """Typed Python wrappers of mhfast's compiled ops (``torch.ops.mhfast.*``).
 
 Each wrapper has the signature of its pure-PyTorch twin in :mod:`mhfast.reference` plus a
-keyword ``validate``. The compiled kernels always check dtypes, ranks, sizes and devices; the
-CPU kernels also check value ranges (token ids, positions), which costs nothing there. On CUDA
-a value-range check needs a device->host sync, so the wrapper does it in Python when
-``validate=True`` (the default) and skips it when ``validate=False``; mhfast's sampler, which
-builds its own indices, passes ``validate=False``. The CUDA kernels never read or write out of
-bounds even on invalid input.
+keyword ``validate``. Validation happens once per kind (see :mod:`mhfast._validate`): the
+compiled kernels check dtypes, ranks, sizes and devices at the op boundary (csrc/checks.cpp);
+the CPU kernels also check value ranges (token ids, positions), which costs nothing there. On
+CUDA a value check needs a device->host sync, so the wrapper makes it in Python when
+``validate=True`` (the default; the metadata check op runs first so that the data checks see
+well-formed tensors) and skips it when ``validate=False``; mhfast's sampler, which builds its own
+indices, passes ``validate=False``. The CUDA kernels never read or write out of bounds even on
+invalid input (a NaN / +inf logits row proposes its current token with NaN log q).
 
 Example:
     >>> import torch, mhfast.ops as ops
@@ -78,17 +80,17 @@ def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int, lan
 # ---------------------------------------------------------------------------------------------
 
 
+# Mixed devices involving "meta" dispatch here, not to a real kernel: each fake runs the op's
+# metadata check op (the same C++ checks as the kernels).
 @torch.library.register_fake("mhfast::masked_copies")
 def _masked_copies_fake(tokens, seq_index, pos_index, mask_id):
-    # Mixed devices involving "meta" dispatch here, not to a real kernel: check them here too.
-    _validate.same_device("masked_copies", "tokens", tokens, seq_index=seq_index, pos_index=pos_index)
-    torch._check(seq_index.shape[0] == pos_index.shape[0])
+    _ops.masked_copies_check(tokens, seq_index, pos_index)
     return tokens.new_empty((seq_index.shape[0], tokens.shape[1]))
 
 
 @torch.library.register_fake("mhfast::gather_energies")
 def _gather_energies_fake(logits, targets, seq_index, num_seqs):
-    _validate.same_device("gather_energies", "logits", logits, targets=targets, seq_index=seq_index)
+    _ops.gather_energies_check(logits, targets, seq_index, num_seqs)
     f32 = dict(dtype=torch.float32, device=logits.device)
     return (logits.new_empty((num_seqs,), **f32), logits.new_empty((num_seqs,), **f32),
             logits.new_empty((logits.shape[0],), **f32))
@@ -96,7 +98,7 @@ def _gather_energies_fake(logits, targets, seq_index, num_seqs):
 
 @torch.library.register_fake("mhfast::propose")
 def _propose_fake(logits, current, temperature, top_p, uniforms):
-    _validate.same_device("propose", "logits", logits, current=current, uniforms=uniforms)
+    _ops.propose_check(logits, current, temperature, top_p, uniforms)
     B = logits.shape[0]
     return (current.new_empty((B,)), uniforms.new_empty((B,)), uniforms.new_empty((B,)))
 
@@ -104,14 +106,12 @@ def _propose_fake(logits, current, temperature, top_p, uniforms):
 @torch.library.register_fake("mhfast::mh_accept_")
 def _mh_accept_fake(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
                     uniforms):
-    _validate.same_device("mh_accept_", "tokens", tokens, positions=positions, proposed=proposed, energy=energy,
-                          energy_proposed=energy_proposed, logq_forward=logq_forward,
-                          logq_reverse=logq_reverse, beta=beta, uniforms=uniforms)
+    _ops.mh_accept__check(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
+                          uniforms)
     return torch.empty((tokens.shape[0],), dtype=torch.bool, device=tokens.device)
 
 
 @torch.library.register_fake("mhfast::counter_uniforms")
 def _counter_uniforms_fake(keys, epoch, step, stream, lanes=None):
-    if lanes is not None:
-        _validate.same_device("counter_uniforms", "keys", keys, lanes=lanes)
+    _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)
     return torch.empty(keys.shape, dtype=torch.float32, device=keys.device)

@@ -3,7 +3,9 @@
 Each function has the signature and semantics of its compiled twin in :mod:`mhfast.ops`
 (schemas in ``csrc/mhfast.cpp``) and is the specification the kernels are tested against.
 They are written for clarity, not speed; ``mhfast.sample(..., backend="reference")``
-runs the whole sampler on them.
+runs the whole sampler on them. Their argument checks are the ops' own (:mod:`mhfast._validate`:
+tensor metadata through the compiled ``torch.ops.mhfast.<op>_check``, data values in Python), so
+a reference and its compiled twin reject the same inputs with the same messages.
 
 Example:
     >>> import torch
@@ -172,11 +174,12 @@ def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int,
 def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor,
                energy: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
                logq_reverse: torch.Tensor, beta: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Metropolis-Hastings accept/reject for B chains at once, in place (paper, section 3).
+    """Metropolis-Hastings accept/reject for B chains at once, tokens in place (paper, section 3).
 
     ``log_alpha = beta * (energy - energy_proposed) + logq_reverse - logq_forward``; chain b
     accepts iff ``log(uniforms[b]) < log_alpha`` (NaN rejects). Where accepted,
-    ``tokens[b, positions[b]] = proposed[b]`` and ``energy[b] = energy_proposed[b]``.
+    ``tokens[b, positions[b]] = proposed[b]``. ``energy`` is only read: the caller keeps the
+    accepted chains' energies (``torch.where(accepted, energy_proposed, energy)``).
     ``positions``/``proposed`` are Long[B] (single site) or Long[B,K] (block of K sites,
     -1 marks an unused slot). Returns ``accepted`` Bool[B].
     """
@@ -189,5 +192,4 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
     write = accepted[:, None] & (pos >= 0)
     rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(pos)
     tokens[rows[write], pos[write]] = new[write]
-    energy.copy_(torch.where(accepted, energy_proposed, energy))
     return accepted

@@ -30,6 +30,9 @@ CUDA_SOURCES = sorted(glob.glob(str(ROOT / "csrc" / "cuda" / "*.cu")))
 
 # setup.py: args["nvcc"] = opt + ["-std=c++17", "--expt-relaxed-constexpr"], opt = ["-O3"].
 SETUP_NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+# Hopper (H100/H200), the target GPU: real sm_90 machine code, so that what ptxas rejects or
+# spills for that chip fails here (scripts/gpu_check.sh builds with TORCH_CUDA_ARCH_LIST=9.0).
+ARCH_FLAGS = ["-gencode=arch=compute_90,code=sm_90", "-Xptxas=-warn-spills"]
 SHIM_HEADER = "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
 
 
@@ -48,7 +51,7 @@ def nvcc_command(nvcc: str, source: str, obj: Path, shim: Path) -> list[str]:
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     defines = ["-DWITH_CUDA", "-DTORCH_EXTENSION_NAME=_C", "-DTORCH_API_INCLUDE_EXTENSION_H",
                f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-    return [nvcc, "-c", source, "-o", str(obj), *SETUP_NVCC_FLAGS, *common, "-Xcompiler", "-fPIC",
+    return [nvcc, "-c", source, "-o", str(obj), *SETUP_NVCC_FLAGS, *ARCH_FLAGS, *common, "-Xcompiler", "-fPIC",
             *defines, *includes]
 
 

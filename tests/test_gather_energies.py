@@ -95,6 +95,24 @@ def test_deterministic_across_runs_and_threads(N, V):
             assert torch.equal(a.view(torch.int32), b.view(torch.int32))  # same bits
 
 
+@pytest.mark.parametrize("pattern", ["one_row_per_sequence", "grouped", "shuffled"])
+def test_sampler_call_pattern_at_n_16k(device, pattern):
+    """N = 16,384 rows: the sampler scores one row per sequence (seq_index = arange(N), num_seqs = N)
+    or T rows per sequence in order; the CUDA sums are linear in N for these sorted patterns (a
+    binary search per sequence) and fall back to a scan for a shuffled seq_index."""
+    N, V = 16_384, 7
+    g = torch.Generator().manual_seed(16)
+    logits = torch.randn(N, V, generator=g) * 3
+    targets = torch.randint(0, V, (N,), generator=g)
+    if pattern == "one_row_per_sequence":
+        seq_index, num_seqs = torch.arange(N), N
+    elif pattern == "grouped":
+        seq_index, num_seqs = torch.arange(N // 16).repeat_interleave(16), N // 16
+    else:
+        seq_index, num_seqs = torch.randperm(N, generator=g) % 512, 512
+    check_matches(logits.to(device), targets.to(device), seq_index.to(device), num_seqs)
+
+
 def test_bad_input(device):
     logits, targets, seq_index = random_case(6, 10, 3, torch.float32, 0, device)
     raw_values = device == "cpu"

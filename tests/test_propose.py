@@ -102,6 +102,42 @@ def test_matches_reference_large_vocab(device, top_p):
     check_against_reference(logits, 1.0, top_p, seed=4, device=device, min_usable=0.5)
 
 
+# The CUDA kernel keeps a row of V + 3 floats in shared memory next to its ~5 KB of static shared
+# memory: from V ~ 11,045 the total passes the 48 KB default (opt-in needed; the old kernel forgot
+# the static part and failed at 11.7k-12.3k); V ~ 56,870 is the H100's opt-in limit (a global
+# scratch row beyond); 250k is a large-vocabulary model. Odd V, rows starting unaligned.
+@pytest.mark.parametrize("V,top_p", [(11_000, 0.8), (11_100, 1.0), (12_288, 0.8), (56_800, 1.0), (57_000, 0.8),
+                                     (250_001, 0.8)])
+def test_shared_memory_edges_and_large_vocab(device, V, top_p):
+    logits = random_logits(3, V + 1, seed=V, scale=8.0, ties=False, neg_inf=0.1)[:, 1:]  # rows start unaligned
+    check_against_reference(logits, 1.0, top_p, seed=V + 5, device=device, min_usable=0.3)
+
+
+def test_nan_or_inf_rows_never_propose_an_invalid_token(device):
+    """validate=False (the sampler's hot path): the CPU kernel still raises naming logits; the CUDA
+    kernel cannot raise without a device sync, so such a row proposes its current token with NaN
+    log q, which mh_accept_ rejects: the chain stays put and no -1 reaches an embedding."""
+    logits = random_logits(4, 300, seed=2)
+    logits[1, 7], logits[2, 9], logits[3] = float("nan"), float("inf"), float("-inf")
+    current = torch.tensor([5, 6, 7, 8])
+    args = (logits.to(device), current.to(device), 1.0, 0.9, torch.full((4,), 0.5, device=device))
+    if device == "cpu":
+        with pytest.raises(ValueError, match="logits"):
+            ops.propose(*args, validate=False)
+        return
+    proposed, logq_p, logq_c = (t.cpu() for t in ops.propose(*args, validate=False))
+    assert torch.equal(proposed[1:], current[1:])
+    assert torch.isnan(logq_p[1:]).all() and torch.isnan(logq_c[1:]).all()
+    assert 0 <= int(proposed[0]) < 300 and torch.isfinite(logq_p[0])
+    tokens = torch.arange(12, device=device).view(4, 3)
+    before = tokens.clone()
+    f = lambda *v: torch.tensor(v, device=device)
+    accepted = ops.mh_accept_(tokens, f(0, 0, 0, 0), proposed.to(device), f(0.0, 0.0, 0.0, 0.0), f(0.0, 0.0, 0.0, 0.0),
+                              logq_p.to(device), logq_c.to(device), f(1.0, 1.0, 1.0, 1.0), f(0.5, 0.5, 0.5, 0.5),
+                              validate=False)
+    assert not accepted[1:].any() and torch.equal(tokens[1:], before[1:])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("top_p", [1.0, 0.7])
 def test_half_precision_logits(device, dtype, top_p):

@@ -2,6 +2,8 @@
 caching (rows per step), the conditional path and argument errors."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -10,6 +12,15 @@ from mhfast import reference
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 
 SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
+
+
+def sample(device: str, *args, **kwargs) -> mhfast.SampleResult:
+    """``mhfast.sample(*args, device=device, **kwargs)`` with its tensors moved to the CPU, where the
+    assertions compare them; checks first that the chains lived on ``device``."""
+    result = mhfast.sample(*args, device=device, **kwargs)
+    assert result.tokens.device.type == device, f"chains on {result.tokens.device}, asked for {device}"
+    return dataclasses.replace(result, **{f.name: getattr(result, f.name).cpu() for f in dataclasses.fields(result)
+                                          if isinstance(getattr(result, f.name), torch.Tensor)})
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +37,7 @@ def model4(**kwargs) -> TabularMLM:
 
 def energy_of(model, tokens: torch.Tensor) -> tuple[float, float]:
     """(E_raw, E_local) of one unpadded row, every non-special position in the energy."""
+    tokens = tokens.cpu()
     pos = (~torch.isin(tokens, torch.tensor(model.special_ids))).nonzero().squeeze(1)
     rows = reference.masked_copies(tokens[None], torch.zeros_like(pos), pos, model.mask_id)
     e_raw, e_local, _ = reference.gather_energies(model.masked_logits(rows, pos), tokens[pos],
@@ -35,12 +47,12 @@ def energy_of(model, tokens: torch.Tensor) -> tuple[float, float]:
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("energy", ["raw", "local"])
-def test_compiled_and_reference_backends_give_identical_chains(sampler, energy):
+def test_compiled_and_reference_backends_give_identical_chains(sampler, energy, device):
     model = model4(features=True, row_hooks=True)
     kw = dict(chains=6, epochs=6, burn_in=2, seed=7, sampler=sampler, energy=energy, record="epoch",
               block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1)
-    a = mhfast.sample(model, 4, backend="compiled", **kw)
-    b = mhfast.sample(model, 4, backend="reference", **kw)
+    a = sample(device, model, 4, backend="compiled", **kw)
+    b = sample(device, model, 4, backend="reference", **kw)
     assert torch.equal(a.history, b.history)
     assert torch.equal(a.best_tokens, b.best_tokens)
     torch.testing.assert_close(a.energy, b.energy)
@@ -48,8 +60,25 @@ def test_compiled_and_reference_backends_give_identical_chains(sampler, energy):
     assert a.model_rows == b.model_rows
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: scripts/gpu_check.sh runs it there")
 @pytest.mark.parametrize("sampler", SAMPLERS)
-def test_chain_does_not_depend_on_batch_or_sub_batching(sampler):
+def test_cuda_compiled_chains_equal_cpu_reference_chains(sampler):
+    """The compiled CUDA kernels against the pure-PyTorch reference on the CPU: the counter-based RNG
+    gives both the same uniforms and the tabular model the same logits, so the chains must agree
+    (a draw within fp32 rounding of a CDF boundary could differ: none does at these sizes)."""
+    model = model4(features=True, row_hooks=True)
+    kw = dict(chains=6, epochs=6, burn_in=2, seed=7, sampler=sampler, energy="local", record="epoch",
+              block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1, top_p=0.9)
+    a = sample("cuda", model, 4, backend="compiled", **kw)
+    b = sample("cpu", model, 4, backend="reference", **kw)
+    assert torch.equal(a.history, b.history)
+    assert torch.equal(a.best_tokens, b.best_tokens)
+    torch.testing.assert_close(a.energy, b.energy)
+    assert a.model_rows == b.model_rows
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_chain_does_not_depend_on_batch_or_sub_batching(sampler, device):
     """Input 0 alone, or first in a padded batch with longer/shorter rows, more chains and tiny
     sub-batches, follows the same chains (the RNG is keyed by input, chain, epoch and step)."""
     model = model4()
@@ -57,17 +86,17 @@ def test_chain_does_not_depend_on_batch_or_sub_batching(sampler):
     alone = torch.tensor([[m, m, m]])
     batch = torch.tensor([[m, m, m, p], [m, m, m, m], [m, m, p, p]])
     kw = dict(epochs=5, burn_in=1, seed=11, sampler=sampler, record="epoch", block_schedule=2)
-    a = mhfast.sample(model, init=alone, chains=3, **kw)
-    b = mhfast.sample(model, init=batch, chains=5, max_tokens_per_batch=7, **kw)
+    a = sample(device, model, init=alone, chains=3, **kw)
+    b = sample(device, model, init=batch, chains=5, max_tokens_per_batch=7, **kw)
     assert torch.equal(a.history[:, 0], b.history[:, 0, :3, :3])
     assert bool((b.history[:, 0, :, 3] == p).all()) and bool((b.history[:, 2, :, 2:] == p).all())
     torch.testing.assert_close(a.energy[0], b.energy[0, :3])
     assert b.lengths.tolist() == [3, 4, 2]
 
 
-def test_energies_and_best_state_are_consistent():
+def test_energies_and_best_state_are_consistent(device):
     model = model4(features=True)
-    r = mhfast.sample(model, 4, chains=5, epochs=6, burn_in=2, seed=2, energy="local")
+    r = sample(device, model, 4, chains=5, epochs=6, burn_in=2, seed=2, energy="local")
     for c in range(5):
         e_raw, e_local = energy_of(model, r.tokens[0, c])
         assert abs(e_raw - float(r.energy_raw[0, c])) < 1e-4
@@ -78,13 +107,13 @@ def test_energies_and_best_state_are_consistent():
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-def test_infilling_never_changes_fixed_positions(sampler):
+def test_infilling_never_changes_fixed_positions(sampler, device):
     model = model4()
     m = model.mask_id
     init = torch.tensor([[2, m, 0, m], [1, 1, 1, 1]])
     free = torch.tensor([[False, True, False, True], [True, False, False, True]])
-    r = mhfast.sample(model, init=init, free_positions=free, chains=4, epochs=5, burn_in=0, seed=1,
-                      sampler=sampler, record="epoch", proposal_temperature=3.0)
+    r = sample(device, model, init=init, free_positions=free, chains=4, epochs=5, burn_in=0, seed=1,
+               sampler=sampler, record="epoch", proposal_temperature=3.0)
     fixed = ~free
     for e in range(5):
         for c in range(4):
@@ -94,21 +123,21 @@ def test_infilling_never_changes_fixed_positions(sampler):
     assert bool(changed.any()), "free positions should move with a hot proposal"
 
 
-def test_record_epoch_history_shapes():
+def test_record_epoch_history_shapes(device):
     model = model4()
-    r = mhfast.sample(model, 3, chains=4, epochs=9, burn_in=3, record="epoch")
+    r = sample(device, model, 3, chains=4, epochs=9, burn_in=3, record="epoch")
     assert r.history.shape == (6, 1, 4, 3)
     assert torch.equal(r.history[-1], r.tokens)
-    assert mhfast.sample(model, 3, chains=4, epochs=9, burn_in=3).history is None
-    assert mhfast.sample(model, 3, chains=2, epochs=3, burn_in=3, record="epoch").history.shape == (0, 1, 2, 3)
+    assert sample(device, model, 3, chains=4, epochs=9, burn_in=3).history is None
+    assert sample(device, model, 3, chains=2, epochs=3, burn_in=3, record="epoch").history.shape == (0, 1, 2, 3)
     for name in ("e_raw", "e_local", "acceptance_rate", "novel_rate", "target_temperature"):
         assert getattr(r, name).shape == (9,)
 
 
-def test_annealing_schedule_and_force_accept():
+def test_annealing_schedule_and_force_accept(device):
     model = model4()
-    r = mhfast.sample(model, 4, chains=20, epochs=12, burn_in=2, target_temperature=1.0, anneal=0.2,
-                      min_target_temperature=0.3, force_accept_epochs=3, proposal_temperature=4.0, seed=3)
+    r = sample(device, model, 4, chains=20, epochs=12, burn_in=2, target_temperature=1.0, anneal=0.2,
+               min_target_temperature=0.3, force_accept_epochs=3, proposal_temperature=4.0, seed=3)
     expected = [max(0.3, 1.0 - 0.2 * e) for e in range(12)]
     torch.testing.assert_close(r.target_temperature, torch.tensor(expected))
     assert r.acceptance_rate[:3].tolist() == [1.0, 1.0, 1.0]
@@ -130,14 +159,14 @@ class RowCounter:
         return self.inner.masked_logits(tokens, positions)
 
 
-def test_mh_rows_per_step_are_te_minus_one_per_changed_chain():
+def test_mh_rows_per_step_are_te_minus_one_per_changed_chain(device):
     """Single-site MH forwards T_e - 1 rows per chain whose proposal differs from its current
     token and none otherwise: per epoch, rows = (T_e - 1) * (proposals - unchanged)."""
     T, chains = 4, 8
     model = RowCounter(model4())
     epoch_rows, epoch_stats = [], []
-    r = mhfast.sample(model, T, chains=chains, epochs=5, burn_in=1, seed=5,
-                      progress=lambda e, s: (epoch_rows.append(s["model_rows"]), epoch_stats.append(s)))
+    r = sample(device, model, T, chains=chains, epochs=5, burn_in=1, seed=5,
+               progress=lambda e, s: (epoch_rows.append(s["model_rows"]), epoch_stats.append(s)))
     assert sum(model.rows) == r.model_rows
     # warm start: the all-mask row repeated once per position (no row hook), then T_e rows per chain
     previous = T + chains * T
@@ -148,28 +177,28 @@ def test_mh_rows_per_step_are_te_minus_one_per_changed_chain():
         previous = rows_now
 
 
-def test_unchanged_proposals_make_no_model_call():
+def test_unchanged_proposals_make_no_model_call(device):
     """A model whose conditionals always put (almost) all mass on token 0: after the warm start and
     the initial scoring, every proposal equals the current token, so the sampler never calls it."""
     base = model4()
     for table in base.tables.values():
         table[:, :, 0] = 60.0
     model = RowCounter(base)
-    r = mhfast.sample(model, 4, chains=6, epochs=4, burn_in=1)
+    r = sample(device, model, 4, chains=6, epochs=4, burn_in=1)
     assert r.model_rows == 4 + 6 * 4  # warm start + initial energy pass only
     assert bool((r.tokens == 0).all())
     assert r.acceptance_rate.tolist() == [1.0] * 4 and r.novel_rate.tolist() == [0.0] * 4
 
 
-def test_gibbs_and_block_rows():
+def test_gibbs_and_block_rows(device):
     T, chains = 4, 3
-    g = mhfast.sample(RowCounter(model4()), T, chains=chains, epochs=3, burn_in=0, sampler="gibbs")
+    g = sample(device, RowCounter(model4()), T, chains=chains, epochs=3, burn_in=0, sampler="gibbs")
     assert g.model_rows == T + 3 * (chains * T + chains * T)  # 1 row / chain / step + 1 energy pass / epoch
     # block-MH with row hooks: 1 row per chain and step + T_e rows per changed chain
     rows, stats = [], []
     model = model4(row_hooks=True)
-    r = mhfast.sample(model, T, chains=chains, epochs=3, burn_in=0, sampler="block-mh", block_schedule=2,
-                      progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
+    r = sample(device, model, T, chains=chains, epochs=3, burn_in=0, sampler="block-mh", block_schedule=2,
+               progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
     previous = 1 + chains * T
     for now, s in zip(rows, stats):
         proposals = chains * (T // 2)
@@ -179,7 +208,7 @@ def test_gibbs_and_block_rows():
 
 
 @pytest.mark.parametrize("features", [False, True])
-def test_block_mh_with_one_position_blocks_is_single_site_mh(features):
+def test_block_mh_with_one_position_blocks_is_single_site_mh(features, device):
     """Block MH with |I| = 1 is single-site MH: same proposal (the cached row), same uniforms (slot 0),
     same rows (T_e - 1 per changed chain, no proposal forward), so the chains are identical."""
     model = model4(features=features, row_hooks=True)
@@ -187,8 +216,8 @@ def test_block_mh_with_one_position_blocks_is_single_site_mh(features):
     init = torch.tensor([[m, m, m, m], [m, m, p, p], [m, m, m, p]])
     kw = dict(init=init, chains=5, epochs=6, burn_in=2, seed=4, record="epoch", force_accept_epochs=1, anneal=0.1,
               energy="local", proposal_temperature=1.5)
-    a = mhfast.sample(model, sampler="mh", **kw)
-    b = mhfast.sample(model, sampler="block-mh", block_schedule=1, **kw)
+    a = sample(device, model, sampler="mh", **kw)
+    b = sample(device, model, sampler="block-mh", block_schedule=1, **kw)
     assert torch.equal(a.history, b.history)
     assert torch.equal(a.best_tokens, b.best_tokens)
     assert torch.equal(a.energy, b.energy) and torch.equal(a.acceptance_rate, b.acceptance_rate)
@@ -196,14 +225,14 @@ def test_block_mh_with_one_position_blocks_is_single_site_mh(features):
 
 
 @pytest.mark.parametrize("features", [False, True])
-def test_block_mh_cache_stays_valid_across_block_and_forced_moves(features):
+def test_block_mh_cache_stays_valid_across_block_and_forced_moves(features, device):
     """Block moves (some forced), then one-position blocks reading the cache: a stale cached row
     would give a wrong proposal and a wrong energy term, so the final energies would not match."""
     model = model4(features=features, row_hooks=True)
     m, p = model.mask_id, model.pad_id
     init = torch.tensor([[m, m, m, m], [m, m, m, p]])
-    r = mhfast.sample(model, init=init, chains=6, epochs=6, burn_in=0, seed=3, sampler="block-mh",
-                      block_schedule=[3, 2, 2, 1, 2, 1], force_accept_epochs=2, proposal_temperature=2.0)
+    r = sample(device, model, init=init, chains=6, epochs=6, burn_in=0, seed=3, sampler="block-mh",
+               block_schedule=[3, 2, 2, 1, 2, 1], force_accept_epochs=2, proposal_temperature=2.0)
     for b, L in enumerate([4, 3]):
         for c in range(6):
             e_raw, e_local = energy_of(model, r.tokens[b, c, :L])
@@ -211,7 +240,7 @@ def test_block_mh_cache_stays_valid_across_block_and_forced_moves(features):
             assert abs(e_local - float(r.energy_local[b, c])) < 1e-4
 
 
-def test_block_mh_rows_per_step_drop_to_single_site_cost_at_size_one():
+def test_block_mh_rows_per_step_drop_to_single_site_cost_at_size_one(device):
     """Schedule 2, 2, 1, 1, 1 on T = 4 with the row hooks. Size 2: 1 proposal row per block + T_e rows
     of X' per changed chain. Size 1: no proposal row (cached) and T_e - 1 rows per changed chain, none
     for an unchanged one. Both backends agree on chains and rows."""
@@ -220,9 +249,9 @@ def test_block_mh_rows_per_step_drop_to_single_site_cost_at_size_one():
     runs = {}
     for backend in ("compiled", "reference"):
         rows, stats, kinds = [], [], set()
-        r = mhfast.sample(model, T, chains=chains, epochs=5, burn_in=0, seed=9, sampler="block-mh",
-                          block_schedule=[2, 2, 1, 1, 1], record="epoch", backend=backend, proposal_temperature=2.0,
-                          progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
+        r = sample(device, model, T, chains=chains, epochs=5, burn_in=0, seed=9, sampler="block-mh",
+                   block_schedule=[2, 2, 1, 1, 1], record="epoch", backend=backend, proposal_temperature=2.0,
+                   progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
         runs[backend] = r
         previous = 1 + chains * T  # warm start (one row with the hooks) + the initial T_e rows per chain
         for e, (now, s) in enumerate(zip(rows, stats)):
@@ -240,21 +269,21 @@ def test_block_mh_rows_per_step_drop_to_single_site_cost_at_size_one():
     assert runs["compiled"].model_rows == runs["reference"].model_rows
 
 
-def test_block_mh_unchanged_single_site_proposals_make_no_model_call():
+def test_block_mh_unchanged_single_site_proposals_make_no_model_call(device):
     """Peaked conditionals: after the warm start and the initial scoring, block proposals need their
     one row per chain and block, one-position blocks nothing at all."""
     base = model4(row_hooks=True)
     for table in base.tables.values():
         table[:, :, 0] = 60.0
-    r = mhfast.sample(base, 4, chains=6, epochs=4, burn_in=1, sampler="block-mh", block_schedule=[2, 1, 1, 1])
+    r = sample(device, base, 4, chains=6, epochs=4, burn_in=1, sampler="block-mh", block_schedule=[2, 1, 1, 1])
     assert r.model_rows == 1 + 6 * 4 + 6 * 2  # warm start + initial energy pass + size-2 proposals
     assert bool((r.tokens == 0).all())
 
 
-def test_conditional_sources_encode_once_and_pick_a_length():
+def test_conditional_sources_encode_once_and_pick_a_length(device):
     model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=3, seed=4)
-    r = mhfast.sample(model, source=torch.tensor([2, 0, 1]), length_beam=2, chains=4, epochs=6, burn_in=2,
-                      energy="local")
+    r = sample(device, model, source=torch.tensor([2, 0, 1]), length_beam=2, chains=4, epochs=6, burn_in=2,
+               energy="local")
     assert model.encode_calls == 1
     assert r.tokens.shape == (3, 4, 3) and r.candidate_lengths.shape == (3, 2)
     assert r.lengths.tolist() == r.candidate_lengths[torch.arange(3), r.chosen_candidate].tolist()
@@ -269,10 +298,10 @@ def test_conditional_sources_encode_once_and_pick_a_length():
         assert abs(float(e_local) - float(r.best_energy[s])) < 1e-4
 
 
-def test_generator_seed_is_reproducible():
+def test_generator_seed_is_reproducible(device):
     model = model4()
-    a = mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, generator=torch.Generator().manual_seed(5))
-    b = mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, generator=torch.Generator().manual_seed(5))
+    a = sample(device, model, 4, chains=3, epochs=4, burn_in=1, generator=torch.Generator().manual_seed(5))
+    b = sample(device, model, 4, chains=3, epochs=4, burn_in=1, generator=torch.Generator().manual_seed(5))
     assert torch.equal(a.tokens, b.tokens)
 
 
@@ -293,32 +322,32 @@ def test_generator_seed_is_reproducible():
     (dict(anneal=-0.1), "anneal"),
     (dict(backend="gpu"), "backend"),
 ])
-def test_bad_arguments_raise_value_error_naming_them(kwargs, name):
+def test_bad_arguments_raise_value_error_naming_them(kwargs, name, device):
     with pytest.raises(ValueError, match=name):
-        mhfast.sample(model4(), 3, **kwargs)
+        sample(device, model4(), 3, **kwargs)
 
 
-def test_bad_inputs_raise_value_error_naming_them():
+def test_bad_inputs_raise_value_error_naming_them(device):
     model = model4()
     m, p = model.mask_id, model.pad_id
     with pytest.raises(ValueError, match="length"):
-        mhfast.sample(model, 0)
+        sample(device, model, 0)
     with pytest.raises(ValueError, match="exactly one of length, init or source"):
-        mhfast.sample(model)
+        sample(device, model)
     with pytest.raises(ValueError, match="exactly one of length, init or source"):
-        mhfast.sample(model, 3, init=torch.tensor([[m, m, m]]))
+        sample(device, model, 3, init=torch.tensor([[m, m, m]]))
     with pytest.raises(ValueError, match="init"):
-        mhfast.sample(model, init=torch.tensor([[0, 9, 1]]))  # outside the vocabulary
+        sample(device, model, init=torch.tensor([[0, 9, 1]]))  # outside the vocabulary
     with pytest.raises(ValueError, match="init"):
-        mhfast.sample(model, init=torch.tensor([[0, p, 1]]))  # padding in the middle
+        sample(device, model, init=torch.tensor([[0, p, 1]]))  # padding in the middle
     with pytest.raises(ValueError, match="free_positions"):  # a special id at a free position
-        mhfast.sample(model, init=torch.tensor([[0, p, p]]), free_positions=torch.tensor([[True, True, False]]))
+        sample(device, model, init=torch.tensor([[0, p, p]]), free_positions=torch.tensor([[True, True, False]]))
     with pytest.raises(ValueError, match="free_positions"):  # a mask left fixed
-        mhfast.sample(model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, False, True]]))
+        sample(device, model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, False, True]]))
     with pytest.raises(ValueError, match="free_positions"):
-        mhfast.sample(model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, True]]))
+        sample(device, model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, True]]))
     with pytest.raises(TypeError, match="source"):
-        mhfast.sample(model, source=torch.tensor([0]))
+        sample(device, model, source=torch.tensor([0]))
 
 
 def test_counter_rng_is_uniform_and_a_pure_function_of_its_counters():

@@ -16,6 +16,7 @@ have mixed: the distance to stationarity is far below m.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -24,6 +25,15 @@ import torch
 import mhfast
 from mhfast import reference
 from mhfast.models.tabular import TabularMLM, counter_example
+
+
+def sample(device: str, *args, **kwargs) -> mhfast.SampleResult:
+    """``mhfast.sample(*args, device=device, **kwargs)`` with its tensors moved to the CPU, where the
+    assertions compare them; checks first that the chains lived on ``device``."""
+    result = mhfast.sample(*args, device=device, **kwargs)
+    assert result.tokens.device.type == device, f"chains on {result.tokens.device}, asked for {device}"
+    return dataclasses.replace(result, **{f.name: getattr(result, f.name).cpu() for f in dataclasses.fields(result)
+                                          if isinstance(getattr(result, f.name), torch.Tensor)})
 
 N_CHAINS = 3000
 
@@ -60,7 +70,7 @@ def energies(model, states: torch.Tensor, energy_mask: torch.Tensor) -> tuple[to
     seq, pos = energy_mask.expand(K, -1).nonzero(as_tuple=True)
     rows = reference.masked_copies(states, seq, pos, model.mask_id)
     with torch.no_grad():
-        logits = model.masked_logits(rows, pos).float()
+        logits = model.masked_logits(rows, pos).float().cpu()
     e_raw, e_local, _ = reference.gather_energies(logits, states[seq, pos], seq, K)
     return e_raw.double(), e_local.double()
 
@@ -84,13 +94,13 @@ def tv_and_bound(p: torch.Tensor, p_hat: torch.Tensor, n: int) -> tuple[float, f
     return tv, 3 * mean_bound
 
 
-def run_and_compare(model, template, free, *, energy, tau=1.0, n=N_CHAINS, **kwargs):
+def run_and_compare(device, model, template, free, *, energy, tau=1.0, n=N_CHAINS, **kwargs):
     energy_mask = ~torch.isin(template, torch.tensor(sorted(set(model.special_ids) - {model.mask_id})))
     states = enumerate_states(model, template, free)
     p = target_distribution(model, states, energy_mask, energy, tau)
     start_tau = kwargs.pop("start_tau", tau)  # annealed runs start hotter and end at tau
-    result = mhfast.sample(model, init=template[None], free_positions=free[None], chains=n, energy=energy,
-                           target_temperature=start_tau, **kwargs)
+    result = sample(device, model, init=template[None], free_positions=free[None], chains=n, energy=energy,
+                    target_temperature=start_tau, **kwargs)
     p_hat = empirical(states, result.tokens[0])
     return (*tv_and_bound(p, p_hat, n), result)
 
@@ -139,29 +149,29 @@ TABULAR_CASES = [
 
 
 @pytest.mark.parametrize("name,model_kwargs,kwargs", TABULAR_CASES, ids=[c[0] for c in TABULAR_CASES])
-def test_tabular_matches_enumeration(name, model_kwargs, kwargs):
+def test_tabular_matches_enumeration(name, model_kwargs, kwargs, device):
     # scale 0.5: peaked enough that MH rejects often, flat enough that 30 epochs mix at tau = 0.5
     model = TabularMLM.random(num_tokens=3, length=3, seed=11, scale=0.5, **model_kwargs)
     template, free = masks(model, 3)
     if "top_p" in kwargs:
         assert nucleus_connected(model, template, free, 1.0, kwargs["top_p"]), "test model must be irreducible"
-    tv, bound, result = run_and_compare(model, template, free, epochs=30, burn_in=5, seed=1, **kwargs)
+    tv, bound, result = run_and_compare(device, model, template, free, epochs=30, burn_in=5, seed=1, **kwargs)
     assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
     assert 0 < float(result.novel_rate[-5:].mean()) <= float(result.acceptance_rate[-5:].mean()) <= 1
 
 
 @pytest.mark.parametrize("sampler", ["gibbs", "block-gibbs"])
-def test_tabular_degenerate_gibbs_misses_the_target(sampler):
+def test_tabular_degenerate_gibbs_misses_the_target(sampler, device):
     """Negative control: the same comparison rejects the degenerate samplers on the tabular model
     (its random conditionals are inconsistent), so the bound above has power."""
     model = TabularMLM.random(num_tokens=3, length=3, seed=11, scale=0.5)
     template, free = masks(model, 3)
-    tv, bound, _ = run_and_compare(model, template, free, energy="local", epochs=30, burn_in=5, seed=1,
+    tv, bound, _ = run_and_compare(device, model, template, free, energy="local", epochs=30, burn_in=5, seed=1,
                                    sampler=sampler, block_schedule=2)
     assert tv > bound, f"{sampler}: TV {tv:.4f} <= bound {bound:.4f}"
 
 
-def test_infilling_with_padding_matches_enumeration():
+def test_infilling_with_padding_matches_enumeration(device):
     """A length-3 row padded to 4 with its middle token fixed: the fixed token counts in the energy."""
     model = TabularMLM.random(num_tokens=3, length=(3, 4), seed=5)
     template = torch.tensor([model.mask_id, 1, model.mask_id])
@@ -169,36 +179,36 @@ def test_infilling_with_padding_matches_enumeration():
     states = enumerate_states(model, template, free)
     p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), "local", 0.7)
     init = torch.tensor([[model.mask_id, 1, model.mask_id, model.pad_id]])
-    result = mhfast.sample(model, init=init, free_positions=torch.tensor([[True, False, True, False]]),
-                           chains=N_CHAINS, energy="local", target_temperature=0.7, epochs=30, burn_in=5, seed=2)
+    result = sample(device, model, init=init, free_positions=torch.tensor([[True, False, True, False]]),
+                    chains=N_CHAINS, energy="local", target_temperature=0.7, epochs=30, burn_in=5, seed=2)
     assert bool((result.tokens[0, :, 3] == model.pad_id).all())
     tv, bound = tv_and_bound(p, empirical(states, result.tokens[0, :, :3]), N_CHAINS)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
 
 
 @pytest.mark.parametrize("energy", ["raw", "local"])
-def test_counter_example_mh_is_exact(energy):
+def test_counter_example_mh_is_exact(energy, device):
     """Appendix C: MH samples pi(x1, x2) ~ p(x1 | x2) (.495 on aa/bb); the chains need ~100 epochs to
     cross between the two modes, so this runs longer."""
     model = counter_example()
     template, free = masks(model, 2)
-    tv, bound, _ = run_and_compare(model, template, free, energy=energy, n=2000, epochs=200, burn_in=5, seed=3)
+    tv, bound, _ = run_and_compare(device, model, template, free, energy=energy, n=2000, epochs=200, burn_in=5, seed=3)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
 
 
-def test_counter_example_degenerate_gibbs_is_not():
+def test_counter_example_degenerate_gibbs_is_not(device):
     """The paper's point (section 2.1, appendix C): Gibbs with the MLM conditionals samples another
     distribution. Left-to-right, the last update draws X2 uniformly whatever X1: the final states
     are uniform, at TV 0.49 from the target."""
     model = counter_example()
     template, free = masks(model, 2)
-    tv, bound, result = run_and_compare(model, template, free, energy="raw", n=2000, epochs=20, burn_in=5,
+    tv, bound, result = run_and_compare(device, model, template, free, energy="raw", n=2000, epochs=20, burn_in=5,
                                         sampler="gibbs", order="left-to-right", seed=4)
     assert tv > 0.4 and tv > 5 * bound, f"degenerate Gibbs TV {tv:.4f} (bound {bound:.4f})"
     assert float(result.acceptance_rate.min()) == 1.0
 
 
-def tiny_bert():
+def tiny_bert(device: str = "cpu"):
     transformers = pytest.importorskip("transformers")
     from mhfast.models.hf import HFMaskedLM
 
@@ -209,16 +219,16 @@ def tiny_bert():
     with torch.no_grad():  # random init is nearly uniform: sharpen the conditionals a little
         model.get_output_embeddings().weight.mul_(4.0)
     # vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK] then words 5, 6, 7
-    return HFMaskedLM(model, pad_id=0, mask_id=4, bos_id=2, eos_id=3, special_ids=(0, 1, 2, 3, 4))
+    return HFMaskedLM(model, device=device, pad_id=0, mask_id=4, bos_id=2, eos_id=3, special_ids=(0, 1, 2, 3, 4))
 
 
 @pytest.mark.parametrize("sampler,energy", [("mh", "local"), ("block-mh", "raw")])
-def test_tiny_bert_matches_enumeration(sampler, energy):
-    model = tiny_bert()
+def test_tiny_bert_matches_enumeration(sampler, energy, device):
+    model = tiny_bert(device)
     template = model.frame(3)  # [CLS] m m m [SEP]: the specials are fixed and outside the energy
     free = template == model.mask_id
     n = 2000
-    tv, bound, result = run_and_compare(model, template, free, energy=energy, n=n, epochs=15, burn_in=3, seed=5,
+    tv, bound, result = run_and_compare(device, model, template, free, energy=energy, n=n, epochs=15, burn_in=3, seed=5,
                                         sampler=sampler, block_schedule=2 if sampler == "block-mh" else None)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
     assert bool((result.tokens[0, :, 0] == 2).all()) and bool((result.tokens[0, :, 4] == 3).all())

@@ -2,7 +2,8 @@
 //
 // log_alpha = beta * (energy - energy_proposed) + logq_reverse - logq_forward, evaluated in
 // fp32 in the reference's order; chain b accepts iff log(u) < log_alpha (NaN rejects). Positions
-// are validated serially first, so bad input never leaves tokens or energy half-updated.
+// are validated serially first, so bad input never leaves tokens half-updated. Only tokens is
+// written; energy is an input.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -17,7 +18,7 @@ namespace mhfast {
 namespace cpu {
 
 at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
-                         at::Tensor& energy, const at::Tensor& energy_proposed,
+                         const at::Tensor& energy, const at::Tensor& energy_proposed,
                          const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
                          const at::Tensor& beta, const at::Tensor& uniforms) {
   const char* op = "mh_accept_";
@@ -39,7 +40,7 @@ at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const 
   const int64_t* prop = proposed.const_data_ptr<int64_t>();
   const int64_t ps0 = positions.stride(0), ps1 = block ? positions.stride(1) : 0;
   const int64_t qs0 = proposed.stride(0), qs1 = block ? proposed.stride(1) : 0;
-  float* e = energy.mutable_data_ptr<float>();
+  const float* e = energy.const_data_ptr<float>();
   const int64_t es = energy.stride(0);
   const float* ep = energy_proposed.const_data_ptr<float>();
   const float* lf = logq_forward.const_data_ptr<float>();
@@ -57,7 +58,6 @@ at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const 
       const bool ok = std::log(un[b * uns]) < log_alpha;  // false for NaN
       acc[b] = ok;
       if (!ok) continue;
-      e[b * es] = e_new;
       for (int64_t k = 0; k < K; ++k) {
         const int64_t t = pos[b * ps0 + k * ps1];
         if (t >= 0) tok[b * ts0 + t * ts1] = prop[b * qs0 + k * qs1];

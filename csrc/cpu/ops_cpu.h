@@ -27,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& log
                                                            const at::Tensor& uniforms);
 
 at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
-                         at::Tensor& energy, const at::Tensor& energy_proposed,
+                         const at::Tensor& energy, const at::Tensor& energy_proposed,
                          const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
                          const at::Tensor& beta, const at::Tensor& uniforms);
 

@@ -4,11 +4,15 @@
 // sum-exp in fp32 for f32/f16/bf16), reduces it with CUB (a fixed tree: deterministic), and
 // writes token_logp[n] and target_logit[n]. Small vocabularies (V <= kWarpRowMaxV) use one
 // warp per row so that a block is not mostly idle; larger ones one 256-thread block per row.
-// Launch 2 (sequences): one block per sequence b sums -target_logit and -token_logp over the
-// rows with seq_index == b in a fixed order (thread-strided partial sums + CUB block reduce).
-// Two launches because a deterministic sum needs all rows done and float atomics would make
-// e_raw/e_local depend on scheduling; launch 2 reads num_seqs * N indices from L2, negligible
-// next to the logits for the sampler's sizes (num_seqs <= a few thousand).
+// The same launch flags seq_index as unsorted if any seq_index[n] > seq_index[n + 1].
+// Launch 2 (sequences): one warp per sequence b sums -target_logit and -token_logp over the
+// rows with seq_index == b in a fixed order (lane-strided partial sums + a xor-butterfly).
+// Sorted seq_index (the sampler's pattern: arange, or rows grouped by sequence): the rows of b
+// are one range found by binary search, so launch 2 reads each row once: O(N + S log N).
+// Unsorted seq_index: each warp scans all N indices (O(N S), correct but slow; documented in
+// mhfast.ops.gather_energies). Two launches because a deterministic sum needs all rows done and
+// float atomics would make e_raw/e_local depend on scheduling.
+#include <c10/cuda/CUDAException.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/warp/warp_reduce.cuh>
 
@@ -24,9 +28,11 @@ constexpr int64_t kWarpRowMaxV = 4096;
 constexpr int kSeqThreads = 256;
 
 template <typename T>
-__device__ __forceinline__ void finish_row(const T* row, int64_t V, int64_t n, float lse,
-                                           Strided1<const int64_t> targets, float* token_logp,
-                                           float* target_logit) {
+__device__ __forceinline__ void finish_row(const T* row, int64_t N, int64_t V, int64_t n, float lse,
+                                           Strided1<const int64_t> targets,
+                                           Strided1<const int64_t> seq_index, int* unsorted,
+                                           float* token_logp, float* target_logit) {
+  if (n + 1 < N && seq_index[n] > seq_index[n + 1]) atomicOr(unsorted, 1);  // integer: deterministic
   const int64_t t = targets[n];
   const float tl = (t >= 0 && t < V) ? to_float(row[t]) : kNaN;  // invalid target -> NaN
   token_logp[n] = tl - lse;
@@ -35,7 +41,8 @@ __device__ __forceinline__ void finish_row(const T* row, int64_t V, int64_t n, f
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockRowThreads)
-    rows_block_kernel(const T* logits, int64_t V, int64_t row_stride, Strided1<const int64_t> targets,
+    rows_block_kernel(const T* logits, int64_t N, int64_t V, int64_t row_stride,
+                      Strided1<const int64_t> targets, Strided1<const int64_t> seq_index, int* unsorted,
                       float* token_logp, float* target_logit) {
   using Reduce = cub::BlockReduce<Lse, kBlockRowThreads>;
   __shared__ typename Reduce::TempStorage tmp;
@@ -44,13 +51,16 @@ __global__ void __launch_bounds__(kBlockRowThreads)
   Lse acc = lse_empty();
   lse_row(row, V, threadIdx.x, kBlockRowThreads, acc);
   const Lse total = Reduce(tmp).Reduce(acc, LseMerge{});
-  if (threadIdx.x == 0) finish_row(row, V, n, lse_value(total), targets, token_logp, target_logit);
+  if (threadIdx.x == 0) {
+    finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
+  }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kWarpRowBlock)
     rows_warp_kernel(const T* logits, int64_t N, int64_t V, int64_t row_stride,
-                     Strided1<const int64_t> targets, float* token_logp, float* target_logit) {
+                     Strided1<const int64_t> targets, Strided1<const int64_t> seq_index, int* unsorted,
+                     float* token_logp, float* target_logit) {
   constexpr int kWarps = kWarpRowBlock / 32;
   using Reduce = cub::WarpReduce<Lse>;
   __shared__ typename Reduce::TempStorage tmp[kWarps];
@@ -61,78 +71,100 @@ __global__ void __launch_bounds__(kWarpRowBlock)
   Lse acc = lse_empty();
   lse_row(row, V, lane, 32, acc);
   const Lse total = Reduce(tmp[warp]).Reduce(acc, LseMerge{});
-  if (lane == 0) finish_row(row, V, n, lse_value(total), targets, token_logp, target_logit);
+  if (lane == 0) {
+    finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
+  }
 }
 
-__global__ void __launch_bounds__(kSeqThreads)
-    sequence_sums_kernel(int64_t N, Strided1<const int64_t> seq_index, const float* target_logit,
-                         const float* token_logp, float* e_raw, float* e_local) {
-  using Reduce = cub::BlockReduce<float2, kSeqThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
-  const int64_t b = blockIdx.x;
-  // Accumulate the negated values onto +0.0, as the reference's index_add_ onto zeros does.
-  float2 acc = make_float2(0.0f, 0.0f);
-  for (int64_t n = threadIdx.x; n < N; n += kSeqThreads) {
-    if (seq_index[n] == b) {
-      acc.x += -target_logit[n];
-      acc.y += -token_logp[n];
+// First index n in [lo, hi) with seq_index[n] >= key (seq_index sorted).
+__device__ __forceinline__ int64_t lower_bound(Strided1<const int64_t> seq_index, int64_t lo, int64_t hi,
+                                               int64_t key) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (seq_index[mid] < key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
     }
   }
-  const float2 total = Reduce(tmp).Reduce(acc, Float2Sum{});
-  if (threadIdx.x == 0) {
-    e_raw[b] = total.x;
-    e_local[b] = total.y;
+  return lo;
+}
+
+// Launch 2: warp per sequence. `unsorted` was set by launch 1 (read once per warp: uniform).
+__global__ void __launch_bounds__(kSeqThreads)
+    sequence_sums_kernel(int64_t N, int64_t num_seqs, Strided1<const int64_t> seq_index,
+                         const int* unsorted, const float* target_logit, const float* token_logp,
+                         float* e_raw, float* e_local) {
+  const int lane = threadIdx.x % 32;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (kSeqThreads / 32) + threadIdx.x / 32;
+  if (b >= num_seqs) return;  // whole warp leaves: no block-wide barrier below
+  const bool scan_all = *unsorted != 0;
+  const int64_t lo = scan_all ? 0 : lower_bound(seq_index, 0, N, b);
+  const int64_t hi = scan_all ? N : lower_bound(seq_index, lo, N, b + 1);
+  // Accumulate the negated values onto +0.0, as the reference's index_add_ onto zeros does.
+  float raw = 0.0f, local = 0.0f;
+  for (int64_t n = lo + lane; n < hi; n += 32) {
+    if (scan_all && seq_index[n] != b) continue;
+    raw += -target_logit[n];
+    local += -token_logp[n];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    raw += __shfl_xor_sync(0xffffffffu, raw, o);
+    local += __shfl_xor_sync(0xffffffffu, local, o);
+  }
+  if (lane == 0) {
+    e_raw[b] = raw;
+    e_local[b] = local;
   }
 }
 
 template <typename T>
-cudaError_t launch_rows(const T* logits, int64_t N, int64_t V, int64_t row_stride,
-                        Strided1<const int64_t> targets, float* token_logp, float* target_logit,
-                        cudaStream_t stream) {
+void launch_rows(const T* logits, int64_t N, int64_t V, int64_t row_stride,
+                 Strided1<const int64_t> targets, Strided1<const int64_t> seq_index, int* unsorted,
+                 float* token_logp, float* target_logit, cudaStream_t stream) {
   if (V <= kWarpRowMaxV) {
     const int64_t blocks = ceil_div(N, kWarpRowBlock / 32);
     rows_warp_kernel<T><<<static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream>>>(
-        logits, N, V, row_stride, targets, token_logp, target_logit);
+        logits, N, V, row_stride, targets, seq_index, unsorted, token_logp, target_logit);
   } else {
     rows_block_kernel<T><<<static_cast<unsigned>(N), kBlockRowThreads, 0, stream>>>(
-        logits, V, row_stride, targets, token_logp, target_logit);
+        logits, N, V, row_stride, targets, seq_index, unsorted, token_logp, target_logit);
   }
-  return cudaGetLastError();
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-cudaError_t launch_gather_energies(const void* logits, FloatKind kind, int64_t N, int64_t V,
-                                   int64_t row_stride, Strided1<const int64_t> targets,
-                                   Strided1<const int64_t> seq_index, int64_t num_seqs,
-                                   float* e_raw, float* e_local, float* token_logp,
-                                   float* target_logit, cudaStream_t stream) {
+void launch_gather_energies(const void* logits, FloatKind kind, int64_t N, int64_t V, int64_t row_stride,
+                            Strided1<const int64_t> targets, Strided1<const int64_t> seq_index,
+                            int64_t num_seqs, float* e_raw, float* e_local, float* token_logp,
+                            float* target_logit, int* unsorted, cudaStream_t stream) {
   // Grids are 1-D: more rows or sequences than gridDim.x allows is refused, never truncated.
-  if (N > INT32_MAX || num_seqs > INT32_MAX) return cudaErrorInvalidConfiguration;
+  TORCH_CHECK(N <= INT32_MAX && num_seqs <= INT32_MAX,
+              "mhfast.gather_energies: too many rows or sequences for one grid");
+  C10_CUDA_CHECK(cudaMemsetAsync(unsorted, 0, sizeof(int), stream));
   if (N > 0) {
-    cudaError_t err = cudaSuccess;
     switch (kind) {
       case FloatKind::kFloat32:
-        err = launch_rows(static_cast<const float*>(logits), N, V, row_stride, targets, token_logp,
-                          target_logit, stream);
+        launch_rows(static_cast<const float*>(logits), N, V, row_stride, targets, seq_index, unsorted,
+                    token_logp, target_logit, stream);
         break;
       case FloatKind::kFloat16:
-        err = launch_rows(static_cast<const __half*>(logits), N, V, row_stride, targets, token_logp,
-                          target_logit, stream);
+        launch_rows(static_cast<const __half*>(logits), N, V, row_stride, targets, seq_index, unsorted,
+                    token_logp, target_logit, stream);
         break;
       case FloatKind::kBFloat16:
-        err = launch_rows(static_cast<const __nv_bfloat16*>(logits), N, V, row_stride, targets,
-                          token_logp, target_logit, stream);
+        launch_rows(static_cast<const __nv_bfloat16*>(logits), N, V, row_stride, targets, seq_index,
+                    unsorted, token_logp, target_logit, stream);
         break;
     }
-    if (err != cudaSuccess) return err;
   }
   if (num_seqs > 0) {  // also for N == 0: writes the zeros
-    sequence_sums_kernel<<<static_cast<unsigned>(num_seqs), kSeqThreads, 0, stream>>>(
-        N, seq_index, target_logit, token_logp, e_raw, e_local);
-    return cudaGetLastError();
+    const int64_t blocks = ceil_div(num_seqs, kSeqThreads / 32);
+    sequence_sums_kernel<<<static_cast<unsigned>(blocks), kSeqThreads, 0, stream>>>(
+        N, num_seqs, seq_index, unsorted, target_logit, token_logp, e_raw, e_local);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return cudaSuccess;
 }
 
 }  // namespace cuda

@@ -2,6 +2,8 @@
 //
 // One thread per output element, grid-stride: consecutive threads write consecutive elements
 // of out (coalesced stores) and read consecutive columns of one tokens row.
+#include <c10/cuda/CUDAException.h>
+
 #include "common.cuh"
 
 namespace mhfast {
@@ -34,16 +36,16 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t launch_masked_copies(Strided2<const int64_t> tokens, Strided1<const int64_t> seq_index,
-                                 Strided1<const int64_t> pos_index, int64_t N, int64_t mask_id,
-                                 int64_t* out, cudaStream_t stream) {
+void launch_masked_copies(Strided2<const int64_t> tokens, Strided1<const int64_t> seq_index,
+                          Strided1<const int64_t> pos_index, int64_t N, int64_t mask_id, int64_t* out,
+                          cudaStream_t stream) {
   const int64_t total = N * tokens.cols;
-  if (total == 0) return cudaSuccess;
+  if (total == 0) return;
   // Enough blocks to fill any GPU; the grid-stride loop covers the rest.
   const int64_t blocks = std::min<int64_t>(ceil_div(total, kThreads), 8192);
   masked_copies_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       tokens, seq_index, pos_index, N, mask_id, out);
-  return cudaGetLastError();
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace cuda

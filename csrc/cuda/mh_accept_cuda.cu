@@ -3,7 +3,9 @@
 // log_alpha = beta * (energy - energy_proposed) + logq_reverse - logq_forward, evaluated left to
 // right with explicitly rounded operations (no FMA contraction) so that it rounds like the
 // reference; accept iff log(u) < log_alpha (NaN rejects). An accepted chain writes its K
-// proposed tokens (slots with position -1 are unused) and its new energy.
+// proposed tokens (slots with position -1 are unused); `energy` is read only.
+#include <c10/cuda/CUDAException.h>
+
 #include "common.cuh"
 
 namespace mhfast {
@@ -27,18 +29,17 @@ __global__ void __launch_bounds__(kThreads) mh_accept_kernel(MhAcceptArgs a) {
     const int64_t pos = a.positions(b, k);
     if (pos >= 0 && pos < T) a.tokens(b, pos) = a.proposed(b, k);  // -1 (unused) or invalid: skipped
   }
-  a.energy[b] = e_new;
 }
 
 }  // namespace
 
-cudaError_t launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream) {
+void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream) {
   const int64_t B = args.tokens.rows;
-  if (B == 0) return cudaSuccess;
+  if (B == 0) return;
   const int64_t blocks = ceil_div(B, kThreads);
-  if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
+  TORCH_CHECK(blocks <= INT32_MAX, "mhfast.mh_accept_: too many chains for one grid");
   mh_accept_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace cuda

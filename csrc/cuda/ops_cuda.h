@@ -1,13 +1,15 @@
-// CUDA launchers of mhfast's ops: raw pointers + strides in, one stream, cudaError_t out.
+// CUDA launchers of mhfast's ops: raw pointers + strides in, one stream; errors are thrown.
 //
-// Why raw pointers and not at::Tensor: the kernel files (*_cuda.cu) then include only CUDA and
-// CUB headers and compile in ~6 s each, instead of ~35 s with ATen's headers; only
-// register_cuda.cu (tensor checks, allocation, device guard, stream, registration) pays for
-// ATen. The launchers never synchronize with the host; the caller turns a non-success
-// cudaError_t into an exception (C10_CUDA_CHECK), which is C10_CUDA_KERNEL_LAUNCH_CHECK's job.
+// Why raw pointers and not at::Tensor: the kernel files (*_cuda.cu) then include only CUDA, CUB
+// and c10's small CUDA error header, and compile in seconds instead of ~35 s with ATen's
+// headers; only register_cuda.cu (tensor checks, allocation, device guard, stream,
+// registration) pays for ATen. The launchers never synchronize with the host. Every launch is
+// followed at once by C10_CUDA_KERNEL_LAUNCH_CHECK() (and every runtime call by
+// C10_CUDA_CHECK), so an error is reported at the launch that caused it, as a c10::Error.
+// Kernels see plain structs: the tensor checks were made once, at the op boundary.
 //
 // Example (what register_cuda.cu does for masked_copies):
-//     C10_CUDA_CHECK(mhfast::cuda::launch_masked_copies(tokens, seq, pos, N, mask_id, out, stream));
+//     mhfast::cuda::launch_masked_copies(tokens, seq, pos, N, mask_id, out, stream);
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,47 +43,52 @@ enum class FloatKind : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // out[n, t] = tokens[seq_index[n], t], except out[n, pos_index[n]] = mask_id.
 // Invalid input (seq_index outside [0, B) or pos_index outside [0, T)): row n is all -1.
 // out is contiguous [N, T].
-cudaError_t launch_masked_copies(Strided2<const int64_t> tokens, Strided1<const int64_t> seq_index,
-                                 Strided1<const int64_t> pos_index, int64_t N, int64_t mask_id,
-                                 int64_t* out, cudaStream_t stream);
+void launch_masked_copies(Strided2<const int64_t> tokens, Strided1<const int64_t> seq_index,
+                          Strided1<const int64_t> pos_index, int64_t N, int64_t mask_id, int64_t* out,
+                          cudaStream_t stream);
 
 // Row n: token_logp[n] = logits[n, targets[n]] - logsumexp(logits[n]); target_logit[n] (scratch,
 // f32[N]) = logits[n, targets[n]]. Then e_raw[b] = -sum target_logit, e_local[b] = -sum token_logp
-// over the rows with seq_index[n] == b, in a fixed order (deterministic, no atomics).
+// over the rows with seq_index[n] == b, in a fixed order (deterministic, no float atomics).
 // logits rows must have unit column stride; any row stride. Two launches (rows, then sequences):
-// a deterministic per-sequence sum needs every row finished first.
+// a deterministic per-sequence sum needs every row finished first. `unsorted` (one int of
+// device scratch) records whether seq_index is non-decreasing: then the sums are O(N + S log N),
+// otherwise O(N * S).
 // Invalid input: targets[n] outside [0, V) -> NaN for that row; seq_index[n] outside
 // [0, num_seqs) -> row n counts in no sequence.
-cudaError_t launch_gather_energies(const void* logits, FloatKind kind, int64_t N, int64_t V,
-                                   int64_t row_stride, Strided1<const int64_t> targets,
-                                   Strided1<const int64_t> seq_index, int64_t num_seqs,
-                                   float* e_raw, float* e_local, float* token_logp,
-                                   float* target_logit, cudaStream_t stream);
+void launch_gather_energies(const void* logits, FloatKind kind, int64_t N, int64_t V, int64_t row_stride,
+                            Strided1<const int64_t> targets, Strided1<const int64_t> seq_index,
+                            int64_t num_seqs, float* e_raw, float* e_local, float* token_logp,
+                            float* target_logit, int* unsorted, cudaStream_t stream);
 
-// True when a row of V fp32 probabilities does not fit in the shared memory of `device`: then
-// launch_propose needs a global scratch buffer of B * V floats.
-bool propose_needs_scratch(int64_t V, int device);
+// 0 when a row of V fp32 probabilities fits in the shared memory of `device` next to the
+// kernel's static shared memory; otherwise the row stride (floats) of the global scratch buffer
+// of B rows that launch_propose then needs.
+int64_t propose_scratch_stride(int64_t V, int device);
 
-// One block per row: tempered nucleus distribution q, inverse-CDF draw with uniforms[b].
-// Invalid input (a row with NaN/+inf or no finite logit): proposed = -1, logq_* = NaN;
-// current[b] outside [0, V): logq_current = NaN.
-cudaError_t launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V,
-                           int64_t row_stride, Strided1<const int64_t> current, float temperature,
-                           double top_p, Strided1<const float> uniforms, float* scratch,
-                           int64_t* proposed, float* logq_proposed, float* logq_current,
-                           cudaStream_t stream);
+// One block per row: tempered nucleus distribution q, inverse-CDF draw with uniforms[b]; each
+// logit is read from global memory once.
+// Invalid input (a row with NaN/+inf or no finite logit): proposed = current (0 if current is
+// out of range), logq_* = NaN, so that mh_accept_ rejects the move (never an out-of-range
+// token); current[b] outside [0, V): logq_current = NaN.
+void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
+                    Strided1<const int64_t> current, float temperature, double top_p,
+                    Strided1<const float> uniforms, float* scratch, int64_t scratch_stride,
+                    int64_t* proposed, float* logq_proposed, float* logq_current,
+                    cudaStream_t stream);
 
 // Inputs of mh_accept_ (one thread per chain). positions/proposed are [B, K] (K = 1 and
 // stride1 = 0 for the 1-D form). Invalid input: a position outside [0, T) is skipped.
+// Only tokens is written (energy is an input: the caller keeps the accepted energies itself).
 struct MhAcceptArgs {
   Strided2<int64_t> tokens;
   Strided2<const int64_t> positions;
   Strided2<const int64_t> proposed;
-  Strided1<float> energy;
+  Strided1<const float> energy;
   Strided1<const float> energy_proposed, logq_forward, logq_reverse, beta, uniforms;
   bool* accepted;  // contiguous [B]
 };
-cudaError_t launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
+void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
 
 // counter_uniforms: out[i] = uniform of key i (and lane i, or lane 0 when lanes is null); contiguous.
 cudaError_t launch_counter_uniforms(const int64_t* keys, const int64_t* lanes, int64_t n, int64_t epoch,

@@ -1,24 +1,30 @@
-// propose on CUDA: one block per row, no sort.
+// propose on CUDA: one block per row, the row read from global memory once.
 //
-// 1. x = logits / temperature (kept in the row buffer), online max / sum-exp (CUB reduce), then
-//    p = exp((x - max) - log sum): torch's log_softmax arithmetic, in fp32.
-// 2. Nucleus (top_p < 1). The reference keeps token j iff the mass of the tokens ahead of it in
-//    (p desc, id asc) order is < top_p (plus the top token, minus p == 0). With
-//    G(t) = sum of p_k > t, that is: every token with p > tau, where tau is the smallest row
-//    value with G(tau) < top_p, plus the tokens with p == tau whose rank r among those ties (by
-//    id) gives G(tau) + r * tau < top_p. tau is found by bisection on the bit pattern of t
-//    (non-negative floats order like their bits), one block sum per step (<= 30 steps): G is
-//    monotone even in floating point (fixed summation order, non-negative terms), so the search
-//    is exact and lands on a row value. top_p == 1 (or total mass < top_p): p > 0 is the nucleus.
-// 3. Inverse CDF in increasing id order: thread t owns the contiguous ids
-//    [t*L, (t+1)*L); a block exclusive scan of the threads' q-mass gives each segment's start,
-//    and the proposal is the smallest id whose cdf = start + running sum exceeds u (CUB min);
-//    none (u ~ 1, rounding): the last kept id, as in the reference. The tie ranks come from a
-//    block scan over the same segments.
-// The row buffer is in shared memory when V floats fit (V <= ~56k on H100, ~40k on A100),
-// otherwise in a global scratch buffer the caller allocates (propose_needs_scratch).
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
+// Steps of propose_kernel (each a named device function below):
+//  1. load_row: logits -> x = logits / temperature into the row buffer (16-byte loads, conflict-free
+//     shared stores) with the online max / sum-exp of x in the same pass; block-merged in a fixed
+//     order. A row with NaN / +inf or no finite logit stops here (see write_bad_row).
+//  2. to_probs: p = exp((x - max) - log sum) in place (torch's log_softmax arithmetic, fp32).
+//  3. find_nucleus (top_p < 1): the reference keeps token j iff the mass of the tokens ahead of it in
+//     (p desc, id asc) order is < top_p. With G(t) = sum of p_k > t that is: every p > tau, where
+//     tau is the smallest row value with G(tau) < top_p, plus the ties p == tau whose rank r by id
+//     gives G(tau) + r * tau < top_p. tau is found by a k-way search on the bit pattern of t
+//     (non-negative floats order like their bits): each pass over the buffer evaluates G at
+//     kWays - 1 thresholds, so ~31 / log2(kWays) passes instead of bisection's 31. G is monotone in
+//     floating point too (each threshold's sum has a fixed order over non-negative terms), so the
+//     search is exact and lands on a row value. Once the bracket holds <= kCandidates values
+//     (typically after 2-4 passes), they are copied aside and the remaining passes read only them.
+//  4. nucleus_mass + find_crossing: warp w owns the contiguous ids [w*C, (w+1)*C) and walks them
+//     in 32-wide stripes (lane l reads id stripe + l: consecutive words, no bank conflicts); tie
+//     ranks come from ballots. Pass A: nucleus mass K, last kept id, whether `current` is kept.
+//     Pass B: per warp, the running q = p / K mass (warp inclusive scans, stripe by stripe).
+//     The warps' totals, summed in warp order, give each warp's CDF start; the one warp whose
+//     range contains u re-walks its chunk with the same additions and picks the first id whose
+//     CDF exceeds u (none: the last kept id, as in the reference).
+// Global memory: each logit read once (+ two scalars per row); every other pass reads the buffer.
+// The buffer is shared memory when static + V * 4 bytes fit the device's opt-in limit (V up to
+// ~56k on H100), otherwise a global scratch row the caller allocates (propose_needs_scratch).
+#include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
 #include <climits>
@@ -33,271 +39,515 @@ namespace {
 constexpr int kSmallBlock = 128;
 constexpr int kLargeBlock = 512;
 constexpr int64_t kSmallBlockMaxV = 2048;
-constexpr int kStaticSmemMargin = 4096;  // bytes kept free for the kernel's static shared memory
-
-// (cub::Max / cub::Min are gone from CCCL 3.)
-struct MaxOp {
-  __device__ __forceinline__ int64_t operator()(int64_t a, int64_t b) const { return a > b ? a : b; }
-};
-struct MinOp {
-  __device__ __forceinline__ int64_t operator()(int64_t a, int64_t b) const { return a < b ? a : b; }
-};
+constexpr int kWays = 8;  // k-way search: kWays - 1 thresholds per pass, 3 bits of tau per pass
+constexpr int kCandidates = 1024;  // values kept aside once the search bracket holds this few
+constexpr int kMaxWarps = kLargeBlock / 32;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr size_t kDefaultSmemLimit = 48u * 1024u;  // above this (static + dynamic) a kernel opts in
 
 struct ProposeParams {
-  int64_t V, row_stride;
+  int64_t V, row_stride, scratch_stride;
   Strided1<const int64_t> current;
   float temperature;
   float top_p;  // fp32: the reference compares fp32 masses with top_p
   bool full;    // top_p >= 1: the nucleus is every token with p > 0
   Strided1<const float> uniforms;
-  float* scratch;  // B * V floats, or nullptr: the row lives in shared memory
+  float* scratch;  // B rows of scratch_stride floats, or nullptr: the row lives in shared memory
   int64_t* proposed;
   float* logq_proposed;
   float* logq_current;
 };
 
+// Block-wide scratch for reductions (static shared memory, counted by the launcher's opt-in).
+struct BlockShared {
+  float cand[kCandidates];  // nucleus-boundary candidates (find_nucleus)
+  float part[kWays - 1][kMaxWarps];
+  float wsum[kMaxWarps];
+  Lse lse[kMaxWarps];
+  int64_t last[kMaxWarps];
+  int ties[kMaxWarps];
+  float result[kWays - 1];
+  int cur_kept;
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;  // xor butterfly: every lane gets the same, order-fixed sum
+}
+
+// Inclusive prefix sum over the lanes (same additions on every call with the same inputs).
+__device__ __forceinline__ float warp_inclusive_sum(float v, int lane) {
+  for (int o = 1; o < 32; o <<= 1) {
+    const float n = __shfl_up_sync(kFull, v, o);
+    if (lane >= o) v += n;
+  }
+  return v;
+}
+
+// Sums NV per-thread values over the block; every thread gets the NV sums (fixed order).
+template <int NV, int BLOCK>
+__device__ __forceinline__ void block_sums(float (&v)[NV], BlockShared& sh) {
+  constexpr int kWarps = BLOCK / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const float s = warp_sum(v[j]);
+    if (lane == 0) sh.part[j][warp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < NV) {
+    float s = 0.0f;
+    for (int w = 0; w < kWarps; ++w) s += sh.part[threadIdx.x][w];
+    sh.result[threadIdx.x] = s;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NV; ++j) v[j] = sh.result[j];
+  __syncthreads();  // sh reusable
+}
+
+// Stores n floats at dst (16-byte stores when aligned: consecutive lanes, consecutive vectors).
+__device__ __forceinline__ void store_floats(float* dst, const float* a, int n) {
+  if ((reinterpret_cast<uintptr_t>(dst) & 15u) == 0 && n % 4 == 0) {
+    for (int k = 0; k < n; k += 4) {
+      *reinterpret_cast<float4*>(dst + k) = make_float4(a[k], a[k + 1], a[k + 2], a[k + 3]);
+    }
+  } else {
+    for (int k = 0; k < n; ++k) dst[k] = a[k];
+  }
+}
+
+// Step 1: x = row / temperature into p[0, V), and the block's logsumexp state of x.
 template <typename T, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, ProposeParams a) {
-  extern __shared__ float smem_row[];
-  using ReduceLse = cub::BlockReduce<Lse, BLOCK>;
-  using ReduceF = cub::BlockReduce<float, BLOCK>;
-  using ReduceI = cub::BlockReduce<int64_t, BLOCK>;
-  using ScanI = cub::BlockScan<int, BLOCK>;
-  using ScanF = cub::BlockScan<float, BLOCK>;
-  __shared__ union {
-    typename ReduceLse::TempStorage lse;
-    typename ReduceF::TempStorage f;
-    typename ReduceI::TempStorage i;
-    typename ScanI::TempStorage si;
-    typename ScanF::TempStorage sf;
-  } tmp;
-  __shared__ Lse sh_lse;
-  __shared__ float sh_f;
-  __shared__ int64_t sh_i;
-  __shared__ bool sh_cur_kept;
-
-  // Block sum / max broadcast to every thread; the barriers make tmp and the slot reusable.
-  auto block_sum = [&](float v) {
-    const float s = ReduceF(tmp.f).Sum(v);
-    if (threadIdx.x == 0) sh_f = s;
-    __syncthreads();
-    const float r = sh_f;
-    __syncthreads();
-    return r;
-  };
-  auto block_reduce_i = [&](int64_t v, bool take_max) {
-    const int64_t s = take_max ? ReduceI(tmp.i).Reduce(v, MaxOp{}) : ReduceI(tmp.i).Reduce(v, MinOp{});
-    if (threadIdx.x == 0) sh_i = s;
-    __syncthreads();
-    const int64_t r = sh_i;
-    __syncthreads();
-    return r;
-  };
-
+__device__ Lse load_row(const T* row, int64_t V, float temperature, float* p, BlockShared& sh) {
+  constexpr int W = VecWidth<T>::value;
   const int tid = threadIdx.x;
-  const int64_t b = blockIdx.x;
-  const int64_t V = a.V;
-  const T* row = logits + b * a.row_stride;
-  float* p = a.scratch != nullptr ? a.scratch + b * V : smem_row;
-
-  // 1. Tempered logits and their logsumexp.
   Lse acc = lse_empty();
-  for (int64_t i = tid; i < V; i += BLOCK) {
-    const float x = to_float(row[i]) / a.temperature;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
+  const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
+  for (int64_t i = tid; i < head; i += BLOCK) {
+    const float x = to_float(row[i]) / temperature;
     p[i] = x;
     lse_add(acc, &x, 1);
   }
-  const Lse total = ReduceLse(tmp.lse).Reduce(acc, LseMerge{});
-  if (tid == 0) sh_lse = total;
-  __syncthreads();
-  const float M = sh_lse.m;
-  const float log_sum = logf(sh_lse.s);
-  const int64_t cur = a.current[b];
-  const bool cur_valid = cur >= 0 && cur < V;
-  if (!(M > -kInf && M < kInf && log_sum == log_sum)) {
-    // No finite logit, or a NaN / +inf one (rejected by validate=True): nothing to propose.
-    if (tid == 0) {
-      a.proposed[b] = -1;
-      a.logq_proposed[b] = kNaN;
-      a.logq_current[b] = kNaN;
+  const int64_t nvec = (V - head) / W;
+  const T* body = row + head;
+  int64_t v = tid;
+  for (; v + BLOCK < nvec; v += 2 * BLOCK) {  // two 16-byte loads in flight per thread
+    float a[W], b[W];
+    load16(body + v * W, a);
+    load16(body + (v + BLOCK) * W, b);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      a[k] = a[k] / temperature;
+      b[k] = b[k] / temperature;
     }
-    return;  // uniform across the block: M and log_sum come from shared memory
+    store_floats(p + head + v * W, a, W);
+    store_floats(p + head + (v + BLOCK) * W, b, W);
+    lse_add(acc, a, W);
+    lse_add(acc, b, W);
   }
-  for (int64_t i = tid; i < V; i += BLOCK) p[i] = expf((p[i] - M) - log_sum);
-  const float p_max = expf((M - M) - log_sum);  // the same arithmetic as the max token's p
-  __syncthreads();                             // p complete before segment-wise reads
+  if (v < nvec) {
+    float a[W];
+    load16(body + v * W, a);
+#pragma unroll
+    for (int k = 0; k < W; ++k) a[k] = a[k] / temperature;
+    store_floats(p + head + v * W, a, W);
+    lse_add(acc, a, W);
+  }
+  for (int64_t i = head + nvec * W + tid; i < V; i += BLOCK) {
+    const float x = to_float(row[i]) / temperature;
+    p[i] = x;
+    lse_add(acc, &x, 1);
+  }
+  // Block merge in warp order (fixed: deterministic).
+  const int warp = tid / 32, lane = tid % 32;
+  for (int o = 16; o > 0; o >>= 1) {
+    const Lse other{__shfl_xor_sync(kFull, acc.m, o), __shfl_xor_sync(kFull, acc.s, o)};
+    acc = LseMerge{}(acc, other);
+  }
+  if (lane == 0) sh.lse[warp] = acc;
+  __syncthreads();
+  Lse total = sh.lse[0];
+  for (int w = 1; w < BLOCK / 32; ++w) total = LseMerge{}(total, sh.lse[w]);
+  __syncthreads();
+  return total;
+}
 
-  // 2. Nucleus boundary tau (tau = 0 and no tie rule: the nucleus is p > 0).
-  const float top_p = a.top_p;
-  float tau = 0.0f, g_tau = 0.0f;
-  bool ties = false;
-  if (!a.full) {
-    float part = 0.0f;
-    for (int64_t i = tid; i < V; i += BLOCK) part += p[i];
-    if (!(block_sum(part) < top_p)) {
-      // Invariant: G(lo) >= top_p, G(hi) < top_p (G(p_max) = 0).
-      uint32_t lo = 0u, hi = __float_as_uint(p_max);
-      float g_hi = 0.0f;
-      while (hi - lo > 1u) {
-        const uint32_t mid = lo + (hi - lo) / 2u;
-        const float t = __uint_as_float(mid);
-        float above = 0.0f;
-        for (int64_t i = tid; i < V; i += BLOCK) {
-          const float pi = p[i];
-          above += (pi > t) ? pi : 0.0f;
-        }
-        const float g = block_sum(above);
-        if (g < top_p) {
-          hi = mid;
-          g_hi = g;
-        } else {
-          lo = mid;
-        }
+// Step 2: p = exp((x - M) - log_sum) in place; returns this thread's part of the total mass.
+template <int BLOCK>
+__device__ float to_probs(float* p, int64_t V, float M, float log_sum) {
+  float mass = 0.0f;
+  for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
+    const float pi = expf((p[i] - M) - log_sum);
+    p[i] = pi;
+    mass += pi;
+  }
+  __syncthreads();  // p complete before any other thread's reads
+  return mass;
+}
+
+struct Nucleus {
+  float tau;    // kept: p > tau, or p == tau with tie rank r: g_tau + r * tau < top_p
+  float g_tau;  // G(tau)
+  bool ties;    // false: kept iff p > tau (tau = 0: every p > 0)
+};
+
+// g[j] = block sum of (t[j] < bits(x) <= cap ? x : 0) over the n values of `src` (fixed order).
+template <int BLOCK>
+__device__ __forceinline__ void threshold_sums(const float* src, int64_t n, const uint32_t (&t)[kWays - 1],
+                                               uint32_t cap, float (&g)[kWays - 1], BlockShared& sh) {
+#pragma unroll
+  for (int j = 0; j < kWays - 1; ++j) g[j] = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += BLOCK) {
+    const float x = src[i];
+    const uint32_t bits = __float_as_uint(x) <= cap ? __float_as_uint(x) : 0u;  // above cap: counts nowhere
+#pragma unroll
+    for (int j = 0; j < kWays - 1; ++j) g[j] += (bits > t[j]) ? x : 0.0f;
+  }
+  block_sums<kWays - 1, BLOCK>(g, sh);
+}
+
+// Compacts the values of p with lo < bits <= hi into sh.cand (thread-strided order: deterministic).
+template <int BLOCK>
+__device__ int compact_candidates(const float* p, int64_t V, uint32_t lo, uint32_t hi, BlockShared& sh) {
+  constexpr int kWarps = BLOCK / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int mine = 0;
+  for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
+    const uint32_t bits = __float_as_uint(p[i]);
+    mine += (bits > lo && bits <= hi) ? 1 : 0;
+  }
+  int incl = mine;  // exclusive offset of this thread = warp scan + warps before
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) sh.ties[warp] = incl;
+  __syncthreads();
+  int offset = incl - mine, total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) offset += sh.ties[w];
+    total += sh.ties[w];
+  }
+  for (int64_t i = threadIdx.x; i < V && total <= kCandidates; i += BLOCK) {
+    const float x = p[i];
+    const uint32_t bits = __float_as_uint(x);
+    if (bits > lo && bits <= hi) sh.cand[offset++] = x;
+  }
+  __syncthreads();
+  return total;
+}
+
+// Step 3: the nucleus boundary by k-way search on the bit pattern of tau. Invariant:
+// G(lo) >= top_p (lo = 0: G(0) = total mass), G(hi) < top_p (hi = p_max: G = 0). Once the values
+// in (lo, hi] are few (<= kCandidates), they are copied aside and the remaining passes read only
+// them: for t in [lo, hi), G(t) = G(hi) + sum of the candidates in (t, hi] (monotone in t).
+template <int BLOCK>
+__device__ Nucleus find_nucleus(const float* p, int64_t V, float top_p, float p_max, float mass_part,
+                                BlockShared& sh) {
+  float total[1] = {mass_part};
+  block_sums<1, BLOCK>(total, sh);
+  if (total[0] < top_p) return Nucleus{0.0f, 0.0f, false};  // the whole support
+  uint32_t lo = 0u, hi = __float_as_uint(p_max);
+  float g_hi = 0.0f;
+  int n_cand = -1;  // -1: not compacted yet, the passes read the whole row
+  while (hi - lo > 1u) {
+    uint32_t t[kWays - 1];
+    float g[kWays - 1];
+    const uint32_t step = (hi - lo) / kWays;
+#pragma unroll
+    for (int j = 0; j < kWays - 1; ++j) {
+      // Thresholds strictly inside (lo, hi), increasing; small ranges repeat some (harmless).
+      t[j] = step > 0 ? lo + step * (j + 1) : min(lo + 1u + j, hi - 1u);
+    }
+    if (n_cand < 0) {
+      threshold_sums<BLOCK>(p, V, t, 0xffffffffu, g, sh);
+    } else {
+      // Candidates above the current hi are already in g_hi: capped out.
+      threshold_sums<BLOCK>(sh.cand, n_cand, t, hi, g, sh);
+#pragma unroll
+      for (int j = 0; j < kWays - 1; ++j) g[j] = g_hi + g[j];
+    }
+    // G decreases with t: the new hi is the first threshold with G < top_p, lo the one before.
+    uint32_t new_lo = lo, new_hi = hi;
+    float new_g_hi = g_hi;
+#pragma unroll
+    for (int j = kWays - 2; j >= 0; --j) {
+      if (g[j] < top_p) {
+        new_hi = t[j];
+        new_g_hi = g[j];
+      } else if (t[j] > new_lo) {
+        new_lo = t[j];
       }
-      tau = __uint_as_float(hi);
-      g_tau = g_hi;
-      ties = true;
+    }
+    lo = new_lo;
+    hi = new_hi;
+    g_hi = new_g_hi;
+    if (n_cand < 0 && hi - lo > 1u) {
+      const int n = compact_candidates<BLOCK>(p, V, lo, hi, sh);
+      if (n <= kCandidates) n_cand = n;
     }
   }
+  return Nucleus{__uint_as_float(hi), g_hi, true};
+}
 
-  // 3. Segment walks in increasing id order.
-  const int64_t L = ceil_div(V, BLOCK);
-  const int64_t beg = min(V, static_cast<int64_t>(tid) * L);
-  const int64_t end = min(V, beg + L);
-  int rank0 = 0;  // number of ties (p == tau) with a smaller id than this segment's
-  if (ties) {
-    int count = 0;
-    for (int64_t i = beg; i < end; ++i) count += (p[i] == tau) ? 1 : 0;
-    ScanI(tmp.si).ExclusiveSum(count, rank0);
-    __syncthreads();
-  }
-  auto kept = [&](float pi, int& rank) {
-    if (pi > tau) return true;
-    if (ties && pi == tau) {
-      const bool k = g_tau + static_cast<float>(rank) * tau < top_p;
-      ++rank;
-      return k;
+// Kept flags of one 32-wide stripe; `rank` (uniform over the warp) counts the ties before it.
+__device__ __forceinline__ bool stripe_kept(float pi, bool valid, const Nucleus& nu, float top_p,
+                                            int lane, int& rank) {
+  const bool tie = valid && nu.ties && pi == nu.tau && pi > 0.0f;
+  const unsigned tie_mask = __ballot_sync(kFull, tie);
+  const int r = rank + __popc(tie_mask & ((1u << lane) - 1u));
+  rank += __popc(tie_mask);
+  if (!valid || !(pi > 0.0f)) return false;
+  if (pi > nu.tau) return true;
+  return tie && nu.g_tau + static_cast<float>(r) * nu.tau < top_p;
+}
+
+struct Chunk {
+  int64_t beg, end;  // this warp's ids, walked in stripes of 32
+};
+
+template <int BLOCK>
+__device__ __forceinline__ Chunk warp_chunk(int64_t V) {
+  constexpr int kWarps = BLOCK / 32;
+  const int64_t C = ceil_div(ceil_div(V, kWarps), 32) * 32;
+  const int64_t beg = std::min<int64_t>(V, (threadIdx.x / 32) * C);
+  return Chunk{beg, std::min<int64_t>(V, beg + C)};
+}
+
+// Ties (p == tau) before this warp's chunk, by exclusive scan of the warps' tie counts.
+template <int BLOCK>
+__device__ int ties_before(const float* p, const Chunk& ch, const Nucleus& nu, BlockShared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int count = 0;
+  if (nu.ties) {
+    for (int64_t s = ch.beg; s < ch.end; s += 32) {
+      const int64_t i = s + lane;
+      const bool tie = i < ch.end && p[i] == nu.tau && nu.tau > 0.0f;
+      count += __popc(__ballot_sync(kFull, tie));
     }
-    return false;
-  };
-  if (tid == 0) sh_cur_kept = false;
+  }
+  if (lane == 0) sh.ties[warp] = count;
   __syncthreads();
+  int before = 0;
+  for (int w = 0; w < warp; ++w) before += sh.ties[w];
+  __syncthreads();
+  return before;
+}
 
-  // Nucleus mass K, last kept id, and whether `current` is kept.
+// Step 4a: nucleus mass K, last kept id, and whether `current` is kept (sh.cur_kept).
+template <int BLOCK>
+__device__ float nucleus_mass(const float* p, const Chunk& ch, const Nucleus& nu, float top_p,
+                              int rank0, int64_t cur, int64_t& last, BlockShared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) sh.cur_kept = 0;
+  __syncthreads();
   float k_part = 0.0f;
   int64_t last_part = -1;
   int rank = rank0;
-  for (int64_t i = beg; i < end; ++i) {
-    const float pi = p[i];
-    const bool k = kept(pi, rank);
+  for (int64_t s = ch.beg; s < ch.end; s += 32) {
+    const int64_t i = s + lane;
+    const bool valid = i < ch.end;
+    const float pi = valid ? p[i] : 0.0f;
+    const bool k = stripe_kept(pi, valid, nu, top_p, lane, rank);
     if (k) {
       k_part += pi;
       last_part = i;
     }
-    if (i == cur) sh_cur_kept = k;  // one writer: the owner of cur's segment
+    if (valid && i == cur) sh.cur_kept = k ? 1 : 0;  // one writer: the owner of cur
   }
-  const float K = block_sum(k_part);  // its barriers also publish sh_cur_kept
-  const int64_t last = block_reduce_i(last_part, /*take_max=*/true);
-
-  // Mass q = p / K of each segment, exclusive scan -> cdf at each segment's start.
-  float q_part = 0.0f;
-  rank = rank0;
-  for (int64_t i = beg; i < end; ++i) {
-    const float pi = p[i];
-    if (kept(pi, rank)) q_part += pi / K;
-  }
-  float start = 0.0f;
-  ScanF(tmp.sf).ExclusiveSum(q_part, start);
-  __syncthreads();
-
-  // Smallest id whose cdf exceeds u. The running sum repeats q_part's additions exactly, so a
-  // segment contains a crossing iff start + q_part > u.
-  const float u = a.uniforms[b];
-  int64_t cand = LLONG_MAX;
-  if (start + q_part > u) {
-    float c = 0.0f;
-    rank = rank0;
-    for (int64_t i = beg; i < end; ++i) {
-      const float pi = p[i];
-      if (kept(pi, rank)) {
-        c += pi / K;
-        if (start + c > u) {
-          cand = i;
-          break;
-        }
-      }
-    }
-  }
-  const int64_t first = block_reduce_i(cand, /*take_max=*/false);
-
-  if (tid == 0) {
-    const float log_k = logf(K);
-    const int64_t pick = first != LLONG_MAX ? first : last;  // last >= 0: the top token is kept
-    a.proposed[b] = pick;
-    a.logq_proposed[b] =
-        pick >= 0 ? ((to_float(row[pick]) / a.temperature - M) - log_sum) - log_k : kNaN;
-    a.logq_current[b] = !cur_valid ? kNaN
-                        : sh_cur_kept ? ((to_float(row[cur]) / a.temperature - M) - log_sum) - log_k
-                                      : -kInf;
-  }
+  float v[1] = {k_part};
+  for (int o = 16; o > 0; o >>= 1) last_part = max(last_part, __shfl_xor_sync(kFull, last_part, o));
+  if (lane == 0) sh.last[warp] = last_part;
+  block_sums<1, BLOCK>(v, sh);  // its barriers also publish sh.last and sh.cur_kept
+  last = -1;
+  for (int w = 0; w < BLOCK / 32; ++w) last = max(last, sh.last[w]);
+  return v[0];
 }
 
-int max_shared_optin(int device) {
-  int bytes = 0;
-  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();  // clear it: the scratch path then serves
-    return 0;
+// One warp's running q mass over its chunk, stripe by stripe. `fn(i, cdf)` sees each id's
+// chunk-local CDF; returning true stops the walk. Identical additions on every call.
+template <typename Fn>
+__device__ __forceinline__ float walk_q(const float* p, const Chunk& ch, const Nucleus& nu,
+                                        float top_p, float K, int rank0, Fn fn) {
+  const int lane = threadIdx.x % 32;
+  float running = 0.0f;
+  int rank = rank0;
+  for (int64_t s = ch.beg; s < ch.end; s += 32) {
+    const int64_t i = s + lane;
+    const bool valid = i < ch.end;
+    const float pi = valid ? p[i] : 0.0f;
+    const float q = stripe_kept(pi, valid, nu, top_p, lane, rank) ? pi / K : 0.0f;
+    const float incl = warp_inclusive_sum(q, lane);
+    if (fn(i, valid && q > 0.0f, running + incl)) return running;
+    running += __shfl_sync(kFull, incl, 31);
   }
-  return bytes;
+  return running;
+}
+
+// Step 4b: smallest kept id whose CDF exceeds u, or -1 (then the caller takes the last kept id).
+template <int BLOCK>
+__device__ int64_t find_crossing(const float* p, const Chunk& ch, const Nucleus& nu, float top_p,
+                                 float K, int rank0, float u, BlockShared& sh) {
+  constexpr int kWarps = BLOCK / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float total = walk_q(p, ch, nu, top_p, K, rank0, [](int64_t, bool, float) { return false; });
+  if (lane == 0) sh.wsum[warp] = total;
+  __syncthreads();
+  float start = 0.0f;
+  int owner = -1;  // first warp whose CDF range contains a crossing
+  for (int w = 0; w < kWarps; ++w) {
+    if (owner < 0 && start + sh.wsum[w] > u) owner = w;
+    if (owner < 0) start += sh.wsum[w];
+  }
+  if (threadIdx.x == 0) sh.last[0] = -1;
+  __syncthreads();
+  if (warp == owner) {
+    // The warp total and the per-id CDFs round differently (scan vs. total), so a crossing that
+    // the total promised may be missed by an ulp: the chunk's last kept id is then the answer.
+    int64_t chunk_last = -1;
+    bool found = false;
+    walk_q(p, ch, nu, top_p, K, rank0, [&](int64_t i, bool kept, float cdf) {
+      const unsigned kept_mask = __ballot_sync(kFull, kept);
+      if (kept_mask != 0u) chunk_last = __shfl_sync(kFull, i, 31 - __clz(kept_mask));
+      const unsigned hit = __ballot_sync(kFull, kept && start + cdf > u);
+      if (hit == 0u) return false;
+      if (lane == __ffs(hit) - 1) sh.last[0] = i;
+      found = true;
+      return true;
+    });
+    if (!found && lane == 0) sh.last[0] = chunk_last;
+  }
+  __syncthreads();
+  return sh.last[0];
+}
+
+// A row with NaN / +inf, or no finite logit: nothing can be proposed. Deterministic fallback
+// that keeps the sampler in bounds: propose `current` itself (0 if out of range) with
+// logq_* = NaN, so mh_accept_ rejects (NaN log_alpha) and the chain stays where it is.
+// mhfast.ops.propose(validate=True) raises on such rows before the launch.
+__device__ void write_bad_row(const ProposeParams& a, int64_t b, int64_t cur, bool cur_valid) {
+  a.proposed[b] = cur_valid ? cur : 0;
+  a.logq_proposed[b] = kNaN;
+  a.logq_current[b] = kNaN;
 }
 
 template <typename T, int BLOCK>
-cudaError_t launch_typed(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
+__global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, ProposeParams a) {
+  extern __shared__ float4 smem_row[];  // float4: 16-byte aligned
+  __shared__ BlockShared sh;
+  const int64_t b = blockIdx.x;
+  const int64_t V = a.V;
+  const T* row = logits + b * a.row_stride;
+  float* base = a.scratch != nullptr ? a.scratch + b * a.scratch_stride : reinterpret_cast<float*>(smem_row);
+  // Offset the buffer so that the 16-byte loads' floats land on 16-byte aligned addresses.
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
+  const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
+  float* p = base + (4 - head % 4) % 4;
+  const int64_t cur = a.current[b];
+  const bool cur_valid = cur >= 0 && cur < V;
+
+  const Lse total = load_row<T, BLOCK>(row, V, a.temperature, p, sh);
+  const float M = total.m, log_sum = logf(total.s);
+  if (!(M > -kInf && M < kInf && log_sum == log_sum)) {  // uniform across the block
+    if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
+    return;
+  }
+  const float mass = to_probs<BLOCK>(p, V, M, log_sum);
+  const float p_max = expf((M - M) - log_sum);  // the same arithmetic as the max token's p
+  const Nucleus nu = a.full ? Nucleus{0.0f, 0.0f, false}
+                            : find_nucleus<BLOCK>(p, V, a.top_p, p_max, mass, sh);
+  const Chunk ch = warp_chunk<BLOCK>(V);
+  const int rank0 = ties_before<BLOCK>(p, ch, nu, sh);
+  int64_t last = -1;
+  const float K = nucleus_mass<BLOCK>(p, ch, nu, a.top_p, rank0, cur, last, sh);
+  const bool cur_kept = sh.cur_kept != 0;
+  const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, rank0, a.uniforms[b], sh);
+  if (threadIdx.x == 0) {
+    const float log_k = logf(K);
+    const int64_t pick = first >= 0 ? first : last;  // last >= 0: the top token is kept
+    a.proposed[b] = pick;
+    a.logq_proposed[b] = ((to_float(row[pick]) / a.temperature - M) - log_sum) - log_k;
+    a.logq_current[b] = !cur_valid ? kNaN
+                        : cur_kept ? ((to_float(row[cur]) / a.temperature - M) - log_sum) - log_k
+                                   : -kInf;
+  }
+}
+
+// Dynamic shared memory of one row: V floats plus up to 3 of alignment offset.
+size_t row_smem_bytes(int64_t V) { return static_cast<size_t>(V + 3) * sizeof(float); }
+
+struct SmemLimits {
+  size_t static_bytes;  // the kernel's own __shared__ (BlockShared), not in the dynamic request
+  size_t optin;         // the device's per-block limit after opting in
+};
+
+template <int BLOCK>
+SmemLimits smem_limits(int device) {
+  cudaFuncAttributes attr{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, propose_kernel<float, BLOCK>));
+  int optin = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return SmemLimits{attr.sharedSizeBytes, static_cast<size_t>(optin)};
+}
+
+SmemLimits smem_limits_for(int64_t V, int device) {
+  return V <= kSmallBlockMaxV ? smem_limits<kSmallBlock>(device) : smem_limits<kLargeBlock>(device);
+}
+
+template <typename T, int BLOCK>
+void launch_typed(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
   size_t smem = 0;
   if (params.scratch == nullptr) {
-    smem = static_cast<size_t>(params.V) * sizeof(float);
-    if (smem > 48u * 1024u) {  // above the default limit a kernel must opt in
-      const cudaError_t err = cudaFuncSetAttribute(propose_kernel<T, BLOCK>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(smem));
-      if (err != cudaSuccess) return err;
+    smem = row_smem_bytes(params.V);
+    cudaFuncAttributes attr{};
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, propose_kernel<T, BLOCK>));
+    // The 48 KB default covers static + dynamic shared memory together: opt in beyond it.
+    if (attr.sharedSizeBytes + smem > kDefaultSmemLimit) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(propose_kernel<T, BLOCK>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
     }
   }
   propose_kernel<T, BLOCK><<<static_cast<unsigned>(B), BLOCK, smem, stream>>>(logits, params);
-  return cudaGetLastError();
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename T>
-cudaError_t launch_sized(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
-  return params.V <= kSmallBlockMaxV ? launch_typed<T, kSmallBlock>(logits, B, params, stream)
-                                     : launch_typed<T, kLargeBlock>(logits, B, params, stream);
+void launch_sized(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
+  if (params.V <= kSmallBlockMaxV) {
+    launch_typed<T, kSmallBlock>(logits, B, params, stream);
+  } else {
+    launch_typed<T, kLargeBlock>(logits, B, params, stream);
+  }
 }
 
 }  // namespace
 
-bool propose_needs_scratch(int64_t V, int device) {
-  return V * static_cast<int64_t>(sizeof(float)) + kStaticSmemMargin > max_shared_optin(device);
+int64_t propose_scratch_stride(int64_t V, int device) {
+  const SmemLimits lim = smem_limits_for(V, device);
+  if (lim.static_bytes + row_smem_bytes(V) <= lim.optin) return 0;
+  return ceil_div(V + 3, 4) * 4;  // rows start 16-byte aligned
 }
 
-cudaError_t launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V,
-                           int64_t row_stride, Strided1<const int64_t> current, float temperature,
-                           double top_p, Strided1<const float> uniforms, float* scratch,
-                           int64_t* proposed, float* logq_proposed, float* logq_current,
-                           cudaStream_t stream) {
-  if (B == 0) return cudaSuccess;
-  if (B > INT32_MAX || V > INT32_MAX) return cudaErrorInvalidConfiguration;
-  if (scratch == nullptr) {
-    int device = 0;
-    const cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    if (propose_needs_scratch(V, device)) return cudaErrorInvalidValue;
-  }
+void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
+                    Strided1<const int64_t> current, float temperature, double top_p,
+                    Strided1<const float> uniforms, float* scratch, int64_t scratch_stride,
+                    int64_t* proposed, float* logq_proposed, float* logq_current,
+                    cudaStream_t stream) {
+  if (B == 0) return;
+  TORCH_CHECK(B <= INT32_MAX && V <= INT32_MAX, "mhfast.propose: too many rows or columns for one grid");
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  TORCH_CHECK(scratch != nullptr || propose_scratch_stride(V, device) == 0,
+              "mhfast.propose: internal error: a row of ", V, " floats needs the scratch buffer");
   // top_p below the smallest float would round to 0 and make even G(p_max) = 0 fail "< top_p";
   // the smallest positive float keeps exactly what the reference keeps then: the top token.
   const float top_p_f = std::max(static_cast<float>(top_p), std::numeric_limits<float>::denorm_min());
-  const ProposeParams params{V,        row_stride,    current,       temperature,
-                             top_p_f,  top_p >= 1.0,  uniforms,      scratch,
-                             proposed, logq_proposed, logq_current};
+  const ProposeParams params{V,        row_stride,   scratch_stride, current,
+                             temperature, top_p_f,   top_p >= 1.0,   uniforms,
+                             scratch,  proposed,     logq_proposed,  logq_current};
   switch (kind) {
     case FloatKind::kFloat32:
       return launch_sized(static_cast<const float*>(logits), B, params, stream);
@@ -306,7 +556,7 @@ cudaError_t launch_propose(const void* logits, FloatKind kind, int64_t B, int64_
     case FloatKind::kBFloat16:
       return launch_sized(static_cast<const __nv_bfloat16*>(logits), B, params, stream);
   }
-  return cudaErrorInvalidValue;
+  TORCH_CHECK(false, "mhfast.propose: unknown logits dtype");
 }
 
 }  // namespace cuda

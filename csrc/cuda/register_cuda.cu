@@ -1,6 +1,7 @@
-// CUDA entry points of mhfast's ops: argument checks, outputs, device guard, current stream;
-// the kernels are behind the raw-pointer launchers of ops_cuda.h. No host-device sync anywhere:
-// value ranges are checked by the Python wrappers (mhfast/ops.py, validate=True) and the
+// CUDA entry points of mhfast's ops: the op-boundary metadata checks (csrc/checks.h, once per
+// call), outputs, device guard, current stream; the kernels are behind the raw-pointer
+// launchers of ops_cuda.h and see plain structs. No host-device sync anywhere: value ranges
+// (data) are checked in Python (mhfast/_validate.py, by mhfast.ops with validate=True) and the
 // kernels stay in bounds on invalid values (see ops_cuda.h for what they produce then).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -21,11 +22,6 @@ namespace {
 template <typename T>
 Strided1<const T> view1(const at::Tensor& t) {
   return {t.const_data_ptr<T>(), t.stride(0)};
-}
-
-template <typename T>
-Strided1<T> view1_mut(const at::Tensor& t) {
-  return {t.mutable_data_ptr<T>(), t.stride(0)};
 }
 
 // A 1-D tensor is seen as [n, 1] (column stride 0).
@@ -58,10 +54,8 @@ at::Tensor masked_copies_cuda(const at::Tensor& tokens, const at::Tensor& seq_in
   const c10::cuda::CUDAGuard guard(tokens.device());
   const int64_t N = seq_index.size(0);
   at::Tensor out = at::empty({N, tokens.size(1)}, tokens.options());
-  C10_CUDA_CHECK(launch_masked_copies(view2<int64_t>(tokens), view1<int64_t>(seq_index),
-                                      view1<int64_t>(pos_index), N, mask_id,
-                                      out.mutable_data_ptr<int64_t>(),
-                                      c10::cuda::getCurrentCUDAStream().stream()));
+  launch_masked_copies(view2<int64_t>(tokens), view1<int64_t>(seq_index), view1<int64_t>(pos_index), N,
+                       mask_id, out.mutable_data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream().stream());
   return out;
 }
 
@@ -79,11 +73,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cuda(const at::Te
   at::Tensor e_local = at::empty({num_seqs}, f32);
   at::Tensor token_logp = at::empty({N}, f32);
   at::Tensor target_logit = at::empty({N}, f32);  // scratch between the two launches
-  C10_CUDA_CHECK(launch_gather_energies(
-      logits.const_data_ptr(), float_kind(logits), N, V, logits.stride(0), view1<int64_t>(targets),
-      view1<int64_t>(seq_index), num_seqs, e_raw.mutable_data_ptr<float>(),
-      e_local.mutable_data_ptr<float>(), token_logp.mutable_data_ptr<float>(),
-      target_logit.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream()));
+  at::Tensor unsorted = at::empty({1}, logits.options().dtype(at::kInt));  // set by launch 1
+  launch_gather_energies(logits.const_data_ptr(), float_kind(logits), N, V, logits.stride(0),
+                         view1<int64_t>(targets), view1<int64_t>(seq_index), num_seqs,
+                         e_raw.mutable_data_ptr<float>(), e_local.mutable_data_ptr<float>(),
+                         token_logp.mutable_data_ptr<float>(), target_logit.mutable_data_ptr<float>(),
+                         unsorted.mutable_data_ptr<int>(), c10::cuda::getCurrentCUDAStream().stream());
   return {e_raw, e_local, token_logp};
 }
 
@@ -100,20 +95,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cuda(const at::Tensor& lo
   at::Tensor logq_proposed = at::empty({B}, uniforms.options());
   at::Tensor logq_current = at::empty({B}, uniforms.options());
   at::Tensor scratch;  // rows too long for shared memory live here
-  if (B > 0 && propose_needs_scratch(V, logits.get_device())) {
-    scratch = at::empty({B, V}, logits.options().dtype(at::kFloat));
-  }
-  C10_CUDA_CHECK(launch_propose(
-      logits.const_data_ptr(), float_kind(logits), B, V, logits.stride(0), view1<int64_t>(current),
-      static_cast<float>(temperature), top_p, view1<float>(uniforms),
-      scratch.defined() ? scratch.mutable_data_ptr<float>() : nullptr,
-      proposed.mutable_data_ptr<int64_t>(), logq_proposed.mutable_data_ptr<float>(),
-      logq_current.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream()));
+  const int64_t scratch_stride = B > 0 ? propose_scratch_stride(V, logits.get_device()) : 0;
+  if (scratch_stride > 0) scratch = at::empty({B, scratch_stride}, logits.options().dtype(at::kFloat));
+  launch_propose(logits.const_data_ptr(), float_kind(logits), B, V, logits.stride(0),
+                 view1<int64_t>(current), static_cast<float>(temperature), top_p, view1<float>(uniforms),
+                 scratch.defined() ? scratch.mutable_data_ptr<float>() : nullptr, scratch_stride,
+                 proposed.mutable_data_ptr<int64_t>(), logq_proposed.mutable_data_ptr<float>(),
+                 logq_current.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
   return {proposed, logq_proposed, logq_current};
 }
 
 at::Tensor mh_accept_cuda(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
-                          at::Tensor& energy, const at::Tensor& energy_proposed,
+                          const at::Tensor& energy, const at::Tensor& energy_proposed,
                           const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
                           const at::Tensor& beta, const at::Tensor& uniforms) {
   check_mh_accept_args(tokens, positions, proposed, energy, energy_proposed, logq_forward,
@@ -127,7 +120,7 @@ at::Tensor mh_accept_cuda(at::Tensor& tokens, const at::Tensor& positions, const
        tokens.stride(1)},
       pos,
       view2<int64_t>(proposed),
-      view1_mut<float>(energy),
+      view1<float>(energy),
       view1<float>(energy_proposed),
       view1<float>(logq_forward),
       view1<float>(logq_reverse),
@@ -135,7 +128,7 @@ at::Tensor mh_accept_cuda(at::Tensor& tokens, const at::Tensor& positions, const
       view1<float>(uniforms),
       accepted.mutable_data_ptr<bool>(),
   };
-  C10_CUDA_CHECK(launch_mh_accept(args, c10::cuda::getCurrentCUDAStream().stream()));
+  launch_mh_accept(args, c10::cuda::getCurrentCUDAStream().stream());
   return accepted;
 }
 

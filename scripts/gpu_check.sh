@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# One command that checks mhfast on the GPU it finds, and writes every result under OUTDIR.
+#
+#   scripts/gpu_check.sh OUTDIR [--quick]
+#
+# Steps (each logged, timed, and listed in OUTDIR/summary.md):
+#   1. environment: python, torch, GPU, nvcc, compute-sanitizer
+#   2. wheels: installs .whl/*.whl (or $MHFAST_WHEELS/*.whl) into a private folder when present:
+#      fairseq and its needs, so that the bundled translation model loads (the GPU machine has none)
+#   3. build: mhfast._C in place for the GPU found (TORCH_CUDA_ARCH_LIST from its compute
+#      capability: 9.0 on Hopper), against the torch that is there
+#   4. tests: the op tests and the sampler's exactness/API tests on cuda (-k cuda); AntiBERTy's
+#      tests are not run (its 104 MB of weights do not travel)
+#   5. compute-sanitizer memcheck, racecheck, synccheck over bench/op_sweep.py --small (odd shapes;
+#      every kernel of the run is instrumented, torch's included: no name filter to get wrong)
+#   6. bench/ops_floor.py: each op against its reference and its memory-traffic floor
+#   7. bench/sampler_e2e.py: mhfast.sample end to end (bundled De->En CMLM, BERT-base-sized random
+#      MLM; fp32 and bf16; many inputs x chains)
+# Well under 10 minutes on an H100 (the build is ~1 min with 16 cores).
+#
+# Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
+# the CPU kernels instead of the sanitizer, the benchmarks on CPU), says so in the summary, and
+# exits 0 when they pass. --quick: tiny sizes, a short test subset, and the existing build reused
+# when it is newer than every source (what tests/test_gpu_check.py runs in CI).
+#
+# Wheels needed on the GPU machine beyond its own packages (Python 3.12, x86-64), for the bundled
+# model only; copy them into .whl/ of the repository and carry that folder:
+#   cp /work/shared/wheels/gpu-cp312/*.whl .whl/      # or download them:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3
+#   (antlr4-python3-runtime==4.9.3 is source-only: `pip wheel --no-deps antlr4-python3-runtime==4.9.3 -w .whl`)
+# The files that come back from the device tool are at most 8: this script writes 8 or fewer.
+set -uo pipefail
+
+usage() { echo "usage: $0 OUTDIR [--quick]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+OUTDIR=$1
+shift
+QUICK=0
+for a in "$@"; do
+  case $a in
+    --quick) QUICK=1 ;;
+    *) usage ;;
+  esac
+done
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+SUMMARY=$OUTDIR/summary.md
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+FAILED=0
+STEPS=()
+
+# run_step NAME LOGFILE COMMAND...: runs, appends output to LOGFILE, records status and seconds.
+run_step() {
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  echo "== $name: $*" | tee -a "$log"
+  "$@" >>"$log" 2>&1
+  local rc=$?
+  local dt=$((SECONDS - t0))
+  if [ $rc -eq 0 ]; then
+    STEPS+=("| $name | ok | ${dt} s | $(basename "$log") |")
+  else
+    STEPS+=("| $name | FAILED (rc=$rc) | ${dt} s | $(basename "$log") |")
+    FAILED=1
+  fi
+  echo "   -> rc=$rc in ${dt} s" | tee -a "$log"
+  return $rc
+}
+
+# 1. Environment.
+GPU=$($PY -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+ENV=$($PY - <<'EOF' 2>&1
+import platform, torch
+print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda})")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"GPU {p.name}, compute capability {p.major}.{p.minor}, {p.multi_processor_count} SMs, "
+          f"{p.total_memory / 2**30:.0f} GiB")
+else:
+    print("no GPU visible")
+EOF
+)
+ENV+=$'\n'"nvcc: $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo 'not found')"
+ENV+=$'\n'"compute-sanitizer: $(command -v compute-sanitizer || echo 'not found')"
+if [ "$GPU" = 1 ]; then
+  # torch's arch detection needs a visible GPU; set the list explicitly (9.0 on Hopper).
+  CAP=$($PY -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")')
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$CAP}
+  DEV=cuda
+  MODE="GPU: the CUDA half"
+else
+  # No GPU: the CPU half. (A CUDA build here would still need TORCH_CUDA_ARCH_LIST: torch's arch
+  # detection crashes without a visible GPU; 9.0 = Hopper, the target.)
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  export MHFAST_FORCE_CPU=1
+  DEV=cpu
+  MODE="NO GPU: the CPU half of every step (no CUDA build, no CUDA tests, no sanitizer, CPU timings)"
+fi
+echo "gpu_check: $MODE; TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
+
+# 2. Wheels (fairseq for the bundled translation model).
+WHEELS=${MHFAST_WHEELS:-$ROOT/.whl}
+HAVE_FAIRSEQ=0
+if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  SITE=$(mktemp -d)
+  if run_step "wheels" "$OUTDIR/build.log" $PY -m pip install -q --no-index --no-deps --no-compile \
+      --no-cache-dir --target "$SITE" "$WHEELS"/*.whl; then
+    export PYTHONPATH=$PYTHONPATH:$SITE
+  fi
+fi
+$PY -c 'import fairseq' >/dev/null 2>&1 && HAVE_FAIRSEQ=1
+
+# 3. Build in place.
+newest_source=$(find csrc setup.py -type f -newer mhfast/_C*.so 2>/dev/null | head -1)
+if [ "$QUICK" = 1 ] && [ "$DEV" = cpu ] && ls mhfast/_C*.so >/dev/null 2>&1 && [ -z "$newest_source" ]; then
+  STEPS+=("| build | reused (--quick: mhfast/_C is newer than every source) | 0 s | - |")
+else
+  run_step "build ($DEV, arch $TORCH_CUDA_ARCH_LIST)" "$OUTDIR/build.log" \
+    env MAX_JOBS=${MAX_JOBS:-$(nproc)} $PY setup.py build_ext --inplace
+fi
+$PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$OUTDIR/build.log" 2>&1
+
+# 4. Tests on this device ("cuda" / "cpu" are the ids of the device fixture's parameters).
+OP_TESTS="tests/test_masked_copies.py tests/test_gather_energies.py tests/test_propose.py tests/test_mh_accept.py
+  tests/test_opcheck.py tests/test_cpu_portable_path.py"
+SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py"
+if [ "$QUICK" = 1 ]; then
+  # shellcheck disable=SC2086
+  run_step "tests (-k $DEV, quick subset)" "$OUTDIR/tests.log" \
+    $PY -m pytest -q -x -p no:cacheprovider tests/test_masked_copies.py tests/test_mh_accept.py -k "$DEV"
+else
+  # shellcheck disable=SC2086
+  run_step "tests (-k $DEV)" "$OUTDIR/tests.log" \
+    $PY -m pytest -q -p no:cacheprovider --durations=15 $OP_TESTS $SAMPLER_TESTS -k "$DEV"
+fi
+
+# 5. Sanitizers (GPU) / the same sweep on the CPU kernels.
+SWEEP="bench/op_sweep.py --device $DEV --small"
+[ "$QUICK" = 1 ] && SWEEP="$SWEEP --tiny"
+if [ "$DEV" = cuda ] && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    # shellcheck disable=SC2086
+    run_step "compute-sanitizer $tool" "$OUTDIR/sanitizer.log" timeout 150 \
+      compute-sanitizer --tool $tool --error-exitcode 99 $PY $SWEEP
+  done
+else
+  # shellcheck disable=SC2086
+  run_step "op sweep on $DEV (no compute-sanitizer: no GPU)" "$OUTDIR/sanitizer.log" $PY $SWEEP
+fi
+
+# 6-7. Benchmarks.
+BQ=""
+[ "$QUICK" = 1 ] || [ "$DEV" = cpu ] && BQ="--quick"
+run_step "ops vs reference and floor ($DEV)" "$OUTDIR/bench.log" $PY bench/ops_floor.py --out "$OUTDIR" \
+  --device $DEV $BQ
+TR=""
+[ "$HAVE_FAIRSEQ" = 1 ] || TR="--skip-translation"
+run_step "sampler end to end ($DEV)" "$OUTDIR/bench.log" $PY bench/sampler_e2e.py --out "$OUTDIR" --device $DEV \
+  $BQ $TR
+
+# Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).
+{
+  echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+  echo
+  echo "Mode: $MODE. TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST. Quick: $QUICK."
+  [ "$HAVE_FAIRSEQ" = 1 ] || echo "fairseq not importable: the bundled translation model was skipped (see the wheels note in scripts/gpu_check.sh)."
+  echo
+  echo '```'
+  echo "$ENV"
+  echo '```'
+  echo
+  echo "| step | status | time | log |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${STEPS[@]}"
+  echo
+  grep -h "passed\|failed\|error" "$OUTDIR/tests.log" | tail -3
+  grep -h "op sweep on" "$OUTDIR/sanitizer.log" | tail -3
+  grep -h "ERROR SUMMARY" "$OUTDIR/sanitizer.log" | tail -3
+  for md in ops_floor.md sampler_e2e.md; do
+    if [ -f "$OUTDIR/$md" ]; then
+      echo
+      cat "$OUTDIR/$md"
+      rm -f "$OUTDIR/$md"
+    fi
+  done
+  echo
+  echo "Overall: $([ $FAILED = 0 ] && echo PASS || echo FAIL)"
+} >"$SUMMARY"
+cat "$SUMMARY"
+exit $FAILED
