@@ -143,6 +143,14 @@ def extension():
 class BuildExt(BuildExtension):
     """torch's BuildExtension; a compile or link error ends with one line naming it (details above it)."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        # An editable install (`pip install -e .`) compiles in a fresh temporary folder each time; a fixed
+        # one lets ninja reuse the objects, so re-running scripts/install.sh only rebuilds what changed
+        # (ninja also rebuilds when the flags or torch's headers change).
+        if getattr(self, "editable_mode", False):
+            self.build_temp = os.path.join(ROOT, "build", "editable-temp")
+
     def build_extensions(self) -> None:
         try:
             super().build_extensions()
