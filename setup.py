@@ -71,6 +71,8 @@ def cuda_decision() -> tuple[bool, str]:
     if os.environ.get("MHFAST_FORCE_CPU", "0") == "1":
         return False, "MHFAST_FORCE_CPU=1"
     if os.environ.get("MHFAST_FORCE_CUDA", "0") == "1":
+        if torch.version.cuda is None:
+            fail(f"MHFAST_FORCE_CUDA=1 but torch {torch.__version__} was built without CUDA (install a CUDA torch)")
         if CUDA_HOME is None:
             fail("MHFAST_FORCE_CUDA=1 but no CUDA toolkit found (set CUDA_HOME or put nvcc on PATH)")
         return True, "MHFAST_FORCE_CUDA=1"
