@@ -20,7 +20,6 @@ import glob
 import os
 import re
 import shutil
-import sys
 
 from setuptools import setup
 
