@@ -76,6 +76,13 @@ def make_venv(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_plain_pip_install_builds_against_installed_torch_and_imports_elsewhere(tmp_path):
+    try:
+        check_plain_pip_install(tmp_path)
+    finally:  # the venv holds a whole torch (~1 GB): do not leave it to pytest's tmp retention
+        shutil.rmtree(tmp_path / "venv", ignore_errors=True)
+
+
+def check_plain_pip_install(tmp_path: Path) -> None:
     py, wheelhouse = make_venv(tmp_path)
     src, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
     shutil.copytree(ROOT, src, ignore=IGNORE)
