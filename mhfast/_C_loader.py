@@ -13,7 +13,8 @@ def load_library() -> None:
     except ImportError as e:  # pragma: no cover - exercised only on a broken install
         raise ImportError(
             "mhfast's compiled core (mhfast._C) is not built. Build it from the repository root with\n"
-            "    pip install --no-build-isolation -e .\n"
+            "    pip install .        (or, for a development checkout: pip install -e .)\n"
+            "(it compiles against the torch installed in that environment; see the README's install section)\n"
             f"(original error: {e})"
         ) from e
     _loaded = True

@@ -22,5 +22,7 @@ if ! "$PY" -c "import fairseq" >/dev/null 2>&1; then
   "$PY" -m pip uninstall -y -q torchaudio || true
 fi
 
-# The compiled core, built against the installed torch (no isolated build env).
-pip_install --no-build-isolation -e .
+# The compiled core: the same path as a user's `pip install .` (pyproject.toml's in-tree backend
+# compiles against the torch installed above and never fetches one), as an editable install so
+# that the tests and scripts import this checkout (mhfast/_C*.so is built in place).
+pip_install -e .
