@@ -2,7 +2,7 @@
 torch installed in the target environment. Package metadata and extras are in pyproject.toml.
 
     pip install .                               # in-tree backend: builds against the installed torch
-    pip install --no-build-isolation -e .       # editable, in place (what scripts/install.sh does)
+    pip install -e .                            # editable, in place (what scripts/install.sh does)
 
 Build switches (environment variables):
     MHFAST_FORCE_CPU=1    CPU kernels only, even when CUDA is available
