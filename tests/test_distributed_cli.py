@@ -1,0 +1,111 @@
+"""``torchrun ... -m mhfast translate``: the bytes of one process, for 2 and 3 ranks, 2 "nodes" through
+the c10d rendezvous, and after a rank is killed (rerun with --resume, another world size).
+
+Real torchrun launches on one machine (gloo over loopback, free ports, bounded in time), on the
+bundled model with small settings.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--input", "bundled", "--limit", "6", "--batch-size", "1", "--chains", "2", "--epochs", "3", "--burn-in",
+        "1", "--quiet"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), OMP_NUM_THREADS="1",
+                MHFAST_DIST_TIMEOUT="60")
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> bytes:
+    out = tmp_path_factory.mktemp("one") / "out.txt"
+    subprocess.run([sys.executable, "-m", "mhfast", "translate", *FAST, "--format", "fairseq", "--output", str(out)],
+                   env=_env(), check=True, timeout=300, capture_output=True)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_write_the_bytes_of_one_process(tmp_path, one_process, ranks):
+    out = tmp_path / "out.txt"
+    proc = subprocess.run(_torchrun("--nproc-per-node", str(ranks), "--master-port", str(_port()), "-m", "mhfast",
+                                    "translate", *FAST, "--format", "fairseq", "--output", str(out)),
+                          env=_env(), timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_bytes() == one_process
+
+
+def test_two_nodes_through_the_c10d_rendezvous(tmp_path, one_process):
+    out = tmp_path / "out.txt"
+    port = _port()
+    argv = _torchrun("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"127.0.0.1:{port}", "--rdzv-id", "mhfast-test", "-m", "mhfast", "translate", *FAST,
+                     "--format", "fairseq", "--output", str(out))
+    nodes = [subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [n.communicate(timeout=300) for n in nodes]
+    assert all(n.returncode == 0 for n in nodes), [r[1][-2000:] for r in results]
+    assert out.read_bytes() == one_process
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(x) for x in (task / "children").read_text().split()]
+    return kids
+
+
+def _lines_done(progress: Path) -> int:
+    import json
+
+    try:
+        return int(json.loads(progress.read_text())["lines_done"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_a_killed_rank_ends_the_run_and_resume_finishes_it(tmp_path):
+    """3 ranks commit windows of 12 one-line chunks; a rank is SIGKILLed during the second window: the
+    others exit (torchrun ends the job) with the first window committed, and the same command rerun
+    with --resume in ONE process (another world size) ends with the bytes of an uninterrupted run."""
+    longer = [*FAST[:3], "20", *FAST[4:]]
+    full, out = tmp_path / "full.txt", tmp_path / "out.txt"
+    subprocess.run([sys.executable, "-m", "mhfast", "translate", *longer, "--output", str(full)], env=_env(),
+                   check=True, timeout=300, capture_output=True)
+    run = subprocess.Popen(_torchrun("--nproc-per-node", "3", "--master-port", str(_port()), "-m", "mhfast",
+                                     "translate", *longer, "--output", str(out)),
+                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress = Path(str(out) + ".progress")
+    deadline = time.time() + 240
+    while time.time() < deadline and run.poll() is None and _lines_done(progress) < 12:
+        time.sleep(0.02)
+    workers = _children(run.pid)
+    assert run.poll() is None and len(workers) == 3, "the run must still be going after its first window"
+    os.kill(workers[-1], signal.SIGKILL)
+    t0 = time.time()
+    run.communicate(timeout=120)
+    assert run.returncode != 0 and time.time() - t0 < 120  # the others exit, no hang
+    assert _lines_done(progress) == 12 and out.read_bytes() == full.read_bytes()[:len(out.read_bytes())]
+    proc = subprocess.run([sys.executable, "-m", "mhfast", "translate", *longer, "--output", str(out), "--resume"],
+                          env=_env(), timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.read_bytes() == full.read_bytes()
