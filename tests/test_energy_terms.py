@@ -245,3 +245,16 @@ def test_energy_term_flag_errors_are_one_line(capsys, tiny_dir, argv, needle):
         argv = [argv[0], "--model", tiny_dir, *argv[1:]]
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_mhfast_energy_reports_the_same_terms_as_sample():
+    model = model3()
+    term = TableTerm(seed=3)
+    r = mhfast.sample(model, 3, chains=5, epochs=3, burn_in=1, seed=2, energy="local",
+                      extra_energy=[(term, 0.7), Hamming(torch.tensor([0, 1, 2]))])
+    e = mhfast.energy(model, r.tokens[0], extra_energy=[(term, 0.7), Hamming(torch.tensor([0, 1, 2]))])
+    assert e.term_names == r.term_names == ["table", "hamming"]
+    assert torch.equal(e.terms, r.terms[0])
+    assert torch.allclose(e.e_local + e.e_extra, r.energy[0], atol=1e-5)
+    with pytest.raises(ValueError, match="mhfast.energy: extra_energy"):
+        mhfast.energy(model, r.tokens[0], extra_energy=3)

@@ -35,13 +35,17 @@ class Energies(namedtuple("Energies", ["e_raw", "e_local"])):
     """``(e_raw, e_local)``, each f32[B] (None for an energy not asked for).
 
     With ``per_position=True`` also ``raw_terms`` / ``local_terms`` f32[B, T] (the per-token
-    terms, 0 at positions outside the energy); otherwise these attributes are None. Unpacks as a
-    pair: ``e_raw, e_local = mhfast.energy(...)``.
+    terms, 0 at positions outside the energy); otherwise these attributes are None. With
+    ``extra_energy=`` also ``terms`` f32[B, K] (each term's unweighted value), ``term_names`` and
+    ``e_extra`` f32[B] (the weighted sum: the sampler's target energy is ``e_raw`` or ``e_local``
+    plus ``e_extra``). Unpacks as a pair: ``e_raw, e_local = mhfast.energy(...)``.
     """
 
-    def __new__(cls, e_raw: Any, e_local: Any, raw_terms: Any = None, local_terms: Any = None) -> "Energies":
+    def __new__(cls, e_raw: Any, e_local: Any, raw_terms: Any = None, local_terms: Any = None,
+                terms: Any = None, term_names: Any = None, e_extra: Any = None) -> "Energies":
         self = super().__new__(cls, e_raw, e_local)
         self.raw_terms, self.local_terms = raw_terms, local_terms
+        self.terms, self.term_names, self.e_extra = terms, term_names, e_extra
         return self
 
 
@@ -171,7 +175,8 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
 
 def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = None, source: Any = None,
            energy: str | Sequence[str] = ENERGIES, per_position: bool = False,
-           max_tokens_per_batch: int | None = None, backend: str = "compiled") -> Energies:
+           max_tokens_per_batch: int | None = None, backend: str = "compiled", extra_energy: Any = None
+           ) -> Energies:
     """The raw and local energies of whole sequences (``-e_local`` is their pseudo-log-likelihood).
 
     Args:
@@ -188,6 +193,8 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
         max_tokens_per_batch: tokens of masked copies at once (and per forward); None: from
             free memory (:func:`mhfast.scoring.budget.auto_max_tokens`).
         backend: "compiled" (the C++/CUDA ops) or "reference" (pure PyTorch).
+        extra_energy: the energy terms of :func:`mhfast.sample` (see :mod:`mhfast.energy_terms`),
+            evaluated on the rows (``input_index`` = the row); reported as ``terms``/``e_extra``.
 
     Returns:
         :class:`Energies` ``(e_raw, e_local)``: f32[B] each, summed in float64 like the sampler.
@@ -200,5 +207,23 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
     raw, local = compute_terms(lm, rows, mask, source=source, max_tokens_per_batch=max_tokens_per_batch,
                                backend=backend)
     keep = (lambda name, value: value if name in names else None)  # noqa: E731
+    extra = _extra_terms(extra_energy, rows, lm)
     return Energies(keep("raw", sum_terms(raw)), keep("local", sum_terms(local)),
-                    keep("raw", raw) if per_position else None, keep("local", local) if per_position else None)
+                    keep("raw", raw) if per_position else None, keep("local", local) if per_position else None,
+                    *extra)
+
+
+def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> tuple:
+    """(values f32[B, K], names, weighted sum f32[B]) of ``extra_energy`` on ``rows``, or Nones."""
+    from ..energy_terms import check_extra_energy, normalize
+
+    if extra_energy is None:
+        return None, None, None
+    try:
+        check_extra_energy(extra_energy)
+    except ValueError as e:
+        raise _err("extra_energy", str(e)) from None
+    terms = normalize(extra_energy if isinstance(extra_energy, list) else [extra_energy], rows.shape[0],
+                      rows.shape[1], int(lm.vocab_size))
+    values = terms.evaluate(rows, torch.arange(rows.shape[0], device=rows.device))
+    return values, terms.names, terms.weighted(values)
