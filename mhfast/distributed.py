@@ -145,6 +145,58 @@ def gather(items: dict[int, Any], total: int, w: World, dst: int | None = None) 
     return [merged[i] for i in range(total)]
 
 
+def on_main(open_fn: Callable[[], Any], w: World, share: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """Rank 0 runs ``open_fn()`` (e.g. locks and resumes an output); every rank gets ``share(result)``.
+
+    Returns ``(result on rank 0 / None elsewhere, shared value)``. An error on rank 0 (ValueError,
+    OSError) is raised there and, as a ValueError naming it, on every other rank: no rank waits.
+    """
+    if w.size == 1:
+        result = open_fn()
+        return result, share(result)
+    import torch.distributed as td
+
+    result, message = None, [None]
+    if w.is_main:
+        try:
+            result = open_fn()
+            message = [("ok", share(result))]
+        except (ValueError, OSError) as e:
+            td.broadcast_object_list([("error", f"{type(e).__name__}: {e}")], src=0)
+            raise
+    td.broadcast_object_list(message, src=0)
+    status, value = message[0]
+    if status == "error":
+        raise ValueError(f"rank 0 failed ({value})")
+    return result, value
+
+
+def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable[[Any], float], w: World,
+                 commit: Callable[[Any], None], per_rank: int = 4) -> None:
+    """``work(key)`` for every key, shared over the ranks by ``cost``, and ``commit(result)`` on rank 0 in
+    key order (the pattern of ``mhfast translate`` / ``score`` under torchrun).
+
+    One process commits each result as soon as it is done. With several ranks the keys go out in
+    windows of ``per_rank`` per rank (cost-balanced by :func:`shard`), each window is gathered on rank
+    0 and committed in order; a killed run loses at most the window in flight.
+
+    Example:
+        >>> out = []
+        >>> run_in_order([3, 1, 2], lambda k: k * 10, float, World(), out.append)
+        >>> out
+        [30, 10, 20]
+    """
+    window = 1 if w.size == 1 else per_rank * w.size
+    for start in range(0, len(keys), window):
+        part = list(keys[start:start + window])
+        mine = shard([cost(k) for k in part], w.size)[w.rank]
+        results = {i: work(part[i]) for i in mine}
+        ordered = gather(results, len(part), w, dst=0)
+        if w.is_main:
+            for res in ordered:
+                commit(res)
+
+
 _PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local")
 
 

@@ -109,3 +109,16 @@ def test_a_killed_rank_ends_the_run_and_resume_finishes_it(tmp_path):
                           env=_env(), timeout=300, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert out.read_bytes() == full.read_bytes()
+
+
+def test_score_over_two_ranks_writes_the_bytes_of_one_process(tmp_path):
+    src = tmp_path / "heavy.txt"
+    src.write_text("EVQLVESGGGLVQPGGSLRLSCAASGFTFSSYAMS\nEVQLVESGGGLVQPGG\nQVQLQESGPGLVKPSETLSLTCTVS\nEVQLV\n")
+    argv = ["score", "-i", str(src), "-q", "--batch-size", "1", "--per-token"]
+    one, two = tmp_path / "one.tsv", tmp_path / "two.tsv"
+    subprocess.run([sys.executable, "-m", "mhfast", *argv, "-o", str(one)], env=_env(), check=True, timeout=300,
+                   capture_output=True)
+    proc = subprocess.run(_torchrun("--nproc-per-node", "2", "--master-port", str(_port()), "-m", "mhfast", *argv,
+                                    "-o", str(two)), env=_env(), timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert two.read_bytes() == one.read_bytes()

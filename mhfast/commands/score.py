@@ -240,11 +240,18 @@ def run(args: argparse.Namespace) -> int:
     sources = read_input_lines(args.source, "--source") if args.source is not None else None
     if args.model == "bundled":
         lines, sources = _split_pairs(lines, sources, name)
+    from .. import distributed
+
+    world = distributed.world(device=args.device)  # torchrun: batches shared over the ranks, rank 0 writes
+    if world.backend == "nccl":
+        args.device = str(world.device)
     with ExitStack() as stack:
-        sink = open_output(args, output_spec(args, lines, sources), len(lines), stack)
+        spec = output_spec(args, lines, sources)
+        sink, start = distributed.on_main(lambda: open_output(args, spec, len(lines), stack), world,
+                                          lambda s: s.lines_done)
         model = _load(args)
-        results = _score_batches(args, model, lines, sources, sink, name)
-    if not args.quiet:
+        results = _score_batches(args, model, lines, sources, sink, name, start, world)
+    if not args.quiet and world.is_main:
         tokens, seconds = sum(s.num_tokens for s in results[0]), results[1]
         print(f"{len(results[0])} sequences scored, {tokens} tokens, pseudo-perplexity {corpus_pppl(results[0]):.4f} "
               f"per token, {corpus_pppl(results[0], 'word'):.4f} per word; {seconds:.1f} s "
@@ -253,26 +260,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _score_batches(args: argparse.Namespace, model: Any, lines: list[str], sources: list[str] | None, sink: Any,
-                   name: str) -> tuple[list, float]:
-    """Score lines[sink.lines_done:] batch by batch, committing each batch; (scores of this run, seconds)."""
+                   name: str, start: int, world: Any) -> tuple[list, float]:
+    """Score lines[start:] batch by batch (shared over the ranks by length), committing each batch in
+    order on rank 0; (the scores of this run, seconds)."""
     from tqdm import tqdm
 
+    from .. import distributed
     from ..scoring import score
 
-    start = sink.lines_done
-    bar = tqdm(total=len(lines), initial=start, unit="seq", file=sys.stderr, disable=args.quiet,
+    def work(first: int) -> tuple[int, list]:
+        chunk = _encode_lines(model, lines[first:first + args.batch_size], first, args, name)
+        src = None if sources is None else sources[first:first + args.batch_size]
+        return first + len(chunk), score(model, chunk, sources=src, metric=args.metric,
+                                         max_tokens_per_batch=args.max_tokens_per_batch, backend=args.backend)
+
+    def commit(done: tuple[int, list]) -> None:
+        end, scores = done
+        text = "".join(format_record(s, args.format, args.per_token, args.per_word) + "\n" for s in scores)
+        sink.commit(text.encode("utf-8"), end)
+        results.extend(scores)
+        bar.update(len(scores))
+
+    cost = lambda first: float(sum(len(x) ** 2 for x in lines[first:first + args.batch_size])) + 1.0  # noqa: E731
+    bar = tqdm(total=len(lines), initial=start, unit="seq", file=sys.stderr, disable=args.quiet or not world.is_main,
                dynamic_ncols=True, desc="score")
     t0, results = time.perf_counter(), []
     try:
-        for first in range(start, len(lines), args.batch_size):
-            chunk = _encode_lines(model, lines[first:first + args.batch_size], first, args, name)
-            src = None if sources is None else sources[first:first + args.batch_size]
-            scores = score(model, chunk, sources=src, metric=args.metric,
-                           max_tokens_per_batch=args.max_tokens_per_batch, backend=args.backend)
-            text = "".join(format_record(s, args.format, args.per_token, args.per_word) + "\n" for s in scores)
-            sink.commit(text.encode("utf-8"), first + len(chunk))
-            results += scores
-            bar.update(len(chunk))
+        distributed.run_in_order(range(start, len(lines), args.batch_size), work, cost, world, commit)
     except BaseException:
         bar.leave = False
         raise

@@ -359,24 +359,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _open_output_on_main(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack, world: Any) -> Any:
     """Rank 0 opens (locks, verifies, resumes) the output; the others learn where it starts, or its error."""
-    if world.size == 1:
-        return _open_output(args, spec, total, stack)
-    import torch.distributed as td
+    from .. import distributed
 
-    sink, message = None, [None]
-    if world.is_main:
-        try:
-            sink = _open_output(args, spec, total, stack)
-            message = [("ok", sink.lines_done)]
-        except (ValueError, OSError) as e:
-            message = [("error", f"{type(e).__name__}: {e}")]
-            td.broadcast_object_list(message, src=0)
-            raise
-    td.broadcast_object_list(message, src=0)
-    status, value = message[0]
-    if status == "error":
-        raise ValueError(f"rank 0 could not open the output ({value})")
-    return sink if world.is_main else _Start(value)
+    sink, start = distributed.on_main(lambda: _open_output(args, spec, total, stack), world, lambda s: s.lines_done)
+    return sink if world.is_main else _Start(start)
 
 
 @dataclass(frozen=True)
@@ -429,16 +415,9 @@ def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], 
     firsts = list(range(sink.lines_done, len(work.lines), args.batch_size))
     bar = _progress_bar(args, len(work.lines), sink.lines_done) if world.is_main else None
     done = {"decoded": 0, "acc_sum": 0.0}
-    window = 1 if world.size == 1 else 4 * world.size  # one process: commit every chunk as soon as it is done
     try:
-        for w0 in range(0, len(firsts), window):
-            part = firsts[w0:w0 + window]
-            mine = distributed.shard([work.cost(f) for f in part], world.size)[world.rank]
-            results = {k: work.translate(part[k], _on_epoch(args, bar, done)) for k in mine}
-            ordered = distributed.gather(results, len(part), world, dst=0)
-            if world.is_main:
-                for res in ordered:
-                    _commit_chunk(args, sink, stats, hyps, res, bar, done)
+        distributed.run_in_order(firsts, lambda f: work.translate(f, _on_epoch(args, bar, done)), work.cost, world,
+                                 lambda res: _commit_chunk(args, sink, stats, hyps, res, bar, done))
         if world.is_main and args.stats_out and not stats["batches"] and not args.resume:
             write_json_atomic(args.stats_out, stats)
     except BaseException:
