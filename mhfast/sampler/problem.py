@@ -186,6 +186,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if device is None:
         device = getattr(model, "device", None) or (init.device if init is not None else torch.device("cpu"))
     device = torch.device(device)
+    _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"))
     rows = rows.to(device)
     is_pad, energy_mask = _energy_mask(model, rows)
     free = _free(free_positions, rows, energy_mask, int(model.mask_id))
@@ -201,6 +202,25 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
                       terms=normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size)))
     _check_allowed(problem, model)
     return problem
+
+
+#: Most token slots (inputs x chains x positions) one call may hold: index arithmetic of the ops and
+#: torch's own kernels is only tested up to 2**31 elements, and far fewer fit in memory anyway.
+MAX_TOKEN_SLOTS = 2 ** 31 - 1
+
+
+def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str) -> None:
+    """Reject rows longer than the model's position table (``model.max_length``, when it has one) and
+    chains that cannot be held, before any allocation (never a crash deep inside the model)."""
+    limit = getattr(model, "max_length", None)
+    T = int(rows.shape[1])
+    if isinstance(limit, int) and T > limit:
+        raise _err(what, f"gives rows of {T} tokens (special tokens included), more than the model's maximum of "
+                   f"{limit} positions")
+    slots = int(rows.shape[0]) * int(cfg.chains) * T
+    if slots > MAX_TOKEN_SLOTS:
+        raise _err("chains", f"({cfg.chains}) x {rows.shape[0]} input(s) x {T} positions = {slots} token slots, "
+                   f"more than the {MAX_TOKEN_SLOTS} one call can hold: use fewer chains or split the inputs")
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:
