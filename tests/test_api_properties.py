@@ -73,7 +73,8 @@ def test_any_option_value_runs_or_names_the_argument(name, value, others):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.one_of(st.integers(-5, 6), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3), st.none()))
+@given(st.one_of(st.integers(-5, 6), st.integers(10 ** 9, 10 ** 15), st.floats(allow_nan=True), st.booleans(),
+                 st.text(max_size=3), st.none()))
 def test_length_runs_or_names_length(length):
     try:
         result = mhfast.sample(MODEL, length, epochs=2, burn_in=0, chains=2)
@@ -94,6 +95,29 @@ def test_init_rows_run_or_name_init(rows):
         assert "init" in str(e), str(e)
         return
     assert bool(torch.isfinite(result.energy_raw).all())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=2), st.lists(st.integers(-2, 2), max_size=3),
+                 st.just(torch.tensor([1])), st.just(torch.tensor([1.0])), st.just(torch.tensor([[1]]))))
+def test_input_ids_run_or_name_input_ids(input_ids):
+    try:
+        result = mhfast.sample(MODEL, 3, input_ids=input_ids, epochs=2, burn_in=0, chains=2)
+    except (ValueError, TypeError) as e:
+        assert "input_ids" in str(e), str(e)
+        return
+    assert bool(torch.isfinite(result.energy_raw).all())
+
+
+def test_cuda_without_cuda_kernels_is_rejected(monkeypatch):
+    """A GPU that torch sees but mhfast has no kernels for: rejected up front, naming device."""
+    import mhfast._C_loader
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(mhfast._C_loader, "built_with_cuda", lambda: False)
+    with pytest.raises(ValueError, match="device is 'cuda' but mhfast was built without CUDA"):
+        mhfast.sample(MODEL, 3, device="cuda")
 
 
 def test_chains_beyond_what_can_be_held_are_rejected_before_allocating():

@@ -113,6 +113,11 @@ def _device(v: Any) -> Any:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise OptionError(f"is {v!r} but no CUDA device is available")
+        from .._C_loader import built_with_cuda
+
+        if not built_with_cuda():  # the ops would fail at their first call, deep inside a step
+            raise OptionError(f"is {v!r} but mhfast was built without CUDA kernels (rebuild on a machine with "
+                              "nvcc, without MHFAST_FORCE_CPU)")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise OptionError(f"is {v!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
     elif dev.type != "cpu":
