@@ -94,6 +94,10 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (["sample", "--model", "{d}/bad_json", "--length", "3"], "bad_json"),
     (["sample", "--model", "{d}/no_weights", "--length", "3"], "no_weights"),
     (["sample", "--model", "{d}/empty.txt", "--length", "3"], "empty.txt"),
+    (["sample", "--model", "{d}/truncated_bert", "--length", "3"], "truncated_bert"),
+    (SAMPLE + ["--classifier", "{bert}"], "classifier"),  # a masked LM has no trained classification head
+    (SAMPLE + ["--classifier", "{d}/bad_json"], "bad_json"),
+    (SAMPLE + ["--classifier", "{d}/empty_dir"], "empty_dir"),
     (["sample", "--model", "", "--length", "3"], "model"),
     (["sample", "--energy", "both", "--model", "{bert}", "--chains", "0"], "--chains"),
     (["sample", "--bogus"], "--bogus"),
@@ -136,6 +140,7 @@ SCORE_ROWS: list[tuple[list[str], str]] = [
     (SCORE + ["--device", "cuda:99"], "--device"), (SCORE + ["--device", "cpu:1"], "--device"),
     (SCORE + ["--metric", "x"], "--metric"),
     (["score", "--input", "{one}", "--model", "{d}/bad_json", "-q"], "bad_json"),
+    (["score", "--input", "{one}", "--model", "{d}/truncated_bert", "-q"], "truncated_bert"),
     (["score", "--input", "{d}/binary.txt", "--model", "{bert}", "-q"], "--input"),
     (["score", "--input", "{one}", "--model", "{bert}", "--ids", "-q"], "--input"),
     (["score", "--input", "{one}", "--model", "bundled", "--source", "{d}/empty.txt", "-q"], "--source"),
@@ -176,6 +181,10 @@ def paths(tmp_path_factory) -> dict:
     (d / "bad_dict" / "dict.de.txt").write_text("no_count_here\n")
     (d / "short_dict" / "dict.de.txt").write_text("".join(f"w{i} 1\n" for i in range(20)))
     bert = save_tiny_bert_dir(d / "tiny_bert")
+    (d / "truncated_bert").mkdir()
+    for f in os.listdir(bert):
+        data = (d / "tiny_bert" / f).read_bytes()
+        (d / "truncated_bert" / f).write_bytes(data[: len(data) // 2] if f.endswith((".safetensors", ".bin")) else data)
     return {"d": str(d), "bert": str(bert), "one": str(d / "one.txt")}
 
 
