@@ -105,7 +105,7 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
 TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (TRANSLATE + ["--threads", "100000"], "--threads"), (TRANSLATE + ["--threads", "-1"], "--threads"),
     (TRANSLATE + ["--threads", str(10 ** 9)], "--threads"), (TRANSLATE + ["--threads", "two"], "--threads"),
-    (TRANSLATE + ["--batch-size", "0"], "--batch-size"), (TRANSLATE + ["--length-beam", "0"], "--length-beam"),
+    (TRANSLATE + ["--batch-size", "0"], "--batch-size"), (TRANSLATE + ["--length-beam", "100000"], "length_beam"), (TRANSLATE + ["--length-beam", "0"], "--length-beam"),
     (TRANSLATE + ["--method", "mask-predict", "--iterations", "0"], "--iterations"),
     (TRANSLATE + ["--method", "beam"], "--method"), (TRANSLATE + ["--limit", "-1"], "--limit"),
     (TRANSLATE + ["--resume"], "--resume"), (TRANSLATE + ["--format", "json"], "--format"),
@@ -235,6 +235,13 @@ def test_no_traceback_or_crash_reaches_the_terminal(template, needle, paths):
     assert proc.returncode == 2, (proc.returncode, proc.stderr)  # a signal would be negative
     assert proc.stdout == ""
     _one_error_line(proc.stderr, needle)
+
+
+def test_empty_score_input_reports_no_nan(paths, capsys):
+    """Empty input is valid (an empty output), but the summary must not print a NaN perplexity."""
+    assert main(["score", "--input", f"{paths['d']}/empty.txt", "--model", paths["bert"]]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "nan" not in err.lower() and "0 sequences scored" in err, err
 
 
 def test_closed_stdin_is_one_line(paths):

@@ -257,7 +257,7 @@ class FairseqCMLM:
         totals = torch.arange(scores.shape[1], device=scores.device)
         allowed = (totals >= 3) & (totals <= self.max_target_positions)
         if k > int(allowed.sum()):
-            raise ValueError(f"k: at most {int(allowed.sum())} lengths exist, got {k}")
+            raise ValueError(f"k (length_beam): at most {int(allowed.sum())} lengths exist, got {k}")
         scores = scores.masked_fill(~allowed, float("-inf"))
         return scores.topk(k, dim=1).indices - 2
 
