@@ -69,9 +69,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the library wrote
         _say(f"{args._prog}: error: {message}")
         return 2
+    except (MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e) or os.environ.get("MHFAST_DEBUG") == "1":
+            raise
+        _say(f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): use fewer "
+             "chains or inputs, or a smaller --batch-size / --max-tokens-per-batch")
+        return 2
     except KeyboardInterrupt:
         _say(f"{args._prog}: interrupted")
         return 130
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """An allocation that failed (host or device): the options asked for more than the machine has."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e)
+    return type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text or "out of memory" in text
 
 
 def _say(line: str) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -73,6 +74,28 @@ class Hamming:
         return (pad(tokens) != pad(ref)).sum(dim=1).float()
 
 
+def _load_classifier(path: str) -> Any:
+    """``AutoModelForSequenceClassification`` from a local directory; a ValueError naming it when the
+    files are damaged or the checkpoint has no classification head (a randomly initialized head
+    would steer toward noise, silently)."""
+    from .models.hf import _quiet_transformers, _transformers
+
+    try:
+        with _quiet_transformers():
+            model, info = _transformers().AutoModelForSequenceClassification.from_pretrained(
+                path, local_files_only=True, output_loading_info=True)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - bad config, missing or truncated weights
+        text = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ValueError(f"classifier: cannot load {path!r}: {type(e).__name__}: {text}") from None
+    missing = [k for k in info.get("missing_keys", ()) if "position_ids" not in k]
+    if missing:
+        raise ValueError(f"classifier: {path!r} is not a trained sequence classifier (no weights for "
+                         f"{sorted(missing)[:4]})")
+    return model
+
+
 class HFClassifier:
     """``-log p(label | X)`` of a HuggingFace ``*ForSequenceClassification`` model (controlled generation).
 
@@ -99,7 +122,7 @@ class HFClassifier:
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             from .models.hf import _transformers
 
-            model = _transformers().AutoModelForSequenceClassification.from_pretrained(model, local_files_only=True)
+            model = _load_classifier(os.fspath(model) if not isinstance(model, bytes) else model.decode())
         self.model = model.eval()
         label2id = dict(getattr(model.config, "label2id", {}) or {})
         if isinstance(label, str):

@@ -68,7 +68,11 @@ class TextProcessor:
                 import sentencepiece
             except ImportError as e:  # pragma: no cover - installed by scripts/install.sh
                 raise ImportError("the SentencePiece tokenizer needs 'pip install sentencepiece'") from e
-            self._sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+            try:
+                self._sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+            except (RuntimeError, OSError) as e:  # a truncated or foreign file: name it, in one line
+                raise ValueError(f"--spm: {spm_model} is not a SentencePiece model ({' '.join(str(e).split())})"
+                                 ) from None
 
     @classmethod
     def none(cls) -> "TextProcessor":

@@ -27,11 +27,9 @@ def reference_lines(args: argparse.Namespace, count: int, limit: int | None = No
         return None
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--hamming-reference: no such file: {path!r}")
-    with open(path, encoding="utf-8", newline="") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines][:limit]
+    from ..files import read_records
+
+    lines = read_records(path, "--hamming-reference")[:limit]  # the line rule; bad UTF-8 names file and line
     if len(lines) != count:
         raise ValueError(f"--hamming-reference has {len(lines)} lines, expected one per input ({count})")
     return lines

@@ -135,6 +135,7 @@ def _terms(lm: Any, args: argparse.Namespace, inputs: dict) -> list | None:
 def run(args: argparse.Namespace) -> int:
     import mhfast
     from ..models.loading import load_masked_lm
+    from ..sampler.problem import build_problem
 
     cfg = _check(args)
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)
     terms = _terms(lm, args, inputs)
+    # every model-dependent check (lengths against the model, token ids, sizes) before any output
+    build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
     energies = ["raw", "local"] if args.energy == "both" else [args.energy]

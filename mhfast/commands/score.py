@@ -253,8 +253,10 @@ def run(args: argparse.Namespace) -> int:
         results = _score_batches(args, model, lines, sources, sink, name, start, world)
     if not args.quiet and world.is_main:
         tokens, seconds = sum(s.num_tokens for s in results[0]), results[1]
-        print(f"{len(results[0])} sequences scored, {tokens} tokens, pseudo-perplexity {corpus_pppl(results[0]):.4f} "
-              f"per token, {corpus_pppl(results[0], 'word'):.4f} per word; {seconds:.1f} s "
+        # no token scored (empty input): the corpus pseudo-perplexity is undefined, not NaN
+        pppl = (f"pseudo-perplexity {corpus_pppl(results[0]):.4f} per token, {corpus_pppl(results[0], 'word'):.4f} "
+                "per word" if tokens else "pseudo-perplexity undefined (no tokens)")
+        print(f"{len(results[0])} sequences scored, {tokens} tokens, {pppl}; {seconds:.1f} s "
               f"({tokens / max(seconds, 1e-9):.0f} tokens/s)", file=sys.stderr)
     return 0
 

@@ -87,7 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tok.add_argument("--spm", metavar="SPM_MODEL", help="SentencePiece model (default: DICT_DIR/spm.model)")
     tok.add_argument("--tokenizer", choices=("none",), help="'none': inputs are already tokenized")
     model.add_argument("--threads", type=int, default=0,
-                       help="CPU threads of torch (0: torch's default); 1 is fastest on a busy machine")
+                       help=f"CPU threads of torch, 0..{max_threads()} (4 x the CPUs; 0: torch's default); 1 is "
+                            "fastest on a busy machine")
 
     dec = p.add_argument_group("decoding")
     dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh")
@@ -100,14 +101,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ---------------------------------------------------------------------------- options
+def max_threads() -> int:
+    """The largest --threads: 4 threads per CPU. More only oversubscribes, and torch tries to start
+    whatever it is given (--threads 100000 exhausts memory or crashes inside its thread pool)."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def _check(args: argparse.Namespace) -> None:
     """Every option checked before any work (the sampler's by the option spec); errors name the flag."""
-    options.config_from_args(args, length_beam=args.length_beam)
     for name in ("batch_size", "length_beam", "iterations"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
-    if args.threads < 0:
-        raise ValueError(f"--threads must be >= 0, got {args.threads}")
+    options.config_from_args(args, length_beam=args.length_beam)
+    if not 0 <= args.threads <= max_threads():
+        raise ValueError(f"--threads must be in [0, {max_threads()}] (0: torch's default), got {args.threads}")
     if args.resume and not args.output:
         raise ValueError("--resume needs --output (a run to stdout cannot be continued)")
     if args.model is None and (args.data or args.spm or args.tokenizer):

@@ -257,7 +257,7 @@ class FairseqCMLM:
         totals = torch.arange(scores.shape[1], device=scores.device)
         allowed = (totals >= 3) & (totals <= self.max_target_positions)
         if k > int(allowed.sum()):
-            raise ValueError(f"k: at most {int(allowed.sum())} lengths exist, got {k}")
+            raise ValueError(f"k (length_beam): at most {int(allowed.sum())} lengths exist, got {k}")
         scores = scores.masked_fill(~allowed, float("-inf"))
         return scores.topk(k, dim=1).indices - 2
 
@@ -358,9 +358,58 @@ def _load_dictionaries(data: Any, cfg: Any) -> tuple[Any, Any]:
         if missing:
             raise ValueError(f"data_dir_or_dictionary: {missing[0]} not found (expected the fairseq-preprocess "
                              f"directory of this {src}->{tgt} checkpoint)")
-        return Dictionary.load(files[0]), Dictionary.load(files[1])
+        dicts = []
+        for f in files:
+            try:
+                dicts.append(Dictionary.load(f))
+            except (ValueError, RuntimeError, UnicodeDecodeError, IndexError) as e:
+                raise ValueError(f"data_dir_or_dictionary: {f} is not a fairseq dictionary ({_first_line(e)})"
+                                 ) from None
+        return dicts[0], dicts[1]
     raise TypeError("data_dir_or_dictionary: expected a fairseq-preprocess directory, a fairseq Dictionary "
                     f"or a (src_dict, tgt_dict) pair, got {type(data).__name__}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def _read_checkpoint(checkpoint: str | os.PathLike) -> tuple[dict, Any]:
+    """(state, cfg) of a fairseq checkpoint file; a truncated, corrupt or foreign file (not a dict with
+    a fairseq config) is a ValueError naming the file, never the unpickler's or fairseq's traceback."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    try:
+        with open(checkpoint, "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=False)
+    except MemoryError:
+        raise
+    except Exception as e:  # unpickling a damaged file raises nearly anything (EOFError, UnpicklingError, ...)
+        raise ValueError(f"checkpoint: {checkpoint} is not a readable torch checkpoint (truncated or corrupt?): "
+                         f"{type(e).__name__}: {_first_line(e)}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or \
+            (state.get("cfg") is None and state.get("args") is None):
+        raise ValueError(f"checkpoint: {checkpoint} is not a fairseq checkpoint (expected a dict with 'model' "
+                         f"and 'cfg' or 'args', got {type(state).__name__}"
+                         f"{' with keys ' + repr(sorted(map(str, state))[:6]) if isinstance(state, dict) else ''})")
+    try:
+        # What fairseq's load_checkpoint_to_cpu does after its torch.load (which fails on torch >= 2.6
+        # because of the weights_only default): the config is saved as a plain dict.
+        if state.get("cfg") is not None:
+            from omegaconf import OmegaConf
+
+            state["cfg"] = OmegaConf.create(state["cfg"], flags={"allow_objects": True})
+        state = checkpoint_utils._upgrade_state_dict(state)
+        cfg = state.get("cfg")
+        if cfg is None and state.get("args") is not None:
+            cfg = convert_namespace_to_omegaconf(state["args"])
+        cfg.model  # noqa: B018 - a config without a model section is not a model checkpoint
+    except Exception as e:  # fairseq's upgrade code indexes whatever keys it expects
+        raise ValueError(f"checkpoint: {checkpoint} is not a fairseq checkpoint fairseq can read "
+                         f"({type(e).__name__}: {_first_line(e)})") from None
+    return state, cfg
 
 
 def load_fairseq_cmlm(checkpoint: str | os.PathLike, data_dir_or_dictionary: Any,
@@ -382,31 +431,20 @@ def load_fairseq_cmlm(checkpoint: str | os.PathLike, data_dir_or_dictionary: Any
         >>> cmlm = load_fairseq_cmlm("ckpt/checkpoint_best.pt", "data-bin")   # doctest: +SKIP
     """
     _fairseq()
-    from fairseq import checkpoint_utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.tasks.translation_lev import TranslationLevenshteinTask
 
     if not os.path.isfile(checkpoint):
         raise ValueError(f"checkpoint: file not found: {checkpoint}")
-    with open(checkpoint, "rb") as f:
-        state = torch.load(f, map_location="cpu", weights_only=False)
-    # What fairseq's load_checkpoint_to_cpu does after its torch.load (which fails on torch >= 2.6
-    # because of the weights_only default): the config is saved as a plain dict.
-    if state.get("cfg") is not None:
-        from omegaconf import OmegaConf
-
-        state["cfg"] = OmegaConf.create(state["cfg"], flags={"allow_objects": True})
-    state = checkpoint_utils._upgrade_state_dict(state)
-    cfg = state.get("cfg")
-    if cfg is None and state.get("args") is not None:
-        cfg = convert_namespace_to_omegaconf(state["args"])
-    if cfg is None:
-        raise ValueError(f"checkpoint: {checkpoint} holds no fairseq config ('cfg'/'args')")
+    state, cfg = _read_checkpoint(checkpoint)
     arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
     if not str(arch).startswith("cmlm_transformer"):
         raise ValueError(f"checkpoint: expected a cmlm_transformer model, got arch {arch!r}")
     src_dict, tgt_dict = _load_dictionaries(data_dir_or_dictionary, cfg)
     task = TranslationLevenshteinTask(cfg.task, src_dict, tgt_dict)
-    model = task.build_model(cfg.model)
-    model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+    try:
+        model = task.build_model(cfg.model)
+        model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:  # weights that do not fit
+        raise ValueError(f"checkpoint: {checkpoint}: its weights do not fit its config and dictionaries "
+                         f"({type(e).__name__}: {_first_line(e)})") from None
     return FairseqCMLM(model, src_dict, tgt_dict, device=device, tokenizer=tokenizer)

@@ -88,6 +88,12 @@ def _load_from_dir(path: str) -> Any:
                 path, local_files_only=True, output_loading_info=True)
         except ValueError as e:  # config of a model type without a masked-LM class
             raise ValueError(f"model_or_path: {path!r} is not a masked language model: {e}") from None
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - truncated/corrupt weights: safetensors, pickle, torch errors
+            text = (str(e).strip().splitlines() or [""])[0][:300]
+            raise ValueError(f"model_or_path: cannot load the model in {path!r} (truncated or corrupt "
+                             f"files?): {type(e).__name__}: {text}") from None
     missing = [k for k in info.get("missing_keys", ()) if "position_ids" not in k]
     if missing:
         # A randomly initialized head or layer would make every energy meaningless.

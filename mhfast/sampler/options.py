@@ -113,10 +113,17 @@ def _device(v: Any) -> Any:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise OptionError(f"is {v!r} but no CUDA device is available")
+        from .._C_loader import built_with_cuda
+
+        if not built_with_cuda():  # the ops would fail at their first call, deep inside a step
+            raise OptionError(f"is {v!r} but mhfast was built without CUDA kernels (rebuild on a machine with "
+                              "nvcc, without MHFAST_FORCE_CPU)")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise OptionError(f"is {v!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
     elif dev.type != "cpu":
         raise OptionError(f"must be a cpu or cuda device, got {v!r}")
+    elif dev.index not in (None, 0):  # torch accepts cpu:N and puts everything on the one CPU device
+        raise OptionError(f"is {v!r} but there is one CPU device (use cpu)")
     return v
 
 
@@ -264,6 +271,12 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if 1.0 / lowest > FLOAT32_MAX:  # beta = 1 / tau is a float32 in the accept op
         raise OptionError(f"{name_of('target_temperature' if values['anneal'] == 0 else 'min_target_temperature')} "
                           f"({lowest}) is too small: 1 / temperature must fit in float32 (>= {1 / FLOAT32_MAX:.3g})")
+    for name in ("proposal_temperature", "target_temperature", "min_target_temperature"):
+        # the ops take temperatures (and 1 / temperature) as float32: beyond its range they become inf / 0
+        if name != "min_target_temperature" or values["anneal"] > 0:
+            if not 1.0 / FLOAT32_MAX <= values[name] <= FLOAT32_MAX:
+                raise OptionError(f"{name_of(name)} ({values[name]}) must be in [{1 / FLOAT32_MAX:.3g}, "
+                                  f"{FLOAT32_MAX:.3g}]: it and 1 / it must fit in float32")
     schedule = values["block_schedule"]
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "

@@ -14,6 +14,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -90,6 +91,9 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
                        f"{tuple(input_ids.shape)}")
         ids = input_ids.to("cpu", torch.long)
     else:
+        if isinstance(input_ids, (str, bytes)) or not hasattr(input_ids, "__iter__"):
+            raise TypeError(f"mhfast.sample: input_ids must be a sequence of ints or a 1-D integer tensor, got "
+                            f"{type(input_ids).__name__}")
         values = list(input_ids)
         if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
             raise _err("input_ids", f"must be ints, got {values!r}")
@@ -177,6 +181,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if length is not None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise _err("length", f"must be an int >= 1, got {length!r}")
+        check_slots(1, int(cfg.chains), length, cfg.device, "length")  # before the template row is allocated
         rows = _template(model, length)[None]
     elif init is not None:
         rows = _rows_from_init(init)
@@ -186,6 +191,8 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if device is None:
         device = getattr(model, "device", None) or (init.device if init is not None else torch.device("cpu"))
     device = torch.device(device)
+    _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"),
+                device)
     rows = rows.to(device)
     is_pad, energy_mask = _energy_mask(model, rows)
     free = _free(free_positions, rows, energy_mask, int(model.mask_id))
@@ -201,6 +208,48 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
                       terms=normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size)))
     _check_allowed(problem, model)
     return problem
+
+
+#: Most token slots (inputs x chains x positions) one call may hold: index arithmetic of the ops and
+#: torch's own kernels is only tested up to 2**31 elements, and far fewer fit in memory anyway.
+MAX_TOKEN_SLOTS = 2 ** 31 - 1
+#: Bytes the sampler's state holds per token slot at least: the token (8), three position masks (3),
+#: the raw and local energy terms (8), the best state's tokens (8); the MH cache comes on top.
+BYTES_PER_SLOT = 27
+
+
+def _memory_bytes(device: Any) -> int | None:
+    """Total memory of ``device`` (physical RAM for cpu), or None where it cannot be asked."""
+    try:
+        if torch.device(device).type == "cuda":
+            return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
+def check_slots(inputs: int, chains: int, T: int, device: Any, what: str) -> None:
+    """Reject ``inputs x chains x T`` token slots that cannot be held (index range, or more bytes than
+    the device has in all) before anything of that size is allocated: a ValueError naming ``what``
+    and chains, never an allocation failure or an out-of-memory kill halfway through."""
+    slots = inputs * chains * T
+    memory = _memory_bytes(device if device is not None else "cpu")
+    if slots > MAX_TOKEN_SLOTS or (memory is not None and slots * BYTES_PER_SLOT > memory):
+        limit = f"{MAX_TOKEN_SLOTS} slots" if memory is None else \
+            f"{min(MAX_TOKEN_SLOTS, memory // BYTES_PER_SLOT)} slots ({memory / 2 ** 30:.1f} GiB)"
+        raise _err(what, f"x chains: {inputs} input(s) x {chains} chains x {T} positions = {slots} token slots, "
+                   f"more than this device can hold ({limit}): use fewer chains, shorter rows or fewer inputs")
+
+
+def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
+    """Reject rows longer than the model's position table (``model.max_length``, when it has one) and
+    chains that cannot be held, before any allocation (never a crash deep inside the model)."""
+    limit = getattr(model, "max_length", None)
+    T = int(rows.shape[1])
+    if isinstance(limit, int) and T > limit:
+        raise _err(what, f"gives rows of {T} tokens (special tokens included), more than the model's maximum of "
+                   f"{limit} positions")
+    check_slots(int(rows.shape[0]), int(cfg.chains), T, device, what)
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:

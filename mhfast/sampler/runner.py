@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import torch
@@ -57,6 +58,8 @@ class ModelRunner:
         self.model_rows = 0
         self.model_calls = 0
         V = int(model.vocab_size)
+        self.vocab_size = V
+        self.feature_dim: int | None = None  #: width of masked_features, fixed by the first call
         special = torch.zeros(V, dtype=torch.bool, device=device)
         ids = [int(i) for i in model.special_ids] + [int(model.mask_id), int(model.pad_id)]
         special[torch.tensor([i for i in ids if 0 <= i < V], dtype=torch.long, device=device)] = True
@@ -69,8 +72,41 @@ class ModelRunner:
         self.model_calls += 1
         with self._precision():
             if self.conditional:
-                return fn(*args, context=self.context, context_index=ctx_index)
-            return fn(*args)
+                out = fn(*args, context=self.context, context_index=ctx_index)
+            else:
+                out = fn(*args)
+        rows = args[-1].shape[0]  # one output row per requested position (the last argument)
+        return self._checked(name, out, rows, None if name.startswith("masked_features") else self.vocab_size)
+
+    def _checked(self, name: str, out: Any, rows: int, width: int | None) -> torch.Tensor:
+        """``out`` if it is a float[rows, width] tensor without NaN or +inf, else a ValueError naming the
+        model and what it returned (never a wrong sample from a broken model).
+
+        Shape and dtype are metadata (free). The value check is one ``aminmax`` pass over the output
+        and one scalar read: on CPU that pass is far cheaper than the forward that made the output
+        (d or V values per row against a whole transformer row); on CUDA the scalar read is a
+        host sync, but every adapter call already syncs (the HF adapter's padding test, the
+        ``outputs_at`` bounds), so it adds a small reduction, not a new stall. Logits may hold
+        -inf (a token the model rules out) but not NaN or +inf; features must be finite.
+        ``width`` None: features, whose width is fixed by the first call.
+        """
+        what = f"{type(self.model).__name__}.{name}"
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"{what} returned {type(out).__name__}, expected a float tensor")
+        if width is None:
+            width = self.feature_dim if self.feature_dim is not None else (out.shape[-1] if out.dim() else -1)
+        if not out.is_floating_point() or out.dim() != 2 or tuple(out.shape) != (rows, width):
+            raise ValueError(f"{what} returned {out.dtype} of shape {tuple(out.shape)}, expected a float tensor "
+                             f"of shape ({rows}, {width})")
+        if name.startswith("masked_features"):
+            self.feature_dim = width
+        if out.numel():
+            lo, hi = torch.aminmax(out)
+            lo, hi = float(lo), float(hi)
+            features = name.startswith("masked_features")
+            if math.isnan(lo) or math.isnan(hi) or hi == math.inf or (features and lo == -math.inf):
+                raise ValueError(f"{what} returned non-finite values (min {lo}, max {hi})")
+        return out
 
     def _precision(self) -> Any:
         """The context of every model computation: no autograd, and autocast to ``dtype`` if one is set."""
@@ -128,7 +164,8 @@ class ModelRunner:
         if not self.use_features:
             return outputs
         with self._precision():
-            return self.model.output_layer(outputs)
+            logits = self.model.output_layer(outputs)
+        return self._checked("output_layer", logits, outputs.shape[0], self.vocab_size)
 
     def proposal_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits with special ids at -inf (never proposed, never chosen by the warm start)."""

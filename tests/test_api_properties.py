@@ -1,0 +1,208 @@
+"""Property tests of ``mhfast.sample``'s arguments, and broken models (issue 11, adversarial half).
+
+For random option values, valid or not, ``mhfast.sample`` either returns finite energies or raises
+``ValueError``/``TypeError`` whose message names the argument: never another exception, never a
+NaN energy. A model whose ``masked_logits`` / ``masked_features`` / ``output_layer`` returns NaN,
++inf, a wrong shape or a wrong dtype is an error naming the model and what it returned.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mhfast
+from mhfast.models.tabular import TabularMLM
+from mhfast.sampler.options import SPEC
+
+MODEL = TabularMLM.random(num_tokens=3, length=3, seed=0)  # tokens 0..2, mask 3, pad 4
+ANY_LENGTH = TabularMLM.random(num_tokens=3, length=[1, 2, 3, 4], seed=2)
+FEATURE_MODEL = TabularMLM.random(num_tokens=3, length=3, seed=1, features=True)
+API_OPTIONS = [o.name for o in SPEC if o.api]
+
+BAD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6), st.just([]), st.just([0, 1]),
+    st.just(object()), st.just(torch.tensor(1.0)), st.just(float("nan")), st.just("cuda:7"), st.just("cpu:1"),
+)
+GOOD_VALUES = {
+    "chains": st.integers(1, 3), "epochs": st.integers(2, 3), "burn_in": st.integers(0, 2),
+    "proposal_temperature": st.floats(1e-3, 1e3), "top_p": st.floats(1e-6, 1.0),
+    "target_temperature": st.floats(1e-3, 1e3), "anneal": st.floats(0.0, 10.0),
+    "min_target_temperature": st.floats(1e-4, 1e-3), "force_accept_epochs": st.integers(0, 4),
+    "seed": st.integers(-2 ** 63, 2 ** 63 - 1), "max_tokens_per_batch": st.integers(1, 100),
+    "sampler": st.sampled_from(["mh", "gibbs", "block-mh", "block-gibbs"]),
+    "energy": st.sampled_from(["raw", "local"]), "order": st.sampled_from(["random", "left-to-right"]),
+    "backend": st.sampled_from(["compiled", "reference"]), "block_schedule": st.one_of(st.none(), st.integers(1, 5)),
+}
+
+
+def _names_an_argument(message: str) -> bool:
+    return any(name in message for name in API_OPTIONS + ["length", "init", "source", "chains"])
+
+
+def _run(kwargs: dict) -> None:
+    try:
+        result = mhfast.sample(MODEL, 3, **kwargs)
+    except (ValueError, TypeError) as e:
+        assert _names_an_argument(str(e)), f"{type(e).__name__} names no argument: {e}"
+        assert "\n" not in str(e).strip(), f"not one line: {e!r}"
+        return
+    for name in ("energy_raw", "energy_local", "best_energy"):
+        values = getattr(result, name)
+        assert bool(torch.isfinite(values).all()), f"{name} not finite for {kwargs}: {values}"
+    assert int(result.tokens.min()) >= 0 and int(result.tokens.max()) < 3, "a special id was sampled"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries({}, optional=GOOD_VALUES))
+def test_valid_options_run_or_name_the_argument(kwargs):
+    # valid values may still be inconsistent together (burn_in > epochs, ...): a named ValueError then
+    _run(kwargs)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(API_OPTIONS), BAD_VALUES, st.fixed_dictionaries({}, optional={
+    k: GOOD_VALUES[k] for k in ("chains", "sampler", "energy")}))
+def test_any_option_value_runs_or_names_the_argument(name, value, others):
+    kwargs = {"epochs": 2, "burn_in": 0, **others, name: value}
+    _run(kwargs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(st.integers(-5, 6), st.integers(10 ** 9, 10 ** 15), st.floats(allow_nan=True), st.booleans(),
+                 st.text(max_size=3), st.none()))
+def test_length_runs_or_names_length(length):
+    try:
+        result = mhfast.sample(MODEL, length, epochs=2, burn_in=0, chains=2)
+    except (ValueError, TypeError) as e:
+        assert "length" in str(e) or "give exactly one" in str(e)
+        return
+    assert bool(torch.isfinite(result.energy_raw).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(-3, 7), min_size=1, max_size=4), min_size=1, max_size=3))
+def test_init_rows_run_or_name_init(rows):
+    width = max(len(r) for r in rows)
+    init = torch.tensor([r + [MODEL.pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+    try:
+        result = mhfast.sample(ANY_LENGTH, init=init, epochs=2, burn_in=0, chains=2)
+    except (ValueError, TypeError) as e:
+        assert "init" in str(e), str(e)
+        return
+    assert bool(torch.isfinite(result.energy_raw).all())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=2), st.lists(st.integers(-2, 2), max_size=3),
+                 st.just(torch.tensor([1])), st.just(torch.tensor([1.0])), st.just(torch.tensor([[1]]))))
+def test_input_ids_run_or_name_input_ids(input_ids):
+    try:
+        result = mhfast.sample(MODEL, 3, input_ids=input_ids, epochs=2, burn_in=0, chains=2)
+    except (ValueError, TypeError) as e:
+        assert "input_ids" in str(e), str(e)
+        return
+    assert bool(torch.isfinite(result.energy_raw).all())
+
+
+def test_cuda_without_cuda_kernels_is_rejected(monkeypatch):
+    """A GPU that torch sees but mhfast has no kernels for: rejected up front, naming device."""
+    import mhfast._C_loader
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(mhfast._C_loader, "built_with_cuda", lambda: False)
+    with pytest.raises(ValueError, match="device is 'cuda' but mhfast was built without CUDA"):
+        mhfast.sample(MODEL, 3, device="cuda")
+
+
+def test_chains_beyond_what_can_be_held_are_rejected_before_allocating():
+    with pytest.raises(ValueError, match="chains"):
+        mhfast.sample(MODEL, 3, chains=10 ** 12, epochs=1, burn_in=0)
+
+
+@pytest.mark.parametrize("temperature", [1e39, 1e-39, 1e300])
+def test_temperatures_outside_float32_are_rejected(temperature):
+    for name in ("proposal_temperature", "target_temperature"):
+        with pytest.raises(ValueError, match=name):
+            mhfast.sample(MODEL, 3, epochs=1, burn_in=0, **{name: temperature})
+
+
+def test_cpu_device_with_an_index_is_rejected():
+    with pytest.raises(ValueError, match="device"):
+        mhfast.sample(MODEL, 3, device="cpu:1")
+
+
+# ---------------------------------------------------------------------------- broken models
+class Broken(TabularMLM):
+    """A TabularMLM whose ``method`` output is spoiled by ``spoil`` from the ``after``-th call on."""
+
+    def __init__(self, base: TabularMLM, method: str, spoil, after: int = 0):
+        self.__dict__.update(base.__dict__)
+        self._method, self._spoil, self._after, self._calls = method, spoil, after, 0
+        original = getattr(base, method)
+
+        def wrapped(*args, **kwargs):
+            self._calls += 1
+            out = original(*args, **kwargs)
+            return self._spoil(out) if self._calls > self._after else out
+        setattr(self, method, wrapped)
+
+
+def _nan_one(x):
+    x = x.clone()
+    x[0, 0] = float("nan")
+    return x
+
+
+def _pos_inf(x):
+    x = x.clone()
+    x[-1, 1] = float("inf")
+    return x
+
+
+SPOILERS = {
+    "nan": (_nan_one, "non-finite"),
+    "+inf": (_pos_inf, "non-finite"),
+    "short": (lambda x: x[:, :-1], "shape"),
+    "3-d": (lambda x: x[None], "shape"),
+    "rows": (lambda x: x[:-1] if x.shape[0] > 1 else x.repeat(2, 1), "shape"),
+    "long": (lambda x: x.long(), "torch.int64"),
+    "bool": (lambda x: x > 0, "torch.bool"),
+    "list": (lambda x: x.tolist(), "list"),
+}
+
+
+@pytest.mark.parametrize("spoiler", sorted(SPOILERS))
+@pytest.mark.parametrize("method,base", [("masked_logits", MODEL), ("masked_features", FEATURE_MODEL),
+                                         ("output_layer", FEATURE_MODEL)])
+@pytest.mark.parametrize("after", [0, 5])
+@pytest.mark.parametrize("sampler", ["mh", "block-mh"])
+def test_a_broken_model_output_is_an_error_naming_the_model(spoiler, method, base, after, sampler):
+    spoil, needle = SPOILERS[spoiler]
+    model = Broken(base, method, spoil, after)
+    with pytest.raises(ValueError) as info:
+        mhfast.sample(model, 3, chains=2, epochs=3, burn_in=0, sampler=sampler)
+    message = str(info.value)
+    # named: the model's class and the method whose output is wrong (a features width that is wrong
+    # from the first call on shows as the LM head's output, which is where it breaks)
+    assert message.startswith(f"Broken.{method} returned") or (spoiler == "short" and message.startswith(
+        "Broken.output_layer returned")), message
+    assert needle in message, message
+
+
+def test_minus_inf_logits_are_allowed():
+    """A model may rule a token out with -inf; that is not an error, and the token is never sampled."""
+    def rule_out_token_2(x):
+        x = x.clone()
+        x[:, 2] = float("-inf")
+        return x
+    result = mhfast.sample(Broken(MODEL, "masked_logits", rule_out_token_2), 3, chains=3, epochs=3, burn_in=0,
+                           energy="local")
+    assert not bool((result.tokens == 2).any())
+    assert bool(torch.isfinite(result.energy_local).all())
+    assert not math.isnan(float(result.best_energy.sum()))
