@@ -107,7 +107,7 @@ def resample_counts(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.
     return counts
 
 
-def _interval(value: float, draws: np.ndarray, n: int) -> Estimate:
+def interval(value: float, draws: np.ndarray, n: int) -> Estimate:
     draws = draws[np.isfinite(draws)]
     if draws.size == 0:
         return Estimate(value, float("nan"), float("nan"), n)
@@ -115,7 +115,7 @@ def _interval(value: float, draws: np.ndarray, n: int) -> Estimate:
     return Estimate(float(value), float(low), float(high), n)
 
 
-def _averaged_draws(stats: np.ndarray, metric: str, counts: np.ndarray) -> tuple[float, np.ndarray]:
+def averaged_draws(stats: np.ndarray, metric: str, counts: np.ndarray) -> tuple[float, np.ndarray]:
     """``stats[G, n, k]`` (G = chains x epochs): the mean over G of the corpus score, and its resampled values."""
     if stats.ndim == 2:
         stats = stats[None]
@@ -131,8 +131,8 @@ def averaged_score(stats: np.ndarray, metric: str = "bleu", resamples: int = RES
     ``stats``: float64[G, n, k] or [n, k] from :func:`sentence_stats` (one group per chain and epoch).
     """
     counts = resample_counts(stats.shape[-2], resamples, seed)
-    value, draws = _averaged_draws(stats, metric, counts)
-    return _interval(value, draws, stats.shape[-2])
+    value, draws = averaged_draws(stats, metric, counts)
+    return interval(value, draws, stats.shape[-2])
 
 
 def corpus_score(hyps: Sequence[str], refs: Sequence[str], metric: str = "bleu", resamples: int = RESAMPLES,
@@ -141,14 +141,14 @@ def corpus_score(hyps: Sequence[str], refs: Sequence[str], metric: str = "bleu",
     return averaged_score(sentence_stats(hyps, refs, metric), metric, resamples, seed)
 
 
-def _paired(value: float, draws: np.ndarray, n: int) -> Comparison:
+def paired(value: float, draws: np.ndarray, n: int) -> Comparison:
     """CI of the difference, and the two-sided p-value of "no difference": how often a resampled difference,
     centred on the resamples' mean (the null: the shift is noise), lies at least as far from 0 as the observed."""
     ok = draws[np.isfinite(draws)]
     if ok.size == 0:
-        return Comparison(_interval(value, draws, n), float("nan"))
+        return Comparison(interval(value, draws, n), float("nan"))
     extreme = np.abs(ok - ok.mean()) >= abs(value)
-    return Comparison(_interval(value, ok, n), float((extreme.sum() + 1) / (ok.size + 1)))
+    return Comparison(interval(value, ok, n), float((extreme.sum() + 1) / (ok.size + 1)))
 
 
 def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: str = "bleu",
@@ -157,9 +157,9 @@ def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: str = "bl
     if stats_a.shape[-2] != stats_b.shape[-2]:
         raise ValueError(f"A and B score different sentences ({stats_a.shape[-2]} vs {stats_b.shape[-2]})")
     counts = resample_counts(stats_a.shape[-2], resamples, seed)
-    va, da = _averaged_draws(stats_a, metric, counts)
-    vb, db = _averaged_draws(stats_b, metric, counts)
-    return _paired(va - vb, da - db, stats_a.shape[-2])
+    va, da = averaged_draws(stats_a, metric, counts)
+    vb, db = averaged_draws(stats_b, metric, counts)
+    return paired(va - vb, da - db, stats_a.shape[-2])
 
 
 def mean_ci(values: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
@@ -172,7 +172,7 @@ def mean_ci(values: Sequence[float], resamples: int = RESAMPLES, seed: int = SEE
     if x.ndim != 1 or x.size == 0:
         raise ValueError("values: expected a non-empty 1-d sequence")
     counts = resample_counts(x.size, resamples, seed)
-    return _interval(float(x.mean()), counts @ x / x.size, x.size)
+    return interval(float(x.mean()), counts @ x / x.size, x.size)
 
 
 def paired_mean(a: Sequence[float], b: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED) -> Comparison:
@@ -182,7 +182,7 @@ def paired_mean(a: Sequence[float], b: Sequence[float], resamples: int = RESAMPL
         raise ValueError(f"a and b: expected two non-empty 1-d sequences of one length (got {a.shape}, {b.shape})")
     d = a - b
     counts = resample_counts(d.size, resamples, seed)
-    return _paired(float(d.mean()), counts @ d / d.size, d.size)
+    return paired(float(d.mean()), counts @ d / d.size, d.size)
 
 
 def ranks(x: Sequence[float]) -> np.ndarray:
