@@ -142,3 +142,19 @@ def test_select_sentences_keeps_the_first_short_ones():
     assert script.select_sentences(src, ["r"] * 5, 0, 0) == [0, 2, 3, 4]
     with pytest.raises(ValueError, match="differ in length"):
         script.select_sentences(src, ["r"], 2, 2)
+
+
+def test_rescored_energies_match_the_samplers_and_runs_keep_their_groups(tiny_paths):
+    """bench/paper_runs.py rescores every end-of-epoch state itself (for per-sentence energies and the
+    energy-quality correlation): its mean must be the sampler's own per-epoch E_local / E_raw."""
+    script = _load_script()
+    argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+            "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]), "--sentences", "3",
+            "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "4", "--seeds", "0,3"]
+    args = script.parse_args(argv)
+    run = script.run_sampler(script.load_setup(args), args, "MH raw", sampler="mh", energy="raw")
+    assert run.n == 3 and run.bleu_stats.shape[0] == 2 * 2 * 3 and run.epochs_after_burn_in == 3
+    assert float(run.sent_e_local.mean()) == pytest.approx(sum(run.post(run.e_local)) / 3, rel=1e-4)
+    assert float(run.sent_e_raw.mean()) == pytest.approx(sum(run.post(run.e_raw)) / 3, rel=1e-4)
+    assert len(run.seed_bleu) == 2 and run.seed_spread().startswith("seed 0: ")
+    assert all(len(c) >= 1 for c in run.candidates)
