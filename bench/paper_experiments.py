@@ -22,13 +22,16 @@ Protocol (section 5, appendix B):
   SentencePiece model). ``--max-source-tokens 0`` keeps every sentence.
 * One length per source: the length head's most likely length (``length_beam=1``), fixed for all samplers.
 * ``--chains`` chains (5), ``--burn-in`` epochs (7), ``--epochs`` epochs in all (33 = 7 + 26).
-* BLEU at an epoch: for each chain, sacreBLEU corpus BLEU of that chain's end-of-epoch states (one
-  hypothesis per source, detokenized with SentencePiece) against the raw references; then the mean over
-  chains (the paper's "averaged statistics"). A table's BLEU is the mean of that over the post-burn-in
-  epochs (the paper's "across interleaved epochs"). E_local, acceptance and novel rates are the
-  sampler's per-epoch means over all chains (:class:`mhfast.SampleResult`), averaged the same way.
-  "best-sample BLEU" is the BLEU of each source's lowest-target-energy state after burn-in
-  (``SampleResult.best_tokens``): the mode-finding output of sections 8 / Table 5.
+* ``--seeds 0,1,2``: every configuration runs once per seed (default: ``--seed``, one seed).
+* BLEU: for each chain (and seed), sacreBLEU corpus BLEU of that chain's end-of-epoch states after burn-in
+  (one hypothesis per source, detokenized with SentencePiece) against the raw references; a table's "avg BLEU"
+  is the mean over chains, seeds and post-burn-in epochs (the paper's "averaged statistics"). "best-of BLEU"
+  scores each source's lowest-target-energy state after burn-in (``SampleResult.best_tokens``), shown beside
+  the average, never instead of it. Acceptance and novel rates are the sampler's pooled per-epoch means.
+* Statistics (``bench/paper_stats.py``): every section names n (sentences x chains x post-burn-in epochs x
+  seeds) and gives 95% CIs (bootstrap over sentences); each finding is a paired-bootstrap difference whose CI
+  decides holds / fails / "inconclusive at n = ..."; the within-sentence Spearman correlation of -energy with
+  sentence chrF over the states the runs produced measures section 6's "low energy goes with quality".
 
 Other data: ``--model CKPT --data DICT_DIR [--spm SPM] --src SRC --ref REF``. Without ``--spm`` the
 source lines are used as already tokenized text (whitespace-split, looked up in the dictionary) and
@@ -302,11 +305,11 @@ def n_text(run: Run) -> str:
 
 def combine(verdicts: Sequence[str]) -> str:
     """Several sub-claims that must all hold: fails if one fails, holds if all hold, else inconclusive."""
-    if any("fails" in v for v in verdicts):
+    if "**fails**" in verdicts:
         return "**fails**"
     if all(v == "**holds**" for v in verdicts):
         return "**holds**"
-    return next(v for v in verdicts if "inconclusive" in v)
+    return next(v for v in verdicts if "inconclusive" in v).split(" (")[0]
 
 
 def bleu_diff(a: Run, b: Run) -> ps.Comparison:
@@ -329,10 +332,11 @@ def correlation_lines(runs: Sequence[Run]) -> list[str]:
         est = energy_quality_correlation(runs, energy)
         v = ps.verdict(est, f"{est.n} sentences")
         weak = (" Its CI lies below 0.3: this small model's energy barely tracks quality." if est.high < 0.3 else "")
+        per_run = ", ".join(f"{r.label} {energy_quality_correlation([r], energy).text(2)}" for r in runs)
         out.append(f"Energy vs quality ({energy}): within-sentence Spearman of -E_{energy} with sentence chrF over "
-                   f"the distinct end-of-epoch states of the runs above ({candidate_count(runs):.1f} per sentence, "
-                   f"{est.n} of {n} sentences with varying candidates), mean over sentences {est.text(3)}; "
-                   f"claim rho > 0 -> {v}.{weak}")
+                   f"the distinct end-of-epoch states of the runs above pooled ({candidate_count(runs):.1f} per "
+                   f"sentence, {est.n} of {n} sentences with varying candidates), mean over sentences "
+                   f"{est.text(3)}; claim rho > 0 -> {v}.{weak} Within each run's own states: {per_run}.")
     return out
 
 

@@ -31,6 +31,9 @@ from sacrebleu.metrics import BLEU, CHRF
 
 RESAMPLES = 1000   #: bootstrap resamples (sacreBLEU's default)
 SEED = 12345       #: bootstrap seed: the same sentences are drawn on every run (reproducible CIs)
+#: Fewer sentences than this: no verdict. A percentile bootstrap over a handful of sentences has few distinct
+#: resamples and is known to give too-narrow intervals, so its CI cannot carry a finding.
+MIN_SENTENCES = 10
 METRICS = {"bleu": BLEU, "chrf": CHRF}
 
 
@@ -232,13 +235,19 @@ def within_sentence_correlation(groups: Sequence[tuple[Sequence[float], Sequence
 
 
 def verdict(diff: Estimate, n_text: str) -> str:
-    """A claim "diff > 0" judged by its 95% CI: holds (CI above 0), fails (CI below 0), else inconclusive.
+    """A claim "diff > 0" judged by its 95% CI: holds (CI above 0), fails (CI below 0), else inconclusive;
+    always inconclusive below :data:`MIN_SENTENCES` sentences (``diff.n``).
 
     >>> verdict(Estimate(1.0, 0.2, 1.8, 30), "30 sentences"), verdict(Estimate(1.0, -0.2, 1.8, 30), "30 sentences")
     ('**holds**', '**inconclusive at n = 30 sentences**')
+    >>> verdict(Estimate(1.0, 0.2, 1.8, 4), "4 sentences")
+    '**inconclusive at n = 4 sentences** (CI above 0, but fewer than 10 sentences)'
     """
     if not (math.isfinite(diff.low) and math.isfinite(diff.high)):
         return f"**inconclusive at n = {n_text}** (no CI)"
+    if diff.n < MIN_SENTENCES:
+        side = "above" if diff.low > 0 else "below" if diff.high < 0 else "across"
+        return f"**inconclusive at n = {n_text}** (CI {side} 0, but fewer than {MIN_SENTENCES} sentences)"
     if diff.low > 0:
         return "**holds**"
     if diff.high < 0:

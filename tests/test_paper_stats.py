@@ -5,6 +5,7 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -138,3 +139,9 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(ValueError, match="values"):
         ps.mean_ci([])
     assert "no CI" in ps.verdict(ps.Estimate(1.0, float("nan"), float("nan"), 1), "1")
+
+
+def test_no_verdict_below_the_minimum_number_of_sentences():
+    few = ps.Estimate(5.0, 2.0, 8.0, ps.MIN_SENTENCES - 1)
+    assert ps.verdict(few, "9 sentences").startswith("**inconclusive at n = 9 sentences** (CI above 0")
+    assert ps.verdict(dataclasses.replace(few, n=ps.MIN_SENTENCES), "10 sentences") == "**holds**"
