@@ -567,9 +567,8 @@ def _reference_energy_lines(setup: Setup, mp_rows: list[torch.Tensor], n: str) -
     for name, ref, mp in (("raw", ref_raw, mp_raw), ("local", ref_local, mp_local)):
         cmp = ps.paired_mean(ref, mp)
         out.append(f"E_{name} of the references - of Mask-Predict's outputs (nats per sentence, paired over "
-                   f"{len(ref)} sentences): {cmp.text()}; the model prefers "
-                   + ("Mask-Predict's outputs" if cmp.diff.low > 0 else "the references" if cmp.diff.high < 0
-                      else "neither, at this n") + ".")
+                   f"{len(ref)} sentences): {cmp.text()}; \"the model's energy prefers Mask-Predict's outputs to the "
+                   f"references\" -> {ps.verdict(cmp.diff, f'{len(ref)} sentences')}.")
     return out
 
 
