@@ -1,8 +1,9 @@
 """Smoke run of bench/paper_experiments.py on the tiny fairseq CMLM (tests/fairseq_tiny_cmlm.py).
 
-Runs Figure 1 and Table 5 end to end (2 sentences, 2 chains, 3 epochs) into ``tmp_path`` and checks that
-the Markdown sections and PNG figures are written and every number in the tables is finite. It asserts
-nothing about the paper's findings (a tiny model need not reproduce them) nor about speed.
+Runs Figure 1 and Table 5 end to end (2 sentences, 2 chains, 3 epochs, 2 seeds) into ``tmp_path`` and checks that
+the Markdown sections and PNG figures are written, that every section names its n and its 95% CIs and
+states verdicts only as holds / fails / inconclusive at n = ..., and that every number in the tables is
+finite. It asserts nothing about the paper's findings (a tiny model need not reproduce them) nor about speed.
 
 The tiny model is the session fixture ``tiny_paths`` of tests/conftest.py (shared with the other fairseq
 tests: trained once per pytest session, or reused from ``MHFAST_FAIRSEQ_CACHE``).
@@ -37,10 +38,28 @@ def _load_script():
     return module
 
 
-def _table_numbers(section: str) -> list[str]:
+NUMBER = r"-?\d+(?:\.\d+)?|nan|-?inf"
+CI = re.compile(rf"^({NUMBER}) \[({NUMBER}), ({NUMBER})\]$")
+
+
+def _table_cells(section: str) -> list[str]:
     """Every cell of the section's Markdown table rows except the first column and the header."""
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
     return [cell.strip() for row in rows[1:] for cell in row.strip("|").split("|")[1:] if cell.strip()]
+
+
+def _numbers(cells: list[str]) -> list[float]:
+    """The numbers of the cells: plain ("0.747", "12 (both)") or "value [low, high]" (a 95% CI, checked ordered)."""
+    out = []
+    for cell in cells:
+        m = CI.match(cell)
+        if m:
+            value, low, high = (float(x) for x in m.groups())
+            assert low <= value <= high, cell
+            out += [value, low, high]
+        else:
+            out.append(float(cell.split()[0]))
+    return out
 
 
 def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
@@ -49,7 +68,7 @@ def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
     argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
             "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]),
             "--sentences", "2", "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "3",
-            "--out", str(out)]
+            "--seeds", "0,1", "--out", str(out)]
     assert script.main(argv) == 0
     assert script.main(["table5"] + argv[1:]) == 0
 
@@ -60,10 +79,17 @@ def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
         section = m.group(1)
         assert "Command: `python3 bench/paper_experiments.py " + name in section
         assert re.search(r"Wall time: \d+ s", section)
-        assert re.search(r"Finding .*\*\*(holds|does not hold) here\*\*", section)
-        cells = _table_numbers(section)
-        assert len(cells) >= rows * 2
-        values = [float(c) for c in cells]  # "nan" would parse: check finiteness explicitly
+        # every section names its n and its CIs, and states verdicts only in the CI-driven vocabulary
+        assert re.search(r"n = 2 sentences x 2 chains x 2 post-burn-in epochs x 2 seed\(s\)", section)
+        assert "95% confidence intervals" in section and "(95% CI)" in section
+        verdicts = re.findall(r"\*\*([^*]+)\*\*", section)
+        assert verdicts and all(v in ("holds", "fails") or v.startswith("inconclusive at n = ") for v in verdicts)
+        assert "holds here" not in section and "does not hold" not in section
+        assert re.search(r"Energy vs quality \(raw\): within-sentence Spearman", section)
+        assert "Per seed" in section and "seed 0: " in section and "seed 1: " in section
+        cells = _table_cells(section)
+        assert sum(bool(CI.match(c)) for c in cells) >= rows  # each row has at least one CI
+        values = _numbers(cells)  # "nan" would parse: check finiteness explicitly
         assert all(math.isfinite(v) for v in values), cells
         png = out / "figures" / f"{name}.png"
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -71,15 +97,19 @@ def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
     # BLEU is a percentage, rates are fractions: a unit slip would show here.
     fig1 = md.split("<!-- paper:fig1:start -->")[1]
     first_row = next(line for line in fig1.splitlines() if line.startswith("| MH raw"))
-    e_local, acc, novel, bleu = (float(x) for x in first_row.strip("|").split("|")[1:5])
+    e_local, acc, novel, bleu = (float(x.split()[0]) for x in first_row.strip("|").split("|")[1:5])
     assert e_local > 0 and 0 <= novel <= acc <= 1 and 0 <= bleu <= 100
+    table5 = md.split("<!-- paper:table5:start -->")[1]
+    assert "force_accept_epochs=2" in table5 and "proposal temperature 0.8" in table5
+    assert re.search(r"avg BLEU - Mask-Predict: -?\d+\.\d+ \[.*\], p = \d\.\d{3}", table5)
+    assert "best-of BLEU - Mask-Predict" in table5 and "E_raw of the references" in table5
 
 
 def _write_section(md: Path, name: str, lines: list[str]) -> None:
     """write_section with a placeholder setup and options (only the Markdown layout is under test)."""
     script = _load_script()
     setup = script.Setup(None, [], [], [], str, "test data")
-    args = argparse.Namespace(chains=2, epochs=3, burn_in=1, seed=0)
+    args = argparse.Namespace(chains=2, epochs=3, burn_in=1, seeds=[0])
     script.write_section(md, script.Section(name, name.title(), lines, []), "cmd", 1.0, setup, args)
 
 
@@ -112,3 +142,19 @@ def test_select_sentences_keeps_the_first_short_ones():
     assert script.select_sentences(src, ["r"] * 5, 0, 0) == [0, 2, 3, 4]
     with pytest.raises(ValueError, match="differ in length"):
         script.select_sentences(src, ["r"], 2, 2)
+
+
+def test_rescored_energies_match_the_samplers_and_runs_keep_their_groups(tiny_paths):
+    """bench/paper_runs.py rescores every end-of-epoch state itself (for per-sentence energies and the
+    energy-quality correlation): its mean must be the sampler's own per-epoch E_local / E_raw."""
+    script = _load_script()
+    argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+            "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]), "--sentences", "3",
+            "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "4", "--seeds", "0,3"]
+    args = script.parse_args(argv)
+    run = script.run_sampler(script.load_setup(args), args, "MH raw", sampler="mh", energy="raw")
+    assert run.n == 3 and run.bleu_stats.shape[0] == 2 * 2 * 3 and run.epochs_after_burn_in == 3
+    assert float(run.sent_e_local.mean()) == pytest.approx(sum(run.post(run.e_local)) / 3, rel=1e-4)
+    assert float(run.sent_e_raw.mean()) == pytest.approx(sum(run.post(run.e_raw)) / 3, rel=1e-4)
+    assert len(run.seed_bleu) == 2 and run.seed_spread().startswith("seed 0: ")
+    assert all(len(c) >= 1 for c in run.candidates)

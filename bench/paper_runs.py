@@ -1,0 +1,190 @@
+"""One sampler configuration of the paper's experiments, run over several seeds, kept per sentence.
+
+:func:`run_sampler` calls :func:`mhfast.sample` once per seed (``record="epoch"``) and keeps what the
+statistics of ``bench/paper_stats.py`` need: sacreBLEU's per-sentence BLEU and chrF statistics of every
+chain's end-of-epoch state after burn-in (one group per seed, epoch and chain: averaging the groups' corpus
+scores is the paper's "averaged statistics over chains"), of each seed's lowest-energy state (best-of), and
+the raw / local energy of every distinct end-of-epoch state, recomputed here by scoring its masked copies
+(:func:`score_energies`), so that energies can be averaged per sentence and correlated with quality.
+
+Example (``setup`` and ``args`` as in paper_experiments.py)::
+
+    >>> run = run_sampler(setup, args, "MH raw", sampler="mh", energy="raw")     # doctest: +SKIP
+    >>> run.bleu_ci().text(), run.n                                               # doctest: +SKIP
+    ('22.91 [15.02, 30.11]', 8)
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+import mhfast
+import paper_stats as ps
+
+
+@dataclasses.dataclass
+class Run:
+    """Statistics of one sampler configuration (n sentences, G = seeds x post-burn-in epochs x chains groups)."""
+
+    label: str
+    seeds: list[int]
+    burn_in: int
+    chains: int
+    bleu: list[float]              #: per post-burn-in epoch: mean over seeds and chains of corpus BLEU (plots)
+    e_local: list[float]           #: per epoch (ALL epochs), mean over seeds (the sampler's statistics)
+    e_raw: list[float]
+    acceptance: list[float]
+    novel: list[float]
+    target_temperature: list[float]
+    bleu_stats: np.ndarray         #: float64[G, n, k] sacreBLEU BLEU statistics per group and sentence
+    chrf_stats: np.ndarray         #: float64[G, n, k'] the same for chrF
+    best_stats: np.ndarray         #: float64[seeds, n, k] BLEU statistics of each seed's best_tokens
+    seed_bleu: list[float]         #: per seed: mean over its chains and epochs of corpus BLEU
+    sent_e_local: np.ndarray       #: float64[n] per sentence: mean E_local of its end-of-epoch states
+    sent_e_raw: np.ndarray
+    candidates: list[dict[tuple, tuple[float, float, float]]]  #: per sentence: ids -> (E_raw, E_local, chrF)
+    seconds: float
+
+    def post(self, xs: list[float]) -> list[float]:
+        return xs[self.burn_in:]
+
+    @property
+    def n(self) -> int:
+        return self.bleu_stats.shape[1]
+
+    @property
+    def epochs_after_burn_in(self) -> int:
+        return self.bleu_stats.shape[0] // (len(self.seeds) * self.chains)
+
+    @functools.cache
+    def bleu_ci(self) -> ps.Estimate:
+        """The paper's BLEU: mean over seeds, chains and post-burn-in epochs of corpus BLEU, CI over sentences."""
+        return ps.averaged_score(self.bleu_stats, "bleu")
+
+    @functools.cache
+    def best_ci(self) -> ps.Estimate:
+        """Best-of BLEU: each source's lowest-energy state after burn-in (mean over seeds)."""
+        return ps.averaged_score(self.best_stats, "bleu")
+
+    @functools.cache
+    def e_local_ci(self) -> ps.Estimate:
+        return ps.mean_ci(self.sent_e_local)
+
+    @property
+    def avg_acceptance(self) -> float:
+        return float(np.mean(self.post(self.acceptance)))
+
+    @property
+    def avg_novel(self) -> float:
+        return float(np.mean(self.post(self.novel)))
+
+    def seed_spread(self) -> str:
+        """Each seed's BLEU and their range, e.g. ``'seed 0: 22.9, seed 1: 21.7 (range 1.2)'``."""
+        parts = ", ".join(f"seed {s}: {b:.2f}" for s, b in zip(self.seeds, self.seed_bleu))
+        return parts + (f" (range {max(self.seed_bleu) - min(self.seed_bleu):.2f})" if len(self.seeds) > 1 else "")
+
+    __hash__ = object.__hash__  # functools.cache on methods: identity hashing (a Run is never mutated)
+
+
+@torch.no_grad()
+def score_energies(model: Any, context: Any, rows: torch.Tensor, source: int, chunk: int = 256
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(E_raw, E_local) of each row of ``rows`` (Long[N, T], ``[bos] ... [eos]`` of ONE source, unpadded):
+    the sum over its ordinary positions of -logit / -log softmax of the token at its masked copy (section 2)."""
+    V = int(model.vocab_size)
+    special = torch.zeros(V, dtype=torch.bool)
+    special[[int(i) for i in model.special_ids if 0 <= int(i) < V]] = True
+    seq, pos = (~special[rows]).nonzero(as_tuple=True)
+    copies = rows[seq].clone()
+    copies[torch.arange(seq.numel()), pos] = int(model.mask_id)
+    raw, local = torch.zeros(rows.shape[0], dtype=torch.float64), torch.zeros(rows.shape[0], dtype=torch.float64)
+    for s in range(0, seq.numel(), chunk):
+        sl = slice(s, s + chunk)
+        ctx_index = torch.full((copies[sl].shape[0],), source, dtype=torch.long)
+        logits = model.masked_logits(copies[sl], pos[sl], context, ctx_index).float().cpu()
+        target = logits.gather(1, rows[seq[sl], pos[sl]][:, None]).squeeze(1)
+        logp = target - torch.logsumexp(logits, dim=1)
+        raw.index_add_(0, seq[sl], -target.double())
+        local.index_add_(0, seq[sl], -logp.double())
+    return raw.numpy(), local.numpy()
+
+
+def _one_seed(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[Any, list[list[list[tuple]]]]:
+    res = mhfast.sample(setup.model, source=setup.sources, length_beam=1, chains=args.chains, epochs=args.epochs,
+                        burn_in=args.burn_in, seed=seed, record="epoch", **kwargs)
+    hist, lengths = res.history.cpu(), res.lengths.cpu()
+    # ids[e][c][b]: the chain's end-of-epoch state, unpadded
+    ids = [[[tuple(hist[e, b, c, :int(lengths[b])].tolist()) for b in range(hist.shape[1])]
+            for c in range(hist.shape[2])] for e in range(hist.shape[0])]
+    return res, ids
+
+
+def _candidates(setup: Any, context: Any, states: list[list[tuple]], chrf: dict) -> list[dict]:
+    """Per sentence: every distinct state -> (E_raw, E_local, sentence chrF)."""
+    out = []
+    for b, distinct in enumerate(states):
+        keys = sorted(set(distinct))
+        raw, local = score_energies(setup.model, context, torch.tensor(keys, dtype=torch.long), b)
+        out.append({k: (float(r), float(lo), chrf[b, k]) for k, r, lo in zip(keys, raw, local)})
+    return out
+
+
+def run_sampler(setup: Any, args: Any, label: str, **kwargs: Any) -> Run:
+    """``mhfast.sample`` over all sources for every seed of ``args.seeds``, and the per-sentence statistics."""
+    start = time.perf_counter()
+    results, groups = [], []
+    for seed in args.seeds:
+        res, ids = _one_seed(setup, args, seed, kwargs)
+        results.append(res)
+        groups += [(seed, e, c, ids[e][c]) for e in range(len(ids)) for c in range(len(ids[e]))]
+    seconds = time.perf_counter() - start
+    text = functools.cache(lambda key: setup.to_text(torch.tensor(key, dtype=torch.long)))
+    hyps = [[text(k) for k in g[3]] for g in groups]
+    bleu_stats = np.stack([ps.sentence_stats(h, setup.refs, "bleu") for h in hyps])
+    chrf_stats = np.stack([ps.sentence_stats(h, setup.refs, "chrf") for h in hyps])
+    n = len(setup.refs)
+    chrf = {}
+    for g, group in enumerate(groups):
+        for b, key in enumerate(group[3]):
+            if (b, key) not in chrf:
+                chrf[b, key] = float(ps.score_from_stats("chrf", chrf_stats[g, b]))
+    context = setup.model.encode(setup.sources)
+    candidates = _candidates(setup, context, [[g[3][b] for g in groups] for b in range(n)], chrf)
+    e = np.array([[candidates[b][g[3][b]][:2] for b in range(n)] for g in groups])  # [G, n, 2]
+    best = np.stack([ps.sentence_stats([setup.to_text(t) for t in r.best_tokens.cpu()], setup.refs) for r in results])
+    per_group = ps.score_from_stats("bleu", bleu_stats.sum(axis=1))
+    seed_of = np.array([g[0] for g in groups])
+    epochs = len(results[0].history)
+    bleu_epoch = [float(np.mean([per_group[i] for i, g in enumerate(groups) if g[1] == ep])) for ep in range(epochs)]
+    mean_of = (lambda name: np.mean([getattr(r, name).tolist() for r in results], axis=0).tolist())
+    run = Run(label, list(args.seeds), args.burn_in, args.chains, bleu_epoch, mean_of("e_local"), mean_of("e_raw"),
+              mean_of("acceptance_rate"), mean_of("novel_rate"), mean_of("target_temperature"), bleu_stats, chrf_stats,
+              best, [float(per_group[seed_of == s].mean()) for s in args.seeds], e[..., 1].mean(axis=0),
+              e[..., 0].mean(axis=0), candidates, seconds)
+    print(f"  {label:<38} BLEU {run.bleu_ci().text()}  best-of {run.best_ci().text()}  E_local "
+          f"{run.e_local_ci().text()}  acc {run.avg_acceptance:.3f}  novel {run.avg_novel:.3f}  ({seconds:.1f} s)",
+          flush=True)
+    return run
+
+
+def energy_quality_correlation(runs: Sequence[Run], energy: str) -> ps.Estimate:
+    """Within-sentence Spearman of -E (``energy``: "raw" / "local") vs sentence chrF over the distinct states
+    that ``runs`` produced (pooled), averaged over sentences, with its bootstrap CI over sentences."""
+    col = {"raw": 0, "local": 1}[energy]
+    groups = []
+    for b in range(runs[0].n):
+        pooled: dict[tuple, tuple] = {}
+        for r in runs:
+            pooled.update(r.candidates[b])
+        groups.append(([-v[col] for v in pooled.values()], [v[2] for v in pooled.values()]))
+    return ps.within_sentence_correlation(groups)
+
+
+def candidate_count(runs: Sequence[Run]) -> float:
+    """Mean number of distinct states per sentence pooled over ``runs``."""
+    return float(np.mean([len(set().union(*(r.candidates[b] for r in runs))) for b in range(runs[0].n)]))
