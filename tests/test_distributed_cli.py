@@ -122,3 +122,20 @@ def test_score_over_two_ranks_writes_the_bytes_of_one_process(tmp_path):
                                     "-o", str(two)), env=_env(), timeout=300, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert two.read_bytes() == one.read_bytes()
+
+
+def test_sample_over_two_ranks_prints_what_one_process_prints(tmp_path):
+    import re
+
+    from hf_tiny_models import save_tiny_bert_dir
+
+    tiny = save_tiny_bert_dir(tmp_path / "bert")
+    argv = ["sample", "--model", tiny, "--init", "a b c d e f", "g g g", "a b", "--free", "0:2", "--chains", "3",
+            "--epochs", "3", "--burn-in", "1", "--energy", "both"]
+    one = subprocess.run([sys.executable, "-m", "mhfast", *argv], env=_env(), check=True, timeout=300,
+                         capture_output=True, text=True).stdout
+    proc = subprocess.run(_torchrun("--nproc-per-node", "2", "--master-port", str(_port()), "-m", "mhfast", *argv),
+                          env=_env(), timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    clean = lambda text: re.sub(r"\d+\.\d s\b", "<t> s", text)  # noqa: E731  (wall times differ)
+    assert clean(proc.stdout) == clean(one) and "[local] input 3" in one and "epoch   3/3" in one

@@ -119,21 +119,42 @@ def _check(args: argparse.Namespace) -> Any:
     return options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
 
 
-def _terms(lm: Any, args: argparse.Namespace, inputs: dict) -> list | None:
-    """The extra energy terms of --hamming (reference: --hamming-reference, else the --init rows) and --classifier."""
+def _terms(lm: Any, args: argparse.Namespace, inputs: dict, rows: list[int] | None = None) -> list | None:
+    """The extra energy terms of --hamming (reference: --hamming-reference, else the --init rows) and
+    --classifier; ``rows``: the inputs this process samples (their references, in that order)."""
     count = inputs["init"].shape[0] if "init" in inputs else 1
     lines = _energy_terms.reference_lines(args, count)
     if lines is not None:
         references = _energy_terms.padded([lm.encode(t) for t in lines], lm.pad_id)
     else:
         references = inputs.get("init")
+    if references is not None and rows is not None:
+        references = references[rows]
     decode = lm.decode if callable(getattr(lm, "decode", None)) else None
     return _energy_terms.extra_energy(_energy_terms.hamming_term(args, references, lm.pad_id),
                                       _energy_terms.classifier_term(args, lm.pad_id, decode))
 
 
+def _shard(inputs: dict, world: Any, pad_id: int) -> tuple[dict, list[int]]:
+    """This rank's inputs (cost-balanced: length squared) and their global indices (the RNG's input ids)."""
+    from .. import distributed
+
+    if "init" not in inputs:  # one unconditional input: rank 0 samples it
+        return (inputs, [0]) if world.is_main else ({}, [])
+    init = inputs["init"]
+    mine = distributed.shard([float(int((r != pad_id).sum())) ** 2 for r in init], world.size)[world.rank]
+    sub = {k: v[mine] for k, v in inputs.items()}
+    return sub, mine
+
+
+def _epoch_line(args: argparse.Namespace, epoch: int, s: dict) -> str:
+    return (f"  epoch {epoch + 1:3d}/{args.epochs}  E_raw {s['e_raw_sum'] / s['chains']:10.3f}  "
+            f"E_local {s['e_local_sum'] / s['chains']:9.3f}  accept {s['accepted'] / max(s['proposals'], 1):.3f}  "
+            f"novel {s['novel'] / max(s['proposals'], 1):.3f}  tau {s['target_temperature']:.3f}")
+
+
 def run(args: argparse.Namespace) -> int:
-    import mhfast
+    from .. import distributed
     from ..models.loading import load_masked_lm
     from ..sampler.problem import build_problem
 
@@ -141,28 +162,75 @@ def run(args: argparse.Namespace) -> int:
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
         raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', a local "
                                 "HuggingFace model directory or a hub id)")
+    world = distributed.world(device=args.device)  # torchrun: inputs shared over ranks, rank 0 prints
+    if world.backend == "nccl":
+        args.device = str(world.device)
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)
     terms = _terms(lm, args, inputs)
     # every model-dependent check (lengths against the model, token ids, sizes) before any output
     build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+    mine_inputs, mine = _shard(inputs, world, int(lm.pad_id))
+    say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: print(*a, flush=True))
     say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
-    energies = ["raw", "local"] if args.energy == "both" else [args.energy]
-    for energy in energies:
-        def progress(epoch: int, s: dict) -> None:
-            say(f"  epoch {epoch + 1:3d}/{args.epochs}  E_raw {s['e_raw']:10.3f}  E_local {s['e_local']:9.3f}  "
-                f"accept {s['acceptance_rate']:.3f}  novel {s['novel_rate']:.3f}  tau {s['target_temperature']:.3f}")
-
+    for energy in ["raw", "local"] if args.energy == "both" else [args.energy]:
         say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
             f"({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
-        result = mhfast.sample(lm, **inputs, config=dataclasses.replace(cfg, energy=energy, extra_energy=terms),
-                               progress=progress)
-        seconds = time.perf_counter() - t0
-        print_result(lm, result, energy, args, seconds)
+        live = world.size == 1
+        part = _sample_part(lm, mine_inputs, mine, dataclasses.replace(
+            cfg, energy=energy, extra_energy=_terms(lm, args, inputs, mine) if mine else None),
+            (lambda e, s: say(_epoch_line(args, e, s))) if live else None)
+        parts = distributed.gather({world.rank: part}, world.size, world, dst=0)
+        if world.is_main:
+            result = _combine([p for p in parts if p is not None], args, energy, say if not live else None)
+            print_result(lm, result, energy, args, time.perf_counter() - t0)
     return 0
+
+
+def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any) -> dict | None:
+    """This rank's share: its inputs' chains and the per-epoch sums and counts (None without inputs)."""
+    import mhfast
+
+    if not ids:
+        return None
+    epochs: list[dict] = []
+
+    def progress(epoch: int, s: dict) -> None:
+        epochs.append(s)
+        if say_epoch is not None:
+            say_epoch(epoch, s)
+
+    r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg, progress=progress)
+    return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
+            "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
+            "epochs": epochs}
+
+
+def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any) -> Any:
+    """One result from the ranks' parts: inputs in order, per-epoch rates from the summed counts (the numbers
+    one process computes), and the epoch lines (printed after the run under torchrun)."""
+    import types
+
+    import torch
+
+    order = sorted((i, p, j) for p in parts for j, i in enumerate(p["ids"]))
+    pick = lambda key: torch.stack([p[key][j] for _, p, j in order])  # noqa: E731
+    rates = {"acceptance_rate": [], "novel_rate": []}
+    for e in range(args.epochs):
+        s = {k: sum(p["epochs"][e][k] for p in parts) for k in ("chains", "e_raw_sum", "e_local_sum", "proposals",
+                                                                 "accepted", "novel")}
+        s["target_temperature"] = parts[0]["epochs"][e]["target_temperature"]
+        if say is not None:
+            say(_epoch_line(args, e, s))
+        rates["acceptance_rate"].append(float(s["accepted"]) / max(s["proposals"], 1))
+        rates["novel_rate"].append(float(s["novel"]) / max(s["proposals"], 1))
+    return types.SimpleNamespace(
+        tokens=pick("tokens"), energy_raw=pick("energy_raw"), energy_local=pick("energy_local"),
+        best_tokens=pick("best_tokens"), best_energy=pick("best_energy"),
+        model_rows=sum(p["model_rows"] for p in parts),
+        **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
 
 
 def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, seconds: float) -> None:

@@ -67,8 +67,12 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
         trace.term_values.append(state.term_values)
         if record and epoch.post_burn_in:
             trace.history.append(state.tokens.clone())
-        if progress is not None:
-            progress(epoch.index, {**trace.last(), **counters()})
+        if progress is not None:  # the means, and the sums and counts they come from (to combine over ranks)
+            progress(epoch.index, {**trace.last(), **counters(), "chains": int(state.e_raw.shape[0]),
+                                   "e_raw_sum": float(state.e_raw.double().sum()),
+                                   "e_local_sum": float(state.e_local.double().sum()),
+                                   "proposals": int(info.proposals), "accepted": int(info.accepted),
+                                   "novel": int(info.novel)})
     if not any(e.post_burn_in for e in schedule):  # no post-burn-in epoch: the best state is the final one
         state = state.with_best()
     return state, trace
