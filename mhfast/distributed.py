@@ -216,7 +216,8 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     w = world if world is not None else World()
     pad = int(model.pad_id)
     cost = cost or (lambda row: float(int((row != pad).sum())) ** 2)
-    mine = shard([cost(r) for r in init], w.size)[w.rank]
+    shards = shard([cost(r) for r in init], w.size)
+    mine = shards[w.rank]
     items: dict[int, Any] = {}
     if mine:
         idx = torch.tensor(mine, dtype=torch.long)
@@ -227,5 +228,5 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
             items[i] = {k: getattr(r, k)[j].cpu() for k in _PER_INPUT}
     rows = gather(items, init.shape[0], w)
     out = {k: torch.stack([row[k] for row in rows]) for k in _PER_INPUT}
-    out["rows_per_rank"] = [len(s) for s in shard([cost(r) for r in init], w.size)]
+    out["rows_per_rank"] = [len(s) for s in shards]
     return out

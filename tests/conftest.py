@@ -27,6 +27,17 @@ def device(request) -> str:
     return request.param
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module of many small ops: on the shared 2-core CI machine intra-op
+    threads only spin against each other. Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def tiny_paths(tmp_path_factory):
     """Paths of the tiny fairseq CMLM (``checkpoint``, ``data``, ``valid_de``, ``valid_en``), built once."""

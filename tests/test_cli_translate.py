@@ -31,13 +31,7 @@ needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k dat
 FAST = ["--chains", "2", "--epochs", "2", "--burn-in", "1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: on a shared 2-core machine two threads spin against each other (~10x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:

@@ -19,12 +19,7 @@ N = 3000
 V_ORD = 3  # ordinary tokens 0..2; mask 3, pad 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def model3(**kw) -> TabularMLM:

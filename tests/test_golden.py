@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from golden_cases import GOLDEN_DIR, SAMPLER_CASES, cli_cases
 from hf_tiny_models import save_tiny_bert_dir
@@ -17,12 +16,7 @@ SAMPLER_GOLDEN = json.loads((GOLDEN_DIR / "sampler.json").read_text())
 CLI_GOLDEN = json.loads((GOLDEN_DIR / "cli.json").read_text())
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_golden_files_cover_every_case():

@@ -2,7 +2,6 @@
 caching (rows per step), the conditional path and argument errors."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -10,25 +9,12 @@ import torch
 import mhfast
 from mhfast import reference
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
+from test_sampler_exact import sample  # the device-checking wrapper of mhfast.sample
 
 SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
 
 
-def sample(device: str, *args, **kwargs) -> mhfast.SampleResult:
-    """``mhfast.sample(*args, device=device, **kwargs)`` with its tensors moved to the CPU, where the
-    assertions compare them; checks first that the chains lived on ``device``."""
-    result = mhfast.sample(*args, device=device, **kwargs)
-    assert result.tokens.device.type == device, f"chains on {result.tokens.device}, asked for {device}"
-    return dataclasses.replace(result, **{f.name: getattr(result, f.name).cpu() for f in dataclasses.fields(result)
-                                          if isinstance(getattr(result, f.name), torch.Tensor)})
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: threads only add contention on the shared CI cores
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def model4(**kwargs) -> TabularMLM:

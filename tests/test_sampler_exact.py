@@ -38,13 +38,7 @@ def sample(device: str, *args, **kwargs) -> mhfast.SampleResult:
 N_CHAINS = 3000
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Many small ops: intra-op threads only add contention on the shared 2-core CI machine.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ordinary_tokens(model) -> list[int]:

@@ -151,19 +151,28 @@ def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return is_pad, ~is_pad & (~special[rows] | (rows == mask_id))
 
 
+def checked_positions(free_positions: Any, energy_mask: torch.Tensor, where: str, like: str, allowed: str
+                      ) -> torch.Tensor:
+    """``free_positions`` checked to be a Bool tensor shaped like ``energy_mask`` that marks only energy
+    positions, on its device; errors read ``"<where>: free_positions ..."`` (``like``: the argument it must
+    match, ``allowed``: what may be marked). Shared by :func:`mhfast.sample` and :func:`mhfast.energy`."""
+    if not isinstance(free_positions, torch.Tensor) or free_positions.dtype != torch.bool:
+        raise TypeError(f"{where}: free_positions must be a BoolTensor")
+    if tuple(free_positions.shape) != tuple(energy_mask.shape):
+        raise ValueError(f"{where}: free_positions must have shape {tuple(energy_mask.shape)} like {like}, got "
+                         f"{tuple(free_positions.shape)}")
+    free_positions = free_positions.to(energy_mask.device)
+    if bool((free_positions & ~energy_mask).any()):
+        raise ValueError(f"{where}: free_positions marks a position holding a special id or padding ({allowed})")
+    return free_positions
+
+
 def _free(free_positions: Any, rows: torch.Tensor, energy_mask: torch.Tensor, mask_id: int) -> torch.Tensor:
     """The free positions: ``free_positions`` checked against the rows, else every energy position."""
     if free_positions is None:
         return energy_mask.clone()
-    if not isinstance(free_positions, torch.Tensor) or free_positions.dtype != torch.bool:
-        raise TypeError("mhfast.sample: free_positions must be a BoolTensor")
-    if tuple(free_positions.shape) != tuple(rows.shape):
-        raise _err("free_positions", f"must have shape {tuple(rows.shape)} like init, got "
-                   f"{tuple(free_positions.shape)}")
-    free_positions = free_positions.to(rows.device)
-    if bool((free_positions & ~energy_mask).any()):
-        raise _err("free_positions", "marks a position holding a special id or padding (only ordinary "
-                   "tokens or mask_id can be free)")
+    free_positions = checked_positions(free_positions, energy_mask, "mhfast.sample", "init",
+                                       "only ordinary tokens or mask_id can be free")
     if bool(((rows == mask_id) & ~free_positions).any()):
         raise _err("free_positions", "leaves a mask_id position fixed (masks must be free to be filled)")
     return free_positions & energy_mask

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import torch
 
 from ..sampler.backend import get_backend
+from ..sampler.problem import checked_positions
 from ..sampler.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from .fastpath import fast_scoring_model
@@ -113,16 +114,7 @@ def energy_positions(model: Any, tokens: torch.Tensor) -> torch.Tensor:
 def _score_mask(free_positions: Any, energy_mask: torch.Tensor) -> torch.Tensor:
     if free_positions is None:
         return energy_mask
-    if not isinstance(free_positions, torch.Tensor) or free_positions.dtype != torch.bool:
-        raise TypeError("mhfast.energy: free_positions must be a BoolTensor")
-    if tuple(free_positions.shape) != tuple(energy_mask.shape):
-        raise _err("free_positions", f"must have shape {tuple(energy_mask.shape)} like tokens, got "
-                   f"{tuple(free_positions.shape)}")
-    free_positions = free_positions.to(energy_mask.device)
-    if bool((free_positions & ~energy_mask).any()):
-        raise _err("free_positions", "marks a position holding a special id or padding (only ordinary tokens "
-                   "are scored)")
-    return free_positions
+    return checked_positions(free_positions, energy_mask, "mhfast.energy", "tokens", "only ordinary tokens are scored")
 
 
 def _context(model: Any, source: Any, B: int, device: torch.device) -> tuple[Any, torch.Tensor | None]:
