@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import paper_stats as ps  # noqa: E402
 from mhfast.mask_predict import mask_predict  # noqa: E402
-from paper_runs import Run, candidate_count, energy_quality_correlation, run_sampler, score_energies  # noqa: E402
+from paper_runs import CACHE_COUNTS, Run, code_fingerprint, candidate_count, energy_quality_correlation, run_sampler, score_energies  # noqa: E402
 
 BUNDLE = ROOT / "mhfast" / "data" / "multi30k_de_en"
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -171,6 +171,18 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def code_description() -> str:
+    """The commit the numbers come from, e.g. ``'commit 91da378 (mhfast/ and csrc/ as committed)'``."""
+    try:
+        import subprocess
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    state = "as committed" if code_fingerprint() else "WITH UNCOMMITTED CHANGES"
+    return f"commit {head} (mhfast/ and csrc/ {state})"
+
+
 def write_section(md_path: Path, section: Section, command: str, seconds: float, setup: Setup,
                   args: argparse.Namespace) -> None:
     """Replace (or append) the section between this experiment's markers in ``md_path``."""
@@ -180,7 +192,12 @@ def write_section(md_path: Path, section: Section, command: str, seconds: float,
             f"(torch threads: {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} at the end, "
             f"{platform.processor() or platform.machine()}), {time.strftime('%Y-%m-%d %H:%M')}  ",
             f"Data: {setup.description}; {args.chains} chains, {args.epochs} epochs of which {args.burn_in} burn-in, "
-            f"seed(s) {', '.join(map(str, args.seeds))}.", ""]
+            f"seed(s) {', '.join(map(str, args.seeds))}.  ",
+            f"Code: {code_description()}, torch {torch.__version__}.", ""]
+    if CACHE_COUNTS["cached"]:
+        body[-1:-1] = [f"{CACHE_COUNTS['cached']} of {sum(CACHE_COUNTS.values())} (configuration, seed) runs were "
+                       "read from `--cache` (same code, model, sources, options and torch; their seconds are those "
+                       "of their first run).", ""]
     body += section.lines
     for fig in section.figures:
         rel = os.path.relpath(fig, md_path.parent)
@@ -615,6 +632,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="torch intra-op threads (0 = torch default). Default 1: the decoder batches here are small, "
                         "and on a shared CPU OpenMP threads waiting for each other made runs up to 50x slower")
     p.add_argument("--out", type=Path, default=ROOT / "docs", help="writes OUT/experiments.md and OUT/figures/*.png")
+    p.add_argument("--cache", type=Path, default=ROOT / "bench" / ".paper_cache",
+                   help="folder where each finished (configuration, seed) run is kept, keyed by the code (git trees "
+                        "of mhfast/ and csrc/; nothing is cached while they have uncommitted changes), the model "
+                        "file, the sources, the options and torch: a killed or repeated command resumes from there")
+    p.add_argument("--no-cache", dest="cache", action="store_const", const=None, help="neither read nor write --cache")
     args = p.parse_args(argv)
     args.seeds = args.seeds or [args.seed]
     if args.epochs <= args.burn_in:
@@ -646,6 +668,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     for name in names:
         print(f"[{name}]", flush=True)
         start = time.perf_counter()
+        CACHE_COUNTS.update(cached=0, computed=0)
         section = RUNNERS[name](setup, args, figdir)
         seconds = time.perf_counter() - start
         write_section(md_path, section, command, seconds, setup, args)

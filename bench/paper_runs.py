@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import os
+import subprocess
 import time
+import types
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -114,14 +119,83 @@ def score_energies(model: Any, context: Any, rows: torch.Tensor, source: int, ch
     return raw.numpy(), local.numpy()
 
 
-def _one_seed(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[Any, list[list[list[tuple]]]]:
+ROOT = Path(__file__).resolve().parents[1]
+#: What a cached run keeps of its SampleResult (all that the statistics read).
+#: (from the cache, computed) counts of the (configuration, seed) runs of this process, for the report.
+CACHE_COUNTS = {"cached": 0, "computed": 0}
+KEPT = ("history", "lengths", "best_tokens", "e_local", "e_raw", "acceptance_rate", "novel_rate", "target_temperature")
+
+
+@functools.cache
+def code_fingerprint() -> str | None:
+    """Git tree ids of ``mhfast/`` and ``csrc/`` (the code that decides the chains), or None when either has
+    uncommitted changes or git is unavailable: then nothing is cached, since the key could not name the code."""
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,  # noqa: E731
+                                        check=True).stdout.strip()
+        if git("status", "--porcelain", "--", "mhfast", "csrc"):
+            return None
+        return git("rev-parse", "HEAD:mhfast") + ":" + git("rev-parse", "HEAD:csrc")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+@functools.cache
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_key(setup: Any, args: Any, seed: int, kwargs: dict) -> str | None:
+    """The key of one (configuration, seed) run: code, model file, sources, sampler options, torch and threads.
+    None (no caching) when the code has uncommitted changes or no model file is named."""
+    code, model_file = code_fingerprint(), getattr(args, "model", None)
+    if setup is None or code is None or model_file is None or not Path(model_file).is_file():
+        return None
+    h = hashlib.sha256()
+    for src in setup.sources:
+        h.update(src.numpy().tobytes() + b"|")
+    parts = [code, _file_sha256(str(model_file)), h.hexdigest(), repr(sorted(kwargs.items())), str(seed),
+             str(args.chains), str(args.epochs), str(args.burn_in), str(args.device), torch.__version__,
+             str(torch.get_num_threads())]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _sample_cached(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[dict, float, bool]:
+    """``(kept fields of the SampleResult, sampling seconds, from_cache)``. With ``args.cache`` (a folder) each
+    (configuration, seed) run is stored once finished, so a long experiment killed midway (or spread over
+    several sessions) resumes from its finished runs; results are identical by construction (same key)."""
+    folder = getattr(args, "cache", None)
+    key = cache_key(setup, args, seed, kwargs) if folder else None
+    path = Path(folder) / f"{key}.pt" if key else None
+    if path is not None and path.is_file():
+        saved = torch.load(path, weights_only=True)
+        return saved["fields"], float(saved["seconds"]), True
+    start = time.perf_counter()
     res = mhfast.sample(setup.model, source=setup.sources, length_beam=1, chains=args.chains, epochs=args.epochs,
                         burn_in=args.burn_in, seed=seed, record="epoch", **kwargs)
-    hist, lengths = res.history.cpu(), res.lengths.cpu()
+    fields = {name: getattr(res, name).detach().cpu() for name in KEPT}
+    seconds = time.perf_counter() - start
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        torch.save({"fields": fields, "seconds": seconds}, tmp)
+        os.replace(tmp, path)  # atomic: a run killed while saving leaves no half-written entry
+    return fields, seconds, False
+
+
+def _one_seed(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[Any, list[list[list[tuple]]], float, bool]:
+    fields, seconds, cached = _sample_cached(setup, args, seed, kwargs)
+    CACHE_COUNTS["cached" if cached else "computed"] += 1
+    res = types.SimpleNamespace(**fields)
+    hist, lengths = res.history, res.lengths
     # ids[e][c][b]: the chain's end-of-epoch state, unpadded
     ids = [[[tuple(hist[e, b, c, :int(lengths[b])].tolist()) for b in range(hist.shape[1])]
             for c in range(hist.shape[2])] for e in range(hist.shape[0])]
-    return res, ids
+    return res, ids, seconds, cached
 
 
 def _candidates(setup: Any, context: Any, states: list[list[tuple]], chrf: dict) -> list[dict]:
@@ -136,13 +210,12 @@ def _candidates(setup: Any, context: Any, states: list[list[tuple]], chrf: dict)
 
 def run_sampler(setup: Any, args: Any, label: str, **kwargs: Any) -> Run:
     """``mhfast.sample`` over all sources for every seed of ``args.seeds``, and the per-sentence statistics."""
-    start = time.perf_counter()
-    results, groups = [], []
+    results, groups, seconds, cached = [], [], 0.0, 0
     for seed in args.seeds:
-        res, ids = _one_seed(setup, args, seed, kwargs)
+        res, ids, took, from_cache = _one_seed(setup, args, seed, kwargs)
+        seconds, cached = seconds + took, cached + from_cache
         results.append(res)
         groups += [(seed, e, c, ids[e][c]) for e in range(len(ids)) for c in range(len(ids[e]))]
-    seconds = time.perf_counter() - start
     text = functools.cache(lambda key: setup.to_text(torch.tensor(key, dtype=torch.long)))
     hyps = [[text(k) for k in g[3]] for g in groups]
     bleu_stats = np.stack([ps.sentence_stats(h, setup.refs, "bleu") for h in hyps])
@@ -167,7 +240,8 @@ def run_sampler(setup: Any, args: Any, label: str, **kwargs: Any) -> Run:
               best, [float(per_group[seed_of == s].mean()) for s in args.seeds], e[..., 1].mean(axis=0),
               e[..., 0].mean(axis=0), candidates, seconds)
     print(f"  {label:<38} BLEU {run.bleu_ci().text()}  best-of {run.best_ci().text()}  E_local "
-          f"{run.e_local_ci().text()}  acc {run.avg_acceptance:.3f}  novel {run.avg_novel:.3f}  ({seconds:.1f} s)",
+          f"{run.e_local_ci().text()}  acc {run.avg_acceptance:.3f}  novel {run.avg_novel:.3f}  ({seconds:.1f} s"
+          f"{f'; {cached} of {len(args.seeds)} seed(s) from the cache' if cached else ''})",
           flush=True)
     return run
 

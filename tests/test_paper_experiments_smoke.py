@@ -68,7 +68,7 @@ def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
     argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
             "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]),
             "--sentences", "2", "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "3",
-            "--seeds", "0,1", "--out", str(out)]
+            "--seeds", "0,1", "--out", str(out), "--no-cache"]
     assert script.main(argv) == 0
     assert script.main(["table5"] + argv[1:]) == 0
 
@@ -150,7 +150,8 @@ def test_rescored_energies_match_the_samplers_and_runs_keep_their_groups(tiny_pa
     script = _load_script()
     argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
             "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]), "--sentences", "3",
-            "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "4", "--seeds", "0,3"]
+            "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "4", "--seeds", "0,3",
+            "--no-cache"]
     args = script.parse_args(argv)
     run = script.run_sampler(script.load_setup(args), args, "MH raw", sampler="mh", energy="raw")
     assert run.n == 3 and run.bleu_stats.shape[0] == 2 * 2 * 3 and run.epochs_after_burn_in == 3
@@ -158,3 +159,31 @@ def test_rescored_energies_match_the_samplers_and_runs_keep_their_groups(tiny_pa
     assert float(run.sent_e_raw.mean()) == pytest.approx(sum(run.post(run.e_raw)) / 3, rel=1e-4)
     assert len(run.seed_bleu) == 2 and run.seed_spread().startswith("seed 0: ")
     assert all(len(c) >= 1 for c in run.candidates)
+
+
+def test_cache_resumes_finished_runs_with_the_same_numbers(tiny_paths, tmp_path, monkeypatch):
+    """A (configuration, seed) run is kept in --cache once finished; a repeated command reads it back (the
+    section says so) and reports the same numbers; another seed or other code is computed afresh."""
+    script = _load_script()
+    runs = sys.modules["paper_runs"]
+    monkeypatch.setattr(runs, "code_fingerprint", lambda: "code-A")  # the checkout may have uncommitted changes
+    cache, out = tmp_path / "cache", tmp_path / "docs"
+    argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+            "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]), "--sentences", "2",
+            "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "3", "--seeds", "0",
+            "--cache", str(cache), "--out", str(out)]
+    section = lambda: re.search(r"paper:fig1:start -->(.*?)<!--", (out / "experiments.md").read_text(), re.S)[1]
+    table = lambda text: [line.rsplit("|", 2)[0] for line in text.splitlines() if line.startswith("| ")]  # no seconds
+    assert script.main(argv) == 0
+    first = section()
+    assert len(list(cache.glob("*.pt"))) == 3 and "read from `--cache`" not in first  # MH raw, MH local, Gibbs
+    assert script.main(argv) == 0
+    second = section()
+    assert "3 of 3 (configuration, seed) runs were read from `--cache`" in second
+    assert table(second) == table(first) and len(table(first)) >= 4  # header + 3 samplers
+    monkeypatch.setattr(runs, "code_fingerprint", lambda: "code-B")  # other code: nothing read back
+    assert script.main(argv) == 0
+    assert "read from `--cache`" not in section() and len(list(cache.glob("*.pt"))) == 6
+    monkeypatch.setattr(runs, "code_fingerprint", lambda: None)  # uncommitted changes: neither read nor written
+    assert script.main(argv) == 0
+    assert "read from `--cache`" not in section() and len(list(cache.glob("*.pt"))) == 6
