@@ -211,7 +211,7 @@ def test_hub_ids_resolve_through_the_cache(tmp_path, monkeypatch):
 def test_last_layer_fast_path_equals_the_full_layer(kind):
     from hf_tiny_models import ids_for
 
-    from mhfast.scoring.fastpath import LastLayerAtMask, fast_scoring_model
+    from mhfast.models.fast_forward import LastLayerAtMask, fast_forward_model as fast_scoring_model
 
     ids = ids_for(kind)
     lm = HFMaskedLM(tiny_model(kind, seed=4), **ids)

@@ -234,6 +234,54 @@ class HFMaskedLM:
         hidden = self._body(input_ids=tokens, attention_mask=attention_mask)[0]
         return hidden[torch.arange(tokens.shape[0], device=tokens.device), positions]
 
+    @property
+    def masked_features_at(self) -> Callable[..., torch.Tensor] | None:
+        """:meth:`masked_features` for several positions per row (None without a known head split)."""
+        return self._masked_features_at if self._head is not None else None
+
+    def _masked_features_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                            context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states at ``positions[n]`` of row ``row_index[n]``: several masked positions of one row read
+        from a single forward (block proposals, the warm start). Long[R,T], Long[N], Long[N] -> float[N,d]."""
+        tokens, row_index, positions, attention_mask = self._prepare_at(tokens, row_index, positions, context,
+                                                                        context_index)
+        if row_index.shape[0] == 0:
+            return torch.empty(0, self._feature_dim(), device=self.device, dtype=self.dtype)
+        with torch.no_grad():
+            hidden = self._body(input_ids=tokens, attention_mask=attention_mask)[0]
+        return hidden[row_index, positions]
+
+    def masked_logits_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                         context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits at ``positions[n]`` of row ``row_index[n]`` (see :meth:`masked_features_at`): float[N,V]."""
+        if self._head is not None:
+            return self._output_layer(self._masked_features_at(tokens, row_index, positions, context, context_index))
+        tokens, row_index, positions, attention_mask = self._prepare_at(tokens, row_index, positions, context,
+                                                                        context_index)
+        if row_index.shape[0] == 0:
+            return torch.empty(0, self.vocab_size, device=self.device, dtype=self.dtype)
+        with torch.no_grad():
+            logits = self.model(input_ids=tokens, attention_mask=attention_mask).logits
+        return logits[row_index, positions]
+
+    def _prepare_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor, context: Any,
+                    context_index: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """:meth:`_prepare` for the ``*_at`` hooks: also checks ``row_index`` (Long[N], in [0, R))."""
+        if not isinstance(row_index, torch.Tensor) or row_index.dim() != 1 or row_index.dtype != torch.long:
+            raise ValueError(f"row_index: expected a Long[N] tensor, got "
+                             f"{getattr(row_index, 'dtype', type(row_index).__name__)} "
+                             f"{tuple(getattr(row_index, 'shape', ()))}")
+        if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape:
+            raise ValueError(f"positions: expected Long[{row_index.shape[0]}] like row_index, got "
+                             f"{tuple(getattr(positions, 'shape', ()))}")
+        R = tokens.shape[0] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else None
+        if R is not None and row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= R):
+            raise ValueError(f"row_index: values must lie in [0, {R})")
+        # _prepare checks tokens and builds the attention mask; its positions argument is one per row.
+        tokens, _, attention_mask = self._prepare(tokens, torch.zeros(R or 0, dtype=torch.long), context,
+                                                  context_index)
+        return tokens, row_index.to(tokens.device), positions.to(tokens.device), attention_mask
+
     @torch.no_grad()
     def _output_layer(self, features: torch.Tensor) -> torch.Tensor:
         if features.dim() != 2:

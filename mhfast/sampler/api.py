@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..models.fast_forward import fast_forward_model
 from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
 from .backend import get_backend
@@ -101,7 +102,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
                          "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
     precision.check_native(cfg.dtype, problem.device)
-    runner = ModelRunner(model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
+    forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
+    runner = ModelRunner(forward_model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, problem.terms))
     state = kernel.init(_initial_state(problem, cfg, runner))
     init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal

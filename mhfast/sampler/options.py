@@ -191,6 +191,7 @@ class Option:
 SAMPLERS = tuple(KERNELS)
 ENERGIES = ("raw", "local")
 ORDERS = ("random", "left-to-right")
+FORWARDS = ("fast", "full")
 
 SPEC: tuple[Option, ...] = (
     Option("energy", "raw", _choice(ENERGIES), "target energy: raw = -sum of raw logits, local = -sum of masked "
@@ -225,6 +226,10 @@ SPEC: tuple[Option, ...] = (
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
     Option("max_tokens_per_batch", 65536, _int(1), "masked rows are forwarded in sub-batches of at most "
            "max_tokens_per_batch // T rows", "-", "int"),
+    Option("forward", "fast", _choice(FORWARDS), "fast: skip model work whose output is never read (the last "
+           "encoder layer only at the masked positions, where that is the layer's own computation: BERT-family "
+           "HuggingFace models and AntiBERTy; other models run as they are); full: the model's whole forward, "
+           "for checking (same chains up to float rounding)", "-", "choice", FORWARDS),
     Option("dtype", None, _described("`float32`, `bfloat16`, `float16` (or a torch dtype)")(
         lambda v: _as_option_error(parse_dtype, v)), "precision of the model's forward (autocast; energies in "
         "fp32): MH is then exact for the model as evaluated in that precision; warns where the hardware has no "

@@ -26,7 +26,7 @@ from ..sampler.backend import get_backend
 from ..sampler.problem import checked_positions
 from ..sampler.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
-from .fastpath import fast_scoring_model
+from ..models.fast_forward import fast_forward_model
 from .terms import masked_terms
 
 ENERGIES = ("raw", "local")
@@ -153,7 +153,7 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     order = torch.argsort(lengths, descending=True, stable=True)
     T = int(lengths.max())
     budget = max_tokens_per_batch if max_tokens_per_batch is not None else auto_max_tokens(model, device, T)
-    runner = ModelRunner(fast_scoring_model(model), context, budget, device)  # same terms, less work
+    runner = ModelRunner(fast_forward_model(model), context, budget, device)  # same terms, less work
     raw, local = masked_terms(runner, get_backend(backend), tokens.index_select(0, order)[:, :T],
                               score_mask.index_select(0, order)[:, :T], max_tokens=budget,
                               ctx_index=None if ctx_index is None else ctx_index.index_select(0, order),

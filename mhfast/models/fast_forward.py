@@ -1,7 +1,8 @@
-"""The last encoder layer at the masked position only: a scoring fast path for BERT-family models.
+"""The last encoder layer at the masked positions only: the sampler's and scorer's fast forward for BERT-family models.
 
-A masked copy is read at ONE position, so after the last attention nothing but that position is
-needed. The sampler's HF adapter already applies the LM head there only; this wrapper goes one step
+A masked copy is read at ONE position (or, through ``masked_features_at``, at the few masked positions
+of a block), so after the last attention nothing but those positions is needed. The HF adapter
+already applies the LM head there only; this wrapper goes one step
 earlier: the last layer computes keys and values of every position (the masked position attends to
 all of them) but its query, attention output projection and feed-forward block only at the masked
 position. For BERT-base that removes 10/12 of the last layer's per-token matrix work (about 7% of
@@ -12,7 +13,7 @@ layers (BERT, RoBERTa, XLM-R, CamemBERT; AntiBERTy is a BERT) with absolute posi
 no decoder/cross-attention, eager or SDPA attention, in eval mode. Every piece used is the layer's
 own module (``query``/``key``/``value``, ``attention.output``, ``feed_forward_chunk``); only the
 attention softmax is ``scaled_dot_product_attention`` with the mask HF built for that layer,
-captured by a forward pre-hook. Anything else keeps the adapter as it is (:func:`fast_scoring_model`).
+captured by a forward pre-hook. Anything else keeps the adapter as it is (:func:`fast_forward_model`).
 
 Example:
     >>> import torch, transformers
@@ -20,7 +21,7 @@ Example:
     >>> cfg = transformers.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
     ...                               intermediate_size=32)
     >>> lm = HFMaskedLM(transformers.BertForMaskedLM(cfg), mask_id=4, pad_id=0, special_ids=(0, 1, 2, 3, 4))
-    >>> fast = fast_scoring_model(lm)
+    >>> fast = fast_forward_model(lm)
     >>> rows, pos = torch.tensor([[2, 4, 6, 3]]), torch.tensor([1])
     >>> torch.allclose(fast.masked_logits(rows, pos), lm.masked_logits(rows, pos), atol=1e-5)
     True
@@ -84,6 +85,26 @@ class LastLayerAtMask:
         N = tokens.shape[0]
         if N == 0:
             return self.lm.masked_features(tokens, positions)
+        hidden, mask = self._last_input(tokens, attention_mask)
+        return self._last_at(hidden, None, positions, mask)
+
+    def masked_logits_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                         context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        return self.output_layer(self.masked_features_at(tokens, row_index, positions, context, context_index))
+
+    @torch.no_grad()
+    def masked_features_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                           context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Several masked positions of one row from one forward (the adapter's hook), last layer at those only."""
+        tokens, row_index, positions, attention_mask = self.lm._prepare_at(tokens, row_index, positions, context,
+                                                                           context_index)
+        if row_index.shape[0] == 0:
+            return self.lm.masked_features_at(tokens, row_index, positions)
+        hidden, mask = self._last_input(tokens, attention_mask)
+        return self._last_at(hidden, row_index, positions, mask)
+
+    def _last_input(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
+        """The last layer's input hidden states [R, T, d] and attention mask (the body stops before it)."""
         captured: list = []
 
         def capture(_module: Any, args: tuple, kwargs: dict) -> None:
@@ -98,28 +119,36 @@ class LastLayerAtMask:
             pass
         finally:
             handle.remove()
-        hidden, mask = captured[0]
-        return self._last_at(hidden, positions, mask)
+        return captured[0]
 
-    def _last_at(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """The last layer's output at ``positions[n]`` of row n: [N, d]."""
+    def _last_at(self, hidden: torch.Tensor, rows: torch.Tensor | None, positions: torch.Tensor,
+                 mask: torch.Tensor | None) -> torch.Tensor:
+        """The last layer's output at ``positions[n]`` of row ``rows[n]`` (None: row n) of ``hidden`` [R, T, d]:
+        [N, d]. Keys and values are computed once per row, the query only at the read positions."""
         sa = self.last.attention.self
-        N, T, _ = hidden.shape
+        R, T, _ = hidden.shape
         H, hd = sa.num_attention_heads, sa.attention_head_size
-        rows = torch.arange(N, device=hidden.device)
+        k = sa.key(hidden).view(R, T, H, hd).transpose(1, 2)
+        v = sa.value(hidden).view(R, T, H, hd).transpose(1, 2)
+        if rows is None:
+            rows = torch.arange(R, device=hidden.device)
+        else:  # several reads of one row: its keys and values repeated per read
+            k, v = k.index_select(0, rows), v.index_select(0, rows)
+            if mask is not None:
+                mask = mask.expand(R, -1, -1, -1).index_select(0, rows)
+        N = rows.shape[0]
         here = hidden[rows, positions]  # [N, d]
         q = sa.query(here).view(N, 1, H, hd).transpose(1, 2)
-        k = sa.key(hidden).view(N, T, H, hd).transpose(1, 2)
-        v = sa.value(hidden).view(N, T, H, hd).transpose(1, 2)
-        if mask is not None:  # [N or 1, 1, T or 1, T]: keep the query row of each masked position
+        if mask is not None:  # [N or 1, 1, T or 1, T]: keep the query row of each read position
             mask = mask.expand(N, -1, -1, -1)
-            mask = mask[rows, :, positions][:, :, None, :] if mask.shape[2] != 1 else mask
+            mask = mask[torch.arange(N, device=hidden.device), :, positions][:, :, None, :] if mask.shape[2] != 1 \
+                else mask
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sa.scaling)
         out = self.last.attention.output(out.transpose(1, 2).reshape(N, 1, H * hd), here[:, None, :])
         return self.last.feed_forward_chunk(out)[:, 0]
 
 
-def fast_scoring_model(lm: Any) -> Any:
+def fast_forward_model(lm: Any) -> Any:
     """``lm`` wrapped in :class:`LastLayerAtMask` when that is exact for it, else ``lm`` itself."""
     last = _last_layer(lm)
     return LastLayerAtMask(lm, last) if last is not None else lm
