@@ -1,0 +1,138 @@
+"""What one forwarded row costs: sub-batch size, the fast forward and the precision, on the real AntiBERTy.
+
+The sampler forwards masked rows in sub-batches of ``max_tokens_per_batch // T`` rows. This bench times the
+forward of the same ``--rows`` masked rows (random residues, one mask each, length T) through the sampler's
+own runner (:class:`mhfast.sampler.runner.ModelRunner`) for every budget of ``--budgets``, with
+``forward="full"`` (the whole model) and ``forward="fast"`` (the last layer only at the masked position), in
+fp32 and, where the CPU has native bf16 (AVX512-BF16 / AMX), bf16. Runs alternate within a round (every
+budget and mode once per round); each figure is the median over ``--repeats`` rounds, in ms per row. Also the
+model's FLOP rate per row (counted: 2 FLOPs per multiply-add of every linear layer at every position of
+the rows, plus attention's two T x T products; the head at one position) and, for scale, one large matmul's
+rate at the same thread count, so the forward's rate is shown as a fraction of what this core reaches.
+Writes its section of bench/RESULTS.md.
+
+    python3 bench/bench_forward.py                       # ~10 min on one core
+    python3 bench/bench_forward.py --lengths 32 --repeats 1 --no-write
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_md  # noqa: E402
+
+from mhfast.models.antiberty import load_antiberty  # noqa: E402
+from mhfast.models.fast_forward import fast_forward_model  # noqa: E402
+from mhfast.sampler import precision  # noqa: E402
+from mhfast.sampler.runner import ModelRunner  # noqa: E402
+
+START, END = "<!-- bench_forward:start -->", "<!-- bench_forward:end -->"
+
+
+def masked_rows(lm, n: int, T: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` rows [CLS] + T residues + [SEP], one masked position each (spread over the row)."""
+    g = torch.Generator().manual_seed(seed)
+    words = torch.tensor([i for i in range(lm.vocab_size) if i not in set(lm.special_ids)])
+    body = words[torch.randint(len(words), (n, T), generator=g)]
+    rows = torch.cat([torch.full((n, 1), lm.bos_id), body, torch.full((n, 1), lm.eos_id)], dim=1)
+    pos = 1 + torch.arange(n) % T
+    rows[torch.arange(n), pos] = lm.mask_id
+    return rows, pos
+
+
+def flops_per_row(lm, T: int) -> float:
+    """Multiply-add FLOPs of one row of length T+2 through the body (every linear layer at every position,
+    attention's QK^T and AV) and the head at one position."""
+    cfg = lm.model.config
+    d, L, ff, V = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, lm.vocab_size
+    n = T + 2
+    per_layer = 2 * n * (4 * d * d + 2 * d * ff) + 2 * 2 * n * n * d
+    return L * per_layer + 2 * (d * d + d * V)
+
+
+def matmul_gflops(dtype: torch.dtype, size: int = 1024, reps: int = 5) -> float:
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    a @ b
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * size ** 3 / statistics.median(times) / 1e9
+
+
+def time_rows(runner: ModelRunner, rows: torch.Tensor, pos: torch.Tensor) -> float:
+    t0 = time.perf_counter()
+    runner.outputs(rows, pos)
+    return time.perf_counter() - t0
+
+
+def measure(lm, T: int, n: int, budgets: list[int], dtypes: list[torch.dtype], repeats: int) -> list[dict]:
+    rows, pos = masked_rows(lm, n, T)
+    cases = [(b, fwd, dt) for dt in dtypes for fwd in ("full", "fast") for b in budgets]
+    models = {"full": lm, "fast": fast_forward_model(lm)}
+    seconds = {c: [] for c in cases}
+    for c in cases:  # warm-up: one pass of every case (allocator, oneDNN primitives)
+        ModelRunner(models[c[1]], None, c[0], dtype=c[2]).outputs(rows[:8], pos[:8])
+    for _ in range(repeats):
+        for c in cases:
+            seconds[c].append(time_rows(ModelRunner(models[c[1]], None, c[0], dtype=c[2]), rows, pos))
+    return [dict(T=T, budget=b, forward=f, dtype=str(dt).replace("torch.", ""), n=n,
+                 ms_per_row=1e3 * statistics.median(seconds[(b, f, dt)]) / n) for (b, f, dt) in cases]
+
+
+def report(results: list[dict], lm, peaks: dict, args) -> str:
+    lines = [f"## The cost of a forwarded row (bench/bench_forward.py)", "",
+             f"AntiBERTy (8 layers, d=512), {args.rows} masked rows of length T+2 through the sampler's runner, "
+             f"ms per row (median of {args.repeats} alternating rounds), by `max_tokens_per_batch` (rows per "
+             f"sub-batch = budget // (T+2)), `forward` and `dtype`. {results_md.machine_description()}. "
+             f"One large matmul at this thread count: {peaks['float32']:.0f} GFLOP/s fp32"
+             + (f", {peaks['bfloat16']:.0f} GFLOP/s bf16" if "bfloat16" in peaks else "") + "; the FLOP-rate "
+             "column is the forward's counted FLOPs per second over that fp32 (or bf16) matmul rate.", ""]
+    head = "| T | dtype | forward | " + " | ".join(f"budget {b}" for b in args.budgets) + " | best | FLOP rate at best |"
+    lines += [head, "|" + "---|" * (len(args.budgets) + 5)]
+    for T in args.lengths:
+        for dt in sorted({r["dtype"] for r in results}):
+            for fwd in ("full", "fast"):
+                rs = [r for r in results if r["T"] == T and r["dtype"] == dt and r["forward"] == fwd]
+                if not rs:
+                    continue
+                best = min(rs, key=lambda r: r["ms_per_row"])
+                rate = flops_per_row(lm, T) / (best["ms_per_row"] / 1e3) / 1e9
+                lines.append(f"| {T} | {dt} | {fwd} | " + " | ".join(f"{r['ms_per_row']:.2f}" for r in rs)
+                             + f" | {best['budget']} | {rate:.0f} GFLOP/s = {rate / peaks[dt]:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument("--budgets", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 16384, 65536])
+    p.add_argument("--rows", type=int, default=96)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lm = load_antiberty()
+    dtypes = [torch.float32] + ([torch.bfloat16] if precision.native(torch.bfloat16, torch.device("cpu")) else [])
+    peaks = {str(dt).replace("torch.", ""): matmul_gflops(dt) for dt in dtypes}
+    results = []
+    for T in args.lengths:
+        results += measure(lm, T, args.rows, args.budgets, dtypes, args.repeats)
+        print(f"T={T} done", flush=True)
+    text = report(results, lm, peaks, args)
+    print(text)
+    if not args.no_write:
+        results_md.write_section(START, END, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
