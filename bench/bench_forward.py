@@ -12,6 +12,7 @@ rate at the same thread count, so the forward's rate is shown as a fraction of w
 Writes its section of bench/RESULTS.md.
 
     python3 bench/bench_forward.py                       # ~10 min on one core
+    python3 bench/bench_forward.py --compile             # + torch.compile of the body: compile time, ms per row
     python3 bench/bench_forward.py --lengths 32 --repeats 1 --no-write
 """
 from __future__ import annotations
@@ -87,6 +88,28 @@ def measure(lm, T: int, n: int, budgets: list[int], dtypes: list[torch.dtype], r
                  ms_per_row=1e3 * statistics.median(seconds[(b, f, dt)]) / n) for (b, f, dt) in cases]
 
 
+def measure_compile(lm, T: int, n: int, repeats: int) -> str:
+    """torch.compile (inductor, dynamic shapes) of the model body against eager, same rows, alternating."""
+    rows, _ = masked_rows(lm, n, T)
+    body = lm._body
+    start = time.perf_counter()
+    compiled = torch.compile(body, dynamic=True)
+    with torch.no_grad():
+        compiled(input_ids=rows)
+    compile_s = time.perf_counter() - start
+    times = {"eager": [], "compiled": []}
+    for _ in range(repeats):
+        for name, f in (("eager", body), ("compiled", compiled)):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                f(input_ids=rows)
+            times[name].append(time.perf_counter() - t0)
+    eager, comp = (1e3 * statistics.median(times[k]) / n for k in ("eager", "compiled"))
+    return (f"torch.compile (inductor, dynamic=True) of the fp32 body, {n} rows at T={T}: first call (compile) "
+            f"{compile_s:.0f} s; then {comp:.2f} ms per row vs {eager:.2f} eager (x{eager / comp:.2f}, median of "
+            f"{repeats} alternating rounds).")
+
+
 def report(results: list[dict], lm, peaks: dict, args) -> str:
     lines = [f"## The cost of a forwarded row (bench/bench_forward.py)", "",
              f"AntiBERTy (8 layers, d=512), {args.rows} masked rows of length T+2 through the sampler's runner, "
@@ -117,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=96)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile of the body (minutes)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -128,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         results += measure(lm, T, args.rows, args.budgets, dtypes, args.repeats)
         print(f"T={T} done", flush=True)
     text = report(results, lm, peaks, args)
+    if args.compile:
+        text += "\n" + measure_compile(lm, 32, args.rows, args.repeats) + "\n"
     print(text)
     if not args.no_write:
         results_md.write_section(START, END, text)
