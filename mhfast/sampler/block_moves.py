@@ -73,7 +73,7 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     u = rng.uniforms_from_keys(state.rng_keys[plan.entry_chain], epoch, step, rng.PROPOSE, slot,
                                be.counter_uniforms)
     prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[plan.entry_chain], pos), cur,
-                                      ctx.proposal_temperature, ctx.top_p, u)
+                                      ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
     # Sum over the block in float64 (order-independent, so batch-independent).
     lf = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_f.double()).float()
     lr = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_r.double()).float()
