@@ -55,7 +55,7 @@ void check_gather_energies_args(const at::Tensor& logits, const at::Tensor& targ
 }
 
 void check_propose_args(const at::Tensor& logits, const at::Tensor& current, double temperature,
-                        double top_p, const at::Tensor& uniforms) {
+                        double top_p, const at::Tensor& uniforms, double uniform_mix) {
   const char* op = "propose";
   check_float_logits(op, logits);
   check_dtype(op, "current", current, {kLong});
@@ -71,6 +71,9 @@ void check_propose_args(const at::Tensor& logits, const at::Tensor& current, dou
                     ": temperature must be a finite number > 0, got ", temperature);
   // Written so that NaN fails too.
   TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
+  // 1 would leave no nucleus at all (log(1 - uniform_mix) = -inf); NaN fails too.
+  TORCH_CHECK_VALUE(uniform_mix >= 0 && uniform_mix < 1, "mhfast.", op,
+                    ": uniform_mix must be in [0, 1), got ", uniform_mix);
   check_vocab_nonempty(op, logits);
 }
 

@@ -56,7 +56,7 @@ void check_masked_copies_args(const at::Tensor& tokens, const at::Tensor& seq_in
 void check_gather_energies_args(const at::Tensor& logits, const at::Tensor& targets,
                                 const at::Tensor& seq_index, int64_t num_seqs);
 void check_propose_args(const at::Tensor& logits, const at::Tensor& current, double temperature,
-                        double top_p, const at::Tensor& uniforms);
+                        double top_p, const at::Tensor& uniforms, double uniform_mix);
 void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
                           const at::Tensor& proposed, const at::Tensor& energy,
                           const at::Tensor& energy_proposed, const at::Tensor& logq_forward,

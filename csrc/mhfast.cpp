@@ -36,10 +36,11 @@ TORCH_LIBRARY(mhfast, m) {
   m.def(
       "gather_energies(Tensor logits, Tensor targets, Tensor seq_index, int num_seqs)"
       " -> (Tensor, Tensor, Tensor)");
-  // Nucleus/temperature proposal by inverse CDF: (proposed, logq_proposed, logq_current).
+  // Nucleus/temperature proposal, mixed with uniform_mix of the uniform distribution over the
+  // tokens of finite logit, by inverse CDF: (proposed, logq_proposed, logq_current).
   m.def(
-      "propose(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms)"
-      " -> (Tensor, Tensor, Tensor)");
+      "propose(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms,"
+      " float uniform_mix=0.0) -> (Tensor, Tensor, Tensor)");
   // Vectorized Metropolis-Hastings accept/reject; updates tokens in place (energy is read only:
   // the caller keeps the accepted chains' energies itself).
   m.def(
@@ -55,8 +56,8 @@ TORCH_LIBRARY(mhfast, m) {
   m.def("gather_energies_check(Tensor logits, Tensor targets, Tensor seq_index, int num_seqs) -> ()",
         &mhfast::check_gather_energies_args);
   m.def(
-      "propose_check(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms)"
-      " -> ()",
+      "propose_check(Tensor logits, Tensor current, float temperature, float top_p, Tensor uniforms,"
+      " float uniform_mix=0.0) -> ()",
       &mhfast::check_propose_args);
   m.def(
       "mh_accept__check(Tensor tokens, Tensor positions, Tensor proposed, Tensor energy,"

@@ -3,7 +3,7 @@
 Three kinds, three places:
 
 * Tensor metadata (dtype, rank, sizes, one device) and scalar ranges (``num_seqs >= 0``,
-  ``temperature > 0``, ``top_p`` in (0, 1]): C++ only, ``csrc/checks.cpp``. Every kernel runs them
+  ``temperature > 0``, ``top_p`` in (0, 1], ``uniform_mix`` in [0, 1)): C++ only, ``csrc/checks.cpp``. Every kernel runs them
   at the op boundary (so the raw ``torch.ops.mhfast.*`` ops reject bad input too), and
   ``torch.ops.mhfast.<op>_check`` runs them alone: the functions below call it, for the
   references and the ``validate=True`` wrappers, before any data check reads the tensors.
@@ -87,12 +87,13 @@ def gather_energies(logits, targets, seq_index, num_seqs, *, values: bool) -> No
         in_range(op, "seq_index", seq_index, 0, num_seqs)
 
 
-def propose(logits, current, temperature, top_p, uniforms, *, values: bool) -> None:
+def propose(logits, current, temperature, top_p, uniforms, uniform_mix=0.0, *, values: bool) -> None:
     op = "propose"
     tensors(op, logits=logits, current=current, uniforms=uniforms)
     number(op, "temperature", temperature)
     number(op, "top_p", top_p)
-    _ops.propose_check(logits, current, float(temperature), float(top_p), uniforms)
+    number(op, "uniform_mix", uniform_mix)
+    _ops.propose_check(logits, current, float(temperature), float(top_p), uniforms, float(uniform_mix))
     if values:
         in_range(op, "current", current, 0, logits.shape[1])
         if logits.numel() and bool((torch.isnan(logits) | (logits == float("inf"))).any()):

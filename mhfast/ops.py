@@ -51,11 +51,14 @@ def gather_energies(logits: torch.Tensor, targets: torch.Tensor, seq_index: torc
 
 
 def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top_p: float,
-            uniforms: torch.Tensor, *, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            uniforms: torch.Tensor, uniform_mix: float = 0.0, *, validate: bool = True
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.propose`."""
     if _needs_python_checks(validate, logits):
-        _validate.propose(logits, current, temperature, top_p, uniforms, values=True)
-    return _ops.propose(logits, current, float(temperature), float(top_p), uniforms)
+        _validate.propose(logits, current, temperature, top_p, uniforms, uniform_mix, values=True)
+    elif isinstance(uniform_mix, bool) or not isinstance(uniform_mix, (int, float)):
+        _validate.number("propose", "uniform_mix", uniform_mix)  # float() below would hide the name
+    return _ops.propose(logits, current, float(temperature), float(top_p), uniforms, float(uniform_mix))
 
 
 def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor, energy: torch.Tensor,
@@ -97,8 +100,8 @@ def _gather_energies_fake(logits, targets, seq_index, num_seqs):
 
 
 @torch.library.register_fake("mhfast::propose")
-def _propose_fake(logits, current, temperature, top_p, uniforms):
-    _ops.propose_check(logits, current, temperature, top_p, uniforms)
+def _propose_fake(logits, current, temperature, top_p, uniforms, uniform_mix=0.0):
+    _ops.propose_check(logits, current, temperature, top_p, uniforms, uniform_mix)
     B = logits.shape[0]
     return (current.new_empty((B,)), uniforms.new_empty((B,)), uniforms.new_empty((B,)))
 

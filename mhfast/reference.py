@@ -19,6 +19,8 @@ Example:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _validate
@@ -82,28 +84,63 @@ def nucleus_log_probs(logits: torch.Tensor, temperature: float, top_p: float) ->
     return kept_logp - torch.logsumexp(kept_logp, dim=1, keepdim=True)
 
 
-def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top_p: float,
-            uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Draw one token per row from the tempered nucleus distribution q (paper, section 4.1).
+def proposal_log_probs(logits: torch.Tensor, temperature: float, top_p: float,
+                       uniform_mix: float = 0.0) -> torch.Tensor:
+    """log q of the proposal: ``(1 - uniform_mix) * q_nucleus + uniform_mix * uniform``.
 
-    ``proposed[b]`` is found by inverse CDF over the nucleus in increasing token-id order:
-    the smallest id whose cumulative q exceeds ``uniforms[b]``. Returns
-    ``(proposed Long[B], logq_proposed f32[B], logq_current f32[B])``, where ``logq_current``
-    is -inf when ``current`` lies outside the nucleus. A -inf logit is never proposed.
+    ``q_nucleus`` is :func:`nucleus_log_probs`; the uniform part spreads ``uniform_mix`` evenly over
+    the *proposable* tokens, those whose tempered logit ``logits.float() / temperature`` is finite
+    (a -inf logit, e.g. a special or disallowed token, is never proposed). With a mixture every
+    proposable token has q > 0, so MH moves connect every state (the chain is irreducible) even
+    when the nucleus alone does not. ``uniform_mix = 0`` returns :func:`nucleus_log_probs` exactly.
+
+    Example:
+        >>> lq = proposal_log_probs(torch.tensor([[0.0, -30.0, float("-inf")]]), 1.0, 0.5, 0.1)
+        >>> [round(v, 4) for v in lq.exp()[0].tolist()]
+        [0.95, 0.05, 0.0]
     """
-    _validate.propose(logits, current, temperature, top_p, uniforms, values=True)
+    logq = nucleus_log_probs(logits, temperature, top_p)
+    if uniform_mix == 0.0:
+        return logq
+    proposable = (logits.float() / temperature) > float("-inf")
+    n = proposable.sum(dim=1, keepdim=True).double()
+    # float64 logaddexp(log(1 - eps) + log q_nucleus, log(eps / n)): exact enough for any eps in (0, 1).
+    mixed = torch.logaddexp(logq.double() + math.log1p(-uniform_mix), math.log(uniform_mix) - n.log())
+    return mixed.masked_fill(~proposable, float("-inf")).float()
+
+
+def _inverse_cdf(logq: torch.Tensor, q: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row the smallest id of finite log q whose cumulative q exceeds u; if rounding leaves
+    none (u ~ 1), the last id of finite log q."""
+    cdf = q.cumsum(dim=1)
+    inside = torch.isfinite(logq)
+    above = (cdf > uniforms[:, None].to(cdf.dtype)) & inside
+    last_kept = inside.shape[1] - 1 - inside.flip(1).int().argmax(dim=1)
+    first_above = above.int().argmax(dim=1)
+    return torch.where(above.any(dim=1), first_above, last_kept)
+
+
+def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top_p: float,
+            uniforms: torch.Tensor, uniform_mix: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw one token per row from the proposal q (paper, section 4.1), by inverse CDF.
+
+    q is the tempered nucleus distribution mixed with ``uniform_mix`` of the uniform distribution
+    over the proposable tokens (:func:`proposal_log_probs`). ``proposed[b]`` is the smallest id
+    (in increasing token-id order) whose cumulative q exceeds ``uniforms[b]``: one uniform per
+    row whatever ``uniform_mix``, so ``uniform_mix = 0`` draws exactly the nucleus proposal
+    (the fp32 CDF of the nucleus; with a mixture the CDF is accumulated in float64). Returns
+    ``(proposed Long[B], logq_proposed f32[B], logq_current f32[B])``: the log q of the proposed
+    and of the current token under the same q, -inf where ``current`` cannot be proposed.
+    A -inf logit is never proposed.
+    """
+    _validate.propose(logits, current, temperature, top_p, uniforms, uniform_mix, values=True)
     B = logits.shape[0]
     if B == 0:
         empty = torch.zeros(0, device=logits.device)
         return torch.zeros(0, dtype=torch.long, device=logits.device), empty, empty.clone()
-    logq = nucleus_log_probs(logits, temperature, top_p)
-    cdf = logq.exp().cumsum(dim=1)
-    inside = torch.isfinite(logq)
-    # Smallest kept id whose CDF exceeds u; if rounding leaves none (u ~ 1), the last kept id.
-    above = (cdf > uniforms[:, None]) & inside
-    last_kept = inside.shape[1] - 1 - inside.flip(1).int().argmax(dim=1)
-    first_above = above.int().argmax(dim=1)
-    proposed = torch.where(above.any(dim=1), first_above, last_kept)
+    logq = proposal_log_probs(logits, temperature, top_p, uniform_mix)
+    q = logq.exp() if uniform_mix == 0.0 else logq.double().exp()
+    proposed = _inverse_cdf(logq, q, uniforms)
     logq_proposed = logq.gather(1, proposed[:, None]).squeeze(1)
     logq_current = logq.gather(1, current[:, None]).squeeze(1)
     return proposed, logq_proposed, logq_current

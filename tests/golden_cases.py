@@ -82,7 +82,13 @@ def _sampler_cases() -> dict[str, Callable[[], dict]]:
     feat = lambda: _tabular(features=True, row_hooks=True)  # noqa: E731
     cases["mh-features-hooks"] = _case(feat, init, energy="local", **base)
     cases["block-mh-features-hooks"] = _case(feat, init, sampler="block-mh", block_schedule=2, **base)
+    # top_p < 1: uniform_mix="auto" (0.01) since issue 17; explicit 0 is the nucleus proposal of before
+    # (its golden is the one "mh-tempered-top-p" had until then).
     cases["mh-tempered-top-p"] = _case(_tabular, init, proposal_temperature=0.7, top_p=0.8, **base)
+    cases["mh-tempered-top-p-mix0"] = _case(_tabular, init, proposal_temperature=0.7, top_p=0.8, uniform_mix=0.0,
+                                            **base)
+    cases["block-mh-top-p-mix"] = _case(_tabular, init, sampler="block-mh", block_schedule=2, top_p=0.7,
+                                        uniform_mix=0.2, **base)
     cases["mh-anneal-force"] = _case(_tabular, init, energy="local", target_temperature=1.5, anneal=0.4,
                                      min_target_temperature=0.3, force_accept_epochs=1, **base)
     cases["mh-left-to-right-record"] = _case(_tabular, init, order="left-to-right", record="epoch", **base)

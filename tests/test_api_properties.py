@@ -31,6 +31,7 @@ BAD_VALUES = st.one_of(
 GOOD_VALUES = {
     "chains": st.integers(1, 3), "epochs": st.integers(2, 3), "burn_in": st.integers(0, 2),
     "proposal_temperature": st.floats(1e-3, 1e3), "top_p": st.floats(1e-6, 1.0),
+    "uniform_mix": st.one_of(st.just("auto"), st.floats(0.0, 0.999)),
     "target_temperature": st.floats(1e-3, 1e3), "anneal": st.floats(0.0, 10.0),
     "min_target_temperature": st.floats(1e-4, 1e-3), "force_accept_epochs": st.integers(0, 4),
     "seed": st.integers(-2 ** 63, 2 ** 63 - 1), "max_tokens_per_batch": st.integers(1, 100),

@@ -26,7 +26,8 @@ def sample_inputs(device: str):
         "gather_energies": [d(logits, targets, seq_index, B), d(logits.half(), targets, seq_index, B + 2),
                             d(logits[:0], targets[:0], seq_index[:0], 0)],
         "propose": [d(logits[:B], tokens[:, 0], 1.0, 1.0, torch.rand(B, generator=g)),
-                    d(logits[:B].bfloat16(), tokens[:, 1], 0.7, 0.8, torch.rand(B, generator=g))],
+                    d(logits[:B].bfloat16(), tokens[:, 1], 0.7, 0.8, torch.rand(B, generator=g)),
+                    d(logits[:B], tokens[:, 2], 1.3, 0.6, torch.rand(B, generator=g), 0.1)],  # uniform_mix
         "mh_accept_": [d(tokens, torch.randint(0, T, (B,), generator=g), torch.randint(0, V, (B,), generator=g),
                          f(), f(), f(), f(), torch.ones(B), torch.rand(B, generator=g)),
                        d(tokens, torch.tensor([[0, -1], [1, 2], [-1, -1]]), torch.randint(0, V, (B, 2), generator=g),

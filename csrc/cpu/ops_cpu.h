@@ -24,7 +24,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Ten
 std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& logits,
                                                            const at::Tensor& current,
                                                            double temperature, double top_p,
-                                                           const at::Tensor& uniforms);
+                                                           const at::Tensor& uniforms,
+                                                           double uniform_mix);
 
 at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
                          const at::Tensor& energy, const at::Tensor& energy_proposed,

@@ -6,6 +6,8 @@
 // the mass of the tokens sorted by (p desc, id asc) crosses top_p; only that bin's tokens are
 // sorted. Then an inverse-CDF scan in increasing token id picks the smallest kept id whose
 // cumulative mass exceeds u * Z (Z = nucleus mass), as mhfast/reference.py specifies.
+// uniform_mix = eps > 0: q = (1 - eps) * q_nucleus + eps / n on the n tokens of finite x (mixture_row):
+// the same scan in increasing token id over the mixture's float64 CDF, one uniform per row.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -44,13 +46,51 @@ struct Scratch {
   std::vector<std::pair<float, int64_t>> cand;
 };
 
+// log((1 - eps) * exp(lq) + eps / n) as logaddexp in float64 (lq = -inf: log(eps / n)).
+inline float log_mix(float lq, double log_a, double log_c) {
+  const double l = static_cast<double>(lq) + log_a;
+  const double hi = std::max(l, log_c), lo = std::min(l, log_c);
+  return static_cast<float>(hi + std::log1p(std::exp(lo - hi)));
+}
+
+// The mixture draw (uniform_mix = eps > 0). `kept(i)`: token i is in the nucleus, with nucleus
+// probability p[i] * inv_z and log probability logq_n(i). Every token of finite x gets eps / n more.
+template <typename Kept, typename LogQ>
+RowOut mixture_row(const float* x, const float* p, int64_t V, double inv_z, Kept kept, LogQ logq_n,
+                   double eps, int64_t current, float u) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < V; ++i) n += x[i] > -kInf ? 1 : 0;
+  const double a = 1.0 - eps, c = eps / static_cast<double>(n);
+  const double log_a = std::log1p(-eps), log_c = std::log(eps) - std::log(static_cast<double>(n));
+  double cum = 0.0;
+  int64_t last = -1, pick = -1;
+  for (int64_t i = 0; i < V; ++i) {
+    if (!(x[i] > -kInf)) continue;
+    last = i;
+    cum += (kept(i) ? a * static_cast<double>(p[i]) * inv_z : 0.0) + c;
+    if (cum > u) {
+      pick = i;
+      break;
+    }
+  }
+  auto logq = [&](int64_t i) {
+    if (!(x[i] > -kInf)) return -kInf;
+    return log_mix(kept(i) ? logq_n(i) : -kInf, log_a, log_c);
+  };
+  RowOut out;
+  out.proposed = pick >= 0 ? pick : last;  // n >= 1: the row has a finite entry
+  out.logq_proposed = logq(out.proposed);
+  out.logq_current = logq(current);
+  return out;
+}
+
 inline int bin_of(float logp) {
   const int b = static_cast<int>(-logp * kBinScale);
   return b < kBins - 1 ? b : kBins - 1;
 }
 
 template <typename scalar_t>
-RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top_p,
+RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top_p, double eps,
                    int64_t current, float u, Scratch& s) {
   RowOut out;
   float* x = s.x.data();
@@ -77,6 +117,10 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
   if (top_p >= 1.0) {
     // Nucleus = all tokens with nonzero probability; its mass is 1 (up to rounding), so
     // log q = log p and the inverse CDF compares the running mass with u directly.
+    if (eps > 0.0) {
+      return mixture_row(
+          x, p, V, 1.0, [&](int64_t i) { return logp_of(i) > kLogMinPositive; }, logp_of, eps, current, u);
+    }
     double cum = 0.0;
     int64_t last = -1, pick = -1;
     for (int64_t i = 0; i < V; ++i) {
@@ -140,6 +184,10 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
     return b < cross || (b == cross && (p[i] > p_thr || (p[i] == p_thr && i <= id_thr)));
   };
   const float log_z = static_cast<float>(std::log(z));
+  if (eps > 0.0) {
+    return mixture_row(
+        x, p, V, 1.0 / z, kept, [&](int64_t i) { return logp_of(i) - log_z; }, eps, current, u);
+  }
   const double target = static_cast<double>(u) * z;
   double cum = 0.0;
   int64_t last = -1, pick = -1;
@@ -160,7 +208,7 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
 
 template <typename scalar_t>
 void propose_rows(const at::Tensor& logits, const int64_t* current, const float* uniforms,
-                  float temperature, double top_p, int64_t* proposed, float* logq_p,
+                  float temperature, double top_p, double eps, int64_t* proposed, float* logq_p,
                   float* logq_c, int8_t* status) {
   const int64_t B = logits.size(0), V = logits.size(1), s0 = logits.stride(0);
   const scalar_t* base = logits.const_data_ptr<scalar_t>();
@@ -171,7 +219,7 @@ void propose_rows(const at::Tensor& logits, const int64_t* current, const float*
     s.p.resize(V);
     if (top_p < 1.0) s.bin_mass.resize(kBins);
     for (int64_t b = begin; b < end; ++b) {
-      const RowOut r = propose_row(base + b * s0, V, temperature, top_p, current[b], uniforms[b], s);
+      const RowOut r = propose_row(base + b * s0, V, temperature, top_p, eps, current[b], uniforms[b], s);
       proposed[b] = r.proposed;
       logq_p[b] = r.logq_proposed;
       logq_c[b] = r.logq_current;
@@ -185,9 +233,10 @@ void propose_rows(const at::Tensor& logits, const int64_t* current, const float*
 std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& logits_in,
                                                            const at::Tensor& current,
                                                            double temperature, double top_p,
-                                                           const at::Tensor& uniforms) {
+                                                           const at::Tensor& uniforms,
+                                                           double uniform_mix) {
   const char* op = "propose";
-  check_propose_args(logits_in, current, temperature, top_p, uniforms);
+  check_propose_args(logits_in, current, temperature, top_p, uniforms, uniform_mix);
   check_device_type(op, "logits", logits_in, c10::DeviceType::CPU);
   const int64_t B = logits_in.size(0), V = logits_in.size(1);
   const at::Tensor cur = current.contiguous(), uni = uniforms.contiguous();
@@ -205,7 +254,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& log
   std::vector<int8_t> status(B, kOk);
   MHFAST_DISPATCH_LOGITS(logits.scalar_type(), "mhfast_propose_cpu", [&] {
     propose_rows<scalar_t>(logits, cur.const_data_ptr<int64_t>(), u, static_cast<float>(temperature),
-                           top_p, proposed.mutable_data_ptr<int64_t>(),
+                           top_p, uniform_mix, proposed.mutable_data_ptr<int64_t>(),
                            logq_p.mutable_data_ptr<float>(), logq_c.mutable_data_ptr<float>(),
                            status.data());
   });

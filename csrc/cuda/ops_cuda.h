@@ -66,14 +66,16 @@ void launch_gather_energies(const void* logits, FloatKind kind, int64_t N, int64
 // of B rows that launch_propose then needs.
 int64_t propose_scratch_stride(int64_t V, int device);
 
-// One block per row: tempered nucleus distribution q, inverse-CDF draw with uniforms[b]; each
-// logit is read from global memory once.
+// One block per row: tempered nucleus distribution q (mixed with uniform_mix of the uniform
+// distribution over the tokens of finite logit / temperature), inverse-CDF draw with uniforms[b];
+// each logit is read from global memory once.
 // Invalid input (a row with NaN/+inf or no finite logit): proposed = current (0 if current is
 // out of range), logq_* = NaN, so that mh_accept_ rejects the move (never an out-of-range
 // token); current[b] outside [0, V): logq_current = NaN.
 void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
                     Strided1<const int64_t> current, float temperature, double top_p,
-                    Strided1<const float> uniforms, float* scratch, int64_t scratch_stride,
+                    double uniform_mix, Strided1<const float> uniforms, float* scratch,
+                    int64_t scratch_stride,
                     int64_t* proposed, float* logq_proposed, float* logq_current,
                     cudaStream_t stream);
 

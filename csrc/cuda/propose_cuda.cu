@@ -21,6 +21,11 @@
 //     The warps' totals, summed in warp order, give each warp's CDF start; the one warp whose
 //     range contains u re-walks its chunk with the same additions and picks the first id whose
 //     CDF exceeds u (none: the last kept id, as in the reference).
+// uniform_mix = eps > 0 (a.mix): q = (1 - eps) * q_nucleus + eps / n over the n tokens of finite x.
+// to_probs then stores -0 for x = -inf (p = 0 either way, and no nucleus test sees the sign), so
+// the later passes tell "finite x, p underflowed" from "-inf logit" without re-reading the logits;
+// nucleus_mass also counts n, and the walk adds eps / n per finite token to the scaled q. eps = 0
+// runs the exact arithmetic of the pure nucleus proposal (same chains as before the option).
 // Global memory: each logit read once (+ two scalars per row); every other pass reads the buffer.
 // The buffer is shared memory when static + V * 4 bytes fit the device's opt-in limit (V up to
 // ~56k on H100), otherwise a global scratch row the caller allocates (propose_needs_scratch).
@@ -28,6 +33,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <limits>
 
 #include "common.cuh"
@@ -51,6 +57,8 @@ struct ProposeParams {
   float temperature;
   float top_p;  // fp32: the reference compares fp32 masses with top_p
   bool full;    // top_p >= 1: the nucleus is every token with p > 0
+  bool mix;     // uniform_mix > 0
+  float mix_a, mix_eps, log_a, log_eps;  // 1 - eps, eps, log(1 - eps), log(eps) (host, float64 then fp32)
   Strided1<const float> uniforms;
   float* scratch;  // B rows of scratch_stride floats, or nullptr: the row lives in shared memory
   int64_t* proposed;
@@ -68,6 +76,7 @@ struct BlockShared {
   int ties[kMaxWarps];
   float result[kWays - 1];
   int cur_kept;
+  int pick_kept;  // whether the id find_crossing returns is in the nucleus (mixtures only)
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -175,11 +184,13 @@ __device__ Lse load_row(const T* row, int64_t V, float temperature, float* p, Bl
 }
 
 // Step 2: p = exp((x - M) - log_sum) in place; returns this thread's part of the total mass.
+// mark_neg_inf (mixtures): x = -inf stores -0, every later `p > 0` / `p == tau` test reads it as 0.
 template <int BLOCK>
-__device__ float to_probs(float* p, int64_t V, float M, float log_sum) {
+__device__ float to_probs(float* p, int64_t V, float M, float log_sum, bool mark_neg_inf) {
   float mass = 0.0f;
   for (int64_t i = threadIdx.x; i < V; i += BLOCK) {
-    const float pi = expf((p[i] - M) - log_sum);
+    const float xi = p[i];
+    const float pi = mark_neg_inf && xi == -kInf ? -0.0f : expf((xi - M) - log_sum);
     p[i] = pi;
     mass += pi;
   }
@@ -336,41 +347,57 @@ __device__ int ties_before(const float* p, const Chunk& ch, const Nucleus& nu, B
   return before;
 }
 
-// Step 4a: nucleus mass K, last kept id, and whether `current` is kept (sh.cur_kept).
+// A proposable token of a mixture: finite x (to_probs marked x = -inf as -0).
+__device__ __forceinline__ bool finite_x(float pi, bool valid) { return valid && !signbit(pi); }
+
+struct Support {
+  int64_t last;    // last id with q > 0: kept, or (mixtures) of finite x
+  bool last_kept;  // whether `last` is in the nucleus
+  float n;         // mixtures: the number of tokens of finite x (exact in fp32 below 2^24)
+};
+
+// Step 4a: nucleus mass K, the support's last id, and whether `current` is kept (sh.cur_kept).
 template <int BLOCK>
-__device__ float nucleus_mass(const float* p, const Chunk& ch, const Nucleus& nu, float top_p,
-                              int rank0, int64_t cur, int64_t& last, BlockShared& sh) {
+__device__ float nucleus_mass(const float* p, const Chunk& ch, const Nucleus& nu, float top_p, bool mix,
+                              int rank0, int64_t cur, Support& sup, BlockShared& sh) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) sh.cur_kept = 0;
   __syncthreads();
-  float k_part = 0.0f;
-  int64_t last_part = -1;
+  float k_part = 0.0f, n_part = 0.0f;
+  int64_t last_part = -1;  // 2 * id + kept: the max is still the last id
   int rank = rank0;
   for (int64_t s = ch.beg; s < ch.end; s += 32) {
     const int64_t i = s + lane;
     const bool valid = i < ch.end;
     const float pi = valid ? p[i] : 0.0f;
     const bool k = stripe_kept(pi, valid, nu, top_p, lane, rank);
-    if (k) {
-      k_part += pi;
-      last_part = i;
-    }
+    const bool fin = mix && finite_x(pi, valid);
+    if (k) k_part += pi;
+    if (fin) n_part += 1.0f;
+    if (k || fin) last_part = 2 * i + (k ? 1 : 0);
     if (valid && i == cur) sh.cur_kept = k ? 1 : 0;  // one writer: the owner of cur
   }
-  float v[1] = {k_part};
+  float v[2] = {k_part, n_part};
   for (int o = 16; o > 0; o >>= 1) last_part = max(last_part, __shfl_xor_sync(kFull, last_part, o));
   if (lane == 0) sh.last[warp] = last_part;
-  block_sums<1, BLOCK>(v, sh);  // its barriers also publish sh.last and sh.cur_kept
-  last = -1;
-  for (int w = 0; w < BLOCK / 32; ++w) last = max(last, sh.last[w]);
+  block_sums<2, BLOCK>(v, sh);  // its barriers also publish sh.last and sh.cur_kept
+  int64_t enc = -1;
+  for (int w = 0; w < BLOCK / 32; ++w) enc = max(enc, sh.last[w]);
+  sup = Support{enc >= 0 ? enc / 2 : -1, enc >= 0 && (enc & 1) != 0, v[1]};
   return v[0];
 }
 
-// One warp's running q mass over its chunk, stripe by stripe. `fn(i, cdf)` sees each id's
-// chunk-local CDF; returning true stops the walk. Identical additions on every call.
+// The scaled proposal of a walk: q_i = a * p_i / K (kept) + c (finite x), or p_i / K without a mixture.
+struct MixQ {
+  bool on;
+  float a, c;  // 1 - eps, eps / n
+};
+
+// One warp's running q mass over its chunk, stripe by stripe. `fn(i, positive, kept, cdf)` sees
+// each id's chunk-local CDF; returning true stops the walk. Identical additions on every call.
 template <typename Fn>
 __device__ __forceinline__ float walk_q(const float* p, const Chunk& ch, const Nucleus& nu,
-                                        float top_p, float K, int rank0, Fn fn) {
+                                        float top_p, float K, const MixQ& mx, int rank0, Fn fn) {
   const int lane = threadIdx.x % 32;
   float running = 0.0f;
   int rank = rank0;
@@ -378,21 +405,25 @@ __device__ __forceinline__ float walk_q(const float* p, const Chunk& ch, const N
     const int64_t i = s + lane;
     const bool valid = i < ch.end;
     const float pi = valid ? p[i] : 0.0f;
-    const float q = stripe_kept(pi, valid, nu, top_p, lane, rank) ? pi / K : 0.0f;
+    const bool kept = stripe_kept(pi, valid, nu, top_p, lane, rank);
+    const float q = !mx.on ? (kept ? pi / K : 0.0f)
+                           : (kept ? mx.a * (pi / K) : 0.0f) + (finite_x(pi, valid) ? mx.c : 0.0f);
     const float incl = warp_inclusive_sum(q, lane);
-    if (fn(i, valid && q > 0.0f, running + incl)) return running;
+    if (fn(i, valid && q > 0.0f, kept, running + incl)) return running;
     running += __shfl_sync(kFull, incl, 31);
   }
   return running;
 }
 
-// Step 4b: smallest kept id whose CDF exceeds u, or -1 (then the caller takes the last kept id).
+// Step 4b: smallest id of q > 0 whose CDF exceeds u, or -1 (then the caller takes the support's
+// last id); sh.pick_kept: whether the returned id is in the nucleus.
 template <int BLOCK>
 __device__ int64_t find_crossing(const float* p, const Chunk& ch, const Nucleus& nu, float top_p,
-                                 float K, int rank0, float u, BlockShared& sh) {
+                                 float K, const MixQ& mx, int rank0, float u, BlockShared& sh) {
   constexpr int kWarps = BLOCK / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float total = walk_q(p, ch, nu, top_p, K, rank0, [](int64_t, bool, float) { return false; });
+  const float total =
+      walk_q(p, ch, nu, top_p, K, mx, rank0, [](int64_t, bool, bool, float) { return false; });
   if (lane == 0) sh.wsum[warp] = total;
   __syncthreads();
   float start = 0.0f;
@@ -401,23 +432,37 @@ __device__ int64_t find_crossing(const float* p, const Chunk& ch, const Nucleus&
     if (owner < 0 && start + sh.wsum[w] > u) owner = w;
     if (owner < 0) start += sh.wsum[w];
   }
-  if (threadIdx.x == 0) sh.last[0] = -1;
+  if (threadIdx.x == 0) {
+    sh.last[0] = -1;
+    sh.pick_kept = 0;
+  }
   __syncthreads();
   if (warp == owner) {
     // The warp total and the per-id CDFs round differently (scan vs. total), so a crossing that
-    // the total promised may be missed by an ulp: the chunk's last kept id is then the answer.
+    // the total promised may be missed by an ulp: the chunk's last id of q > 0 is then the answer.
     int64_t chunk_last = -1;
+    int chunk_last_kept = 0;
     bool found = false;
-    walk_q(p, ch, nu, top_p, K, rank0, [&](int64_t i, bool kept, float cdf) {
-      const unsigned kept_mask = __ballot_sync(kFull, kept);
-      if (kept_mask != 0u) chunk_last = __shfl_sync(kFull, i, 31 - __clz(kept_mask));
-      const unsigned hit = __ballot_sync(kFull, kept && start + cdf > u);
+    walk_q(p, ch, nu, top_p, K, mx, rank0, [&](int64_t i, bool positive, bool kept, float cdf) {
+      const unsigned pos_mask = __ballot_sync(kFull, positive);
+      if (pos_mask != 0u) {
+        const int src = 31 - __clz(pos_mask);
+        chunk_last = __shfl_sync(kFull, i, src);
+        chunk_last_kept = __shfl_sync(kFull, kept ? 1 : 0, src);
+      }
+      const unsigned hit = __ballot_sync(kFull, positive && start + cdf > u);
       if (hit == 0u) return false;
-      if (lane == __ffs(hit) - 1) sh.last[0] = i;
+      if (lane == __ffs(hit) - 1) {
+        sh.last[0] = i;
+        sh.pick_kept = kept ? 1 : 0;
+      }
       found = true;
       return true;
     });
-    if (!found && lane == 0) sh.last[0] = chunk_last;
+    if (!found && lane == 0) {
+      sh.last[0] = chunk_last;
+      sh.pick_kept = chunk_last_kept;
+    }
   }
   __syncthreads();
   return sh.last[0];
@@ -431,6 +476,17 @@ __device__ void write_bad_row(const ProposeParams& a, int64_t b, int64_t cur, bo
   a.proposed[b] = cur_valid ? cur : 0;
   a.logq_proposed[b] = kNaN;
   a.logq_current[b] = kNaN;
+}
+
+// log q of one token under the mixture: logaddexp(log(1 - eps) + log q_nucleus, log(eps / n)),
+// -inf for x = -inf (never proposed).
+__device__ __forceinline__ float mixture_logq(float x, bool kept, float M, float log_sum, float log_k,
+                                              float log_a, float log_c) {
+  if (!(x > -kInf)) return -kInf;
+  if (!kept) return log_c;
+  const float l = (((x - M) - log_sum) - log_k) + log_a;
+  const float hi = fmaxf(l, log_c), lo = fminf(l, log_c);
+  return hi + log1pf(expf(lo - hi));
 }
 
 template <typename T, int BLOCK>
@@ -454,24 +510,35 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
     if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
     return;
   }
-  const float mass = to_probs<BLOCK>(p, V, M, log_sum);
+  const float mass = to_probs<BLOCK>(p, V, M, log_sum, a.mix);
   const float p_max = expf((M - M) - log_sum);  // the same arithmetic as the max token's p
   const Nucleus nu = a.full ? Nucleus{0.0f, 0.0f, false}
                             : find_nucleus<BLOCK>(p, V, a.top_p, p_max, mass, sh);
   const Chunk ch = warp_chunk<BLOCK>(V);
   const int rank0 = ties_before<BLOCK>(p, ch, nu, sh);
-  int64_t last = -1;
-  const float K = nucleus_mass<BLOCK>(p, ch, nu, a.top_p, rank0, cur, last, sh);
+  Support sup{};
+  const float K = nucleus_mass<BLOCK>(p, ch, nu, a.top_p, a.mix, rank0, cur, sup, sh);
   const bool cur_kept = sh.cur_kept != 0;
-  const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, rank0, a.uniforms[b], sh);
+  const MixQ mx{a.mix, a.mix_a, a.mix ? a.mix_eps / sup.n : 0.0f};
+  const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, mx, rank0, a.uniforms[b], sh);
   if (threadIdx.x == 0) {
     const float log_k = logf(K);
-    const int64_t pick = first >= 0 ? first : last;  // last >= 0: the top token is kept
+    const int64_t pick = first >= 0 ? first : sup.last;  // last >= 0: the top token is kept
     a.proposed[b] = pick;
-    a.logq_proposed[b] = ((to_float(row[pick]) / a.temperature - M) - log_sum) - log_k;
-    a.logq_current[b] = !cur_valid ? kNaN
-                        : cur_kept ? ((to_float(row[cur]) / a.temperature - M) - log_sum) - log_k
-                                   : -kInf;
+    if (!a.mix) {
+      a.logq_proposed[b] = ((to_float(row[pick]) / a.temperature - M) - log_sum) - log_k;
+      a.logq_current[b] = !cur_valid ? kNaN
+                          : cur_kept ? ((to_float(row[cur]) / a.temperature - M) - log_sum) - log_k
+                                     : -kInf;
+    } else {
+      const bool pick_kept = first >= 0 ? sh.pick_kept != 0 : sup.last_kept;
+      const float log_c = a.log_eps - logf(sup.n);
+      a.logq_proposed[b] = mixture_logq(to_float(row[pick]) / a.temperature, pick_kept, M, log_sum, log_k,
+                                        a.log_a, log_c);
+      a.logq_current[b] = !cur_valid ? kNaN
+                                     : mixture_logq(to_float(row[cur]) / a.temperature, cur_kept, M, log_sum,
+                                                    log_k, a.log_a, log_c);
+    }
   }
 }
 
@@ -533,7 +600,8 @@ int64_t propose_scratch_stride(int64_t V, int device) {
 
 void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
                     Strided1<const int64_t> current, float temperature, double top_p,
-                    Strided1<const float> uniforms, float* scratch, int64_t scratch_stride,
+                    double uniform_mix, Strided1<const float> uniforms, float* scratch,
+                    int64_t scratch_stride,
                     int64_t* proposed, float* logq_proposed, float* logq_current,
                     cudaStream_t stream) {
   if (B == 0) return;
@@ -545,9 +613,24 @@ void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, in
   // top_p below the smallest float would round to 0 and make even G(p_max) = 0 fail "< top_p";
   // the smallest positive float keeps exactly what the reference keeps then: the top token.
   const float top_p_f = std::max(static_cast<float>(top_p), std::numeric_limits<float>::denorm_min());
-  const ProposeParams params{V,        row_stride,   scratch_stride, current,
-                             temperature, top_p_f,   top_p >= 1.0,   uniforms,
-                             scratch,  proposed,     logq_proposed,  logq_current};
+  const bool mix = uniform_mix > 0.0;
+  const ProposeParams params{V,
+                             row_stride,
+                             scratch_stride,
+                             current,
+                             temperature,
+                             top_p_f,
+                             top_p >= 1.0,
+                             mix,
+                             static_cast<float>(1.0 - uniform_mix),
+                             static_cast<float>(uniform_mix),
+                             static_cast<float>(std::log1p(-uniform_mix)),
+                             mix ? static_cast<float>(std::log(uniform_mix)) : 0.0f,
+                             uniforms,
+                             scratch,
+                             proposed,
+                             logq_proposed,
+                             logq_current};
   switch (kind) {
     case FloatKind::kFloat32:
       return launch_sized(static_cast<const float*>(logits), B, params, stream);

@@ -85,8 +85,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cuda(const at::Te
 std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cuda(const at::Tensor& logits_in,
                                                             const at::Tensor& current,
                                                             double temperature, double top_p,
-                                                            const at::Tensor& uniforms) {
-  check_propose_args(logits_in, current, temperature, top_p, uniforms);
+                                                            const at::Tensor& uniforms,
+                                                            double uniform_mix) {
+  check_propose_args(logits_in, current, temperature, top_p, uniforms, uniform_mix);
   check_device_type("propose", "logits", logits_in, c10::DeviceType::CUDA);
   const c10::cuda::CUDAGuard guard(logits_in.device());
   const at::Tensor logits = unit_column_stride(logits_in);
@@ -98,7 +99,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cuda(const at::Tensor& lo
   const int64_t scratch_stride = B > 0 ? propose_scratch_stride(V, logits.get_device()) : 0;
   if (scratch_stride > 0) scratch = at::empty({B, scratch_stride}, logits.options().dtype(at::kFloat));
   launch_propose(logits.const_data_ptr(), float_kind(logits), B, V, logits.stride(0),
-                 view1<int64_t>(current), static_cast<float>(temperature), top_p, view1<float>(uniforms),
+                 view1<int64_t>(current), static_cast<float>(temperature), top_p, uniform_mix,
+                 view1<float>(uniforms),
                  scratch.defined() ? scratch.mutable_data_ptr<float>() : nullptr, scratch_stride,
                  proposed.mutable_data_ptr<int64_t>(), logq_proposed.mutable_data_ptr<float>(),
                  logq_current.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());

@@ -68,11 +68,11 @@ int main() {
   expect(threw, "gather_energies: target outside the vocabulary raises ValueError naming it");
 
   // propose: q uniform on {0, 1, 3} (id 2 has a -inf logit); u = 0.5 falls in id 1's interval.
-  auto propose = op<TensorTriple(const at::Tensor&, const at::Tensor&, double, double, const at::Tensor&)>(
-      "mhfast::propose");
+  auto propose = op<TensorTriple(const at::Tensor&, const at::Tensor&, double, double, const at::Tensor&,
+                                 double)>("mhfast::propose");
   auto [proposed, logq_p, logq_c] =
       propose.call(floats({0.f, 0.f, -inf, 0.f, 0.f, 0.f, -inf, 0.f}).view({2, 4}), longs({2, 3}), 1.0, 1.0,
-                   floats({0.5f, 0.99f}));
+                   floats({0.5f, 0.99f}), 0.0);
   expect(at::equal(proposed, longs({1, 3})), "propose inverse CDF");
   expect(close(logq_p[0].item<float>(), -std::log(3.0)) && close(logq_c[1].item<float>(), -std::log(3.0)),
          "propose log q");

@@ -104,7 +104,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
     runner = ModelRunner(forward_model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
-    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, problem.terms))
+    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
+                                              uniform_mix=options.resolved_uniform_mix(cfg), terms=problem.terms))
     state = kernel.init(_initial_state(problem, cfg, runner))
     init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
     state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",

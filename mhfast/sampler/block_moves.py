@@ -2,7 +2,8 @@
 
 For a block I of positions, X masked at every position of I is forwarded once (one row,
 logits at |I| positions) and each X'_i, i in I, is drawn independently from
-``q(X'_i | X without I)`` (temperature and top_p apply per position). The reverse proposal
+``q(X'_i | X without I)`` (temperature, top_p and the uniform_mix share apply per position, so
+each factor is the exact mixture probability). The reverse proposal
 ``prod_i q(X_i | X' without I)`` uses the same row, because X' without I = X without I, so
 the MH ratio is exact: ``log q_reverse = sum_i log q(X_i)``, ``log q_forward = sum_i log q(X'_i)``.
 The energy of X' needs its ``T_e`` masked rows (nothing of the current state's rows can be
@@ -73,7 +74,7 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     u = rng.uniforms_from_keys(state.rng_keys[plan.entry_chain], epoch, step, rng.PROPOSE, slot,
                                be.counter_uniforms)
     prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[plan.entry_chain], pos), cur,
-                                      ctx.proposal_temperature, ctx.top_p, u)
+                                      ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
     # Sum over the block in float64 (order-independent, so batch-independent).
     lf = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_f.double()).float()
     lr = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, r, logq_r.double()).float()

@@ -160,7 +160,7 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE,
                                op=ctx.backend.counter_uniforms)
     prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
-                                      ctx.proposal_temperature, ctx.top_p, u)
+                                      ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
     local, local_host = changed_chains(prop != cur)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
@@ -190,7 +190,7 @@ def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, po
     u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE,
                                op=ctx.backend.counter_uniforms)
     prop, logq_f, _ = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
-                                 ctx.proposal_temperature, ctx.top_p, u)
+                                 ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
     zeros = torch.zeros(A, device=state.tokens.device)
     tokens, _ = accept(ctx, state, act, pos, prop, zeros, logq_f, logq_f, None, epoch, step)
     return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, (prop != cur).sum(), scored=False)

@@ -155,7 +155,43 @@ def _label(v: Any) -> Any:
     return v
 
 
+AUTO_UNIFORM_MIX = 0.01  #: what uniform_mix="auto" gives an MH sampler whose nucleus is cut (top_p < 1)
+
+
+@_described("`auto`, or a number in [0, 1)")
+def _uniform_mix(v: Any) -> Any:
+    """``"auto"`` or a number in [0, 1) (1 would leave nothing of the MLM proposal)."""
+    if v == "auto":
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:  # NaN fails too
+        raise OptionError(f"must be 'auto' or a number in [0, 1), got {v!r}")
+    return float(v)
+
+
+def resolved_uniform_mix(cfg: Any) -> float:
+    """The uniform_mix the proposal uses: ``auto`` -> 0 when the nucleus is the whole support
+    (``top_p == 1``: every proposable token already has q > 0) or the sampler has no Hastings
+    correction (Gibbs), else :data:`AUTO_UNIFORM_MIX`.
+
+    Example:
+        >>> resolved_uniform_mix(config_from_kwargs({"top_p": 0.9})), resolved_uniform_mix(config_from_kwargs({}))
+        (0.01, 0.0)
+    """
+    if cfg.uniform_mix != "auto":
+        return float(cfg.uniform_mix)
+    return AUTO_UNIFORM_MIX if cfg.top_p < 1 and KERNELS[cfg.sampler].hastings else 0.0
+
+
 # ---------------------------------------------------------------------------- CLI parsers
+def _parse_uniform_mix(text: str) -> Any:
+    """'auto' -> 'auto', '0.05' -> 0.05."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {text!r}") from None
+
 def _parse_block_schedule(text: str) -> Any:
     """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
     try:
@@ -174,7 +210,7 @@ class Option:
     check: Callable[[Any], Any]
     help: str
     section: str
-    type: str  #: how the docs and the CLI show it: int, float, choice, schedule, str
+    type: str  #: how the docs and the CLI show it: int, float, choice, schedule, mix, str
     choices: tuple[str, ...] = ()
     cli: bool = True
     metavar: str | None = None
@@ -185,7 +221,8 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
     def parser(self) -> Callable[[str], Any]:
-        return {"int": int, "float": float, "schedule": _parse_block_schedule}.get(self.type, str)
+        return {"int": int, "float": float, "schedule": _parse_block_schedule,
+                "mix": _parse_uniform_mix}.get(self.type, str)
 
 
 SAMPLERS = tuple(KERNELS)
@@ -208,6 +245,14 @@ SPEC: tuple[Option, ...] = (
            "float"),
     Option("top_p", 1.0, _float(0.0, strict=True, high=1.0), "nucleus of the MLM proposal (1 = whole vocabulary)",
            "7.2", "float"),
+    Option("uniform_mix", "auto", _uniform_mix, "share eps of the proposal drawn uniformly from the proposable "
+           "tokens: q = (1 - eps) q_nucleus + eps / n, exact in the MH ratio. With top_p < 1 the nucleus "
+           "alone can make the chain reducible (tokens outside every nucleus are never reached) and MH then "
+           f"misses the target; eps > 0 makes every proposable token reachable. auto: {AUTO_UNIFORM_MIX} when "
+           "top_p < 1 (costs about eps extra rejected proposals; an escape from a nucleus-closed class needs "
+           "~n / eps proposals), 0 when top_p = 1 (already full support) and for gibbs/block-gibbs, which have "
+           "no Hastings correction and reject eps > 0; 0 = the pure nucleus proposal", "7.2", "mix",
+           metavar="EPS|auto"),
     Option("block_schedule", None, _block_schedule, "block size of block-mh/block-gibbs: an int, one int per "
            "epoch, or (API) a callable epoch -> size; default: linear shrink from n//4 to 1", "App. D", "schedule",
            metavar="N[,N...]"),
@@ -282,6 +327,10 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
             if not 1.0 / FLOAT32_MAX <= values[name] <= FLOAT32_MAX:
                 raise OptionError(f"{name_of(name)} ({values[name]}) must be in [{1 / FLOAT32_MAX:.3g}, "
                                   f"{FLOAT32_MAX:.3g}]: it and 1 / it must fit in float32")
+    if values["uniform_mix"] not in ("auto", 0.0) and not KERNELS[values["sampler"]].hastings:
+        raise OptionError(f"{name_of('uniform_mix')} ({values['uniform_mix']}) must be 0 or 'auto' with "
+                          f"{name_of('sampler')} {values['sampler']}: it always accepts (no Hastings correction), "
+                          "so a uniform share would change what it samples (use mh or block-mh)")
     schedule = values["block_schedule"]
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "

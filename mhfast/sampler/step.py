@@ -21,6 +21,9 @@ class StepContext:
     config: Any  #: mhfast.sampler.options.SamplerConfig
     backend: Any  #: mhfast.sampler.backend.Backend
     runner: ModelRunner
+    #: the uniform share of every proposal, ``auto`` resolved (mhfast.sampler.options.resolved_uniform_mix):
+    #: q = (1 - uniform_mix) q_nucleus + uniform_mix / n over the proposable tokens
+    uniform_mix: float
     terms: Any = None  #: mhfast.energy_terms.EnergyTerms or None: extra energy terms, allowed-token mask
 
     def proposal_logits(self, logits: torch.Tensor, term_index: torch.Tensor, positions: torch.Tensor

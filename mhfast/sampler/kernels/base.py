@@ -10,6 +10,7 @@ Example (a do-nothing kernel that satisfies the protocol):
     >>> class Frozen:
     ...     name = "frozen"
     ...     supports_extra_energy = False
+    ...     hastings = False
     ...     def __init__(self, ctx): self.ctx = ctx
     ...     def init(self, state): return state
     ...     def sweep(self, state, epoch): return []
@@ -34,6 +35,9 @@ class Kernel(Protocol):
 
     name: str
     supports_extra_energy: bool  #: whether the kernel's acceptance includes extra energy terms
+    #: whether the acceptance test has the Hastings ratio of the proposal (then any proposal with
+    #: full support is exact, e.g. a uniform_mix share; Gibbs kernels accept every proposal)
+    hastings: bool
 
     def init(self, state: ChainState) -> ChainState:
         """The state the first epoch starts from (e.g. energies and cache computed)."""

@@ -18,3 +18,4 @@ class BlockGibbs(BlockMH):
     name = "block-gibbs"
     gibbs = True
     supports_extra_energy = False  # always accepts: it cannot honour energy terms
+    hastings = False  # uniform_mix must be 0

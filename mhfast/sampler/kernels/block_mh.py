@@ -29,6 +29,7 @@ class BlockMH:
     name = "block-mh"
     gibbs = False
     supports_extra_energy = True  #: block Gibbs (a subclass) turns it off
+    hastings = True  #: likewise
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx

@@ -28,6 +28,7 @@ RESCORE = "rescore"  #: the last move of a Gibbs epoch: energies for the statist
 class DegenerateGibbs:
     name = "gibbs"
     supports_extra_energy = False  # always accepts: it cannot honour energy terms
+    hastings = False  # nor a proposal other than the MLM conditional (uniform_mix must be 0)
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx

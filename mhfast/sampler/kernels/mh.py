@@ -26,6 +26,7 @@ class SingleSiteMH:
 
     name = "mh"
     supports_extra_energy = True
+    hastings = True
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
