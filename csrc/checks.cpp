@@ -5,6 +5,7 @@
 #include "checks.h"
 
 #include <cmath>
+#include <utility>
 
 namespace mhfast {
 namespace {
@@ -117,6 +118,41 @@ void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t 
                       " but keys has shape ", keys.sizes(), "; they must match");
     check_same_device(op, "keys", keys, "lanes", *lanes);
   }
+}
+
+void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys,
+                                const at::Tensor& act, const at::Tensor& pos, const at::Tensor& blocked,
+                                int64_t epoch, int64_t step, int64_t stream, double temperature,
+                                double top_p) {
+  const char* op = "mh_propose_site";
+  check_dtype(op, "cache", cache, {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16});
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"tokens", &tokens},
+                                {"keys", &keys}, {"act", &act}, {"pos", &pos}}) {
+    check_dtype(op, name, *t, {kLong});
+  }
+  check_dtype(op, "blocked", blocked, {at::ScalarType::Bool});
+  check_dim(op, "cache", cache, 3);
+  check_dim(op, "tokens", tokens, 2);
+  check_dim(op, "keys", keys, 1);
+  check_dim(op, "act", act, 1);
+  check_dim(op, "pos", pos, 1);
+  check_dim(op, "blocked", blocked, 1);
+  check_size(op, "tokens", tokens, 0, cache.size(0), "chains: dim 0 of cache");
+  check_size(op, "tokens", tokens, 1, cache.size(1), "positions: dim 1 of cache");
+  check_size(op, "keys", keys, 0, cache.size(0), "chains: dim 0 of cache");
+  check_size(op, "pos", pos, 0, act.size(0), "len(act)");
+  check_size(op, "blocked", blocked, 0, cache.size(2), "vocabulary: dim 2 of cache");
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"tokens", &tokens},
+                                {"keys", &keys}, {"act", &act}, {"pos", &pos}, {"blocked", &blocked}}) {
+    check_same_device(op, "cache", cache, name, *t);
+  }
+  TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
+                    ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
+  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0, "mhfast.", op,
+                    ": temperature must be a finite number > 0, got ", temperature);
+  TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
+  TORCH_CHECK_VALUE(!(act.size(0) > 0 && cache.size(2) == 0), "mhfast.", op,
+                    ": cache must have at least one entry in dim 2 (vocabulary size 0)");
 }
 
 }  // namespace mhfast

@@ -63,6 +63,13 @@ void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
                           const at::Tensor& logq_reverse, const at::Tensor& beta,
                           const at::Tensor& uniforms);
 
+// mh_propose_site: cache [M, T, V] float/half/bf16, tokens Long[M, T], keys Long[M], act and pos
+// Long[A], blocked Bool[V]; scalars as counter_uniforms (epoch, step, stream) and propose.
+void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys,
+                                const at::Tensor& act, const at::Tensor& pos, const at::Tensor& blocked,
+                                int64_t epoch, int64_t step, int64_t stream, double temperature,
+                                double top_p);
+
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);
 

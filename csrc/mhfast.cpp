@@ -48,6 +48,13 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor uniforms) -> Tensor");
   // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
   m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
+  // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
+  // the blocked ids at -inf, current = tokens[act[a], pos[a]], u = counter_uniforms(keys[act[a]],
+  // epoch, step, stream); then propose. (proposed, logq_forward, logq_reverse, changed).
+  m.def(
+      "mh_propose_site(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
+      " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p)"
+      " -> (Tensor, Tensor, Tensor, Tensor)");
 
   // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
   m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
@@ -63,6 +70,10 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
       " Tensor uniforms) -> ()",
       &mhfast::check_mh_accept_args);
+  m.def(
+      "mh_propose_site_check(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
+      " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p) -> ()",
+      &mhfast::check_mh_propose_site_args);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
       &mhfast::check_counter_uniforms_args);

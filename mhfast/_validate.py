@@ -123,3 +123,27 @@ def counter_uniforms(keys, epoch, step, stream, lanes) -> None:
         if isinstance(c, bool) or not isinstance(c, int):
             raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
     _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)
+
+
+def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p, *,
+                    values: bool) -> None:
+    op = "mh_propose_site"
+    tensors(op, cache=cache, tokens=tokens, keys=keys, act=act, pos=pos, blocked=blocked)
+    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    number(op, "temperature", temperature)
+    number(op, "top_p", top_p)
+    _ops.mh_propose_site_check(cache, tokens, keys, act, pos, blocked, epoch, step, stream, float(temperature),
+                               float(top_p))
+    if not values or act.numel() == 0:
+        return
+    in_range(op, "act", act, 0, cache.shape[0])
+    in_range(op, "pos", pos, 0, cache.shape[1])
+    in_range(op, "tokens[act, pos]", tokens[act, pos], 0, cache.shape[2])
+    rows = cache[act, pos].masked_fill(blocked, float("-inf"))  # blocked entries are never read
+    if bool((torch.isnan(rows) | (rows == float("inf"))).any()):
+        raise ValueError(f"mhfast.{op}: cache contains NaN or +inf at a proposed site")
+    if not bool(torch.isfinite(rows).any(dim=1).all()):
+        raise ValueError(f"mhfast.{op}: cache has a proposed site with no finite unblocked entry "
+                         "(nothing can be proposed)")

@@ -75,6 +75,20 @@ def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int, lan
     return _ops.counter_uniforms(keys, int(epoch), int(step), int(stream), lanes)
 
 
+def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, act: torch.Tensor,
+                    pos: torch.Tensor, blocked: torch.Tensor, epoch: int, step: int, stream: int,
+                    temperature: float, top_p: float, *, validate: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.mh_propose_site` (one kernel: gather, mask, RNG, propose)."""
+    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
+        _validate.tensors("mh_propose_site", cache=cache, tokens=tokens, keys=keys, act=act, pos=pos, blocked=blocked)
+    if _needs_python_checks(validate, cache):
+        _validate.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature,
+                                  top_p, values=True)
+    return _ops.mh_propose_site(cache, tokens, keys, act, pos, blocked, int(epoch), int(step), int(stream),
+                                float(temperature), float(top_p))
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
 # ---------------------------------------------------------------------------------------------
@@ -115,3 +129,12 @@ def _mh_accept_fake(tokens, positions, proposed, energy, energy_proposed, logq_f
 def _counter_uniforms_fake(keys, epoch, step, stream, lanes=None):
     _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)
     return torch.empty(keys.shape, dtype=torch.float32, device=keys.device)
+
+
+@torch.library.register_fake("mhfast::mh_propose_site")
+def _mh_propose_site_fake(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p):
+    _ops.mh_propose_site_check(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p)
+    A = act.shape[0]
+    f32 = dict(dtype=torch.float32, device=cache.device)
+    return (act.new_empty((A,)), cache.new_empty((A,), **f32), cache.new_empty((A,), **f32),
+            torch.empty((A,), dtype=torch.bool, device=cache.device))

@@ -193,3 +193,32 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
     rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(pos)
     tokens[rows[write], pos[write]] = new[write]
     return accepted
+
+
+def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, act: torch.Tensor,
+                    pos: torch.Tensor, blocked: torch.Tensor, epoch: int, step: int, stream: int,
+                    temperature: float, top_p: float
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The propose phase of a single-site MH step (chains ``act`` at positions ``pos``) in one call.
+
+    The proposal distribution of chain ``act[a]`` is its cached row ``cache[act[a], pos[a]]``
+    (logits of X masked at ``pos[a]``) with the ``blocked`` ids (Bool[V]: special tokens) at -inf;
+    the uniform is ``counter_uniforms(keys[act[a]], epoch, step, stream)``; then :func:`propose`.
+    Shapes: cache [M, T, V] (float, half or bf16), tokens Long[M, T], keys Long[M], act/pos Long[A].
+    Returns ``(proposed Long[A], logq_forward f32[A], logq_reverse f32[A], changed Bool[A])``,
+    ``changed = proposed != tokens[act, pos]``.
+
+    Example:
+        >>> cache = torch.tensor([[[0.0, 5.0, 0.0]]])
+        >>> p, lf, lr, ch = mh_propose_site(cache, torch.tensor([[0]]), torch.tensor([7]), torch.tensor([0]),
+        ...                                 torch.tensor([0]), torch.tensor([False, False, True]), 0, 0, 1, 1.0, 0.5)
+        >>> p.tolist(), ch.tolist()
+        ([1], [True])
+    """
+    _validate.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p,
+                              values=True)
+    logits = cache[act, pos].masked_fill(blocked, float("-inf"))
+    current = tokens[act, pos]
+    uniforms = counter_uniforms(keys[act], epoch, step, stream, None)
+    proposed, logq_forward, logq_reverse = propose(logits, current, temperature, top_p, uniforms)
+    return proposed, logq_forward, logq_reverse, proposed != current

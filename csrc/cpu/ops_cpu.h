@@ -34,6 +34,11 @@ at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const 
 at::Tensor counter_uniforms_cpu(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                 const c10::optional<at::Tensor>& lanes);
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cpu(
+    const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys, const at::Tensor& act,
+    const at::Tensor& pos, const at::Tensor& blocked, int64_t epoch, int64_t step, int64_t stream,
+    double temperature, double top_p);
+
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
 // `allow_minus_one` additionally permits -1 (unused slots of block positions).

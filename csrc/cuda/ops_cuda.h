@@ -77,6 +77,26 @@ void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, in
                     int64_t* proposed, float* logq_proposed, float* logq_current,
                     cudaStream_t stream);
 
+// mh_propose_site: row b is cache[act[b], pos[b]] (cache_stride0/1: strides of dims 0/1 of the
+// [M, T, V] cache, dim 2 contiguous), current = tokens(act[b], pos[b]) (tokens.rows = M,
+// tokens.cols = T), u = counter_uniform(keys[act[b]], epoch, step, stream, 0); blocked (contiguous
+// Bool[V]) ids get -inf before the draw; changed[b] = proposed[b] != current. on = false: plain propose.
+// Invalid input: act[b] or pos[b] out of range -> a bad row (proposed 0, logq NaN, changed false),
+// as for a NaN row; the kernel never reads out of bounds.
+struct ProposeSiteArgs {
+  bool on = false;
+  Strided1<const int64_t> act{nullptr, 0}, pos{nullptr, 0};
+  int64_t cache_stride0 = 0, cache_stride1 = 0;
+  Strided2<const int64_t> tokens{nullptr, 0, 0, 0, 0};
+  Strided1<const int64_t> keys{nullptr, 0};
+  int64_t epoch = 0, step = 0, stream = 0;
+  const bool* blocked = nullptr;
+  bool* changed = nullptr;
+};
+void launch_propose_site(const void* cache, FloatKind kind, int64_t A, int64_t V, const ProposeSiteArgs& site,
+                         float temperature, double top_p, float* scratch, int64_t scratch_stride,
+                         int64_t* proposed, float* logq_proposed, float* logq_current, cudaStream_t stream);
+
 // Inputs of mh_accept_ (one thread per chain). positions/proposed are [B, K] (K = 1 and
 // stride1 = 0 for the 1-D form). Invalid input: a position outside [0, T) is skipped.
 // Only tokens is written (energy is an input: the caller keeps the accepted energies itself).

@@ -145,31 +145,50 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
     return new_state, accepted.sum()
 
 
+def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int,
+                  step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Proposals of the chains ``act`` at ``pos`` from their cached rows: ``(proposed, logq_forward,
+    logq_reverse, changed, logits)``.
+
+    When the cache holds logits and no AllowedTokens mask applies, one fused op
+    (``mh_propose_site``: gather, special ids at -inf, RNG, propose) and ``logits`` None (the
+    caller reads the few rows it needs from the cache). Otherwise (a feature cache needs the
+    model's output layer; an AllowedTokens mask is per input and position) the same numbers
+    from the unfused ops, and ``logits`` the rows' logits.
+    """
+    runner, be = ctx.runner, ctx.backend
+    allowed = ctx.terms.allowed if ctx.terms is not None else None
+    if not runner.use_features and allowed is None and state.cache.shape[2] == runner.vocab_size:
+        return (*be.mh_propose_site(state.cache, state.tokens, state.rng_keys, act, pos, runner.special, epoch,
+                                    step, rng.PROPOSE, ctx.proposal_temperature, ctx.top_p), None)
+    logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
+    cur = state.tokens[act, pos]
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE, op=be.counter_uniforms)
+    prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
+                                      ctx.proposal_temperature, ctx.top_p, u)
+    return prop, logq_f, logq_r, prop != cur, logits
+
+
 def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
                    pos: torch.Tensor, beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
     """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``.
 
     ``beta=None``: force accept (energies are still computed, so the cache stays valid).
     """
-    runner, be = ctx.runner, ctx.backend
     A = act.shape[0]
     if A == 0:
         return state, StepInfo(0, 0, 0, scored=True)
-    logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
-    cur = state.tokens[act, pos]
-    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE,
-                               op=ctx.backend.counter_uniforms)
-    prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
-                                      ctx.proposal_temperature, ctx.top_p, u)
-    local, local_host = changed_chains(prop != cur)
+    prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
+    local, local_host = changed_chains(changed)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
     if n == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
         return state, StepInfo(A, A, 0, scored=True)
-    state, k = evaluate_and_accept(ctx, state, act.index_select(0, local), ch_host,
-                                   pos.index_select(0, local)[:, None], prop.index_select(0, local)[:, None],
-                                   logq_f.index_select(0, local), logq_r.index_select(0, local),
-                                   logits.index_select(0, local), beta, epoch, step)
+    ch, pos_ch = act.index_select(0, local), pos.index_select(0, local)
+    known = logits.index_select(0, local) if logits is not None else state.cache[ch, pos_ch]
+    state, k = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch[:, None], prop.index_select(0, local)[:, None],
+                                   logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
+                                   epoch, step)
     return state, StepInfo(A, A - n + k, k, scored=True)
 
 
