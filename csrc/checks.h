@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <c10/util/Optional.h>
+
 #include <initializer_list>
 #include <string>
 
@@ -69,6 +71,19 @@ void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& token
                                 const at::Tensor& act, const at::Tensor& pos, const at::Tensor& blocked,
                                 int64_t epoch, int64_t step, int64_t stream, double temperature,
                                 double top_p);
+
+// mh_commit_site_: the state (tokens Long[M, T], raw/local_terms f32[M, T], e_raw/e_local/target
+// f32[M], cache [M, T, D] float/half/bf16, keys Long[M]), the n moving chains' proposals (ch, pos,
+// proposed Long[n], logq_forward/reverse f32[n]) and X' terms (raw/local_new f32[n, T],
+// e_raw/e_local/target_new f32[n]), the R model rows (seq, q Long[R], outputs [R, D] float/half/bf16).
+struct CommitSiteArgs {
+  const at::Tensor &tokens, &raw_terms, &local_terms, &e_raw, &e_local, &target, &cache, &keys;
+  const at::Tensor &ch, &pos, &proposed, &logq_forward, &logq_reverse;
+  const at::Tensor &raw_new, &local_new, &e_raw_new, &e_local_new, &target_new;
+  const at::Tensor &seq, &q, &outputs;
+};
+void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta, int64_t epoch,
+                               int64_t step, int64_t stream);
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);

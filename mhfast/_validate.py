@@ -147,3 +147,31 @@ def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream,
     if not bool(torch.isfinite(rows).any(dim=1).all()):
         raise ValueError(f"mhfast.{op}: cache has a proposed site with no finite unblocked entry "
                          "(nothing can be proposed)")
+
+
+COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",
+                  "proposed", "logq_forward", "logq_reverse", "raw_new", "local_new", "e_raw_new", "e_local_new",
+                  "target_new", "seq", "q", "outputs")
+
+
+def mh_commit_site_(*args, values: bool) -> None:
+    """Checks of mh_commit_site_'s 21 tensors (named as in :data:`COMMIT_TENSORS`), beta, epoch, step, stream."""
+    op = "mh_commit_site_"
+    t = dict(zip(COMMIT_TENSORS, args[:21]))
+    beta, epoch, step, stream = args[21:]
+    tensors(op, **t)
+    if beta is not None:
+        number(op, "beta", beta)
+    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    _ops.mh_commit_site__check(*args[:21], None if beta is None else float(beta), epoch, step, stream)
+    if not values:
+        return
+    M, T = t["tokens"].shape
+    in_range(op, "ch", t["ch"], 0, M)
+    if t["ch"].unique().numel() != t["ch"].numel():
+        raise ValueError(f"mhfast.{op}: ch contains a chain twice (chains must be distinct)")
+    in_range(op, "pos", t["pos"], 0, T)
+    in_range(op, "seq", t["seq"], 0, t["ch"].shape[0])
+    in_range(op, "q", t["q"], 0, T)

@@ -89,6 +89,19 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
                                 float(temperature), float(top_p))
 
 
+def mh_commit_site_(*args: object, validate: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.mh_commit_site_` (same 25 arguments; one kernel: MH test,
+    state copies with the accepted moves, cache rows in place)."""
+    if validate:
+        _validate.tensors("mh_commit_site_", **dict(zip(_validate.COMMIT_TENSORS, args[:21])))
+        if _needs_python_checks(validate, args[0]):
+            _validate.mh_commit_site_(*args, values=True)
+    beta, epoch, step, stream = args[21:]
+    return _ops.mh_commit_site_(*args[:21], None if beta is None else float(beta), int(epoch), int(step),
+                                int(stream))
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
 # ---------------------------------------------------------------------------------------------
@@ -138,3 +151,14 @@ def _mh_propose_site_fake(cache, tokens, keys, act, pos, blocked, epoch, step, s
     f32 = dict(dtype=torch.float32, device=cache.device)
     return (act.new_empty((A,)), cache.new_empty((A,), **f32), cache.new_empty((A,), **f32),
             torch.empty((A,), dtype=torch.bool, device=cache.device))
+
+
+@torch.library.register_fake("mhfast::mh_commit_site_")
+def _mh_commit_site_fake(*args):
+    _ops.mh_commit_site__check(*args)
+    tokens, raw_terms, local_terms, e_raw, e_local = args[:5]
+    dev = tokens.device
+    f32 = dict(dtype=torch.float32, device=dev)
+    return (torch.empty(tokens.shape, dtype=torch.long, device=dev), torch.empty(raw_terms.shape, **f32),
+            torch.empty(local_terms.shape, **f32), torch.empty(e_raw.shape, **f32), torch.empty(e_local.shape, **f32),
+            torch.empty((args[8].shape[0],), dtype=torch.bool, device=dev))

@@ -222,3 +222,55 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
     uniforms = counter_uniforms(keys[act], epoch, step, stream, None)
     proposed, logq_forward, logq_reverse = propose(logits, current, temperature, top_p, uniforms)
     return proposed, logq_forward, logq_reverse, proposed != current
+
+
+def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
+                    e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
+                    ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
+                    logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+                    e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
+                    q: torch.Tensor, outputs: torch.Tensor, beta: float | None, epoch: int, step: int, stream: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The accept + commit phase of a single-site MH step (the distinct chains ``ch`` move to
+    ``proposed`` at ``pos``) in one call.
+
+    MH test as :func:`mh_accept_` with ``energy = target[ch]``, ``energy_proposed = target_new`` and
+    uniforms ``counter_uniforms(keys[ch], epoch, step, stream)``; ``beta=None`` accepts (beta 0,
+    energy_proposed = energy, logq_reverse = logq_forward: log_alpha = 0). Accepted chain ``ch[i]``
+    gets its token, the term rows ``raw_new[i]``/``local_new[i]`` and energies ``e_raw_new[i]``/
+    ``e_local_new[i]``; its model rows ``r`` (``seq[r] == i``) are written to ``cache[ch[i], q[r]]``
+    **in place** (``outputs.to(cache.dtype)``). Shapes: state [M, T] / [M], cache [M, T, D], moves [n]
+    (terms [n, T]), rows [R] (outputs [R, D]). Returns new ``(tokens, raw_terms, local_terms, e_raw,
+    e_local)`` and ``accepted`` Bool[n].
+
+    Example:
+        >>> z = lambda *s: torch.zeros(*s)
+        >>> out = mh_commit_site_(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3),
+        ...     torch.tensor([5]), torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), z(1), z(1),
+        ...     torch.ones(1, 2), torch.ones(1, 2), torch.full((1,), 2.0), torch.full((1,), 2.0), torch.full((1,), 2.0),
+        ...     torch.tensor([0]), torch.tensor([0]), torch.ones(1, 3), None, 0, 0, 2)
+        >>> out[0].tolist(), out[3].tolist(), out[5].tolist()
+        ([[0, 2]], [2.0], [True])
+    """
+    _validate.mh_commit_site_(tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
+                              proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
+                              target_new, seq, q, outputs, beta, epoch, step, stream, values=True)
+    n, dev = ch.shape[0], tokens.device
+    energy = target.index_select(0, ch)
+    if beta is None:
+        beta_t, energy_new, logq_reverse = torch.zeros(n, device=dev), energy.clone(), logq_forward
+    else:
+        beta_t, energy_new = torch.full((n,), float(beta), device=dev), target_new
+    u = counter_uniforms(keys.index_select(0, ch), epoch, step, stream, None)
+    moved = tokens.index_select(0, ch)
+    accepted = mh_accept_(moved, pos, proposed, energy, energy_new, logq_forward, logq_reverse, beta_t, u)
+
+    def pick(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+        keep = accepted[:, None] if new.dim() == 2 else accepted
+        return old.index_copy(0, ch, torch.where(keep, new, old.index_select(0, ch)))
+
+    if seq.numel():
+        rows = ch.index_select(0, seq)
+        cache[rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(cache.dtype), cache[rows, q])
+    return (tokens.index_copy(0, ch, moved), pick(raw_new, raw_terms), pick(local_new, local_terms),
+            pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)

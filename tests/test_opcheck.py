@@ -7,6 +7,7 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
+from test_mh_commit_site import commit_inputs
 
 
 def sample_inputs(device: str):
@@ -36,10 +37,14 @@ def sample_inputs(device: str):
                             d(torch.randn(B, T, V, generator=g).bfloat16(), tokens, torch.arange(B),
                               torch.tensor([1]), torch.tensor([3]), torch.zeros(V, dtype=torch.bool), 0, 0, 1, 1.0,
                               0.7)],
+        "mh_commit_site_": [(*commit_inputs(5, 4, 3, 3, seed=0, device=device), 1.0, 1, 2, 2),
+                            (*commit_inputs(4, 3, 6, 2, seed=1, cache_dtype=torch.bfloat16, device=device), None, 0, 0,
+                             2)],
     }
 
 
-@pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_", "mh_propose_site"])
+@pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_", "mh_propose_site",
+                                "mh_commit_site_"])
 def test_opcheck(device, op):
     for args in sample_inputs(device)[op]:
         torch.library.opcheck(getattr(torch.ops.mhfast, op).default, args)

@@ -10,4 +10,5 @@ TORCH_LIBRARY_IMPL(mhfast, CPU, m) {
   m.impl("mh_accept_", &mhfast::cpu::mh_accept_cpu);
   m.impl("counter_uniforms", &mhfast::cpu::counter_uniforms_cpu);
   m.impl("mh_propose_site", &mhfast::cpu::mh_propose_site_cpu);
+  m.impl("mh_commit_site_", &mhfast::cpu::mh_commit_site_cpu);
 }

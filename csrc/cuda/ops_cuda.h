@@ -110,6 +110,31 @@ struct MhAcceptArgs {
 };
 void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
 
+// mh_commit_site_ (see csrc/cuda/mh_commit_site_cuda.cu). tokens/raw_terms/local_terms are the
+// contiguous [M, T] output copies, e_raw/e_local the contiguous [M] ones, written for accepted
+// chains; cache rows (strides in elements) get outputs' rows (contiguous [R, D], cache dtype,
+// elem_size bytes each). forced: beta None. Chains must be distinct (the op checks it on CPU;
+// on CUDA validate=True does). Invalid indices: the write is skipped.
+struct CommitSiteArgs {
+  int64_t M, T, n, R, D;
+  int64_t* tokens;
+  float *raw_terms, *local_terms, *e_raw, *e_local;
+  Strided1<const float> target;
+  void* cache;
+  int64_t cache_stride0, cache_stride1, cache_stride2, elem_size;
+  Strided1<const int64_t> keys, ch, pos, proposed;
+  Strided1<const float> logq_forward, logq_reverse;
+  Strided2<const float> raw_new, local_new;
+  Strided1<const float> e_raw_new, e_local_new, target_new;
+  Strided1<const int64_t> seq, q;
+  const void* outputs;
+  float beta;
+  bool forced;
+  int64_t epoch, step, stream;
+  bool* accepted;
+};
+void launch_mh_commit_site(const CommitSiteArgs& args, cudaStream_t stream);
+
 // counter_uniforms: out[i] = uniform of key i (and lane i, or lane 0 when lanes is null); contiguous.
 cudaError_t launch_counter_uniforms(const int64_t* keys, const int64_t* lanes, int64_t n, int64_t epoch,
                                     int64_t step, int64_t stream, float* out, cudaStream_t cuda_stream);

@@ -186,6 +186,67 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cuda(
   return {proposed, logq_f, logq_r, changed};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_commit_site_cuda(
+    const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms, const at::Tensor& e_raw,
+    const at::Tensor& e_local, const at::Tensor& target, at::Tensor& cache, const at::Tensor& keys,
+    const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+    const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+    const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
+    const at::Tensor& seq, const at::Tensor& q, const at::Tensor& outputs_in, c10::optional<double> beta,
+    int64_t epoch, int64_t step, int64_t stream) {
+  check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
+                             proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
+                             target_new, seq, q, outputs_in},
+                            beta, epoch, step, stream);
+  check_device_type("mh_commit_site_", "tokens", tokens, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(tokens.device());
+  const auto contiguous = at::MemoryFormat::Contiguous;
+  at::Tensor out_tokens = tokens.clone(contiguous), out_raw = raw_terms.clone(contiguous),
+             out_local = local_terms.clone(contiguous), out_e_raw = e_raw.clone(contiguous),
+             out_e_local = e_local.clone(contiguous);
+  at::Tensor accepted = at::empty({ch.size(0)}, tokens.options().dtype(at::kBool));
+  const at::Tensor outputs = outputs_in.to(cache.scalar_type()).contiguous();  // Tensor.to's rounding
+  CommitSiteArgs a{};
+  a.M = tokens.size(0);
+  a.T = tokens.size(1);
+  a.n = ch.size(0);
+  a.R = seq.size(0);
+  a.D = cache.size(2);
+  a.tokens = out_tokens.mutable_data_ptr<int64_t>();
+  a.raw_terms = out_raw.mutable_data_ptr<float>();
+  a.local_terms = out_local.mutable_data_ptr<float>();
+  a.e_raw = out_e_raw.mutable_data_ptr<float>();
+  a.e_local = out_e_local.mutable_data_ptr<float>();
+  a.target = view1<float>(target);
+  a.cache = cache.mutable_data_ptr();
+  a.cache_stride0 = cache.stride(0);
+  a.cache_stride1 = cache.stride(1);
+  a.cache_stride2 = cache.stride(2);
+  a.elem_size = cache.element_size();
+  a.keys = view1<int64_t>(keys);
+  a.ch = view1<int64_t>(ch);
+  a.pos = view1<int64_t>(pos);
+  a.proposed = view1<int64_t>(proposed);
+  a.logq_forward = view1<float>(logq_forward);
+  a.logq_reverse = view1<float>(logq_reverse);
+  a.raw_new = view2<float>(raw_new);
+  a.local_new = view2<float>(local_new);
+  a.e_raw_new = view1<float>(e_raw_new);
+  a.e_local_new = view1<float>(e_local_new);
+  a.target_new = view1<float>(target_new);
+  a.seq = view1<int64_t>(seq);
+  a.q = view1<int64_t>(q);
+  a.outputs = outputs.const_data_ptr();
+  a.beta = beta.has_value() ? static_cast<float>(*beta) : 0.0f;
+  a.forced = !beta.has_value();
+  a.epoch = epoch;
+  a.step = step;
+  a.stream = stream;
+  a.accepted = accepted.mutable_data_ptr<bool>();
+  launch_mh_commit_site(a, c10::cuda::getCurrentCUDAStream().stream());
+  return {out_tokens, out_raw, out_local, out_e_raw, out_e_local, accepted};
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace mhfast
@@ -197,4 +258,5 @@ TORCH_LIBRARY_IMPL(mhfast, CUDA, m) {
   m.impl("mh_accept_", &mhfast::cuda::mh_accept_cuda);
   m.impl("counter_uniforms", &mhfast::cuda::counter_uniforms_cuda);
   m.impl("mh_propose_site", &mhfast::cuda::mh_propose_site_cuda);
+  m.impl("mh_commit_site_", &mhfast::cuda::mh_commit_site_cuda);
 }

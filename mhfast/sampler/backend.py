@@ -24,6 +24,7 @@ class Backend:
     mh_accept_: Callable
     counter_uniforms: Callable
     mh_propose_site: Callable  #: the propose phase of a single-site MH step, fused
+    mh_commit_site_: Callable  #: the accept + commit phase of a single-site MH step, fused
 
 
 def get_backend(name: str) -> Backend:
@@ -41,10 +42,12 @@ def get_backend(name: str) -> Backend:
             functools.partial(ops.mh_accept_, validate=False),
             ops.counter_uniforms,
             functools.partial(ops.mh_propose_site, validate=False),
+            functools.partial(ops.mh_commit_site_, validate=False),
         )
     if name == "reference":
         from .. import reference
 
         return Backend("reference", reference.masked_copies, reference.gather_energies, reference.propose,
-                       reference.mh_accept_, reference.counter_uniforms, reference.mh_propose_site)
+                       reference.mh_accept_, reference.counter_uniforms, reference.mh_propose_site,
+                       reference.mh_commit_site_)
     raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")

@@ -169,9 +169,74 @@ def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: t
     return prop, logq_f, logq_r, prop != cur, logits
 
 
+def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
+                prop: torch.Tensor, known_logits: torch.Tensor):
+    """Per-position terms of X' for single-site moves of the distinct chains ``ch``: ``(x_new, raw_new,
+    local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops).
+
+    The term at ``pos`` comes from the cached row (``known_logits``) at the proposed token; every
+    other energy position of X' is one forwarded masked row ``(seq, q)`` (outputs: for the cache).
+    """
+    runner, be = ctx.runner, ctx.backend
+    n = ch.shape[0]
+    at, new = pos[:, None], prop[:, None]
+    x_new = state.tokens.index_select(0, ch).scatter_(1, at, new)
+    need = state.energy_mask.index_select(0, ch).scatter_(1, at, False)
+    num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - n  # host counts: no sync
+    raw_new = state.raw_terms.index_select(0, ch)
+    local_new = state.local_terms.index_select(0, ch)
+    if num_rows:
+        seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
+        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
+        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
+        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True)
+        raw_new.index_put_((seq, q), r)
+        local_new.index_put_((seq, q), l)
+    else:
+        seq = q = torch.zeros(0, dtype=torch.long, device=ch.device)
+        outputs = state.cache.new_zeros(0, state.cache.shape[2])
+    r_i, l_i = runner.terms_from_logits(be, known_logits, prop)
+    raw_new.scatter_(1, at, r_i[:, None])
+    local_new.scatter_(1, at, l_i[:, None])
+    return x_new, raw_new, local_new, seq, q, outputs
+
+
+def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
+                             pos: torch.Tensor, prop: torch.Tensor, logq_forward: torch.Tensor,
+                             logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
+                             step: int) -> tuple[ChainState, torch.Tensor]:
+    """:func:`evaluate_and_accept` for single-site moves (``pos``/``prop`` Long[n], distinct chains ``ch``):
+    the same chains, with the MH test, the state update and the cache rows in one op (``mh_commit_site_``).
+
+    Energies stay :func:`sum_terms` of the term rows (torch's float64 sum, as every other energy of
+    the state), computed here once per moving chain and handed to the op.
+    """
+    x_new, raw_new, local_new, seq, q, outputs = _site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
+    e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
+    target_new = e_raw_new if state.energy == "raw" else e_local_new
+    extra = None
+    if ctx.terms is not None and ctx.terms.terms:  # extra energy terms of X', batched over the chains
+        values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
+        extra = (values, ctx.terms.weighted(values))
+        target_new = target_new + extra[1]
+    tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
+        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, state.target, state.cache,
+        state.rng_keys, ch, pos, prop, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
+        target_new, seq, q, outputs, beta, epoch, step, rng.ACCEPT)
+    more = {}
+    if extra is not None:  # the extra terms' values of accepted chains (not in the op: optional, rare)
+        pick = lambda new, old: old.index_copy(0, ch, torch.where(  # noqa: E731
+            accepted[:, None] if new.dim() == 2 else accepted, new, old.index_select(0, ch)))
+        more = dict(term_values=pick(extra[0], state.term_values), e_extra=pick(extra[1], state.e_extra))
+    state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
+                                **more)
+    return state, accepted.sum()
+
+
 def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
                    pos: torch.Tensor, beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
-    """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``.
+    """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``:
+    :func:`propose_sites`, one host sync (how many chains changed), :func:`site_evaluate_and_accept`.
 
     ``beta=None``: force accept (energies are still computed, so the cache stays valid).
     """
@@ -186,9 +251,9 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         return state, StepInfo(A, A, 0, scored=True)
     ch, pos_ch = act.index_select(0, local), pos.index_select(0, local)
     known = logits.index_select(0, local) if logits is not None else state.cache[ch, pos_ch]
-    state, k = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch[:, None], prop.index_select(0, local)[:, None],
-                                   logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
-                                   epoch, step)
+    state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
+                                        logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
+                                        epoch, step)
     return state, StepInfo(A, A - n + k, k, scored=True)
 
 
