@@ -160,7 +160,8 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
   const char* op = "mh_commit_site_";
   using Named = std::pair<const char*, const at::Tensor*>;
   const auto half_or_float = {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16};
-  const int64_t M = a.tokens.dim() == 2 ? a.tokens.size(0) : 0, T = a.tokens.dim() == 2 ? a.tokens.size(1) : 0;
+  const bool two_d = a.tokens.dim() == 2;
+  const int64_t M = two_d ? a.tokens.size(0) : 0, T = two_d ? a.tokens.size(1) : 0;
   const int64_t n = a.ch.dim() == 1 ? a.ch.size(0) : 0, R = a.seq.dim() == 1 ? a.seq.size(0) : 0;
   check_dtype(op, "cache", a.cache, half_or_float);
   check_dtype(op, "outputs", a.outputs, half_or_float);
@@ -204,9 +205,10 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
   check_size(op, "q", a.q, 0, R, "len(seq)");
   check_size(op, "outputs", a.outputs, 0, R, "len(seq)");
   check_size(op, "outputs", a.outputs, 1, a.cache.size(2), "dim 2 of cache");
-  for (const Named& x : {Named{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms}, {"e_raw", &a.e_raw},
-                         {"e_local", &a.e_local}, {"target", &a.target}, {"cache", &a.cache}, {"keys", &a.keys},
-                         {"ch", &a.ch}, {"pos", &a.pos}, {"proposed", &a.proposed},
+  for (const Named& x : {Named{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms},
+                         {"e_raw", &a.e_raw}, {"e_local", &a.e_local}, {"target", &a.target},
+                         {"cache", &a.cache}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
+                         {"proposed", &a.proposed},
                          {"logq_forward", &a.logq_forward}, {"logq_reverse", &a.logq_reverse},
                          {"raw_new", &a.raw_new}, {"local_new", &a.local_new}, {"e_raw_new", &a.e_raw_new},
                          {"e_local_new", &a.e_local_new}, {"target_new", &a.target_new}, {"seq", &a.seq},
@@ -217,6 +219,21 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
                     ": beta must be a finite number or None, got ", beta.value_or(0.0));
   TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
                     ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
+}
+
+void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
+                             const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
+                             const at::Tensor& cache, const at::Tensor& keys, const at::Tensor& ch,
+                             const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+                             const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+                             const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
+                             const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
+                             const at::Tensor& outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             int64_t stream) {
+  check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed,
+                             logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new,
+                             seq, q, outputs},
+                            beta, epoch, step, stream);
 }
 
 }  // namespace mhfast

@@ -84,6 +84,16 @@ struct CommitSiteArgs {
 };
 void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta, int64_t epoch,
                                int64_t step, int64_t stream);
+// The same with the op's flat argument list (torch.ops.mhfast.mh_commit_site__check).
+void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
+                             const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
+                             const at::Tensor& cache, const at::Tensor& keys, const at::Tensor& ch,
+                             const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+                             const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+                             const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
+                             const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
+                             const at::Tensor& outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             int64_t stream);
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);

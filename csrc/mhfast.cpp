@@ -48,21 +48,21 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor uniforms) -> Tensor");
   // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
   m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
-  // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
-  // the blocked ids at -inf, current = tokens[act[a], pos[a]], u = counter_uniforms(keys[act[a]],
-  // epoch, step, stream); then propose. (proposed, logq_forward, logq_reverse, changed).
   // The accept + commit phase of a single-site MH step in one call: MH test of the chains ch
   // (uniforms from the counter hash of keys[ch]; beta None: forced accept), then for the accepted
   // ones the new token, per-position terms and energies (returned as new state tensors) and the
   // model rows (seq, q) of X' written into the cache in place. Returns (tokens, raw_terms,
   // local_terms, e_raw, e_local, accepted).
   m.def(
-      "mh_commit_site_(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local, Tensor target,"
-      " Tensor(a!) cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed, Tensor logq_forward,"
-      " Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new, Tensor e_local_new,"
-      " Tensor target_new, Tensor seq, Tensor q, Tensor outputs, float? beta, int epoch, int step,"
-      " int stream)"
+      "mh_commit_site_(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
+      " Tensor target, Tensor(a!) cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
+      " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor outputs, float? beta,"
+      " int epoch, int step, int stream)"
       " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
+  // the blocked ids at -inf, current = tokens[act[a], pos[a]], u = counter_uniforms(keys[act[a]],
+  // epoch, step, stream); then propose. (proposed, logq_forward, logq_reverse, changed).
   m.def(
       "mh_propose_site(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
       " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p)"
@@ -86,24 +86,13 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_propose_site_check(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
       " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p) -> ()",
       &mhfast::check_mh_propose_site_args);
-  m.def("mh_commit_site__check(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local, Tensor target,"
-      " Tensor cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed, Tensor logq_forward,"
-      " Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new, Tensor e_local_new,"
-      " Tensor target_new, Tensor seq, Tensor q, Tensor outputs, float? beta, int epoch, int step,"
-      " int stream) -> ()",
-        [](const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
-           const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target, const at::Tensor& cache,
-           const at::Tensor& keys, const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed,
-           const at::Tensor& logq_forward, const at::Tensor& logq_reverse, const at::Tensor& raw_new,
-           const at::Tensor& local_new, const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
-           const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q, const at::Tensor& outputs,
-           c10::optional<double> beta, int64_t epoch, int64_t step, int64_t stream) {
-          mhfast::check_mh_commit_site_args(
-              {tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed,
-               logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new, seq, q,
-               outputs},
-              beta, epoch, step, stream);
-        });
+  m.def(
+      "mh_commit_site__check(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
+      " Tensor target, Tensor cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
+      " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor outputs, float? beta,"
+      " int epoch, int step, int stream) -> ()",
+      &mhfast::check_mh_commit_site_op);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
       &mhfast::check_counter_uniforms_args);

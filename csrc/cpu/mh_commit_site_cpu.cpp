@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -110,14 +111,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const bool unit = cache.stride(2) == 1;
     const int64_t* sp = seq.const_data_ptr<int64_t>();
     const int64_t* qp = q.const_data_ptr<int64_t>();
-    at::parallel_for(0, R, std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1)), [&](int64_t lo, int64_t hi) {
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
+    at::parallel_for(0, R, grain, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         if (!acc[sp[r]]) continue;
         char* d = dst + cp[sp[r]] * s0 + qp[r] * s1;
         if (unit) {
           std::memcpy(d, src + r * row_bytes, row_bytes);
         } else {
-          for (int64_t j = 0; j < D; ++j) std::memcpy(d + j * cache.stride(2) * es, src + r * row_bytes + j * es, es);
+          const int64_t s2 = cache.stride(2) * es;
+          for (int64_t j = 0; j < D; ++j) std::memcpy(d + j * s2, src + r * row_bytes + j * es, es);
         }
       }
     });

@@ -57,7 +57,9 @@ __device__ void commit_row(const CommitSiteArgs& a, int64_t r, bool ok) {
   if (a.cache_stride2 == 1) {  // contiguous row: bytes
     for (int64_t j = threadIdx.x; j < a.D * es; j += blockDim.x) dst[j] = src[j];
   } else {
-    for (int64_t j = threadIdx.x; j < a.D * es; j += blockDim.x) dst[(j / es) * a.cache_stride2 * es + j % es] = src[j];
+    for (int64_t j = threadIdx.x; j < a.D * es; j += blockDim.x) {
+      dst[(j / es) * a.cache_stride2 * es + j % es] = src[j];
+    }
   }
 }
 

@@ -78,6 +78,9 @@ def _commit(state: ChainState, tokens: torch.Tensor, chains: torch.Tensor, accep
 def changed_chains(changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices of the step's chains whose proposal differs from their state: the one host sync of
     a step (the caller then knows how many rows to forward). Returns ``(device, CPU)`` copies."""
+    if changed.device.type == "cpu":  # no copies to make (each would still be a dispatched call)
+        local = changed.nonzero().squeeze(1)
+        return local, local
     local_host = changed.cpu().nonzero().squeeze(1)
     return local_host.to(changed.device), local_host
 

@@ -125,6 +125,10 @@ class ModelRunner:
         name = "masked_features" if self.use_features else "masked_logits"
         N, T = rows.shape
         step = self._chunk(T)
+        if N <= step:  # one sub-batch: no slicing (the same call on the same rows)
+            out = self._call(name, rows, positions, ctx_index=ctx_index)
+            self.model_rows += N
+            return out
         parts = []
         for s in range(0, N, step):
             ci = ctx_index[s:s + step] if ctx_index is not None else None
@@ -189,6 +193,10 @@ class ModelRunner:
         """
         N, T = rows.shape
         step = self._chunk(T)
+        if 0 < N <= step:  # one sub-batch: no slicing (the same calls on the same rows)
+            out = self.outputs(rows, positions, ctx_index)
+            r, l = self.terms_from_logits(backend, self.to_logits(out), targets)
+            return r, l, (out if keep_outputs else None)
         raws, locals_, outs = [], [], []
         for s in range(0, N, step):
             ci = ctx_index[s:s + step] if ctx_index is not None else None
