@@ -148,6 +148,14 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
     return new_state, accepted.sum()
 
 
+def can_fuse_propose(ctx: StepContext, state: ChainState) -> bool:
+    """Whether :func:`propose_sites` runs as one ``mh_propose_site`` op: the cache holds V-wide logits
+    (not features, which need the model's output layer) and no AllowedTokens mask applies (it
+    depends on the input and the position; the op blocks one id set for every row)."""
+    allowed = ctx.terms.allowed if ctx.terms is not None else None
+    return not ctx.runner.use_features and allowed is None and state.cache.shape[2] == ctx.runner.vocab_size
+
+
 def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int,
                   step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Proposals of the chains ``act`` at ``pos`` from their cached rows: ``(proposed, logq_forward,
@@ -160,8 +168,7 @@ def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: t
     from the unfused ops, and ``logits`` the rows' logits.
     """
     runner, be = ctx.runner, ctx.backend
-    allowed = ctx.terms.allowed if ctx.terms is not None else None
-    if not runner.use_features and allowed is None and state.cache.shape[2] == runner.vocab_size:
+    if can_fuse_propose(ctx, state):
         return (*be.mh_propose_site(state.cache, state.tokens, state.rng_keys, act, pos, runner.special, epoch,
                                     step, rng.PROPOSE, ctx.proposal_temperature, ctx.top_p), None)
     logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
