@@ -71,7 +71,11 @@ __global__ void __launch_bounds__(kThreads) mh_commit_site_kernel(CommitSiteArgs
   if (threadIdx.x == 0) ok = valid && accepts(a, i);
   __syncthreads();
   if (b < a.n) {
-    if (valid && a.ch[i] >= 0 && a.ch[i] < a.M) commit_chain(a, i, ok);
+    if (a.ch[i] >= 0 && a.ch[i] < a.M) {
+      commit_chain(a, i, ok);
+    } else if (threadIdx.x == 0) {
+      a.accepted[i] = false;  // invalid chain index: rejected, nothing written
+    }
   } else {
     commit_row(a, b - a.n, ok);
   }
