@@ -89,17 +89,23 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
                                 float(temperature), float(top_p))
 
 
-def mh_commit_site_(*args: object, validate: bool = True
+def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
+                    e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
+                    ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
+                    logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+                    e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
+                    q: torch.Tensor, outputs: torch.Tensor, beta: float | None, epoch: int, step: int, stream: int,
+                    *, validate: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Compiled :func:`mhfast.reference.mh_commit_site_` (same 25 arguments; one kernel: MH test,
-    state copies with the accepted moves, cache rows in place)."""
-    if validate:
-        _validate.tensors("mh_commit_site_", **dict(zip(_validate.COMMIT_TENSORS, args[:21])))
-        if _needs_python_checks(validate, args[0]):
-            _validate.mh_commit_site_(*args, values=True)
-    beta, epoch, step, stream = args[21:]
-    return _ops.mh_commit_site_(*args[:21], None if beta is None else float(beta), int(epoch), int(step),
-                                int(stream))
+    """Compiled :func:`mhfast.reference.mh_commit_site_` (one kernel: MH test, state copies with the
+    accepted moves, cache rows in place)."""
+    tensors = (tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed, logq_forward,
+               logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new, seq, q, outputs)
+    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
+        _validate.tensors("mh_commit_site_", **dict(zip(_validate.COMMIT_TENSORS, tensors)))
+        if _needs_python_checks(validate, tokens):
+            _validate.mh_commit_site_(*tensors, beta, epoch, step, stream, values=True)
+    return _ops.mh_commit_site_(*tensors, None if beta is None else float(beta), int(epoch), int(step), int(stream))
 
 
 # ---------------------------------------------------------------------------------------------
