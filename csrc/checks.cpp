@@ -164,7 +164,6 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
   const int64_t M = two_d ? a.tokens.size(0) : 0, T = two_d ? a.tokens.size(1) : 0;
   const int64_t n = a.ch.dim() == 1 ? a.ch.size(0) : 0, R = a.seq.dim() == 1 ? a.seq.size(0) : 0;
   check_dtype(op, "cache", a.cache, half_or_float);
-  check_dtype(op, "outputs", a.outputs, half_or_float);
   for (const Named& x : {Named{"tokens", &a.tokens}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
                          {"proposed", &a.proposed}, {"seq", &a.seq}, {"q", &a.q}}) {
     check_dtype(op, x.first, *x.second, {kLong});
@@ -180,7 +179,6 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
   for (const auto& x : per_move) check_dtype(op, x.first, *x.second, {kFloat});
   check_dim(op, "tokens", a.tokens, 2);
   check_dim(op, "cache", a.cache, 3);
-  check_dim(op, "outputs", a.outputs, 2);
   for (const auto& x : per_position) {
     check_dim(op, x.first, *x.second, 2);
     check_size(op, x.first, *x.second, 1, T, "positions: dim 1 of tokens");
@@ -203,8 +201,16 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
   check_dim(op, "seq", a.seq, 1);
   check_dim(op, "q", a.q, 1);
   check_size(op, "q", a.q, 0, R, "len(seq)");
-  check_size(op, "outputs", a.outputs, 0, R, "len(seq)");
-  check_size(op, "outputs", a.outputs, 1, a.cache.size(2), "dim 2 of cache");
+  int64_t rows = 0;
+  for (const at::Tensor& o : a.outputs) {
+    check_dtype(op, "outputs", o, half_or_float);
+    check_dim(op, "outputs", o, 2);
+    check_size(op, "outputs", o, 1, a.cache.size(2), "dim 2 of cache");
+    check_same_device(op, "tokens", a.tokens, "outputs", o);
+    rows += o.size(0);
+  }
+  TORCH_CHECK_VALUE(rows == R, "mhfast.", op, ": outputs hold ", rows, " rows in all, expected ", R,
+                    " (len(seq))");
   for (const Named& x : {Named{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms},
                          {"e_raw", &a.e_raw}, {"e_local", &a.e_local}, {"target", &a.target},
                          {"cache", &a.cache}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
@@ -212,7 +218,7 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
                          {"logq_forward", &a.logq_forward}, {"logq_reverse", &a.logq_reverse},
                          {"raw_new", &a.raw_new}, {"local_new", &a.local_new}, {"e_raw_new", &a.e_raw_new},
                          {"e_local_new", &a.e_local_new}, {"target_new", &a.target_new}, {"seq", &a.seq},
-                         {"q", &a.q}, {"outputs", &a.outputs}}) {
+                         {"q", &a.q}}) {
     check_same_device(op, "tokens", a.tokens, x.first, *x.second);
   }
   TORCH_CHECK_VALUE(!beta.has_value() || std::isfinite(*beta), "mhfast.", op,
@@ -228,7 +234,7 @@ void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_ter
                              const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
                              const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
                              const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
-                             const at::Tensor& outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             at::TensorList outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
                              int64_t stream) {
   check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed,
                              logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new,

@@ -57,7 +57,7 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_commit_site_(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
       " Tensor target, Tensor(a!) cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
       " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
-      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor outputs, float? beta,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
       " int epoch, int step, int stream)"
       " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
@@ -90,7 +90,7 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_commit_site__check(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
       " Tensor target, Tensor cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
       " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
-      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor outputs, float? beta,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
       " int epoch, int step, int stream) -> ()",
       &mhfast::check_mh_commit_site_op);
   m.def(

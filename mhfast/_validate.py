@@ -151,21 +151,30 @@ def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream,
 
 COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",
                   "proposed", "logq_forward", "logq_reverse", "raw_new", "local_new", "e_raw_new", "e_local_new",
-                  "target_new", "seq", "q", "outputs")
+                  "target_new", "seq", "q")
+
+
+def tensor_list(op: str, name: str, ts: object) -> None:
+    """TypeError unless ``ts`` is a list or tuple of tensors."""
+    if not isinstance(ts, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in ts):
+        raise TypeError(f"mhfast.{op}: {name} must be a list of torch.Tensor, got {type(ts).__name__}")
 
 
 def mh_commit_site_(*args, values: bool) -> None:
-    """Checks of mh_commit_site_'s 21 tensors (named as in :data:`COMMIT_TENSORS`), beta, epoch, step, stream."""
+    """Checks of mh_commit_site_'s 20 tensors (named as in :data:`COMMIT_TENSORS`), the ``outputs`` chunks,
+    beta, epoch, step and stream."""
     op = "mh_commit_site_"
-    t = dict(zip(COMMIT_TENSORS, args[:21]))
+    t = dict(zip(COMMIT_TENSORS, args[:20]))
+    outputs = args[20]
     beta, epoch, step, stream = args[21:]
     tensors(op, **t)
+    tensor_list(op, "outputs", outputs)
     if beta is not None:
         number(op, "beta", beta)
     for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
         if isinstance(c, bool) or not isinstance(c, int):
             raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
-    _ops.mh_commit_site__check(*args[:21], None if beta is None else float(beta), epoch, step, stream)
+    _ops.mh_commit_site__check(*args[:20], list(outputs), None if beta is None else float(beta), epoch, step, stream)
     if not values:
         return
     M, T = t["tokens"].shape

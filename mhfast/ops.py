@@ -94,18 +94,20 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
                     ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
                     logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
                     e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
-                    q: torch.Tensor, outputs: torch.Tensor, beta: float | None, epoch: int, step: int, stream: int,
-                    *, validate: bool = True
+                    q: torch.Tensor, outputs: list[torch.Tensor], beta: float | None, epoch: int, step: int,
+                    stream: int, *, validate: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.mh_commit_site_` (one kernel: MH test, state copies with the
     accepted moves, cache rows in place)."""
     tensors = (tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed, logq_forward,
-               logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new, seq, q, outputs)
+               logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new, seq, q)
     if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
         _validate.tensors("mh_commit_site_", **dict(zip(_validate.COMMIT_TENSORS, tensors)))
+        _validate.tensor_list("mh_commit_site_", "outputs", outputs)
         if _needs_python_checks(validate, tokens):
-            _validate.mh_commit_site_(*tensors, beta, epoch, step, stream, values=True)
-    return _ops.mh_commit_site_(*tensors, None if beta is None else float(beta), int(epoch), int(step), int(stream))
+            _validate.mh_commit_site_(*tensors, outputs, beta, epoch, step, stream, values=True)
+    return _ops.mh_commit_site_(*tensors, list(outputs), None if beta is None else float(beta), int(epoch), int(step),
+                                int(stream))
 
 
 # ---------------------------------------------------------------------------------------------

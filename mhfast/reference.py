@@ -229,7 +229,8 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
                     ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
                     logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
                     e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
-                    q: torch.Tensor, outputs: torch.Tensor, beta: float | None, epoch: int, step: int, stream: int
+                    q: torch.Tensor, outputs: list[torch.Tensor], beta: float | None, epoch: int, step: int,
+                    stream: int
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The accept + commit phase of a single-site MH step (the distinct chains ``ch`` move to
     ``proposed`` at ``pos``) in one call.
@@ -239,8 +240,9 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
     energy_proposed = energy, logq_reverse = logq_forward: log_alpha = 0). Accepted chain ``ch[i]``
     gets its token, the term rows ``raw_new[i]``/``local_new[i]`` and energies ``e_raw_new[i]``/
     ``e_local_new[i]``; its model rows ``r`` (``seq[r] == i``) are written to ``cache[ch[i], q[r]]``
-    **in place** (``outputs.to(cache.dtype)``). Shapes: state [M, T] / [M], cache [M, T, D], moves [n]
-    (terms [n, T]), rows [R] (outputs [R, D]). Returns new ``(tokens, raw_terms, local_terms, e_raw,
+    **in place** (``outputs.to(cache.dtype)``), ``outputs`` being the R rows as a list of chunks
+    ``[R_k, D]`` (the model's sub-batches, so the caller need not concatenate them). Shapes: state
+    [M, T] / [M], cache [M, T, D], moves [n] (terms [n, T]), rows [R]. Returns new ``(tokens, raw_terms, local_terms, e_raw,
     e_local)`` and ``accepted`` Bool[n].
 
     Example:
@@ -248,7 +250,7 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
         >>> out = mh_commit_site_(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3),
         ...     torch.tensor([5]), torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), z(1), z(1),
         ...     torch.ones(1, 2), torch.ones(1, 2), torch.full((1,), 2.0), torch.full((1,), 2.0), torch.full((1,), 2.0),
-        ...     torch.tensor([0]), torch.tensor([0]), torch.ones(1, 3), None, 0, 0, 2)
+        ...     torch.tensor([0]), torch.tensor([0]), [torch.ones(1, 3)], None, 0, 0, 2)
         >>> out[0].tolist(), out[3].tolist(), out[5].tolist()
         ([[0, 2]], [2.0], [True])
     """
@@ -271,6 +273,7 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
 
     if seq.numel():
         rows = ch.index_select(0, seq)
-        cache[rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(cache.dtype), cache[rows, q])
+        new = torch.cat(outputs).to(cache.dtype)
+        cache[rows, q] = torch.where(accepted.index_select(0, seq)[:, None], new, cache[rows, q])
     return (tokens.index_copy(0, ch, moved), pick(raw_new, raw_terms), pick(local_new, local_terms),
             pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)

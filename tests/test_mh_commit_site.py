@@ -14,7 +14,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def commit_inputs(M: int, T: int, D: int, n: int, seed: int, cache_dtype=torch.float32, device="cpu",
                   rows_per_chain: int | None = None):
-    """The 21 tensors of mh_commit_site_: n distinct chains, each with up to T - 1 model rows."""
+    """The 20 tensors and the outputs chunks of mh_commit_site_: n distinct chains, each with up to T - 1
+    model rows, the rows split into random chunks (as the model's sub-batches)."""
     g = torch.Generator().manual_seed(seed)
     f = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     tokens = torch.randint(0, 9, (M, T), generator=g)
@@ -35,15 +36,20 @@ def commit_inputs(M: int, T: int, D: int, n: int, seed: int, cache_dtype=torch.f
     for i in range(n):
         need[i, torch.randperm(T, generator=g)[:k]] = True
     seq, q = need.nonzero(as_tuple=True)
-    outputs = f(seq.shape[0], D)
+    R = seq.shape[0]
+    cuts = sorted(torch.randint(0, R + 1, (2,), generator=g).tolist())
+    outputs = [o.to(device) for o in f(R, D).split([cuts[0], cuts[1] - cuts[0], R - cuts[1]])]
     ts = (tokens, raw, local, e_raw, e_local, target, cache, keys, ch, pos, proposed, logq_f, logq_r, raw_new,
-          local_new, e_raw_new, e_local_new, target_new, seq, q, outputs)
-    return tuple(t.to(device) for t in ts)
+          local_new, e_raw_new, e_local_new, target_new, seq, q)
+    return (*(t.to(device) for t in ts), outputs)
+
+
+def cloned(args):
+    return tuple([o.clone() for o in a] if isinstance(a, list) else a.clone() for a in args)
 
 
 def run_both(args, beta, epoch=3, step=5, stream=2):
-    a = tuple(t.clone() for t in args)
-    b = tuple(t.clone() for t in args)
+    a, b = cloned(args), cloned(args)
     got = ops.mh_commit_site_(*a, beta, epoch, step, stream)
     want = reference.mh_commit_site_(*b, beta, epoch, step, stream)
     return got, want, a[6], b[6]
@@ -70,10 +76,12 @@ def test_matches_reference_bit_for_bit(device, cache_dtype, beta):
 
 def test_inputs_unchanged_except_cache(device):
     args = commit_inputs(8, 5, 4, 6, seed=7, device=device)
-    before = tuple(t.clone() for t in args)
+    before = cloned(args)
     ops.mh_commit_site_(*args, 1.0, 0, 0, 2)
     for i, (x, y) in enumerate(zip(args, before)):
-        if i != 6:
+        if i == 20:
+            assert all(torch.equal(a, b) for a, b in zip(x, y))
+        elif i != 6:
             assert torch.equal(x, y)
 
 
@@ -85,13 +93,13 @@ def test_strided_views_and_no_moves(device):
     args_strided[6] = wide[:, :, ::2]  # cache with dim-2 stride 2, updated in place through the view
     args_strided[13] = args[13].t().contiguous().t()  # column-major raw_new
     got = ops.mh_commit_site_(*args_strided, 0.8, 1, 2, 2)
-    want = reference.mh_commit_site_(*[t.clone() for t in args], 0.8, 1, 2, 2)
+    want = reference.mh_commit_site_(*cloned(args), 0.8, 1, 2, 2)
     for x, y in zip(got, want):
         assert torch.equal(x, y)
     ref_cache = args[6].clone()
     reference.mh_commit_site_(*(args[:6] + [ref_cache] + args[7:]), 0.8, 1, 2, 2)
     assert torch.equal(wide[:, :, ::2], ref_cache)
-    empty = [t[:0] if i >= 8 else t for i, t in enumerate(args)]
+    empty = [t[:0] if 8 <= i < 20 else t for i, t in enumerate(args[:20])] + [[]]
     out = ops.mh_commit_site_(*empty, 1.0, 0, 0, 2)
     assert torch.equal(out[0], args[0]) and out[5].shape == (0,)
 
@@ -108,6 +116,8 @@ def test_bad_input(device):
     raises_everywhere("mh_commit_site_", (*swap(1, args[1][:, :2]), *s), "raw_terms")
     raises_everywhere("mh_commit_site_", (*swap(5, args[5].double()), *s), "target")
     raises_everywhere("mh_commit_site_", (*swap(6, args[6][:, :, :2]), *s), "outputs")
+    raises_everywhere("mh_commit_site_", (*swap(20, [torch.cat(args[20])[1:]]), *s), "outputs")
+    raises_everywhere("mh_commit_site_", (*swap(20, [o.long() for o in args[20]]), *s), "outputs")
     raises_everywhere("mh_commit_site_", (*swap(6, args[6].long()), *s), "cache")
     raises_everywhere("mh_commit_site_", (*swap(7, args[7][1:]), *s), "keys")
     raises_everywhere("mh_commit_site_", (*swap(9, args[9][1:]), *s), "pos")
@@ -123,8 +133,11 @@ def test_bad_input(device):
     twice = args[8].clone()
     twice[1] = twice[0]
     raises_everywhere("mh_commit_site_", (*swap(8, twice), *s), "ch", raw=raw_values)
-    with pytest.raises(TypeError, match="outputs"):
-        ops.mh_commit_site_(*args[:20], args[20].tolist(), *s)
+    for bad in (torch.cat(args[20]), [o.tolist() for o in args[20]]):
+        with pytest.raises(TypeError, match="outputs"):
+            ops.mh_commit_site_(*args[:20], bad, *s)
+        with pytest.raises(TypeError, match="outputs"):
+            reference.mh_commit_site_(*args[:20], bad, *s)
 
 
 def _sample(energy: str, **kw):

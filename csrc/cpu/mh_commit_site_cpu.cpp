@@ -7,7 +7,8 @@
 // mh_accept_. Accepted: tokens[m, pos[i]] = proposed[i], rows raw/local_terms[m] = raw/local_new[i],
 // e_raw/e_local[m] = e_raw/e_local_new[i] (in copies of the state tensors, returned), and every model
 // row r of that chain (seq[r] = i) goes to cache[m, q[r]] (in place, converted to the cache dtype
-// as Tensor.to does). Indices are checked serially before anything is written.
+// as Tensor.to does). The rows come in chunks (outputs: the model's sub-batches, row r of the
+// concatenation), so that no caller has to concatenate them first. Indices are checked serially before anything is written.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -52,7 +53,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& ch_in, const at::Tensor& pos_in, const at::Tensor& proposed, const at::Tensor& logq_forward,
     const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
     const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
-    const at::Tensor& seq_in, const at::Tensor& q_in, const at::Tensor& outputs, c10::optional<double> beta,
+    const at::Tensor& seq_in, const at::Tensor& q_in, at::TensorList outputs, c10::optional<double> beta,
     int64_t epoch, int64_t step, int64_t stream) {
   const char* op = "mh_commit_site_";
   check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch_in, pos_in,
@@ -103,27 +104,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   }
   if (R > 0 && cache.size(2) > 0) {
     // The accepted rows of X' become the cache rows (Tensor.to's rounding to the cache dtype).
-    const at::Tensor rows = outputs.to(cache.scalar_type()).contiguous();
-    const int64_t D = cache.size(2), row_bytes = D * static_cast<int64_t>(cache.element_size());
-    const char* src = static_cast<const char*>(rows.const_data_ptr());
+    const int64_t D = cache.size(2), es = cache.element_size(), row_bytes = D * es;
     char* dst = static_cast<char*>(cache.mutable_data_ptr());
-    const int64_t es = cache.element_size(), s0 = cache.stride(0) * es, s1 = cache.stride(1) * es;
-    const bool unit = cache.stride(2) == 1;
+    const int64_t s0 = cache.stride(0) * es, s1 = cache.stride(1) * es, s2 = cache.stride(2) * es;
     const int64_t* sp = seq.const_data_ptr<int64_t>();
     const int64_t* qp = q.const_data_ptr<int64_t>();
     const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
-    at::parallel_for(0, R, grain, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        if (!acc[sp[r]]) continue;
-        char* d = dst + cp[sp[r]] * s0 + qp[r] * s1;
-        if (unit) {
-          std::memcpy(d, src + r * row_bytes, row_bytes);
-        } else {
-          const int64_t s2 = cache.stride(2) * es;
-          for (int64_t j = 0; j < D; ++j) std::memcpy(d + j * s2, src + r * row_bytes + j * es, es);
+    int64_t r0 = 0;  // row of the concatenation where this chunk starts
+    for (const at::Tensor& chunk : outputs) {
+      const at::Tensor rows = chunk.to(cache.scalar_type()).contiguous();
+      const char* src = static_cast<const char*>(rows.const_data_ptr());
+      at::parallel_for(0, rows.size(0), grain, [&](int64_t lo, int64_t hi) {
+        for (int64_t j = lo; j < hi; ++j) {
+          const int64_t r = r0 + j;
+          if (!acc[sp[r]]) continue;
+          char* d = dst + cp[sp[r]] * s0 + qp[r] * s1;
+          if (s2 == es) {
+            std::memcpy(d, src + j * row_bytes, row_bytes);
+          } else {
+            for (int64_t k = 0; k < D; ++k) std::memcpy(d + k * s2, src + j * row_bytes + k * es, es);
+          }
         }
-      }
-    });
+      });
+      r0 += rows.size(0);
+    }
   }
   return {out_tokens, out_raw, out_local, out_e_raw, out_e_local, accepted};
 }

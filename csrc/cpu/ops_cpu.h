@@ -45,7 +45,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
     const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
     const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
-    const at::Tensor& seq, const at::Tensor& q, const at::Tensor& outputs, c10::optional<double> beta,
+    const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs, c10::optional<double> beta,
     int64_t epoch, int64_t step, int64_t stream);
 
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first

@@ -1,8 +1,10 @@
 // mh_commit_site_ on CUDA: the accept + commit phase of a single-site MH step in one launch.
 //
-// Blocks [0, n): chain i's MH test (counter-hash uniform, mh_accept_'s explicitly rounded fp32
+// One launch per chunk of model rows (the first launch also runs the chain blocks).
+// Blocks [0, chain_blocks): chain i's MH test (counter-hash uniform, mh_accept_'s explicitly rounded fp32
 // arithmetic: no FMA contraction), then, if accepted, its token, term rows and energies written
-// into the output copies of the state (made by the caller). Blocks [n, n + R): model row r; the
+// into the output copies of the state (made by the caller). Then one block per row of the chunk
+// (row r = row0 + j of seq / q, row j of the chunk); the
 // block recomputes the accept decision of chain seq[r] (a pure function of the inputs, so no
 // second launch is needed to order the two) and, if accepted, copies outputs[r] into
 // cache[ch[seq[r]], q[r]] (same dtype: the caller converted it). Invalid indices are skipped.
@@ -47,13 +49,14 @@ __device__ void commit_chain(const CommitSiteArgs& a, int64_t i, bool ok) {
   }
 }
 
-__device__ void commit_row(const CommitSiteArgs& a, int64_t r, bool ok) {
+__device__ void commit_row(const CommitSiteArgs& a, int64_t j, bool ok) {
+  const int64_t r = a.row0 + j;
   const int64_t i = a.seq[r], t = a.q[r];
   if (!ok || t < 0 || t >= a.T) return;
   const int64_t m = a.ch[i];
   const int64_t es = a.elem_size;
   char* dst = static_cast<char*>(a.cache) + (m * a.cache_stride0 + t * a.cache_stride1) * es;
-  const char* src = static_cast<const char*>(a.outputs) + r * a.D * es;
+  const char* src = static_cast<const char*>(a.outputs) + j * a.D * es;
   if (a.cache_stride2 == 1) {  // contiguous row: bytes
     for (int64_t j = threadIdx.x; j < a.D * es; j += blockDim.x) dst[j] = src[j];
   } else {
@@ -66,25 +69,25 @@ __device__ void commit_row(const CommitSiteArgs& a, int64_t r, bool ok) {
 __global__ void __launch_bounds__(kThreads) mh_commit_site_kernel(CommitSiteArgs a) {
   const int64_t b = blockIdx.x;
   __shared__ bool ok;
-  const int64_t i = b < a.n ? b : a.seq[b - a.n];
+  const int64_t i = b < a.chain_blocks ? b : a.seq[a.row0 + b - a.chain_blocks];
   const bool valid = i >= 0 && i < a.n;
   if (threadIdx.x == 0) ok = valid && accepts(a, i);
   __syncthreads();
-  if (b < a.n) {
+  if (b < a.chain_blocks) {
     if (a.ch[i] >= 0 && a.ch[i] < a.M) {
       commit_chain(a, i, ok);
     } else if (threadIdx.x == 0) {
       a.accepted[i] = false;  // invalid chain index: rejected, nothing written
     }
   } else {
-    commit_row(a, b - a.n, ok);
+    commit_row(a, b - a.chain_blocks, ok);
   }
 }
 
 }  // namespace
 
 void launch_mh_commit_site(const CommitSiteArgs& args, cudaStream_t stream) {
-  const int64_t blocks = args.n + args.R;
+  const int64_t blocks = args.chain_blocks + args.rows;
   if (blocks == 0) return;
   TORCH_CHECK(blocks <= INT32_MAX, "mhfast.mh_commit_site_: too many chains and rows for one grid");
   mh_commit_site_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);

@@ -112,11 +112,14 @@ void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
 
 // mh_commit_site_ (see csrc/cuda/mh_commit_site_cuda.cu). tokens/raw_terms/local_terms are the
 // contiguous [M, T] output copies, e_raw/e_local the contiguous [M] ones, written for accepted
-// chains; cache rows (strides in elements) get outputs' rows (contiguous [R, D], cache dtype,
-// elem_size bytes each). forced: beta None. Chains must be distinct (the op checks it on CPU;
-// on CUDA validate=True does). Invalid indices: the write is skipped.
+// chains; cache rows (strides in elements) get the rows of one chunk of outputs (contiguous
+// [rows, D], cache dtype, elem_size bytes each), which are rows [row0, row0 + rows) of seq / q.
+// One launch per chunk: the first also runs the chain_blocks = n chain blocks, the others 0.
+// forced: beta None. Chains must be distinct (the op checks it on CPU; on CUDA validate=True
+// does). Invalid indices: the write is skipped.
 struct CommitSiteArgs {
-  int64_t M, T, n, R, D;
+  int64_t M, T, n, D;
+  int64_t chain_blocks, row0, rows;
   int64_t* tokens;
   float *raw_terms, *local_terms, *e_raw, *e_local;
   Strided1<const float> target;

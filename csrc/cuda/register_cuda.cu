@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <vector>
 
 #include "../checks.h"
 #include "ops_cuda.h"
@@ -192,7 +193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
     const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
     const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
-    const at::Tensor& seq, const at::Tensor& q, const at::Tensor& outputs_in, c10::optional<double> beta,
+    const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs_in, c10::optional<double> beta,
     int64_t epoch, int64_t step, int64_t stream) {
   check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
                              proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
@@ -205,12 +206,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
              out_local = local_terms.clone(contiguous), out_e_raw = e_raw.clone(contiguous),
              out_e_local = e_local.clone(contiguous);
   at::Tensor accepted = at::empty({ch.size(0)}, tokens.options().dtype(at::kBool));
-  const at::Tensor outputs = outputs_in.to(cache.scalar_type()).contiguous();  // Tensor.to's rounding
+  std::vector<at::Tensor> chunks;  // Tensor.to's rounding to the cache dtype, rows contiguous
+  for (const at::Tensor& o : outputs_in) chunks.push_back(o.to(cache.scalar_type()).contiguous());
   CommitSiteArgs a{};
   a.M = tokens.size(0);
   a.T = tokens.size(1);
   a.n = ch.size(0);
-  a.R = seq.size(0);
   a.D = cache.size(2);
   a.tokens = out_tokens.mutable_data_ptr<int64_t>();
   a.raw_terms = out_raw.mutable_data_ptr<float>();
@@ -236,14 +237,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   a.target_new = view1<float>(target_new);
   a.seq = view1<int64_t>(seq);
   a.q = view1<int64_t>(q);
-  a.outputs = outputs.const_data_ptr();
   a.beta = beta.has_value() ? static_cast<float>(*beta) : 0.0f;
   a.forced = !beta.has_value();
   a.epoch = epoch;
   a.step = step;
   a.stream = stream;
   a.accepted = accepted.mutable_data_ptr<bool>();
-  launch_mh_commit_site(a, c10::cuda::getCurrentCUDAStream().stream());
+  const cudaStream_t cuda_stream = c10::cuda::getCurrentCUDAStream().stream();
+  a.chain_blocks = a.n;  // the chains in the first launch, then one launch per further chunk
+  a.row0 = 0;
+  a.rows = 0;
+  a.outputs = nullptr;
+  if (chunks.empty()) launch_mh_commit_site(a, cuda_stream);
+  for (const at::Tensor& chunk : chunks) {
+    a.rows = chunk.size(0);
+    a.outputs = chunk.const_data_ptr();
+    launch_mh_commit_site(a, cuda_stream);
+    a.row0 += a.rows;
+    a.chain_blocks = 0;
+  }
   return {out_tokens, out_raw, out_local, out_e_raw, out_e_local, accepted};
 }
 

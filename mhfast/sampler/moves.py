@@ -182,7 +182,8 @@ def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: t
 def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
                 prop: torch.Tensor, known_logits: torch.Tensor):
     """Per-position terms of X' for single-site moves of the distinct chains ``ch``: ``(x_new, raw_new,
-    local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops).
+    local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops; outputs:
+    the model's outputs as a list of sub-batches, for the cache).
 
     The term at ``pos`` comes from the cached row (``known_logits``) at the proposed token; every
     other energy position of X' is one forwarded masked row ``(seq, q)`` (outputs: for the cache).
@@ -199,12 +200,12 @@ def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: 
         seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
         rows = be.masked_copies(x_new, seq, q, runner.mask_id)
         ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
-        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True)
+        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True, chunks=True)
         raw_new.index_put_((seq, q), r)
         local_new.index_put_((seq, q), l)
     else:
         seq = q = torch.zeros(0, dtype=torch.long, device=ch.device)
-        outputs = state.cache.new_zeros(0, state.cache.shape[2])
+        outputs = []
     r_i, l_i = runner.terms_from_logits(be, known_logits, prop)
     raw_new.scatter_(1, at, r_i[:, None])
     local_new.scatter_(1, at, l_i[:, None])
