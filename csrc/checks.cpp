@@ -5,6 +5,7 @@
 #include "checks.h"
 
 #include <cmath>
+#include <utility>
 
 namespace mhfast {
 namespace {
@@ -120,6 +121,128 @@ void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t 
                       " but keys has shape ", keys.sizes(), "; they must match");
     check_same_device(op, "keys", keys, "lanes", *lanes);
   }
+}
+
+void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys,
+                                const at::Tensor& act, const at::Tensor& pos, const at::Tensor& blocked,
+                                int64_t epoch, int64_t step, int64_t stream, double temperature,
+                                double top_p) {
+  const char* op = "mh_propose_site";
+  check_dtype(op, "cache", cache, {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16});
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"tokens", &tokens},
+                                {"keys", &keys}, {"act", &act}, {"pos", &pos}}) {
+    check_dtype(op, name, *t, {kLong});
+  }
+  check_dtype(op, "blocked", blocked, {at::ScalarType::Bool});
+  check_dim(op, "cache", cache, 3);
+  check_dim(op, "tokens", tokens, 2);
+  check_dim(op, "keys", keys, 1);
+  check_dim(op, "act", act, 1);
+  check_dim(op, "pos", pos, 1);
+  check_dim(op, "blocked", blocked, 1);
+  check_size(op, "tokens", tokens, 0, cache.size(0), "chains: dim 0 of cache");
+  check_size(op, "tokens", tokens, 1, cache.size(1), "positions: dim 1 of cache");
+  check_size(op, "keys", keys, 0, cache.size(0), "chains: dim 0 of cache");
+  check_size(op, "pos", pos, 0, act.size(0), "len(act)");
+  check_size(op, "blocked", blocked, 0, cache.size(2), "vocabulary: dim 2 of cache");
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"tokens", &tokens},
+                                {"keys", &keys}, {"act", &act}, {"pos", &pos}, {"blocked", &blocked}}) {
+    check_same_device(op, "cache", cache, name, *t);
+  }
+  TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
+                    ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
+  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0, "mhfast.", op,
+                    ": temperature must be a finite number > 0, got ", temperature);
+  TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
+  TORCH_CHECK_VALUE(!(act.size(0) > 0 && cache.size(2) == 0), "mhfast.", op,
+                    ": cache must have at least one entry in dim 2 (vocabulary size 0)");
+}
+
+void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta, int64_t epoch,
+                               int64_t step, int64_t stream) {
+  const char* op = "mh_commit_site_";
+  using Named = std::pair<const char*, const at::Tensor*>;
+  const auto half_or_float = {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16};
+  const bool two_d = a.tokens.dim() == 2;
+  const int64_t M = two_d ? a.tokens.size(0) : 0, T = two_d ? a.tokens.size(1) : 0;
+  const int64_t n = a.ch.dim() == 1 ? a.ch.size(0) : 0, R = a.seq.dim() == 1 ? a.seq.size(0) : 0;
+  check_dtype(op, "cache", a.cache, half_or_float);
+  for (const Named& x : {Named{"tokens", &a.tokens}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
+                         {"proposed", &a.proposed}, {"seq", &a.seq}, {"q", &a.q}}) {
+    check_dtype(op, x.first, *x.second, {kLong});
+  }
+  const Named per_position[] = {{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms},
+                                {"raw_new", &a.raw_new}, {"local_new", &a.local_new}};
+  const Named per_chain[] = {{"e_raw", &a.e_raw}, {"e_local", &a.e_local}, {"target", &a.target}};
+  const Named per_move[] = {{"logq_forward", &a.logq_forward}, {"logq_reverse", &a.logq_reverse},
+                            {"e_raw_new", &a.e_raw_new}, {"e_local_new", &a.e_local_new},
+                            {"target_new", &a.target_new}};
+  for (const auto& x : per_position) check_dtype(op, x.first, *x.second, {kFloat});
+  for (const auto& x : per_chain) check_dtype(op, x.first, *x.second, {kFloat});
+  for (const auto& x : per_move) check_dtype(op, x.first, *x.second, {kFloat});
+  check_dim(op, "tokens", a.tokens, 2);
+  check_dim(op, "cache", a.cache, 3);
+  for (const auto& x : per_position) {
+    check_dim(op, x.first, *x.second, 2);
+    check_size(op, x.first, *x.second, 1, T, "positions: dim 1 of tokens");
+  }
+  check_size(op, "raw_terms", a.raw_terms, 0, M, "chains: rows of tokens");
+  check_size(op, "local_terms", a.local_terms, 0, M, "chains: rows of tokens");
+  check_size(op, "raw_new", a.raw_new, 0, n, "len(ch)");
+  check_size(op, "local_new", a.local_new, 0, n, "len(ch)");
+  check_size(op, "cache", a.cache, 0, M, "chains: rows of tokens");
+  check_size(op, "cache", a.cache, 1, T, "positions: dim 1 of tokens");
+  for (const Named& x : {Named{"keys", &a.keys}, per_chain[0], per_chain[1], per_chain[2]}) {
+    check_dim(op, x.first, *x.second, 1);
+    check_size(op, x.first, *x.second, 0, M, "chains: rows of tokens");
+  }
+  for (const Named& x : {Named{"ch", &a.ch}, {"pos", &a.pos}, {"proposed", &a.proposed}, per_move[0],
+                         per_move[1], per_move[2], per_move[3], per_move[4]}) {
+    check_dim(op, x.first, *x.second, 1);
+    check_size(op, x.first, *x.second, 0, n, "len(ch)");
+  }
+  check_dim(op, "seq", a.seq, 1);
+  check_dim(op, "q", a.q, 1);
+  check_size(op, "q", a.q, 0, R, "len(seq)");
+  int64_t rows = 0;
+  for (const at::Tensor& o : a.outputs) {
+    check_dtype(op, "outputs", o, half_or_float);
+    check_dim(op, "outputs", o, 2);
+    check_size(op, "outputs", o, 1, a.cache.size(2), "dim 2 of cache");
+    check_same_device(op, "tokens", a.tokens, "outputs", o);
+    rows += o.size(0);
+  }
+  TORCH_CHECK_VALUE(rows == R, "mhfast.", op, ": outputs hold ", rows, " rows in all, expected ", R,
+                    " (len(seq))");
+  for (const Named& x : {Named{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms},
+                         {"e_raw", &a.e_raw}, {"e_local", &a.e_local}, {"target", &a.target},
+                         {"cache", &a.cache}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
+                         {"proposed", &a.proposed},
+                         {"logq_forward", &a.logq_forward}, {"logq_reverse", &a.logq_reverse},
+                         {"raw_new", &a.raw_new}, {"local_new", &a.local_new}, {"e_raw_new", &a.e_raw_new},
+                         {"e_local_new", &a.e_local_new}, {"target_new", &a.target_new}, {"seq", &a.seq},
+                         {"q", &a.q}}) {
+    check_same_device(op, "tokens", a.tokens, x.first, *x.second);
+  }
+  TORCH_CHECK_VALUE(!beta.has_value() || std::isfinite(*beta), "mhfast.", op,
+                    ": beta must be a finite number or None, got ", beta.value_or(0.0));
+  TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
+                    ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
+}
+
+void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
+                             const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
+                             const at::Tensor& cache, const at::Tensor& keys, const at::Tensor& ch,
+                             const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+                             const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+                             const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
+                             const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
+                             at::TensorList outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             int64_t stream) {
+  check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed,
+                             logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new,
+                             seq, q, outputs},
+                            beta, epoch, step, stream);
 }
 
 }  // namespace mhfast

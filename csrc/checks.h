@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <c10/util/Optional.h>
+
 #include <initializer_list>
 #include <string>
 
@@ -62,6 +64,38 @@ void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
                           const at::Tensor& energy_proposed, const at::Tensor& logq_forward,
                           const at::Tensor& logq_reverse, const at::Tensor& beta,
                           const at::Tensor& uniforms);
+
+// mh_propose_site: cache [M, T, V] float/half/bf16, tokens Long[M, T], keys Long[M], act and pos
+// Long[A], blocked Bool[V]; scalars as counter_uniforms (epoch, step, stream) and propose.
+void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys,
+                                const at::Tensor& act, const at::Tensor& pos, const at::Tensor& blocked,
+                                int64_t epoch, int64_t step, int64_t stream, double temperature,
+                                double top_p);
+
+// mh_commit_site_: the state (tokens Long[M, T], raw/local_terms f32[M, T], e_raw/e_local/target
+// f32[M], cache [M, T, D] float/half/bf16, keys Long[M]), the n moving chains' proposals (ch, pos,
+// proposed Long[n], logq_forward/reverse f32[n]) and X' terms (raw/local_new f32[n, T],
+// e_raw/e_local/target_new f32[n]), the R model rows (seq, q Long[R], outputs: chunks [R_k, D] of
+// float/half/bf16 with sum R_k = R).
+struct CommitSiteArgs {
+  const at::Tensor &tokens, &raw_terms, &local_terms, &e_raw, &e_local, &target, &cache, &keys;
+  const at::Tensor &ch, &pos, &proposed, &logq_forward, &logq_reverse;
+  const at::Tensor &raw_new, &local_new, &e_raw_new, &e_local_new, &target_new;
+  const at::Tensor &seq, &q;
+  at::TensorList outputs;  // the R rows in consecutive chunks (the model's sub-batches: no concatenation)
+};
+void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta, int64_t epoch,
+                               int64_t step, int64_t stream);
+// The same with the op's flat argument list (torch.ops.mhfast.mh_commit_site__check).
+void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
+                             const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
+                             const at::Tensor& cache, const at::Tensor& keys, const at::Tensor& ch,
+                             const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+                             const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+                             const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
+                             const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
+                             at::TensorList outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             int64_t stream);
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);

@@ -49,6 +49,25 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor uniforms) -> Tensor");
   // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
   m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
+  // The accept + commit phase of a single-site MH step in one call: MH test of the chains ch
+  // (uniforms from the counter hash of keys[ch]; beta None: forced accept), then for the accepted
+  // ones the new token, per-position terms and energies (returned as new state tensors) and the
+  // model rows (seq, q) of X' written into the cache in place. Returns (tokens, raw_terms,
+  // local_terms, e_raw, e_local, accepted).
+  m.def(
+      "mh_commit_site_(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
+      " Tensor target, Tensor(a!) cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
+      " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
+      " int epoch, int step, int stream)"
+      " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
+  // the blocked ids at -inf, current = tokens[act[a], pos[a]], u = counter_uniforms(keys[act[a]],
+  // epoch, step, stream); then propose. (proposed, logq_forward, logq_reverse, changed).
+  m.def(
+      "mh_propose_site(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
+      " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p)"
+      " -> (Tensor, Tensor, Tensor, Tensor)");
 
   // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
   m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
@@ -64,6 +83,17 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor energy_proposed, Tensor logq_forward, Tensor logq_reverse, Tensor beta,"
       " Tensor uniforms) -> ()",
       &mhfast::check_mh_accept_args);
+  m.def(
+      "mh_propose_site_check(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
+      " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p) -> ()",
+      &mhfast::check_mh_propose_site_args);
+  m.def(
+      "mh_commit_site__check(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
+      " Tensor target, Tensor cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
+      " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
+      " int epoch, int step, int stream) -> ()",
+      &mhfast::check_mh_commit_site_op);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
       &mhfast::check_counter_uniforms_args);

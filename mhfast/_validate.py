@@ -124,3 +124,64 @@ def counter_uniforms(keys, epoch, step, stream, lanes) -> None:
         if isinstance(c, bool) or not isinstance(c, int):
             raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
     _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)
+
+
+def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p, *,
+                    values: bool) -> None:
+    op = "mh_propose_site"
+    tensors(op, cache=cache, tokens=tokens, keys=keys, act=act, pos=pos, blocked=blocked)
+    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    number(op, "temperature", temperature)
+    number(op, "top_p", top_p)
+    _ops.mh_propose_site_check(cache, tokens, keys, act, pos, blocked, epoch, step, stream, float(temperature),
+                               float(top_p))
+    if not values or act.numel() == 0:
+        return
+    in_range(op, "act", act, 0, cache.shape[0])
+    in_range(op, "pos", pos, 0, cache.shape[1])
+    in_range(op, "tokens[act, pos]", tokens[act, pos], 0, cache.shape[2])
+    rows = cache[act, pos].masked_fill(blocked, float("-inf"))  # blocked entries are never read
+    if bool((torch.isnan(rows) | (rows == float("inf"))).any()):
+        raise ValueError(f"mhfast.{op}: cache contains NaN or +inf at a proposed site")
+    if not bool(torch.isfinite(rows).any(dim=1).all()):
+        raise ValueError(f"mhfast.{op}: cache has a proposed site with no finite unblocked entry "
+                         "(nothing can be proposed)")
+
+
+COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",
+                  "proposed", "logq_forward", "logq_reverse", "raw_new", "local_new", "e_raw_new", "e_local_new",
+                  "target_new", "seq", "q")
+
+
+def tensor_list(op: str, name: str, ts: object) -> None:
+    """TypeError unless ``ts`` is a list or tuple of tensors."""
+    if not isinstance(ts, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in ts):
+        raise TypeError(f"mhfast.{op}: {name} must be a list of torch.Tensor, got {type(ts).__name__}")
+
+
+def mh_commit_site_(*args, values: bool) -> None:
+    """Checks of mh_commit_site_'s 20 tensors (named as in :data:`COMMIT_TENSORS`), the ``outputs`` chunks,
+    beta, epoch, step and stream."""
+    op = "mh_commit_site_"
+    t = dict(zip(COMMIT_TENSORS, args[:20]))
+    outputs = args[20]
+    beta, epoch, step, stream = args[21:]
+    tensors(op, **t)
+    tensor_list(op, "outputs", outputs)
+    if beta is not None:
+        number(op, "beta", beta)
+    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    _ops.mh_commit_site__check(*args[:20], list(outputs), None if beta is None else float(beta), epoch, step, stream)
+    if not values:
+        return
+    M, T = t["tokens"].shape
+    in_range(op, "ch", t["ch"], 0, M)
+    if t["ch"].unique().numel() != t["ch"].numel():
+        raise ValueError(f"mhfast.{op}: ch contains a chain twice (chains must be distinct)")
+    in_range(op, "pos", t["pos"], 0, T)
+    in_range(op, "seq", t["seq"], 0, t["ch"].shape[0])
+    in_range(op, "q", t["q"], 0, T)

@@ -78,6 +78,41 @@ def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int, lan
     return _ops.counter_uniforms(keys, int(epoch), int(step), int(stream), lanes)
 
 
+def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, act: torch.Tensor,
+                    pos: torch.Tensor, blocked: torch.Tensor, epoch: int, step: int, stream: int,
+                    temperature: float, top_p: float, *, validate: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.mh_propose_site` (one kernel: gather, mask, RNG, propose)."""
+    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
+        _validate.tensors("mh_propose_site", cache=cache, tokens=tokens, keys=keys, act=act, pos=pos, blocked=blocked)
+    if _needs_python_checks(validate, cache):
+        _validate.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature,
+                                  top_p, values=True)
+    return _ops.mh_propose_site(cache, tokens, keys, act, pos, blocked, int(epoch), int(step), int(stream),
+                                float(temperature), float(top_p))
+
+
+def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
+                    e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
+                    ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
+                    logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+                    e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
+                    q: torch.Tensor, outputs: list[torch.Tensor], beta: float | None, epoch: int, step: int,
+                    stream: int, *, validate: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.mh_commit_site_` (one kernel: MH test, state copies with the
+    accepted moves, cache rows in place)."""
+    tensors = (tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed, logq_forward,
+               logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new, seq, q)
+    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
+        _validate.tensors("mh_commit_site_", **dict(zip(_validate.COMMIT_TENSORS, tensors)))
+        _validate.tensor_list("mh_commit_site_", "outputs", outputs)
+        if _needs_python_checks(validate, tokens):
+            _validate.mh_commit_site_(*tensors, outputs, beta, epoch, step, stream, values=True)
+    return _ops.mh_commit_site_(*tensors, list(outputs), None if beta is None else float(beta), int(epoch), int(step),
+                                int(stream))
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
 # ---------------------------------------------------------------------------------------------
@@ -118,3 +153,23 @@ def _mh_accept_fake(tokens, positions, proposed, energy, energy_proposed, logq_f
 def _counter_uniforms_fake(keys, epoch, step, stream, lanes=None):
     _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)
     return torch.empty(keys.shape, dtype=torch.float32, device=keys.device)
+
+
+@torch.library.register_fake("mhfast::mh_propose_site")
+def _mh_propose_site_fake(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p):
+    _ops.mh_propose_site_check(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p)
+    A = act.shape[0]
+    f32 = dict(dtype=torch.float32, device=cache.device)
+    return (act.new_empty((A,)), cache.new_empty((A,), **f32), cache.new_empty((A,), **f32),
+            torch.empty((A,), dtype=torch.bool, device=cache.device))
+
+
+@torch.library.register_fake("mhfast::mh_commit_site_")
+def _mh_commit_site_fake(*args):
+    _ops.mh_commit_site__check(*args)
+    tokens, raw_terms, local_terms, e_raw, e_local = args[:5]
+    dev = tokens.device
+    f32 = dict(dtype=torch.float32, device=dev)
+    return (torch.empty(tokens.shape, dtype=torch.long, device=dev), torch.empty(raw_terms.shape, **f32),
+            torch.empty(local_terms.shape, **f32), torch.empty(e_raw.shape, **f32), torch.empty(e_local.shape, **f32),
+            torch.empty((args[8].shape[0],), dtype=torch.bool, device=dev))

@@ -230,3 +230,87 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
     rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(pos)
     tokens[rows[write], pos[write]] = new[write]
     return accepted
+
+
+def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, act: torch.Tensor,
+                    pos: torch.Tensor, blocked: torch.Tensor, epoch: int, step: int, stream: int,
+                    temperature: float, top_p: float
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The propose phase of a single-site MH step (chains ``act`` at positions ``pos``) in one call.
+
+    The proposal distribution of chain ``act[a]`` is its cached row ``cache[act[a], pos[a]]``
+    (logits of X masked at ``pos[a]``) with the ``blocked`` ids (Bool[V]: special tokens) at -inf;
+    the uniform is ``counter_uniforms(keys[act[a]], epoch, step, stream)``; then :func:`propose`.
+    Shapes: cache [M, T, V] (float, half or bf16), tokens Long[M, T], keys Long[M], act/pos Long[A].
+    Returns ``(proposed Long[A], logq_forward f32[A], logq_reverse f32[A], changed Bool[A])``,
+    ``changed = proposed != tokens[act, pos]``.
+
+    Example:
+        >>> cache = torch.tensor([[[0.0, 5.0, 0.0]]])
+        >>> p, lf, lr, ch = mh_propose_site(cache, torch.tensor([[0]]), torch.tensor([7]), torch.tensor([0]),
+        ...                                 torch.tensor([0]), torch.tensor([False, False, True]), 0, 0, 1, 1.0, 0.5)
+        >>> p.tolist(), ch.tolist()
+        ([1], [True])
+    """
+    _validate.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p,
+                              values=True)
+    logits = cache[act, pos].masked_fill(blocked, float("-inf"))
+    current = tokens[act, pos]
+    uniforms = counter_uniforms(keys[act], epoch, step, stream, None)
+    proposed, logq_forward, logq_reverse = propose(logits, current, temperature, top_p, uniforms)
+    return proposed, logq_forward, logq_reverse, proposed != current
+
+
+def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
+                    e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
+                    ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
+                    logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+                    e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
+                    q: torch.Tensor, outputs: list[torch.Tensor], beta: float | None, epoch: int, step: int,
+                    stream: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The accept + commit phase of a single-site MH step (the distinct chains ``ch`` move to
+    ``proposed`` at ``pos``) in one call.
+
+    MH test as :func:`mh_accept_` with ``energy = target[ch]``, ``energy_proposed = target_new`` and
+    uniforms ``counter_uniforms(keys[ch], epoch, step, stream)``; ``beta=None`` accepts (beta 0,
+    energy_proposed = energy, logq_reverse = logq_forward: log_alpha = 0). Accepted chain ``ch[i]``
+    gets its token, the term rows ``raw_new[i]``/``local_new[i]`` and energies ``e_raw_new[i]``/
+    ``e_local_new[i]``; its model rows ``r`` (``seq[r] == i``) are written to ``cache[ch[i], q[r]]``
+    **in place** (``outputs.to(cache.dtype)``), ``outputs`` being the R rows as a list of chunks
+    ``[R_k, D]`` (the model's sub-batches, so the caller need not concatenate them). Shapes: state
+    [M, T] / [M], cache [M, T, D], moves [n] (terms [n, T]), rows [R]. Returns new ``(tokens, raw_terms, local_terms, e_raw,
+    e_local)`` and ``accepted`` Bool[n].
+
+    Example:
+        >>> z = lambda *s: torch.zeros(*s)
+        >>> out = mh_commit_site_(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3),
+        ...     torch.tensor([5]), torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), z(1), z(1),
+        ...     torch.ones(1, 2), torch.ones(1, 2), torch.full((1,), 2.0), torch.full((1,), 2.0), torch.full((1,), 2.0),
+        ...     torch.tensor([0]), torch.tensor([0]), [torch.ones(1, 3)], None, 0, 0, 2)
+        >>> out[0].tolist(), out[3].tolist(), out[5].tolist()
+        ([[0, 2]], [2.0], [True])
+    """
+    _validate.mh_commit_site_(tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
+                              proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
+                              target_new, seq, q, outputs, beta, epoch, step, stream, values=True)
+    n, dev = ch.shape[0], tokens.device
+    energy = target.index_select(0, ch)
+    if beta is None:
+        beta_t, energy_new, logq_reverse = torch.zeros(n, device=dev), energy.clone(), logq_forward
+    else:
+        beta_t, energy_new = torch.full((n,), float(beta), device=dev), target_new
+    u = counter_uniforms(keys.index_select(0, ch), epoch, step, stream, None)
+    moved = tokens.index_select(0, ch)
+    accepted = mh_accept_(moved, pos, proposed, energy, energy_new, logq_forward, logq_reverse, beta_t, u)
+
+    def pick(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+        keep = accepted[:, None] if new.dim() == 2 else accepted
+        return old.index_copy(0, ch, torch.where(keep, new, old.index_select(0, ch)))
+
+    if seq.numel():
+        rows = ch.index_select(0, seq)
+        new = torch.cat(outputs).to(cache.dtype)
+        cache[rows, q] = torch.where(accepted.index_select(0, seq)[:, None], new, cache[rows, q])
+    return (tokens.index_copy(0, ch, moved), pick(raw_new, raw_terms), pick(local_new, local_terms),
+            pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)

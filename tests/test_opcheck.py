@@ -7,6 +7,7 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
+from test_mh_commit_site import commit_inputs
 
 
 def sample_inputs(device: str):
@@ -32,10 +33,19 @@ def sample_inputs(device: str):
                          f(), f(), f(), f(), torch.ones(B), torch.rand(B, generator=g)),
                        d(tokens, torch.tensor([[0, -1], [1, 2], [-1, -1]]), torch.randint(0, V, (B, 2), generator=g),
                          f(), f(), f(), f(), torch.ones(B), torch.rand(B, generator=g))],
+        "mh_propose_site": [d(torch.randn(B, T, V, generator=g), tokens, torch.arange(B) * 7919, torch.tensor([2, 0]),
+                              torch.tensor([4, 1]), torch.arange(V) >= V - 2, 1, 2, 1, 0.9, 1.0),
+                            d(torch.randn(B, T, V, generator=g).bfloat16(), tokens, torch.arange(B),
+                              torch.tensor([1]), torch.tensor([3]), torch.zeros(V, dtype=torch.bool), 0, 0, 1, 1.0,
+                              0.7)],
+        "mh_commit_site_": [(*commit_inputs(5, 4, 3, 3, seed=0, device=device), 1.0, 1, 2, 2),
+                            (*commit_inputs(4, 3, 6, 2, seed=1, cache_dtype=torch.bfloat16, device=device), None, 0, 0,
+                             2)],
     }
 
 
-@pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_"])
+@pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_", "mh_propose_site",
+                                "mh_commit_site_"])
 def test_opcheck(device, op):
     for args in sample_inputs(device)[op]:
         torch.library.opcheck(getattr(torch.ops.mhfast, op).default, args)

@@ -35,6 +35,20 @@ at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const 
 at::Tensor counter_uniforms_cpu(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                 const c10::optional<at::Tensor>& lanes);
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cpu(
+    const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys, const at::Tensor& act,
+    const at::Tensor& pos, const at::Tensor& blocked, int64_t epoch, int64_t step, int64_t stream,
+    double temperature, double top_p);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_commit_site_cpu(
+    const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms, const at::Tensor& e_raw,
+    const at::Tensor& e_local, const at::Tensor& target, at::Tensor& cache, const at::Tensor& keys,
+    const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+    const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+    const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
+    const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs, c10::optional<double> beta,
+    int64_t epoch, int64_t step, int64_t stream);
+
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
 // `allow_minus_one` additionally permits -1 (unused slots of block positions).

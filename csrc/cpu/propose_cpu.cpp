@@ -19,32 +19,17 @@
 
 #include "../checks.h"
 #include "ops_cpu.h"
+#include "propose_row.h"
 #include "row_math.h"
 
 namespace mhfast {
 namespace cpu {
 namespace {
 
-enum RowStatus : int8_t { kOk = 0, kNanOrInf = 1, kNoFinite = 2 };
-
 // Log-probability bins of the top_p histogram: width 104 / kBins nats, covering every nonzero
 // fp32 probability (log p > kLogMinPositive).
 constexpr int kBins = 1024;
 constexpr float kBinScale = kBins / 104.0f;
-
-struct RowOut {
-  int64_t proposed = 0;
-  float logq_proposed = std::numeric_limits<float>::quiet_NaN();
-  float logq_current = std::numeric_limits<float>::quiet_NaN();
-  RowStatus status = kOk;
-};
-
-struct Scratch {
-  std::vector<float> x;  // logits / temperature, then reused
-  std::vector<float> p;  // fp32 probabilities
-  std::vector<double> bin_mass;
-  std::vector<std::pair<float, int64_t>> cand;
-};
 
 // log((1 - eps) * exp(lq) + eps / n) as logaddexp in float64 (lq = -inf: log(eps / n)).
 inline float log_mix(float lq, double log_a, double log_c) {
@@ -89,14 +74,17 @@ inline int bin_of(float logp) {
   return b < kBins - 1 ? b : kBins - 1;
 }
 
-template <typename scalar_t>
-RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top_p, double eps,
-                   int64_t current, float u, Scratch& s) {
+}  // namespace
+
+void Scratch::resize(int64_t V, double top_p) {
+  x.resize(V);
+  p.resize(V);
+  if (top_p < 1.0) bin_mass.resize(kBins);
+}
+
+RowOut propose_scaled_row(int64_t V, double top_p, double eps, int64_t current, float u, Scratch& s) {
   RowOut out;
   float* x = s.x.data();
-  // Same arithmetic as the reference: logits.float() / temperature (fp32 division).
-  to_float_block(row, V, x);
-  for (int64_t i = 0; i < V; ++i) x[i] = x[i] / temperature;
   bool has_nan = false;
   const float m = max_with_nan(x, V, &has_nan);
   if (has_nan || m == kInf) {
@@ -206,6 +194,18 @@ RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top
   return out;
 }
 
+namespace {
+
+template <typename scalar_t>
+RowOut propose_row(const scalar_t* row, int64_t V, float temperature, double top_p, double eps,
+                   int64_t current, float u, Scratch& s) {
+  float* x = s.x.data();
+  // Same arithmetic as the reference: logits.float() / temperature (fp32 division).
+  to_float_block(row, V, x);
+  for (int64_t i = 0; i < V; ++i) x[i] = x[i] / temperature;
+  return propose_scaled_row(V, top_p, eps, current, u, s);
+}
+
 template <typename scalar_t>
 void propose_rows(const at::Tensor& logits, const int64_t* current, const float* uniforms,
                   float temperature, double top_p, double eps, int64_t* proposed, float* logq_p,
@@ -215,9 +215,7 @@ void propose_rows(const at::Tensor& logits, const int64_t* current, const float*
   const int64_t grain = std::max<int64_t>(1, 16384 / V);
   at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
     Scratch s;
-    s.x.resize(V);
-    s.p.resize(V);
-    if (top_p < 1.0) s.bin_mass.resize(kBins);
+    s.resize(V, top_p);
     for (int64_t b = begin; b < end; ++b) {
       const RowOut r = propose_row(base + b * s0, V, temperature, top_p, eps, current[b], uniforms[b], s);
       proposed[b] = r.proposed;

@@ -9,4 +9,6 @@ TORCH_LIBRARY_IMPL(mhfast, CPU, m) {
   m.impl("propose", &mhfast::cpu::propose_cpu);
   m.impl("mh_accept_", &mhfast::cpu::mh_accept_cpu);
   m.impl("counter_uniforms", &mhfast::cpu::counter_uniforms_cpu);
+  m.impl("mh_propose_site", &mhfast::cpu::mh_propose_site_cpu);
+  m.impl("mh_commit_site_", &mhfast::cpu::mh_commit_site_cpu);
 }

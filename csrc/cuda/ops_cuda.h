@@ -79,6 +79,26 @@ void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, in
                     int64_t* proposed, float* logq_proposed, float* logq_current,
                     cudaStream_t stream);
 
+// mh_propose_site: row b is cache[act[b], pos[b]] (cache_stride0/1: strides of dims 0/1 of the
+// [M, T, V] cache, dim 2 contiguous), current = tokens(act[b], pos[b]) (tokens.rows = M,
+// tokens.cols = T), u = counter_uniform(keys[act[b]], epoch, step, stream, 0); blocked (contiguous
+// Bool[V]) ids get -inf before the draw; changed[b] = proposed[b] != current. on = false: plain propose.
+// Invalid input: act[b] or pos[b] out of range -> a bad row (proposed 0, logq NaN, changed false),
+// as for a NaN row; the kernel never reads out of bounds.
+struct ProposeSiteArgs {
+  bool on = false;
+  Strided1<const int64_t> act{nullptr, 0}, pos{nullptr, 0};
+  int64_t cache_stride0 = 0, cache_stride1 = 0;
+  Strided2<const int64_t> tokens{nullptr, 0, 0, 0, 0};
+  Strided1<const int64_t> keys{nullptr, 0};
+  int64_t epoch = 0, step = 0, stream = 0;
+  const bool* blocked = nullptr;
+  bool* changed = nullptr;
+};
+void launch_propose_site(const void* cache, FloatKind kind, int64_t A, int64_t V, const ProposeSiteArgs& site,
+                         float temperature, double top_p, float* scratch, int64_t scratch_stride,
+                         int64_t* proposed, float* logq_proposed, float* logq_current, cudaStream_t stream);
+
 // Inputs of mh_accept_ (one thread per chain). positions/proposed are [B, K] (K = 1 and
 // stride1 = 0 for the 1-D form). Invalid input: a position outside [0, T) is skipped.
 // Only tokens is written (energy is an input: the caller keeps the accepted energies itself).
@@ -91,6 +111,34 @@ struct MhAcceptArgs {
   bool* accepted;  // contiguous [B]
 };
 void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
+
+// mh_commit_site_ (see csrc/cuda/mh_commit_site_cuda.cu). tokens/raw_terms/local_terms are the
+// contiguous [M, T] output copies, e_raw/e_local the contiguous [M] ones, written for accepted
+// chains; cache rows (strides in elements) get the rows of one chunk of outputs (contiguous
+// [rows, D], cache dtype, elem_size bytes each), which are rows [row0, row0 + rows) of seq / q.
+// One launch per chunk: the first also runs the chain_blocks = n chain blocks, the others 0.
+// forced: beta None. Chains must be distinct (the op checks it on CPU; on CUDA validate=True
+// does). Invalid indices: the write is skipped.
+struct CommitSiteArgs {
+  int64_t M, T, n, D;
+  int64_t chain_blocks, row0, rows;
+  int64_t* tokens;
+  float *raw_terms, *local_terms, *e_raw, *e_local;
+  Strided1<const float> target;
+  void* cache;
+  int64_t cache_stride0, cache_stride1, cache_stride2, elem_size;
+  Strided1<const int64_t> keys, ch, pos, proposed;
+  Strided1<const float> logq_forward, logq_reverse;
+  Strided2<const float> raw_new, local_new;
+  Strided1<const float> e_raw_new, e_local_new, target_new;
+  Strided1<const int64_t> seq, q;
+  const void* outputs;
+  float beta;
+  bool forced;
+  int64_t epoch, step, stream;
+  bool* accepted;
+};
+void launch_mh_commit_site(const CommitSiteArgs& args, cudaStream_t stream);
 
 // counter_uniforms: out[i] = uniform of key i (and lane i, or lane 0 when lanes is null); contiguous.
 cudaError_t launch_counter_uniforms(const int64_t* keys, const int64_t* lanes, int64_t n, int64_t epoch,

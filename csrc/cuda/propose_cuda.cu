@@ -36,6 +36,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../counter_hash.h"
 #include "common.cuh"
 
 namespace mhfast {
@@ -53,6 +54,7 @@ constexpr size_t kDefaultSmemLimit = 48u * 1024u;  // above this (static + dynam
 
 struct ProposeParams {
   int64_t V, row_stride, scratch_stride;
+  ProposeSiteArgs site;  // site.on: mh_propose_site (rows, current and uniforms from the chains)
   Strided1<const int64_t> current;
   float temperature;
   float top_p;  // fp32: the reference compares fp32 masses with top_p
@@ -127,15 +129,17 @@ __device__ __forceinline__ void store_floats(float* dst, const float* a, int n) 
 }
 
 // Step 1: x = row / temperature into p[0, V), and the block's logsumexp state of x.
+// blocked (contiguous Bool[V] or nullptr): those ids get x = -inf, as after a masked_fill.
 template <typename T, int BLOCK>
-__device__ Lse load_row(const T* row, int64_t V, float temperature, float* p, BlockShared& sh) {
+__device__ __forceinline__ Lse load_row(const T* row, int64_t V, float temperature, const bool* blocked, float* p,
+                        BlockShared& sh) {
   constexpr int W = VecWidth<T>::value;
   const int tid = threadIdx.x;
   Lse acc = lse_empty();
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
   for (int64_t i = tid; i < head; i += BLOCK) {
-    const float x = to_float(row[i]) / temperature;
+    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
     p[i] = x;
     lse_add(acc, &x, 1);
   }
@@ -151,6 +155,13 @@ __device__ Lse load_row(const T* row, int64_t V, float temperature, float* p, Bl
       a[k] = a[k] / temperature;
       b[k] = b[k] / temperature;
     }
+    if (blocked != nullptr) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        if (blocked[head + v * W + k]) a[k] = -kInf;
+        if (blocked[head + (v + BLOCK) * W + k]) b[k] = -kInf;
+      }
+    }
     store_floats(p + head + v * W, a, W);
     store_floats(p + head + (v + BLOCK) * W, b, W);
     lse_add(acc, a, W);
@@ -160,12 +171,12 @@ __device__ Lse load_row(const T* row, int64_t V, float temperature, float* p, Bl
     float a[W];
     load16(body + v * W, a);
 #pragma unroll
-    for (int k = 0; k < W; ++k) a[k] = a[k] / temperature;
+    for (int k = 0; k < W; ++k) a[k] = blocked != nullptr && blocked[head + v * W + k] ? -kInf : a[k] / temperature;
     store_floats(p + head + v * W, a, W);
     lse_add(acc, a, W);
   }
   for (int64_t i = head + nvec * W + tid; i < V; i += BLOCK) {
-    const float x = to_float(row[i]) / temperature;
+    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
     p[i] = x;
     lse_add(acc, &x, 1);
   }
@@ -476,6 +487,7 @@ __device__ void write_bad_row(const ProposeParams& a, int64_t b, int64_t cur, bo
   a.proposed[b] = cur_valid ? cur : 0;
   a.logq_proposed[b] = kNaN;
   a.logq_current[b] = kNaN;
+  if (a.site.on) a.site.changed[b] = false;
 }
 
 // log q of one token under the mixture: logaddexp(log(1 - eps) + log q_nucleus, log(eps / n)),
@@ -489,22 +501,50 @@ __device__ __forceinline__ float mixture_logq(float x, bool kept, float M, float
   return hi + log1pf(expf(lo - hi));
 }
 
-template <typename T, int BLOCK>
+// Row b's logits, current token and uniform: propose reads them from its arguments;
+// mh_propose_site from cache[act[b], pos[b]], tokens[act[b], pos[b]] and the counter hash of
+// keys[act[b]]. ok = false: act[b] or pos[b] out of range (no row is read then).
+template <typename T>
+struct RowSource {
+  const T* row;
+  int64_t cur;
+  float u;
+  bool ok;
+};
+
+template <typename T, bool SITE>
+__device__ __forceinline__ RowSource<T> row_source(const T* logits, const ProposeParams& a, int64_t b) {
+  if (!SITE) return RowSource<T>{logits + b * a.row_stride, a.current[b], a.uniforms[b], true};
+  const ProposeSiteArgs& s = a.site;
+  const int64_t m = s.act[b], t = s.pos[b];
+  if (m < 0 || m >= s.tokens.rows || t < 0 || t >= s.tokens.cols) return RowSource<T>{logits, -1, 0.5f, false};
+  const float u = counter_uniform(static_cast<uint64_t>(s.keys[m]), static_cast<uint64_t>(s.epoch),
+                                  static_cast<uint64_t>(s.step), static_cast<uint64_t>(s.stream), 0);
+  return RowSource<T>{logits + m * s.cache_stride0 + t * s.cache_stride1, s.tokens(m, t), u, true};
+}
+
+// SITE: mh_propose_site (a template argument, so that plain propose compiles without the site code).
+template <typename T, int BLOCK, bool SITE>
 __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, ProposeParams a) {
   extern __shared__ float4 smem_row[];  // float4: 16-byte aligned
   __shared__ BlockShared sh;
   const int64_t b = blockIdx.x;
   const int64_t V = a.V;
-  const T* row = logits + b * a.row_stride;
+  const RowSource<T> src = row_source<T, SITE>(logits, a, b);
+  const T* row = src.row;
   float* base = a.scratch != nullptr ? a.scratch + b * a.scratch_stride : reinterpret_cast<float*>(smem_row);
   // Offset the buffer so that the 16-byte loads' floats land on 16-byte aligned addresses.
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
   float* p = base + (4 - head % 4) % 4;
-  const int64_t cur = a.current[b];
+  const int64_t cur = src.cur;
   const bool cur_valid = cur >= 0 && cur < V;
+  if (!src.ok) {  // uniform across the block (one row per block)
+    if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
+    return;
+  }
 
-  const Lse total = load_row<T, BLOCK>(row, V, a.temperature, p, sh);
+  const Lse total = load_row<T, BLOCK>(row, V, a.temperature, SITE ? a.site.blocked : nullptr, p, sh);
   const float M = total.m, log_sum = logf(total.s);
   if (!(M > -kInf && M < kInf && log_sum == log_sum)) {  // uniform across the block
     if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
@@ -520,7 +560,7 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
   const float K = nucleus_mass<BLOCK>(p, ch, nu, a.top_p, a.mix, rank0, cur, sup, sh);
   const bool cur_kept = sh.cur_kept != 0;
   const MixQ mx{a.mix, a.mix_a, a.mix ? a.mix_eps / sup.n : 0.0f};
-  const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, mx, rank0, a.uniforms[b], sh);
+  const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, mx, rank0, src.u, sh);
   if (threadIdx.x == 0) {
     const float log_k = logf(K);
     const int64_t pick = first >= 0 ? first : sup.last;  // last >= 0: the top token is kept
@@ -539,6 +579,7 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
                                      : mixture_logq(to_float(row[cur]) / a.temperature, cur_kept, M, log_sum,
                                                     log_k, a.log_a, log_c);
     }
+    if (SITE) a.site.changed[b] = pick != cur;
   }
 }
 
@@ -553,7 +594,7 @@ struct SmemLimits {
 template <int BLOCK>
 SmemLimits smem_limits(int device) {
   cudaFuncAttributes attr{};
-  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, propose_kernel<float, BLOCK>));
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, propose_kernel<float, BLOCK, false>));
   int optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return SmemLimits{attr.sharedSizeBytes, static_cast<size_t>(optin)};
@@ -563,30 +604,39 @@ SmemLimits smem_limits_for(int64_t V, int device) {
   return V <= kSmallBlockMaxV ? smem_limits<kSmallBlock>(device) : smem_limits<kLargeBlock>(device);
 }
 
-template <typename T, int BLOCK>
+template <typename T, int BLOCK, bool SITE>
 void launch_typed(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
   size_t smem = 0;
   if (params.scratch == nullptr) {
     smem = row_smem_bytes(params.V);
     cudaFuncAttributes attr{};
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, propose_kernel<T, BLOCK>));
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attr, propose_kernel<T, BLOCK, SITE>));
     // The 48 KB default covers static + dynamic shared memory together: opt in beyond it.
     if (attr.sharedSizeBytes + smem > kDefaultSmemLimit) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(propose_kernel<T, BLOCK>,
+      C10_CUDA_CHECK(cudaFuncSetAttribute(propose_kernel<T, BLOCK, SITE>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     }
   }
-  propose_kernel<T, BLOCK><<<static_cast<unsigned>(B), BLOCK, smem, stream>>>(logits, params);
+  propose_kernel<T, BLOCK, SITE><<<static_cast<unsigned>(B), BLOCK, smem, stream>>>(logits, params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, bool SITE>
+void launch_blocks(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
+  if (params.V <= kSmallBlockMaxV) {
+    launch_typed<T, kSmallBlock, SITE>(logits, B, params, stream);
+  } else {
+    launch_typed<T, kLargeBlock, SITE>(logits, B, params, stream);
+  }
 }
 
 template <typename T>
 void launch_sized(const T* logits, int64_t B, const ProposeParams& params, cudaStream_t stream) {
-  if (params.V <= kSmallBlockMaxV) {
-    launch_typed<T, kSmallBlock>(logits, B, params, stream);
+  if (params.site.on) {
+    launch_blocks<T, true>(logits, B, params, stream);
   } else {
-    launch_typed<T, kLargeBlock>(logits, B, params, stream);
+    launch_blocks<T, false>(logits, B, params, stream);
   }
 }
 
@@ -598,12 +648,12 @@ int64_t propose_scratch_stride(int64_t V, int device) {
   return ceil_div(V + 3, 4) * 4;  // rows start 16-byte aligned
 }
 
-void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
-                    Strided1<const int64_t> current, float temperature, double top_p,
-                    double uniform_mix, Strided1<const float> uniforms, float* scratch,
-                    int64_t scratch_stride,
-                    int64_t* proposed, float* logq_proposed, float* logq_current,
-                    cudaStream_t stream) {
+namespace {
+
+void launch_any(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
+                const ProposeSiteArgs& site, Strided1<const int64_t> current, float temperature, double top_p,
+                double uniform_mix, Strided1<const float> uniforms, float* scratch, int64_t scratch_stride,
+                int64_t* proposed, float* logq_proposed, float* logq_current, cudaStream_t stream) {
   if (B == 0) return;
   TORCH_CHECK(B <= INT32_MAX && V <= INT32_MAX, "mhfast.propose: too many rows or columns for one grid");
   int device = 0;
@@ -617,6 +667,7 @@ void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, in
   const ProposeParams params{V,
                              row_stride,
                              scratch_stride,
+                             site,
                              current,
                              temperature,
                              top_p_f,
@@ -640,6 +691,26 @@ void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, in
       return launch_sized(static_cast<const __nv_bfloat16*>(logits), B, params, stream);
   }
   TORCH_CHECK(false, "mhfast.propose: unknown logits dtype");
+}
+
+}  // namespace
+
+void launch_propose(const void* logits, FloatKind kind, int64_t B, int64_t V, int64_t row_stride,
+                    Strided1<const int64_t> current, float temperature, double top_p,
+                    double uniform_mix, Strided1<const float> uniforms, float* scratch,
+                    int64_t scratch_stride,
+                    int64_t* proposed, float* logq_proposed, float* logq_current,
+                    cudaStream_t stream) {
+  launch_any(logits, kind, B, V, row_stride, ProposeSiteArgs{}, current, temperature, top_p, uniform_mix, uniforms,
+             scratch, scratch_stride, proposed, logq_proposed, logq_current, stream);
+}
+
+void launch_propose_site(const void* cache, FloatKind kind, int64_t A, int64_t V, const ProposeSiteArgs& site,
+                         float temperature, double top_p, float* scratch, int64_t scratch_stride,
+                         int64_t* proposed, float* logq_proposed, float* logq_current, cudaStream_t stream) {
+  launch_any(cache, kind, A, V, 0, site, Strided1<const int64_t>{nullptr, 0}, temperature, top_p,
+             /*uniform_mix=*/0.0, Strided1<const float>{nullptr, 0}, scratch, scratch_stride, proposed, logq_proposed, logq_current,
+             stream);
 }
 
 }  // namespace cuda

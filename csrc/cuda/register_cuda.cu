@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <vector>
 
 #include "../checks.h"
 #include "ops_cuda.h"
@@ -148,6 +149,118 @@ at::Tensor counter_uniforms_cuda(const at::Tensor& keys, int64_t epoch, int64_t 
   return out;
 }
 
+// The propose phase of a single-site step: the propose kernel in its site mode (propose_cuda.cu),
+// so the row code is shared and equal rows draw equal tokens.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cuda(
+    const at::Tensor& cache_in, const at::Tensor& tokens, const at::Tensor& keys, const at::Tensor& act,
+    const at::Tensor& pos, const at::Tensor& blocked_in, int64_t epoch, int64_t step, int64_t stream,
+    double temperature, double top_p) {
+  check_mh_propose_site_args(cache_in, tokens, keys, act, pos, blocked_in, epoch, step, stream, temperature,
+                             top_p);
+  check_device_type("mh_propose_site", "cache", cache_in, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(cache_in.device());
+  const at::Tensor cache = (cache_in.size(2) > 1 && cache_in.stride(2) != 1) ? cache_in.contiguous() : cache_in;
+  const at::Tensor blocked = blocked_in.contiguous();
+  const int64_t A = act.size(0), V = cache.size(2);
+  at::Tensor proposed = at::empty({A}, act.options());
+  const auto f32 = act.options().dtype(at::kFloat);
+  at::Tensor logq_f = at::empty({A}, f32), logq_r = at::empty({A}, f32);
+  at::Tensor changed = at::empty({A}, act.options().dtype(at::kBool));
+  at::Tensor scratch;
+  const int64_t scratch_stride = A > 0 ? propose_scratch_stride(V, cache.get_device()) : 0;
+  if (scratch_stride > 0) scratch = at::empty({A, scratch_stride}, f32);
+  ProposeSiteArgs site;
+  site.on = true;
+  site.act = view1<int64_t>(act);
+  site.pos = view1<int64_t>(pos);
+  site.cache_stride0 = cache.stride(0);
+  site.cache_stride1 = cache.stride(1);
+  site.tokens = view2<int64_t>(tokens);
+  site.keys = view1<int64_t>(keys);
+  site.epoch = epoch;
+  site.step = step;
+  site.stream = stream;
+  site.blocked = blocked.const_data_ptr<bool>();
+  site.changed = changed.mutable_data_ptr<bool>();
+  launch_propose_site(cache.const_data_ptr(), float_kind(cache), A, V, site, static_cast<float>(temperature),
+                      top_p, scratch.defined() ? scratch.mutable_data_ptr<float>() : nullptr, scratch_stride,
+                      proposed.mutable_data_ptr<int64_t>(), logq_f.mutable_data_ptr<float>(),
+                      logq_r.mutable_data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+  return {proposed, logq_f, logq_r, changed};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_commit_site_cuda(
+    const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms, const at::Tensor& e_raw,
+    const at::Tensor& e_local, const at::Tensor& target, at::Tensor& cache, const at::Tensor& keys,
+    const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
+    const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
+    const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
+    const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs_in, c10::optional<double> beta,
+    int64_t epoch, int64_t step, int64_t stream) {
+  check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
+                             proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
+                             target_new, seq, q, outputs_in},
+                            beta, epoch, step, stream);
+  check_device_type("mh_commit_site_", "tokens", tokens, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(tokens.device());
+  const auto contiguous = at::MemoryFormat::Contiguous;
+  at::Tensor out_tokens = tokens.clone(contiguous), out_raw = raw_terms.clone(contiguous),
+             out_local = local_terms.clone(contiguous), out_e_raw = e_raw.clone(contiguous),
+             out_e_local = e_local.clone(contiguous);
+  at::Tensor accepted = at::empty({ch.size(0)}, tokens.options().dtype(at::kBool));
+  std::vector<at::Tensor> chunks;  // Tensor.to's rounding to the cache dtype, rows contiguous
+  for (const at::Tensor& o : outputs_in) chunks.push_back(o.to(cache.scalar_type()).contiguous());
+  CommitSiteArgs a{};
+  a.M = tokens.size(0);
+  a.T = tokens.size(1);
+  a.n = ch.size(0);
+  a.D = cache.size(2);
+  a.tokens = out_tokens.mutable_data_ptr<int64_t>();
+  a.raw_terms = out_raw.mutable_data_ptr<float>();
+  a.local_terms = out_local.mutable_data_ptr<float>();
+  a.e_raw = out_e_raw.mutable_data_ptr<float>();
+  a.e_local = out_e_local.mutable_data_ptr<float>();
+  a.target = view1<float>(target);
+  a.cache = cache.mutable_data_ptr();
+  a.cache_stride0 = cache.stride(0);
+  a.cache_stride1 = cache.stride(1);
+  a.cache_stride2 = cache.stride(2);
+  a.elem_size = cache.element_size();
+  a.keys = view1<int64_t>(keys);
+  a.ch = view1<int64_t>(ch);
+  a.pos = view1<int64_t>(pos);
+  a.proposed = view1<int64_t>(proposed);
+  a.logq_forward = view1<float>(logq_forward);
+  a.logq_reverse = view1<float>(logq_reverse);
+  a.raw_new = view2<float>(raw_new);
+  a.local_new = view2<float>(local_new);
+  a.e_raw_new = view1<float>(e_raw_new);
+  a.e_local_new = view1<float>(e_local_new);
+  a.target_new = view1<float>(target_new);
+  a.seq = view1<int64_t>(seq);
+  a.q = view1<int64_t>(q);
+  a.beta = beta.has_value() ? static_cast<float>(*beta) : 0.0f;
+  a.forced = !beta.has_value();
+  a.epoch = epoch;
+  a.step = step;
+  a.stream = stream;
+  a.accepted = accepted.mutable_data_ptr<bool>();
+  const cudaStream_t cuda_stream = c10::cuda::getCurrentCUDAStream().stream();
+  a.chain_blocks = a.n;  // the chains in the first launch, then one launch per further chunk
+  a.row0 = 0;
+  a.rows = 0;
+  a.outputs = nullptr;
+  if (chunks.empty()) launch_mh_commit_site(a, cuda_stream);
+  for (const at::Tensor& chunk : chunks) {
+    a.rows = chunk.size(0);
+    a.outputs = chunk.const_data_ptr();
+    launch_mh_commit_site(a, cuda_stream);
+    a.row0 += a.rows;
+    a.chain_blocks = 0;
+  }
+  return {out_tokens, out_raw, out_local, out_e_raw, out_e_local, accepted};
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace mhfast
@@ -158,4 +271,6 @@ TORCH_LIBRARY_IMPL(mhfast, CUDA, m) {
   m.impl("propose", &mhfast::cuda::propose_cuda);
   m.impl("mh_accept_", &mhfast::cuda::mh_accept_cuda);
   m.impl("counter_uniforms", &mhfast::cuda::counter_uniforms_cuda);
+  m.impl("mh_propose_site", &mhfast::cuda::mh_propose_site_cuda);
+  m.impl("mh_commit_site_", &mhfast::cuda::mh_commit_site_cuda);
 }

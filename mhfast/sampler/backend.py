@@ -1,4 +1,4 @@
-"""The four ops the sampler uses, from the compiled core or the pure-PyTorch reference.
+"""The ops the sampler uses, from the compiled core or the pure-PyTorch reference.
 
 The algorithm code calls ``backend.masked_copies(...)`` etc. and never knows which one runs;
 with the same seed both give identical chains (the reference is the specification).
@@ -23,6 +23,8 @@ class Backend:
     propose: Callable
     mh_accept_: Callable
     counter_uniforms: Callable
+    mh_propose_site: Callable  #: the propose phase of a single-site MH step, fused
+    mh_commit_site_: Callable  #: the accept + commit phase of a single-site MH step, fused
 
 
 def get_backend(name: str) -> Backend:
@@ -39,10 +41,13 @@ def get_backend(name: str) -> Backend:
             functools.partial(ops.propose, validate=False),
             functools.partial(ops.mh_accept_, validate=False),
             ops.counter_uniforms,
+            functools.partial(ops.mh_propose_site, validate=False),
+            functools.partial(ops.mh_commit_site_, validate=False),
         )
     if name == "reference":
         from .. import reference
 
         return Backend("reference", reference.masked_copies, reference.gather_energies, reference.propose,
-                       reference.mh_accept_, reference.counter_uniforms)
+                       reference.mh_accept_, reference.counter_uniforms, reference.mh_propose_site,
+                       reference.mh_commit_site_)
     raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")

@@ -78,6 +78,9 @@ def _commit(state: ChainState, tokens: torch.Tensor, chains: torch.Tensor, accep
 def changed_chains(changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices of the step's chains whose proposal differs from their state: the one host sync of
     a step (the caller then knows how many rows to forward). Returns ``(device, CPU)`` copies."""
+    if changed.device.type == "cpu":  # no copies to make (each would still be a dispatched call)
+        local = changed.nonzero().squeeze(1)
+        return local, local
     local_host = changed.cpu().nonzero().squeeze(1)
     return local_host.to(changed.device), local_host
 
@@ -145,31 +148,125 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
     return new_state, accepted.sum()
 
 
+def can_fuse_propose(ctx: StepContext, state: ChainState) -> bool:
+    """Whether :func:`propose_sites` runs as one ``mh_propose_site`` op: the cache holds V-wide logits
+    (not features, which need the model's output layer), no AllowedTokens mask applies (it
+    depends on the input and the position; the op blocks one id set for every row) and the proposal
+    is the plain nucleus (uniform_mix = 0: a uniform share goes through ``propose``)."""
+    allowed = ctx.terms.allowed if ctx.terms is not None else None
+    return (not ctx.runner.use_features and allowed is None and state.cache.shape[2] == ctx.runner.vocab_size
+            and ctx.uniform_mix == 0.0)
+
+
+def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int,
+                  step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Proposals of the chains ``act`` at ``pos`` from their cached rows: ``(proposed, logq_forward,
+    logq_reverse, changed, logits)``.
+
+    When the cache holds logits and no AllowedTokens mask applies, one fused op
+    (``mh_propose_site``: gather, special ids at -inf, RNG, propose) and ``logits`` None (the
+    caller reads the few rows it needs from the cache). Otherwise (a feature cache needs the
+    model's output layer; an AllowedTokens mask is per input and position) the same numbers
+    from the unfused ops, and ``logits`` the rows' logits.
+    """
+    runner, be = ctx.runner, ctx.backend
+    if can_fuse_propose(ctx, state):
+        return (*be.mh_propose_site(state.cache, state.tokens, state.rng_keys, act, pos, runner.special, epoch,
+                                    step, rng.PROPOSE, ctx.proposal_temperature, ctx.top_p), None)
+    logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
+    cur = state.tokens[act, pos]
+    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE, op=be.counter_uniforms)
+    prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
+                                      ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
+    return prop, logq_f, logq_r, prop != cur, logits
+
+
+def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
+                prop: torch.Tensor, known_logits: torch.Tensor):
+    """Per-position terms of X' for single-site moves of the distinct chains ``ch``: ``(x_new, raw_new,
+    local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops; outputs:
+    the model's outputs as a list of sub-batches, for the cache).
+
+    The term at ``pos`` comes from the cached row (``known_logits``) at the proposed token; every
+    other energy position of X' is one forwarded masked row ``(seq, q)`` (outputs: for the cache).
+    """
+    runner, be = ctx.runner, ctx.backend
+    n = ch.shape[0]
+    at, new = pos[:, None], prop[:, None]
+    x_new = state.tokens.index_select(0, ch).scatter_(1, at, new)
+    need = state.energy_mask.index_select(0, ch).scatter_(1, at, False)
+    num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - n  # host counts: no sync
+    raw_new = state.raw_terms.index_select(0, ch)
+    local_new = state.local_terms.index_select(0, ch)
+    if num_rows:
+        seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
+        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
+        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
+        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True, chunks=True)
+        raw_new.index_put_((seq, q), r)
+        local_new.index_put_((seq, q), l)
+    else:
+        seq = q = torch.zeros(0, dtype=torch.long, device=ch.device)
+        outputs = []
+    r_i, l_i = runner.terms_from_logits(be, known_logits, prop)
+    raw_new.scatter_(1, at, r_i[:, None])
+    local_new.scatter_(1, at, l_i[:, None])
+    return x_new, raw_new, local_new, seq, q, outputs
+
+
+def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
+                             pos: torch.Tensor, prop: torch.Tensor, logq_forward: torch.Tensor,
+                             logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
+                             step: int) -> tuple[ChainState, torch.Tensor]:
+    """:func:`evaluate_and_accept` for single-site moves (``pos``/``prop`` Long[n], distinct chains ``ch``):
+    the same chains, with the MH test, the state update and the cache rows in one op (``mh_commit_site_``).
+
+    Energies stay :func:`sum_terms` of the term rows (torch's float64 sum, as every other energy of
+    the state), computed here once per moving chain and handed to the op.
+    """
+    x_new, raw_new, local_new, seq, q, outputs = _site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
+    e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
+    target_new = e_raw_new if state.energy == "raw" else e_local_new
+    extra = None
+    if ctx.terms is not None and ctx.terms.terms:  # extra energy terms of X', batched over the chains
+        values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
+        extra = (values, ctx.terms.weighted(values))
+        target_new = target_new + extra[1]
+    tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
+        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, state.target, state.cache,
+        state.rng_keys, ch, pos, prop, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
+        target_new, seq, q, outputs, beta, epoch, step, rng.ACCEPT)
+    more = {}
+    if extra is not None:  # the extra terms' values of accepted chains (not in the op: optional, rare)
+        pick = lambda new, old: old.index_copy(0, ch, torch.where(  # noqa: E731
+            accepted[:, None] if new.dim() == 2 else accepted, new, old.index_select(0, ch)))
+        more = dict(term_values=pick(extra[0], state.term_values), e_extra=pick(extra[1], state.e_extra))
+    state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
+                                **more)
+    return state, accepted.sum()
+
+
 def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
                    pos: torch.Tensor, beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
-    """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``.
+    """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``:
+    :func:`propose_sites`, one host sync (how many chains changed), :func:`site_evaluate_and_accept`.
 
     ``beta=None``: force accept (energies are still computed, so the cache stays valid).
     """
-    runner, be = ctx.runner, ctx.backend
     A = act.shape[0]
     if A == 0:
         return state, StepInfo(0, 0, 0, scored=True)
-    logits = runner.to_logits(state.cache[act, pos])  # proposal = cached conditional of row i
-    cur = state.tokens[act, pos]
-    u = rng.uniforms_from_keys(state.rng_keys[act], epoch, step, rng.PROPOSE,
-                               op=ctx.backend.counter_uniforms)
-    prop, logq_f, logq_r = be.propose(ctx.proposal_logits(logits, state.term_index[act], pos), cur,
-                                      ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
-    local, local_host = changed_chains(prop != cur)
+    prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
+    local, local_host = changed_chains(changed)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
     if n == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
         return state, StepInfo(A, A, 0, scored=True)
-    state, k = evaluate_and_accept(ctx, state, act.index_select(0, local), ch_host,
-                                   pos.index_select(0, local)[:, None], prop.index_select(0, local)[:, None],
-                                   logq_f.index_select(0, local), logq_r.index_select(0, local),
-                                   logits.index_select(0, local), beta, epoch, step)
+    ch, pos_ch = act.index_select(0, local), pos.index_select(0, local)
+    known = logits.index_select(0, local) if logits is not None else state.cache[ch, pos_ch]
+    state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
+                                        logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
+                                        epoch, step)
     return state, StepInfo(A, A - n + k, k, scored=True)
 
 

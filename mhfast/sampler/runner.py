@@ -125,6 +125,10 @@ class ModelRunner:
         name = "masked_features" if self.use_features else "masked_logits"
         N, T = rows.shape
         step = self._chunk(T)
+        if N <= step:  # one sub-batch: no slicing (the same call on the same rows)
+            out = self._call(name, rows, positions, ctx_index=ctx_index)
+            self.model_rows += N
+            return out
         parts = []
         for s in range(0, N, step):
             ci = ctx_index[s:s + step] if ctx_index is not None else None
@@ -181,14 +185,19 @@ class ModelRunner:
         return e_raw, e_local
 
     def score_rows(self, backend: Any, rows: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,
-                   ctx_index: torch.Tensor | None, keep_outputs: bool
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                   ctx_index: torch.Tensor | None, keep_outputs: bool, chunks: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Energy terms of masked rows (chunked so V-wide logits never exceed one sub-batch).
 
-        Returns ``(raw f32[N], local f32[N], outputs [N, D] or None)``.
+        Returns ``(raw f32[N], local f32[N], outputs [N, D] or None)``; with ``chunks`` (and
+        ``keep_outputs``), outputs is the list of the sub-batches' outputs (no concatenation).
         """
         N, T = rows.shape
         step = self._chunk(T)
+        if 0 < N <= step:  # one sub-batch: no slicing (the same calls on the same rows)
+            out = self.outputs(rows, positions, ctx_index)
+            r, l = self.terms_from_logits(backend, self.to_logits(out), targets)
+            return r, l, (([out] if chunks else out) if keep_outputs else None)
         raws, locals_, outs = [], [], []
         for s in range(0, N, step):
             ci = ctx_index[s:s + step] if ctx_index is not None else None
@@ -202,4 +211,4 @@ class ModelRunner:
             empty = torch.zeros(0, device=rows.device)
             return empty, empty.clone(), None
         cat = (lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs))
-        return cat(raws), cat(locals_), (cat(outs) if keep_outputs else None)
+        return cat(raws), cat(locals_), ((outs if chunks else cat(outs)) if keep_outputs else None)
