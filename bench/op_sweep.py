@@ -3,7 +3,9 @@
 Made to run under compute-sanitizer (memcheck, racecheck, synccheck) on a GPU: small but awkward
 sizes (V = 1, odd V, V not a multiple of the vector width, unaligned row strides, the propose
 shared-memory edge V ~ 11.7k-12.3k, a V that needs the global scratch row, ties, -inf columns,
-NaN rows under validate=False), fp32/fp16/bf16. Every output is checked against
+NaN rows under validate=False), fp32/fp16/bf16; then the ops added later (bench/op_sweep_site.py):
+propose with uniform_mix > 0, mh_propose_site (incl. out-of-range act/pos under validate=False) and
+mh_commit_site_ (forced accept, several output sub-batches). Every output is checked against
 mhfast.reference (exact for indices, 1e-4 for floats, away from fp32 boundaries where the two may
 legitimately differ by rounding). On CPU it runs the same sweep on the CPU kernels.
 
@@ -24,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import mhfast.ops as ops  # noqa: E402
 import mhfast.reference as reference  # noqa: E402
+from op_sweep_site import (check_commit_site, check_propose_mix, check_propose_site,  # noqa: E402
+                           check_propose_site_out_of_range)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -130,6 +134,34 @@ def sweep(device: str, small: bool, tiny: bool = False) -> list[tuple[str, str |
             for sorted_seq in (True, False):
                 results.append((f"gather N={N} V={V} S={S} {dtype} sorted={sorted_seq}",
                                 check_gather(N, V, S, dtype, device, 1 if V % 2 else 0, sorted_seq)))
+    return results + sweep_site_ops(device, vs, dtypes, tiny)
+
+
+def sweep_site_ops(device: str, vs: list[int], dtypes: tuple, tiny: bool) -> list[tuple[str, str | None]]:
+    """The ops added after the sweep was written: propose with a uniform share, the fused single-site step."""
+    results = []
+    # Rows past ~10k are slow under racecheck (every shared-memory access is tracked): fp32 only there.
+    dtypes_for = lambda V: dtypes[:1] if V > 10_000 else dtypes  # noqa: E731
+    vs = [V for V in vs if V != 11_700]  # the shared-memory edge once (12_288) is enough for the mixture
+    for V in vs:  # uniform_mix > 0: odd V with unaligned rows, -inf entries, top_p < 1 and = 1
+        for dtype in dtypes_for(V):
+            for top_p in (1.0, 0.3):
+                offset = 1 if V % 2 else 0
+                results.append((f"propose uniform_mix=0.05 B=8 V={V} {dtype} top_p={top_p} offset={offset}",
+                                check_propose_mix(8, logits_rows(8, V, V + 5, dtype, offset), top_p, 0.05, device)))
+    results.append(("mh_propose_site out-of-range act/pos (validate=False)", check_propose_site_out_of_range(device)))
+    for V in ((2, 37) if tiny else (2, 37, 1001, 12_289)):  # odd V: every cache row starts unaligned
+        for dtype in dtypes_for(V):
+            for top_p in (1.0, 0.8):
+                results.append((f"mh_propose_site M=6 T=3 V={V} A=5 {dtype} top_p={top_p}",
+                                check_propose_site(6, 3, V, 5, dtype, top_p, device)))
+    shapes = ((9, 6, 5, 5, 3), (1, 1, 2, 1, 2)) if tiny else ((9, 6, 5, 5, 3), (1, 1, 2, 1, 2), (40, 12, 33, 17, 5),
+                                                              (16, 8, 1001, 16, 4))
+    for M, T, D, n, chunks in shapes:
+        for dtype in dtypes:
+            for beta in (1.0, None):
+                results.append((f"mh_commit_site_ M={M} T={T} D={D} n={n} chunks={chunks} {dtype} beta={beta}",
+                                check_commit_site(M, T, D, n, dtype, beta, chunks, device)))
     return results
 
 
