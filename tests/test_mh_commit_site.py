@@ -140,7 +140,7 @@ def test_bad_input(device):
             reference.mh_commit_site_(*args[:20], bad, *s)
 
 
-def _sample(energy: str, **kw):
+def _sample(energy: str, device: str, **kw):
     import mhfast
     from mhfast.energy_terms import Hamming
     from mhfast.models.tabular import TabularMLM
@@ -149,20 +149,20 @@ def _sample(energy: str, **kw):
     extra = kw.pop("hamming", False)
     if extra:
         kw["extra_energy"] = [(Hamming(torch.tensor([[0, 1, 2, 3]])), 0.7)]
-    return mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, seed=11, energy=energy, **kw)
+    return mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, seed=11, energy=energy, device=device, **kw)
 
 
 @pytest.mark.parametrize("case", [dict(energy="raw"), dict(energy="local", force_accept_epochs=2),
                                   dict(energy="local", hamming=True), dict(energy="raw", dtype="bfloat16")])
-def test_fused_step_gives_the_unfused_chains(monkeypatch, case):
+def test_fused_step_gives_the_unfused_chains(monkeypatch, case, device):
     """Single-site MH with the fused ops and with the op sequence they replace: the same chains,
-    bit for bit (tokens, energies, acceptance counts)."""
+    bit for bit (tokens, energies, acceptance counts), on each device (the fused kernels on CUDA too)."""
     import dataclasses
 
     from mhfast.sampler import moves
 
     kw = dict(case)
-    fused = _sample(kw.pop("energy"), **dict(kw))
+    fused = _sample(kw.pop("energy"), device, **dict(kw))
 
     def unfused_commit(ctx, state, ch, ch_host, pos, prop, lf, lr, known, beta, epoch, step):
         return moves.evaluate_and_accept(ctx, state, ch, ch_host, pos[:, None], prop[:, None], lf, lr, known, beta,
@@ -170,7 +170,7 @@ def test_fused_step_gives_the_unfused_chains(monkeypatch, case):
 
     monkeypatch.setattr(moves, "can_fuse_propose", lambda ctx, state: False)
     monkeypatch.setattr(moves, "site_evaluate_and_accept", unfused_commit)
-    unfused = _sample(case["energy"], **dict(kw))
+    unfused = _sample(case["energy"], device, **dict(kw))
     for f in dataclasses.fields(fused):
         a, b = getattr(fused, f.name), getattr(unfused, f.name)
         if isinstance(a, torch.Tensor):
