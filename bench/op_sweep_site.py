@@ -14,6 +14,7 @@
 Each check returns None when it matched, else a message.
 
 Example:
+    >>> import sys, torch; sys.path.insert(0, "bench")
     >>> from op_sweep_site import check_commit_site
     >>> check_commit_site(9, 6, 5, 5, torch.float32, 1.0, 3, "cpu") is None
     True

@@ -3,7 +3,10 @@
 The floor of an op is the time to move the bytes it must move (each input read once, each output
 written once) at the device's measured copy bandwidth (a large device-to-device copy, bytes read
 + written). ``x floor`` = measured / floor: the issue's goals on an H100 are gather_energies at
->= 70% of the bandwidth (x floor <= 1.43) and propose <= 3x its read-once floor. Timing: CUDA
+>= 70% of the bandwidth (x floor <= 1.43) and propose <= 3x its read-once floor. The fused
+single-site ops: mh_propose_site reads one cached row per moving chain (the floor of propose on
+those rows); mh_commit_site_ (beta=None: every move accepted) reads and writes each model row once
+and copies the [M, T] state. Timing: CUDA
 events around each call after warm-up, median of the repeats, inputs rotated among 4 copies so
 that repeated calls do not read the L2 cache. On CPU the same table is printed with the CPU's
 memcpy bandwidth (a smoke run: numbers are not the point there).
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import mhfast.ops as ops  # noqa: E402
 import mhfast.reference as reference  # noqa: E402
+from op_sweep_site import commit_inputs  # noqa: E402
 
 ROTATE = 4
 
@@ -76,14 +80,48 @@ def gather_case(N: int, V: int, dtype: torch.dtype, device: str, sorted_seqs: bo
     return comp, ref, nbytes
 
 
-def propose_case(B: int, V: int, dtype: torch.dtype, top_p: float, device: str):
+def propose_case(B: int, V: int, dtype: torch.dtype, top_p: float, device: str, eps: float = 0.0):
+    """propose (eps = uniform_mix > 0: the mixture, the same bytes and more passes over the row)."""
     g = torch.Generator().manual_seed(B + V)
     logits = [(torch.randn(B, V, generator=g) * 3).to(device=device, dtype=dtype) for _ in range(ROTATE)]
     current = torch.randint(0, V, (B,), generator=g).to(device)
     u = torch.rand(B, generator=g).to(device)
     nbytes = B * V * logits[0].element_size() + B * (8 + 4 + 8 + 4 + 4)
-    comp = lambda i: ops.propose(logits[i], current, 1.0, top_p, u, validate=False)
-    ref = lambda i: reference.propose(logits[i], current, 1.0, top_p, u)
+    comp = lambda i: ops.propose(logits[i], current, 1.0, top_p, u, eps, validate=False)
+    ref = lambda i: reference.propose(logits[i], current, 1.0, top_p, u, eps)
+    return comp, ref, nbytes
+
+
+def propose_site_case(M: int, T: int, V: int, dtype: torch.dtype, top_p: float, device: str):
+    """mh_propose_site with every chain moving (A = M): one cached row of V logits read per chain."""
+    torch.manual_seed(M + V)
+    caches = [(torch.randn(M, T, V, device=device) * 3).to(dtype) for _ in range(ROTATE)]
+    tokens = torch.randint(0, V, (M, T), device=device)
+    keys = torch.randint(-2**62, 2**62, (M,), device=device)
+    act, pos = torch.arange(M, device=device), torch.randint(0, T, (M,), device=device)
+    blocked = torch.zeros(V, dtype=torch.bool, device=device)
+    blocked[:4] = True  # special tokens
+    nbytes = M * V * caches[0].element_size() + V + M * (4 * 8 + 8 + 4 + 4 + 1)
+    comp = lambda i: ops.mh_propose_site(caches[i], tokens, keys, act, pos, blocked, 1, 2, 1, 1.0, top_p,
+                                         validate=False)
+    ref = lambda i: reference.mh_propose_site(caches[i], tokens, keys, act, pos, blocked, 1, 2, 1, 1.0, top_p)
+    return comp, ref, nbytes
+
+
+def commit_site_case(M: int, T: int, D: int, dtype: torch.dtype, chunks: int, device: str):
+    """mh_commit_site_ with every chain moving and accepting (beta=None): its T - 1 model rows of D
+    outputs (in ``chunks`` sub-batches) copied into the cache, plus copies of the [M, T] state."""
+    small = commit_inputs(M, T, 1, M, torch.float32, chunks, seed=M + T)
+    args = [t.to(device) for t in small[:20]]
+    torch.manual_seed(D)
+    caches = [torch.randn(M, T, D, device=device).to(dtype) for _ in range(ROTATE)]
+    R = args[18].shape[0]
+    outputs = list(torch.randn(R, D, device=device).to(dtype).split([o.shape[0] for o in small[20]]))
+    es = caches[0].element_size()
+    nbytes = 2 * R * D * es + 2 * M * T * (8 + 4 + 4) + 2 * 2 * M * 4 + M * (2 * T * 4 + 8 * 8) + R * 16
+    comp = lambda i: ops.mh_commit_site_(*args[:6], caches[i], *args[7:20], outputs, None, 0, 1, 2,
+                                         validate=False)
+    ref = lambda i: reference.mh_commit_site_(*args[:6], caches[i], *args[7:20], outputs, None, 0, 1, 2)
     return comp, ref, nbytes
 
 
@@ -115,7 +153,13 @@ def cases(device: str, quick: bool) -> list[tuple[str, str, Callable]]:
         return [("masked_copies", "B=8 T=16", lambda: masked_copies_case(8, 16, device)),
                 ("gather_energies", "N=64 V=1000 f32", lambda: gather_case(64, 1000, torch.float32, device, True)),
                 ("propose", "B=16 V=1000 f32 top_p=0.9", lambda: propose_case(16, 1000, torch.float32, 0.9, device)),
-                ("mh_accept_", "B=64 T=16", lambda: mh_accept_case(64, 16, device))]
+                ("mh_accept_", "B=64 T=16", lambda: mh_accept_case(64, 16, device)),
+                ("propose", "B=16 V=1000 f32 top_p=0.9 uniform_mix=0.01",
+                 lambda: propose_case(16, 1000, torch.float32, 0.9, device, 0.01)),
+                ("mh_propose_site", "M=16 T=4 V=1000 f32 top_p=0.9",
+                 lambda: propose_site_case(16, 4, 1000, torch.float32, 0.9, device)),
+                ("mh_commit_site_", "M=16 T=8 D=1000 f32 chunks=3",
+                 lambda: commit_site_case(16, 8, 1000, torch.float32, 3, device))]
     out = [("masked_copies", "B=320 T=64", lambda: masked_copies_case(320, 64, device))]
     for N, V in ((16384, 32000), (4096, 50000), (16384, 30522)):
         for dt in (torch.float32, torch.bfloat16):
@@ -131,7 +175,18 @@ def cases(device: str, quick: bool) -> list[tuple[str, str, Callable]]:
                 name = str(dt).replace("torch.", "")
                 out.append(("propose", f"B={B} V={V} {name} top_p={top_p}",
                             lambda B=B, V=V, dt=dt, top_p=top_p: propose_case(B, V, dt, top_p, device)))
+    for V in (32000, 250000):
+        B = 1320 if V <= 50000 else 264
+        out.append(("propose", f"B={B} V={V} float32 top_p=0.9 uniform_mix=0.01",
+                    lambda B=B, V=V: propose_case(B, V, torch.float32, 0.9, device, 0.01)))
     out.append(("mh_accept_", "B=320 T=64", lambda: mh_accept_case(320, 64, device)))
+    for dt in (torch.float32, torch.bfloat16):  # the sampler's single-site step: 1320 chains, V = 32000
+        for top_p in (1.0, 0.9):
+            name = str(dt).replace("torch.", "")
+            out.append(("mh_propose_site", f"M=1320 T=4 V=32000 {name} top_p={top_p}",
+                        lambda dt=dt, top_p=top_p: propose_site_case(1320, 4, 32000, dt, top_p, device)))
+        out.append(("mh_commit_site_", f"M=320 T=16 D=32000 {name} chunks=4",
+                    lambda dt=dt: commit_site_case(320, 16, 32000, dt, 4, device)))
     return out
 
 
