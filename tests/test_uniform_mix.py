@@ -204,3 +204,16 @@ def test_gibbs_rejects_the_mixture(sampler):
         mhfast.sample(model, 2, sampler=sampler, top_p=0.5, uniform_mix=0.1, chains=2, epochs=2, burn_in=0)
     r = mhfast.sample(model, 2, sampler=sampler, top_p=0.5, chains=2, epochs=2, burn_in=0)  # auto: 0
     assert r.tokens.shape == (1, 2, 2)
+
+
+def test_a_mixture_too_fine_for_fp32_uniforms_warns():
+    """eps / V below 2^-20: the per-token uniform share is coarser than the draw can realize: a warning, not
+    silence; a share the uniforms resolve gives none."""
+    import warnings
+
+    model = TabularMLM.random(3, 2, seed=0)
+    with pytest.warns(UserWarning, match="uniform_mix=1e-07 over a vocabulary of 5 "):
+        mhfast.sample(model, 2, chains=2, epochs=1, burn_in=0, uniform_mix=1e-7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mhfast.sample(model, 2, chains=2, epochs=1, burn_in=0, uniform_mix=0.01)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -104,13 +105,30 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
     runner = ModelRunner(forward_model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
+    uniform_mix = options.resolved_uniform_mix(cfg)
+    _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
-                                              uniform_mix=options.resolved_uniform_mix(cfg), terms=problem.terms))
+                                              uniform_mix=uniform_mix, terms=problem.terms))
     state = kernel.init(_initial_state(problem, cfg, runner))
     init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
     state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                               progress=progress, counters=lambda: {"model_rows": runner.model_rows})
     return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
+
+
+#: uniform_mix / V below this: each token's uniform share spans fewer than 8 of the 2^23 levels of the
+#: fp32 uniform that draws a proposal, so it is realized with more than ~12% relative error.
+COARSE_MIXTURE = 2.0 ** -20
+
+
+def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:
+    """A warning (not silence) when the fp32 uniforms cannot realize the per-token uniform share of the mixture."""
+    if 0 < uniform_mix and uniform_mix / vocab_size < COARSE_MIXTURE:
+        warnings.warn(f"mhfast.sample: uniform_mix={uniform_mix:g} over a vocabulary of {vocab_size} gives each token "
+                      f"{uniform_mix / vocab_size:.2g} of proposal probability, below what the fp32 uniforms realize "
+                      f"accurately (2^-20 = {COARSE_MIXTURE:.2g}): the drawn proposal then differs from the one the MH "
+                      f"ratio uses for those tokens; use uniform_mix >= {vocab_size * COARSE_MIXTURE:.3g}",
+                      stacklevel=3)
 
 
 def _initial_state(problem, cfg, runner: ModelRunner) -> ChainState:
