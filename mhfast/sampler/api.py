@@ -105,7 +105,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
     runner = ModelRunner(forward_model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
-    uniform_mix = options.resolved_uniform_mix(cfg)
+    uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
                                               uniform_mix=uniform_mix, terms=problem.terms))
@@ -118,7 +118,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
 
 #: uniform_mix / V below this: each token's uniform share spans fewer than 8 of the 2^23 levels of the
 #: fp32 uniform that draws a proposal, so it is realized with more than ~12% relative error.
-COARSE_MIXTURE = 2.0 ** -20
+COARSE_MIXTURE = options.FINEST_SHARE
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

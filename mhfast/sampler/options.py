@@ -168,18 +168,27 @@ def _uniform_mix(v: Any) -> Any:
     return float(v)
 
 
-def resolved_uniform_mix(cfg: Any) -> float:
+#: The smallest per-token uniform share the sampler's fp32 uniforms realize to ~12% (8 of their 2^23 levels).
+FINEST_SHARE = 2.0 ** -20
+
+
+def resolved_uniform_mix(cfg: Any, vocab_size: int = 0) -> float:
     """The uniform_mix the proposal uses: ``auto`` -> 0 when the nucleus is the whole support
     (``top_p == 1``: every proposable token already has q > 0) or the sampler has no Hastings
-    correction (Gibbs), else :data:`AUTO_UNIFORM_MIX`.
+    correction (Gibbs), else :data:`AUTO_UNIFORM_MIX`, raised to ``vocab_size * FINEST_SHARE`` for large
+    vocabularies (0.029 at V = 30522) so that each token's share is one the fp32 uniforms can draw.
 
     Example:
         >>> resolved_uniform_mix(config_from_kwargs({"top_p": 0.9})), resolved_uniform_mix(config_from_kwargs({}))
         (0.01, 0.0)
+        >>> round(resolved_uniform_mix(config_from_kwargs({"top_p": 0.9}), vocab_size=30522), 4)
+        0.0291
     """
     if cfg.uniform_mix != "auto":
         return float(cfg.uniform_mix)
-    return AUTO_UNIFORM_MIX if cfg.top_p < 1 and KERNELS[cfg.sampler].hastings else 0.0
+    if cfg.top_p < 1 and KERNELS[cfg.sampler].hastings:
+        return max(AUTO_UNIFORM_MIX, vocab_size * FINEST_SHARE)
+    return 0.0
 
 
 # ---------------------------------------------------------------------------- CLI parsers
@@ -248,7 +257,8 @@ SPEC: tuple[Option, ...] = (
     Option("uniform_mix", "auto", _uniform_mix, "share eps of the proposal drawn uniformly from the proposable "
            "tokens: q = (1 - eps) q_nucleus + eps / n, exact in the MH ratio. With top_p < 1 the nucleus "
            "alone can make the chain reducible (tokens outside every nucleus are never reached) and MH then "
-           f"misses the target; eps > 0 makes every proposable token reachable. auto: {AUTO_UNIFORM_MIX} when "
+           f"misses the target; eps > 0 makes every proposable token reachable. auto: {AUTO_UNIFORM_MIX} (or "
+           "V * 2^-20 for vocabularies above ~10k, so each token's share is one fp32 uniforms can draw) when "
            "top_p < 1 (costs about eps extra rejected proposals; an escape from a nucleus-closed class needs "
            "~n / eps proposals), 0 when top_p = 1 (already full support) and for gibbs/block-gibbs, which have "
            "no Hastings correction and reject eps > 0; 0 = the pure nucleus proposal", "7.2", "mix",
