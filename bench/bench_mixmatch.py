@@ -7,9 +7,11 @@ energies of X and X' are recomputed from scratch with one masked copy per positi
 chains batched, full forward (LM head at every position, as ``model(input_ids).logits``): 2T+1 rows per
 proposal. mhfast forwards T-1 rows for a proposal that changes the state and none otherwise.
 
-Design (per case T, chains C, dtype): same model, same start (greedy warm start + one sweep of the
-full-length row, replicated over the chains), the same ``n`` proposal sites per chain (evenly spaced
-residues, a random order per chain), single-site MH, raw energy, default options. What is timed:
+Design (per case T, chains C, dtype, start): same model, same start for both loops (``--starts``: random
+residues, where most proposals change the state, mhfast's worst case; or a real antibody, where few do;
+a greedy warm start is no use: there AntiBERTy almost never proposes a change and mhfast forwards nothing),
+replicated over the chains; the same ``n`` proposal sites per chain (evenly spaced residues, a random order
+per chain), single-site MH, raw energy, default options. What is timed:
 
 * mixmatch: one sweep over the ``n`` sites, all of it (it has no setup: every step recomputes both
   energies from scratch), ``C * n`` proposals;
@@ -18,17 +20,21 @@ residues, a random order per chain), single-site MH, raw energy, default options
   *cancelled out* (excluded), not included: the table is the steady-state cost per proposal.
   Rows per proposal are ``SampleResult.rows_per_proposal`` (both epochs, initial energies excluded).
 
-Runs alternate in one process (mixmatch, mhfast, mixmatch, mhfast, ...; median of ``--repeats``; the
-speed-up of each repeat is logged so its spread can be checked). Both loops forward in sub-batches of
-at most ``max_tokens_per_batch`` tokens (mhfast's default, 65536, for both). ``n`` is about
-``--budget / T`` proposals per case (at least one per chain), so every case costs the baseline about
-the same model work; the table gives the number. Also measured in the same run: an achievable peak
-(one 2048^3 fp32 matmul and one bf16 matmul at the benchmark's thread count) and the model forward's
-FLOP rate in each loop as a fraction of it; and, with ``--batch-sweep``, mhfast alone at T=32 and 16
-chains for a few ``max_tokens_per_batch`` values.
+Runs alternate in one process (mixmatch, mhfast, mixmatch, mhfast, ...); the speed-up is the median of
+the per-repeat ratios. Both loops forward in sub-batches of at most ``max_tokens_per_batch`` tokens
+(mhfast's default, 65536, for both). ``n`` is about ``--budget / T`` proposals per case (at least one per
+chain), so every case costs the baseline about the same model work; the table gives the number. Also
+measured in the same run: an achievable peak (a 2048^3 fp32 and a bf16 matmul before every case, the best
+kept) and the model forward's FLOP rate in each loop as a fraction of it; and, with ``--batch-sweep``,
+mhfast alone at T=32 and 16 chains for a few ``max_tokens_per_batch`` values.
 
-    python3 bench/bench_mixmatch.py                          # T 16/32/64 x C 1/5/16, fp32 + bf16, ~30 min
-    python3 bench/bench_mixmatch.py --lengths 16 --chains 1 5 --repeats 1 --no-write   # a minute
+    python3 bench/bench_mixmatch.py --batch-sweep       # T 16/32/64 x C 1/5/16, fp32 + bf16, both starts
+    python3 bench/bench_mixmatch.py --lengths 16 --chains 1 5 --repeats 1 --no-write   # a few minutes
+
+The section in RESULTS.md was made in parts on a busy machine (``--json`` saves after every case):
+``--lengths 16 32 --json a.json``, ``--lengths 64 --starts random --json b.json``, two
+``--lengths --batch-sweep 65536 4096 1088 --json c.json`` runs, then ``--render a.json b.json c.json d.json
+--batch-sweep --note "..."`` (the note holds the reading of the numbers).
 """
 from __future__ import annotations
 
@@ -210,15 +216,21 @@ def summarize(lm, kind: str, start: torch.Tensor, C: int, n: int, dtype, base_s:
     width = start.shape[1]
     T, P = width - 2, C * n
     b, m = statistics.median(base_s), statistics.median(mh_s)
-    return {"start": kind, "T": T, "C": C, "n": n, "P": P, "dtype": str(dtype).replace("torch.", ""),
+    row = {"start": kind, "T": T, "C": C, "n": n, "P": P, "dtype": str(dtype).replace("torch.", ""),
             "base_rows": base["rows"] / P, "mh_rows": mh["rows_per_proposal"], "mh_rows_timed": mh["rows_timed"] / P,
             "base_acc": base["acceptance"], "mh_acc": mh["acceptance"], "mh_novel": mh["novel"],
-            "base_ms": 1e3 * b / P, "mh_ms": 1e3 * m / P, "speedup": b / max(m, 1e-9),
-            "ratios": [x / max(y, 1e-9) for x, y in zip(base_s, mh_s)],
+            "base_ms": 1e3 * b / P, "mh_ms": 1e3 * m / P, "ratios": [x / max(y, 1e-9) for x, y in zip(base_s, mh_s)],
             "base_gflops": base["rows"] * flops_per_row(lm, width, width) / b / 1e9,
             "mh_gflops": mh["rows_timed"] * flops_per_row(lm, width, 1) / max(m, 1e-9) / 1e9,
             "base_ms_row": 1e3 * b / base["rows"],
             "mh_ms_row": 1e3 * m / mh["rows_timed"] if mh["rows_timed"] else float("nan")}
+    return with_speedup(row)
+
+
+def with_speedup(row: dict) -> dict:
+    """``row`` with its speed-up: the median of the per-repeat ratios, each mixmatch run against the mhfast run
+    right after it (paired, so a change of machine load between repeats cancels out)."""
+    return {**row, "speedup": statistics.median(row["ratios"])}
 
 
 def batch_sweep(lm, T: int, C: int, n: int, values: list[int], dtypes: list[torch.dtype], repeats: int
@@ -264,7 +276,8 @@ def _goal(r: dict, fp32_base: dict | None) -> str:
             text += (f" (overhead: rows ratio {ratio:.2f}x, but mhfast's ms per row is "
                      f"{r['mh_ms_row'] / r['base_ms_row']:.2f}x the baseline's)")
     if fp32_base is not None:
-        text += f"; against fp32 mixmatch: {fp32_base['base_ms'] / r['mh_ms']:.1f}x"
+        cross = fp32_base["base_ms"] / r["mh_ms"]
+        text += f"; against fp32 mixmatch: {cross:.1f}x" if cross < 100 else f"; against fp32 mixmatch: {cross:.0f}x"
     return text
 
 
@@ -278,7 +291,14 @@ def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
     order = {k: i for i, k in enumerate(STARTS)}
     for r in sorted(rows, key=lambda r: (order[r["start"]], r["dtype"] != "float32", r["T"], r["C"])):
         peak = peaks[r["dtype"]]
-        reps = ", ".join(f"{x:.2f}" for x in r["ratios"])
+        reps = ", ".join(f"{x:.2f}" if x < 100 else f"{x:.0f}" for x in r["ratios"])
+        if not r["mh_rows_timed"]:  # no proposal changed the state: mhfast's own bookkeeping only
+            lines.append(
+                f"| {r['start']} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
+                f"{r['base_rows']:.0f} | {r['mh_rows']:.1f}; 0 | {r['mh_acc']:.2f}, {r['mh_novel']:.2f} | "
+                f"{r['base_ms']:.0f} | {r['mh_ms']:.2f} | **{r['speedup']:.0f}x** (no rows forwarded) | inf | "
+                f"{r['base_ms_row']:.1f}, - | {r['base_gflops']:.0f} ({r['base_gflops'] / peak:.0%}), - |")
+            continue
         lines.append(
             f"| {r['start']} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
             f"{r['base_rows']:.0f} | {r['mh_rows']:.1f}; {r['mh_rows_timed']:.1f} | {r['mh_acc']:.2f}, "
@@ -292,9 +312,12 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
            minutes: float, machine: str) -> str:
     """The RESULTS.md section: setup, machine, the table, the goals, the batch-size sweep, what is not measured."""
     feats = cpu_features()
+    now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
     bf16 = "native bf16" if precision.native(torch.bfloat16, torch.device("cpu")) else "NO native bf16"
     lines = [
-        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {minutes:.0f} min. "
+        (f"Run {now} UTC, {minutes:.0f} min. " if not args.render else
+         f"Report written {now} UTC from {len(args.render)} runs (parts of the grid, then the sweeps, one after the "
+         f"other) of {minutes:.0f} min in all. ") +
         f"Machine: {machine}; load average {load[0]:.2f} at the start. "
         f"CPU extensions (from /proc/cpuinfo): {', '.join(feats) or 'none of ' + ', '.join(CPU_FEATURES)} "
         f"({bf16}). No GPU was measured (CPU-only machine).", "",
@@ -302,14 +325,16 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         f"raw energy, default options; {args.threads} torch thread(s). Starts: "
         + "; ".join(f"{k} = {STARTS[k]}" for k in args.starts) + ". Per case and start: the same start for "
         "both loops (replicated over the chains), the same n evenly spaced sites per chain, C x n proposals timed "
-        "for each loop: mixmatch's whole sweep (no setup), mhfast's second epoch of `epochs=2` (its initial energies and first sweep are cancelled "
+        "for each loop: mixmatch's whole sweep (no setup), mhfast's second epoch of `epochs=2` "
+        "(its initial energies and first sweep are cancelled "
         "out, i.e. excluded, via the `progress` callback). n is about "
         f"{args.budget}/T proposals per case (>= 1 per chain), so the largest cases use few proposals. Median of "
-        f"{args.repeats} alternating runs (per start: mixmatch, mhfast; then the next start and repeat); the "
-        "speed-up of each repeat in brackets. Both loops "
+        f"{args.repeats} alternating runs (per start: mixmatch, mhfast; then the next start and repeat); speed-up = "
+        "the median of the per-repeat ratios (each in brackets). Both loops "
         f"forward in sub-batches of <= {DEFAULT_MAX_TOKENS} tokens (mhfast's default). mhfast rows / proposal = "
         "`SampleResult.rows_per_proposal` (T-1 per proposal that changes the state, 0 otherwise); mixmatch 2T+1.", "",
-        f"Peak (one 2048^3 matmul, {args.threads} thread(s), best of 3 before each case of this run): fp32 {peaks['float32']:.0f} GFLOP/s, "
+        f"Peak (one 2048^3 matmul, {args.threads} thread(s), best of 3 before each case of this run): "
+        f"fp32 {peaks['float32']:.0f} GFLOP/s, "
         f"bf16 {peaks['bfloat16']:.0f} GFLOP/s. Model FLOPs counted per row of W = T+2 tokens as "
         "2 x 3.15M encoder weights x W (Q, K, V, O and both FFN matrices of 8 layers) + 8 x 4 x W^2 x 512 "
         "(QK^T and AV) + the MLM head (2 x (512^2 + 512 x 25)) at W positions (mixmatch's full logits) or at one "
@@ -317,7 +342,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         "(the sampler's own work included).", ""]
     lines += table(rows, peaks)
     fp32 = {(r["start"], r["T"], r["C"]): r for r in rows if r["dtype"] == "float32"}
-    goals = [f"- {r['start']} start, T={r['T']}, C={r['C']}, {r['dtype']}: {r['speedup']:.2f}x, "
+    goals = [f"- {r['start']} start, T={r['T']}, C={r['C']}, {r['dtype']}: "
+             + (f"{r['speedup']:.2f}x, " if r["mh_rows_timed"] else f"{r['speedup']:.0f}x (no rows forwarded), ")
              + _goal(r, fp32.get((r["start"], r["T"], r["C"])) if r["dtype"] != "float32" else None)
              for r in rows if r["T"] == 32]
     if goals:
@@ -326,7 +352,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
                   ""] + goals
     if sweep:
         lines += ["", f"mhfast alone at T={args.sweep_T}, {args.sweep_chains} chains, random start, second epoch, "
-                  f"ms per proposal against `max_tokens_per_batch` (median of {args.sweep_repeats}, round-robin):",
+                  "ms per proposal against `max_tokens_per_batch` (median of the runs listed; round-robin over "
+                  "the values):",
                   "", "| dtype | max_tokens_per_batch | rows per forward | ms / proposal | vs 65536 | runs |",
                   "|---|---|---|---|---|---|"]
         ref = {s["dtype"]: s["ms"] for s in sweep if s["max_tokens"] == DEFAULT_MAX_TOKENS}
@@ -334,6 +361,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
             rel = f"{ref[s['dtype']] / s['ms']:.2f}x" if s["dtype"] in ref else "-"
             lines.append(f"| {s['dtype']} | {s['max_tokens']} | {s['rows_per_forward']} | {s['ms']:.0f} | {rel} | "
                          f"{', '.join(map(str, s['all_ms']))} |")
+    if args.note:
+        lines += ["", args.note]
     lines += ["", "Not measured: GPU (none here); more threads; other models; the mixmatch code itself (this is a "
               "re-implementation of its loop from the paper and repository description)."]
     return "\n".join(lines)
@@ -371,9 +400,23 @@ def run_grid(args, lm, save) -> tuple[list[dict], dict[str, float], list[dict]]:
     return rows, peaks, sweep
 
 
+def merge(parts: list[dict]) -> tuple[list[dict], dict[str, float], list[dict], list[float], float, str]:
+    """Several --json files (parts of one grid, run one after the other) as one run: rows and sweeps
+    concatenated, the best peaks, the first load, the summed minutes, the last machine line."""
+    rows = [with_speedup(r) for part in parts for r in part["rows"]]
+    sweep: dict[tuple[str, int], dict] = {}  # the same value measured in several parts: all runs, one median
+    for s in (s for part in parts for s in part["sweep"]):
+        old = sweep.setdefault((s["dtype"], s["max_tokens"]), {**s, "all_ms": []})
+        old["all_ms"] = old["all_ms"] + s["all_ms"]
+        old["ms"] = statistics.median(old["all_ms"])
+    peaks = {k: max(part["peaks"][k] for part in parts) for k in parts[0]["peaks"]}
+    return (rows, peaks, list(sweep.values()), parts[0]["load"], sum(part["minutes"] for part in parts),
+            parts[-1]["machine"])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument("--lengths", type=int, nargs="*", default=[16, 32, 64], help="none: no grid (--batch-sweep only)")
     p.add_argument("--chains", type=int, nargs="+", default=[1, 5, 16])
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     p.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
@@ -387,15 +430,15 @@ def main() -> None:
     p.add_argument("--sweep-n", type=int, default=2, help="proposals per chain in the batch sweep")
     p.add_argument("--sweep-repeats", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="save the raw results here (after every case)")
-    p.add_argument("--render", type=Path, default=None, help="only rebuild the report from a --json file")
+    p.add_argument("--render", type=Path, nargs="+", default=None,
+                   help="only rebuild the report from --json files (of runs of parts of the grid, merged in order)")
+    p.add_argument("--note", default="", help="a sentence added to the report (e.g. what a part of the grid left out)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     t_start, load = time.perf_counter(), os.getloadavg()
-    if args.render is not None:
-        saved = json.loads(args.render.read_text())
-        rows, peaks, sweep, load = saved["rows"], saved["peaks"], saved["sweep"], saved["load"]
-        minutes, machine = saved["minutes"], saved.get("machine", results_md.machine_description())
+    if args.render:
+        rows, peaks, sweep, load, minutes, machine = merge([json.loads(f.read_text()) for f in args.render])
     else:
         from mhfast.models.antiberty import load_antiberty
 
