@@ -31,7 +31,7 @@ from .kernels import KERNELS
 from .problem import build_problem, check_model
 from .result import SampleResult, assemble
 from .rng import seed_from_generator
-from .runner import ModelRunner
+from .runner import ModelRunner, default_max_tokens
 from .state import ChainState, warm_start
 from .step import StepContext
 
@@ -104,7 +104,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
                          "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
-    runner = ModelRunner(forward_model, problem.context, cfg.max_tokens_per_batch, problem.device, cfg.dtype)
+    budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device)
+    runner = ModelRunner(forward_model, problem.context, budget, problem.device, cfg.dtype)
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
