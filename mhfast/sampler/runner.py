@@ -60,16 +60,18 @@ def model_width(model: Any) -> int | None:
 
 
 def default_max_tokens(model: Any, device: Any) -> int:
-    """``max_tokens_per_batch`` when the user gives none: on CPU ``2^21 // d`` tokens (4096 at d = 512, d = 512
-    when unknown), so that a sub-batch's activations stay in cache (bench/bench_mixmatch.py measured 4096 1.10x
-    faster than 65536 on AntiBERTy, fp32); on GPUs 65536 (large batches fill the device; not yet measured).
+    """``max_tokens_per_batch`` when the user gives none: on CPU ``2^21 // d`` tokens for a model of width d
+    (4096 at d = 512), so that a sub-batch's activations stay in cache (bench/bench_mixmatch.py measured 4096
+    1.10x faster than 65536 on AntiBERTy, fp32); on GPUs, and for models whose width cannot be read (custom
+    adapters, tabular test models), 65536 (large batches fill a GPU; few calls for a cheap custom model).
 
     >>> default_max_tokens(None, "cpu"), default_max_tokens(None, "cuda")
-    (4096, 65536)
+    (65536, 65536)
     """
-    if torch.device(device if device is not None else "cpu").type != "cpu":
+    width = model_width(model)
+    if torch.device(device if device is not None else "cpu").type != "cpu" or width is None:
         return GPU_MAX_TOKENS
-    return max(256, CPU_HIDDEN_VALUES // (model_width(model) or 512))
+    return max(256, CPU_HIDDEN_VALUES // width)
 
 
 class ModelRunner:
