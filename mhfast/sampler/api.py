@@ -104,7 +104,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
                          "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
-    budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device)
+    budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device, cfg.dtype)
     runner = ModelRunner(forward_model, problem.context, budget, problem.device, cfg.dtype)
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)

@@ -44,8 +44,10 @@ def sum_terms(terms: torch.Tensor) -> torch.Tensor:
     return terms.double().sum(dim=1).float()
 
 
-#: CPU sub-batches hold this many hidden-state values (x 4 bytes: 8 MiB), so tokens = CPU_HIDDEN_VALUES / width.
-CPU_HIDDEN_VALUES = 1 << 21
+#: CPU sub-batches hold this many hidden-state values: tokens = values / width. fp32 forwards are fastest with
+#: ~2^20 (1024-2048 tokens at d = 512: the activations stay in cache), bf16/fp16 ones (AMX, AVX512-BF16)
+#: with ~2^22 (4096-16384 tokens): measured on AntiBERTy by bench/bench_forward.py (bench/RESULTS.md).
+CPU_HIDDEN_VALUES = {torch.float32: 1 << 20, torch.bfloat16: 1 << 22, torch.float16: 1 << 22}
 GPU_MAX_TOKENS = 65536
 
 
@@ -59,11 +61,11 @@ def model_width(model: Any) -> int | None:
     return int(width) if isinstance(width, int) and width > 0 else None
 
 
-def default_max_tokens(model: Any, device: Any) -> int:
-    """``max_tokens_per_batch`` when the user gives none: on CPU ``2^21 // d`` tokens for a model of width d
-    (4096 at d = 512), so that a sub-batch's activations stay in cache (bench/bench_mixmatch.py measured 4096
-    1.10x faster than 65536 on AntiBERTy, fp32); on GPUs, and for models whose width cannot be read (custom
-    adapters, tabular test models), 65536 (large batches fill a GPU; few calls for a cheap custom model).
+def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None) -> int:
+    """``max_tokens_per_batch`` when the user gives none: on CPU ``2^20 // d`` tokens for a model of width d in
+    fp32 (2048 at d = 512) and ``2^22 // d`` with a bf16/fp16 forward (8192), the sub-batches bench_forward.py
+    found fastest; on GPUs, and for models whose width cannot be read (custom adapters, tabular test models),
+    65536 (large batches fill a GPU; few calls for a cheap custom model).
 
     >>> default_max_tokens(None, "cpu"), default_max_tokens(None, "cuda")
     (65536, 65536)
@@ -71,7 +73,7 @@ def default_max_tokens(model: Any, device: Any) -> int:
     width = model_width(model)
     if torch.device(device if device is not None else "cpu").type != "cpu" or width is None:
         return GPU_MAX_TOKENS
-    return max(256, CPU_HIDDEN_VALUES // width)
+    return max(256, CPU_HIDDEN_VALUES.get(dtype or torch.float32, 1 << 20) // width)
 
 
 class ModelRunner:
