@@ -106,7 +106,7 @@ def measure_compile(lm, T: int, n: int, repeats: int) -> str:
             times[name].append(time.perf_counter() - t0)
     eager, comp = (1e3 * statistics.median(times[k]) / n for k in ("eager", "compiled"))
     return (f"torch.compile (inductor, dynamic=True) of the fp32 body, {n} rows at T={T}: first call (compile) "
-            f"{compile_s:.0f} s; then {comp:.2f} ms per row vs {eager:.2f} eager (x{eager / comp:.2f}, median of "
+            f"{compile_s:.0f} s (less when inductor's cache is warm); then {comp:.2f} ms per row vs {eager:.2f} eager (x{eager / comp:.2f}, median of "
             f"{repeats} alternating rounds).")
 
 
