@@ -644,6 +644,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="folder where each finished (configuration, seed) run is kept, keyed by the code (git trees "
                         "of mhfast/ and csrc/; nothing is cached while they have uncommitted changes), the model "
                         "file, the sources, the options and torch: a killed or repeated command resumes from there")
+    p.add_argument("--chunk", type=int, default=0,
+                   help="sample this many sources per call, each chunk kept in --cache once finished (full-scale "
+                        "runs spread over sittings lose at most one chunk); 0 = all sources in one call. Sources "
+                        "keep their global input ids (the same random streams); the model's batches differ, so "
+                        "digits can differ from an unchunked run")
     p.add_argument("--no-cache", dest="cache", action="store_const", const=None, help="neither read nor write --cache")
     args = p.parse_args(argv)
     args.seeds = args.seeds or [args.seed]

@@ -149,35 +149,49 @@ def _file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def cache_key(setup: Any, args: Any, seed: int, kwargs: dict) -> str | None:
-    """The key of one (configuration, seed) run: code, model file, sources, sampler options, torch and threads.
-    None (no caching) when the code has uncommitted changes or no model file is named."""
+def cache_key(setup: Any, args: Any, seed: int, kwargs: dict, chunk: list[int] | None = None) -> str | None:
+    """The key of one (configuration, seed) run, or of one chunk of its sources (``chunk``: their indices): code,
+    model file, sources, sampler options, torch and threads. None (no caching) when the code has uncommitted
+    changes or no model file is named."""
     code, model_file = code_fingerprint(), getattr(args, "model", None)
     if setup is None or code is None or model_file is None or not Path(model_file).is_file():
         return None
     h = hashlib.sha256()
-    for src in setup.sources:
+    for src in (setup.sources if chunk is None else [setup.sources[i] for i in chunk]):
         h.update(src.numpy().tobytes() + b"|")
     parts = [code, _file_sha256(str(model_file)), h.hexdigest(), repr(sorted(kwargs.items())), str(seed),
              str(args.chains), str(args.epochs), str(args.burn_in), str(args.device), torch.__version__,
-             str(torch.get_num_threads())]
+             str(torch.get_num_threads())] + ([] if chunk is None else [f"chunk {chunk}"])
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def _sample_cached(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[dict, float, bool]:
-    """``(kept fields of the SampleResult, sampling seconds, from_cache)``. With ``args.cache`` (a folder) each
-    (configuration, seed) run is stored once finished, so a long experiment killed midway (or spread over
-    several sessions) resumes from its finished runs; results are identical by construction (same key)."""
+def _chunks(n: int, size: int) -> list[list[int] | None]:
+    """Source indices per sample() call: None = all at once (``size`` 0 or >= n), else runs of ``size``.
+
+    >>> _chunks(5, 0), _chunks(5, 2)
+    ([None], [[0, 1], [2, 3], [4]])
+    """
+    if size <= 0 or size >= n:
+        return [None]
+    return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
+
+
+def _sample_one(setup: Any, args: Any, seed: int, kwargs: dict, chunk: list[int] | None) -> tuple[dict, float, bool]:
+    """``(kept fields, seconds, from_cache)`` of one sample() call over the sources ``chunk`` (None: all); the
+    chunk's sources keep their global input ids, so their chains are those of the whole run (same RNG
+    streams). Stored in ``args.cache`` once finished (atomically), read back when there."""
     folder = getattr(args, "cache", None)
-    key = cache_key(setup, args, seed, kwargs) if folder else None
+    key = cache_key(setup, args, seed, kwargs, chunk) if folder else None
     path = Path(folder) / f"{key}.pt" if key else None
     if path is not None and path.is_file():
         saved = torch.load(path, weights_only=True)
         return saved["fields"], float(saved["seconds"]), True
     start = time.perf_counter()
-    res = mhfast.sample(setup.model, source=setup.sources, length_beam=1, chains=args.chains, epochs=args.epochs,
-                        burn_in=args.burn_in, seed=seed, record="epoch", **kwargs)
+    sources = setup.sources if chunk is None else [setup.sources[i] for i in chunk]
+    res = mhfast.sample(setup.model, source=sources, input_ids=chunk, length_beam=1, chains=args.chains,
+                        epochs=args.epochs, burn_in=args.burn_in, seed=seed, record="epoch", **kwargs)
     fields = {name: getattr(res, name).detach().cpu() for name in KEPT}
+    fields["proposals"] = torch.tensor(res.proposals)
     seconds = time.perf_counter() - start
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +199,42 @@ def _sample_cached(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[dict
         torch.save({"fields": fields, "seconds": seconds}, tmp)
         os.replace(tmp, path)  # atomic: a run killed while saving leaves no half-written entry
     return fields, seconds, False
+
+
+def _pad_cat(parts: list[torch.Tensor], dim: int, value: int) -> torch.Tensor:
+    """Concatenate along dim 0 (sources) tensors whose last dim (T) differs, right-padded with ``value``."""
+    T = max(t.shape[-1] for t in parts)
+    parts = [torch.nn.functional.pad(t, (0, T - t.shape[-1]), value=value) for t in parts]
+    return torch.cat(parts, dim=dim)
+
+
+def _combine(parts: list[dict], pad_id: int) -> dict:
+    """One run's fields from its chunks': sources concatenated; per-epoch means weighted by each chunk's
+    chains (energies) and proposals (rates)."""
+    if len(parts) == 1:
+        return parts[0]
+    chains = torch.tensor([float(p["history"].shape[1] * p["history"].shape[2]) for p in parts])
+    props = torch.tensor([float(p["proposals"]) for p in parts])
+    mean = lambda name, w: (torch.stack([p[name].double() for p in parts]) * (w / w.sum())[:, None]).sum(0).float()  # noqa: E731
+    return {"history": _pad_cat([p["history"] for p in parts], 1, pad_id),
+            "lengths": torch.cat([p["lengths"] for p in parts]),
+            "best_tokens": _pad_cat([p["best_tokens"] for p in parts], 0, pad_id),
+            "e_local": mean("e_local", chains), "e_raw": mean("e_raw", chains),
+            "acceptance_rate": mean("acceptance_rate", props), "novel_rate": mean("novel_rate", props),
+            "target_temperature": parts[0]["target_temperature"], "proposals": props.sum()}
+
+
+def _sample_cached(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[dict, float, bool]:
+    """``(kept fields of the run, sampling seconds, whether every chunk came from the cache)``: the sources in chunks of
+    ``args.chunk`` sentences (0: one call), each kept in ``args.cache`` once finished, so a long experiment
+    killed midway (or spread over several sittings) resumes from its finished chunks."""
+    parts, seconds, cached = [], 0.0, 0
+    chunks = _chunks(len(setup.sources), int(getattr(args, "chunk", 0) or 0))
+    for chunk in chunks:
+        fields, took, hit = _sample_one(setup, args, seed, kwargs, chunk)
+        parts.append(fields)
+        seconds, cached = seconds + took, cached + hit
+    return _combine(parts, int(setup.model.pad_id)), seconds, cached == len(chunks)
 
 
 def _one_seed(setup: Any, args: Any, seed: int, kwargs: dict) -> tuple[Any, list[list[list[tuple]]], float, bool]:

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import types
 import importlib.util
 import math
 import re
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from fairseq_tiny_cmlm import MULTI30K
 
@@ -187,3 +189,27 @@ def test_cache_resumes_finished_runs_with_the_same_numbers(tiny_paths, tmp_path,
     monkeypatch.setattr(runs, "code_fingerprint", lambda: None)  # uncommitted changes: neither read nor written
     assert script.main(argv) == 0
     assert "read from `--cache`" not in section() and len(list(cache.glob("*.pt"))) == 6
+
+
+def test_chunked_runs_are_cached_per_chunk_and_keep_the_whole_runs_chains(tiny_paths, tmp_path, monkeypatch):
+    """--chunk 1: one sample() call per source, each cached; the sources keep their input ids, so the chains
+    are those of the one-call run (compared state by state), and a repeated command reads every chunk back."""
+    script = _load_script()
+    runs = sys.modules["paper_runs"]
+    monkeypatch.setattr(runs, "code_fingerprint", lambda: "code-A")
+    base = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+            "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]), "--sentences", "3",
+            "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "3", "--seeds", "0",
+            "--cache", str(tmp_path / "cache")]
+    whole_args, chunk_args = script.parse_args(base), script.parse_args(base + ["--chunk", "1"])
+    setup = script.load_setup(whole_args)
+    whole = runs._sample_cached(setup, whole_args, 0, dict(sampler="mh", energy="raw"))
+    chunked = runs._sample_cached(setup, chunk_args, 0, dict(sampler="mh", energy="raw"))
+    assert not whole[2] and not chunked[2] and len(list((tmp_path / "cache").glob("*.pt"))) == 1 + 3
+    (w, c) = (types.SimpleNamespace(**whole[0]), types.SimpleNamespace(**chunked[0]))
+    assert torch.equal(w.lengths, c.lengths)
+    for b, n in enumerate(w.lengths.tolist()):
+        assert torch.equal(w.history[:, b, :, :n], c.history[:, b, :, :n])
+    assert torch.allclose(w.e_local, c.e_local, rtol=1e-4) and torch.allclose(w.acceptance_rate, c.acceptance_rate)
+    again = runs._sample_cached(setup, chunk_args, 0, dict(sampler="mh", energy="raw"))
+    assert again[2] and torch.equal(again[0]["history"], chunked[0]["history"])
