@@ -48,6 +48,7 @@ import os
 import platform
 import re
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import paper_stats as ps  # noqa: E402
 from mhfast.mask_predict import mask_predict  # noqa: E402
-from paper_runs import CACHE_COUNTS, Run, code_fingerprint, candidate_count, energy_quality_correlation, run_sampler, score_energies  # noqa: E402
+from paper_runs import CACHE_COUNTS, Run, code_fingerprint, git, candidate_count, energy_quality_correlation, run_sampler, score_energies  # noqa: E402
 
 BUNDLE = ROOT / "mhfast" / "data" / "multi30k_de_en"
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -174,9 +175,7 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 def code_description() -> str:
     """The commit the numbers come from, e.g. ``'commit 91da378 (mhfast/ and csrc/ as committed)'``."""
     try:
-        import subprocess
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return "not a git checkout"
     state = "as committed" if code_fingerprint() else "WITH UNCOMMITTED CHANGES"

@@ -126,13 +126,16 @@ CACHE_COUNTS = {"cached": 0, "computed": 0}
 KEPT = ("history", "lengths", "best_tokens", "e_local", "e_raw", "acceptance_rate", "novel_rate", "target_temperature")
 
 
+def git(*args: str) -> str:
+    """``git -C ROOT args`` -> its stripped stdout (OSError / CalledProcessError when git cannot answer)."""
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
 @functools.cache
 def code_fingerprint() -> str | None:
     """Git tree ids of ``mhfast/`` and ``csrc/`` (the code that decides the chains), or None when either has
     uncommitted changes or git is unavailable: then nothing is cached, since the key could not name the code."""
     try:
-        git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,  # noqa: E731
-                                        check=True).stdout.strip()
         if git("status", "--porcelain", "--", "mhfast", "csrc"):
             return None
         return git("rev-parse", "HEAD:mhfast") + ":" + git("rev-parse", "HEAD:csrc")

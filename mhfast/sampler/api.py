@@ -117,18 +117,15 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
 
 
-#: uniform_mix / V below this: each token's uniform share spans fewer than 8 of the 2^23 levels of the
-#: fp32 uniform that draws a proposal, so it is realized with more than ~12% relative error.
-COARSE_MIXTURE = options.FINEST_SHARE
-
-
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:
-    """A warning (not silence) when the fp32 uniforms cannot realize the per-token uniform share of the mixture."""
-    if 0 < uniform_mix and uniform_mix / vocab_size < COARSE_MIXTURE:
+    """A warning (not silence) when the fp32 uniforms cannot realize the per-token uniform share of the mixture:
+    below options.FINEST_SHARE it spans fewer than 8 of their 2^23 levels (> ~12% relative error)."""
+    finest = options.FINEST_SHARE
+    if 0 < uniform_mix and uniform_mix / vocab_size < finest:
         warnings.warn(f"mhfast.sample: uniform_mix={uniform_mix:g} over a vocabulary of {vocab_size} gives each token "
                       f"{uniform_mix / vocab_size:.2g} of proposal probability, below what the fp32 uniforms realize "
-                      f"accurately (2^-20 = {COARSE_MIXTURE:.2g}): the drawn proposal then differs from the one the MH "
-                      f"ratio uses for those tokens; use uniform_mix >= {vocab_size * COARSE_MIXTURE:.3g}",
+                      f"accurately (2^-20 = {finest:.2g}): the drawn proposal then differs from the one the MH "
+                      f"ratio uses for those tokens; use uniform_mix >= {vocab_size * finest:.3g}",
                       stacklevel=3)
 
 
