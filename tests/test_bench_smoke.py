@@ -1,4 +1,4 @@
-"""Smoke run of bench/bench_ops.py on tiny sizes, so the benchmark script cannot rot unnoticed.
+"""Smoke runs of bench/bench_ops.py and bench/bench_decoder.py on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -22,3 +22,13 @@ def test_bench_ops_quick_runs_and_reports_every_op():
     for op in ("masked_copies", "gather_energies", "propose", "mh_accept_", "one MH step (4 ops)"):
         assert f"{op} [cpu]" in proc.stdout, f"{op} missing from the report:\n{proc.stdout[-3000:]}"
     assert "wrote" not in proc.stdout  # --no-write leaves bench/RESULTS.md alone
+
+
+def test_bench_decoder_quick_runs_and_checks_the_chains():
+    """bench/bench_decoder.py on the bundled CMLM, tiny sizes: it runs, reports both forwards, and the fast
+    decoder's chains equal fairseq's (the script exits 1 otherwise)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_decoder.py"), "--sentences", "2", "--epochs",
+                           "2", "--repeats", "1", "--rows", "16", "--lengths", "8", "--no-write"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| 8 |" in proc.stdout and "same chains: yes" in proc.stdout, proc.stdout[-3000:]

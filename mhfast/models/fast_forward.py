@@ -1,4 +1,5 @@
-"""The last encoder layer at the masked positions only: the sampler's and scorer's fast forward for BERT-family models.
+"""The last encoder layer at the masked positions only: the sampler's and scorer's fast forward for BERT-family models
+(fairseq CMLM decoders: :mod:`mhfast.models.fast_decoder`).
 
 A masked copy is read at ONE position (or, through ``masked_features_at``, at the few masked positions
 of a block), so after the last attention nothing but those positions is needed. The HF adapter
@@ -149,6 +150,11 @@ class LastLayerAtMask:
 
 
 def fast_forward_model(lm: Any) -> Any:
-    """``lm`` wrapped in :class:`LastLayerAtMask` when that is exact for it, else ``lm`` itself."""
+    """``lm`` wrapped in its fast forward when one is exact for it, else ``lm`` itself: BERT-family HF models
+    in :class:`LastLayerAtMask`, fairseq CMLMs in :class:`mhfast.models.fast_decoder.FastCMLMDecoder`."""
     last = _last_layer(lm)
-    return LastLayerAtMask(lm, last) if last is not None else lm
+    if last is not None:
+        return LastLayerAtMask(lm, last)
+    from .fast_decoder import fast_decoder_model  # fairseq adapters only; imports nothing of fairseq itself
+
+    return fast_decoder_model(lm)

@@ -294,7 +294,8 @@ SPEC: tuple[Option, ...] = (
            "measured by bench/bench_forward.py; else (GPUs, models of unknown width) 65536", "-", "int"),
     Option("forward", "fast", _choice(FORWARDS), "fast: skip model work whose output is never read (the last "
            "encoder layer only at the masked positions, where that is the layer's own computation: BERT-family "
-           "HuggingFace models and AntiBERTy; other models run as they are); full: the model's whole forward, "
+           "HuggingFace models and AntiBERTy; for fairseq CMLMs also the encoder-attention keys/values once per "
+           "source; other models run as they are); full: the model's whole forward, "
            "for checking (same chains up to float rounding)", "-", "choice", FORWARDS),
     Option("dtype", None, _described("`float32`, `bfloat16`, `float16` (or a torch dtype)")(
         lambda v: _as_option_error(parse_dtype, v)), "precision of the model's forward (autocast; energies in "

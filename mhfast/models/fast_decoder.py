@@ -1,0 +1,192 @@
+"""The fairseq CMLM decoder's fast forward: encoder-attention keys/values once per source, the last layer only
+where it is read.
+
+A masked read of a CMLM row (``FairseqCMLM.masked_features_at``) runs fairseq's decoder over the whole row.
+Two parts of that work are wasted for the sampler, which forwards many rows per source (chains x positions)
+and reads one or a few positions of each:
+
+* every decoder layer's encoder attention projects the row's copy of the encoder output to keys and values
+  (``k_proj``/``v_proj`` over the source tokens): the same numbers for every row of one source. Here they are
+  computed once per distinct source of a call and indexed per row (about 12% of a row of the bundled
+  Multi30k model, more for long sources);
+* after the last layer's self-attention nothing but the read positions is used, so its query, both attention
+  outputs and the feed-forward block run at those positions only (keys and values of the row are still
+  computed: the read position attends to all of them). For a 3-layer decoder that is most of a third.
+
+The arithmetic is the layers' own: their modules (``q_proj``/``k_proj``/``v_proj``/``out_proj``, layer
+norms, ``fc1``/``fc2``, the activation), the same residual order and ``normalize_before`` placement, and
+fairseq's ``q * head_dim**-0.5`` scaling; only the softmax-weighted sum is
+``scaled_dot_product_attention`` (fairseq computes it with bmm + softmax), so features agree to float
+rounding (tests: ~1e-6 relative) and the sampler's chains are the same (tests). It applies only where that
+is exactly the model: ``NATransformerDecoder`` layers in eval mode without cross-self-attention, head
+scaling, extra layer norms, residual weights or bias/zero-attention keys; anything else keeps the adapter
+(:func:`fast_decoder_model` returns it unchanged).
+
+Example:
+    >>> from mhfast.models.fast_decoder import fast_decoder_model
+    >>> fast = fast_decoder_model(cmlm)                                # doctest: +SKIP
+    >>> fast.masked_logits(rows, positions, ctx, context_index)     # same logits, less work  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .fairseq_cmlm import FairseqContext
+
+_LAYER_EXTRAS = ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
+
+
+def _attention_ok(mha: Any) -> bool:
+    """fairseq MultiheadAttention that is plain scaled dot-product attention with in/out projections."""
+    needed = ("q_proj", "k_proj", "v_proj", "out_proj", "num_heads", "head_dim", "scaling")
+    if mha is None or not all(hasattr(mha, a) for a in needed):
+        return False
+    if getattr(mha, "bias_k", None) is not None or getattr(mha, "add_zero_attn", False):
+        return False
+    if getattr(mha, "beam_size", 1) != 1 or getattr(mha, "rotary_pos_embed", False):
+        return False
+    return abs(float(mha.scaling) - mha.head_dim ** -0.5) < 1e-12
+
+
+def _decoder_ok(lm: Any) -> bool:
+    """Whether the fast path is exactly ``lm``'s decoder (else the adapter is kept)."""
+    dec = getattr(getattr(lm, "model", None), "decoder", None)
+    if dec is None or lm.model.training or type(dec).__name__ not in ("NATransformerDecoder",):
+        return False
+    layers = getattr(dec, "layers", None)
+    if not layers or not callable(getattr(dec, "forward_embedding", None)):
+        return False
+    for layer in layers:
+        if type(layer).__name__ not in ("TransformerDecoderLayerBase", "TransformerDecoderLayer"):
+            return False
+        if getattr(layer, "cross_self_attention", True) or any(getattr(layer, a, None) is not None
+                                                                for a in _LAYER_EXTRAS):
+            return False
+        if not (_attention_ok(layer.self_attn) and _attention_ok(getattr(layer, "encoder_attn", None))):
+            return False
+    return True
+
+
+def _heads(x: torch.Tensor, mha: Any) -> torch.Tensor:
+    """[B, L, d] -> [B, H, L, hd]."""
+    B, L, _ = x.shape
+    return x.view(B, L, mha.num_heads, mha.head_dim).transpose(1, 2)
+
+
+def _attend(mha: Any, q_in: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """fairseq's attention for queries ``q_in`` [B, Lq, d] over projected keys/values [B, H, Lk, hd];
+    ``keep`` [B, 1, 1, Lk] is True where a key may be attended (fairseq masks padding with -inf)."""
+    B, Lq, _ = q_in.shape
+    q = _heads(mha.q_proj(q_in) * mha.scaling, mha)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=1.0)  # q already scaled, as fairseq does
+    return mha.out_proj(out.transpose(1, 2).reshape(B, Lq, mha.num_heads * mha.head_dim))
+
+
+class FastCMLMDecoder:
+    """A ``FairseqCMLM`` whose masked reads take the fast decoder forward (see the module docstring)."""
+
+    def __init__(self, lm: Any):
+        self.lm = lm
+        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "device", "model"):
+            setattr(self, a, getattr(lm, a))
+        self.output_layer = lm.output_layer
+        self.decoder = lm.model.decoder
+
+    def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                      context_index: torch.Tensor | None = None) -> torch.Tensor:
+        return self.output_layer(self.masked_features(tokens, positions, context, context_index))
+
+    def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                        context_index: torch.Tensor | None = None) -> torch.Tensor:
+        if positions.shape != tokens.shape[:1]:
+            raise ValueError(f"positions: expected shape ({tokens.shape[0]},), got {tuple(positions.shape)}")
+        rows = torch.arange(tokens.shape[0], device=positions.device)
+        return self.masked_features_at(tokens, rows, positions, context, context_index)
+
+    def masked_logits_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                         context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        return self.output_layer(self.masked_features_at(tokens, row_index, positions, context, context_index))
+
+    @torch.no_grad()
+    def masked_features_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                           context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Features at ``positions[n]`` of row ``row_index[n]``: float[N, d], as the adapter's, from one pass."""
+        lm = self.lm
+        lm._check_rows(tokens)
+        R = tokens.shape[0]
+        if context_index is None:  # the rows are the encoded sources in order (select checks that)
+            enc = lm.select(context, None, R)
+        else:
+            if not isinstance(context, FairseqContext):
+                raise TypeError(f"context: expected the FairseqContext returned by encode(), got "
+                                f"{type(context).__name__}")
+            if context_index.dtype != torch.long or context_index.shape != (R,):
+                raise ValueError(f"context_index: expected int64 of shape ({R},), got {context_index.dtype} "
+                                 f"of shape {tuple(context_index.shape)}")
+            enc = context.encoder_out
+        if not isinstance(row_index, torch.Tensor) or row_index.dtype != torch.long or row_index.dim() != 1:
+            raise ValueError("row_index: expected an int64 tensor [N]")
+        if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape:
+            raise ValueError(f"positions: expected shape {tuple(row_index.shape)}, got "
+                             f"{tuple(getattr(positions, 'shape', ()))}")
+        if row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= R):
+            raise ValueError(f"row_index: values must lie in [0, {R})")
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= tokens.shape[1]):
+            raise ValueError(f"positions: values must lie in [0, {tokens.shape[1]})")
+        device = lm.device
+        tokens, row_index, positions = tokens.to(device), row_index.to(device), positions.to(device)
+        sources = (torch.arange(R, device=device) if context_index is None else context_index.to(device))
+        memory = enc["encoder_out"][0]  # [Ls, S, d]
+        pad = enc["encoder_padding_mask"][0] if len(enc["encoder_padding_mask"]) > 0 else None  # [S, Ls]
+        # Distinct sources of this call: their keys/values are projected once and indexed per row.
+        used, per_row = torch.unique(sources, return_inverse=True)
+        mem = memory.index_select(1, used).transpose(0, 1)  # [U, Ls, d]
+        src_keep = (~pad.index_select(0, used) if pad is not None
+                    else torch.ones(mem.shape[:2], dtype=torch.bool, device=device))[:, None, None, :]
+        lm.decoder_rows += R
+
+        x, dec_pad = self.decoder.forward_embedding(tokens)  # [R, T, d]
+        keep = (~dec_pad)[:, None, None, :]
+        layers = self.decoder.layers
+        for i, layer in enumerate(layers):
+            last = i == len(layers) - 1
+            x = self._layer(layer, x, keep, mem, src_keep, per_row, (row_index, positions) if last else None)
+        if self.decoder.layer_norm is not None:
+            x = self.decoder.layer_norm(x)
+        if self.decoder.project_out_dim is not None:
+            x = self.decoder.project_out_dim(x)
+        return x
+
+    @staticmethod
+    def _layer(layer: Any, x: torch.Tensor, keep: torch.Tensor, mem: torch.Tensor, src_keep: torch.Tensor,
+               per_row: torch.Tensor, reads: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """One TransformerDecoderLayer: x [R, T, d] -> [R, T, d], or -> [N, d] at ``reads`` (rows, positions)."""
+        pre = layer.normalize_before
+        sa, ea = layer.self_attn, layer.encoder_attn
+        h = layer.self_attn_layer_norm(x) if pre else x
+        k, v = _heads(sa.k_proj(h), sa), _heads(sa.v_proj(h), sa)
+        if reads is not None:  # the last layer: from here on only the read positions
+            rows, positions = reads
+            k, v, keep = k.index_select(0, rows), v.index_select(0, rows), keep.index_select(0, rows)
+            x, h, per_row = x[rows, positions][:, None], h[rows, positions][:, None], per_row.index_select(0, rows)
+        y = x + _attend(sa, h, k, v, keep)
+        x = y if pre else layer.self_attn_layer_norm(y)
+
+        h = layer.encoder_attn_layer_norm(x) if pre else x
+        ek = _heads(ea.k_proj(mem), ea).index_select(0, per_row)
+        ev = _heads(ea.v_proj(mem), ea).index_select(0, per_row)
+        y = x + _attend(ea, h, ek, ev, src_keep.index_select(0, per_row))
+        x = y if pre else layer.encoder_attn_layer_norm(y)
+
+        h = layer.final_layer_norm(x) if pre else x
+        y = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+        x = y if pre else layer.final_layer_norm(y)
+        return x[:, 0] if reads is not None else x
+
+
+def fast_decoder_model(lm: Any) -> Any:
+    """``lm`` wrapped in :class:`FastCMLMDecoder` when that is exact for it, else ``lm`` itself."""
+    return FastCMLMDecoder(lm) if _decoder_ok(lm) else lm
