@@ -1,12 +1,14 @@
 """The fairseq CMLM decoder's fast forward against fairseq's own decoder, on the bundled Multi30k De->En model.
 
-Two measurements, each alternating the two forwards within a round (median over ``--repeats`` rounds):
+Three measurements, each alternating the two forwards within a round (median over ``--repeats`` rounds):
 
 * ms per masked row: ``--rows`` rows of one target length (random target tokens, one mask each, sources
   spread over ``--sentences`` test sentences) through the sampler's
   runner at the default sub-batch, ``forward="full"`` (``FairseqCMLM.masked_features_at``: the whole decoder,
   encoder-attention keys/values projected for every row) vs ``forward="fast"``
   (:class:`mhfast.models.fast_decoder.FastCMLMDecoder`);
+* the sub-batch budget: ms per row of the fast forward for each of ``--budgets`` tokens per model call,
+  against the default width rule (2^20 / d tokens in fp32);
 * the whole sampler: ``mhfast.sample`` (single-site MH, raw energy, 5 chains) over the first ``--sentences``
   test sentences for ``--epochs`` epochs, both forwards, with the check that they give the same chains.
 
@@ -79,6 +81,23 @@ def measure_rows(lm, ctx, lengths: list[int], n: int, sources: int, repeats: int
     return out
 
 
+def measure_budgets(lm, ctx, T: int, n: int, sources: int, budgets: list[int], repeats: int) -> dict[int, float]:
+    """ms per row of the fast forward at each sub-batch budget (tokens), alternating within a round: does the
+    width rule of ``default_max_tokens`` (2^20 / d tokens in fp32) pick a fast budget for this model too?"""
+    rows, pos, index = masked_rows(lm, n, T, sources)
+    fast = fast_decoder_model(lm)
+    runners = {b: ModelRunner(fast, ctx, b, torch.device("cpu")) for b in budgets}
+    for r in runners.values():
+        time_rows(r, rows[:8], pos[:8], index[:8])
+    times: dict[int, list[float]] = {b: [] for b in budgets}
+    for _ in range(repeats):
+        for b, r in runners.items():
+            times[b].append(time_rows(r, rows, pos, index))
+    out = {b: statistics.median(t) for b, t in times.items()}
+    print("budgets: " + ", ".join(f"{b}: {ms:.3f}" for b, ms in out.items()), flush=True)
+    return out
+
+
 def measure_sampler(lm, sources: list[str], epochs: int, repeats: int) -> dict:
     opts = dict(source=sources, length_beam=1, chains=5, epochs=epochs, burn_in=1, energy="raw", seed=0)
     times = {"full": [], "fast": []}
@@ -95,7 +114,7 @@ def measure_sampler(lm, sources: list[str], epochs: int, repeats: int) -> dict:
             "proposals": results["fast"].proposals}
 
 
-def report(rows: list[dict], sampler: dict, args, lm) -> str:
+def report(rows: list[dict], sampler: dict, args, lm, budgets: dict[int, float]) -> str:
     dec = lm.model.decoder
     layers, d = len(dec.layers), dec.embed_dim
     lines = ["## The fairseq CMLM decoder's fast forward (bench/bench_decoder.py)", "",
@@ -108,6 +127,17 @@ def report(rows: list[dict], sampler: dict, args, lm) -> str:
              f"sentences, one sub-batch budget of {rows[0]['budget']} tokens = the sampler's default):", "",
              "| T | full (ms / row) | fast (ms / row) | full / fast |", "|---|---|---|---|"]
     lines += [f"| {r['T']} | {r['full']:.3f} | {r['fast']:.3f} | {r['full'] / r['fast']:.2f}x |" for r in rows]
+    if budgets:
+        best = min(budgets, key=budgets.get)
+        chosen = rows[0]["budget"]
+        lines += ["", f"Sub-batch budget (tokens per model call) for the fast forward at T={args.budget_length}, "
+                  f"{args.rows * 4} rows, ms per row; the default rule gives {chosen} for d={lm.model.decoder.embed_dim} "
+                  f"(2^20 / d, from bench_forward.py's AntiBERTy sweep):", "",
+                  "| " + " | ".join(f"{b}" for b in budgets) + " |", "|" + "---|" * len(budgets),
+                  "| " + " | ".join(f"{ms:.3f}" for ms in budgets.values()) + " |", "",
+                  f"Fastest: {best} ({budgets[best]:.3f} ms / row); the default's "
+                  + (f"{budgets[chosen]:.3f} ms / row is {budgets[chosen] / budgets[best]:.2f}x the fastest."
+                     if chosen in budgets else "budget was not in the sweep.")]
     lines += ["", f"The whole sampler (`mhfast.sample`, single-site MH, raw energy, 5 chains, {args.epochs} epochs "
               f"over the first {args.sentences} sentences of test_2016_flickr, {sampler['proposals']} proposals, "
               f"{sampler['rows']} decoder rows): full {sampler['full']:.2f} s, fast {sampler['fast']:.2f} s = "
@@ -122,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=4)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--budgets", type=int, nargs="*", default=[512, 1024, 2048, 4096, 8192, 16384, 65536],
+                   help="sub-batch budgets to sweep (none: skip the sweep)")
+    p.add_argument("--budget-length", type=int, default=20, help="target length of the budget sweep")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -130,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     sources = (BUNDLE / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:args.sentences]
     ctx = lm.encode(sources)
     rows = measure_rows(lm, ctx, args.lengths, args.rows, len(sources), args.repeats)
+    budgets = (measure_budgets(lm, ctx, args.budget_length, args.rows * 4, len(sources), args.budgets, args.repeats)
+               if args.budgets else {})
     sampler = measure_sampler(lm, sources, args.epochs, args.repeats)
-    text = report(rows, sampler, args, lm)
+    text = report(rows, sampler, args, lm, budgets)
     print(text)
     if not args.no_write:
         results_md.write_section(START, END, text)

@@ -28,7 +28,9 @@ def test_bench_decoder_quick_runs_and_checks_the_chains():
     """bench/bench_decoder.py on the bundled CMLM, tiny sizes: it runs, reports both forwards, and the fast
     decoder's chains equal fairseq's (the script exits 1 otherwise)."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_decoder.py"), "--sentences", "2", "--epochs",
-                           "2", "--repeats", "1", "--rows", "16", "--lengths", "8", "--no-write"],
+                           "2", "--repeats", "1", "--rows", "16", "--lengths", "8", "--budgets", "512", "4096",
+                           "--budget-length", "8", "--no-write"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "| 8 |" in proc.stdout and "same chains: yes" in proc.stdout, proc.stdout[-3000:]
+    assert "| 512 | 4096 |" in proc.stdout and "Fastest:" in proc.stdout, proc.stdout[-3000:]
