@@ -38,10 +38,15 @@ START, END = "<!-- bench_decoder:start -->", "<!-- bench_decoder:end -->"
 BUNDLE = Path(mhfast.__file__).resolve().parent / "data" / "multi30k_de_en"
 
 
-def load_bundled():
+def load_bundled(device: str = "cpu"):
     from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
 
-    return load_fairseq_cmlm(BUNDLE / "model.pt", BUNDLE)
+    return load_fairseq_cmlm(BUNDLE / "model.pt", BUNDLE, device=device)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def masked_rows(lm, n: int, T: int, sources: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -56,19 +61,25 @@ def masked_rows(lm, n: int, T: int, sources: int, seed: int = 0) -> tuple[torch.
 
 
 def time_rows(runner: ModelRunner, rows: torch.Tensor, pos: torch.Tensor, index: torch.Tensor) -> float:
+    device = torch.device(runner.device_type)
+    sync(device)
     start = time.perf_counter()
     runner.to_logits(runner.outputs(rows, pos, index))  # the LM head included (the same in both)
+    sync(device)
     return (time.perf_counter() - start) * 1e3 / rows.shape[0]
 
 
 def measure_rows(lm, ctx, lengths: list[int], n: int, sources: int, repeats: int) -> list[dict]:
-    budget = default_max_tokens(lm, "cpu")
+    device = torch.device(lm.device)
+    budget = default_max_tokens(lm, device)
     models = {"full": lm, "fast": fast_decoder_model(lm)}
     assert isinstance(models["fast"], FastCMLMDecoder)
     out = []
     for T in lengths:
         rows, pos, index = masked_rows(lm, n, T, sources)
-        runners = {k: ModelRunner(m, ctx, budget, torch.device("cpu")) for k, m in models.items()}
+        runners = {k: ModelRunner(m, ctx, budget, device) for k, m in models.items()}
+        logits = {k: r.to_logits(r.outputs(rows, pos, index)).float() for k, r in runners.items()}
+        diff = float((logits["fast"] - logits["full"]).abs().max())
         for r in runners.values():
             time_rows(r, rows[:8], pos[:8], index[:8])  # warm-up
         times = {k: [] for k in runners}
@@ -76,8 +87,9 @@ def measure_rows(lm, ctx, lengths: list[int], n: int, sources: int, repeats: int
             for k, r in runners.items():
                 times[k].append(time_rows(r, rows, pos, index))
         full, fast = statistics.median(times["full"]), statistics.median(times["fast"])
-        out.append({"T": T, "full": full, "fast": fast, "budget": budget})
-        print(f"T={T}: full {full:.3f} ms/row, fast {fast:.3f} ms/row ({full / fast:.2f}x)", flush=True)
+        out.append({"T": T, "full": full, "fast": fast, "budget": budget, "diff": diff})
+        print(f"T={T}: full {full:.3f} ms/row, fast {fast:.3f} ms/row ({full / fast:.2f}x), max |logit diff| "
+              f"{diff:.1e}", flush=True)
     return out
 
 
@@ -86,7 +98,7 @@ def measure_budgets(lm, ctx, T: int, n: int, sources: int, budgets: list[int], r
     width rule of ``default_max_tokens`` (2^20 / d tokens in fp32) pick a fast budget for this model too?"""
     rows, pos, index = masked_rows(lm, n, T, sources)
     fast = fast_decoder_model(lm)
-    runners = {b: ModelRunner(fast, ctx, b, torch.device("cpu")) for b in budgets}
+    runners = {b: ModelRunner(fast, ctx, b, torch.device(lm.device)) for b in budgets}
     for r in runners.values():
         time_rows(r, rows[:8], pos[:8], index[:8])
     times: dict[int, list[float]] = {b: [] for b in budgets}
@@ -104,8 +116,10 @@ def measure_sampler(lm, sources: list[str], epochs: int, repeats: int) -> dict:
     results = {}
     for _ in range(repeats):
         for fwd in ("full", "fast"):
+            sync(torch.device(lm.device))
             start = time.perf_counter()
             results[fwd] = mhfast.sample(lm, forward=fwd, **opts)
+            sync(torch.device(lm.device))
             times[fwd].append(time.perf_counter() - start)
     same = torch.equal(results["full"].tokens, results["fast"].tokens)
     full, fast = statistics.median(times["full"]), statistics.median(times["fast"])
@@ -122,11 +136,12 @@ def report(rows: list[dict], sampler: dict, args, lm, budgets: dict[int, float])
              f"decoder (`forward=\"full\"`) vs mhfast's fast decoder forward (`forward=\"fast\"`, the default: "
              f"encoder-attention keys/values once per distinct source of a call, the last layer only at the read "
              f"positions). Runs alternate within a round; medians over {args.repeats} rounds. "
-             f"{results_md.machine_description()}.", "",
+             f"{results_md.machine_description(torch.device(lm.device).type)}.", "",
              f"ms per masked row ({args.rows} rows of target length T, sources spread over {args.sentences} test "
              f"sentences, one sub-batch budget of {rows[0]['budget']} tokens = the sampler's default):", "",
-             "| T | full (ms / row) | fast (ms / row) | full / fast |", "|---|---|---|---|"]
-    lines += [f"| {r['T']} | {r['full']:.3f} | {r['fast']:.3f} | {r['full'] / r['fast']:.2f}x |" for r in rows]
+             "| T | full (ms / row) | fast (ms / row) | full / fast | max abs logit difference |", "|---|---|---|---|---|"]
+    lines += [f"| {r['T']} | {r['full']:.3f} | {r['fast']:.3f} | {r['full'] / r['fast']:.2f}x | {r['diff']:.1e} |"
+              for r in rows]
     if budgets:
         best = min(budgets, key=budgets.get)
         chosen = rows[0]["budget"]
@@ -156,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="sub-batch budgets to sweep (none: skip the sweep)")
     p.add_argument("--budget-length", type=int, default=20, help="target length of the budget sweep")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (scripts/gpu_check.sh runs it on the GPU)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    lm = load_bundled()
+    lm = load_bundled(args.device)
     sources = (BUNDLE / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:args.sentences]
     ctx = lm.encode(sources)
     rows = measure_rows(lm, ctx, args.lengths, args.rows, len(sources), args.repeats)

@@ -17,6 +17,8 @@
 #   6. bench/ops_floor.py: each op against its reference and its memory-traffic floor
 #   7. bench/sampler_e2e.py: mhfast.sample end to end (bundled De->En CMLM, BERT-base-sized random
 #      MLM; fp32 and bf16; many inputs x chains)
+#   8. bench/bench_decoder.py (with fairseq): the CMLM's fast decoder forward vs fairseq's decoder on the
+#      device (max logit difference, ms per row, the same chains or a failed step)
 # Well under 10 minutes on an H100 (the build is ~1 min with 16 cores).
 #
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
@@ -169,6 +171,15 @@ TR=""
 [ "$HAVE_FAIRSEQ" = 1 ] || TR="--skip-translation"
 run_step "sampler end to end ($DEV)" "$OUTDIR/bench.log" $PY bench/sampler_e2e.py --out "$OUTDIR" --device $DEV \
   $BQ $TR
+# The CMLM's fast decoder forward against fairseq's decoder on this device: max logit difference, ms per row,
+# and the check that both give the same chains (exit 1 otherwise).
+if [ "$HAVE_FAIRSEQ" = 1 ]; then
+  DQ=""
+  [ "$QUICK" = 1 ] && DQ="--sentences 2 --epochs 2 --repeats 1 --rows 16 --lengths 8 --budgets"
+  # shellcheck disable=SC2086
+  run_step "fast CMLM decoder vs fairseq ($DEV)" "$OUTDIR/bench.log" $PY bench/bench_decoder.py --device $DEV \
+    --no-write $DQ
+fi
 
 # Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).
 {
