@@ -138,6 +138,12 @@ def test_bad_arguments_are_named(cmlm, sources):
         fast.masked_features_at(rows, row_index, positions[:2], ctx, src)
     with pytest.raises(ValueError, match="row_index: values must lie in"):
         fast.masked_features_at(rows, row_index + rows.shape[0], positions, ctx, src)
+    with pytest.raises(ValueError, match="context_index: values must lie in"):
+        fast.masked_features_at(rows, row_index, positions, ctx, src + 3)
+    with pytest.raises(ValueError, match="positions: values must lie in"):
+        fast.masked_features_at(rows, row_index, positions + rows.shape[1], ctx, src)
+    empty = fast.masked_features_at(rows, row_index[:0], positions[:0], ctx, src)
+    assert empty.shape == (0, cmlm.model.decoder.output_embed_dim)
     with pytest.raises(ValueError, match="tokens: expected an int64"):
         fast.masked_features_at(rows.float(), row_index, positions, ctx, src)
 

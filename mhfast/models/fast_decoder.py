@@ -126,6 +126,9 @@ class FastCMLMDecoder:
             if context_index.dtype != torch.long or context_index.shape != (R,):
                 raise ValueError(f"context_index: expected int64 of shape ({R},), got {context_index.dtype} "
                                  f"of shape {tuple(context_index.shape)}")
+            if R and (int(context_index.min()) < 0 or int(context_index.max()) >= context.num_sources):
+                raise ValueError(f"context_index: values must lie in [0, {context.num_sources}) (the encoded "
+                                 f"sources), got {int(context_index.min())}..{int(context_index.max())}")
             enc = context.encoder_out
         if not isinstance(row_index, torch.Tensor) or row_index.dtype != torch.long or row_index.dim() != 1:
             raise ValueError("row_index: expected an int64 tensor [N]")
@@ -137,6 +140,9 @@ class FastCMLMDecoder:
         if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= tokens.shape[1]):
             raise ValueError(f"positions: values must lie in [0, {tokens.shape[1]})")
         device = lm.device
+        if row_index.numel() == 0:  # nothing to read: no forward
+            return torch.zeros(0, self.decoder.output_embed_dim if hasattr(self.decoder, "output_embed_dim")
+                               else self.decoder.embed_dim, device=device)
         tokens, row_index, positions = tokens.to(device), row_index.to(device), positions.to(device)
         sources = (torch.arange(R, device=device) if context_index is None else context_index.to(device))
         memory = enc["encoder_out"][0]  # [Ls, S, d]
