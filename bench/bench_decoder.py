@@ -69,6 +69,18 @@ def time_rows(runner: ModelRunner, rows: torch.Tensor, pos: torch.Tensor, index:
     return (time.perf_counter() - start) * 1e3 / rows.shape[0]
 
 
+def alternate(runners: dict, rows: torch.Tensor, pos: torch.Tensor, index: torch.Tensor, repeats: int) -> dict:
+    """Median ms per row of each runner: a warm-up call each, then ``repeats`` rounds, every runner once per round
+    (so a change of machine load hits all alike)."""
+    for r in runners.values():
+        time_rows(r, rows[:8], pos[:8], index[:8])
+    times: dict = {k: [] for k in runners}
+    for _ in range(repeats):
+        for k, r in runners.items():
+            times[k].append(time_rows(r, rows, pos, index))
+    return {k: statistics.median(t) for k, t in times.items()}
+
+
 def measure_rows(lm, ctx, lengths: list[int], n: int, sources: int, repeats: int) -> list[dict]:
     device = torch.device(lm.device)
     budget = default_max_tokens(lm, device)
@@ -80,13 +92,8 @@ def measure_rows(lm, ctx, lengths: list[int], n: int, sources: int, repeats: int
         runners = {k: ModelRunner(m, ctx, budget, device) for k, m in models.items()}
         logits = {k: r.to_logits(r.outputs(rows, pos, index)).float() for k, r in runners.items()}
         diff = float((logits["fast"] - logits["full"]).abs().max())
-        for r in runners.values():
-            time_rows(r, rows[:8], pos[:8], index[:8])  # warm-up
-        times = {k: [] for k in runners}
-        for _ in range(repeats):
-            for k, r in runners.items():
-                times[k].append(time_rows(r, rows, pos, index))
-        full, fast = statistics.median(times["full"]), statistics.median(times["fast"])
+        ms = alternate(runners, rows, pos, index, repeats)
+        full, fast = ms["full"], ms["fast"]
         out.append({"T": T, "full": full, "fast": fast, "budget": budget, "diff": diff})
         print(f"T={T}: full {full:.3f} ms/row, fast {fast:.3f} ms/row ({full / fast:.2f}x), max |logit diff| "
               f"{diff:.1e}", flush=True)
@@ -99,13 +106,7 @@ def measure_budgets(lm, ctx, T: int, n: int, sources: int, budgets: list[int], r
     rows, pos, index = masked_rows(lm, n, T, sources)
     fast = fast_decoder_model(lm)
     runners = {b: ModelRunner(fast, ctx, b, torch.device(lm.device)) for b in budgets}
-    for r in runners.values():
-        time_rows(r, rows[:8], pos[:8], index[:8])
-    times: dict[int, list[float]] = {b: [] for b in budgets}
-    for _ in range(repeats):
-        for b, r in runners.items():
-            times[b].append(time_rows(r, rows, pos, index))
-    out = {b: statistics.median(t) for b, t in times.items()}
+    out = alternate(runners, rows, pos, index, repeats)
     print("budgets: " + ", ".join(f"{b}: {ms:.3f}" for b, ms in out.items()), flush=True)
     return out
 

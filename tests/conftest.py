@@ -1,4 +1,4 @@
-"""Shared fixtures: the ``device`` every op test runs on; the tiny fairseq CMLM.
+"""Shared fixtures: the ``device`` every op test runs on; the tiny fairseq CMLM (``cmlm``, its ``sources``).
 
 "cpu" always; "cuda" too when a GPU is visible, and then the build MUST have CUDA kernels
 (a GPU machine with a CPU-only build is a broken install: it fails, it is never skipped).
@@ -45,3 +45,18 @@ def tiny_paths(tmp_path_factory):
 
     cache = os.environ.get("MHFAST_FAIRSEQ_CACHE") or tmp_path_factory.mktemp("fairseq_cmlm")
     return build(cache)
+
+
+@pytest.fixture(scope="session")
+def cmlm(tiny_paths):
+    """The tiny fairseq CMLM behind mhfast's adapter (tests/test_fairseq_cmlm.py, tests/test_fast_decoder.py)."""
+    from fairseq_tiny_cmlm import tokenize
+    from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
+
+    return load_fairseq_cmlm(tiny_paths["checkpoint"], tiny_paths["data"], tokenizer=tokenize)
+
+
+@pytest.fixture(scope="session")
+def sources(tiny_paths):
+    """16 held-out German sentences (already tokenized; the tokenizer is idempotent on them)."""
+    return tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines()[:16]

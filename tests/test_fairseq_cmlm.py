@@ -20,19 +20,6 @@ from fairseq_tiny_cmlm import MULTI30K, tokenize
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 
 
-@pytest.fixture(scope="session")
-def cmlm(tiny_paths):
-    from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
-
-    return load_fairseq_cmlm(tiny_paths["checkpoint"], tiny_paths["data"], tokenizer=tokenize)
-
-
-@pytest.fixture(scope="session")
-def sources(tiny_paths):
-    """16 held-out German sentences (already tokenized; the tokenizer is idempotent on them)."""
-    return tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines()[:16]
-
-
 class EncoderCounter:
     """Counts real forwards of the fairseq encoder module (a hook, independent of the adapter's counter)."""
 

@@ -1,6 +1,7 @@
 """The fairseq CMLM decoder's fast forward (issue 14; :mod:`mhfast.models.fast_decoder`): encoder-attention keys
 and values once per source, the last layer only at the read positions. Same features as fairseq's decoder up to
 float rounding, the same chains, clear errors, and the plain adapter wherever the fast path would not be exact.
+The ``cmlm`` and ``sources`` fixtures (the tiny fairseq CMLM, held-out sources) are conftest.py's.
 
 Example:
     python3 -m pytest -q tests/test_fast_decoder.py
@@ -13,24 +14,12 @@ import pytest
 import torch
 
 import mhfast
-from fairseq_tiny_cmlm import MULTI30K, tokenize
+from fairseq_tiny_cmlm import MULTI30K
 from mhfast.models.fast_decoder import FastCMLMDecoder, fast_decoder_model
 from mhfast.models.fast_forward import fast_forward_model
 
 pytestmark = [pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}"),
               pytest.mark.usefixtures("one_torch_thread")]
-
-
-@pytest.fixture(scope="module")
-def cmlm(tiny_paths):
-    from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
-
-    return load_fairseq_cmlm(tiny_paths["checkpoint"], tiny_paths["data"], tokenizer=tokenize)
-
-
-@pytest.fixture(scope="module")
-def sources(tiny_paths):
-    return tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines()[:6]
 
 
 def _reads(cmlm, sources, seed: int = 0):
@@ -132,9 +121,9 @@ def test_bad_arguments_are_named(cmlm, sources):
         fast.masked_features_at(rows, row_index, positions, "ctx", src)
     with pytest.raises(ValueError, match="context_index: required"):
         fast.masked_features_at(rows, row_index, positions, ctx, None)
-    with pytest.raises(ValueError, match="row_index: expected an int64"):
+    with pytest.raises(ValueError, match="row_index: expected a Long"):
         fast.masked_features_at(rows, row_index.float(), positions, ctx, src)
-    with pytest.raises(ValueError, match="positions: expected shape"):
+    with pytest.raises(ValueError, match="positions: expected Long"):
         fast.masked_features_at(rows, row_index, positions[:2], ctx, src)
     with pytest.raises(ValueError, match="row_index: values must lie in"):
         fast.masked_features_at(rows, row_index + rows.shape[0], positions, ctx, src)

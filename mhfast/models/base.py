@@ -119,6 +119,25 @@ class RefinementModel(ConditionalMaskedLM, Protocol):
 #   -> float[N,d]) is its :class:`FeatureMaskedLM` twin, used when the model has features.
 
 
+def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | None = None) -> None:
+    """The read indices of the ``*_at`` hooks: ``row_index`` Long[N] in [0, ``rows``) and ``positions`` of its
+    shape in [0, ``length``) (a bound of None is not checked); a ValueError naming the argument otherwise.
+
+    >>> check_reads(torch.tensor([0, 0, 1]), torch.tensor([1, 2, 1]), rows=2, length=4)
+    """
+    if not isinstance(row_index, torch.Tensor) or row_index.dim() != 1 or row_index.dtype != torch.long:
+        raise ValueError(f"row_index: expected a Long[N] tensor, got "
+                         f"{getattr(row_index, 'dtype', type(row_index).__name__)} "
+                         f"{tuple(getattr(row_index, 'shape', ()))}")
+    if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape:
+        raise ValueError(f"positions: expected Long[{row_index.shape[0]}] like row_index, got "
+                         f"{tuple(getattr(positions, 'shape', ()))}")
+    if rows is not None and row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= rows):
+        raise ValueError(f"row_index: values must lie in [0, {rows})")
+    if length is not None and positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= length):
+        raise ValueError(f"positions: values must lie in [0, {length})")
+
+
 def has_features(model: Any) -> bool:
     """Whether ``model`` offers the feature/output-layer split of :class:`FeatureMaskedLM`."""
     return callable(getattr(model, "masked_features", None)) and callable(getattr(model, "output_layer", None))

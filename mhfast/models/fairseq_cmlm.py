@@ -188,18 +188,30 @@ class FairseqCMLM:
         self.encoder_calls += 1
         return FairseqContext(encoder_out, src_tokens, src_lengths)
 
-    def select(self, context: FairseqContext, context_index: torch.Tensor | None, rows: int) -> dict:
-        """The encoder output of source ``context_index[n]`` for each of ``rows`` rows (index_select, no re-encoding)."""
+    @staticmethod
+    def check_context(context: FairseqContext, context_index: torch.Tensor | None, rows: int) -> None:
+        """ValueError/TypeError naming the argument unless ``context`` is an encode() result and
+        ``context_index`` picks one of its sources for each of ``rows`` rows (None: the rows are the
+        sources in order)."""
         if not isinstance(context, FairseqContext):
             raise TypeError(f"context: expected the FairseqContext returned by encode(), got {type(context).__name__}")
         if context_index is None:
             if rows != context.num_sources:
                 raise ValueError(f"context_index: required when the {rows} rows are not the "
                                  f"{context.num_sources} encoded sources in order")
-            return context.encoder_out
+            return
         if context_index.dtype != torch.long or context_index.shape != (rows,):
             raise ValueError(f"context_index: expected int64 of shape ({rows},), got {context_index.dtype} "
                              f"of shape {tuple(context_index.shape)}")
+        if rows and (int(context_index.min()) < 0 or int(context_index.max()) >= context.num_sources):
+            raise ValueError(f"context_index: values must lie in [0, {context.num_sources}) (the encoded "
+                             f"sources), got {int(context_index.min())}..{int(context_index.max())}")
+
+    def select(self, context: FairseqContext, context_index: torch.Tensor | None, rows: int) -> dict:
+        """The encoder output of source ``context_index[n]`` for each of ``rows`` rows (index_select, no re-encoding)."""
+        self.check_context(context, context_index, rows)
+        if context_index is None:
+            return context.encoder_out
         return self.model.encoder.reorder_encoder_out(context.encoder_out, context_index.to(self.device))
 
     # ------------------------------------------------------------------ lengths

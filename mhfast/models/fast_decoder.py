@@ -34,7 +34,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .fairseq_cmlm import FairseqContext
+from .base import check_reads
+from .fairseq_cmlm import FairseqCMLM
 
 _LAYER_EXTRAS = ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
 
@@ -95,20 +96,10 @@ class FastCMLMDecoder:
         self.output_layer = lm.output_layer
         self.decoder = lm.model.decoder
 
-    def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
-                      context_index: torch.Tensor | None = None) -> torch.Tensor:
-        return self.output_layer(self.masked_features(tokens, positions, context, context_index))
-
-    def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
-                        context_index: torch.Tensor | None = None) -> torch.Tensor:
-        if positions.shape != tokens.shape[:1]:
-            raise ValueError(f"positions: expected shape ({tokens.shape[0]},), got {tuple(positions.shape)}")
-        rows = torch.arange(tokens.shape[0], device=positions.device)
-        return self.masked_features_at(tokens, rows, positions, context, context_index)
-
-    def masked_logits_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
-                         context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
-        return self.output_layer(self.masked_features_at(tokens, row_index, positions, context, context_index))
+    # The adapter's own wrappers around masked_features_at / output_layer (they call nothing else of it).
+    masked_features = FairseqCMLM.masked_features
+    masked_logits = FairseqCMLM.masked_logits
+    masked_logits_at = FairseqCMLM.masked_logits_at
 
     @torch.no_grad()
     def masked_features_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
@@ -117,28 +108,9 @@ class FastCMLMDecoder:
         lm = self.lm
         lm._check_rows(tokens)
         R = tokens.shape[0]
-        if context_index is None:  # the rows are the encoded sources in order (select checks that)
-            enc = lm.select(context, None, R)
-        else:
-            if not isinstance(context, FairseqContext):
-                raise TypeError(f"context: expected the FairseqContext returned by encode(), got "
-                                f"{type(context).__name__}")
-            if context_index.dtype != torch.long or context_index.shape != (R,):
-                raise ValueError(f"context_index: expected int64 of shape ({R},), got {context_index.dtype} "
-                                 f"of shape {tuple(context_index.shape)}")
-            if R and (int(context_index.min()) < 0 or int(context_index.max()) >= context.num_sources):
-                raise ValueError(f"context_index: values must lie in [0, {context.num_sources}) (the encoded "
-                                 f"sources), got {int(context_index.min())}..{int(context_index.max())}")
-            enc = context.encoder_out
-        if not isinstance(row_index, torch.Tensor) or row_index.dtype != torch.long or row_index.dim() != 1:
-            raise ValueError("row_index: expected an int64 tensor [N]")
-        if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape:
-            raise ValueError(f"positions: expected shape {tuple(row_index.shape)}, got "
-                             f"{tuple(getattr(positions, 'shape', ()))}")
-        if row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= R):
-            raise ValueError(f"row_index: values must lie in [0, {R})")
-        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= tokens.shape[1]):
-            raise ValueError(f"positions: values must lie in [0, {tokens.shape[1]})")
+        lm.check_context(context, context_index, R)
+        check_reads(row_index, positions, R, tokens.shape[1])
+        enc = context.encoder_out  # unreordered: keys/values are projected per distinct source below
         device = lm.device
         if row_index.numel() == 0:  # nothing to read: no forward
             return torch.zeros(0, self.decoder.output_embed_dim if hasattr(self.decoder, "output_embed_dim")

@@ -27,6 +27,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .base import check_reads
+
 _INSTALL_HINT = "mhfast.models.hf needs the transformers package: pip install transformers"
 
 # Architectures whose LM head we apply ourselves: class name -> function(model) -> head callable
@@ -267,16 +269,8 @@ class HFMaskedLM:
     def _prepare_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor, context: Any,
                     context_index: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """:meth:`_prepare` for the ``*_at`` hooks: also checks ``row_index`` (Long[N], in [0, R))."""
-        if not isinstance(row_index, torch.Tensor) or row_index.dim() != 1 or row_index.dtype != torch.long:
-            raise ValueError(f"row_index: expected a Long[N] tensor, got "
-                             f"{getattr(row_index, 'dtype', type(row_index).__name__)} "
-                             f"{tuple(getattr(row_index, 'shape', ()))}")
-        if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape:
-            raise ValueError(f"positions: expected Long[{row_index.shape[0]}] like row_index, got "
-                             f"{tuple(getattr(positions, 'shape', ()))}")
         R = tokens.shape[0] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else None
-        if R is not None and row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= R):
-            raise ValueError(f"row_index: values must lie in [0, {R})")
+        check_reads(row_index, positions, R)
         # _prepare checks tokens and builds the attention mask; its positions argument is one per row.
         tokens, _, attention_mask = self._prepare(tokens, torch.zeros(R or 0, dtype=torch.long), context,
                                                   context_index)
