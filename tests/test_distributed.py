@@ -93,3 +93,29 @@ def test_sharded_sample_over_ranks_equals_one_process(tmp_path, ranks):
     ref = mhfast.sample(model, init=init, chains=3, epochs=4, burn_in=1, seed=4)
     for key in ("tokens", "best_tokens", "best_energy", "energy_raw", "energy_local"):
         assert torch.equal(got[key], getattr(ref, key)), key
+
+
+EXIT_SCRIPT = textwrap.dedent("""
+    import atexit, torch, torch.distributed as td, mhfast.distributed as dist
+    # atexit runs last-registered first: this check runs after mhfast's own exit handler.
+    atexit.register(lambda: print("group alive at exit:", td.is_initialized(), flush=True))
+    w = dist.world(timeout_s=60)
+    print("gathered", dist.gather({w.rank: w.rank * 10}, w.size, w), flush=True)
+""")
+
+
+def test_the_process_group_is_destroyed_before_the_interpreter_exits(tmp_path):
+    """world() destroys the group it created at exit: a gloo group left to the interpreter's teardown
+    made a rank die with SIGABRT after its work was done (an intermittent non-zero exit)."""
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert "gathered [0, 10]" in out, out
+        assert "group alive at exit: False" in out, out
+        assert "terminate called" not in err, err[-2000:]
