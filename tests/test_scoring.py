@@ -126,6 +126,17 @@ def test_auto_budget_is_at_least_one_row():
     assert auto_max_tokens(None, "cpu", 8) <= 65536
 
 
+def test_budget_reads_the_width_the_sampler_reads(bert, cmlm):
+    """The memory budget and the sampler's sub-batches size by one reading of d (HF config, fairseq decoder)."""
+    from mhfast.models.base import model_width
+    from mhfast.scoring.budget import _dims
+
+    _, lm = bert
+    assert _dims(lm)[0] == model_width(lm) == lm.model.config.hidden_size
+    assert _dims(cmlm)[0] == model_width(cmlm) == cmlm.model.decoder.embed_dim  # was the 1024 guess
+    assert _dims(None)[0] == 1024 and model_width(None) is None
+
+
 def test_free_positions_restrict_the_sum(bert):
     _, lm = bert
     rows = torch.tensor([SEQS[0]])

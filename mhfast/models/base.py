@@ -141,3 +141,20 @@ def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | 
 def has_features(model: Any) -> bool:
     """Whether ``model`` offers the feature/output-layer split of :class:`FeatureMaskedLM`."""
     return callable(getattr(model, "masked_features", None)) and callable(getattr(model, "output_layer", None))
+
+
+def model_width(model: Any) -> int | None:
+    """The hidden width d of a model adapter, when it can be read (HF config, fairseq decoder), else None.
+
+    One reading for everything sized by d (the sampler's CPU sub-batches, the scorer's memory budget).
+
+    Example:
+        >>> model_width(None) is None
+        True
+    """
+    inner = getattr(model, "model", None)
+    config = getattr(inner, "config", None)
+    width = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+    if width is None:
+        width = getattr(getattr(inner, "decoder", None), "embed_dim", None)
+    return int(width) if isinstance(width, int) and width > 0 else None

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..models.base import has_features
+from ..models.base import has_features, model_width
 
 
 def sum_terms(terms: torch.Tensor) -> torch.Tensor:
@@ -49,16 +49,6 @@ def sum_terms(terms: torch.Tensor) -> torch.Tensor:
 #: with ~2^22 (4096-16384 tokens): measured on AntiBERTy by bench/bench_forward.py (bench/RESULTS.md).
 CPU_HIDDEN_VALUES = {torch.float32: 1 << 20, torch.bfloat16: 1 << 22, torch.float16: 1 << 22}
 GPU_MAX_TOKENS = 65536
-
-
-def model_width(model: Any) -> int | None:
-    """The hidden width d of a model adapter, when it can be read (HF config, fairseq decoder)."""
-    inner = getattr(model, "model", None)
-    config = getattr(inner, "config", None)
-    width = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
-    if width is None:
-        width = getattr(getattr(inner, "decoder", None), "embed_dim", None)
-    return int(width) if isinstance(width, int) and width > 0 else None
 
 
 def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ..models.base import model_width
+
 DEFAULT_CAP = 65536
 _FALLBACK_BYTES = 4 << 30  # when free memory cannot be read
 
@@ -42,7 +44,7 @@ def free_memory(device: Any) -> int:
 def _dims(model: Any) -> tuple[int, int, int]:
     """(hidden size, attention heads, vocabulary) of a model, with safe guesses when unknown."""
     config = getattr(getattr(model, "model", None), "config", None)
-    hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "dim", 0) or 1024)
+    hidden = model_width(model) or 1024
     heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_heads", 0) or 16)
     vocab = int(getattr(model, "vocab_size", 0) or 32000)
     return hidden, heads, vocab
