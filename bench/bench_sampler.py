@@ -10,7 +10,8 @@ For each model, length T and chain count C (single-site MH, raw energy, random o
                    other, so its rate at C chains equals its rate at one chain: measured once per T.
   (b) reference    mhfast.sample(backend="reference")
   (c) compiled     mhfast.sample(backend="compiled")
-  (d) model floor  exactly the model calls (c) made in the measured epochs (recorded, replayed).
+  (d) model floor  exactly the model calls (c) made in the measured epochs (recorded on the forward (c)
+                   runs by default, forward="fast" at its sub-batch size; replayed alone).
 Every rate is MARGINAL (steady state, as in the paper's 33-epoch runs): each case runs twice with
 the same seed, for e1 and e2 > e1 epochs; the sampler's randomness is counter-based, so the two
 runs are identical over the first e1 epochs (checked: the model calls of run e1 are a prefix of
@@ -55,25 +56,45 @@ START, END = "<!-- bench_sampler:start -->", "<!-- bench_sampler:end -->"
 
 
 class RecordingModel:
-    """Delegates the protocol to ``inner`` and records every model call (to replay it as the floor)."""
+    """Delegates the protocol to ``inner`` and records every model call (to replay it as the floor).
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.vocab_size, self.mask_id, self.pad_id = inner.vocab_size, inner.mask_id, inner.pad_id
-        self.special_ids = inner.special_ids
-        self.frame, self.device = inner.frame, inner.device
+    ``inner`` is the forward the sampler runs by default (:func:`recording` wraps
+    ``fast_forward_model(lm)``), so the recorded calls, and their replay, are the ones the timed
+    runs make: the same methods (``masked_features_at`` included when the fast forward has it) on
+    the same sub-batches.
+    """
+
+    _CALLS = ("masked_features", "masked_features_at", "output_layer", "masked_logits", "masked_logits_at")
+
+    def __init__(self, inner: Any, adapter: Any) -> None:
+        self.inner = inner  # the calls go here; the protocol's attributes come from the adapter it wraps
+        self.vocab_size, self.mask_id, self.pad_id = adapter.vocab_size, adapter.mask_id, adapter.pad_id
+        self.special_ids = adapter.special_ids
+        self.frame, self.device = adapter.frame, adapter.device
         self.calls: list[tuple[str, tuple]] = []
+        for name in self._CALLS:
+            if callable(getattr(inner, name, None)):
+                setattr(self, name, self._recorder(name))
 
-    def masked_features(self, tokens, positions, context=None, context_index=None):
-        self.calls.append(("masked_features", (tokens.clone(), positions.clone())))
-        return self.inner.masked_features(tokens, positions)
+    def _recorder(self, name: str):
+        method = getattr(self.inner, name)
 
-    def output_layer(self, features):
-        self.calls.append(("output_layer", (features.clone(),)))
-        return self.inner.output_layer(features)
+        def call(*args, context=None, context_index=None):
+            self.calls.append((name, tuple(a.clone() for a in args)))
+            return method(*args)
+        return call
 
-    def masked_logits(self, tokens, positions, context=None, context_index=None):
-        return self.output_layer(self.masked_features(tokens, positions))
+
+def recording(lm: Any) -> tuple[RecordingModel, dict]:
+    """A recorder of the forward ``mhfast.sample(lm)`` runs by default, and the options that make a sample through
+    it make the same calls: ``forward="full"`` (the recorder already holds the fast forward; the sampler must
+    not look for another) and the sub-batch size the sampler picks for ``lm`` (it cannot read the width of
+    the recorder)."""
+    from mhfast.models.fast_forward import fast_forward_model
+    from mhfast.sampler.runner import default_max_tokens
+
+    return RecordingModel(fast_forward_model(lm), lm), dict(forward="full",
+                                                          max_tokens_per_batch=default_max_tokens(lm, "cpu"))
 
 
 def mp_base() -> HFMaskedLM:
@@ -119,8 +140,8 @@ def sampler_pair(lm: Any, init: torch.Tensor, free: torch.Tensor, chains: int, b
     recs: dict[int, RecordingModel | None] = {e1: None, e2: None}
     if record:
         for e in (e1, e2):
-            recs[e] = RecordingModel(lm)
-            mhfast.sample(recs[e], epochs=e, **kw)
+            recs[e], same_calls = recording(lm)
+            mhfast.sample(recs[e], epochs=e, **kw, **same_calls)
     best = {e1: float("inf"), e2: float("inf")}
     for _ in range(reps):
         for e in (e1, e2):
@@ -140,13 +161,14 @@ def check_prefix(short: RecordingModel, long: RecordingModel) -> None:
         assert same, f"model call {i} differs between the e1 and e2 runs: the chains are not the same"
 
 
-def replay_seconds(lm: Any, calls: list, reps: int) -> float:
+def replay_seconds(rec: RecordingModel, calls: list, reps: int) -> float:
+    """Best-of-``reps`` seconds of the recorded calls made again on the recorder's model (no sampler around them)."""
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
         with torch.no_grad():
             for name, a in calls:
-                getattr(lm, name)(*a)
+                getattr(rec.inner, name)(*a)
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -199,8 +221,8 @@ def run_grid(args) -> list[dict]:
                     row[backend] = marginal(proposals, t1, t2)
                 check_prefix(rec1, rec2)
                 extra = rec2.calls[len(rec1.calls):]
-                row["floor"] = proposals / replay_seconds(lm, extra, args.reps)
-                row["rows_per_prop"] = sum(a[0].shape[0] for n, a in extra if n == "masked_features") / proposals
+                row["floor"] = proposals / replay_seconds(rec2, extra, args.reps)
+                row["rows_per_prop"] = sum(a[0].shape[0] for n, a in extra if n.startswith("masked_")) / proposals
                 row["accept"] = float(result.acceptance_rate[e1:].mean())
                 row["novel"] = float(result.novel_rate[e1:].mean())
                 print(f"[{model_name}] T={T:3d} C={C:3d}  " + "  ".join(
@@ -228,16 +250,16 @@ def ratio(x: float | None, y: float | None) -> str:
 
 def step_call_fraction(lm: Any, T: int, C: int) -> tuple[float, float]:
     """Fraction of MH steps with a model call and mean rows per proposal, on a full epoch (after warm-up)."""
-    rec = RecordingModel(lm)
+    rec, same_calls = recording(lm)
     counted = []
 
     def progress(epoch, stats):
         counted.append(len(rec.calls))
 
-    r = mhfast.sample(rec, T, chains=C, epochs=2, burn_in=0, seed=2, progress=progress)
+    r = mhfast.sample(rec, T, chains=C, epochs=2, burn_in=0, seed=2, progress=progress, **same_calls)
     # Calls made during epoch 2 (the epoch-1 state is warm): masked_features calls = steps that forwarded
     # (sub-batching could split a step; at these sizes one step is one call).
-    calls = [n for n, _ in rec.calls[counted[0]:counted[1]] if n == "masked_features"]
+    calls = [n for n, _ in rec.calls[counted[0]:counted[1]] if n.startswith("masked_")]
     return len(calls) / T, float(r.novel_rate[1])
 
 
@@ -332,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if "antiberty" in args.models:
         from mhfast.models.antiberty import load_antiberty
         lm = load_antiberty()
-        for T, C in ([(16, 5)] if args.quick else [(16, 5), (32, 5)]):
+        for T, C in [(T, 5) for T in (16, 32) if T in args.lengths]:  # whole unconditional epochs: costly
             frac, novel = step_call_fraction(lm, T, C)
             fractions.append(("antiberty", T, C, frac, novel))
             print(f"[antiberty] T={T} C={C}: {frac:.2f} of MH steps needed a model call (novel {novel:.2f})")

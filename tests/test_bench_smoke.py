@@ -1,4 +1,5 @@
-"""Smoke runs of bench/bench_ops.py and bench/bench_decoder.py on tiny sizes, so the scripts cannot rot unnoticed.
+"""Smoke runs of bench/bench_ops.py, bench/bench_decoder.py and bench/bench_sampler.py on tiny sizes, so the scripts
+cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -34,3 +35,18 @@ def test_bench_decoder_quick_runs_and_checks_the_chains():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "| 8 |" in proc.stdout and "same chains: yes" in proc.stdout, proc.stdout[-3000:]
     assert "| 512 | 4096 |" in proc.stdout and "Fastest:" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_bench_sampler_records_and_replays_the_default_forward():
+    """bench/bench_sampler.py, one small AntiBERTy case: the sampler runs through the recorder of its default
+    (fast) forward, the e1 run's calls are a prefix of the e2 run's (the script asserts it), the replay runs, and
+    the case forwarded rows."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_sampler.py"), "--models", "antiberty",
+                           "--lengths", "16", "--chains", "5", "--steps", "2", "--epochs", "1", "2", "--alg1-steps",
+                           "1", "2", "--reps", "1", "--memory-epochs", "20", "--budget", "10000", "--no-write"],  # budget: no Algorithm 1
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| antiberty | 16 | 5 |"))
+    rows_per_proposal = float(row.split("|")[10])
+    assert rows_per_proposal > 0, row
+    assert "wrote" not in proc.stdout
