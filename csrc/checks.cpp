@@ -4,6 +4,7 @@
 // mhfast.reference (which calls these through torch.ops.mhfast.<op>_check) fail alike.
 #include "checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -243,6 +244,39 @@ void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_ter
                              logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new,
                              seq, q, outputs},
                             beta, epoch, step, stream);
+}
+
+void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,
+                             const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos,
+                             const at::Tensor& proposed, int64_t num_rows) {
+  const char* op = "mh_site_rows";
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"tokens", &tokens}, {"ch", &ch},
+                                {"pos", &pos}, {"proposed", &proposed}}) {
+    check_dtype(op, name, *t, {kLong});
+  }
+  check_dtype(op, "energy_mask", energy_mask, {at::ScalarType::Bool});
+  check_dtype(op, "raw_terms", raw_terms, {kFloat});
+  check_dtype(op, "local_terms", local_terms, {kFloat});
+  check_dim(op, "tokens", tokens, 2);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"energy_mask", &energy_mask},
+                                {"raw_terms", &raw_terms}, {"local_terms", &local_terms}}) {
+    check_dim(op, name, *t, 2);
+    check_size(op, name, *t, 0, tokens.size(0), "chains: dim 0 of tokens");
+    check_size(op, name, *t, 1, tokens.size(1), "positions: dim 1 of tokens");
+  }
+  check_dim(op, "ch", ch, 1);
+  check_dim(op, "pos", pos, 1);
+  check_dim(op, "proposed", proposed, 1);
+  check_size(op, "pos", pos, 0, ch.size(0), "len(ch)");
+  check_size(op, "proposed", proposed, 0, ch.size(0), "len(ch)");
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"energy_mask", &energy_mask},
+                                {"raw_terms", &raw_terms}, {"local_terms", &local_terms}, {"ch", &ch},
+                                {"pos", &pos}, {"proposed", &proposed}}) {
+    check_same_device(op, "tokens", tokens, name, *t);
+  }
+  const int64_t most = ch.size(0) * std::max<int64_t>(tokens.size(1) - 1, 0);
+  TORCH_CHECK_VALUE(num_rows >= 0 && num_rows <= most, "mhfast.", op, ": num_rows must be in [0, ", most,
+                    "] (len(ch) * (T - 1)), got ", num_rows);
 }
 
 }  // namespace mhfast

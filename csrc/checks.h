@@ -72,6 +72,12 @@ void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& token
                                 int64_t epoch, int64_t step, int64_t stream, double temperature,
                                 double top_p);
 
+// mh_site_rows: the state (tokens Long[M, T], energy_mask Bool[M, T], raw/local_terms f32[M, T]), the n
+// moving chains' single-site proposals (ch, pos, proposed Long[n]) and num_rows in [0, n * (T - 1)].
+void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,
+                             const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos,
+                             const at::Tensor& proposed, int64_t num_rows);
+
 // mh_commit_site_: the state (tokens Long[M, T], raw/local_terms f32[M, T], e_raw/e_local/target
 // f32[M], cache [M, T, D] float/half/bf16, keys Long[M]), the n moving chains' proposals (ch, pos,
 // proposed Long[n], logq_forward/reverse f32[n]) and X' terms (raw/local_new f32[n, T],

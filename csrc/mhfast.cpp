@@ -68,6 +68,16 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_propose_site(Tensor cache, Tensor tokens, Tensor keys, Tensor act, Tensor pos,"
       " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p)"
       " -> (Tensor, Tensor, Tensor, Tensor)");
+  // The rows phase of a single-site MH step in one call: X' = tokens[ch] with X'[j, pos[j]] =
+  // proposed[j]; its terms start as copies of the chains' (raw_terms[ch], local_terms[ch]); the
+  // energy positions of X' other than pos[j], in row-major order, are the (seq, q) of the model
+  // rows to forward (num_rows of them: the caller's host count, so no shape depends on data),
+  // rows = masked_copies(X', seq, q, mask_id) and targets = X'[seq, q]. Returns (x_new, raw_new,
+  // local_new, seq, q, rows, targets).
+  m.def(
+      "mh_site_rows(Tensor tokens, Tensor energy_mask, Tensor raw_terms, Tensor local_terms, Tensor ch,"
+      " Tensor pos, Tensor proposed, int num_rows, int mask_id)"
+      " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 
   // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
   m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
@@ -94,6 +104,10 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
       " int epoch, int step, int stream) -> ()",
       &mhfast::check_mh_commit_site_op);
+  m.def(
+      "mh_site_rows_check(Tensor tokens, Tensor energy_mask, Tensor raw_terms, Tensor local_terms, Tensor ch,"
+      " Tensor pos, Tensor proposed, int num_rows) -> ()",
+      &mhfast::check_mh_site_rows_args);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
       &mhfast::check_counter_uniforms_args);

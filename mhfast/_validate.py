@@ -150,6 +150,25 @@ def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream,
                          "(nothing can be proposed)")
 
 
+def mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id, *,
+                 values: bool) -> None:
+    op = "mh_site_rows"
+    tensors(op, tokens=tokens, energy_mask=energy_mask, raw_terms=raw_terms, local_terms=local_terms, ch=ch, pos=pos,
+            proposed=proposed)
+    for name, c in (("num_rows", num_rows), ("mask_id", mask_id)):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise TypeError(f"mhfast.{op}: {name} must be an int, got {type(c).__name__}")
+    _ops.mh_site_rows_check(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows)
+    if not values:
+        return
+    in_range(op, "ch", ch, 0, tokens.shape[0])
+    in_range(op, "pos", pos, 0, tokens.shape[1])
+    count = int(energy_mask.index_select(0, ch).sum()) - int(energy_mask[ch, pos].sum()) if ch.numel() else 0
+    if count != num_rows:
+        raise ValueError(f"mhfast.{op}: num_rows is {num_rows} but the chains ch have {count} energy positions "
+                         "other than pos")
+
+
 COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",
                   "proposed", "logq_forward", "logq_reverse", "raw_new", "local_new", "e_raw_new", "e_local_new",
                   "target_new", "seq", "q")

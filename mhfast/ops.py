@@ -113,6 +113,22 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
                                 int(stream))
 
 
+def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: torch.Tensor,
+                 local_terms: torch.Tensor, ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
+                 num_rows: int, mask_id: int, *, validate: bool = True) -> tuple[torch.Tensor, ...]:
+    """Compiled :func:`mhfast.reference.mh_site_rows` (X', its term copies and its model rows in one call)."""
+    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
+        _validate.tensors("mh_site_rows", tokens=tokens, energy_mask=energy_mask, raw_terms=raw_terms,
+                          local_terms=local_terms, ch=ch, pos=pos, proposed=proposed)
+        for name, c in (("num_rows", num_rows), ("mask_id", mask_id)):
+            if isinstance(c, bool) or not isinstance(c, int):
+                raise TypeError(f"mhfast.mh_site_rows: {name} must be an int, got {type(c).__name__}")
+    if _needs_python_checks(validate, tokens):
+        _validate.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id,
+                               values=True)
+    return _ops.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id)
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
 # ---------------------------------------------------------------------------------------------
@@ -173,3 +189,14 @@ def _mh_commit_site_fake(*args):
     return (torch.empty(tokens.shape, dtype=torch.long, device=dev), torch.empty(raw_terms.shape, **f32),
             torch.empty(local_terms.shape, **f32), torch.empty(e_raw.shape, **f32), torch.empty(e_local.shape, **f32),
             torch.empty((args[8].shape[0],), dtype=torch.bool, device=dev))
+
+
+@torch.library.register_fake("mhfast::mh_site_rows")
+def _mh_site_rows_fake(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id):
+    _ops.mh_site_rows_check(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows)
+    n, T = ch.shape[0], tokens.shape[1]
+    dev = tokens.device
+    long_, f32 = dict(dtype=torch.long, device=dev), dict(dtype=torch.float32, device=dev)
+    return (torch.empty((n, T), **long_), torch.empty((n, T), **f32), torch.empty((n, T), **f32),
+            torch.empty((num_rows,), **long_), torch.empty((num_rows,), **long_), torch.empty((num_rows, T), **long_),
+            torch.empty((num_rows,), **long_))

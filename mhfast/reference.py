@@ -261,6 +261,38 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
     return proposed, logq_forward, logq_reverse, proposed != current
 
 
+def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor,
+                 ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, num_rows: int, mask_id: int
+                 ) -> tuple[torch.Tensor, ...]:
+    """The rows phase of a single-site MH step (chain ``ch[j]`` proposes ``proposed[j]`` at ``pos[j]``) in one call.
+
+    ``x_new = tokens[ch]`` with ``x_new[j, pos[j]] = proposed[j]`` (X'); ``raw_new``/``local_new`` are
+    copies of the chains' term rows (the caller fills in X''s terms). The model rows of X' are its
+    energy positions other than ``pos[j]`` (``energy_mask[ch[j]]``; the term at ``pos[j]`` comes from
+    the chain's cached conditional), in row-major order: ``(seq, q)``; there must be exactly
+    ``num_rows`` of them (the caller counts them on the host, so that no output shape depends on
+    data); ``rows = masked_copies(x_new, seq, q, mask_id)`` and ``targets = x_new[seq, q]``. Shapes:
+    state [M, T], moves [n] -> x_new Long[n, T], raw_new/local_new f32[n, T], seq/q/targets
+    Long[num_rows], rows Long[num_rows, T].
+
+    Example:
+        >>> x, r, l, seq, q, rows, tgt = mh_site_rows(torch.tensor([[5, 6, 7]]), torch.tensor([[True, True, False]]),
+        ...     torch.zeros(1, 3), torch.zeros(1, 3), torch.tensor([0]), torch.tensor([1]), torch.tensor([9]), 1, 0)
+        >>> x.tolist(), seq.tolist(), q.tolist(), rows.tolist(), tgt.tolist()
+        ([[5, 9, 7]], [0], [0], [[0, 9, 7]], [5])
+    """
+    _validate.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id,
+                           values=True)
+    j = torch.arange(ch.shape[0], device=tokens.device)
+    x_new = tokens.index_select(0, ch)
+    x_new[j, pos] = proposed
+    need = energy_mask.index_select(0, ch)
+    need[j, pos] = False
+    seq, q = need.nonzero().unbind(1)  # row-major
+    return (x_new, raw_terms.index_select(0, ch), local_terms.index_select(0, ch), seq, q,
+            masked_copies(x_new, seq, q, mask_id), x_new[seq, q])
+
+
 def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
                     e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
                     ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,

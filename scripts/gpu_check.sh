@@ -10,7 +10,7 @@
 #   3. build: mhfast._C in place for the GPU found (TORCH_CUDA_ARCH_LIST from its compute
 #      capability: 9.0 on Hopper), against the torch that is there
 #   4. tests: the op tests (uniform_mix and the fused single-site ops mh_propose_site /
-#      mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda);
+#      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda);
 #      AntiBERTy's tests and the HF fast-forward tests (CPU only) are not run (their weights do not travel)
 #   5. compute-sanitizer memcheck, racecheck, synccheck over bench/op_sweep.py --small (odd shapes;
 #      every kernel of the run is instrumented, torch's included: no name filter to get wrong)
@@ -135,7 +135,7 @@ $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$O
 # selection leaves out only the device-free option / CLI checks of test_uniform_mix.py.
 OP_TESTS="tests/test_masked_copies.py tests/test_gather_energies.py tests/test_propose.py tests/test_mh_accept.py
   tests/test_opcheck.py tests/test_cpu_portable_path.py tests/test_uniform_mix.py tests/test_mh_propose_site.py
-  tests/test_mh_commit_site.py"
+  tests/test_mh_commit_site.py tests/test_mh_site_rows.py"
 SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py"
 if [ "$QUICK" = 1 ]; then
   # shellcheck disable=SC2086

@@ -8,6 +8,7 @@ import torch
 import mhfast.ops as ops
 import mhfast.reference as reference
 from test_mh_commit_site import commit_inputs
+from test_mh_site_rows import site_rows_inputs
 
 
 def sample_inputs(device: str):
@@ -41,11 +42,13 @@ def sample_inputs(device: str):
         "mh_commit_site_": [(*commit_inputs(5, 4, 3, 3, seed=0, device=device), 1.0, 1, 2, 2),
                             (*commit_inputs(4, 3, 6, 2, seed=1, cache_dtype=torch.bfloat16, device=device), None, 0, 0,
                              2)],
+        "mh_site_rows": [(*site_rows_inputs(5, 6, 3, seed=0, device=device), 9),
+                         (*site_rows_inputs(4, 3, 0, seed=1, device=device), 2)],
     }
 
 
 @pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_", "mh_propose_site",
-                                "mh_commit_site_"])
+                                "mh_commit_site_", "mh_site_rows"])
 def test_opcheck(device, op):
     for args in sample_inputs(device)[op]:
         torch.library.opcheck(getattr(torch.ops.mhfast, op).default, args)

@@ -49,6 +49,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs, c10::optional<double> beta,
     int64_t epoch, int64_t step, int64_t stream);
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_site_rows_cpu(
+    const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,
+    const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed,
+    int64_t num_rows, int64_t mask_id);
+
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
 // `allow_minus_one` additionally permits -1 (unused slots of block positions).

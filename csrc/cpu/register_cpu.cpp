@@ -11,4 +11,5 @@ TORCH_LIBRARY_IMPL(mhfast, CPU, m) {
   m.impl("counter_uniforms", &mhfast::cpu::counter_uniforms_cpu);
   m.impl("mh_propose_site", &mhfast::cpu::mh_propose_site_cpu);
   m.impl("mh_commit_site_", &mhfast::cpu::mh_commit_site_cpu);
+  m.impl("mh_site_rows", &mhfast::cpu::mh_site_rows_cpu);
 }

@@ -144,5 +144,27 @@ void launch_mh_commit_site(const CommitSiteArgs& args, cudaStream_t stream);
 cudaError_t launch_counter_uniforms(const int64_t* keys, const int64_t* lanes, int64_t n, int64_t epoch,
                                     int64_t step, int64_t stream, float* out, cudaStream_t cuda_stream);
 
+// mh_site_rows (see csrc/cuda/mh_site_rows_cuda.cu): the n moving chains' X' rows and term copies
+// (x_new, raw_new, local_new: contiguous [n, T]) and per-chain counts of the rows to forward
+// (counts, contiguous [n]); then, from the inclusive prefix sums of counts (ends), the (seq, q,
+// targets) of those rows in row-major order (contiguous [num_rows], zero-filled by the caller).
+// Invalid input (ch[j] outside [0, M) or pos[j] outside [0, T)): chain j's x_new row is -1, its
+// terms NaN, its count 0; a wrong num_rows: at most num_rows slots are written (never out of
+// bounds; validate=True checks the count on the host).
+struct SiteRowsArgs {
+  Strided2<const int64_t> tokens;
+  Strided2<const bool> energy_mask;
+  Strided2<const float> raw_terms, local_terms;
+  Strided1<const int64_t> ch, pos, proposed;
+  int64_t n, num_rows;
+  int64_t* x_new;
+  float *raw_new, *local_new;
+  int64_t* counts;
+  const int64_t* ends;
+  int64_t *seq, *q, *targets;
+};
+void launch_site_rows_copy(const SiteRowsArgs& args, cudaStream_t stream);
+void launch_site_rows_index(const SiteRowsArgs& args, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace mhfast

@@ -25,6 +25,7 @@ class Backend:
     counter_uniforms: Callable
     mh_propose_site: Callable  #: the propose phase of a single-site MH step, fused
     mh_commit_site_: Callable  #: the accept + commit phase of a single-site MH step, fused
+    mh_site_rows: Callable  #: X' and its model rows for single-site moves, fused
 
 
 def get_backend(name: str) -> Backend:
@@ -43,11 +44,12 @@ def get_backend(name: str) -> Backend:
             ops.counter_uniforms,
             functools.partial(ops.mh_propose_site, validate=False),
             functools.partial(ops.mh_commit_site_, validate=False),
+            functools.partial(ops.mh_site_rows, validate=False),
         )
     if name == "reference":
         from .. import reference
 
         return Backend("reference", reference.masked_copies, reference.gather_energies, reference.propose,
                        reference.mh_accept_, reference.counter_uniforms, reference.mh_propose_site,
-                       reference.mh_commit_site_)
+                       reference.mh_commit_site_, reference.mh_site_rows)
     raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")

@@ -192,21 +192,16 @@ def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: 
     """
     runner, be = ctx.runner, ctx.backend
     n = ch.shape[0]
-    at, new = pos[:, None], prop[:, None]
-    x_new = state.tokens.index_select(0, ch).scatter_(1, at, new)
-    need = state.energy_mask.index_select(0, ch).scatter_(1, at, False)
+    at = pos[:, None]
     num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - n  # host counts: no sync
-    raw_new = state.raw_terms.index_select(0, ch)
-    local_new = state.local_terms.index_select(0, ch)
+    x_new, raw_new, local_new, seq, q, rows, targets = be.mh_site_rows(
+        state.tokens, state.energy_mask, state.raw_terms, state.local_terms, ch, pos, prop, num_rows, runner.mask_id)
     if num_rows:
-        seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
-        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
         ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
-        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=True, chunks=True)
+        r, l, outputs = runner.score_rows(be, rows, q, targets, ci, keep_outputs=True, chunks=True)
         raw_new.index_put_((seq, q), r)
         local_new.index_put_((seq, q), l)
     else:
-        seq = q = torch.zeros(0, dtype=torch.long, device=ch.device)
         outputs = []
     r_i, l_i = runner.terms_from_logits(be, known_logits, prop)
     raw_new.scatter_(1, at, r_i[:, None])
