@@ -152,6 +152,23 @@ def _file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def options_key(kwargs: dict) -> str:
+    """The sampler options of a run as they enter its cache key: those left at mhfast.sample's defaults are
+    dropped, so that one configuration spelled two ways (Table 1's proposal temperature 1.0, Table 2's top_p
+    1.0 and Table 3's single-site reference are the same run) shares one cache entry.
+
+    >>> options_key({"proposal_temperature": 1.0, "energy": "local"}) == options_key({"energy": "local"})
+    True
+    >>> options_key({"proposal_temperature": 0.8}) == options_key({})
+    False
+    """
+    from mhfast.sampler.options import OPTIONS
+
+    kept = {k: v for k, v in kwargs.items() if not (k in OPTIONS and type(v) is type(OPTIONS[k].default)
+                                                     and v == OPTIONS[k].default)}
+    return repr(sorted(kept.items()))
+
+
 def cache_key(setup: Any, args: Any, seed: int, kwargs: dict, chunk: list[int] | None = None) -> str | None:
     """The key of one (configuration, seed) run, or of one chunk of its sources (``chunk``: their indices): code,
     model file, sources, sampler options, torch and threads. None (no caching) when the code has uncommitted
@@ -162,7 +179,7 @@ def cache_key(setup: Any, args: Any, seed: int, kwargs: dict, chunk: list[int] |
     h = hashlib.sha256()
     for src in (setup.sources if chunk is None else [setup.sources[i] for i in chunk]):
         h.update(src.numpy().tobytes() + b"|")
-    parts = [code, _file_sha256(str(model_file)), h.hexdigest(), repr(sorted(kwargs.items())), str(seed),
+    parts = [code, _file_sha256(str(model_file)), h.hexdigest(), options_key(kwargs), str(seed),
              str(args.chains), str(args.epochs), str(args.burn_in), str(args.device), torch.__version__,
              str(torch.get_num_threads())] + ([] if chunk is None else [f"chunk {chunk}"])
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]

@@ -145,3 +145,16 @@ def test_no_verdict_below_the_minimum_number_of_sentences():
     few = ps.Estimate(5.0, 2.0, 8.0, ps.MIN_SENTENCES - 1)
     assert ps.verdict(few, "9 sentences").startswith("**inconclusive at n = 9 sentences** (CI above 0")
     assert ps.verdict(dataclasses.replace(few, n=ps.MIN_SENTENCES), "10 sentences") == "**holds**"
+
+
+def test_one_configuration_spelled_two_ways_shares_a_cache_key():
+    """bench/paper_runs.options_key drops options left at mhfast.sample's defaults (Tables 1-3 each ran the
+    default single-site local MH under a different spelling, and computed it three times)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import paper_runs
+
+    base = {"sampler": "mh", "energy": "local"}
+    assert paper_runs.options_key({**base, "proposal_temperature": 1.0}) == paper_runs.options_key(base)
+    assert paper_runs.options_key({**base, "top_p": 1.0}) == paper_runs.options_key(base)
+    assert paper_runs.options_key({**base, "proposal_temperature": 0.8}) != paper_runs.options_key(base)
+    assert paper_runs.options_key({**base, "energy": "raw"}) != paper_runs.options_key(base)
