@@ -41,6 +41,13 @@ def tensors(op: str, **named: object) -> None:
             raise TypeError(f"mhfast.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
 
 
+def ints(op: str, **named: object) -> None:
+    """TypeError naming the first argument that is not a Python int (C++ would see it only as a schema error)."""
+    for name, x in named.items():
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError(f"mhfast.{op}: {name} must be an int, got {type(x).__name__}")
+
+
 def number(op: str, name: str, x: object) -> None:
     """ValueError unless ``x`` is a Python number (its range is checked in C++)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -155,9 +162,7 @@ def mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed,
     op = "mh_site_rows"
     tensors(op, tokens=tokens, energy_mask=energy_mask, raw_terms=raw_terms, local_terms=local_terms, ch=ch, pos=pos,
             proposed=proposed)
-    for name, c in (("num_rows", num_rows), ("mask_id", mask_id)):
-        if isinstance(c, bool) or not isinstance(c, int):
-            raise TypeError(f"mhfast.{op}: {name} must be an int, got {type(c).__name__}")
+    ints(op, num_rows=num_rows, mask_id=mask_id)
     _ops.mh_site_rows_check(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows)
     if not values:
         return

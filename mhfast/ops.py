@@ -120,9 +120,7 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
     if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
         _validate.tensors("mh_site_rows", tokens=tokens, energy_mask=energy_mask, raw_terms=raw_terms,
                           local_terms=local_terms, ch=ch, pos=pos, proposed=proposed)
-        for name, c in (("num_rows", num_rows), ("mask_id", mask_id)):
-            if isinstance(c, bool) or not isinstance(c, int):
-                raise TypeError(f"mhfast.mh_site_rows: {name} must be an int, got {type(c).__name__}")
+        _validate.ints("mh_site_rows", num_rows=num_rows, mask_id=mask_id)
     if _needs_python_checks(validate, tokens):
         _validate.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id,
                                values=True)
