@@ -27,23 +27,23 @@ import mhfast  # noqa: E402
 
 START, END = "<!-- bench_floor:start -->", "<!-- bench_floor:end -->"
 # Written under the table (edit it with the numbers of a new measurement).
-NOTE = ("op calls / step: top-level torch/mhfast op calls per step of the compiled run (torch.profiler, untimed "
-        "runs), the driver's few per-step ops included. A step's propose phase is one op (mh_propose_site) and its "
-        "accept + commit phase another (mh_commit_site_, which also writes the accepted rows into the cache and "
-        "takes the model's sub-batch outputs without concatenation); between them, building X' and its energy "
-        "terms (masked rows, the model call and the runner's output check, gather_energies, the float64 energy "
-        "sums that keep energies bit-identical) is still ~35 calls, plus ~8 per extra model sub-batch.\n\n"
-        "Before the fused ops (commit 91da378): 107 op calls per step for 5 chains and 197 for 500 chains at T=40 "
-        "(now 57 and 133); 0.28-0.31 ms and 3.7 ms per step on a quiet machine. Same-conditions A/B on this "
-        "machine while other jobs kept its load average at ~3 (the two versions alternated, 3 rounds, each the "
-        "median of 3 runs, CPU time per step by time.process_time, less load-sensitive than wall time): 5 chains "
-        "0.28-0.33 -> 0.17-0.22 ms, 500 chains T=40 4.37-4.55 -> 2.36-2.67 ms; wall time in the same rounds "
-        "(noisier): 5 chains best 0.29-0.36 -> 0.17-0.18 ms, 500 chains 5.3-7.4 -> 3.5-4.1 ms. About 0.6x. "
-        "At 500 chains the step is bound by data "
-        "movement (17.5k masked rows of 40 tokens, the model's outputs, the energy gathers, the cache rows), not "
-        "by op calls. The reference backend now runs the references of the two fused ops (which check their inputs' "
-        "values, then run the old op sequence), so its column is not comparable with earlier tables. Before the "
-        "counter_uniforms op: 1.1-1.4 ms and 8.3 ms on the machine of issue 14.")
+NOTE = ('op calls / step: top-level torch/mhfast op calls per step of the compiled run (torch.profiler, untimed '
+        "runs), the driver's few per-step ops included. A step's propose phase is one op (mh_propose_site), X' and "
+        'its masked rows another (mh_site_rows), its accept + commit phase a third (mh_commit_site_, which also '
+        "writes the accepted rows into the cache and takes the model's sub-batch outputs without concatenation); "
+        "around the model call, its energy terms (the runner's output check, gather_energies, the term writes, the "
+        'float64 energy sums that keep energies bit-identical) are still ~25 calls, plus ~8 per extra model sub-'
+        'batch.  Before the fused ops (commit 91da378): 107 op calls per step for 5 chains and 197 for 500 chains at '
+        'T=40 (57 and 133 after them, 47 and 123 since mh_site_rows); 0.28-0.31 ms and 3.7 ms per step on a quiet '
+        'machine. Same-conditions A/B on this machine while other jobs kept its load average at ~3 (the two versions '
+        'alternated, 3 rounds, each the median of 3 runs, CPU time per step by time.process_time, less load-sensitive'
+        ' than wall time): 5 chains 0.28-0.33 -> 0.17-0.22 ms, 500 chains T=40 4.37-4.55 -> 2.36-2.67 ms; wall time '
+        'in the same rounds (noisier): 5 chains best 0.29-0.36 -> 0.17-0.18 ms, 500 chains 5.3-7.4 -> 3.5-4.1 ms. '
+        "About 0.6x. At 500 chains the step is bound by data movement (17.5k masked rows of 40 tokens, the model's "
+        'outputs, the energy gathers, the cache rows), not by op calls. The reference backend now runs the references'
+        " of the two fused ops (which check their inputs' values, then run the old op sequence), so its column is not"
+        ' comparable with earlier tables. Before the counter_uniforms op: 1.1-1.4 ms and 8.3 ms on the machine of '
+        'issue 14.')
 
 
 def goals_line(rows: list[tuple]) -> str:
