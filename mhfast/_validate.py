@@ -48,6 +48,14 @@ def ints(op: str, **named: object) -> None:
             raise TypeError(f"mhfast.{op}: {name} must be an int, got {type(x).__name__}")
 
 
+def counters(op: str, epoch: object, step: object, stream: object) -> None:
+    """ValueError naming the first of the counter hash's ``epoch``/``step``/``stream`` that is not an int (their
+    range is checked in C++)."""
+    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+
+
 def number(op: str, name: str, x: object) -> None:
     """ValueError unless ``x`` is a Python number (its range is checked in C++)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -75,8 +83,7 @@ def in_range(op: str, name: str, t: torch.Tensor, low: int, high: int, allow: in
 def masked_copies(tokens, seq_index, pos_index, mask_id, *, values: bool) -> None:
     op = "masked_copies"
     tensors(op, tokens=tokens, seq_index=seq_index, pos_index=pos_index)
-    if isinstance(mask_id, bool) or not isinstance(mask_id, int):
-        raise TypeError(f"mhfast.{op}: mask_id must be an int, got {type(mask_id).__name__}")
+    ints(op, mask_id=mask_id)
     _ops.masked_copies_check(tokens, seq_index, pos_index)
     if values:
         in_range(op, "seq_index", seq_index, 0, tokens.shape[0])
@@ -127,9 +134,7 @@ def mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forwar
 def counter_uniforms(keys, epoch, step, stream, lanes) -> None:
     op = "counter_uniforms"
     tensors(op, keys=keys, **({} if lanes is None else {"lanes": lanes}))
-    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
-        if isinstance(c, bool) or not isinstance(c, int):
-            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    counters(op, epoch, step, stream)
     _ops.counter_uniforms_check(keys, epoch, step, stream, lanes)
 
 
@@ -137,9 +142,7 @@ def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream,
                     values: bool) -> None:
     op = "mh_propose_site"
     tensors(op, cache=cache, tokens=tokens, keys=keys, act=act, pos=pos, blocked=blocked)
-    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
-        if isinstance(c, bool) or not isinstance(c, int):
-            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    counters(op, epoch, step, stream)
     number(op, "temperature", temperature)
     number(op, "top_p", top_p)
     _ops.mh_propose_site_check(cache, tokens, keys, act, pos, blocked, epoch, step, stream, float(temperature),
@@ -196,9 +199,7 @@ def mh_commit_site_(*args, values: bool) -> None:
     tensor_list(op, "outputs", outputs)
     if beta is not None:
         number(op, "beta", beta)
-    for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
-        if isinstance(c, bool) or not isinstance(c, int):
-            raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+    counters(op, epoch, step, stream)
     _ops.mh_commit_site__check(*args[:20], list(outputs), None if beta is None else float(beta), epoch, step, stream)
     if not values:
         return
