@@ -356,7 +356,32 @@ def correlation_lines(runs: Sequence[Run]) -> list[str]:
     return out
 
 
+def has_rates(runs: Sequence[Run]) -> bool:
+    """Whether every run has per-sentence acceptance and novel rates (runs cached before mhfast counted
+    proposals per chain have only the sampler's pooled means)."""
+    return all(r.sent_acceptance is not None for r in runs)
+
+
+def rate_text(run: Run, which: str) -> str:
+    """A run's post-burn-in ``which`` ("acceptance" / "novel") rate: mean over sentences with its CI, or the
+    pooled mean (no CI) for a run without per-sentence counts."""
+    est = run.rate_ci(which)
+    return est.text(3) if est is not None else fmt(run.avg_acceptance if which == "acceptance" else run.avg_novel, 3)
+
+
+def rate_diff(a: Run, b: Run, which: str) -> ps.Comparison:
+    """Paired bootstrap over sentences of a's mean per-sentence ``which`` rate minus b's."""
+    pick = (lambda r: r.sent_acceptance if which == "acceptance" else r.sent_novel)
+    return ps.paired_mean(pick(a), pick(b))
+
+
 def rates_note(runs: Sequence[Run]) -> str:
+    if has_rates(runs):
+        return ("Acceptance and novel rates: each sentence's accepted (resp. accepted and state-changing) proposals "
+                "over its proposals after burn-in, pooled over its chains and seeds (`SampleResult.chain_accepted` "
+                "/ `chain_novel` / `chain_proposals`); tables give the mean over sentences with its bootstrap CI, "
+                "claims about them use the paired bootstrap over sentences like BLEU's. The figures plot the "
+                "sampler's pooled per-epoch rates.")
     return ("Acceptance and novel rates are the sampler's pooled per-epoch means (no per-sentence breakdown), so "
             "they carry no CI and findings that rest on them alone are not judged; "
             + ("their spread over seeds is in the per-seed table." if len(runs[0].seeds) > 1 else
@@ -379,7 +404,7 @@ def exp_fig1(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
         ("-E_local", lambda r: [-x for x in r.post(r.e_local)]), ("BLEU", lambda r: r.bleu),
         ("acceptance rate", lambda r: r.post(r.acceptance)), ("novel transition rate", lambda r: r.post(r.novel))],
         "Figure 1: MH (raw, local) vs degenerate Gibbs")
-    rows = [[r.label, r.e_local_ci().text(), fmt(r.avg_acceptance, 3), fmt(r.avg_novel, 3), r.bleu_ci().text(),
+    rows = [[r.label, r.e_local_ci().text(), rate_text(r, "acceptance"), rate_text(r, "novel"), r.bleu_ci().text(),
              r.best_ci().text(), fmt(r.bleu[0]), fmt(r.bleu[-1]), f"{r.seconds:.0f}"] for r in runs]
     (raw, local), deg = runs[:2], runs[2]
     n = f"{deg.n} sentences"
@@ -415,8 +440,9 @@ def _sweep_claims(mh: list[Run], deg: list[Run], values: Sequence[float], xlabel
     l2, v2 = claim(f"degenerate Gibbs BLEU at {xlabel} {values[-1]} - at {values[0]}", bleu_diff(deg[-1], deg[0]), n)
     return ["", f"Finding (paper: MH is robust across {xlabel}s, degenerate Gibbs degrades at high-entropy "
             f"proposals), two paired claims that must both be > 0: {l1}; {l2} -> overall {combine([v1, v2])}. "
-            f"Novel rate of degenerate Gibbs {fmt(deg[0].avg_novel, 3)} -> {fmt(deg[-1].avg_novel, 3)}, of MH "
-            f"{fmt(mh[0].avg_novel, 3)} -> {fmt(mh[-1].avg_novel, 3)} (no CI, see below)."]
+            f"Novel rate of degenerate Gibbs {rate_text(deg[0], 'novel')} -> {rate_text(deg[-1], 'novel')}, of MH "
+            f"{rate_text(mh[0], 'novel')} -> {rate_text(mh[-1], 'novel')}"
+            + ("." if has_rates(mh + deg) else " (no CI, see below).")]
 
 
 def _sweep(setup: Setup, args: argparse.Namespace, figdir: Path, name: str, param: str, values: Sequence[float],
@@ -425,8 +451,9 @@ def _sweep(setup: Setup, args: argparse.Namespace, figdir: Path, name: str, para
                       **(mh_options or {})) for v in values]
     deg = [run_sampler(setup, args, f"deg. Gibbs {param}={v}", sampler="gibbs", energy="local", **{param: v})
            for v in values]
-    rows = [[f"{v}: {kind}", r.e_local_ci().text(), fmt(r.avg_novel, 3), fmt(r.avg_acceptance, 3), r.bleu_ci().text(),
-             f"{r.seconds:.0f}"] for v, pair in zip(values, zip(mh, deg)) for kind, r in zip(("local MH", "deg"), pair)]
+    rows = [[f"{v}: {kind}", r.e_local_ci().text(), rate_text(r, "novel"), rate_text(r, "acceptance"),
+             r.bleu_ci().text(), f"{r.seconds:.0f}"]
+            for v, pair in zip(values, zip(mh, deg)) for kind, r in zip(("local MH", "deg"), pair)]
     fig = plot_sweep(figdir / f"{name}.png", values, {
         "BLEU": {"local MH": [r.bleu_ci().value for r in mh], "deg. Gibbs": [r.bleu_ci().value for r in deg]},
         "avg E_local": {"local MH": [r.e_local_ci().value for r in mh],
@@ -456,13 +483,24 @@ def exp_table2(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
                        "paper's sampler, not that default.")
 
 
+def novel_claim(braw: Run, blocal: Run, single: Run, n: str) -> str:
+    """Table 3's second finding: block MH's novel-transition rate above single-site MH's (paired, both energies)."""
+    head = "Finding (paper: block MH raises the novel-transition rate, ~0.12 -> ~0.41)"
+    if not has_rates([braw, blocal, single]):
+        return (f"{head}: novel rate block MH {fmt(braw.avg_novel, 3)} (raw) / {fmt(blocal.avg_novel, 3)} (local) vs "
+                f"single-site MH {fmt(single.avg_novel, 3)}: not judged (pooled rates, no CI).")
+    l1, v1 = claim("novel rate block MH raw - single-site MH local", rate_diff(braw, single, "novel"), n)
+    l2, v2 = claim("novel rate block MH local - single-site MH local", rate_diff(blocal, single, "novel"), n)
+    return f"{head}, paired, both must be > 0: {l1}; {l2} -> overall {combine([v1, v2])}."
+
+
 def exp_table3(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
     # Default block schedule (mhfast.sample): linear shrink from max(2, n // 4) to 1 at the last epoch (appendix D).
     runs = [run_sampler(setup, args, "block Gibbs (deg)", sampler="block-gibbs", energy="local"),
             run_sampler(setup, args, "block MH raw", sampler="block-mh", energy="raw"),
             run_sampler(setup, args, "block MH local", sampler="block-mh", energy="local"),
             run_sampler(setup, args, "single-site MH local (reference)", sampler="mh", energy="local")]
-    rows = [[r.label, r.e_local_ci().text(), fmt(r.avg_novel, 3), fmt(r.avg_acceptance, 3), r.bleu_ci().text(),
+    rows = [[r.label, r.e_local_ci().text(), rate_text(r, "novel"), rate_text(r, "acceptance"), r.bleu_ci().text(),
              f"{r.seconds:.0f}"] for r in runs]
     fig = plot_epochs(figdir / "table3.png", runs[:3], [
         ("acceptance rate (all epochs)", lambda r: r.acceptance), ("novel rate (all epochs)", lambda r: r.novel),
@@ -476,11 +514,33 @@ def exp_table3(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
     lines += seed_lines(runs) + [
         "", f"Finding (paper: block MH beats block Gibbs), paired, both must be > 0: {l1}; {l2} -> overall "
         f"{combine([v1, v2])}.",
-        "", f"Finding (paper: block MH raises the novel-transition rate, ~0.12 -> ~0.41): novel rate block MH "
-        f"{fmt(braw.avg_novel, 3)} (raw) / {fmt(blocal.avg_novel, 3)} (local) vs single-site MH "
-        f"{fmt(single.avg_novel, 3)}: not judged (pooled rates, no CI). Averages are over post-burn-in epochs; the "
-        "figure shows every epoch (x <= 0: burn-in).", ""] + correlation_lines(runs) + ["", rates_note(runs)]
+        "", novel_claim(braw, blocal, single, n) + " Averages are over post-burn-in epochs; the figure shows every "
+        "epoch (x <= 0: burn-in).", ""] + correlation_lines(runs) + ["", rates_note(runs)]
     return Section("table3", "Table 3: block MH vs block Gibbs (Figure 4: acceptance per epoch)", lines, [fig])
+
+
+def anneal_claims(runs: dict[tuple[str, float], Run], acc: str, n: str) -> str:
+    """Table 4's findings: stronger annealing lowers acceptance (each step of the anneal, both energies), and raw
+    energy keeps higher acceptance than local (every anneal): paired differences of per-sentence rates."""
+    head = ("Finding (paper: stronger annealing lowers the acceptance rate; raw energy keeps higher acceptance than "
+            f"local): acceptance over anneal {', '.join(map(str, ANNEALS))}: {acc}.")
+    if not has_rates(list(runs.values())):
+        return head + " Not judged: acceptance rates are pooled over sentences by the sampler, so they have no CI here."
+    lower, lv = [], []
+    for e in ("local", "raw"):
+        for a, b in zip(ANNEALS, ANNEALS[1:]):
+            line, v = claim(f"{e}: acceptance at {a} - at {b}", rate_diff(runs[e, a], runs[e, b], "acceptance"), n)
+            lower.append(line)
+            lv.append(v)
+    higher, hv = [], []
+    for a in ANNEALS:
+        line, v = claim(f"anneal {a}: acceptance raw - local", rate_diff(runs["raw", a], runs["local", a], "acceptance"),
+                        n)
+        higher.append(line)
+        hv.append(v)
+    return (f"{head} (1) Stronger annealing lowers acceptance, paired, every step must be > 0: {'; '.join(lower)} -> "
+            f"overall {combine(lv)}. (2) Raw above local, paired, at every anneal: {'; '.join(higher)} -> overall "
+            f"{combine(hv)}.")
 
 
 def exp_table4(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
@@ -488,7 +548,7 @@ def exp_table4(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
     for energy in ("local", "raw"):
         for a in ANNEALS:
             runs[energy, a] = run_sampler(setup, args, f"MH {energy} anneal {a}", sampler="mh", energy=energy, anneal=a)
-    rows = [[r.label, fmt(r.e_local[-1]), fmt(r.avg_acceptance, 3), r.bleu_ci().text(), r.best_ci().text(),
+    rows = [[r.label, fmt(r.e_local[-1]), rate_text(r, "acceptance"), r.bleu_ci().text(), r.best_ci().text(),
              f"{r.seconds:.0f}"] for r in runs.values()]
     fig = plot_epochs(figdir / "table4.png", list(runs.values()), [
         ("acceptance rate (all epochs)", lambda r: r.acceptance), ("E_local (all epochs)", lambda r: r.e_local),
@@ -500,9 +560,7 @@ def exp_table4(setup: Setup, args: argparse.Namespace, figdir: Path) -> Section:
         ["run", "E_local last epoch", "acceptance", "avg BLEU (95% CI)", "best-of BLEU (95% CI)", "seconds"], rows)
     lines += seed_lines(list(runs.values())) + [
         "", f"Annealing: target temperature max({args.min_target_temperature}, 1 - anneal * epoch).",
-        "", f"Finding (paper: stronger annealing lowers the acceptance rate; raw energy keeps higher acceptance than "
-        f"local): acceptance over anneal {', '.join(map(str, ANNEALS))}: {acc}. Not judged: acceptance rates are "
-        "pooled over sentences by the sampler, so they have no CI here.",
+        "", anneal_claims(runs, acc, f"{first.n} sentences"),
         ""] + correlation_lines(list(runs.values())) + ["", rates_note(list(runs.values()))]
     return Section("table4", "Table 4: annealing the target energy (Figure 2)", lines, [fig])
 

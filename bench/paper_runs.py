@@ -54,6 +54,10 @@ class Run:
     sent_e_raw: np.ndarray
     candidates: list[dict[tuple, tuple[float, float, float]]]  #: per sentence: ids -> (E_raw, E_local, chrF)
     seconds: float
+    #: float64[n] per sentence: accepted (novel) proposals / proposals after burn-in, over its chains and seeds
+    #: (None for runs cached before SampleResult had per-chain counts)
+    sent_acceptance: np.ndarray | None = None
+    sent_novel: np.ndarray | None = None
 
     def post(self, xs: list[float]) -> list[float]:
         return xs[self.burn_in:]
@@ -79,6 +83,12 @@ class Run:
     @functools.cache
     def e_local_ci(self) -> ps.Estimate:
         return ps.mean_ci(self.sent_e_local)
+
+    def rate_ci(self, which: str) -> ps.Estimate | None:
+        """Mean over sentences of each sentence's post-burn-in ``which`` ("acceptance" / "novel") rate, bootstrap
+        CI over sentences; None without per-sentence counts."""
+        values = self.sent_acceptance if which == "acceptance" else self.sent_novel
+        return None if values is None else ps.mean_ci(values)
 
     @property
     def avg_acceptance(self) -> float:
@@ -123,7 +133,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What a cached run keeps of its SampleResult (all that the statistics read).
 #: (from the cache, computed) counts of the (configuration, seed) runs of this process, for the report.
 CACHE_COUNTS = {"cached": 0, "computed": 0}
-KEPT = ("history", "lengths", "best_tokens", "e_local", "e_raw", "acceptance_rate", "novel_rate", "target_temperature")
+KEPT = ("history", "lengths", "best_tokens", "e_local", "e_raw", "acceptance_rate", "novel_rate", "target_temperature",
+        "chain_proposals", "chain_accepted", "chain_novel")
+
+
+COUNTS = ("chain_proposals", "chain_accepted", "chain_novel")  #: Long[E, B, C] per-chain counts (sources on dim 1)
 
 
 def git(*args: str) -> str:
@@ -236,7 +250,8 @@ def _combine(parts: list[dict], pad_id: int) -> dict:
     chains = torch.tensor([float(p["history"].shape[1] * p["history"].shape[2]) for p in parts])
     props = torch.tensor([float(p["proposals"]) for p in parts])
     mean = lambda name, w: (torch.stack([p[name].double() for p in parts]) * (w / w.sum())[:, None]).sum(0).float()  # noqa: E731
-    return {"history": _pad_cat([p["history"] for p in parts], 1, pad_id),
+    counts = {k: torch.cat([p[k] for p in parts], dim=1) for k in COUNTS if all(k in p for p in parts)}
+    return {**counts, "history": _pad_cat([p["history"] for p in parts], 1, pad_id),
             "lengths": torch.cat([p["lengths"] for p in parts]),
             "best_tokens": _pad_cat([p["best_tokens"] for p in parts], 0, pad_id),
             "e_local": mean("e_local", chains), "e_raw": mean("e_raw", chains),
@@ -305,10 +320,15 @@ def run_sampler(setup: Any, args: Any, label: str, **kwargs: Any) -> Run:
     epochs = len(results[0].history)
     bleu_epoch = [float(np.mean([per_group[i] for i, g in enumerate(groups) if g[1] == ep])) for ep in range(epochs)]
     mean_of = (lambda name: np.mean([getattr(r, name).tolist() for r in results], axis=0).tolist())
+    sent_rates: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    if all(hasattr(r, "chain_proposals") for r in results):  # per sentence: post-burn-in counts over chains, seeds
+        total = lambda k: sum(getattr(r, k)[args.burn_in:].sum(dim=(0, 2)).double() for r in results).numpy()  # noqa: E731
+        proposals = total("chain_proposals")
+        sent_rates = (total("chain_accepted") / proposals, total("chain_novel") / proposals)
     run = Run(label, list(args.seeds), args.burn_in, args.chains, bleu_epoch, mean_of("e_local"), mean_of("e_raw"),
               mean_of("acceptance_rate"), mean_of("novel_rate"), mean_of("target_temperature"), bleu_stats, chrf_stats,
               best, [float(per_group[seed_of == s].mean()) for s in args.seeds], e[..., 1].mean(axis=0),
-              e[..., 0].mean(axis=0), candidates, seconds)
+              e[..., 0].mean(axis=0), candidates, seconds, *sent_rates)
     print(f"  {label:<38} BLEU {run.bleu_ci().text()}  best-of {run.best_ci().text()}  E_local "
           f"{run.e_local_ci().text()}  acc {run.avg_acceptance:.3f}  novel {run.avg_novel:.3f}  ({seconds:.1f} s"
           f"{f'; {cached} of {len(args.seeds)} seed(s) from the cache' if cached else ''})",

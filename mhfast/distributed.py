@@ -217,6 +217,7 @@ def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable
 
 
 _PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local")
+_PER_EPOCH_AND_INPUT = ("chain_proposals", "chain_accepted", "chain_novel")  # Long[E, B, C]: inputs on dim 1
 
 
 def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | None = None,
@@ -226,7 +227,8 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
 
     Each rank samples its rows with their global indices as ``input_ids``, so every row's chains are
     those of a one-process run. Returns a dict of the per-input fields of :class:`mhfast.SampleResult`
-    (``tokens``, ``best_tokens``, energies, ``lengths``; padded to ``init``'s width) for all rows, in
+    (``tokens``, ``best_tokens``, energies, ``lengths``; padded to ``init``'s width) and the per-chain
+    proposal counts (``chain_proposals``/``_accepted``/``_novel``, Long[E, B, C]) for all rows, in
     order, plus ``rows_per_rank``. ``cost(row)`` (default: its length squared, the cost of an MH
     sweep) balances the shards.
     """
@@ -244,8 +246,10 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
         r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
                           input_ids=mine, **options)
         for j, i in enumerate(mine):
-            items[i] = {k: getattr(r, k)[j].cpu() for k in _PER_INPUT}
+            items[i] = {**{k: getattr(r, k)[j].cpu() for k in _PER_INPUT},
+                        **{k: getattr(r, k)[:, j].cpu() for k in _PER_EPOCH_AND_INPUT}}
     rows = gather(items, init.shape[0], w)
     out = {k: torch.stack([row[k] for row in rows]) for k in _PER_INPUT}
+    out.update({k: torch.stack([row[k] for row in rows], dim=1) for k in _PER_EPOCH_AND_INPUT})
     out["rows_per_rank"] = [len(s) for s in shards]
     return out

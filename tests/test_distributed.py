@@ -50,6 +50,7 @@ def test_sample_in_one_process_equals_mhfast_sample():
     out = dist.sample(model, init=init, **kw)
     ref = mhfast.sample(model, init=init, **kw)
     assert torch.equal(out["tokens"], ref.tokens) and torch.equal(out["best_energy"], ref.best_energy)
+    assert torch.equal(out["chain_accepted"], ref.chain_accepted) and torch.equal(out["chain_novel"], ref.chain_novel)
 
 
 SCRIPT = textwrap.dedent("""
@@ -91,7 +92,8 @@ def test_sharded_sample_over_ranks_equals_one_process(tmp_path, ranks):
     m, p = model.mask_id, model.pad_id
     init = torch.tensor([[m, m, m], [m, m, p], [0, m, 1], [m, 2, m], [1, m, p], [m, m, m], [2, 2, m]])
     ref = mhfast.sample(model, init=init, chains=3, epochs=4, burn_in=1, seed=4)
-    for key in ("tokens", "best_tokens", "best_energy", "energy_raw", "energy_local"):
+    for key in ("tokens", "best_tokens", "best_energy", "energy_raw", "energy_local", "chain_proposals",
+                "chain_accepted", "chain_novel"):
         assert torch.equal(got[key], getattr(ref, key)), key
 
 

@@ -213,3 +213,31 @@ def test_chunked_runs_are_cached_per_chunk_and_keep_the_whole_runs_chains(tiny_p
     assert torch.allclose(w.e_local, c.e_local, rtol=1e-4) and torch.allclose(w.acceptance_rate, c.acceptance_rate)
     again = runs._sample_cached(setup, chunk_args, 0, dict(sampler="mh", energy="raw"))
     assert again[2] and torch.equal(again[0]["history"], chunked[0]["history"])
+
+
+def test_table3_and_table4_judge_rates_with_paired_cis(tiny_paths, tmp_path):
+    """Acceptance and novel rates per sentence (from SampleResult's per-chain counts): the tables show them with
+    CIs, and Table 3's novel-rate and Table 4's acceptance findings are judged by paired bootstraps."""
+    script = _load_script()
+    out = tmp_path / "docs"
+    argv = ["--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+            "--src", str(tiny_paths["valid_de"]), "--ref", str(tiny_paths["valid_en"]),
+            "--sentences", "2", "--max-source-tokens", "8", "--chains", "2", "--burn-in", "1", "--epochs", "3",
+            "--seeds", "0", "--out", str(out), "--no-cache"]
+    assert script.main(["table3"] + argv) == 0
+    assert script.main(["table4"] + argv) == 0
+    md = (out / "experiments.md").read_text(encoding="utf-8")
+    t3 = md.split("<!-- paper:table3:start -->")[1].split("<!-- paper:table3:end -->")[0]
+    t4 = md.split("<!-- paper:table4:start -->")[1].split("<!-- paper:table4:end -->")[0]
+    pair = r"-?\d+\.\d+ \[-?\d+\.\d+, -?\d+\.\d+\], p = \d\.\d{3} -> \*\*(holds|fails|inconclusive at n = 2 sentences)"
+    assert re.search(r"novel rate block MH raw - single-site MH local: " + pair, t3), t3
+    assert re.search(r"local: acceptance at 0\.02 - at 0\.04: " + pair, t4), t4
+    assert re.search(r"anneal 0\.06: acceptance raw - local: " + pair, t4), t4
+    assert "not judged" not in t3.lower() and "not judged" not in t4.lower()
+    assert "chain_accepted" in t4  # the rates note says where the per-sentence rates come from
+    for section, rows in ((t3, 4), (t4, 6)):
+        cells = _table_cells(section)
+        values = _numbers(cells)
+        assert all(math.isfinite(v) for v in values), cells
+        rate_cells = [c for c in cells if CI.match(c) and 0 <= float(c.split()[0]) <= 1]
+        assert len(rate_cells) >= rows  # each run's rate(s) carry a CI

@@ -67,6 +67,8 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     act, A = plan.chains, plan.chains.shape[0]
     if A == 0:
         return state, StepInfo(0, 0, 0, scored=not gibbs)
+    if state.counts is not None:
+        state.counts.proposed(plan.chains_host)
     r, slot = plan.entry, plan.entry_slot
     pos = order[plan.entry_chain, plan.entry_col]
     cur = state.tokens[plan.entry_chain, pos]
@@ -94,6 +96,8 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     if gibbs:
         zeros = torch.zeros(n, device=dev)
         tokens, _ = accept(ctx, state, ch, pos_ch, prop_ch, zeros, lf_ch, lf_ch, None, epoch, step)
+        if state.counts is not None:
+            state.counts.taken(ch)
         return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, n, scored=False)
     n_single = int((local_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
     state, k = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch, lr.index_select(0, local),

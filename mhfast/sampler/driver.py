@@ -35,6 +35,8 @@ class Trace:
     history: list[torch.Tensor] = field(default_factory=list)  #: Long[M, T] per post-burn-in epoch
     term_values: list[torch.Tensor] = field(default_factory=list)  #: f32[M, K] extra energy terms per epoch
     proposals: int = 0  #: proposals made in all epochs (one per moving chain and step)
+    #: Long[3, M] per epoch: each chain's proposals, accepted and novel proposals up to the epoch's end
+    chain_counts: list[torch.Tensor] = field(default_factory=list)
 
     def last(self) -> dict:
         return {"e_raw": self.e_raw[-1], "e_local": self.e_local[-1], "acceptance_rate": self.acceptance_rate[-1],
@@ -64,6 +66,8 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
         trace.acceptance_rate.append(float(info.accepted) / proposals)
         trace.novel_rate.append(float(info.novel) / proposals)
         trace.target_temperature.append(epoch.target_temperature)
+        if state.counts is not None:
+            trace.chain_counts.append(state.counts.snapshot())
         trace.term_values.append(state.term_values)
         if record and epoch.post_burn_in:
             trace.history.append(state.tokens.clone())

@@ -145,6 +145,8 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
         m_rows = ch.index_select(0, seq)
         old = state.cache[m_rows, q]
         state.cache[m_rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(old.dtype), old)
+    if state.counts is not None:
+        state.counts.tested(ch, accepted)
     return new_state, accepted.sum()
 
 
@@ -236,6 +238,8 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         pick = lambda new, old: old.index_copy(0, ch, torch.where(  # noqa: E731
             accepted[:, None] if new.dim() == 2 else accepted, new, old.index_select(0, ch)))
         more = dict(term_values=pick(extra[0], state.term_values), e_extra=pick(extra[1], state.e_extra))
+    if state.counts is not None:
+        state.counts.tested(ch, accepted)
     state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
                                 **more)
     return state, accepted.sum()
@@ -251,6 +255,8 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     A = act.shape[0]
     if A == 0:
         return state, StepInfo(0, 0, 0, scored=True)
+    if state.counts is not None:
+        state.counts.proposed(act_host)
     prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
     local, local_host = changed_chains(changed)
     ch_host = act_host.index_select(0, local_host)
@@ -265,9 +271,10 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     return state, StepInfo(A, A - n + k, k, scored=True)
 
 
-def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: torch.Tensor, epoch: int,
-                      step: int) -> tuple[ChainState, StepInfo]:
-    """One degenerate-Gibbs step of the chains ``act`` at ``pos``: sample X_i from the MLM conditional, accept.
+def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
+                      pos: torch.Tensor, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
+    """One degenerate-Gibbs step of the chains ``act`` (``act_host``: CPU copy) at ``pos``: sample X_i from
+    the MLM conditional, accept.
 
     The state changes every step, so there is no cache: one fresh masked row per chain and step;
     the energies are left stale (``scored=False``) until the kernel rescores at the epoch's end.
@@ -285,4 +292,8 @@ def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, po
                                  ctx.proposal_temperature, ctx.top_p, u, ctx.uniform_mix)
     zeros = torch.zeros(A, device=state.tokens.device)
     tokens, _ = accept(ctx, state, act, pos, prop, zeros, logq_f, logq_f, None, epoch, step)
-    return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, (prop != cur).sum(), scored=False)
+    changed = prop != cur
+    if state.counts is not None:
+        state.counts.proposed(act_host)
+        state.counts.taken(act, changed)
+    return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, changed.sum(), scored=False)

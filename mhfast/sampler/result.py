@@ -33,6 +33,11 @@ class SampleResult:
         acceptance_rate: f32[E] accepted proposals / proposals (a proposal equal to the current
             state counts as accepted, as in the paper's section 6).
         novel_rate: f32[E] accepted proposals that differ from the current state / proposals.
+        chain_proposals, chain_accepted, chain_novel: Long[E, B, C] each chain's proposals, accepted
+            proposals and accepted proposals that changed its state, per epoch: the counts behind
+            ``acceptance_rate`` and ``novel_rate`` (which pool them over chains and inputs), per chain,
+            so that rates can be compared between inputs (:meth:`rates_per_input`). With ``source=``
+            and a length beam, those of the kept candidate's chains (the pooled rates count all).
         target_temperature: f32[E] target temperature used in each epoch (section 8).
         model_rows: masked rows forwarded through the model (the cost unit of the benchmarks).
         model_calls: model invocations (sub-batches).
@@ -70,6 +75,32 @@ class SampleResult:
     chosen_candidate: torch.Tensor | None = None
     proposals: int = 0
     init_rows: int = 0
+    chain_proposals: torch.Tensor | None = None
+    chain_accepted: torch.Tensor | None = None
+    chain_novel: torch.Tensor | None = None
+
+    def rates_per_input(self, first_epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each input's acceptance and novel rate over epochs ``first_epoch..E-1``, pooled over its chains:
+        ``(acceptance f32[B], novel f32[B])`` (NaN for an input without proposals, e.g. nothing free).
+
+        Example:
+            >>> import mhfast
+            >>> from mhfast.models.tabular import TabularMLM
+            >>> import torch
+            >>> model = TabularMLM.random(3, 2, seed=0)
+            >>> r = mhfast.sample(model, init=torch.full((2, 2), model.mask_id), chains=4, epochs=3, burn_in=1)
+            >>> acc, novel = r.rates_per_input(first_epoch=1)
+            >>> acc.shape, bool((novel <= acc).all())
+            (torch.Size([2]), True)
+        """
+        if self.chain_proposals is None:
+            raise ValueError("rates_per_input: this result has no per-chain counts")
+        if not 0 <= first_epoch < self.chain_proposals.shape[0]:
+            raise ValueError(f"rates_per_input: first_epoch must be in [0, {self.chain_proposals.shape[0]}), "
+                             f"got {first_epoch}")
+        total = lambda x: x[first_epoch:].sum(dim=(0, 2)).double()  # noqa: E731
+        proposals = total(self.chain_proposals)
+        return (total(self.chain_accepted) / proposals).float(), (total(self.chain_novel) / proposals).float()
 
     @property
     def rows_per_proposal(self) -> float:
@@ -88,9 +119,9 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
     for key in ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "terms"):
         if result[key] is not None:
             result[key] = result[key][keep]
-    for key in ("history", "terms_per_epoch"):
+    for key in ("history", "terms_per_epoch", "chain_proposals", "chain_accepted", "chain_novel"):
         if result[key] is not None:
-            result[key] = result[key][:, keep]
+            result[key] = result[key][:, keep.to(result[key].device)]
     return chosen
 
 
@@ -111,6 +142,12 @@ def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows:
         best_tokens=state.best_tokens.view(B, C, T)[ar, best_chain], best_energy=best_e[ar, best_chain],
         energy=state.target.view(B, C).clone(), energy_raw=state.e_raw.view(B, C).clone(),
         energy_local=state.e_local.view(B, C).clone(), history=history, terms=None, terms_per_epoch=None)
+    if trace.chain_counts:  # cumulative Long[3, M] per epoch -> per-epoch counts Long[E, B, C] (on the CPU)
+        cum = torch.stack(trace.chain_counts)
+        per_epoch = torch.cat((cum[:1], cum[1:] - cum[:-1])).view(-1, 3, B, C)
+        result.update(chain_proposals=per_epoch[:, 0], chain_accepted=per_epoch[:, 1], chain_novel=per_epoch[:, 2])
+    else:
+        result.update(chain_proposals=None, chain_accepted=None, chain_novel=None)
     if problem.terms is not None:
         K = state.term_values.shape[1]
         result["terms"] = state.term_values.view(B, C, K).clone()

@@ -50,6 +50,84 @@ def warm_start(runner: ModelRunner, init: torch.Tensor, free: torch.Tensor, ctx_
     return out
 
 
+class ChainCounts:
+    """Each chain's proposals since the run began: made, accepted, and accepted changing the state
+    ("novel"). A proposal equal to the state is accepted without a test (paper, section 6).
+
+    A step only files references to the index tensors it already has (its chains, the changed ones,
+    the MH test's outcome): no op, no host sync, ~1 us. They are reduced in a few batched ops at
+    :meth:`snapshot` (once per epoch), or sooner when many are pending (bounded memory). Shared by
+    every state of a run, like the cache.
+
+    Example:
+        >>> c = ChainCounts(3, torch.device("cpu"))
+        >>> c.proposed(torch.tensor([0, 2])); c.tested(torch.tensor([2]), torch.tensor([False]))
+        >>> c.snapshot().tolist()    # (proposals, accepted, novel) per chain
+        [[1, 0, 1], [1, 0, 0], [0, 0, 0]]
+    """
+
+    #: pending entries (chain indices) above which they are reduced at once
+    MAX_PENDING = 1 << 20
+
+    def __init__(self, num_chains: int, device: torch.device):
+        self.num_chains = num_chains
+        self.device = torch.device(device)
+        # (proposals, accepted, novel) so far, for the entries already reduced
+        self._totals = torch.zeros(3, num_chains, dtype=torch.long)
+        self._proposed: list[torch.Tensor] = []  # CPU Long[A] per step: the chains that proposed
+        self._tested: list[tuple[torch.Tensor, torch.Tensor]] = []  # (chains, accepted) of MH tests
+        self._taken: list[tuple[torch.Tensor, torch.Tensor | None]] = []  # (chains, changed) of Gibbs moves
+        self._pending = 0
+
+    def proposed(self, chains_host: torch.Tensor) -> None:
+        """One proposal for each of the (distinct) chains ``chains_host`` (CPU Long[A])."""
+        self._file(self._proposed, chains_host, chains_host.shape[0])
+
+    def tested(self, chains: torch.Tensor, accepted: torch.Tensor) -> None:
+        """The distinct ``chains`` (Long[n]) proposed X' != X and went through the MH test; ``accepted``
+        (Bool[n]) says which passed. A proposal X' = X is accepted without a test (not filed here)."""
+        self._file(self._tested, (chains, accepted), chains.shape[0])
+
+    def taken(self, chains: torch.Tensor, changed: torch.Tensor | None = None) -> None:
+        """Proposals accepted without a test (Gibbs moves): ``changed`` (Bool[n]; None: all) says which
+        changed the state."""
+        self._file(self._taken, (chains, changed), chains.shape[0])
+
+    def _file(self, pending: list, entry, size: int) -> None:
+        pending.append(entry)
+        self._pending += size
+        if self._pending > self.MAX_PENDING:
+            self._reduce()
+
+    def _reduce(self) -> None:
+        """Fold the pending entries into the totals: a bincount per kind, one host read."""
+        M, dev = self.num_chains, self.device
+        count = lambda idx, w=None: torch.bincount(idx, weights=w, minlength=M)  # noqa: E731
+        delta_accepted = torch.zeros(M, dtype=torch.long, device=dev)
+        delta_novel = torch.zeros(M, dtype=torch.long, device=dev)
+        if self._proposed:
+            proposed = count(torch.cat(self._proposed))
+            self._totals[0] += proposed
+            self._totals[1] += proposed  # accepted unless a test rejected it (subtracted below)
+        if self._tested:
+            chains = torch.cat([c for c, _ in self._tested])
+            accepted = torch.cat([a for _, a in self._tested]).long()
+            delta_novel.index_add_(0, chains, accepted)
+            delta_accepted.index_add_(0, chains, accepted - 1)  # a rejected test: one accepted fewer
+        if self._taken:
+            chains = torch.cat([c for c, _ in self._taken])
+            changed = torch.cat([torch.ones_like(c) if d is None else d.long() for c, d in self._taken])
+            delta_novel.index_add_(0, chains, changed)
+        self._totals[1] += delta_accepted.cpu()
+        self._totals[2] += delta_novel.cpu()
+        self._proposed, self._tested, self._taken, self._pending = [], [], [], 0
+
+    def snapshot(self) -> torch.Tensor:
+        """CPU Long[3, M]: each chain's (proposals, accepted, novel) so far."""
+        self._reduce()
+        return self._totals.clone()
+
+
 @dataclass(frozen=True)
 class ChainState:
     """The state of all chains (see the module docstring); build it with :meth:`create`."""
@@ -77,6 +155,8 @@ class ChainState:
     #: [M, T, D] model outputs of X masked at each energy position (features or logits), kept
     #: valid by the kernels that read it; None otherwise. Updated in place (donated, see above).
     cache: torch.Tensor | None = None
+    #: each chain's proposal counts (shared by every state of a run, updated in place; None: not counted)
+    counts: ChainCounts | None = None
 
     @classmethod
     def create(cls, tokens: torch.Tensor, energy_mask: torch.Tensor, free: torch.Tensor, inputs: torch.Tensor,
@@ -92,7 +172,8 @@ class ChainState:
                    raw_terms=zeros, local_terms=zeros.clone(), e_raw=torch.zeros(M, device=dev),
                    e_local=torch.zeros(M, device=dev), best_energy=torch.full((M,), float("inf"), device=dev),
                    best_tokens=tokens.clone(), term_index=term_index if term_index is not None else inputs,
-                   term_values=torch.zeros(M, num_terms, device=dev), e_extra=torch.zeros(M, device=dev))
+                   term_values=torch.zeros(M, num_terms, device=dev), e_extra=torch.zeros(M, device=dev),
+                   counts=ChainCounts(M, dev))
 
     @property
     def target(self) -> torch.Tensor:

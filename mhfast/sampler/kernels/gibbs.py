@@ -41,10 +41,10 @@ class DegenerateGibbs:
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
         order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
                             self.ctx.backend.counter_uniforms)
-        return [(k, act, order[act, k]) for k, (act, _) in enumerate(self._active)] + [RESCORE]
+        return [(k, act, act_host, order[act, k]) for k, (act, act_host) in enumerate(self._active)] + [RESCORE]
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         if move == RESCORE:  # one T_e-row pass per epoch
             return rescore(state, self.ctx.runner, self.ctx.backend), StepInfo(0, 0, 0, scored=True)
-        k, act, pos = move
-        return single_site_gibbs(self.ctx, state, act, pos, epoch.index, k)
+        k, act, act_host, pos = move
+        return single_site_gibbs(self.ctx, state, act, act_host, pos, epoch.index, k)
