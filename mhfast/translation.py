@@ -101,7 +101,8 @@ class Hypothesis:
         score: higher is better. MH: ``-best_energy / energy positions`` (the negative energy per
             token; for the local energy the mean masked log-probability); Mask-Predict: fairseq's
             mean positional log-probability.
-        details: method-specific numbers for ``--format fairseq`` (energies or positional scores).
+        details: method-specific numbers: MH the energies (``--format fairseq`` prints them) and the
+            sentence's own post-burn-in ``acceptance_rate``/``novel_rate``; Mask-Predict the positional scores.
     """
 
     text: str
@@ -209,6 +210,9 @@ class Translator:
                             progress=progress, **opts)
         special = torch.tensor(sorted(set(self.cmlm.special_ids)), dtype=torch.long)
         energy = opts.get("energy", "raw")
+        burn_in = int(opts.get("burn_in", 7))
+        first = burn_in if burn_in < len(res.e_raw) else 0
+        acceptance, novel = res.rates_per_input(first)  # each sentence's own rates after burn-in (kept candidate)
         for j, i in enumerate(keep):
             best = res.best_tokens[j].cpu()
             toks = self._tokens(best)
@@ -217,8 +221,8 @@ class Translator:
             hyps[i] = Hypothesis(self.processor.decode(toks), toks, -float(res.best_energy[j]) / positions, {
                 "energy": energy, "best_energy": float(res.best_energy[j]),
                 "chains_raw": [float(x) for x in res.energy_raw[j]],
-                "chains_local": [float(x) for x in res.energy_local[j]]})
-        burn_in = int(opts.get("burn_in", 7))
+                "chains_local": [float(x) for x in res.energy_local[j]],
+                "acceptance_rate": float(acceptance[j]), "novel_rate": float(novel[j])})
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
                    "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]

@@ -73,3 +73,6 @@ def test_mh_translation_beats_its_warm_start(translator):
     assert all(h.text for h in out.hypotheses)
     first, last = out.epochs[0], out.epochs[-1]
     assert last["e_raw"] < first["e_raw"]
+    # each sentence's own post-burn-in rates (of its kept length candidate's chains)
+    rates = [(h.details["acceptance_rate"], h.details["novel_rate"]) for h in out.hypotheses]
+    assert all(0.0 <= novel <= acc <= 1.0 for acc, novel in rates), rates
