@@ -23,7 +23,7 @@ per chain), single-site MH, raw energy, default options. What is timed:
 Runs alternate in one process (mixmatch, mhfast, mixmatch, mhfast, ...); the speed-up is the median of
 the per-repeat ratios. The baseline forwards a step's rows in one batch (capped at 65536 tokens, as
 mhfast's default was when this bench was written); mhfast runs with its default options (its sub-batch
-budget is then 2^21 / d tokens on CPU: 4096 for AntiBERTy). ``n`` is about ``--budget / T`` proposals per case (at least one per
+budget is then 2^20 / d tokens on CPU in fp32, 2^22 / d in bf16: 2048 and 8192 for AntiBERTy). ``n`` is about ``--budget / T`` proposals per case (at least one per
 chain), so every case costs the baseline about the same model work; the table gives the number. Also
 measured in the same run: an achievable peak (a 2048^3 fp32 and a bf16 matmul before every case, the best
 kept) and the model forward's FLOP rate in each loop as a fraction of it; and, with ``--batch-sweep``,
@@ -334,8 +334,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         f"{args.budget}/T proposals per case (>= 1 per chain), so the largest cases use few proposals. Median of "
         f"{args.repeats} alternating runs (per start: mixmatch, mhfast; then the next start and repeat); speed-up = "
         "the median of the per-repeat ratios (each in brackets). mixmatch forwards a step's rows in one batch "
-        f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (on CPU its sub-batches are 2^21 / d "
-        "= 4096 tokens for AntiBERTy, and forward='fast' runs the last layer only at the masked position, so "
+        f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (on CPU its sub-batches are 2^20 / d "
+        "= 2048 tokens for AntiBERTy in fp32 and 2^22 / d = 8192 in bf16 (mhfast.sampler.runner.default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
         "its counted FLOPs, those of full rows, overstate its rate by up to ~10%). mhfast rows / proposal = "
         "`SampleResult.rows_per_proposal` (T-1 per proposal that changes the state, 0 otherwise); mixmatch 2T+1.", "",
         f"Peak (one 2048^3 matmul, {args.threads} thread(s), best of 3 before each case of this run): "
