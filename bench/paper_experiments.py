@@ -333,10 +333,10 @@ def bleu_diff(a: Run, b: Run) -> ps.Comparison:
     return ps.paired_bootstrap(a.bleu_stats, b.bleu_stats, "bleu")
 
 
-def claim(text: str, cmp: ps.Comparison, n: str) -> tuple[str, str]:
-    """``(line, verdict)`` for the claim "difference > 0" named ``text``."""
+def claim(text: str, cmp: ps.Comparison, n: str, digits: int = 2) -> tuple[str, str]:
+    """``(line, verdict)`` for the claim "difference > 0" named ``text`` (``digits``: 3 for rates)."""
     v = ps.verdict(cmp.diff, n)
-    return f"{text}: {cmp.text()} -> {v}", v
+    return f"{text}: {cmp.text(digits)} -> {v}", v
 
 
 def correlation_lines(runs: Sequence[Run]) -> list[str]:
@@ -489,8 +489,8 @@ def novel_claim(braw: Run, blocal: Run, single: Run, n: str) -> str:
     if not has_rates([braw, blocal, single]):
         return (f"{head}: novel rate block MH {fmt(braw.avg_novel, 3)} (raw) / {fmt(blocal.avg_novel, 3)} (local) vs "
                 f"single-site MH {fmt(single.avg_novel, 3)}: not judged (pooled rates, no CI).")
-    l1, v1 = claim("novel rate block MH raw - single-site MH local", rate_diff(braw, single, "novel"), n)
-    l2, v2 = claim("novel rate block MH local - single-site MH local", rate_diff(blocal, single, "novel"), n)
+    l1, v1 = claim("novel rate block MH raw - single-site MH local", rate_diff(braw, single, "novel"), n, 3)
+    l2, v2 = claim("novel rate block MH local - single-site MH local", rate_diff(blocal, single, "novel"), n, 3)
     return f"{head}, paired, both must be > 0: {l1}; {l2} -> overall {combine([v1, v2])}."
 
 
@@ -526,16 +526,20 @@ def anneal_claims(runs: dict[tuple[str, float], Run], acc: str, n: str) -> str:
             f"local): acceptance over anneal {', '.join(map(str, ANNEALS))}: {acc}.")
     if not has_rates(list(runs.values())):
         return head + " Not judged: acceptance rates are pooled over sentences by the sampler, so they have no CI here."
+    head = head.replace("acceptance over anneal", "acceptance (pooled) over anneal") + (
+        " Mean over sentences of each sentence's acceptance: " + "; ".join(
+            f"{e}: " + " -> ".join(fmt(runs[e, a].rate_ci("acceptance").value, 3) for a in ANNEALS)
+            for e in ("local", "raw")) + ".")
     lower, lv = [], []
     for e in ("local", "raw"):
         for a, b in zip(ANNEALS, ANNEALS[1:]):
-            line, v = claim(f"{e}: acceptance at {a} - at {b}", rate_diff(runs[e, a], runs[e, b], "acceptance"), n)
+            line, v = claim(f"{e}: acceptance at {a} - at {b}", rate_diff(runs[e, a], runs[e, b], "acceptance"), n, 3)
             lower.append(line)
             lv.append(v)
     higher, hv = [], []
     for a in ANNEALS:
         line, v = claim(f"anneal {a}: acceptance raw - local", rate_diff(runs["raw", a], runs["local", a], "acceptance"),
-                        n)
+                        n, 3)
         higher.append(line)
         hv.append(v)
     return (f"{head} (1) Stronger annealing lowers acceptance, paired, every step must be > 0: {'; '.join(lower)} -> "

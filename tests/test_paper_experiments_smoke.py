@@ -229,7 +229,8 @@ def test_table3_and_table4_judge_rates_with_paired_cis(tiny_paths, tmp_path):
     md = (out / "experiments.md").read_text(encoding="utf-8")
     t3 = md.split("<!-- paper:table3:start -->")[1].split("<!-- paper:table3:end -->")[0]
     t4 = md.split("<!-- paper:table4:start -->")[1].split("<!-- paper:table4:end -->")[0]
-    pair = r"-?\d+\.\d+ \[-?\d+\.\d+, -?\d+\.\d+\], p = \d\.\d{3} -> \*\*(holds|fails|inconclusive at n = 2 sentences)"
+    pair = (r"-?\d+\.\d{3} \[-?\d+\.\d{3}, -?\d+\.\d{3}\], p = \d\.\d{3} -> "
+            r"\*\*(holds|fails|inconclusive at n = 2 sentences)")
     assert re.search(r"novel rate block MH raw - single-site MH local: " + pair, t3), t3
     assert re.search(r"local: acceptance at 0\.02 - at 0\.04: " + pair, t4), t4
     assert re.search(r"anneal 0\.06: acceptance raw - local: " + pair, t4), t4
