@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_floor import per_step_ms  # noqa: E402
+from bench_floor import alternating_cpu_ms  # noqa: E402
 import results_md  # noqa: E402
 
 from mhfast.sampler import state as state_module  # noqa: E402
@@ -41,16 +41,10 @@ def main() -> None:
     print("| chains | T | without counts (CPU ms / step) | with counts (CPU ms / step) | difference (us / step) "
           "| rounds (without; with) |")
     print("|---|---|---|---|---|---|")
+    use = lambda create: lambda: setattr(state_module.ChainState, "create", classmethod(create))  # noqa: E731
     for C, T in [(5, 10), (5, 40), (500, 40)]:
-        times: dict[str, list[float]] = {"off": [], "on": []}
-        for rnd in range(args.rounds):
-            for mode in (("off", "on") if rnd % 2 == 0 else ("on", "off")):
-                create = WITH_COUNTS if mode == "on" else _without_counts
-                state_module.ChainState.create = classmethod(create)
-                try:
-                    times[mode].append(per_step_ms(C, T, "compiled", args.repeats)[2])
-                finally:
-                    state_module.ChainState.create = classmethod(WITH_COUNTS)
+        times = alternating_cpu_ms(C, T, {"off": use(_without_counts), "on": use(WITH_COUNTS)}, use(WITH_COUNTS),
+                                   args.rounds, args.repeats, swap_order=True)
         off, on = statistics.median(times["off"]), statistics.median(times["on"])
         print(f"| {C} | {T} | {off:.3f} | {on:.3f} | {1e3 * (on - off):+.1f} | "
               f"{', '.join(f'{x:.3f}' for x in times['off'])}; {', '.join(f'{x:.3f}' for x in times['on'])} |",

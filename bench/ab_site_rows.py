@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_floor import per_step_ms  # noqa: E402
+from bench_floor import alternating_cpu_ms  # noqa: E402
 import results_md  # noqa: E402
 
 from mhfast.sampler import moves  # noqa: E402
@@ -59,13 +59,10 @@ def main() -> None:
     print(f"Machine: {results_md.machine_description()}")
     print("| chains | T | unfused (CPU ms / step) | mh_site_rows (CPU ms / step) | unfused / fused | rounds (unfused; fused) |")
     print("|---|---|---|---|---|---|")
+    use = lambda fn: lambda: setattr(moves, "_site_terms", fn)  # noqa: E731
     for C, T in ((5, 10), (5, 20), (5, 40), (500, 40)):
-        got: dict[str, list[float]] = {"unfused": [], "fused": []}
-        for _ in range(args.rounds):
-            for name, fn in (("unfused", unfused), ("fused", FUSED)):
-                moves._site_terms = fn
-                got[name].append(per_step_ms(C, T, "compiled", args.repeats)[2])
-        moves._site_terms = FUSED
+        got = alternating_cpu_ms(C, T, {"unfused": use(unfused), "fused": use(FUSED)}, use(FUSED), args.rounds,
+                                 args.repeats)
         u, f = statistics.median(got["unfused"]), statistics.median(got["fused"])
         rounds = ", ".join(f"{x:.3f}" for x in got["unfused"]) + "; " + ", ".join(f"{x:.3f}" for x in got["fused"])
         print(f"| {C} | {T} | {u:.3f} | {f:.3f} | {u / f:.2f}x | {rounds} |", flush=True)

@@ -88,6 +88,31 @@ def per_step_ms(C: int, T: int, backend: str, repeats: int) -> tuple[float, floa
     return marginal(t), (calls[6] - calls[2]) / steps, marginal(cpu)
 
 
+def alternating_cpu_ms(C: int, T: int, variants: dict, restore, rounds: int, repeats: int,
+                       swap_order: bool = False) -> dict[str, list[float]]:
+    """A/B (or more) in one process: per round, each variant installed in turn (``variants``: name -> a function
+    that installs it) and its CPU ms per marginal step measured (:func:`per_step_ms`, compiled backend);
+    ``swap_order``: every other round in reverse order. ``restore()`` runs at the end, whatever happens.
+    Returns name -> the CPU ms of each round.
+
+    >>> marks = []
+    >>> got = alternating_cpu_ms(5, 4, {"a": lambda: marks.append("a"), "b": lambda: marks.append("b")},
+    ...                          lambda: marks.append("restored"), rounds=2, repeats=1, swap_order=True)
+    >>> marks, sorted(got), len(got["a"])
+    (['a', 'b', 'b', 'a', 'restored'], ['a', 'b'], 2)
+    """
+    got: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        for rnd in range(rounds):
+            order = list(variants) if not (swap_order and rnd % 2) else list(variants)[::-1]
+            for name in order:
+                variants[name]()
+                got[name].append(per_step_ms(C, T, "compiled", repeats)[2])
+    finally:
+        restore()
+    return got
+
+
 def op_calls_per_step(C: int, T: int) -> float:
     """Top-level op calls (torch and mhfast ops dispatched from Python) per marginal step, compiled backend:
     counted with torch.profiler in untimed runs of 4 and 2 epochs. Includes the driver's few per-step ops

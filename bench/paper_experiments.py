@@ -371,8 +371,7 @@ def rate_text(run: Run, which: str) -> str:
 
 def rate_diff(a: Run, b: Run, which: str) -> ps.Comparison:
     """Paired bootstrap over sentences of a's mean per-sentence ``which`` rate minus b's."""
-    pick = (lambda r: r.sent_acceptance if which == "acceptance" else r.sent_novel)
-    return ps.paired_mean(pick(a), pick(b))
+    return ps.paired_mean(a.sent_rate(which), b.sent_rate(which))
 
 
 def rates_note(runs: Sequence[Run]) -> str:

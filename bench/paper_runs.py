@@ -30,6 +30,7 @@ import torch
 
 import mhfast
 import paper_stats as ps
+from mhfast.sampler.state import ChainCounts
 
 
 @dataclasses.dataclass
@@ -84,10 +85,13 @@ class Run:
     def e_local_ci(self) -> ps.Estimate:
         return ps.mean_ci(self.sent_e_local)
 
+    def sent_rate(self, which: str) -> np.ndarray | None:
+        """Each sentence's post-burn-in ``which`` ("acceptance" / "novel") rate; None without per-sentence counts."""
+        return self.sent_acceptance if which == "acceptance" else self.sent_novel
+
     def rate_ci(self, which: str) -> ps.Estimate | None:
-        """Mean over sentences of each sentence's post-burn-in ``which`` ("acceptance" / "novel") rate, bootstrap
-        CI over sentences; None without per-sentence counts."""
-        values = self.sent_acceptance if which == "acceptance" else self.sent_novel
+        """Mean over sentences of :meth:`sent_rate`, bootstrap CI over sentences; None without per-sentence counts."""
+        values = self.sent_rate(which)
         return None if values is None else ps.mean_ci(values)
 
     @property
@@ -133,11 +137,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What a cached run keeps of its SampleResult (all that the statistics read).
 #: (from the cache, computed) counts of the (configuration, seed) runs of this process, for the report.
 CACHE_COUNTS = {"cached": 0, "computed": 0}
-KEPT = ("history", "lengths", "best_tokens", "e_local", "e_raw", "acceptance_rate", "novel_rate", "target_temperature",
-        "chain_proposals", "chain_accepted", "chain_novel")
-
-
-COUNTS = ("chain_proposals", "chain_accepted", "chain_novel")  #: Long[E, B, C] per-chain counts (sources on dim 1)
+COUNTS = ChainCounts.FIELDS  #: Long[E, B, C] per-chain counts (sources on dim 1)
+KEPT = ("history", "lengths", "best_tokens", "e_local", "e_raw", "acceptance_rate", "novel_rate",
+        "target_temperature") + COUNTS
 
 
 def git(*args: str) -> str:
@@ -321,10 +323,10 @@ def run_sampler(setup: Any, args: Any, label: str, **kwargs: Any) -> Run:
     bleu_epoch = [float(np.mean([per_group[i] for i, g in enumerate(groups) if g[1] == ep])) for ep in range(epochs)]
     mean_of = (lambda name: np.mean([getattr(r, name).tolist() for r in results], axis=0).tolist())
     sent_rates: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
-    if all(hasattr(r, "chain_proposals") for r in results):  # per sentence: post-burn-in counts over chains, seeds
+    if all(hasattr(r, k) for r in results for k in COUNTS):  # per sentence: post-burn-in counts over chains, seeds
         total = lambda k: sum(getattr(r, k)[args.burn_in:].sum(dim=(0, 2)).double() for r in results).numpy()  # noqa: E731
-        proposals = total("chain_proposals")
-        sent_rates = (total("chain_accepted") / proposals, total("chain_novel") / proposals)
+        proposals, accepted, novel = (total(k) for k in COUNTS)
+        sent_rates = (accepted / proposals, novel / proposals)
     run = Run(label, list(args.seeds), args.burn_in, args.chains, bleu_epoch, mean_of("e_local"), mean_of("e_raw"),
               mean_of("acceptance_rate"), mean_of("novel_rate"), mean_of("target_temperature"), bleu_stats, chrf_stats,
               best, [float(per_group[seed_of == s].mean()) for s in args.seeds], e[..., 1].mean(axis=0),

@@ -217,7 +217,6 @@ def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable
 
 
 _PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local")
-_PER_EPOCH_AND_INPUT = ("chain_proposals", "chain_accepted", "chain_novel")  # Long[E, B, C]: inputs on dim 1
 
 
 def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | None = None,
@@ -233,6 +232,7 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     sweep) balances the shards.
     """
     import mhfast
+    from .sampler.state import ChainCounts
 
     w = world if world is not None else World()
     pad = int(model.pad_id)
@@ -247,9 +247,9 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
                           input_ids=mine, **options)
         for j, i in enumerate(mine):
             items[i] = {**{k: getattr(r, k)[j].cpu() for k in _PER_INPUT},
-                        **{k: getattr(r, k)[:, j].cpu() for k in _PER_EPOCH_AND_INPUT}}
+                        **{k: getattr(r, k)[:, j].cpu() for k in ChainCounts.FIELDS}}  # Long[E, B, C]
     rows = gather(items, init.shape[0], w)
     out = {k: torch.stack([row[k] for row in rows]) for k in _PER_INPUT}
-    out.update({k: torch.stack([row[k] for row in rows], dim=1) for k in _PER_EPOCH_AND_INPUT})
+    out.update({k: torch.stack([row[k] for row in rows], dim=1) for k in ChainCounts.FIELDS})
     out["rows_per_rank"] = [len(s) for s in shards]
     return out

@@ -202,6 +202,7 @@ class Translator:
             return BatchOutput(hyps, [], len(keep), None)
 
         import mhfast
+        from .sampler.options import OPTIONS
 
         opts = dict(sampler_options or {})
         if extra_energy is not None:
@@ -210,8 +211,8 @@ class Translator:
                             progress=progress, **opts)
         special = torch.tensor(sorted(set(self.cmlm.special_ids)), dtype=torch.long)
         energy = opts.get("energy", "raw")
-        burn_in = int(opts.get("burn_in", 7))
-        first = burn_in if burn_in < len(res.e_raw) else 0
+        burn_in = int(opts.get("burn_in", OPTIONS["burn_in"].default))
+        first = burn_in if burn_in < len(res.e_raw) else 0  # the post-burn-in epochs (all of them without any)
         acceptance, novel = res.rates_per_input(first)  # each sentence's own rates after burn-in (kept candidate)
         for j, i in enumerate(keep):
             best = res.best_tokens[j].cpu()
@@ -226,8 +227,7 @@ class Translator:
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
                    "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]
-        post = res.acceptance_rate[burn_in:] if burn_in < len(res.acceptance_rate) else res.acceptance_rate
-        return BatchOutput(hyps, epochs, len(keep), float(post.mean()))
+        return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()))
 
 
 def resolve_tokenizer(data_dir: str | os.PathLike, spm: str | os.PathLike | None,

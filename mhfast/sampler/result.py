@@ -15,7 +15,7 @@ import torch
 
 from .driver import Trace
 from .problem import Problem
-from .state import ChainState
+from .state import ChainCounts, ChainState
 
 
 @dataclass
@@ -119,7 +119,7 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
     for key in ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "terms"):
         if result[key] is not None:
             result[key] = result[key][keep]
-    for key in ("history", "terms_per_epoch", "chain_proposals", "chain_accepted", "chain_novel"):
+    for key in ("history", "terms_per_epoch", *ChainCounts.FIELDS):
         if result[key] is not None:
             result[key] = result[key][:, keep.to(result[key].device)]
     return chosen
@@ -145,9 +145,9 @@ def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows:
     if trace.chain_counts:  # cumulative Long[3, M] per epoch -> per-epoch counts Long[E, B, C] (on the CPU)
         cum = torch.stack(trace.chain_counts)
         per_epoch = torch.cat((cum[:1], cum[1:] - cum[:-1])).view(-1, 3, B, C)
-        result.update(chain_proposals=per_epoch[:, 0], chain_accepted=per_epoch[:, 1], chain_novel=per_epoch[:, 2])
+        result.update(zip(ChainCounts.FIELDS, per_epoch.unbind(1)))
     else:
-        result.update(chain_proposals=None, chain_accepted=None, chain_novel=None)
+        result.update(dict.fromkeys(ChainCounts.FIELDS))
     if problem.terms is not None:
         K = state.term_values.shape[1]
         result["terms"] = state.term_values.view(B, C, K).clone()

@@ -66,6 +66,8 @@ class ChainCounts:
         [[1, 0, 1], [1, 0, 0], [0, 0, 0]]
     """
 
+    #: the SampleResult fields of the three rows of :meth:`snapshot`, in order (Long[E, B, C] there)
+    FIELDS = ("chain_proposals", "chain_accepted", "chain_novel")
     #: pending entries (chain indices) above which they are reduced at once
     MAX_PENDING = 1 << 20
 
