@@ -9,7 +9,7 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 # torch first, pinned: this version is a CPU wheel on local disk here; an unpinned `torch`
 # (asked for directly or by another package) would pull a multi-GB CUDA build.
 pip_install "torch==2.13.0"
-pip_install numpy scipy pytest hypothesis expecttest ninja tqdm \
+pip_install numpy scipy pytest pytest-timeout hypothesis expecttest ninja tqdm \
   "transformers>=4.40" "antiberty==0.1.3" "sacrebleu>=2.3" sacremoses sentencepiece matplotlib
 
 # fairseq (optional; the CMLM adapter and its tests): only the fairseq-fixed fork builds on Python

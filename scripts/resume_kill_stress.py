@@ -105,6 +105,9 @@ def main() -> int:
     p.add_argument("--rekill", type=float, default=0.3, help="probability that a resumed run is killed too")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0  # no monitor thread: runs are forked from this process (resume_harness)
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

@@ -18,6 +18,17 @@ import mhfast
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def pytest_configure(config):
+    """No tqdm monitor thread in the test process. Several tests fork runs of ``mhfast translate``
+    from it (tests/resume_harness.py); every ``tqdm()``, even a disabled bar, takes tqdm's lock, and the
+    monitor thread takes the same lock every 10 s: a fork at that instant hands the child a lock held by
+    a thread the child does not have, and the child waits on it forever (one CI run hung so). The
+    monitor only refreshes bars that print rarely; no test needs it."""
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     if request.param == "cuda":

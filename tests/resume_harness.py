@@ -15,17 +15,23 @@ Example (see the test for a complete one):
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any
 
 IO_CALLS = ("write", "fsync", "replace", "ftruncate")
 KILLED = -signal.SIGKILL
+# A forked run of the tiny model takes well under a second; one still running after this long is
+# stuck. Why a bound at all: a hung child must become a failing test with the child's stack, not a
+# suite that waits on waitpid until CI's wall-clock limit (which is what happened once on CI).
+CHILD_DEADLINE_S = 120.0
 
 
 @functools.lru_cache(maxsize=2)
@@ -70,15 +76,53 @@ def _status(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+def wait_child(pid: int, kill_after: float | None, hung_after: float = CHILD_DEADLINE_S + 5.0) -> int:
+    """Wait for child ``pid``; SIGKILL it after ``kill_after`` seconds (None: never, it is a kill
+    point) and return its status. Past ``hung_after`` seconds (by default just after the child's own
+    watchdog has printed its stacks) it is killed and AssertionError raised: it hung."""
+    start = time.monotonic()
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                pid = 0
+                return _status(status)
+            waited = time.monotonic() - start
+            if kill_after is not None and waited >= kill_after:
+                os.kill(pid, signal.SIGKILL)
+                status, pid = os.waitpid(pid, 0)[1], 0
+                return _status(status)
+            if waited >= hung_after:
+                raise AssertionError(f"forked run {pid} hung: still running after {waited:.0f} s, killed "
+                                     "(every thread's stack at the deadline is on its stderr)")
+            time.sleep(0.002)
+    finally:  # never leave a child behind, whatever interrupted the wait (a test timeout included)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def fork_single_threaded() -> int:
+    """``os.fork()``, refused (AssertionError naming the threads) while this process runs another
+    Python thread: the child would get every lock that thread holds, held forever (tqdm's monitor
+    thread did this once: the child hung in ``tqdm()``; tests/conftest.py turns that thread off)."""
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    assert not others, f"refusing to fork while other threads run: {others}"
+    return os.fork()
+
+
 def forked_translate(argv: list[str], translator: Any, event: int | None = None, delay: float | None = None,
                      seed: int = 0, count_file: str | None = None) -> int:
     """Run ``mhfast <argv>`` in a forked child, killed at file operation ``event`` or after ``delay``
     seconds; returns its exit status, or KILLED. ``count_file`` receives the number of file
     operations of a run that ends."""
-    pid = os.fork()
+    pid = fork_single_threaded()
     if pid == 0:  # the child: never returns into the caller's (pytest's) code
         code = 98
         try:
+            # Every thread's stack on stderr if this run has not ended by the deadline (see wait_child);
+            # armed first, so that a child stuck in its own set-up is caught too.
+            faulthandler.dump_traceback_later(CHILD_DEADLINE_S, file=2)  # fd 2: sys.stderr may be captured
             import torch
 
             import mhfast.commands.translate as translate
@@ -92,17 +136,9 @@ def forked_translate(argv: list[str], translator: Any, event: int | None = None,
                 with open(count_file, "w") as f:
                     f.write(str(seen[0]))
         except BaseException:
-            traceback.print_exc()
+            traceback.print_exc(file=sys.__stderr__)  # sys.stderr may be a test capture
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    if delay is not None:
-        deadline = time.monotonic() + delay
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:  # it ended before the kill
-                return _status(status)
-            time.sleep(0.002)
-        os.kill(pid, signal.SIGKILL)
-    return _status(os.waitpid(pid, 0)[1])
+    return wait_child(pid, delay)

@@ -20,7 +20,7 @@ import torch
 
 from fairseq_tiny_cmlm import MULTI30K
 from mhfast.cli import main
-from resume_harness import KILLED, forked_translate, tiny_translator
+from resume_harness import KILLED, fork_single_threaded, forked_translate, tiny_translator
 
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 
@@ -167,7 +167,7 @@ def test_one_writer_per_output(setup, translator, capsys):
     link = tmp / "link.txt"
     link.symlink_to(out)
     argv = setup["argv"] + ["--output", str(out)]
-    pid = os.fork()
+    pid = fork_single_threaded()
     if pid == 0:  # the first writer: each chunk takes >= 0.4 s, a window for the second
         import mhfast.commands.translate as translate
 
