@@ -20,7 +20,7 @@ import torch
 
 from fairseq_tiny_cmlm import MULTI30K
 from mhfast.cli import main
-from resume_harness import KILLED, fork_single_threaded, forked_translate, tiny_translator
+from resume_harness import KILLED, fork_single_threaded, forked_translate, tiny_translator, wait_child
 
 pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 
@@ -184,8 +184,7 @@ def test_one_writer_per_output(setup, translator, capsys):
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "is writing it" in err and f"pid {pid}" in err, err
     assert os.waitpid(pid, os.WNOHANG)[0] == 0  # the first run was still going all along
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert wait_child(pid, kill_after=None) == 0
     assert out.read_bytes() == ref.read_bytes()  # the first run's output, intact
 
 
