@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from resume_harness import KILLED, forked_translate, tiny_translator  # noqa: E402
+from resume_harness import KILLED, forked_translate, no_tqdm_monitor_thread, tiny_translator  # noqa: E402
 
 
 def job(args: argparse.Namespace, tmp: Path) -> tuple[list[str], object]:
@@ -105,9 +105,7 @@ def main() -> int:
     p.add_argument("--rekill", type=float, default=0.3, help="probability that a resumed run is killed too")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    from tqdm import tqdm
-
-    tqdm.monitor_interval = 0  # no monitor thread: runs are forked from this process (resume_harness)
+    no_tqdm_monitor_thread()  # runs are forked from this process
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

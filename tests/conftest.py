@@ -19,14 +19,11 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def pytest_configure(config):
-    """No tqdm monitor thread in the test process. Several tests fork runs of ``mhfast translate``
-    from it (tests/resume_harness.py); every ``tqdm()``, even a disabled bar, takes tqdm's lock, and the
-    monitor thread takes the same lock every 10 s: a fork at that instant hands the child a lock held by
-    a thread the child does not have, and the child waits on it forever (one CI run hung so). The
-    monitor only refreshes bars that print rarely; no test needs it."""
-    from tqdm import tqdm
+    """No tqdm monitor thread in the test process: several tests fork runs of ``mhfast translate`` from
+    it (why that matters: resume_harness.no_tqdm_monitor_thread)."""
+    from resume_harness import no_tqdm_monitor_thread
 
-    tqdm.monitor_interval = 0
+    no_tqdm_monitor_thread()
 
 
 @pytest.fixture(params=DEVICES)

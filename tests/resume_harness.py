@@ -85,27 +85,36 @@ def wait_child(pid: int, kill_after: float | None, hung_after: float = CHILD_DEA
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                pid = 0
                 return _status(status)
             waited = time.monotonic() - start
             if kill_after is not None and waited >= kill_after:
                 os.kill(pid, signal.SIGKILL)
-                status, pid = os.waitpid(pid, 0)[1], 0
-                return _status(status)
+                return _status(os.waitpid(pid, 0)[1])
             if waited >= hung_after:
                 raise AssertionError(f"forked run {pid} hung: still running after {waited:.0f} s, killed "
                                      "(every thread's stack at the deadline is on its stderr)")
             time.sleep(0.002)
-    finally:  # never leave a child behind, whatever interrupted the wait (a test timeout included)
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+    except BaseException:  # never leave a child behind, whatever interrupted the wait (a test timeout too)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+
+
+def no_tqdm_monitor_thread() -> None:
+    """Keep tqdm from starting its monitor thread in this process; call it before any bar in a
+    process that forks runs. Every ``tqdm()``, even a disabled bar, takes tqdm's lock, and the monitor
+    takes the same lock every 10 s: a fork at that instant hands the child a lock held by a thread the
+    child does not have, and the child waits on it forever in ``tqdm()`` (one CI run hung so). The
+    monitor only refreshes bars that print rarely; no test needs it."""
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0
 
 
 def fork_single_threaded() -> int:
     """``os.fork()``, refused (AssertionError naming the threads) while this process runs another
-    Python thread: the child would get every lock that thread holds, held forever (tqdm's monitor
-    thread did this once: the child hung in ``tqdm()``; tests/conftest.py turns that thread off)."""
+    Python thread: the child would get every lock that thread holds, held forever (see
+    :func:`no_tqdm_monitor_thread` for the one that did)."""
     others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
     assert not others, f"refusing to fork while other threads run: {others}"
     return os.fork()

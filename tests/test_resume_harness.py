@@ -26,7 +26,8 @@ def test_fork_is_refused_while_another_thread_runs():
 
 
 def test_tqdm_starts_no_monitor_thread_in_the_test_process():
-    """tests/conftest.py turns the monitor off: a bar made here leaves this process single-threaded."""
+    """tests/conftest.py turns the monitor off (no_tqdm_monitor_thread): a bar made here leaves this process
+    single-threaded."""
     with open(os.devnull, "w") as sink, tqdm(total=3, file=sink) as bar:
         bar.update(3)
     assert [t.name for t in threading.enumerate()] == [threading.current_thread().name]
