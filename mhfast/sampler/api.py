@@ -110,10 +110,11 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
                                               uniform_mix=uniform_mix, terms=problem.terms))
-    state = kernel.init(_initial_state(problem, cfg, runner))
-    init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
-    state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
-                              progress=progress, counters=lambda: {"model_rows": runner.model_rows})
+    with runner.session():  # lower precision: the weights cast once per run, not once per model call
+        state = kernel.init(_initial_state(problem, cfg, runner))
+        init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
+        state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
+                                  progress=progress, counters=lambda: {"model_rows": runner.model_rows})
     return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
 
 
