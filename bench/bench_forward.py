@@ -12,16 +12,19 @@ rate at the same thread count, so the forward's rate is shown as a fraction of w
 Writes its section of bench/RESULTS.md.
 
     python3 bench/bench_forward.py                       # ~10 min on one core
-    python3 bench/bench_forward.py --compile             # + torch.compile of the body: compile time, ms per row
+    python3 bench/bench_forward.py --compile             # + torch.compile on the sampler's path: compile time, ms per row
+    python3 bench/bench_forward.py --compile-only        # only that, keeping the section's table (~5 min)
     python3 bench/bench_forward.py --lengths 32 --repeats 1 --no-write
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -31,7 +34,7 @@ import results_md  # noqa: E402
 from mhfast.models.antiberty import load_antiberty  # noqa: E402
 from mhfast.models.fast_forward import fast_forward_model  # noqa: E402
 from mhfast.sampler import precision  # noqa: E402
-from mhfast.sampler.runner import ModelRunner  # noqa: E402
+from mhfast.sampler.runner import ModelRunner, default_max_tokens  # noqa: E402
 
 START, END = "<!-- bench_forward:start -->", "<!-- bench_forward:end -->"
 
@@ -88,26 +91,75 @@ def measure(lm, T: int, n: int, budgets: list[int], dtypes: list[torch.dtype], r
                  ms_per_row=1e3 * statistics.median(seconds[(b, f, dt)]) / n) for (b, f, dt) in cases]
 
 
-def measure_compile(lm, T: int, n: int, repeats: int) -> str:
-    """torch.compile (inductor, dynamic shapes) of the model body against eager, same rows, alternating."""
-    rows, _ = masked_rows(lm, n, T)
-    body = lm._body
+@contextlib.contextmanager
+def compiled_layers(layers: list) -> Iterator[None]:
+    """``layers`` compiled in place (``nn.Module.compile``, inductor, dynamic shapes) inside the block, eager after."""
+    for layer in layers:
+        layer.compile(dynamic=True)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._compiled_call_impl = None
+
+
+def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
+    """torch.compile on the sampler's own path (its runner, the fast forward, the default sub-batches, autocast
+    to ``dtype``) against eager, same rows, alternating: every encoder layer but the last (which the fast
+    forward runs in pieces at the masked positions) compiled in place, so the per-layer Python and the
+    elementwise work (GELU, LayerNorm, residual adds) can be fused. Rows in sub-batches of 1, 5 and 16 chains'
+    single-site proposals (T-1 rows each). Both inside the runner's session, as mhfast.sample runs."""
+    layers = list(lm._body.encoder.layer)[:-1]
+    runner = ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
+    sets = {c: masked_rows(lm, c * (T - 1), T, seed=c) for c in (1, 5, 16)}
+    eager_out = {c: runner.outputs(*sets[c]) for c in sets}
     start = time.perf_counter()
-    compiled = torch.compile(body, dynamic=True)
-    with torch.no_grad():
-        compiled(input_ids=rows)
+    with compiled_layers(layers):
+        diff = max(float((runner.outputs(*sets[c]).float() - eager_out[c].float()).abs().max()) for c in sets)
     compile_s = time.perf_counter() - start
-    times = {"eager": [], "compiled": []}
-    for _ in range(repeats):
-        for name, f in (("eager", body), ("compiled", compiled)):
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                f(input_ids=rows)
-            times[name].append(time.perf_counter() - t0)
-    eager, comp = (1e3 * statistics.median(times[k]) / n for k in ("eager", "compiled"))
-    return (f"torch.compile (inductor, dynamic=True) of the fp32 body, {n} rows at T={T}: first call (compile) "
-            f"{compile_s:.0f} s (less when inductor's cache is warm); then {comp:.2f} ms per row vs {eager:.2f} eager (x{eager / comp:.2f}, median of "
-            f"{repeats} alternating rounds).")
+    times = {(mode, c): [] for mode in ("eager", "compiled") for c in sets}
+    for r in range(repeats):  # alternating, the order swapped every round
+        for mode in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
+            with compiled_layers(layers) if mode == "compiled" else contextlib.nullcontext(), runner.session():
+                runner.outputs(*masked_rows(lm, 2, T, seed=99))  # a session's first call casts the weights
+                for c in sets:
+                    times[(mode, c)].append(time_rows(runner, *sets[c]))
+    parts = []
+    for c, (rows, _) in sets.items():
+        e, k = (1e3 * statistics.median(times[(m, c)]) / rows.shape[0] for m in ("eager", "compiled"))
+        parts.append(f"{c} chain(s) ({rows.shape[0]} rows): {k:.2f} vs {e:.2f} ms per row (x{e / k:.2f})")
+    name = "float32" if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} (autocast)"
+    return (f"torch.compile on the sampler's path, {name}, T={T}: the encoder layers but the last "
+            f"compiled in place (inductor, dynamic=True); compile and first calls {compile_s:.0f} s (less with a warm "
+            f"inductor cache); compiled vs eager, both in the runner's session, median of {repeats} alternating rounds: " + "; ".join(parts)
+            + f"; largest output difference {diff:.2g}.")
+
+
+def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
+    """The sampler's bf16 path with and without :meth:`ModelRunner.session` (autocast's weight-cast cache kept
+    over the run): rows of 1, 5 and 16 chains' single-site proposals (T-1 rows each) per call, alternating."""
+    runner = ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
+    sets = {c: masked_rows(lm, c * (T - 1), T, seed=c) for c in (1, 5, 16)}
+    times = {(mode, c): [] for mode in ("per call", "session") for c in sets}
+    outs = {}
+    for r in range(repeats):
+        for mode in (("per call", "session") if r % 2 == 0 else ("session", "per call")):
+            with runner.session() if mode == "session" else contextlib.nullcontext():
+                runner.outputs(*masked_rows(lm, 2, T, seed=99))  # the session's first call casts the weights
+                for c in sets:
+                    start = time.perf_counter()
+                    outs[(mode, c)] = runner.outputs(*sets[c])
+                    times[(mode, c)].append(time.perf_counter() - start)
+    same = all(torch.equal(outs[("per call", c)], outs[("session", c)]) for c in sets)
+    parts = []
+    for c, (rows, _) in sets.items():
+        e, k = (1e3 * statistics.median(times[(m, c)]) / rows.shape[0] for m in ("per call", "session"))
+        parts.append(f"{c} chain(s) ({rows.shape[0]} rows): {k:.2f} vs {e:.2f} ms per row (x{e / k:.2f})")
+    name = str(dtype).replace("torch.", "")
+    return (f"Weight casts, {name} (autocast), T={T}: the runner's session (autocast's cache of weight casts kept "
+            f"over a run, as mhfast.sample does) vs a cast of every weight per model call (the table above), "
+            f"median of {repeats} alternating rounds: " + "; ".join(parts)
+            + f"; outputs {'bit-identical' if same else 'DIFFERENT'}.")
 
 
 def report(results: list[dict], lm, peaks: dict, args) -> str:
@@ -140,20 +192,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=96)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--compile", action="store_true", help="also time torch.compile of the body (minutes)")
+    p.add_argument("--compile", action="store_true", help="also time torch.compile on the sampler's path (minutes)")
+    p.add_argument("--compile-only", action="store_true",
+                   help="only the lines below the table (weight casts, torch.compile): replaces them, keeps the table")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     lm = load_antiberty()
     dtypes = [torch.float32] + ([torch.bfloat16] if precision.native(torch.bfloat16, torch.device("cpu")) else [])
-    peaks = {str(dt).replace("torch.", ""): matmul_gflops(dt) for dt in dtypes}
-    results = []
-    for T in args.lengths:
-        results += measure(lm, T, args.rows, args.budgets, dtypes, args.repeats)
-        print(f"T={T} done", flush=True)
-    text = report(results, lm, peaks, args)
-    if args.compile:
-        text += "\n" + measure_compile(lm, 32, args.rows, args.repeats) + "\n"
+    if args.compile_only:
+        old = results_md.read_section(START, END)
+        text = "".join(line for line in old.splitlines(keepends=True)
+                       if not line.startswith(("torch.compile", "Weight casts")))
+    else:
+        peaks = {str(dt).replace("torch.", ""): matmul_gflops(dt) for dt in dtypes}
+        results = []
+        for T in args.lengths:
+            results += measure(lm, T, args.rows, args.budgets, dtypes, args.repeats)
+            print(f"T={T} done", flush=True)
+        text = report(results, lm, peaks, args)
+    extra = [measure_cast_cache(lm, 32, max(args.repeats, 5), dt) for dt in dtypes if dt != torch.float32]
+    if args.compile or args.compile_only:
+        extra += [measure_compile(lm, 32, args.repeats, dt) for dt in dtypes]
+    text = text.rstrip("\n") + "\n\n" + "\n\n".join(extra) + "\n"
     print(text)
     if not args.no_write:
         results_md.write_section(START, END, text)

@@ -5,7 +5,10 @@ The baseline re-implements, from its description, the batched MH loop of mixmatc
 step every chain proposes at one position from the MLM conditional (X masked there: 1 row), then the
 energies of X and X' are recomputed from scratch with one masked copy per position each (2T rows), all
 chains batched, full forward (LM head at every position, as ``model(input_ids).logits``): 2T+1 rows per
-proposal. mhfast forwards T-1 rows for a proposal that changes the state and none otherwise.
+proposal. mhfast forwards T-1 rows for a proposal that changes the state and none otherwise. In bf16 both
+loops run every model call under autocast and keep autocast's weight-cast cache alive over the whole run (the
+baseline as if its loop were wrapped in one autocast context; mhfast through ``ModelRunner.session``), so
+neither casts the fp32 weights per call (runs before 2026-11-24 08:00 cast them per call in both loops).
 
 Design (per case T, chains C, dtype, start): same model, same start for both loops (``--starts``: random
 residues, where most proposals change the state, mhfast's worst case; or a real antibody, where few do;
@@ -99,23 +102,34 @@ def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch
     ar = torch.arange(C)
     order = torch.stack([torch.randperm(len(sites), generator=g) for _ in range(C)])
     accepted = 0
-    for k in range(len(sites)):
-        t = sites[order[:, k]]
-        masked = x.clone()
-        masked[ar, t] = mask_id
-        logits = _forward(model, masked, dtype, max_tokens)[ar, t].masked_fill(special, -1e9)
-        logq = torch.log_softmax(logits, 1)
-        w_new = torch.multinomial(logq.exp(), 1, generator=g).squeeze(1)
-        x_new = x.clone()
-        x_new[ar, t] = w_new
-        both = _energies(model, torch.cat([x, x_new]), positions, mask_id, dtype, max_tokens)  # one batch
-        log_a = (both[:C] - both[C:]) + logq[ar, x[ar, t]].double() - logq[ar, w_new].double()
-        acc = torch.log(torch.rand(C, generator=g, dtype=torch.float64)) < log_a
-        x = torch.where(acc[:, None], x_new, x)
-        accepted += int(acc.sum())
+    # An autocast context held open over the loop (disabled: it changes no op) keeps autocast's cache of weight
+    # casts alive between the model calls, so in bf16 each fp32 weight is cast once per sweep, not once per call:
+    # what wrapping the loop in autocast, as a user would, does; mhfast's runner.session() does the same.
+    with torch.autocast("cpu", enabled=False):
+        for k in range(len(sites)):
+            accepted += _mixmatch_step(model, x, ar, sites[order[:, k]], special, mask_id, positions, dtype,
+                                       max_tokens, g)
     proposals = C * len(sites)
     return {"rows": proposals * (2 * len(positions) + 1), "proposals": proposals,
             "acceptance": accepted / proposals}
+
+
+def _mixmatch_step(model, x: torch.Tensor, ar: torch.Tensor, t: torch.Tensor, special: torch.Tensor, mask_id: int,
+                   positions: torch.Tensor, dtype, max_tokens: int, g: torch.Generator) -> int:
+    """One step of every chain at its site ``t``: propose, both energies from scratch, accept (``x`` in place)."""
+    C = x.shape[0]
+    masked = x.clone()
+    masked[ar, t] = mask_id
+    logits = _forward(model, masked, dtype, max_tokens)[ar, t].masked_fill(special, -1e9)
+    logq = torch.log_softmax(logits, 1)
+    w_new = torch.multinomial(logq.exp(), 1, generator=g).squeeze(1)
+    x_new = x.clone()
+    x_new[ar, t] = w_new
+    both = _energies(model, torch.cat([x, x_new]), positions, mask_id, dtype, max_tokens)  # one batch
+    log_a = (both[:C] - both[C:]) + logq[ar, x[ar, t]].double() - logq[ar, w_new].double()
+    acc = torch.log(torch.rand(C, generator=g, dtype=torch.float64)) < log_a
+    x.copy_(torch.where(acc[:, None], x_new, x))
+    return int(acc.sum())
 
 
 # ---------------------------------------------------------------------------- mhfast, timed per epoch

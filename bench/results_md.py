@@ -27,6 +27,15 @@ def write_section(start: str, end: str, text: str, path: Path = RESULTS) -> None
     path.write_text(new)
 
 
+def read_section(start: str, end: str, path: Path = RESULTS) -> str:
+    """The text between ``start`` and ``end`` in ``path`` ("" if the section is absent), for a script that
+    re-measures part of its section and keeps the rest."""
+    old = path.read_text() if path.exists() else ""
+    if start not in old or end not in old:
+        return ""
+    return old[old.index(start) + len(start):old.index(end)].strip("\n") + "\n"
+
+
 def machine_description(device: str = "cpu") -> str:
     """The machine a benchmark ran on: CPU model, cores, torch, threads, load (and the GPU on cuda)."""
     cpu = platform.processor() or "unknown CPU"

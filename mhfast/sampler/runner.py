@@ -140,8 +140,9 @@ class ModelRunner:
         that changes nothing else (the autocast state as it is: enabled or not, same dtype). The cached
         values are the same casts, so outputs are bit-identical; the run keeps a lower-precision copy of
         the weights it used (half of an fp32 model's size in bf16) until it ends. Measured on AntiBERTy in
-        bf16 (AMX CPU), 31 rows per call: the weight casts were ~20% of a call, 1.34x fewer ms per row
-        without them (bench/RESULTS.md, bench_forward).
+        bf16 (AMX CPU, T=32): 1.33x fewer ms per row at 31 rows per call, 1.11-1.27x at 155-496 rows
+        (bench/bench_forward.py, bench/RESULTS.md). Weights that do not require grad are not cached by
+        autocast (each call casts them, as before).
         """
         if self.dtype is None:
             return contextlib.nullcontext()
