@@ -99,7 +99,7 @@ def compiled_layers(layers: list) -> Iterator[None]:
     try:
         yield
     finally:
-        for layer in layers:
+        for layer in layers:  # nn.Module.compile has no public undo: this is the attribute it sets
             layer._compiled_call_impl = None
 
 

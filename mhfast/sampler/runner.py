@@ -143,6 +143,13 @@ class ModelRunner:
         bf16 (AMX CPU, T=32): 1.33x fewer ms per row at 31 rows per call, 1.11-1.27x at 155-496 rows
         (bench/bench_forward.py, bench/RESULTS.md). Weights that do not require grad are not cached by
         autocast (each call casts them, as before).
+
+        Example:
+            >>> from mhfast.models.tabular import TabularMLM
+            >>> runner = ModelRunner(TabularMLM.random(3, 2, seed=0), None, 64, dtype=torch.bfloat16)
+            >>> with runner.session():
+            ...     runner.outputs(torch.tensor([[runner.mask_id, 0]]), torch.tensor([0])).shape
+            torch.Size([1, 5])
         """
         if self.dtype is None:
             return contextlib.nullcontext()
