@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -103,6 +103,39 @@ def compiled_layers(layers: list) -> Iterator[None]:
             layer._compiled_call_impl = None
 
 
+def chain_row_sets(lm, T: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Rows of one step of 1, 5 and 16 chains' single-site proposals (T-1 masked rows per chain), by chains."""
+    return {c: masked_rows(lm, c * (T - 1), T, seed=c) for c in (1, 5, 16)}
+
+
+def alternate(lm, runner: ModelRunner, sets: dict, T: int, repeats: int, modes: dict[str, Callable[[], Any]]
+              ) -> tuple[dict, dict]:
+    """Time ``runner.outputs`` on every row set inside each mode's context, the modes alternating (their order
+    reversed every round); a block of calls starts with a 2-row warm call (a session's first call casts the
+    weights). Returns the seconds and the last outputs, both keyed by (mode, chains)."""
+    names = list(modes)
+    times: dict = {(m, c): [] for m in names for c in sets}
+    outs: dict = {}
+    for r in range(repeats):
+        for m in (names if r % 2 == 0 else names[::-1]):
+            with modes[m]():
+                runner.outputs(*masked_rows(lm, 2, T, seed=99))
+                for c in sets:
+                    start = time.perf_counter()
+                    outs[(m, c)] = runner.outputs(*sets[c])
+                    times[(m, c)].append(time.perf_counter() - start)
+    return times, outs
+
+
+def per_chains(sets: dict, times: dict, new: str, old: str) -> str:
+    """'C chain(s) (N rows): new vs old ms per row (xratio)' for every row set, medians of ``times``."""
+    parts = []
+    for c, (rows, _) in sets.items():
+        o, n = (1e3 * statistics.median(times[(m, c)]) / rows.shape[0] for m in (old, new))
+        parts.append(f"{c} chain(s) ({rows.shape[0]} rows): {n:.2f} vs {o:.2f} ms per row (x{o / n:.2f})")
+    return "; ".join(parts)
+
+
 def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
     """torch.compile on the sampler's own path (its runner, the fast forward, the default sub-batches, autocast
     to ``dtype``) against eager, same rows, alternating: every encoder layer but the last (which the fast
@@ -111,54 +144,38 @@ def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
     single-site proposals (T-1 rows each). Both inside the runner's session, as mhfast.sample runs."""
     layers = list(lm._body.encoder.layer)[:-1]
     runner = ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
-    sets = {c: masked_rows(lm, c * (T - 1), T, seed=c) for c in (1, 5, 16)}
+    sets = chain_row_sets(lm, T)
     eager_out = {c: runner.outputs(*sets[c]) for c in sets}
     start = time.perf_counter()
     with compiled_layers(layers):
         diff = max(float((runner.outputs(*sets[c]).float() - eager_out[c].float()).abs().max()) for c in sets)
     compile_s = time.perf_counter() - start
-    times = {(mode, c): [] for mode in ("eager", "compiled") for c in sets}
-    for r in range(repeats):  # alternating, the order swapped every round
-        for mode in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
-            with compiled_layers(layers) if mode == "compiled" else contextlib.nullcontext(), runner.session():
-                runner.outputs(*masked_rows(lm, 2, T, seed=99))  # a session's first call casts the weights
-                for c in sets:
-                    times[(mode, c)].append(time_rows(runner, *sets[c]))
-    parts = []
-    for c, (rows, _) in sets.items():
-        e, k = (1e3 * statistics.median(times[(m, c)]) / rows.shape[0] for m in ("eager", "compiled"))
-        parts.append(f"{c} chain(s) ({rows.shape[0]} rows): {k:.2f} vs {e:.2f} ms per row (x{e / k:.2f})")
+
+    @contextlib.contextmanager
+    def compiled_in_session() -> Iterator[None]:
+        with compiled_layers(layers), runner.session():
+            yield
+
+    times, _ = alternate(lm, runner, sets, T, repeats, {"eager": runner.session, "compiled": compiled_in_session})
     name = "float32" if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} (autocast)"
     return (f"torch.compile on the sampler's path, {name}, T={T}: the encoder layers but the last "
             f"compiled in place (inductor, dynamic=True); compile and first calls {compile_s:.0f} s (less with a warm "
-            f"inductor cache); compiled vs eager, both in the runner's session, median of {repeats} alternating rounds: " + "; ".join(parts)
-            + f"; largest output difference {diff:.2g}.")
+            f"inductor cache); compiled vs eager, both in the runner's session, median of {repeats} alternating rounds: "
+            + per_chains(sets, times, "compiled", "eager") + f"; largest output difference {diff:.2g}.")
 
 
 def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
     """The sampler's bf16 path with and without :meth:`ModelRunner.session` (autocast's weight-cast cache kept
     over the run): rows of 1, 5 and 16 chains' single-site proposals (T-1 rows each) per call, alternating."""
     runner = ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
-    sets = {c: masked_rows(lm, c * (T - 1), T, seed=c) for c in (1, 5, 16)}
-    times = {(mode, c): [] for mode in ("per call", "session") for c in sets}
-    outs = {}
-    for r in range(repeats):
-        for mode in (("per call", "session") if r % 2 == 0 else ("session", "per call")):
-            with runner.session() if mode == "session" else contextlib.nullcontext():
-                runner.outputs(*masked_rows(lm, 2, T, seed=99))  # the session's first call casts the weights
-                for c in sets:
-                    start = time.perf_counter()
-                    outs[(mode, c)] = runner.outputs(*sets[c])
-                    times[(mode, c)].append(time.perf_counter() - start)
+    sets = chain_row_sets(lm, T)
+    times, outs = alternate(lm, runner, sets, T, repeats, {"per call": contextlib.nullcontext,
+                                                           "session": runner.session})
     same = all(torch.equal(outs[("per call", c)], outs[("session", c)]) for c in sets)
-    parts = []
-    for c, (rows, _) in sets.items():
-        e, k = (1e3 * statistics.median(times[(m, c)]) / rows.shape[0] for m in ("per call", "session"))
-        parts.append(f"{c} chain(s) ({rows.shape[0]} rows): {k:.2f} vs {e:.2f} ms per row (x{e / k:.2f})")
     name = str(dtype).replace("torch.", "")
     return (f"Weight casts, {name} (autocast), T={T}: the runner's session (autocast's cache of weight casts kept "
             f"over a run, as mhfast.sample does) vs a cast of every weight per model call (the table above), "
-            f"median of {repeats} alternating rounds: " + "; ".join(parts)
+            f"median of {repeats} alternating rounds: " + per_chains(sets, times, "session", "per call")
             + f"; outputs {'bit-identical' if same else 'DIFFERENT'}.")
 
 
