@@ -34,6 +34,11 @@ mhfast alone at T=32 and 16 chains for a few ``max_tokens_per_batch`` values.
 
     python3 bench/bench_mixmatch.py --batch-sweep       # T 16/32/64 x C 1/5/16, fp32 + bf16, both starts
     python3 bench/bench_mixmatch.py --lengths 16 --chains 1 5 --repeats 1 --no-write   # a few minutes
+    python3 bench/bench_mixmatch.py --device cuda --model antiberty-random --starts random --no-write  # on a GPU
+
+``--device cuda`` runs both loops' model calls on the GPU (timings between synchronizations); ``--model
+antiberty-random`` is a randomly initialized BERT of AntiBERTy's shape, for machines without the antiberty package
+(scripts/gpu_check.sh uses it: the package's weights do not travel to the GPU machine).
 
 The section in RESULTS.md was made in parts on a busy machine (``--json`` saves after every case):
 ``--lengths 16 32 --json a.json``, ``--lengths 64 --starts random --json b.json``, two
@@ -69,7 +74,7 @@ GOALS = {"float32": 2.5, "bfloat16": 4.0}  # issue 14: at every T=32 size
 def _forward(model, rows: torch.Tensor, dtype: torch.dtype, max_tokens: int) -> torch.Tensor:
     """Full logits [N, T, V] of ``rows``, in sub-batches of at most ``max_tokens`` tokens (as mhfast)."""
     step = max(1, max_tokens // rows.shape[1])
-    with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+    with torch.no_grad(), torch.autocast(rows.device.type, dtype=dtype, enabled=dtype != torch.float32):
         return torch.cat([model(input_ids=rows[s:s + step]).logits.float() for s in range(0, len(rows), step)])
 
 
@@ -78,7 +83,7 @@ def _energies(model, x: torch.Tensor, positions: torch.Tensor, mask_id: int, dty
     """Raw energies of the rows of ``x`` from scratch: one masked copy per energy position each."""
     C, T = x.shape[0], positions.numel()
     rows = x.repeat_interleave(T, dim=0)
-    idx, pos = torch.arange(C * T), positions.repeat(C)
+    idx, pos = torch.arange(C * T, device=x.device), positions.repeat(C)
     rows[idx, pos] = mask_id
     logits = _forward(model, rows, dtype, max_tokens)[idx, pos]
     return -logits.gather(1, x.repeat_interleave(T, dim=0)[idx, pos][:, None]).view(C, T).double().sum(1)
@@ -88,6 +93,8 @@ def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch
                   max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0) -> dict:
     """One sweep over the proposal ``sites`` (random order per chain) of the chains in the rows of
     ``start``, energy over ``positions``: 2T+1 rows per proposal. Returns rows, proposals, acceptance.
+    Runs on ``lm``'s device (``start``, ``positions`` and ``sites`` are moved there); the sweep's site order comes
+    from a CPU generator, the proposals and MH uniforms from one on the device.
 
     Example:
         >>> mixmatch_loop(lm, start.repeat(5, 1), positions, sites[:2], torch.float32)  # doctest: +SKIP
@@ -95,20 +102,22 @@ def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch
     """
     g = torch.Generator().manual_seed(seed)
     model, mask_id = lm.model, lm.mask_id
-    special = torch.zeros(lm.vocab_size, dtype=torch.bool)
+    dev = next(model.parameters()).device
+    g_dev = g if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(seed)
+    special = torch.zeros(lm.vocab_size, dtype=torch.bool, device=dev)
     special[list(lm.special_ids)] = True
-    x = start.clone()
+    x, positions, sites = start.to(dev, copy=True), positions.to(dev), sites.to(dev)
     C = x.shape[0]
-    ar = torch.arange(C)
-    order = torch.stack([torch.randperm(len(sites), generator=g) for _ in range(C)])
+    ar = torch.arange(C, device=dev)
+    order = torch.stack([torch.randperm(len(sites), generator=g) for _ in range(C)]).to(dev)
     accepted = 0
     # An autocast context held open over the loop (disabled: it changes no op) keeps autocast's cache of weight
     # casts alive between the model calls, so in bf16 each fp32 weight is cast once per sweep, not once per call:
     # what wrapping the loop in autocast, as a user would, does; mhfast's runner.session() does the same.
-    with torch.autocast("cpu", enabled=False):
+    with torch.autocast(dev.type, enabled=False):
         for k in range(len(sites)):
             accepted += _mixmatch_step(model, x, ar, sites[order[:, k]], special, mask_id, positions, dtype,
-                                       max_tokens, g)
+                                       max_tokens, g_dev)
     proposals = C * len(sites)
     return {"rows": proposals * (2 * len(positions) + 1), "proposals": proposals,
             "acceptance": accepted / proposals}
@@ -127,7 +136,7 @@ def _mixmatch_step(model, x: torch.Tensor, ar: torch.Tensor, t: torch.Tensor, sp
     x_new[ar, t] = w_new
     both = _energies(model, torch.cat([x, x_new]), positions, mask_id, dtype, max_tokens)  # one batch
     log_a = (both[:C] - both[C:]) + logq[ar, x[ar, t]].double() - logq[ar, w_new].double()
-    acc = torch.log(torch.rand(C, generator=g, dtype=torch.float64)) < log_a
+    acc = torch.log(torch.rand(C, generator=g, dtype=torch.float64, device=x.device)) < log_a
     x.copy_(torch.where(acc[:, None], x_new, x))
     return int(acc.sum())
 
@@ -141,14 +150,54 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
         1.93
     """
     marks: list[tuple[float, int]] = []
-    progress = lambda epoch, stats: marks.append((time.perf_counter(), stats["model_rows"]))  # noqa: E731
-    r = mhfast.sample(lm, init=start, free_positions=free, chains=chains, epochs=2, burn_in=0, seed=0,
+
+    def progress(epoch: int, stats: dict) -> None:
+        sync(lm)  # the epoch's kernels finished (a no-op on CPU)
+        marks.append((time.perf_counter(), stats["model_rows"]))
+    dev = next(lm.model.parameters()).device
+    r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=2, burn_in=0, seed=0,
                       dtype=None if dtype == torch.float32 else dtype, max_tokens_per_batch=max_tokens,
                       progress=progress)
     (t1, rows1), (t2, rows2) = marks
     return {"seconds": t2 - t1, "rows_timed": rows2 - rows1, "rows_per_proposal": r.rows_per_proposal,
             "proposals": r.proposals // 2, "acceptance": float(r.acceptance_rate[-1]),
             "novel": float(r.novel_rate[-1])}
+
+
+def sync(lm) -> None:
+    """Wait for ``lm``'s device (CUDA kernels run asynchronously; nothing to wait for on CPU)."""
+    dev = next(lm.model.parameters()).device
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+# ---------------------------------------------------------------------------- the model
+#: AntiBERTy's config.json (antiberty==0.1.3, trained_models/AntiBERTy_md_smooth) and vocab.txt, so that a model of
+#: its exact shape can be built where the package (100 MB of weights) is not installed, e.g. the GPU machine.
+ANTIBERTY_CONFIG = dict(vocab_size=25, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                        intermediate_size=2048, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
+                        layer_norm_eps=1e-12, pad_token_id=0, position_embedding_type="absolute")
+ANTIBERTY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"ACDEFGHIKLMNPQRSTVWY"]
+MODELS = {"antiberty": "AntiBERTy (antiberty==0.1.3 through `mhfast.models.antiberty`; 8 layers, d=512, V=25)",
+          "antiberty-random": "a randomly initialized BERT of AntiBERTy's exact shape and vocabulary (8 layers, "
+                              "d=512, V=25; seed 0): the same cost per row, but its conditionals are near uniform, "
+                              "so nearly every proposal changes the state (mhfast's worst case) from any start"}
+
+
+def load_model(name: str, device: str) -> "mhfast.models.antiberty.AntiBERTyMaskedLM":
+    """The benchmark's model on ``device``: a key of :data:`MODELS`.
+
+    Example:
+        >>> load_model("antiberty-random", "cpu").vocab_size
+        25
+    """
+    from mhfast.models.antiberty import AntiBERTyMaskedLM, load_antiberty
+    if name == "antiberty":
+        return load_antiberty(device=device)
+    import transformers
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**ANTIBERTY_CONFIG)).eval()
+    return AntiBERTyMaskedLM(model, {t: i for i, t in enumerate(ANTIBERTY_VOCAB)}, device=device)
 
 
 # ---------------------------------------------------------------------------- FLOPs and peak
@@ -163,14 +212,19 @@ def flops_per_row(lm, width: int, head_positions: int) -> float:
     return 2.0 * per_token * width + L * 4.0 * width * width * d + 2.0 * (d * d + d * V) * head_positions
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 3) -> float:
-    """Achievable GFLOP/s of one n x n x n matmul in ``dtype`` (best of ``reps``, after one warm-up)."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+def matmul_peak(dtype: torch.dtype, device: str = "cpu", n: int = 2048, reps: int = 3) -> float:
+    """Achievable GFLOP/s of one n x n x n matmul in ``dtype`` on ``device`` (best of ``reps``, after one warm-up;
+    on CUDA 8192^3, each timed between two synchronizations)."""
+    n = 8192 if torch.device(device).type == "cuda" else n
+    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
+    wait = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     a @ b
+    wait()
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
         a @ b
+        wait()
         best = min(best, time.perf_counter() - t0)
     return 2.0 * n ** 3 / best / 1e9
 
@@ -213,8 +267,10 @@ def one_case(lm, starts: dict[str, tuple[torch.Tensor, torch.Tensor]], C: int, n
             sites = positions[torch.linspace(0, positions.numel() - 1, n).round().long()]
             free = torch.zeros_like(start, dtype=torch.bool)
             free[0, sites] = True
+            sync(lm)
             t0 = time.perf_counter()
             base = mixmatch_loop(lm, start.repeat(C, 1), positions, sites, dtype, max_tokens)
+            sync(lm)
             times[kind][0].append(time.perf_counter() - t0)
             mh = mhfast_run(lm, start, free, C, dtype, None)  # mhfast: default options
             times[kind][1].append(mh["seconds"])
@@ -325,21 +381,29 @@ def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
     return lines
 
 
-def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], load: tuple[float, float],
-           minutes: float, machine: str) -> str:
-    """The RESULTS.md section: setup, machine, the table, the goals, the batch-size sweep, what is not measured."""
+def hardware(setup: dict) -> str:
+    """What ran the models: the CPU's extensions, or the GPU (``setup``: device, gpu, model of the run)."""
+    if setup.get("device", "cpu") == "cuda":
+        return (f"Models on the GPU: {setup.get('gpu', 'a CUDA GPU')} (bf16 on its tensor cores); "
+                "the samplers' host side on the CPU above.")
     feats = cpu_features()
-    now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
     bf16 = "native bf16" if precision.native(torch.bfloat16, torch.device("cpu")) else "NO native bf16"
+    return (f"CPU extensions (from /proc/cpuinfo): {', '.join(feats) or 'none of ' + ', '.join(CPU_FEATURES)} "
+            f"({bf16}). No GPU was measured (CPU-only machine).")
+
+
+def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], load: tuple[float, float],
+           minutes: float, machine: str, setup: dict) -> str:
+    """The RESULTS.md section: setup, machine, the table, the goals, the batch-size sweep, what is not measured."""
+    now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
+    cuda = setup.get("device", "cpu") == "cuda"
     lines = [
         (f"Run {now} UTC, {minutes:.0f} min. " if not args.render else
          f"Report written {now} UTC from {len(args.render)} runs (parts of the grid, then the sweeps, one after the "
          f"other) of {minutes:.0f} min in all. ") +
-        f"Machine: {machine}; load average {load[0]:.2f} at the start. "
-        f"CPU extensions (from /proc/cpuinfo): {', '.join(feats) or 'none of ' + ', '.join(CPU_FEATURES)} "
-        f"({bf16}). No GPU was measured (CPU-only machine).", "",
-        f"AntiBERTy (antiberty==0.1.3 through `mhfast.models.antiberty`; 8 layers, d=512, V=25), single-site MH, "
-        f"raw energy, default options; {args.threads} torch thread(s). Starts: "
+        f"Machine: {machine}; load average {load[0]:.2f} at the start. {hardware(setup)}", "",
+        f"{MODELS[setup.get('model', 'antiberty')]}, single-site MH, "
+        f"raw energy, default options; {args.threads} torch CPU thread(s). Starts: "
         + "; ".join(f"{k} = {STARTS[k]}" for k in args.starts) + ". Per case and start: the same start for "
         "both loops (replicated over the chains), the same n evenly spaced sites per chain, C x n proposals timed "
         "for each loop: mixmatch's whole sweep (no setup), mhfast's second epoch of `epochs=2` "
@@ -348,11 +412,14 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         f"{args.budget}/T proposals per case (>= 1 per chain), so the largest cases use few proposals. Median of "
         f"{args.repeats} alternating runs (per start: mixmatch, mhfast; then the next start and repeat); speed-up = "
         "the median of the per-repeat ratios (each in brackets). mixmatch forwards a step's rows in one batch "
-        f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (on CPU its sub-batches are 2^20 / d "
-        "= 2048 tokens for AntiBERTy in fp32 and 2^22 / d = 8192 in bf16 (mhfast.sampler.runner.default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
+        f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (" + (
+            "on a GPU its sub-batches are 65536 tokens" if cuda else "on CPU its sub-batches are 2^20 / d "
+            "= 2048 tokens for AntiBERTy in fp32 and 2^22 / d = 8192 in bf16") + " (mhfast.sampler.runner."
+        "default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
         "its counted FLOPs, those of full rows, overstate its rate by up to ~10%). mhfast rows / proposal = "
         "`SampleResult.rows_per_proposal` (T-1 per proposal that changes the state, 0 otherwise); mixmatch 2T+1.", "",
-        f"Peak (one 2048^3 matmul, {args.threads} thread(s), best of 3 before each case of this run): "
+        ("Peak (one 8192^3 matmul on the GPU, " if cuda else f"Peak (one 2048^3 matmul, {args.threads} thread(s), ")
+        + "best of 3 before each case of this run): "
         f"fp32 {peaks['float32']:.0f} GFLOP/s, "
         f"bf16 {peaks['bfloat16']:.0f} GFLOP/s. Model FLOPs counted per row of W = T+2 tokens as "
         "2 x 3.15M encoder weights x W (Q, K, V, O and both FFN matrices of 8 layers) + 8 x 4 x W^2 x 512 "
@@ -382,7 +449,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
                          f"{', '.join(map(str, s['all_ms']))} |")
     if args.note:
         lines += ["", args.note]
-    lines += ["", "Not measured: GPU (none here); more threads; other models; the mixmatch code itself (this is a "
+    lines += ["", "Not measured: " + ("the CPU (other runs); " if cuda else "GPU (none here); more threads; ")
+              + "other models; the mixmatch code itself (this is a "
               "re-implementation of its loop from the paper and repository description)."]
     return "\n".join(lines)
 
@@ -397,14 +465,14 @@ def run_grid(args, lm, save) -> tuple[list[dict], dict[str, float], list[dict]]:
     # The achievable peak is re-measured before every case and the best kept: on a shared machine one
     # measurement can land in a busy moment (and then the model would seem to beat the "peak").
     peaks = {"float32": 0.0, "bfloat16": 0.0}
-    print("features", cpu_features(), flush=True)
+    print("features", cpu_features() if args.device == "cpu" else torch.cuda.get_device_name(), flush=True)
     rows: list[dict] = []
     sweep: list[dict] = []
     for T in args.lengths:
         starts = {kind: make_start(lm, T, kind) for kind in args.starts}
         for C in args.chains:
             for name in args.dtypes:
-                peaks = {k: max(v, matmul_peak(precision.NAMES[k])) for k, v in peaks.items()}
+                peaks = {k: max(v, matmul_peak(precision.NAMES[k], args.device)) for k, v in peaks.items()}
                 print("peaks GFLOP/s so far", peaks, flush=True)
                 n = proposals_per_chain(T, C, args.budget)
                 for r in one_case(lm, starts, C, n, precision.NAMES[name], args.repeats):
@@ -419,9 +487,13 @@ def run_grid(args, lm, save) -> tuple[list[dict], dict[str, float], list[dict]]:
     return rows, peaks, sweep
 
 
-def merge(parts: list[dict]) -> tuple[list[dict], dict[str, float], list[dict], list[float], float, str]:
+def merge(parts: list[dict]) -> tuple[list[dict], dict[str, float], list[dict], list[float], float, str, dict]:
     """Several --json files (parts of one grid, run one after the other) as one run: rows and sweeps
-    concatenated, the best peaks, the first load, the summed minutes, the last machine line."""
+    concatenated, the best peaks, the first load, the summed minutes, the last machine line and setup (device,
+    GPU and model: the parts must share them; files written before the GPU option: CPU, AntiBERTy)."""
+    setups = [{"device": "cpu", "model": "antiberty", **part.get("setup", {})} for part in parts]
+    if any(s != setups[0] for s in setups):
+        raise SystemExit(f"--render: the parts ran on different setups: {setups}")
     rows = [with_speedup(r) for part in parts for r in part["rows"]]
     sweep: dict[tuple[str, int], dict] = {}  # the same value measured in several parts: all runs, one median
     for s in (s for part in parts for s in part["sweep"]):
@@ -430,7 +502,7 @@ def merge(parts: list[dict]) -> tuple[list[dict], dict[str, float], list[dict], 
         old["ms"] = statistics.median(old["all_ms"])
     peaks = {k: max(part["peaks"][k] for part in parts) for k in parts[0]["peaks"]}
     return (rows, peaks, list(sweep.values()), parts[0]["load"], sum(part["minutes"] for part in parts),
-            parts[-1]["machine"])
+            parts[-1]["machine"], setups[-1])
 
 
 def main() -> None:
@@ -441,7 +513,10 @@ def main() -> None:
     p.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
     p.add_argument("--budget", type=int, default=384, help="proposals per case ~ budget / T")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both loops run the model")
+    p.add_argument("--model", default="antiberty", choices=list(MODELS),
+                   help="antiberty-random: AntiBERTy's shape with random weights (no antiberty package needed)")
     p.add_argument("--batch-sweep", type=int, nargs="*", default=None, metavar="TOKENS",
                    help="also time mhfast alone for these max_tokens_per_batch values (none given: a default set)")
     p.add_argument("--sweep-T", type=int, default=32)
@@ -457,18 +532,22 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     t_start, load = time.perf_counter(), os.getloadavg()
     if args.render:
-        rows, peaks, sweep, load, minutes, machine = merge([json.loads(f.read_text()) for f in args.render])
+        rows, peaks, sweep, load, minutes, machine, setup = merge([json.loads(f.read_text()) for f in args.render])
     else:
-        from mhfast.models.antiberty import load_antiberty
+        if args.device == "cuda" and not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA device is available")
+        setup = {"device": args.device, "model": args.model}
+        if args.device == "cuda":
+            setup["gpu"] = torch.cuda.get_device_name()
 
         def save(rows: list[dict], peaks: dict, sweep: list[dict]) -> None:
             if args.json is not None:
                 args.json.write_text(json.dumps({"rows": rows, "peaks": peaks, "sweep": sweep, "load": load,
                                                  "minutes": (time.perf_counter() - t_start) / 60,
-                                                 "machine": results_md.machine_description()}))
-        rows, peaks, sweep = run_grid(args, load_antiberty(), save)
+                                                 "machine": results_md.machine_description(), "setup": setup}))
+        rows, peaks, sweep = run_grid(args, load_model(args.model, args.device), save)
         minutes, machine = (time.perf_counter() - t_start) / 60, results_md.machine_description()
-    text = report(args, rows, peaks, sweep, load, minutes, machine)
+    text = report(args, rows, peaks, sweep, load, minutes, machine, setup)
     print(text)
     if not args.no_write:
         results_md.write_section(START, END, "## mhfast vs the mixmatch MH loop (bench/bench_mixmatch.py)\n\n" + text)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command that checks mhfast on the GPU it finds, and writes every result under OUTDIR.
 #
-#   scripts/gpu_check.sh OUTDIR [--quick]
+#   scripts/gpu_check.sh OUTDIR [--quick] [--only STEP,STEP,...]
 #
 # Steps (each logged, timed, and listed in OUTDIR/summary.md):
 #   1. environment: python, torch, GPU, nvcc, compute-sanitizer
@@ -19,7 +19,14 @@
 #      MLM; fp32 and bf16; many inputs x chains)
 #   8. bench/bench_decoder.py (with fairseq): the CMLM's fast decoder forward vs fairseq's decoder on the
 #      device (max logit difference, ms per row, the same chains or a failed step)
-# Well under 10 minutes on an H100 (the build is ~1 min with 16 cores).
+#   9. bench/bench_mixmatch.py: mhfast vs the mixmatch MH loop on the device (issue 14's side-by-side), on a
+#      randomly initialized model of AntiBERTy's shape (the antiberty package's 100 MB of weights do not travel):
+#      T 16/32/64 x 1/5/16 chains, fp32 and bf16, random start, 3 alternating repeats
+# Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch; default
+# all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the plan is two calls,
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,mixmatch
+# (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine).
 #
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
 # the CPU kernels instead of the sanitizer, the benchmarks on CPU), says so in the summary, and
@@ -36,17 +43,26 @@
 # The files that come back from the device tool are at most 8: this script writes 8 or fewer.
 set -uo pipefail
 
-usage() { echo "usage: $0 OUTDIR [--quick]" >&2; exit 2; }
+ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch"
+usage() { echo "usage: $0 OUTDIR [--quick] [--only STEP,STEP,... (of $ALL_STEPS)]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 OUTDIR=$1
 shift
 QUICK=0
-for a in "$@"; do
-  case $a in
+ONLY=$ALL_STEPS
+while [ $# -gt 0 ]; do
+  case $1 in
     --quick) QUICK=1 ;;
+    --only) [ $# -ge 2 ] || usage; ONLY=$2; shift ;;
     *) usage ;;
   esac
+  shift
 done
+for s in ${ONLY//,/ }; do
+  case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "$0: --only: unknown step '$s' (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+done
+# wanted STEP: whether --only selected it.
+wanted() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 mkdir -p "$OUTDIR"
@@ -137,7 +153,9 @@ OP_TESTS="tests/test_masked_copies.py tests/test_gather_energies.py tests/test_p
   tests/test_opcheck.py tests/test_cpu_portable_path.py tests/test_uniform_mix.py tests/test_mh_propose_site.py
   tests/test_mh_commit_site.py tests/test_mh_site_rows.py"
 SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py"
-if [ "$QUICK" = 1 ]; then
+if ! wanted tests; then
+  :
+elif [ "$QUICK" = 1 ]; then
   # shellcheck disable=SC2086
   run_step "tests (-k $DEV, quick subset)" "$OUTDIR/tests.log" \
     $PY -m pytest -q -x -p no:cacheprovider tests/test_masked_copies.py tests/test_mh_accept.py \
@@ -151,7 +169,9 @@ fi
 # 5. Sanitizers (GPU) / the same sweep on the CPU kernels.
 SWEEP="bench/op_sweep.py --device $DEV --small"
 [ "$QUICK" = 1 ] && SWEEP="$SWEEP --tiny"
-if [ "$DEV" = cuda ] && command -v compute-sanitizer >/dev/null; then
+if ! wanted sanitizer; then
+  :
+elif [ "$DEV" = cuda ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
     # shellcheck disable=SC2086
     run_step "compute-sanitizer $tool" "$OUTDIR/sanitizer.log" timeout 150 \
@@ -165,15 +185,15 @@ fi
 # 6-7. Benchmarks.
 BQ=""
 [ "$QUICK" = 1 ] || [ "$DEV" = cpu ] && BQ="--quick"
-run_step "ops vs reference and floor ($DEV)" "$OUTDIR/bench.log" $PY bench/ops_floor.py --out "$OUTDIR" \
-  --device $DEV $BQ
+wanted ops && run_step "ops vs reference and floor ($DEV)" "$OUTDIR/bench.log" $PY bench/ops_floor.py \
+  --out "$OUTDIR" --device $DEV $BQ
 TR=""
 [ "$HAVE_FAIRSEQ" = 1 ] || TR="--skip-translation"
-run_step "sampler end to end ($DEV)" "$OUTDIR/bench.log" $PY bench/sampler_e2e.py --out "$OUTDIR" --device $DEV \
-  $BQ $TR
+wanted e2e && run_step "sampler end to end ($DEV)" "$OUTDIR/bench.log" $PY bench/sampler_e2e.py --out "$OUTDIR" \
+  --device $DEV $BQ $TR
 # The CMLM's fast decoder forward against fairseq's decoder on this device: max logit difference, ms per row,
 # and the check that both give the same chains (exit 1 otherwise).
-if [ "$HAVE_FAIRSEQ" = 1 ]; then
+if [ "$HAVE_FAIRSEQ" = 1 ] && wanted decoder; then
   DQ=""
   [ "$QUICK" = 1 ] && DQ="--sentences 2 --epochs 2 --repeats 1 --rows 16 --lengths 8 --budgets"
   # shellcheck disable=SC2086
@@ -181,11 +201,26 @@ if [ "$HAVE_FAIRSEQ" = 1 ]; then
     --no-write $DQ
 fi
 
+# 9. mhfast vs the mixmatch loop on this device (issue 14), on AntiBERTy's shape with random weights. On the CPU
+# (no GPU here) one small case only: the full CPU grid, on the real AntiBERTy, is bench/RESULTS.md's (40 min).
+if wanted mixmatch; then
+  if [ "$DEV" = cuda ]; then
+    MM="--lengths 16 32 64 --chains 1 5 16 --dtypes float32 bfloat16 --repeats 3"
+  else
+    MM="--lengths 8 --chains 2 --dtypes float32 --budget 16 --repeats 1"
+  fi
+  # shellcheck disable=SC2086
+  run_step "mhfast vs mixmatch loop ($DEV)" "$OUTDIR/bench.log" timeout 300 $PY bench/bench_mixmatch.py \
+    --device $DEV --model antiberty-random --starts random $MM --json "$OUTDIR/mixmatch.json" --no-write
+  [ -f "$OUTDIR/mixmatch.json" ] && $PY bench/bench_mixmatch.py --render "$OUTDIR/mixmatch.json" --no-write \
+    >"$OUTDIR/mixmatch.md" 2>&1
+fi
+
 # Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).
 {
   echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
   echo
-  echo "Mode: $MODE. TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST. Quick: $QUICK."
+  echo "Mode: $MODE. TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST. Quick: $QUICK. Steps: $ONLY."
   [ "$HAVE_FAIRSEQ" = 1 ] || echo "fairseq not importable: the bundled translation model was skipped (see the wheels note in scripts/gpu_check.sh)."
   echo
   echo '```'
@@ -196,10 +231,10 @@ fi
   echo "|---|---|---|---|"
   printf '%s\n' "${STEPS[@]}"
   echo
-  grep -h "passed\|failed\|error" "$OUTDIR/tests.log" | tail -3
-  grep -h "op sweep on" "$OUTDIR/sanitizer.log" | tail -3
-  grep -h "ERROR SUMMARY" "$OUTDIR/sanitizer.log" | tail -3
-  for md in ops_floor.md sampler_e2e.md; do
+  grep -hs "passed\|failed\|error" "$OUTDIR/tests.log" | tail -3
+  grep -hs "op sweep on" "$OUTDIR/sanitizer.log" | tail -3
+  grep -hs "ERROR SUMMARY" "$OUTDIR/sanitizer.log" | tail -3
+  for md in ops_floor.md sampler_e2e.md mixmatch.md; do
     if [ -f "$OUTDIR/$md" ]; then
       echo
       cat "$OUTDIR/$md"

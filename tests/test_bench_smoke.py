@@ -1,4 +1,4 @@
-"""Smoke runs of bench/bench_ops.py, bench/bench_decoder.py and bench/bench_sampler.py on tiny sizes, so the scripts
+"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py and bench_mixmatch.py on tiny sizes, so the scripts
 cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
@@ -49,4 +49,20 @@ def test_bench_sampler_records_and_replays_the_default_forward():
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| antiberty | 16 | 5 |"))
     rows_per_proposal = float(row.split("|")[10])
     assert rows_per_proposal > 0, row
+    assert "wrote" not in proc.stdout
+
+
+def test_bench_mixmatch_runs_a_small_case_on_antiberty_s_shape():
+    """bench/bench_mixmatch.py, one small case on the random model of AntiBERTy's shape (what the GPU check runs, where
+    the antiberty package is missing): both loops make the same proposals, mixmatch forwards 2T+1 rows per proposal,
+    mhfast at most T-1, and the report names the model."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_mixmatch.py"), "--model", "antiberty-random",
+                           "--lengths", "8", "--chains", "2", "--dtypes", "float32", "--starts", "random", "--budget",
+                           "16", "--repeats", "1", "--no-write"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| random | float32 | 8 | 2 |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[5] == "2 (2 x 1)" and cells[6] == "17", row  # C x n proposals; 2T+1 rows
+    assert 0 < float(cells[7].split(";")[1]) <= 7, row  # mhfast's timed rows per proposal: T-1 when it changes
+    assert "randomly initialized BERT of AntiBERTy's exact shape" in proc.stdout
     assert "wrote" not in proc.stdout
