@@ -22,6 +22,7 @@ import sys
 from typing import Sequence
 
 from . import commands
+from .allocator import tune_cpu_allocator
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -56,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    if os.environ.get("MHFAST_TUNE_MALLOC", "1") != "0":  # a whole run in this process: keep freed memory
+        tune_cpu_allocator()
     try:
         code = int(args._run(args) or 0)
         if sys.stdout is not None:
