@@ -50,3 +50,38 @@ def test_opcheck():
 def test_bad_inputs_name_the_argument(fn, args, exc, match):
     with pytest.raises(exc, match=match):
         fn(*args)
+
+
+def test_unmix_inverts_the_hash_finalizer():
+    from mhfast.reference import _mix
+    x = torch.cat([torch.randint(-2**63, 2**63 - 1, (10000,), generator=torch.Generator().manual_seed(0)),
+                   torch.tensor([0, 1, -1, -2**63, 2**63 - 1])])
+    assert torch.equal(rng._unmix(_mix(x)), x) and torch.equal(_mix(rng._unmix(x)), x)
+
+
+@pytest.mark.parametrize("epoch,step", [(0, 0), (0, 5), (3, 0), (17, 123), (2**40 + 7, 2**33), (2**63 - 2, 2**62)])
+@pytest.mark.parametrize("as_tensors", [False, True])
+def test_counters_folded_into_keys_draw_the_same_numbers(device, epoch, step, as_tensors):
+    """counters_into_keys(k, e, s) drawn at epoch = step = 0 equals k drawn at (e, s), bit for bit, in every
+    stream and lane, compiled and reference (what lets one captured CUDA graph replay any step)."""
+    g = torch.Generator().manual_seed(epoch % 1000 + step % 1000)
+    keys = torch.randint(-2**63, 2**63 - 1, (2000,), generator=g).to(device)
+    lanes = torch.randint(0, 1 << 20, (2000,), generator=g).to(device)
+    e, s = (torch.tensor(epoch, device=device), torch.tensor(step, device=device)) if as_tensors else (epoch, step)
+    folded = rng.counters_into_keys(keys, e, s)
+    for op in (ops.counter_uniforms, reference.counter_uniforms):
+        for stream in (rng.PROPOSE, rng.ACCEPT, rng.ORDER):
+            assert torch.equal(op(folded, 0, 0, stream, None), op(keys, epoch, step, stream, None))
+            assert torch.equal(op(folded, 0, 0, stream, lanes), op(keys, epoch, step, stream, lanes))
+
+
+def test_counters_folded_into_keys_give_the_fused_ops_the_same_proposals(device):
+    """mh_propose_site with the folded keys at epoch = step = 0 proposes what it proposes at (epoch, step)."""
+    from test_mh_propose_site import site_inputs
+    cache, tokens, keys, act, pos, blocked = site_inputs(12, 6, 50, 9, seed=5, device=device)
+    for epoch, step in [(0, 0), (4, 2), (31, 7)]:
+        want = ops.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, rng.PROPOSE, 0.9, 0.95)
+        got = ops.mh_propose_site(cache, tokens, rng.counters_into_keys(keys, epoch, step), act, pos, blocked, 0, 0,
+                                  rng.PROPOSE, 0.9, 0.95)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)

@@ -8,7 +8,7 @@ the work is split into sub-batches (``max_tokens_per_batch``), and on either bac
 Example:
     >>> import torch
     >>> from mhfast.sampler.rng import uniforms, PROPOSE
-    >>> u = uniforms(0, torch.tensor([0, 0]), torch.tensor([0, 1]), 3, torch.tensor([2, 2]), PROPOSE)
+    >>> u = uniforms(0, torch.tensor([0, 0]), torch.tensor([0, 1]), epoch=3, step=2, stream=PROPOSE)
     >>> bool(((u > 0) & (u < 1)).all())
     True
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..reference import _U64, _absorb, _i64, _mix_int, counter_uniforms
+from ..reference import _GOLDEN, _U64, _absorb, _i64, _mix, _mix_int, _shr, counter_uniforms
 
 # Stream ids keep the numbers of different decisions independent.
 PROPOSE = 1  #: inverse-CDF uniform of a proposal (lane = slot inside a block)
@@ -68,3 +68,51 @@ def uniforms_from_keys(keys: torch.Tensor, epoch: int, step: int, stream: int, l
 def seed_from_generator(generator: torch.Generator) -> int:
     """Draw one int64 seed from a torch.Generator (the ``generator=`` argument of sample)."""
     return int(torch.randint(-(2**63), 2**63 - 1, (), generator=generator, dtype=torch.int64))
+
+
+# The inverses of splitmix64's two multipliers modulo 2^64 (both odd), for :func:`_unmix`.
+_M1_INV = _i64(pow(0xBF58476D1CE4E5B9, -1, 1 << 64))
+_M2_INV = _i64(pow(0x94D049BB133111EB, -1, 1 << 64))
+
+
+def _unxorshift(y: torch.Tensor, k: int) -> torch.Tensor:
+    """The x with ``x ^ (x >>> k) == y`` (logical shift): y ^ (y >>> k) ^ (y >>> 2k) ^ ..."""
+    x, shifted = y, y
+    for _ in range(1, 64 // k + 1):
+        shifted = _shr(shifted, k)
+        x = x ^ shifted
+    return x
+
+
+def _unmix(x: torch.Tensor) -> torch.Tensor:
+    """The inverse of the hash's finalizer (:func:`mhfast.reference._mix`): ``_unmix(_mix(x)) == x``."""
+    x = _unxorshift(x, 31) * _M2_INV
+    x = _unxorshift(x, 27) * _M1_INV
+    return _unxorshift(x, 30)
+
+
+def counters_into_keys(keys: torch.Tensor, epoch: int | torch.Tensor, step: int | torch.Tensor) -> torch.Tensor:
+    """Keys that draw, with epoch = step = 0, the numbers ``keys`` draw at (``epoch``, ``step``):
+    ``counter_uniforms(counters_into_keys(k, e, s), 0, 0, stream, lane) == counter_uniforms(k, e, s, stream, lane)``
+    bit for bit, for every stream and lane (and so for every op that takes keys, epoch and step).
+
+    Why: the ops take epoch and step as integers, which a captured CUDA graph would freeze; with the counters
+    folded into a device buffer of keys (``epoch``/``step`` may be 0-d device tensors), one graph captured at
+    epoch = step = 0 replays any step, drawing the same numbers, so the chains stay the same. How: a draw
+    absorbs ``h -> mix(h + (c + 1) * G)`` per counter (csrc/counter_hash.h) and ``mix`` is a bijection, so
+    ``k' = unmix(mix(k + (epoch + 1) * G) + step * G) - G`` gives ``absorb(absorb(k', 0), 0) ==
+    absorb(absorb(k, epoch), step)``.
+
+    Example:
+        >>> from mhfast.reference import counter_uniforms
+        >>> keys = chain_keys(3, torch.tensor([0, 1]), torch.tensor([2, 2]))
+        >>> torch.equal(counter_uniforms(counters_into_keys(keys, 5, 7), 0, 0, ACCEPT),
+        ...             counter_uniforms(keys, 5, 7, ACCEPT))
+        True
+    """
+    def counter(c: int | torch.Tensor, plus: int) -> torch.Tensor | int:
+        if isinstance(c, torch.Tensor):
+            return (c.to(torch.int64) + plus) * _GOLDEN
+        return _i64(((int(c) + plus) * 0x9E3779B97F4A7C15) & _U64)
+
+    return _unmix(_mix(keys + counter(epoch, 1)) + counter(step, 0)) - _GOLDEN
