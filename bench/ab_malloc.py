@@ -78,7 +78,8 @@ def worker(mode: str, kind: str, dtype_name: str, size: int) -> dict:
 
 def run_worker(mode: str, kind: str, dtype: str, size: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", mode, kind, dtype, str(size)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, "MHFAST_TUNE_MALLOC": "0"})
+    env = {**os.environ, "MHFAST_TUNE_MALLOC": "0"}  # the workers decide (the command's default is tuned)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"worker {cmd[2:]} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -107,7 +108,8 @@ def main() -> None:
             for mode in (MODES if r % 2 == 0 else MODES[::-1]):
                 got[case][mode].append(run_worker(mode, *case))
             print(case, {m: round(got[case][m][-1]["ms"], 3) for m in MODES}, flush=True)
-    lines = [f"Run {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {(time.perf_counter() - t_start) / 60:.0f} min, "
+    minutes = (time.perf_counter() - t_start) / 60
+    lines = [f"Run {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {minutes:.0f} min, "
              f"load average {load0:.2f} at the start. Machine: {results_md.machine_description()}.", "",
              "AntiBERTy, T=32, one thread; each number a fresh process, plain (glibc as it comes) and tuned "
              "(`mhfast.tune_cpu_allocator()`) alternating, the order swapped every round; median of "

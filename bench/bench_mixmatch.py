@@ -155,8 +155,8 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
         sync(lm)  # the epoch's kernels finished (a no-op on CPU)
         marks.append((time.perf_counter(), stats["model_rows"]))
     dev = next(lm.model.parameters()).device
-    r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=2, burn_in=0, seed=0,
-                      dtype=None if dtype == torch.float32 else dtype, max_tokens_per_batch=max_tokens,
+    r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=2, burn_in=0,
+                      seed=0, dtype=None if dtype == torch.float32 else dtype, max_tokens_per_batch=max_tokens,
                       progress=progress)
     (t1, rows1), (t2, rows2) = marks
     return {"seconds": t2 - t1, "rows_timed": rows2 - rows1, "rows_per_proposal": r.rows_per_proposal,

@@ -1,5 +1,5 @@
-"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py and bench_mixmatch.py on tiny sizes, so the scripts
-cannot rot unnoticed.
+"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py and bench_mixmatch.py on tiny sizes, so the
+scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
