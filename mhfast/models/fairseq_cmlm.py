@@ -102,11 +102,12 @@ class FairseqCMLM:
 
     Example::
 
-        >>> cmlm = FairseqCMLM(model, src_dict, tgt_dict)          # doctest: +SKIP
-        >>> ctx = cmlm.encode([torch.tensor([10, 11, 2])])           # doctest: +SKIP
+        >>> from mhfast.translation import load_bundled_model
+        >>> cmlm = load_bundled_model().cmlm                         # a FairseqCMLM (needs fairseq)
+        >>> ctx = cmlm.encode([torch.tensor([10, 11, 2])])           # one source sentence, eos-terminated
         >>> rows = cmlm.frame(3)[None]                               # [bos, unk, unk, unk, eos]
-        >>> cmlm.masked_logits(rows, torch.tensor([1]), ctx, torch.tensor([0])).shape  # doctest: +SKIP
-        torch.Size([1, V])
+        >>> cmlm.masked_logits(rows, torch.tensor([1]), ctx, torch.tensor([0])).shape  # V = 8008
+        torch.Size([1, 8008])
     """
 
     def __init__(self, model: Any, src_dict: Any, tgt_dict: Any, device: str | torch.device | None = None,
