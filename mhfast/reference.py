@@ -179,11 +179,17 @@ def _mix_int(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _golden_times(c: torch.Tensor | int, plus: int = 0) -> torch.Tensor | int:
+    """``(c + plus) * GOLDEN`` modulo 2**64 as int64: a tensor (widened to int64 first) on its device, a Python
+    int folded on the host."""
+    if isinstance(c, torch.Tensor):
+        return (c.to(torch.int64) + plus) * _GOLDEN
+    return _i64(((int(c) + plus) * 0x9E3779B97F4A7C15) & _U64)
+
+
 def _absorb(h: torch.Tensor, c: torch.Tensor | int) -> torch.Tensor:
     """One counter into the hash state: mix(h + GOLDEN * (c + 1)), a Python int counter folded on the host."""
-    if isinstance(c, torch.Tensor):
-        return _mix(h + (c.to(torch.int64) + 1) * _GOLDEN)
-    return _mix(h + _i64(((int(c) + 1) * 0x9E3779B97F4A7C15) & _U64))
+    return _mix(h + _golden_times(c, 1))
 
 
 def _to_uniform(h: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..reference import _GOLDEN, _U64, _absorb, _i64, _mix, _mix_int, _shr, counter_uniforms
+from ..reference import _GOLDEN, _U64, _absorb, _golden_times, _i64, _mix_int, _shr, counter_uniforms
 
 # Stream ids keep the numbers of different decisions independent.
 PROPOSE = 1  #: inverse-CDF uniform of a proposal (lane = slot inside a block)
@@ -110,9 +110,4 @@ def counters_into_keys(keys: torch.Tensor, epoch: int | torch.Tensor, step: int 
         ...             counter_uniforms(keys, 5, 7, ACCEPT))
         True
     """
-    def counter(c: int | torch.Tensor, plus: int) -> torch.Tensor | int:
-        if isinstance(c, torch.Tensor):
-            return (c.to(torch.int64) + plus) * _GOLDEN
-        return _i64(((int(c) + plus) * 0x9E3779B97F4A7C15) & _U64)
-
-    return _unmix(_mix(keys + counter(epoch, 1)) + counter(step, 0)) - _GOLDEN
+    return _unmix(_absorb(keys, epoch) + _golden_times(step)) - _GOLDEN
