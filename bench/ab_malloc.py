@@ -41,9 +41,8 @@ def worker(mode: str, kind: str, dtype_name: str, size: int) -> dict:
     import resource
 
     import mhfast
-    from bench_mixmatch import load_model, make_start, mhfast_run
-    from mhfast.models.fast_forward import fast_forward_model
-    from mhfast.sampler.runner import ModelRunner, default_max_tokens
+    from bench_forward import masked_rows, sampler_runner
+    from bench_mixmatch import evenly_spaced_sites, load_model, make_start, mhfast_run
 
     torch.set_num_threads(1)
     if mode == "tuned" and not mhfast.tune_cpu_allocator():
@@ -52,18 +51,12 @@ def worker(mode: str, kind: str, dtype_name: str, size: int) -> dict:
     lm = load_model("antiberty", "cpu")
     if kind == "sample":
         start, positions = make_start(lm, T, "random")
-        free = torch.zeros_like(start, dtype=torch.bool)
-        free[0, positions[torch.linspace(0, T - 1, 12).round().long()]] = True
+        _, free = evenly_spaced_sites(start, positions, 12)
         mhfast_run(lm, start, free, size, dtype, None)  # warm-up
         r = mhfast_run(lm, start, free, size, dtype, None)
         return {"ms": 1e3 * r["seconds"] / r["proposals"], "rows_per_proposal": r["rows_timed"] / r["proposals"]}
-    fast = fast_forward_model(lm)
-    runner = ModelRunner(fast, None, default_max_tokens(fast, "cpu", dtype), dtype=dtype)
-    g = torch.Generator().manual_seed(0)
-    rows = torch.randint(5, 25, (size, T + 2), generator=g)
-    rows[:, 0], rows[:, -1] = lm.bos_id, lm.eos_id
-    pos = torch.randint(1, T + 1, (size,), generator=g)
-    rows[torch.arange(size), pos] = lm.mask_id
+    runner = sampler_runner(lm, dtype)
+    rows, pos = masked_rows(lm, size, T)
     calls = max(2, 1000 // size)
     with runner.session():
         for _ in range(2):

@@ -103,6 +103,11 @@ def compiled_layers(layers: list) -> Iterator[None]:
             layer._compiled_call_impl = None
 
 
+def sampler_runner(lm, dtype: torch.dtype) -> ModelRunner:
+    """The runner ``mhfast.sample`` builds on CPU: the fast forward, the default sub-batches for ``dtype``."""
+    return ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
+
+
 def chain_row_sets(lm, T: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Rows of one step of 1, 5 and 16 chains' single-site proposals (T-1 masked rows per chain), by chains."""
     return {c: masked_rows(lm, c * (T - 1), T, seed=c) for c in (1, 5, 16)}
@@ -143,7 +148,7 @@ def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
     elementwise work (GELU, LayerNorm, residual adds) can be fused. Rows in sub-batches of 1, 5 and 16 chains'
     single-site proposals (T-1 rows each). Both inside the runner's session, as mhfast.sample runs."""
     layers = list(lm._body.encoder.layer)[:-1]
-    runner = ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
+    runner = sampler_runner(lm, dtype)
     sets = chain_row_sets(lm, T)
     eager_out = {c: runner.outputs(*sets[c]) for c in sets}
     start = time.perf_counter()
@@ -167,7 +172,7 @@ def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
 def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
     """The sampler's bf16 path with and without :meth:`ModelRunner.session` (autocast's weight-cast cache kept
     over the run): rows of 1, 5 and 16 chains' single-site proposals (T-1 rows each) per call, alternating."""
-    runner = ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
+    runner = sampler_runner(lm, dtype)
     sets = chain_row_sets(lm, T)
     times, outs = alternate(lm, runner, sets, T, repeats, {"per call": contextlib.nullcontext,
                                                            "session": runner.session})

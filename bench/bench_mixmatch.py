@@ -102,7 +102,7 @@ def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch
     """
     g = torch.Generator().manual_seed(seed)
     model, mask_id = lm.model, lm.mask_id
-    dev = next(model.parameters()).device
+    dev = lm.device
     g_dev = g if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(seed)
     special = torch.zeros(lm.vocab_size, dtype=torch.bool, device=dev)
     special[list(lm.special_ids)] = True
@@ -154,7 +154,7 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
     def progress(epoch: int, stats: dict) -> None:
         sync(lm)  # the epoch's kernels finished (a no-op on CPU)
         marks.append((time.perf_counter(), stats["model_rows"]))
-    dev = next(lm.model.parameters()).device
+    dev = lm.device
     r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=2, burn_in=0,
                       seed=0, dtype=None if dtype == torch.float32 else dtype, max_tokens_per_batch=max_tokens,
                       progress=progress)
@@ -166,9 +166,8 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
 
 def sync(lm) -> None:
     """Wait for ``lm``'s device (CUDA kernels run asynchronously; nothing to wait for on CPU)."""
-    dev = next(lm.model.parameters()).device
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
 
 
 # ---------------------------------------------------------------------------- the model
@@ -256,6 +255,15 @@ def make_start(lm, T: int, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     return start, torch.arange(1, T + 1)
 
 
+def evenly_spaced_sites(start: torch.Tensor, positions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` proposal sites spread evenly over the energy ``positions`` of ``start`` (Long[1, W]), and the
+    ``free_positions`` mask of mhfast.sample that frees exactly them: ``(sites Long[n], free Bool[1, W])``."""
+    sites = positions[torch.linspace(0, positions.numel() - 1, n).round().long()]
+    free = torch.zeros_like(start, dtype=torch.bool)
+    free[0, sites] = True
+    return sites, free
+
+
 def one_case(lm, starts: dict[str, tuple[torch.Tensor, torch.Tensor]], C: int, n: int, dtype, repeats: int,
              max_tokens: int = DEFAULT_MAX_TOKENS) -> list[dict]:
     """``repeats`` rounds of alternating runs (per start: mixmatch then mhfast) over the same ``n`` sites per
@@ -264,9 +272,7 @@ def one_case(lm, starts: dict[str, tuple[torch.Tensor, torch.Tensor]], C: int, n
     last: dict[str, tuple[dict, dict]] = {}
     for _ in range(repeats):
         for kind, (start, positions) in starts.items():
-            sites = positions[torch.linspace(0, positions.numel() - 1, n).round().long()]
-            free = torch.zeros_like(start, dtype=torch.bool)
-            free[0, sites] = True
+            sites, free = evenly_spaced_sites(start, positions, n)
             sync(lm)
             t0 = time.perf_counter()
             base = mixmatch_loop(lm, start.repeat(C, 1), positions, sites, dtype, max_tokens)
@@ -309,9 +315,7 @@ def batch_sweep(lm, T: int, C: int, n: int, values: list[int], dtypes: list[torc
     """mhfast alone at (T, C): second-epoch ms per proposal for each ``max_tokens_per_batch`` value
     (round-robin over the values, median of ``repeats``)."""
     start, positions = make_start(lm, T, "random")
-    sites = positions[torch.linspace(0, T - 1, n).round().long()]
-    free = torch.zeros_like(start, dtype=torch.bool)
-    free[0, sites] = True
+    _, free = evenly_spaced_sites(start, positions, n)
     out = []
     for dtype in dtypes:
         times: dict[int, list[float]] = {v: [] for v in values}
