@@ -142,25 +142,30 @@ def _mixmatch_step(model, x: torch.Tensor, ar: torch.Tensor, t: torch.Tensor, sp
 
 
 # ---------------------------------------------------------------------------- mhfast, timed per epoch
-def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, max_tokens: int | None) -> dict:
-    """mhfast.sample for 2 epochs over the ``free`` sites; times the second epoch only (progress callback).
+def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, max_tokens: int | None,
+               capture: str = "none") -> dict:
+    """mhfast.sample for 2 epochs over the ``free`` sites; times the last epoch only (progress callback).
+
+    ``capture="cuda-graph"``: 3 epochs, so that the timed one only replays graphs (a graph is captured at
+    the second step with its shape: with one site per chain that is the second epoch's first step).
 
     Example:
         >>> mhfast_run(lm, start, free, 5, torch.float32, 65536)["seconds"]  # doctest: +SKIP
         1.93
     """
     marks: list[tuple[float, int]] = []
+    epochs = 3 if capture == "cuda-graph" else 2
 
     def progress(epoch: int, stats: dict) -> None:
         sync(lm)  # the epoch's kernels finished (a no-op on CPU)
         marks.append((time.perf_counter(), stats["model_rows"]))
     dev = lm.device
-    r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=2, burn_in=0,
+    r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=epochs, burn_in=0,
                       seed=0, dtype=None if dtype == torch.float32 else dtype, max_tokens_per_batch=max_tokens,
-                      progress=progress)
-    (t1, rows1), (t2, rows2) = marks
+                      progress=progress, capture=capture)
+    (t1, rows1), (t2, rows2) = marks[-2:]
     return {"seconds": t2 - t1, "rows_timed": rows2 - rows1, "rows_per_proposal": r.rows_per_proposal,
-            "proposals": r.proposals // 2, "acceptance": float(r.acceptance_rate[-1]),
+            "proposals": r.proposals // epochs, "acceptance": float(r.acceptance_rate[-1]),
             "novel": float(r.novel_rate[-1])}
 
 
@@ -265,11 +270,12 @@ def evenly_spaced_sites(start: torch.Tensor, positions: torch.Tensor, n: int) ->
 
 
 def one_case(lm, starts: dict[str, tuple[torch.Tensor, torch.Tensor]], C: int, n: int, dtype, repeats: int,
-             max_tokens: int = DEFAULT_MAX_TOKENS) -> list[dict]:
-    """``repeats`` rounds of alternating runs (per start: mixmatch then mhfast) over the same ``n`` sites per
-    chain; one result per start."""
-    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in starts}
-    last: dict[str, tuple[dict, dict]] = {}
+             max_tokens: int = DEFAULT_MAX_TOKENS, captures: tuple[str, ...] = ("none",)) -> list[dict]:
+    """``repeats`` rounds of alternating runs (per start: mixmatch, then mhfast with each of ``captures``) over the
+    same ``n`` sites per chain; one result per start and capture, each paired with the mixmatch run of its round."""
+    cases = [(kind, cap) for kind in starts for cap in captures]
+    times: dict[tuple[str, str], tuple[list[float], list[float]]] = {c: ([], []) for c in cases}
+    last: dict[tuple[str, str], tuple[dict, dict]] = {}
     for _ in range(repeats):
         for kind, (start, positions) in starts.items():
             sites, free = evenly_spaced_sites(start, positions, n)
@@ -277,13 +283,17 @@ def one_case(lm, starts: dict[str, tuple[torch.Tensor, torch.Tensor]], C: int, n
             t0 = time.perf_counter()
             base = mixmatch_loop(lm, start.repeat(C, 1), positions, sites, dtype, max_tokens)
             sync(lm)
-            times[kind][0].append(time.perf_counter() - t0)
-            mh = mhfast_run(lm, start, free, C, dtype, None)  # mhfast: default options
-            times[kind][1].append(mh["seconds"])
-            if not mh["proposals"] == base["proposals"] == C * n:
-                raise RuntimeError(f"proposal counts differ: mhfast {mh['proposals']}, mixmatch {base['proposals']}")
-            last[kind] = base, mh
-    return [summarize(lm, kind, starts[kind][0], C, n, dtype, *times[kind], *last[kind]) for kind in starts]
+            base_s = time.perf_counter() - t0
+            for cap in captures:
+                mh = mhfast_run(lm, start, free, C, dtype, None, cap)  # mhfast: default options (but capture)
+                times[kind, cap][0].append(base_s)
+                times[kind, cap][1].append(mh["seconds"])
+                if not mh["proposals"] == base["proposals"] == C * n:
+                    raise RuntimeError(f"proposal counts differ: mhfast {mh['proposals']}, mixmatch "
+                                       f"{base['proposals']}")
+                last[kind, cap] = base, mh
+    return [{**summarize(lm, kind, starts[kind][0], C, n, dtype, *times[kind, cap], *last[kind, cap]),
+             "capture": cap} for kind, cap in cases]
 
 
 def summarize(lm, kind: str, start: torch.Tensor, C: int, n: int, dtype, base_s: list[float],
@@ -366,18 +376,20 @@ def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
              "| model GFLOP/s mixmatch, mhfast (% of peak) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {k: i for i, k in enumerate(STARTS)}
-    for r in sorted(rows, key=lambda r: (order[r["start"]], r["dtype"] != "float32", r["T"], r["C"])):
+    for r in sorted(rows, key=lambda r: (order[r["start"]], r.get("capture", "none") != "none", r["dtype"] != "float32",
+                                         r["T"], r["C"])):
         peak = peaks[r["dtype"]]
+        start = r["start"] if r.get("capture", "none") == "none" else f"{r['start']}, capture={r['capture']}"
         reps = ", ".join(f"{x:.2f}" if x < 100 else f"{x:.0f}" for x in r["ratios"])
         if not r["mh_rows_timed"]:  # no proposal changed the state: mhfast's own bookkeeping only
             lines.append(
-                f"| {r['start']} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
+                f"| {start} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
                 f"{r['base_rows']:.0f} | {r['mh_rows']:.1f}; 0 | {r['mh_acc']:.2f}, {r['mh_novel']:.2f} | "
                 f"{r['base_ms']:.0f} | {r['mh_ms']:.2f} | **{r['speedup']:.0f}x** (no rows forwarded) | inf | "
                 f"{r['base_ms_row']:.1f}, - | {r['base_gflops']:.0f} ({r['base_gflops'] / peak:.0%}), - |")
             continue
         lines.append(
-            f"| {r['start']} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
+            f"| {start} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
             f"{r['base_rows']:.0f} | {r['mh_rows']:.1f}; {r['mh_rows_timed']:.1f} | {r['mh_acc']:.2f}, "
             f"{r['mh_novel']:.2f} | {r['base_ms']:.0f} | {r['mh_ms']:.0f} | **{r['speedup']:.2f}x** ({reps}) | "
             f"{_rows_ratio(r):.2f}x | {r['base_ms_row']:.1f}, {r['mh_ms_row']:.1f} | {r['base_gflops']:.0f} "
@@ -410,7 +422,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         f"raw energy, default options; {args.threads} torch CPU thread(s). Starts: "
         + "; ".join(f"{k} = {STARTS[k]}" for k in args.starts) + ". Per case and start: the same start for "
         "both loops (replicated over the chains), the same n evenly spaced sites per chain, C x n proposals timed "
-        "for each loop: mixmatch's whole sweep (no setup), mhfast's second epoch of `epochs=2` "
+        "for each loop: mixmatch's whole sweep (no setup), mhfast's second epoch of `epochs=2` (the third of "
+        "3 with capture=cuda-graph, which captures its graphs in the first two) "
         "(its initial energies and first sweep are cancelled "
         "out, i.e. excluded, via the `progress` callback). n is about "
         f"{args.budget}/T proposals per case (>= 1 per chain), so the largest cases use few proposals. Median of "
@@ -431,10 +444,13 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         "(mhfast); biases, LayerNorm, softmax, GELU not counted. GFLOP/s = counted FLOPs / the loop's whole time "
         "(the sampler's own work included).", ""]
     lines += table(rows, peaks)
-    fp32 = {(r["start"], r["T"], r["C"]): r for r in rows if r["dtype"] == "float32"}
-    goals = [f"- {r['start']} start, T={r['T']}, C={r['C']}, {r['dtype']}: "
+    key = lambda r: (r["start"], r.get("capture", "none"), r["T"], r["C"])  # noqa: E731
+    fp32 = {key(r): r for r in rows if r["dtype"] == "float32"}
+    goals = [f"- {r['start']} start"
+             + (f" (capture={r['capture']})" if r.get("capture", "none") != "none" else "")
+             + f", T={r['T']}, C={r['C']}, {r['dtype']}: "
              + (f"{r['speedup']:.2f}x, " if r["mh_rows_timed"] else f"{r['speedup']:.0f}x (no rows forwarded), ")
-             + _goal(r, fp32.get((r["start"], r["T"], r["C"])) if r["dtype"] != "float32" else None)
+             + _goal(r, fp32.get(key(r)) if r["dtype"] != "float32" else None)
              for r in rows if r["T"] == 32]
     if goals:
         lines += ["", "Issue-14 goals (reported, not asserted): >= 2.5x at every T=32 size in fp32; >= 4x with "
@@ -479,7 +495,7 @@ def run_grid(args, lm, save) -> tuple[list[dict], dict[str, float], list[dict]]:
                 peaks = {k: max(v, matmul_peak(precision.NAMES[k], args.device)) for k, v in peaks.items()}
                 print("peaks GFLOP/s so far", peaks, flush=True)
                 n = proposals_per_chain(T, C, args.budget)
-                for r in one_case(lm, starts, C, n, precision.NAMES[name], args.repeats):
+                for r in one_case(lm, starts, C, n, precision.NAMES[name], args.repeats, captures=tuple(args.captures)):
                     rows.append(r)
                     print(r, flush=True)
                 save(rows, peaks, sweep)
@@ -519,6 +535,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both loops run the model")
+    p.add_argument("--captures", nargs="+", default=["none"], choices=["none", "static", "cuda-graph"],
+                   help="mhfast's capture option: each one timed against the same mixmatch run of a round")
     p.add_argument("--model", default="antiberty", choices=list(MODELS),
                    help="antiberty-random: AntiBERTy's shape with random weights (no antiberty package needed)")
     p.add_argument("--batch-sweep", type=int, nargs="*", default=None, metavar="TOKENS",

@@ -117,6 +117,9 @@ class RefinementModel(ConditionalMaskedLM, Protocol):
 #   proposals, greedy warm start); ``context_index`` is Long[R], one per row. Without it the
 #   sampler repeats each row once per position. ``masked_features_at`` (same arguments,
 #   -> float[N,d]) is its :class:`FeatureMaskedLM` twin, used when the model has features.
+# * ``static_padding(has_pad: bool) -> context manager``: inside it, the model takes as given whether
+#   rows hold ``pad_id`` (the caller checked once) instead of testing each call's rows, a host sync
+#   on a GPU; the static-shape sampler step (``capture=``) needs a forward without host syncs.
 
 
 def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | None = None) -> None:

@@ -99,9 +99,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         raise ValueError("mhfast.sample: progress must be callable or None")
     problem = build_problem(model, cfg, length=length, init=init, free_positions=free_positions, source=source,
                             input_ids=input_ids)
-    if problem.terms is not None and not KERNELS[cfg.sampler].supports_extra_energy:
-        raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
-                         "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
+    _check_problem(cfg, problem)
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
     budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device, cfg.dtype)
@@ -116,6 +114,20 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
         state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                                   progress=progress, counters=lambda: {"model_rows": runner.model_rows})
     return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
+
+
+def _check_problem(cfg, problem) -> None:
+    """The options that depend on the inputs: extra energy terms need a kernel with an MH test (and the dynamic
+    step), ``capture='cuda-graph'`` chains on a CUDA device."""
+    if problem.terms is not None and not KERNELS[cfg.sampler].supports_extra_energy:
+        raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
+                         "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
+    if cfg.capture != "none" and problem.terms is not None and problem.terms.terms:
+        raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
+                         "step does not recompute them; an AllowedTokens mask alone is fine)")
+    if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
+        raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
+                         f"{problem.device} (capture='static' runs the same step eagerly on any device)")
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

@@ -247,6 +247,7 @@ SAMPLERS = tuple(KERNELS)
 ENERGIES = ("raw", "local")
 ORDERS = ("random", "left-to-right")
 FORWARDS = ("fast", "full")
+CAPTURES = ("none", "static", "cuda-graph")
 
 SPEC: tuple[Option, ...] = (
     Option("energy", "raw", _choice(ENERGIES), "target energy: raw = -sum of raw logits, local = -sum of masked "
@@ -301,6 +302,11 @@ SPEC: tuple[Option, ...] = (
         lambda v: _as_option_error(parse_dtype, v)), "precision of the model's forward (autocast; energies in "
         "fp32): MH is then exact for the model as evaluated in that precision; warns where the hardware has no "
         "fast path", "-", "choice", tuple(DTYPE_NAMES)),
+    Option("capture", "none", _choice(CAPTURES), "static shapes for sampler mh: none = forward only the rows of "
+           "chains whose proposal changed them (one host sync per step); static = forward every moving chain's "
+           "rows and keep the unchanged chains' results (the same chains, more rows, no host sync); cuda-graph = "
+           "the static step captured as a CUDA graph and replayed (CUDA only; for launch-bound runs: small "
+           "models, few chains; re-captured every epoch when annealing)", "-", "choice", CAPTURES),
     Option("length_beam", 1, _int(1), "length candidates per source (conditional models)", "5", "int", cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
@@ -353,6 +359,12 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
         raise OptionError(f"{name_of('uniform_mix')} ({values['uniform_mix']}) must be 0 or 'auto' with "
                           f"{name_of('sampler')} {values['sampler']}: it always accepts (no Hastings correction), "
                           "so a uniform share would change what it samples (use mh or block-mh)")
+    if values["capture"] != "none" and values["sampler"] != "mh":
+        raise OptionError(f"{name_of('capture')} {values['capture']} needs {name_of('sampler')} mh (the static "
+                          f"step is single-site MH's), got {values['sampler']}")
+    if values["capture"] == "cuda-graph" and values["backend"] != "compiled":
+        raise OptionError(f"{name_of('capture')} cuda-graph needs {name_of('backend')} compiled (the reference "
+                          "ops check values on the host, which a captured graph cannot do)")
     schedule = values["block_schedule"]
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "

@@ -87,6 +87,10 @@ class ModelRunner:
         special[torch.tensor([i for i in ids if 0 <= i < V], dtype=torch.long, device=device)] = True
         self.special = special  #: Bool[V], token ids never proposed (get -inf before propose)
         self.mask_id = int(model.mask_id)
+        #: 0-d Bool on the device while output checks are deferred (:meth:`defer_output_checks`), else None
+        self._bad: torch.Tensor | None = None
+        self._deferred_names: set[str] = set()
+        self._device = device
 
     # ------------------------------------------------------------------ model calls
     def _call(self, name: str, *args: Any, ctx_index: torch.Tensor | None) -> torch.Tensor:
@@ -122,13 +126,49 @@ class ModelRunner:
                              f"of shape ({rows}, {width})")
         if name.startswith("masked_features"):
             self.feature_dim = width
-        if out.numel():
+        features = name.startswith("masked_features")
+        if out.numel() and self._bad is not None:  # deferred: a flag on the device, read once per epoch
+            lo, hi = torch.aminmax(out)
+            bad = lo.isnan() | hi.isnan() | (hi == math.inf)
+            self._bad |= (bad | (lo == -math.inf)) if features else bad
+            self._deferred_names.add(what)
+        elif out.numel():
             lo, hi = torch.aminmax(out)
             lo, hi = float(lo), float(hi)
-            features = name.startswith("masked_features")
             if math.isnan(lo) or math.isnan(hi) or hi == math.inf or (features and lo == -math.inf):
                 raise ValueError(f"{what} returned non-finite values (min {lo}, max {hi})")
         return out
+
+    def defer_output_checks(self) -> None:
+        """From now on the value check of :meth:`_checked` (NaN / +inf) raises no error at once: it sets a flag
+        on the device (no host sync, so a step can be captured as a CUDA graph), and :meth:`raise_deferred`
+        raises the error the check would have raised. Shape and dtype are still checked at once."""
+        if self._bad is None:
+            self._bad = torch.zeros((), dtype=torch.bool, device=self._device)
+
+    def raise_deferred(self) -> None:
+        """A ValueError if an output checked since :meth:`defer_output_checks` held NaN or +inf (one host read).
+
+        Example:
+            >>> from mhfast.models.tabular import TabularMLM
+            >>> runner = ModelRunner(TabularMLM.random(3, 2, seed=0), None, 64)
+            >>> runner.defer_output_checks()
+            >>> _ = runner._checked("masked_logits", torch.tensor([[float("nan"), 0.0]]), 1, 2)
+            >>> runner.raise_deferred()
+            Traceback (most recent call last):
+            ...
+            ValueError: TabularMLM.masked_logits returned non-finite values (NaN or +inf; features: -inf too) in a step
+        """
+        if self._bad is not None and bool(self._bad):
+            names = ", ".join(sorted(self._deferred_names))
+            raise ValueError(f"{names} returned non-finite values (NaN or +inf; features: -inf too) in a step")
+
+    def static_padding(self, has_pad: bool) -> Any:
+        """A context in which the model may take as given whether rows hold its pad id (``has_pad``, checked once
+        by the caller) instead of testing every call's rows (a host sync): the model's optional
+        ``static_padding(has_pad)`` hook (HuggingFace adapters), else nothing changes."""
+        hook = getattr(self.model, "static_padding", None)
+        return hook(bool(has_pad)) if callable(hook) else contextlib.nullcontext()
 
     def session(self) -> Any:
         """The context of a whole run: with a lower-precision ``dtype``, every fp32 weight is cast once per run

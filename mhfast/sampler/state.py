@@ -77,7 +77,8 @@ class ChainCounts:
         # (proposals, accepted, novel) so far, for the entries already reduced
         self._totals = torch.zeros(3, num_chains, dtype=torch.long)
         self._proposed: list[torch.Tensor] = []  # CPU Long[A] per step: the chains that proposed
-        self._tested: list[tuple[torch.Tensor, torch.Tensor]] = []  # (chains, accepted) of MH tests
+        # (chains, accepted, tested or None: all) of MH tests
+        self._tested: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
         self._taken: list[tuple[torch.Tensor, torch.Tensor | None]] = []  # (chains, changed) of Gibbs moves
         self._pending = 0
 
@@ -85,10 +86,12 @@ class ChainCounts:
         """One proposal for each of the (distinct) chains ``chains_host`` (CPU Long[A])."""
         self._file(self._proposed, chains_host, chains_host.shape[0])
 
-    def tested(self, chains: torch.Tensor, accepted: torch.Tensor) -> None:
+    def tested(self, chains: torch.Tensor, accepted: torch.Tensor, where: torch.Tensor | None = None) -> None:
         """The distinct ``chains`` (Long[n]) proposed X' != X and went through the MH test; ``accepted``
-        (Bool[n]) says which passed. A proposal X' = X is accepted without a test (not filed here)."""
-        self._file(self._tested, (chains, accepted), chains.shape[0])
+        (Bool[n]) says which passed. A proposal X' = X is accepted without a test (not filed here).
+        ``where`` (Bool[n]; None: all): only those chains proposed X' != X, the others' entries are ignored
+        (a static-shape step tests every chain and knows which changed only on the device)."""
+        self._file(self._tested, (chains, accepted, where), chains.shape[0])
 
     def taken(self, chains: torch.Tensor, changed: torch.Tensor | None = None) -> None:
         """Proposals accepted without a test (Gibbs moves): ``changed`` (Bool[n]; None: all) says which
@@ -112,10 +115,11 @@ class ChainCounts:
             self._totals[0] += proposed
             self._totals[1] += proposed  # accepted unless a test rejected it (subtracted below)
         if self._tested:
-            chains = torch.cat([c for c, _ in self._tested])
-            accepted = torch.cat([a for _, a in self._tested]).long()
-            delta_novel.index_add_(0, chains, accepted)
-            delta_accepted.index_add_(0, chains, accepted - 1)  # a rejected test: one accepted fewer
+            chains = torch.cat([c for c, _, _ in self._tested])
+            accepted = torch.cat([a for _, a, _ in self._tested]).long()
+            tested = torch.cat([torch.ones_like(a) if w is None else w for _, a, w in self._tested]).long()
+            delta_novel.index_add_(0, chains, accepted * tested)
+            delta_accepted.index_add_(0, chains, (accepted - 1) * tested)  # a rejected test: one accepted fewer
         if self._taken:
             chains = torch.cat([c for c, _ in self._taken])
             changed = torch.cat([torch.ones_like(c) if d is None else d.long() for c, d in self._taken])

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..graphed import StaticSiteSteps
 from ..moves import single_site_mh
 from ..schedules import Epoch, active_chains, epoch_order
 from ..state import ChainState, rescore
@@ -31,10 +32,16 @@ class SingleSiteMH:
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
         self._active: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
 
     def init(self, state: ChainState) -> ChainState:
         self._active = active_chains(state.num_free_host, state.tokens.device)
-        return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True, terms=self.ctx.terms)
+        state = rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True, terms=self.ctx.terms)
+        capture = self.ctx.config.capture
+        if capture == "none":
+            return state
+        self._static = StaticSiteSteps(self.ctx, state, graphs=capture == "cuda-graph")
+        return self._static.state_of(state)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
         order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
@@ -43,4 +50,9 @@ class SingleSiteMH:
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         k, act, act_host, pos = move
-        return single_site_mh(self.ctx, state, act, act_host, pos, epoch.beta, epoch.index, k)
+        if self._static is None:
+            return single_site_mh(self.ctx, state, act, act_host, pos, epoch.beta, epoch.index, k)
+        out = self._static.step(state, act, act_host, pos, epoch.beta, epoch.index, k)
+        if k == len(self._active) - 1:  # the epoch's last step: the model's deferred output check (one host read)
+            self.ctx.runner.raise_deferred()
+        return out

@@ -1,0 +1,144 @@
+"""Single-site MH steps replayed from static buffers: eagerly (``capture="static"``) or as CUDA graphs
+(``capture="cuda-graph"``).
+
+A step of :func:`~mhfast.sampler.static_step.static_single_site_mh` has shapes fixed by the
+number of moving chains and no host sync, so it can be captured once and replayed. What a replay
+cannot change is baked in at capture: the tensors it reads and writes, and every Python number.
+So the step runs as a *body* over buffers this class owns:
+
+* the state's tokens, terms and energies (copied back in place at the body's end) and the cache
+  (already updated in place by the commit op);
+* the positions of the step (``pos`` buffer, one per moving-chain count), and the epoch and step
+  counters as 0-d device tensors, folded into the chains' keys on the device by
+  :func:`~mhfast.sampler.rng.counters_into_keys`, so the ops draw with epoch = step = 0 exactly the
+  numbers the dynamic step draws (the chains stay the same);
+* the MH test's outcome (accepted, changed), cloned after each replay.
+
+One graph per (moving-chain count, beta): the first step of a pair runs the body eagerly (it
+warms the model's kernels up, and is a real step), the second captures it, every later one
+replays it. Annealing changes beta every epoch, so it re-captures once per epoch. The model's
+output check is deferred to a device flag read once per epoch (:meth:`ModelRunner.defer_output_checks`),
+and the HF adapters are told once whether rows hold pads (:meth:`ModelRunner.static_padding`):
+the two host syncs a step would otherwise make. A model whose forward still syncs cannot be
+captured: the capture's error is re-raised naming the model.
+
+With ``capture="static"`` (any device) the same body runs eagerly at every step: that is how the
+CPU tests check what the graph replays (tests/test_static_step.py).
+
+Example:
+    >>> import mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> r = mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, chains=2, epochs=2, burn_in=0, capture="static")
+    >>> r.tokens.shape
+    torch.Size([1, 2, 2])
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from . import rng
+from .state import ChainState
+from .static_step import static_single_site_mh
+from .step import StepContext, StepInfo
+
+#: the state's fields a step writes (the cache is written in place by the commit op)
+STEP_FIELDS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local")
+
+
+class StaticSiteSteps:
+    """Replays single-site MH steps over static buffers (see the module docstring).
+
+    ``state``: the scored state the run starts from (its step fields are copied into buffers owned
+    here); ``graphs``: capture CUDA graphs (the state must be on a CUDA device) or run eagerly;
+    ``has_pad``: whether any chain's row holds the model's pad id (None: read from the state, one host read;
+    the sampler never proposes pads, so it stays true or false for the run).
+    """
+
+    def __init__(self, ctx: StepContext, state: ChainState, graphs: bool, has_pad: bool | None = None):
+        if graphs and state.tokens.device.type != "cuda":
+            raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
+                             f"{state.tokens.device}")
+        self.ctx, self.graphs = ctx, graphs
+        dev = state.tokens.device
+        self.buffers = dataclasses.replace(state, counts=None, **{f: getattr(state, f).clone() for f in STEP_FIELDS})
+        self.keys = state.rng_keys
+        self.epoch_t = torch.zeros((), dtype=torch.long, device=dev)
+        self.step_t = torch.zeros((), dtype=torch.long, device=dev)
+        self.pos: dict[int, torch.Tensor] = {}  # per moving-chain count A: Long[A]
+        self.seen: set[tuple[int, float | None]] = set()  # (A, beta) pairs that ran eagerly once
+        self.graphs_by_key: dict[tuple[int, float | None], tuple[Any, tuple[torch.Tensor, torch.Tensor], int, int]] = {}
+        self.has_pad = bool((state.tokens == ctx.runner.model.pad_id).any()) if has_pad is None else has_pad
+        ctx.runner.defer_output_checks()
+
+    def state_of(self, state: ChainState) -> ChainState:
+        """``state`` (the driver's: its best-state fields may be newer) with the buffers' step fields."""
+        if state.cache is not self.buffers.cache:
+            raise ValueError("StaticSiteSteps: a state this object did not produce (each state is used once)")
+        return dataclasses.replace(state, **{f: getattr(self.buffers, f) for f in STEP_FIELDS})
+
+    def step(self, state: ChainState, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor,
+             beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
+        """One step of the chains ``act`` at ``pos``: eager body, capture, or replay (see the module)."""
+        A = act.shape[0]
+        if A == 0:
+            return state, StepInfo(0, 0, 0, scored=True)
+        if state.counts is not None:
+            state.counts.proposed(act_host)
+        buf = self.pos.get(A)
+        if buf is None:
+            buf = self.pos[A] = torch.empty(A, dtype=torch.long, device=act.device)
+        buf.copy_(pos)
+        self.epoch_t.fill_(epoch)
+        self.step_t.fill_(step)
+        body = lambda: self._body(act, act_host, buf, beta)  # noqa: E731
+        key = (A, beta)
+        if not self.graphs or key not in self.seen:
+            self.seen.add(key)
+            accepted, changed = body()
+        else:
+            accepted, changed = self._replay(key, body)
+        accepted, changed = accepted.clone(), changed.clone()
+        if state.counts is not None:
+            state.counts.tested(act, accepted, where=changed)
+        return self.state_of(state), StepInfo(A, accepted.sum(), (accepted & changed).sum(), scored=True)
+
+    def _body(self, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor, beta: float | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step over the buffers, epoch = step = 0 with the counters folded into the keys; writes in place."""
+        keys = rng.counters_into_keys(self.keys, self.epoch_t, self.step_t)
+        with self.ctx.runner.static_padding(self.has_pad):
+            new, accepted, changed = static_single_site_mh(self.ctx, dataclasses.replace(self.buffers, rng_keys=keys),
+                                                           act, act_host, pos, beta, 0, 0)
+        for f in STEP_FIELDS:
+            getattr(self.buffers, f).copy_(getattr(new, f))
+        return accepted, changed
+
+    def _replay(self, key: tuple[int, float | None], body: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the graph of ``key``, capturing it first; the runner's row and call counters advance as the
+        captured step's did (a replay runs no Python)."""
+        runner = self.ctx.runner
+        entry = self.graphs_by_key.get(key)
+        if entry is None:
+            if self.graphs_by_key and key[1] != next(iter(self.graphs_by_key))[1]:
+                self.graphs_by_key.clear()  # a new beta (annealing): the old epoch's graphs are done
+            rows, calls = runner.model_rows, runner.model_calls
+            graph = torch.cuda.CUDAGraph()
+            torch.cuda.synchronize()
+            try:
+                with torch.cuda.graph(graph):
+                    outputs = body()
+            except RuntimeError as e:
+                raise RuntimeError(f"mhfast.sample: capture='cuda-graph' could not capture a step of "
+                                   f"{type(runner.model).__name__} (does its forward synchronize with the host, "
+                                   f"e.g. .item(), .tolist(), nonzero, or a Python branch on a tensor?): {e}") from e
+            entry = (graph, outputs, runner.model_rows - rows, runner.model_calls - calls)
+            runner.model_rows, runner.model_calls = rows, calls
+            self.graphs_by_key[key] = entry
+        graph, outputs, rows, calls = entry
+        graph.replay()
+        runner.model_rows += rows
+        runner.model_calls += calls
+        return outputs
