@@ -21,11 +21,14 @@
 #      device (max logit difference, ms per row, the same chains or a failed step)
 #   9. bench/bench_mixmatch.py: mhfast vs the mixmatch MH loop on the device (issue 14's side-by-side), on a
 #      randomly initialized model of AntiBERTy's shape (the antiberty package's 100 MB of weights do not travel):
-#      T 16/32/64 x 1/5/16 chains, fp32 and bf16, random start, 3 alternating repeats
+#      T 16/32/64 x 1/5/16 chains, fp32 and bf16, random start, 3 alternating repeats; mhfast both as it is
+#      (capture=none) and with its step captured as CUDA graphs (capture=cuda-graph), each against the same
+#      mixmatch run (tests/test_static_step.py, in step 4, checks the graphs' chains first)
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch; default
-# all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the plan is two calls,
+# all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the plan is three calls,
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
-#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,mixmatch
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixmatch
 # (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine).
 #
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
@@ -152,7 +155,7 @@ $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$O
 OP_TESTS="tests/test_masked_copies.py tests/test_gather_energies.py tests/test_propose.py tests/test_mh_accept.py
   tests/test_opcheck.py tests/test_cpu_portable_path.py tests/test_uniform_mix.py tests/test_mh_propose_site.py
   tests/test_mh_commit_site.py tests/test_mh_site_rows.py tests/test_counter_uniforms.py"
-SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py"
+SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py tests/test_static_step.py"
 if ! wanted tests; then
   :
 elif [ "$QUICK" = 1 ]; then
@@ -205,12 +208,12 @@ fi
 # (no GPU here) one small case only: the full CPU grid, on the real AntiBERTy, is bench/RESULTS.md's (40 min).
 if wanted mixmatch; then
   if [ "$DEV" = cuda ]; then
-    MM="--lengths 16 32 64 --chains 1 5 16 --dtypes float32 bfloat16 --repeats 3"
+    MM="--lengths 16 32 64 --chains 1 5 16 --dtypes float32 bfloat16 --repeats 3 --captures none cuda-graph"
   else
     MM="--lengths 8 --chains 2 --dtypes float32 --budget 16 --repeats 1"
   fi
   # shellcheck disable=SC2086
-  run_step "mhfast vs mixmatch loop ($DEV)" "$OUTDIR/bench.log" timeout 300 $PY bench/bench_mixmatch.py \
+  run_step "mhfast vs mixmatch loop ($DEV)" "$OUTDIR/bench.log" timeout 480 $PY bench/bench_mixmatch.py \
     --device $DEV --model antiberty-random --starts random $MM --json "$OUTDIR/mixmatch.json" --no-write
   [ -f "$OUTDIR/mixmatch.json" ] && $PY bench/bench_mixmatch.py --render "$OUTDIR/mixmatch.json" --no-write \
     >"$OUTDIR/mixmatch.md" 2>&1

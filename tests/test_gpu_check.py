@@ -55,8 +55,8 @@ def test_quick_run_says_which_half_and_sets_the_arch_list(quick_run):
 
 
 def test_only_runs_the_named_steps(tmp_path):
-    """--only mixmatch: the environment and build steps, then that step alone (the second planned GPU call runs
-    e2e,decoder,mixmatch this way)."""
+    """--only mixmatch: the environment and build steps, then that step alone (the third planned GPU call runs
+    it this way)."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_CUDA_ARCH_LIST"}
     proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--quick", "--only", "mixmatch"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

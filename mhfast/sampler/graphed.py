@@ -70,6 +70,7 @@ class StaticSiteSteps:
         self.pos: dict[int, torch.Tensor] = {}  # per moving-chain count A: Long[A]
         self.seen: set[tuple[int, float | None]] = set()  # (A, beta) pairs that ran eagerly once
         self.graphs_by_key: dict[tuple[int, float | None], tuple[Any, tuple[torch.Tensor, torch.Tensor], int, int]] = {}
+        self.pool: Any = None  # the memory pool every graph of one beta shares (see _replay)
         self.has_pad = bool((state.tokens == ctx.runner.model.pad_id).any()) if has_pad is None else has_pad
         ctx.runner.defer_output_checks()
 
@@ -124,16 +125,20 @@ class StaticSiteSteps:
         if entry is None:
             if self.graphs_by_key and key[1] != next(iter(self.graphs_by_key))[1]:
                 self.graphs_by_key.clear()  # a new beta (annealing): the old epoch's graphs are done
+                self.pool = None
             rows, calls = runner.model_rows, runner.model_calls
             graph = torch.cuda.CUDAGraph()
             torch.cuda.synchronize()
             try:
-                with torch.cuda.graph(graph):
+                # One pool for all graphs (one per moving-chain count): safe because replays never overlap and
+                # each replay's outputs are cloned before the next (step); it bounds memory to one step's.
+                with torch.cuda.graph(graph, pool=self.pool):
                     outputs = body()
             except RuntimeError as e:
                 raise RuntimeError(f"mhfast.sample: capture='cuda-graph' could not capture a step of "
                                    f"{type(runner.model).__name__} (does its forward synchronize with the host, "
                                    f"e.g. .item(), .tolist(), nonzero, or a Python branch on a tensor?): {e}") from e
+            self.pool = graph.pool() if self.pool is None else self.pool
             entry = (graph, outputs, runner.model_rows - rows, runner.model_calls - calls)
             runner.model_rows, runner.model_calls = rows, calls
             self.graphs_by_key[key] = entry
