@@ -87,6 +87,72 @@ def test_exact_on_an_enumerable_network(device):
     assert 0.05 < float(result.novel_rate[-1]) < 0.95
 
 
+class FxReplayedSteps(StaticSiteSteps):
+    """StaticSiteSteps whose capture is torch.fx's (make_fx) instead of a CUDA graph's, on CPU: the same contract.
+    Python runs once, at capture, and the buffers come out unchanged (a CUDA capture runs nothing; make_fx runs the
+    step, so the buffers are restored); each replay runs the recorded ops on the buffers as they are then. A
+    value the body took from Python at capture (an epoch, a step, a position) would be frozen into every replay
+    just as in a graph, and a host read of a value raises while make_fx traces."""
+
+    captures = 0
+
+    def __init__(self, ctx, state, graphs, has_pad=None):
+        super().__init__(ctx, state, graphs=False, has_pad=has_pad)
+        self.graphs = True
+
+    def capture(self, body):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        saved = [t.clone() for t in self._buffers()]
+        with torch.no_grad():
+            gm = make_fx(body)()
+        for t, old in zip(self._buffers(), saved):
+            t.copy_(old)
+        FxReplayedSteps.captures += 1
+
+        def replay():
+            with torch.no_grad():
+                return tuple(gm())
+        return replay
+
+    def _buffers(self):
+        return [getattr(self.buffers, f) for f in ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "cache")]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"energy": "local", "top_p": 0.9}, {"target_temperature": 0.6, "anneal": 0.1},
+                                    {"force_accept_epochs": 2}], ids=["default", "local-nucleus", "annealed", "forced"])
+def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
+    """The capture-and-replay logic of capture='cuda-graph' (first step of a (chains, beta) pair eager, the second
+    captured, every later one replayed; counters folded into the keys on the device; positions copied into a
+    buffer; a new capture per beta when annealing; the runner's row counts advanced per replay), run on CPU with
+    torch.fx standing in for the CUDA graph: the tiny BERT's chains and row counts equal the dynamic step's, with
+    inputs whose free positions differ (two moving-chain counts, so two graphs per beta)."""
+    import mhfast.sampler.kernels.mh as mh_kernel
+    from test_sampler_exact import tiny_bert
+
+    name = request.node.callspec.id
+    model = tiny_bert()
+    template = model.frame(3)
+    init = template.repeat(2, 1)
+    free = init == model.mask_id
+    free[1, 1] = False  # input 1 keeps its first token: 2 free positions against 3
+    init[1, 1] = 6
+    common = dict(init=init, free_positions=free, chains=4, epochs=5, burn_in=1, seed=3, **kwargs)
+    a = mhfast.sample(model, **common)
+    monkeypatch.setattr(mh_kernel, "StaticSiteSteps", FxReplayedSteps)
+    FxReplayedSteps.captures = 0
+    b = mhfast.sample(model, capture="static", **common)  # the kernel builds FxReplayedSteps: graphs on
+    assert same_result(a, b) == []
+    assert 0.0 < float(a.novel_rate.mean()) < 1.0
+    # Steps 0, 1 move 8 chains, step 2 moves 4 (input 0's); a pair (chains, beta) is captured at its second step.
+    # Annealing: a beta per epoch, so only the 8-chain step is captured (at step 1), 5 times; forced acceptance:
+    # beta None for 2 epochs, then 1: both counts captured for each; otherwise once each.
+    expected = {"annealed": 5, "forced": 4}.get(name, 2)
+    assert FxReplayedSteps.captures == expected
+    steps_static = mhfast.sample(model, capture="static", **common)
+    assert b.model_rows == steps_static.model_rows  # replays counted like eager steps
+
+
 def _tiny_bert_state(has_pad: bool, fast: bool):
     """A scored state of 4 chains of a tiny BERT on CPU, then the same state and model on the meta device."""
     from mhfast.models.fast_forward import fast_forward_model

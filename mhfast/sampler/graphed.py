@@ -68,8 +68,9 @@ class StaticSiteSteps:
         self.epoch_t = torch.zeros((), dtype=torch.long, device=dev)
         self.step_t = torch.zeros((), dtype=torch.long, device=dev)
         self.pos: dict[int, torch.Tensor] = {}  # per moving-chain count A: Long[A]
+        self.rows: dict[int, int] = {}  # per moving-chain count A: the masked rows of a step
         self.seen: set[tuple[int, float | None]] = set()  # (A, beta) pairs that ran eagerly once
-        self.graphs_by_key: dict[tuple[int, float | None], tuple[Any, tuple[torch.Tensor, torch.Tensor], int, int]] = {}
+        self.graphs_by_key: dict[tuple[int, float | None], tuple[Callable, int, int]] = {}  # replay, rows, calls
         self.pool: Any = None  # the memory pool every graph of one beta shares (see _replay)
         self.has_pad = bool((state.tokens == ctx.runner.model.pad_id).any()) if has_pad is None else has_pad
         ctx.runner.defer_output_checks()
@@ -94,7 +95,10 @@ class StaticSiteSteps:
         buf.copy_(pos)
         self.epoch_t.fill_(epoch)
         self.step_t.fill_(step)
-        body = lambda: self._body(act, act_host, buf, beta)  # noqa: E731
+        num_rows = self.rows.get(A)
+        if num_rows is None:  # host counts, once per moving-chain count (the body then touches no host tensor)
+            num_rows = self.rows[A] = int(self.buffers.num_energy_host.index_select(0, act_host).sum()) - A
+        body = lambda: self._body(act, act_host, buf, beta, num_rows)  # noqa: E731
         key = (A, beta)
         if not self.graphs or key not in self.seen:
             self.seen.add(key)
@@ -106,13 +110,13 @@ class StaticSiteSteps:
             state.counts.tested(act, accepted, where=changed)
         return self.state_of(state), StepInfo(A, accepted.sum(), (accepted & changed).sum(), scored=True)
 
-    def _body(self, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor, beta: float | None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _body(self, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor, beta: float | None,
+              num_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The step over the buffers, epoch = step = 0 with the counters folded into the keys; writes in place."""
         keys = rng.counters_into_keys(self.keys, self.epoch_t, self.step_t)
         with self.ctx.runner.static_padding(self.has_pad):
             new, accepted, changed = static_single_site_mh(self.ctx, dataclasses.replace(self.buffers, rng_keys=keys),
-                                                           act, act_host, pos, beta, 0, 0)
+                                                           act, act_host, pos, beta, 0, 0, num_rows)
         for f in STEP_FIELDS:
             getattr(self.buffers, f).copy_(getattr(new, f))
         return accepted, changed
@@ -127,23 +131,38 @@ class StaticSiteSteps:
                 self.graphs_by_key.clear()  # a new beta (annealing): the old epoch's graphs are done
                 self.pool = None
             rows, calls = runner.model_rows, runner.model_calls
-            graph = torch.cuda.CUDAGraph()
-            torch.cuda.synchronize()
-            try:
-                # One pool for all graphs (one per moving-chain count): safe because replays never overlap and
-                # each replay's outputs are cloned before the next (step); it bounds memory to one step's.
-                with torch.cuda.graph(graph, pool=self.pool):
-                    outputs = body()
-            except RuntimeError as e:
-                raise RuntimeError(f"mhfast.sample: capture='cuda-graph' could not capture a step of "
-                                   f"{type(runner.model).__name__} (does its forward synchronize with the host, "
-                                   f"e.g. .item(), .tolist(), nonzero, or a Python branch on a tensor?): {e}") from e
-            self.pool = graph.pool() if self.pool is None else self.pool
-            entry = (graph, outputs, runner.model_rows - rows, runner.model_calls - calls)
+            replay = self.capture(body)
+            entry = (replay, runner.model_rows - rows, runner.model_calls - calls)
             runner.model_rows, runner.model_calls = rows, calls
             self.graphs_by_key[key] = entry
-        graph, outputs, rows, calls = entry
-        graph.replay()
+        replay, rows, calls = entry
+        outputs = replay()
         runner.model_rows += rows
         runner.model_calls += calls
         return outputs
+
+    def capture(self, body: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+                ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        """``body`` captured as a CUDA graph, without running it: returns ``replay() -> (accepted, changed)``.
+
+        (A test may replace this method by another capture with the same contract: Python runs once, at
+        capture; the buffers are read and written at each replay; tests/test_static_step.py does so with
+        ``torch.fx`` on CPU.)
+        """
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        try:
+            # One pool for all graphs (one per moving-chain count): safe because replays never overlap and each
+            # replay's outputs are cloned before the next (step); it bounds memory to one step's.
+            with torch.cuda.graph(graph, pool=self.pool):
+                outputs = body()
+        except RuntimeError as e:
+            raise RuntimeError(f"mhfast.sample: capture='cuda-graph' could not capture a step of "
+                               f"{type(self.ctx.runner.model).__name__} (does its forward synchronize with the host, "
+                               f"e.g. .item(), .tolist(), nonzero, or a Python branch on a tensor?): {e}") from e
+        self.pool = graph.pool() if self.pool is None else self.pool
+
+        def replay() -> tuple[torch.Tensor, torch.Tensor]:
+            graph.replay()
+            return outputs
+        return replay

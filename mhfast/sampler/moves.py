@@ -184,18 +184,20 @@ def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: t
 
 
 def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
-                prop: torch.Tensor, known_logits: torch.Tensor):
+                prop: torch.Tensor, known_logits: torch.Tensor, num_rows: int | None = None):
     """Per-position terms of X' for single-site moves of the distinct chains ``ch``: ``(x_new, raw_new,
     local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops; outputs:
     the model's outputs as a list of sub-batches, for the cache).
 
     The term at ``pos`` comes from the cached row (``known_logits``) at the proposed token; every
     other energy position of X' is one forwarded masked row ``(seq, q)`` (outputs: for the cache).
+    ``num_rows``: their number, if the caller has counted it (else counted here from host counts: no sync).
     """
     runner, be = ctx.runner, ctx.backend
     n = ch.shape[0]
     at = pos[:, None]
-    num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - n  # host counts: no sync
+    if num_rows is None:
+        num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - n
     x_new, raw_new, local_new, seq, q, rows, targets = be.mh_site_rows(
         state.tokens, state.energy_mask, state.raw_terms, state.local_terms, ch, pos, prop, num_rows, runner.mask_id)
     if num_rows:

@@ -40,9 +40,10 @@ from .step import StepContext
 
 
 def static_single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
-                          pos: torch.Tensor, beta: float | None, epoch: int, step: int
+                          pos: torch.Tensor, beta: float | None, epoch: int, step: int, num_rows: int | None = None
                           ) -> tuple[ChainState, torch.Tensor, torch.Tensor]:
-    """One single-site MH step of the chains ``act`` at ``pos`` with shapes fixed by ``act_host`` alone.
+    """One single-site MH step of the chains ``act`` at ``pos`` with shapes fixed by ``act_host`` alone
+    (``num_rows``: the rows that makes, ``num_energy_host[act_host].sum() - A``, if the caller has counted them).
 
     Returns ``(state, accepted Bool[A], changed Bool[A])``: ``changed`` marks the proposals X' != X,
     ``accepted`` the chains that passed the MH test or proposed X' = X (accepted without a test).
@@ -52,7 +53,7 @@ def static_single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor
     """
     prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
     known = logits if logits is not None else state.cache[act, pos]
-    x_new, raw_new, local_new, seq, q, outputs = _site_terms(ctx, state, act, act_host, pos, prop, known)
+    x_new, raw_new, local_new, seq, q, outputs = _site_terms(ctx, state, act, act_host, pos, prop, known, num_rows)
     keep_row = changed[:, None]
     raw_new = torch.where(keep_row, raw_new, state.raw_terms.index_select(0, act))
     local_new = torch.where(keep_row, local_new, state.local_terms.index_select(0, act))
