@@ -67,11 +67,11 @@ class NullMLM:
         return self.table[positions]
 
 
-def per_step_ms(C: int, T: int, backend: str, repeats: int) -> tuple[float, float, float]:
+def per_step_ms(C: int, T: int, backend: str, repeats: int, capture: str = "none") -> tuple[float, float, float]:
     """(wall ms, model calls, CPU ms) per marginal step; CPU time (time.process_time) is less sensitive to other
     jobs on the machine than wall time (it still grows with contention for caches and memory bandwidth)."""
     model = NullMLM(T=T)
-    kw = dict(chains=C, burn_in=0, seed=0, backend=backend)
+    kw = dict(chains=C, burn_in=0, seed=0, backend=backend, capture=capture)
     mhfast.sample(model, T, epochs=1, **kw)  # warm-up
     t = {2: [], 6: []}
     cpu = {2: [], 6: []}

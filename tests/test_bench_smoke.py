@@ -1,5 +1,5 @@
-"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py and bench_mixmatch.py on tiny sizes, so the
-scripts cannot rot unnoticed.
+"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py and ab_static_step.py on tiny
+sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -58,11 +58,24 @@ def test_bench_mixmatch_runs_a_small_case_on_antiberty_s_shape():
     mhfast at most T-1, and the report names the model."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_mixmatch.py"), "--model", "antiberty-random",
                            "--lengths", "8", "--chains", "2", "--dtypes", "float32", "--starts", "random", "--budget",
-                           "16", "--repeats", "1", "--no-write"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "16", "--repeats", "1", "--captures", "none", "static", "--no-write"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("| random | float32 | 8 | 2 |"))
-    cells = [c.strip() for c in row.split("|")]
-    assert cells[5] == "2 (2 x 1)" and cells[6] == "17", row  # C x n proposals; 2T+1 rows
-    assert 0 < float(cells[7].split(";")[1]) <= 7, row  # mhfast's timed rows per proposal: T-1 when it changes
+    for start in ("random", "random, capture=static"):  # mhfast as it is, and its static step, against one mixmatch
+        row = next(line for line in proc.stdout.splitlines() if line.startswith(f"| {start} | float32 | 8 | 2 |"))
+        cells = [c.strip() for c in row.split("|")]
+        assert cells[5] == "2 (2 x 1)" and cells[6] == "17", row  # C x n proposals; 2T+1 rows
+        assert 0 < float(cells[7].split(";")[1]) <= 7, row  # mhfast's timed rows per proposal: T-1 when it changes
     assert "randomly initialized BERT of AntiBERTy's exact shape" in proc.stdout
+    assert "wrote" not in proc.stdout
+
+
+def test_ab_static_step_compares_both_steps():
+    """bench/ab_static_step.py, one tiny size: both steps timed, the static one forwards every moving chain's rows."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "ab_static_step.py"), "--sizes", "3x6", "--rounds", "1",
+                           "--repeats", "1", "--no-write"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 3 | 6 |"))
+    rows_none, rows_static = (float(x) for x in row.split("|")[6].split(","))
+    assert rows_static == 3 * 5 and rows_none <= rows_static, row  # A x (T - 1) rows per static step
     assert "wrote" not in proc.stdout
