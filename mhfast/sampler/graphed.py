@@ -72,7 +72,13 @@ class StaticSiteSteps:
         self.seen: set[tuple[int, float | None]] = set()  # (A, beta) pairs that ran eagerly once
         self.graphs_by_key: dict[tuple[int, float | None], tuple[Callable, int, int]] = {}  # replay, rows, calls
         self.pool: Any = None  # the memory pool every graph of one beta shares (see _replay)
-        self.has_pad = bool((state.tokens == ctx.runner.model.pad_id).any()) if has_pad is None else has_pad
+        # the side stream that runs each graph's warm-up step and its capture (torch's recipe: lazy per-stream
+        # initializations, e.g. cuBLAS workspaces, happen in the warm-up, never inside a capture)
+        self.stream = torch.cuda.Stream(dev) if graphs and dev.type == "cuda" else None
+        if has_pad is None:
+            pad = getattr(ctx.runner.model, "pad_id", None)
+            has_pad = pad is None or bool((state.tokens == pad).any())
+        self.has_pad = has_pad
         ctx.runner.defer_output_checks()
 
     def state_of(self, state: ChainState) -> ChainState:
@@ -100,9 +106,11 @@ class StaticSiteSteps:
             num_rows = self.rows[A] = int(self.buffers.num_energy_host.index_select(0, act_host).sum()) - A
         body = lambda: self._body(act, act_host, buf, beta, num_rows)  # noqa: E731
         key = (A, beta)
-        if not self.graphs or key not in self.seen:
-            self.seen.add(key)
+        if not self.graphs:
             accepted, changed = body()
+        elif key not in self.seen:  # the warm-up: a real step, on the stream that will capture (lazy inits there)
+            self.seen.add(key)
+            accepted, changed = self._on_capture_stream(body)
         else:
             accepted, changed = self._replay(key, body)
         accepted, changed = accepted.clone(), changed.clone()
@@ -120,6 +128,17 @@ class StaticSiteSteps:
         for f in STEP_FIELDS:
             getattr(self.buffers, f).copy_(getattr(new, f))
         return accepted, changed
+
+    def _on_capture_stream(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run on :attr:`stream`, ordered after and before the current stream's work (no stream: as is)."""
+        if self.stream is None:
+            return fn()
+        current = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            out = fn()
+        current.wait_stream(self.stream)
+        return out
 
     def _replay(self, key: tuple[int, float | None], body: Callable) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the graph of ``key``, capturing it first; the runner's row and call counters advance as the
@@ -154,7 +173,7 @@ class StaticSiteSteps:
         try:
             # One pool for all graphs (one per moving-chain count): safe because replays never overlap and each
             # replay's outputs are cloned before the next (step); it bounds memory to one step's.
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 outputs = body()
         except RuntimeError as e:
             raise RuntimeError(f"mhfast.sample: capture='cuda-graph' could not capture a step of "
