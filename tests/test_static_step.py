@@ -153,6 +153,28 @@ def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
     assert b.model_rows == steps_static.model_rows  # replays counted like eager steps
 
 
+def test_replayed_captures_on_the_bundled_translation_model(monkeypatch):
+    """The bundled De->En CMLM (fast decoder, conditional rows, padded sources) through the same stand-in capture:
+    make_fx raises at any host read, so its fast decoder under ``static_inputs`` has none (no bounds checks, every
+    source's keys/values instead of torch.unique); the replayed chains equal the eager static step's bit for bit
+    and the dynamic step's tokens."""
+    import mhfast.sampler.kernels.mh as mh_kernel
+    from mhfast.translation import load_bundled_model
+
+    translator = load_bundled_model("cpu")
+    ids = [translator.source_ids(s) for s in ("ein mann mit einem orangefarbenen hut .", "zwei hunde spielen .")]
+    common = dict(source=ids, chains=2, epochs=3, burn_in=1, seed=1)
+    dynamic = mhfast.sample(translator.cmlm, **common)
+    eager = mhfast.sample(translator.cmlm, capture="static", **common)
+    monkeypatch.setattr(mh_kernel, "StaticSiteSteps", FxReplayedSteps)
+    FxReplayedSteps.captures = 0
+    replayed = mhfast.sample(translator.cmlm, capture="static", **common)
+    assert FxReplayedSteps.captures >= 1
+    assert same_result(eager, replayed) == []
+    assert torch.equal(dynamic.tokens, replayed.tokens)
+    assert torch.allclose(dynamic.e_raw, replayed.e_raw, atol=1e-3)  # other batch shapes: rounding only
+
+
 def _tiny_bert_state(has_pad: bool, fast: bool):
     """A scored state of 4 chains of a tiny BERT on CPU, then the same state and model on the meta device."""
     from mhfast.models.fast_forward import fast_forward_model
@@ -271,7 +293,8 @@ def test_counts_where_ignores_unchanged_chains():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU (gpu_check runs this)")
 def test_cuda_graph_replays_the_static_step():
     """On a GPU: the captured graphs give the eager static step's chains bit for bit (same kernels, same shapes),
-    counting the same model rows; annealing re-captures per epoch and stays equal."""
+    counting the same model rows; annealing re-captures per epoch and stays equal; bf16; and, where fairseq is
+    installed, the bundled translation model."""
     from test_sampler_exact import tiny_bert
 
     model = tiny_bert("cuda")
@@ -281,3 +304,14 @@ def test_cuda_graph_replays_the_static_step():
         b = mhfast.sample(model, capture="cuda-graph", **common)
         assert same_result(a, b) == [], kwargs
         assert a.model_rows == b.model_rows
+    import importlib.util
+
+    if importlib.util.find_spec("fairseq") is not None:  # the bundled translation model (gpu_check installs fairseq)
+        from mhfast.translation import load_bundled_model
+
+        translator = load_bundled_model("cuda")
+        ids = [translator.source_ids(s) for s in ("ein mann mit einem orangefarbenen hut .", "zwei hunde spielen .")]
+        common = dict(source=ids, chains=4, epochs=4, burn_in=1, seed=1)
+        a = mhfast.sample(translator.cmlm, capture="static", **common)
+        b = mhfast.sample(translator.cmlm, capture="cuda-graph", **common)
+        assert same_result(a, b) == []

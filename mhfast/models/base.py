@@ -117,9 +117,10 @@ class RefinementModel(ConditionalMaskedLM, Protocol):
 #   proposals, greedy warm start); ``context_index`` is Long[R], one per row. Without it the
 #   sampler repeats each row once per position. ``masked_features_at`` (same arguments,
 #   -> float[N,d]) is its :class:`FeatureMaskedLM` twin, used when the model has features.
-# * ``static_padding(has_pad: bool) -> context manager``: inside it, the model takes as given whether
-#   rows hold ``pad_id`` (the caller checked once) instead of testing each call's rows, a host sync
-#   on a GPU; the static-shape sampler step (``capture=``) needs a forward without host syncs.
+# * ``static_inputs(has_pad: bool) -> context manager``: inside it, the caller vouches that its rows
+#   and indices are valid (the sampler built them) and states whether rows hold ``pad_id`` (checked
+#   once): the model skips its value checks and data-dependent shapes, each a host sync on a GPU. The
+#   static-shape sampler step (``capture=``) needs a forward without host syncs.
 
 
 def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | None = None) -> None:

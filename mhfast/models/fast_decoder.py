@@ -29,7 +29,8 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -95,6 +96,20 @@ class FastCMLMDecoder:
             setattr(self, a, getattr(lm, a))
         self.output_layer = lm.output_layer
         self.decoder = lm.model.decoder
+        self._static = False  # inside static_inputs
+
+    @contextlib.contextmanager
+    def static_inputs(self, has_pad: bool) -> Iterator[None]:
+        """Inside: the caller's rows, sources and read indices are taken as valid (no bounds checks) and every
+        encoded source's encoder-attention keys/values are projected (no ``torch.unique`` of the call's sources,
+        whose size depends on data): no host sync, so the sampler's static step can be captured as a CUDA graph.
+        ``has_pad`` changes nothing here (the decoder's padding mask is computed on the device). The protocol's
+        optional hook (mhfast.models.base)."""
+        before, self._static = self._static, True
+        try:
+            yield
+        finally:
+            self._static = before
 
     # The adapter's own wrappers around masked_features_at / output_layer (they call nothing else of it).
     masked_features = FairseqCMLM.masked_features
@@ -108,8 +123,9 @@ class FastCMLMDecoder:
         lm = self.lm
         lm._check_rows(tokens)
         R = tokens.shape[0]
-        lm.check_context(context, context_index, R)
-        check_reads(row_index, positions, R, tokens.shape[1])
+        if not self._static:  # value checks (host syncs), unless the caller vouches for its indices
+            lm.check_context(context, context_index, R)
+            check_reads(row_index, positions, R, tokens.shape[1])
         enc = context.encoder_out  # unreordered: keys/values are projected per distinct source below
         device = lm.device
         if row_index.numel() == 0:  # nothing to read: no forward
@@ -119,8 +135,10 @@ class FastCMLMDecoder:
         sources = (torch.arange(R, device=device) if context_index is None else context_index.to(device))
         memory = enc["encoder_out"][0]  # [Ls, S, d]
         pad = enc["encoder_padding_mask"][0] if len(enc["encoder_padding_mask"]) > 0 else None  # [S, Ls]
-        # Distinct sources of this call: their keys/values are projected once and indexed per row.
-        used, per_row = torch.unique(sources, return_inverse=True)
+        # Distinct sources of this call: their keys/values are projected once and indexed per row (static inputs:
+        # all sources, a shape that does not depend on data).
+        used, per_row = ((torch.arange(memory.shape[1], device=device), sources) if self._static
+                         else torch.unique(sources, return_inverse=True))
         mem = memory.index_select(1, used).transpose(0, 1)  # [U, Ls, d]
         src_keep = (~pad.index_select(0, used) if pad is not None
                     else torch.ones(mem.shape[:2], dtype=torch.bool, device=device))[:, None, None, :]

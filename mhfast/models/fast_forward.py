@@ -74,7 +74,7 @@ class LastLayerAtMask:
             setattr(self, a, getattr(lm, a))
         self.model = lm.model
         self.output_layer = lm.output_layer
-        self.static_padding = lm.static_padding  # the body's _prepare is the adapter's
+        self.static_inputs = lm.static_inputs  # the body's _prepare is the adapter's
 
     def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
                       context_index: torch.Tensor | None = None) -> torch.Tensor:

@@ -194,7 +194,7 @@ class HFMaskedLM:
                     head = _HEADS[klass.__name__]
                     break
         self._head = head(model) if head is not None else None
-        self._static_padding: bool | None = None  #: see static_padding: None = test each call's rows
+        self._static_inputs: bool | None = None  #: see static_inputs: None = test each call's rows
         self._body = model.base_model if head is not None else None
         if head is None:
             warnings.warn(f"mhfast: no head split known for {type(model).__name__}; using the full forward "
@@ -340,23 +340,24 @@ class HFMaskedLM:
         return int(limit)
 
     @contextlib.contextmanager
-    def static_padding(self, has_pad: bool) -> Iterator[None]:
+    def static_inputs(self, has_pad: bool) -> Iterator[None]:
         """Inside: take as given whether rows hold the pad id (``has_pad``) instead of testing each call's rows
-        (a host sync on a GPU); with pads the attention mask is built for all columns (none trimmed).
+        (a host sync on a GPU); with pads the attention mask is built for all columns (none trimmed). The
+        protocol's optional ``static_inputs`` hook (mhfast.models.base).
 
         Example:
             >>> from transformers import BertConfig, BertForMaskedLM
             >>> lm = HFMaskedLM(BertForMaskedLM(BertConfig(vocab_size=9, hidden_size=8, num_hidden_layers=1,
             ...                 num_attention_heads=1, intermediate_size=8)), mask_id=3, pad_id=0)
-            >>> with lm.static_padding(False):
+            >>> with lm.static_inputs(False):
             ...     lm.masked_logits(torch.tensor([[5, 3, 6]]), torch.tensor([1])).shape
             torch.Size([1, 9])
         """
-        before, self._static_padding = self._static_padding, bool(has_pad)
+        before, self._static_inputs = self._static_inputs, bool(has_pad)
         try:
             yield
         finally:
-            self._static_padding = before
+            self._static_inputs = before
 
     def _prepare(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any,
                  context_index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -376,8 +377,8 @@ class HFMaskedLM:
         if tokens.shape[0] == 0:
             return tokens, positions, None
         real = tokens != self.pad_id
-        if self._static_padding is not None:  # the caller said whether rows hold pads: no data-dependent shape
-            return tokens, positions, (real.long() if self._static_padding else None)
+        if self._static_inputs is not None:  # the caller said whether rows hold pads: no data-dependent shape
+            return tokens, positions, (real.long() if self._static_inputs else None)
         if bool(real.all()):
             return tokens, positions, None  # no padding: skip the attention mask entirely
         # Columns that are padding in every row change nothing (attention mask) but cost compute.

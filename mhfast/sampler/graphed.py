@@ -18,7 +18,7 @@ One graph per (moving-chain count, beta): the first step of a pair runs the body
 warms the model's kernels up, and is a real step), the second captures it, every later one
 replays it. Annealing changes beta every epoch, so it re-captures once per epoch. The model's
 output check is deferred to a device flag read once per epoch (:meth:`ModelRunner.defer_output_checks`),
-and the HF adapters are told once whether rows hold pads (:meth:`ModelRunner.static_padding`):
+and the HF adapters are told once whether rows hold pads (:meth:`ModelRunner.static_inputs`):
 the two host syncs a step would otherwise make. A model whose forward still syncs cannot be
 captured: the capture's error is re-raised naming the model.
 
@@ -122,7 +122,7 @@ class StaticSiteSteps:
               num_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The step over the buffers, epoch = step = 0 with the counters folded into the keys; writes in place."""
         keys = rng.counters_into_keys(self.keys, self.epoch_t, self.step_t)
-        with self.ctx.runner.static_padding(self.has_pad):
+        with self.ctx.runner.static_inputs(self.has_pad):
             new, accepted, changed = static_single_site_mh(self.ctx, dataclasses.replace(self.buffers, rng_keys=keys),
                                                            act, act_host, pos, beta, 0, 0, num_rows)
         for f in STEP_FIELDS:

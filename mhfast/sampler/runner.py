@@ -163,11 +163,11 @@ class ModelRunner:
             names = ", ".join(sorted(self._deferred_names))
             raise ValueError(f"{names} returned non-finite values (NaN or +inf; features: -inf too) in a step")
 
-    def static_padding(self, has_pad: bool) -> Any:
-        """A context in which the model may take as given whether rows hold its pad id (``has_pad``, checked once
-        by the caller) instead of testing every call's rows (a host sync): the model's optional
-        ``static_padding(has_pad)`` hook (HuggingFace adapters), else nothing changes."""
-        hook = getattr(self.model, "static_padding", None)
+    def static_inputs(self, has_pad: bool) -> Any:
+        """A context in which the model may take its inputs as valid and as holding pads or not (``has_pad``,
+        checked once by the caller) instead of checking every call's (host syncs): the model's optional
+        ``static_inputs(has_pad)`` hook (HuggingFace and fairseq CMLM adapters), else nothing changes."""
+        hook = getattr(self.model, "static_inputs", None)
         return hook(bool(has_pad)) if callable(hook) else contextlib.nullcontext()
 
     def session(self) -> Any:
