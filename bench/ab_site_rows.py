@@ -22,11 +22,11 @@ import results_md  # noqa: E402
 
 from mhfast.sampler import moves  # noqa: E402
 
-FUSED = moves._site_terms
+FUSED = moves.site_terms
 
 
 def unfused(ctx, state, ch, ch_host, pos, prop, known_logits):
-    """moves._site_terms before mh_site_rows (unconditional models only: no context index)."""
+    """moves.site_terms before mh_site_rows (unconditional models only: no context index)."""
     runner, be = ctx.runner, ctx.backend
     n = ch.shape[0]
     at = pos[:, None]
@@ -59,7 +59,7 @@ def main() -> None:
     print(f"Machine: {results_md.machine_description()}")
     print("| chains | T | unfused (CPU ms / step) | mh_site_rows (CPU ms / step) | unfused / fused | rounds (unfused; fused) |")
     print("|---|---|---|---|---|---|")
-    use = lambda fn: lambda: setattr(moves, "_site_terms", fn)  # noqa: E731
+    use = lambda fn: lambda: setattr(moves, "site_terms", fn)  # noqa: E731
     for C, T in ((5, 10), (5, 20), (5, 40), (500, 40)):
         got = alternating_cpu_ms(C, T, {"unfused": use(unfused), "fused": use(FUSED)}, use(FUSED), args.rounds,
                                  args.repeats)

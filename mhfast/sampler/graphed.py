@@ -18,9 +18,10 @@ One graph per (moving-chain count, beta): the first step of a pair runs the body
 warms the model's kernels up, and is a real step), the second captures it, every later one
 replays it. Annealing changes beta every epoch, so it re-captures once per epoch. The model's
 output check is deferred to a device flag read once per epoch (:meth:`ModelRunner.defer_output_checks`),
-and the HF adapters are told once whether rows hold pads (:meth:`ModelRunner.static_inputs`):
-the two host syncs a step would otherwise make. A model whose forward still syncs cannot be
-captured: the capture's error is re-raised naming the model.
+and the model is told that the sampler vouches for its inputs and whether rows hold pads
+(:meth:`ModelRunner.static_inputs`: the HF adapters' padding test, the fairseq fast decoder's bounds
+checks and ``torch.unique``): the host syncs a step would otherwise make. A model whose forward still
+syncs cannot be captured: the capture's error is re-raised naming the model.
 
 With ``capture="static"`` (any device) the same body runs eagerly at every step: that is how the
 CPU tests check what the graph replays (tests/test_static_step.py).
@@ -71,7 +72,7 @@ class StaticSiteSteps:
         self.rows: dict[int, int] = {}  # per moving-chain count A: the masked rows of a step
         self.seen: set[tuple[int, float | None]] = set()  # (A, beta) pairs that ran eagerly once
         self.graphs_by_key: dict[tuple[int, float | None], tuple[Callable, int, int]] = {}  # replay, rows, calls
-        self.pool: Any = None  # the memory pool every graph of one beta shares (see _replay)
+        self.pool: Any = None  # the memory pool every graph of one beta shares (see capture)
         # the side stream that runs each graph's warm-up step and its capture (torch's recipe: lazy per-stream
         # initializations, e.g. cuBLAS workspaces, happen in the warm-up, never inside a capture)
         self.stream = torch.cuda.Stream(dev) if graphs and dev.type == "cuda" else None

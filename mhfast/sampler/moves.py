@@ -183,7 +183,7 @@ def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: t
     return prop, logq_f, logq_r, prop != cur, logits
 
 
-def _site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
+def site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
                 prop: torch.Tensor, known_logits: torch.Tensor, num_rows: int | None = None):
     """Per-position terms of X' for single-site moves of the distinct chains ``ch``: ``(x_new, raw_new,
     local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops; outputs:
@@ -223,7 +223,7 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
     Energies stay :func:`sum_terms` of the term rows (torch's float64 sum, as every other energy of
     the state), computed here once per moving chain and handed to the op.
     """
-    x_new, raw_new, local_new, seq, q, outputs = _site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
+    x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
     e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
     target_new = e_raw_new if state.energy == "raw" else e_local_new
     extra = None

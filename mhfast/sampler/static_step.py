@@ -13,7 +13,7 @@ With a model whose output rows do not depend on the rest of their batch (e.g.
 :class:`~mhfast.models.tabular.TabularMLM`) the chains equal the dynamic step's exactly
 (tests/test_static_step.py); a real network's matmuls may round differently at other batch sizes.
 
-The price: rows of unchanged chains are forwarded for nothing (at acceptance rate a, about
+The price: rows of unchanged chains are forwarded for nothing (the proposals that keep their state,
 ``1 - P(X' != X)`` of them). It pays where a step's launch and sync overheads dominate, i.e.
 on a GPU with few chains, once the step is captured (:mod:`mhfast.sampler.graphed`).
 
@@ -33,7 +33,7 @@ import dataclasses
 import torch
 
 from . import rng
-from .moves import _site_terms, propose_sites
+from .moves import propose_sites, site_terms
 from .runner import sum_terms
 from .state import ChainState
 from .step import StepContext
@@ -53,7 +53,7 @@ def static_single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor
     """
     prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
     known = logits if logits is not None else state.cache[act, pos]
-    x_new, raw_new, local_new, seq, q, outputs = _site_terms(ctx, state, act, act_host, pos, prop, known, num_rows)
+    x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, act, act_host, pos, prop, known, num_rows)
     keep_row = changed[:, None]
     raw_new = torch.where(keep_row, raw_new, state.raw_terms.index_select(0, act))
     local_new = torch.where(keep_row, local_new, state.local_terms.index_select(0, act))
