@@ -174,7 +174,8 @@ class HFMaskedLM:
             raise ValueError("mask_id: the model has no tokenizer or config entry naming its [MASK] token; "
                              "pass mask_id= (and pad_id=, special_ids=)")
         if pad is None:
-            raise ValueError("pad_id: the model has no tokenizer or config entry naming its padding token; pass pad_id=")
+            raise ValueError("pad_id: the model has no tokenizer or config entry naming its padding token; "
+                             "pass pad_id=")
         self.mask_id, self.pad_id = mask, pad
         self.bos_id = pick(bos_id, "cls_token_id", "bos_token_id")
         self.eos_id = pick(eos_id, "sep_token_id", "eos_token_id")

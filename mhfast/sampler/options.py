@@ -279,9 +279,8 @@ SPEC: tuple[Option, ...] = (
     Option("target_temperature", 1.0, _float(0.0, strict=True), "temperature tau of the target exp(-E/tau)", "8",
            "float"),
     Option("anneal", 0.0, _float(0.0, strict=False), "target temperature decrease per epoch", "8", "float"),
-    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature (used only with anneal > 0; a fixed target temperature is "
-           "used as given)",
-           "8", "float"),
+    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature (used "
+           "only with anneal > 0; a fixed target temperature is used as given)", "8", "float"),
     Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs", "App. F", "int"),
     Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers",
            "-", "int"),
