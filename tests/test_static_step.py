@@ -120,7 +120,8 @@ class FxReplayedSteps(StaticSiteSteps):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"energy": "local", "top_p": 0.9}, {"target_temperature": 0.6, "anneal": 0.1},
-                                    {"force_accept_epochs": 2}], ids=["default", "local-nucleus", "annealed", "forced"])
+                                    {"force_accept_epochs": 2}, {"dtype": "bfloat16"}],
+                         ids=["default", "local-nucleus", "annealed", "forced", "bf16"])
 def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
     """The capture-and-replay logic of capture='cuda-graph' (first step of a (chains, beta) pair eager, the second
     captured, every later one replayed; counters folded into the keys on the device; positions copied into a
