@@ -89,6 +89,32 @@ def test_the_rows_are_counted_and_sources_projected_once(cmlm, sources):
     assert calls == [len(set(src.tolist()))]  # one projection of each distinct source, not one per row
 
 
+def test_static_inputs_project_every_source_once_per_context(cmlm, sources):
+    """Under static_inputs (the sampler's static step): the same features, the encoder keys/values of every source
+    projected by the first call and reused by the next calls with the same context (no per-call torch.unique),
+    projected again for another context, and the plain path untouched after the context manager exits."""
+    ctx = cmlm.encode(sources[:3])
+    rows, row_index, positions, src = _reads(cmlm, sources)
+    fast = fast_decoder_model(cmlm)
+    want = fast.masked_features_at(rows, row_index, positions, ctx, src)
+    calls = []
+    handle = cmlm.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(
+        lambda _m, args, _out: calls.append(args[0].shape[0]))
+    try:
+        with fast.static_inputs(True):
+            got = [fast.masked_features_at(rows, row_index, positions, ctx, src) for _ in range(3)]
+            assert calls == [3]  # the 3 sources, once for the three calls
+            other = cmlm.encode(sources[3:5])
+            fast.masked_features_at(rows, row_index, positions, other, src % 2)
+            assert calls == [3, 2]  # a new context: its sources projected
+        fast.masked_features_at(rows, row_index, positions, ctx, src[:1].expand(rows.shape[0]))
+        assert calls == [3, 2, 1]  # outside: the call's distinct sources again (one here)
+    finally:
+        handle.remove()
+    for g in got:
+        assert torch.allclose(g, want, atol=2e-5, rtol=1e-5), (g - want).abs().max()
+
+
 @pytest.mark.parametrize("sampler", ["mh", "block-mh", "gibbs"])
 def test_fast_decoder_leaves_the_chains_unchanged(cmlm, sources, sampler):
     runs = {fwd: mhfast.sample(cmlm, source=sources[:3], length_beam=1, chains=3, epochs=4, burn_in=1,

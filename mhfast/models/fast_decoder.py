@@ -8,7 +8,8 @@ and reads one or a few positions of each:
 * every decoder layer's encoder attention projects the row's copy of the encoder output to keys and values
   (``k_proj``/``v_proj`` over the source tokens): the same numbers for every row of one source. Here they are
   computed once per distinct source of a call and indexed per row (about 12% of a row of the bundled
-  Multi30k model, more for long sources);
+  Multi30k model, more for long sources); under ``static_inputs`` (the sampler's static step), once per
+  run for every source;
 * after the last layer's self-attention nothing but the read positions is used, so its query, both attention
   outputs and the feed-forward block run at those positions only (keys and values of the row are still
   computed: the read position attends to all of them). For a 3-layer decoder that is most of a third.
@@ -97,14 +98,16 @@ class FastCMLMDecoder:
         self.output_layer = lm.output_layer
         self.decoder = lm.model.decoder
         self._static = False  # inside static_inputs
+        # (context, per layer (keys, values) [S, H, Ls, hd] of every source): the cache of static_inputs calls
+        self._encoder_kv: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
 
     @contextlib.contextmanager
     def static_inputs(self, has_pad: bool) -> Iterator[None]:
-        """Inside: the caller's rows, sources and read indices are taken as valid (no bounds checks) and every
-        encoded source's encoder-attention keys/values are projected (no ``torch.unique`` of the call's sources,
-        whose size depends on data): no host sync, so the sampler's static step can be captured as a CUDA graph.
-        ``has_pad`` changes nothing here (the decoder's padding mask is computed on the device). The protocol's
-        optional hook (mhfast.models.base)."""
+        """Inside: the caller's rows, sources and read indices are taken as valid (no bounds checks), and the
+        encoder-attention keys/values come from a per-context cache of every source's, projected by the first
+        call (no ``torch.unique`` of each call's sources, whose size depends on data): no host sync, so the
+        sampler's static step can be captured as a CUDA graph. ``has_pad`` changes nothing here (the decoder's
+        padding mask is computed on the device). The protocol's optional hook (mhfast.models.base)."""
         before, self._static = self._static, True
         try:
             yield
@@ -135,13 +138,17 @@ class FastCMLMDecoder:
         sources = (torch.arange(R, device=device) if context_index is None else context_index.to(device))
         memory = enc["encoder_out"][0]  # [Ls, S, d]
         pad = enc["encoder_padding_mask"][0] if len(enc["encoder_padding_mask"]) > 0 else None  # [S, Ls]
-        # Distinct sources of this call: their keys/values are projected once and indexed per row (static inputs:
-        # all sources, a shape that does not depend on data).
-        used, per_row = ((torch.arange(memory.shape[1], device=device), sources) if self._static
-                         else torch.unique(sources, return_inverse=True))
-        mem = memory.index_select(1, used).transpose(0, 1)  # [U, Ls, d]
+        # Keys/values of the encoder output, per layer: projected once per distinct source of this call and indexed
+        # per row; with static inputs, once per run for every source (a shape that does not depend on data).
+        if self._static:
+            used, per_row = torch.arange(memory.shape[1], device=device), sources
+            kv = self._static_encoder_kv(context, memory)
+        else:
+            used, per_row = torch.unique(sources, return_inverse=True)
+            kv = self._encoder_kv_of(memory.index_select(1, used).transpose(0, 1))  # [U, Ls, d] in
         src_keep = (~pad.index_select(0, used) if pad is not None
-                    else torch.ones(mem.shape[:2], dtype=torch.bool, device=device))[:, None, None, :]
+                    else torch.ones(kv[0][0].shape[0], kv[0][0].shape[2], dtype=torch.bool, device=device)
+                    )[:, None, None, :]
         lm.decoder_rows += R
 
         x, dec_pad = self.decoder.forward_embedding(tokens)  # [R, T, d]
@@ -149,17 +156,31 @@ class FastCMLMDecoder:
         layers = self.decoder.layers
         for i, layer in enumerate(layers):
             last = i == len(layers) - 1
-            x = self._layer(layer, x, keep, mem, src_keep, per_row, (row_index, positions) if last else None)
+            x = self._layer(layer, x, keep, kv[i], src_keep, per_row, (row_index, positions) if last else None)
         if self.decoder.layer_norm is not None:
             x = self.decoder.layer_norm(x)
         if self.decoder.project_out_dim is not None:
             x = self.decoder.project_out_dim(x)
         return x
 
+    def _encoder_kv_of(self, mem: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's encoder-attention keys and values of ``mem`` [U, Ls, d]: [(k, v) [U, H, Ls, hd]]."""
+        return [(_heads(layer.encoder_attn.k_proj(mem), layer.encoder_attn),
+                 _heads(layer.encoder_attn.v_proj(mem), layer.encoder_attn)) for layer in self.decoder.layers]
+
+    def _static_encoder_kv(self, context: Any, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`_encoder_kv_of` every source of ``context``, computed by the first call with it and kept while
+        calls bring the same context (a sampler run's: the encoder output never changes during the run)."""
+        if self._encoder_kv is None or self._encoder_kv[0] is not context:
+            self._encoder_kv = (context, self._encoder_kv_of(memory.transpose(0, 1)))
+        return self._encoder_kv[1]
+
     @staticmethod
-    def _layer(layer: Any, x: torch.Tensor, keep: torch.Tensor, mem: torch.Tensor, src_keep: torch.Tensor,
-               per_row: torch.Tensor, reads: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        """One TransformerDecoderLayer: x [R, T, d] -> [R, T, d], or -> [N, d] at ``reads`` (rows, positions)."""
+    def _layer(layer: Any, x: torch.Tensor, keep: torch.Tensor, enc_kv: tuple[torch.Tensor, torch.Tensor],
+               src_keep: torch.Tensor, per_row: torch.Tensor, reads: tuple[torch.Tensor, torch.Tensor] | None
+               ) -> torch.Tensor:
+        """One TransformerDecoderLayer: x [R, T, d] -> [R, T, d], or -> [N, d] at ``reads`` (rows, positions);
+        ``enc_kv``: the layer's encoder-attention keys/values [U, H, Ls, hd], ``per_row`` each row's index in them."""
         pre = layer.normalize_before
         sa, ea = layer.self_attn, layer.encoder_attn
         h = layer.self_attn_layer_norm(x) if pre else x
@@ -172,8 +193,7 @@ class FastCMLMDecoder:
         x = y if pre else layer.self_attn_layer_norm(y)
 
         h = layer.encoder_attn_layer_norm(x) if pre else x
-        ek = _heads(ea.k_proj(mem), ea).index_select(0, per_row)
-        ev = _heads(ea.v_proj(mem), ea).index_select(0, per_row)
+        ek, ev = enc_kv[0].index_select(0, per_row), enc_kv[1].index_select(0, per_row)
         y = x + _attend(ea, h, ek, ev, src_keep.index_select(0, per_row))
         x = y if pre else layer.encoder_attn_layer_norm(y)
 
