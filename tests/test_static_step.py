@@ -243,13 +243,18 @@ class NaNAfter:
         return out if self.left >= 0 else out * float("nan")
 
 
-def test_broken_model_raises_at_the_epochs_end():
-    """The static step defers the model's NaN check to a device flag: the run still raises the ValueError naming
-    the model (at the end of the epoch in which the NaN came), never returns a sample."""
+def test_broken_model_raises_at_the_epochs_end(device):
+    """The static step (any device) and every step on a GPU defer the model's NaN check to a device flag: the run
+    still raises the ValueError naming the model (at the end of the epoch in which the NaN came), never returns a
+    sample; the driver reads the flag after each epoch's steps."""
+    capture = "static" if device == "cpu" else "none"
+    seen = []
     with pytest.raises(ValueError, match=r"NaNAfter\.masked_logits returned non-finite values"):
-        mhfast.sample(NaNAfter(4), 3, chains=2, epochs=3, burn_in=0, capture="static")
-    r = mhfast.sample(NaNAfter(10 ** 6), 3, chains=2, epochs=3, burn_in=0, capture="static")  # never breaks: runs
-    assert r.tokens.shape == (1, 2, 3)
+        mhfast.sample(NaNAfter(4), 3, chains=2, epochs=3, burn_in=0, capture=capture, device=device,
+                      progress=lambda epoch, stats: seen.append(epoch))
+    assert seen == []  # the NaN came in the first epoch: no epoch's statistics were reported
+    r = mhfast.sample(NaNAfter(10 ** 6), 3, chains=2, epochs=3, burn_in=0, capture=capture, device=device)
+    assert r.tokens.shape == (1, 2, 3)  # a model that never breaks runs through
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -44,12 +44,13 @@ class Trace:
 
 
 def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bool = False,
-        progress: Callable[[int, dict], None] | None = None, counters: Callable[[], dict] = dict
-        ) -> tuple[ChainState, Trace]:
+        progress: Callable[[int, dict], None] | None = None, counters: Callable[[], dict] = dict,
+        after_epoch: Callable[[], None] | None = None) -> tuple[ChainState, Trace]:
     """Run ``kernel`` from ``state`` through the epochs of ``schedule``; returns the final state and trace.
 
     ``progress(epoch, stats)`` is called after every epoch with the trace's last entries plus
-    ``counters()`` (e.g. the model rows forwarded so far).
+    ``counters()`` (e.g. the model rows forwarded so far). ``after_epoch()`` runs after each epoch's
+    steps, before anything reads the state (e.g. the model runner's deferred output check, which raises).
     """
     trace = Trace()
     for epoch in schedule:
@@ -59,6 +60,8 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
             info = info + step_info
             if epoch.post_burn_in and step_info.scored:
                 state = state.with_best()
+        if after_epoch is not None:
+            after_epoch()
         trace.proposals += int(info.proposals)
         proposals = max(int(info.proposals), 1)
         trace.e_raw.append(float(state.e_raw.mean()))

@@ -110,11 +110,10 @@ class ModelRunner:
 
         Shape and dtype are metadata (free). The value check is one ``aminmax`` pass over the output
         and one scalar read: on CPU that pass is far cheaper than the forward that made the output
-        (d or V values per row against a whole transformer row); on CUDA the scalar read is a
-        host sync, but every adapter call already syncs (the HF adapter's padding test, the
-        ``outputs_at`` bounds), so it adds a small reduction, not a new stall. Logits may hold
-        -inf (a token the model rules out) but not NaN or +inf; features must be finite.
-        ``width`` None: features, whose width is fixed by the first call.
+        (d or V values per row against a whole transformer row); on a GPU the scalar read would be a
+        host sync, so the sampler's epochs there defer it (:meth:`defer_output_checks`: a device flag,
+        read once per epoch). Logits may hold -inf (a token the model rules out) but not NaN or +inf;
+        features must be finite. ``width`` None: features, whose width is fixed by the first call.
         """
         what = f"{type(self.model).__name__}.{name}"
         if not isinstance(out, torch.Tensor):
