@@ -72,6 +72,29 @@ def test_static_step_with_fixed_positions_inputs_and_sources():
     assert same_result(a, b) == []
 
 
+@pytest.mark.parametrize("case", range(12))
+def test_static_step_gives_the_dynamic_chains_on_random_problems(case):
+    """Random problems (vocabulary, length, inputs, chains, fixed positions, energy, temperatures, nucleus, uniform
+    share, order, seed) drawn from a seeded generator: the static step's chains equal the dynamic step's."""
+    g = torch.Generator().manual_seed(1000 + case)
+    pick = lambda *xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
+    V, T, B, C = pick(2, 3, 5), pick(2, 3, 4), pick(1, 2, 3), pick(1, 3, 6)
+    model = TabularMLM.random(V, T, seed=case, scale=pick(0.5, 1.0, 3.0), features=bool(case % 2))
+    init = torch.randint(V, (B, T), generator=g)
+    free = torch.rand(B, T, generator=g) < 0.7
+    free[:, 0] = True  # every input moves somewhere
+    kwargs = dict(energy=pick("raw", "local"), target_temperature=pick(0.5, 1.0, 2.0), top_p=pick(1.0, 0.8),
+                  proposal_temperature=pick(1.0, 1.7), order=pick("random", "left-to-right"),
+                  anneal=pick(0.0, 0.05), force_accept_epochs=pick(0, 1), seed=int(torch.randint(10 ** 6, (1,),
+                                                                                                generator=g)))
+    if kwargs["top_p"] < 1.0:
+        kwargs["uniform_mix"] = pick("auto", 0.0, 0.2)
+    common = dict(init=init, free_positions=free, chains=C, epochs=4, burn_in=1, **kwargs)
+    a = mhfast.sample(model, **common)
+    b = mhfast.sample(model, capture="static", **common)
+    assert same_result(a, b) == [], kwargs
+
+
 def test_exact_on_an_enumerable_network(device):
     """MH with the static step (CPU) or its CUDA graph (GPU) samples the tiny BERT's exp(-E): the empirical
     distribution of 2000 chains is within the bound derived from the sample size (test_sampler_exact's)."""
