@@ -15,6 +15,7 @@ Writes its section of bench/RESULTS.md.
     python3 bench/bench_forward.py --compile             # + torch.compile on the sampler's path: compile time, ms per row
     python3 bench/bench_forward.py --compile-only        # only that, keeping the section's table (~5 min)
     python3 bench/bench_forward.py --lengths 32 --repeats 1 --no-write
+    python3 bench/bench_forward.py --compile-only --device cuda --model antiberty-random --no-write   # on a GPU
 """
 from __future__ import annotations
 
@@ -103,9 +104,15 @@ def compiled_layers(layers: list) -> Iterator[None]:
             layer._compiled_call_impl = None
 
 
-def sampler_runner(lm, dtype: torch.dtype) -> ModelRunner:
-    """The runner ``mhfast.sample`` builds on CPU: the fast forward, the default sub-batches for ``dtype``."""
-    return ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, "cpu", dtype), dtype=dtype)
+def sampler_runner(lm, dtype: torch.dtype, device: str = "cpu") -> ModelRunner:
+    """The runner ``mhfast.sample`` builds on ``device``: the fast forward, the default sub-batches for ``dtype``."""
+    return ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, device, dtype), device=device, dtype=dtype)
+
+
+def sync(runner: ModelRunner) -> None:
+    """Wait for the runner's GPU (its kernels run asynchronously; nothing to wait for on CPU)."""
+    if runner.device_type == "cuda":
+        torch.cuda.synchronize()
 
 
 def chain_row_sets(lm, T: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -126,8 +133,10 @@ def alternate(lm, runner: ModelRunner, sets: dict, T: int, repeats: int, modes: 
             with modes[m]():
                 runner.outputs(*masked_rows(lm, 2, T, seed=99))
                 for c in sets:
+                    sync(runner)
                     start = time.perf_counter()
                     outs[(m, c)] = runner.outputs(*sets[c])
+                    sync(runner)
                     times[(m, c)].append(time.perf_counter() - start)
     return times, outs
 
@@ -141,19 +150,20 @@ def per_chains(sets: dict, times: dict, new: str, old: str) -> str:
     return "; ".join(parts)
 
 
-def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
+def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype, device: str = "cpu") -> str:
     """torch.compile on the sampler's own path (its runner, the fast forward, the default sub-batches, autocast
     to ``dtype``) against eager, same rows, alternating: every encoder layer but the last (which the fast
     forward runs in pieces at the masked positions) compiled in place, so the per-layer Python and the
     elementwise work (GELU, LayerNorm, residual adds) can be fused. Rows in sub-batches of 1, 5 and 16 chains'
     single-site proposals (T-1 rows each). Both inside the runner's session, as mhfast.sample runs."""
     layers = list(lm._body.encoder.layer)[:-1]
-    runner = sampler_runner(lm, dtype)
+    runner = sampler_runner(lm, dtype, device)
     sets = chain_row_sets(lm, T)
     eager_out = {c: runner.outputs(*sets[c]) for c in sets}
     start = time.perf_counter()
     with compiled_layers(layers):
         diff = max(float((runner.outputs(*sets[c]).float() - eager_out[c].float()).abs().max()) for c in sets)
+    sync(runner)
     compile_s = time.perf_counter() - start
 
     @contextlib.contextmanager
@@ -163,22 +173,24 @@ def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
 
     times, _ = alternate(lm, runner, sets, T, repeats, {"eager": runner.session, "compiled": compiled_in_session})
     name = "float32" if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} (autocast)"
-    return (f"torch.compile on the sampler's path, {name}, T={T}: the encoder layers but the last "
+    where = "" if device == "cpu" else f" on {torch.cuda.get_device_name()}"
+    return (f"torch.compile on the sampler's path{where}, {name}, T={T}: the encoder layers but the last "
             f"compiled in place (inductor, dynamic=True); compile and first calls {compile_s:.0f} s (less with a warm "
             f"inductor cache); compiled vs eager, both in the runner's session, median of {repeats} alternating rounds: "
             + per_chains(sets, times, "compiled", "eager") + f"; largest output difference {diff:.2g}.")
 
 
-def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype) -> str:
+def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype, device: str = "cpu") -> str:
     """The sampler's bf16 path with and without :meth:`ModelRunner.session` (autocast's weight-cast cache kept
     over the run): rows of 1, 5 and 16 chains' single-site proposals (T-1 rows each) per call, alternating."""
-    runner = sampler_runner(lm, dtype)
+    runner = sampler_runner(lm, dtype, device)
     sets = chain_row_sets(lm, T)
     times, outs = alternate(lm, runner, sets, T, repeats, {"per call": contextlib.nullcontext,
                                                            "session": runner.session})
     same = all(torch.equal(outs[("per call", c)], outs[("session", c)]) for c in sets)
     name = str(dtype).replace("torch.", "")
-    return (f"Weight casts, {name} (autocast), T={T}: the runner's session (autocast's cache of weight casts kept "
+    where = "" if device == "cpu" else f" on {torch.cuda.get_device_name()}"
+    return (f"Weight casts{where}, {name} (autocast), T={T}: the runner's session (autocast's cache of weight casts kept "
             f"over a run, as mhfast.sample does) vs a cast of every weight per model call (the table above), "
             f"median of {repeats} alternating rounds: " + per_chains(sets, times, "session", "per call")
             + f"; outputs {'bit-identical' if same else 'DIFFERENT'}.")
@@ -217,11 +229,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="also time torch.compile on the sampler's path (minutes)")
     p.add_argument("--compile-only", action="store_true",
                    help="only the lines below the table (weight casts, torch.compile): replaces them, keeps the table")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: the --compile-only lines on the GPU (the budget table is the CPU's)")
+    p.add_argument("--model", default="antiberty", choices=["antiberty", "antiberty-random"],
+                   help="antiberty-random: AntiBERTy's shape with random weights (bench_mixmatch.load_model)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    if args.device == "cuda" and not (args.compile_only and args.no_write and torch.cuda.is_available()):
+        p.error("--device cuda: needs a GPU, --compile-only and --no-write (bench/RESULTS.md's section is the CPU's)")
     torch.set_num_threads(args.threads)
-    lm = load_antiberty()
-    dtypes = [torch.float32] + ([torch.bfloat16] if precision.native(torch.bfloat16, torch.device("cpu")) else [])
+    if args.model == "antiberty" and args.device == "cpu":
+        lm = load_antiberty()
+    else:
+        from bench_mixmatch import load_model
+
+        lm = load_model(args.model, args.device)
+    dtypes = [torch.float32] + ([torch.bfloat16] if precision.native(torch.bfloat16, torch.device(args.device))
+                                else [])
     if args.compile_only:
         old = results_md.read_section(START, END)
         text = "".join(line for line in old.splitlines(keepends=True)
@@ -233,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             results += measure(lm, T, args.rows, args.budgets, dtypes, args.repeats)
             print(f"T={T} done", flush=True)
         text = report(results, lm, peaks, args)
-    extra = [measure_cast_cache(lm, 32, max(args.repeats, 5), dt) for dt in dtypes if dt != torch.float32]
+    extra = [measure_cast_cache(lm, 32, max(args.repeats, 5), dt, args.device) for dt in dtypes
+             if dt != torch.float32]
     if args.compile or args.compile_only:
-        extra += [measure_compile(lm, 32, args.repeats, dt) for dt in dtypes]
+        extra += [measure_compile(lm, 32, args.repeats, dt, args.device) for dt in dtypes]
     text = text.rstrip("\n") + "\n\n" + "\n\n".join(extra) + "\n"
     print(text)
     if not args.no_write:

@@ -24,10 +24,15 @@
 #      T 16/32/64 x 1/5/16 chains, fp32 and bf16, random start, 3 alternating repeats; mhfast both as it is
 #      (capture=none) and with its step captured as CUDA graphs (capture=cuda-graph), each against the same
 #      mixmatch run (tests/test_static_step.py, in step 4, checks the graphs' chains first)
-# Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch; default
-# all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the plan is three calls,
+#  10. bench/bench_forward.py --compile-only on the device: torch.compile of the encoder layers on the sampler's
+#      path (AntiBERTy's shape, random weights) against eager, fp32 and bf16: compile time, ms per row (issue 14's
+#      "compile=True where it pays": it does not on the CPU, 0.93-1.01x; mhfast has no compile option until a GPU
+#      shows it pays). Skipped on CPU with --quick.
+# Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
+# compile; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
+# plan is three calls,
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
-#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,compile
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixmatch
 # (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine).
 #
@@ -46,7 +51,7 @@
 # The files that come back from the device tool are at most 8: this script writes 8 or fewer.
 set -uo pipefail
 
-ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch"
+ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile"
 usage() { echo "usage: $0 OUTDIR [--quick] [--only STEP,STEP,... (of $ALL_STEPS)]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 OUTDIR=$1
@@ -219,6 +224,15 @@ if wanted mixmatch; then
     >"$OUTDIR/mixmatch.md" 2>&1
 fi
 
+# 10. torch.compile on the sampler's path, on this device (the CPU's figures are bench/RESULTS.md's).
+if wanted compile && { [ "$DEV" = cuda ] || [ "$QUICK" = 0 ]; }; then
+  CR="--repeats 5"
+  [ "$DEV" = cpu ] && CR="--repeats 1"
+  # shellcheck disable=SC2086
+  run_step "torch.compile vs eager ($DEV)" "$OUTDIR/bench.log" timeout 300 $PY bench/bench_forward.py --compile-only \
+    --device $DEV --model antiberty-random --no-write $CR
+fi
+
 # Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).
 {
   echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
@@ -237,6 +251,7 @@ fi
   grep -hs "passed\|failed\|error" "$OUTDIR/tests.log" | tail -3
   grep -hs "op sweep on" "$OUTDIR/sanitizer.log" | tail -3
   grep -hs "ERROR SUMMARY" "$OUTDIR/sanitizer.log" | tail -3
+  grep -hs "^torch.compile on the sampler's path\|^Weight casts" "$OUTDIR/bench.log" | tail -3
   for md in ops_floor.md sampler_e2e.md mixmatch.md; do
     if [ -f "$OUTDIR/$md" ]; then
       echo

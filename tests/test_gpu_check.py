@@ -72,5 +72,5 @@ def test_an_unknown_step_is_refused_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"{SCRIPT}: --only: unknown step 'sanitiser' (steps: tests,sanitizer,ops,e2e,decoder,mixmatch)"]
+        f"{SCRIPT}: --only: unknown step 'sanitiser' (steps: tests,sanitizer,ops,e2e,decoder,mixmatch,compile)"]
     assert not (tmp_path / "summary.md").exists()
