@@ -72,6 +72,21 @@ def test_static_step_with_fixed_positions_inputs_and_sources():
     assert same_result(a, b) == []
 
 
+def test_static_step_with_allowed_tokens():
+    """An AllowedTokens mask (the one extra-energy object capture= accepts: it shapes proposals, adds no term):
+    the static step's chains equal the dynamic step's and never hold a forbidden token."""
+    from mhfast.energy_terms import AllowedTokens
+
+    model = TabularMLM.random(4, 4, seed=8)
+    mask = torch.ones(4, model.vocab_size, dtype=torch.bool)
+    mask[1, 2] = mask[2, 0] = mask[3, 3] = False
+    common = dict(chains=6, epochs=5, burn_in=1, seed=4, extra_energy=AllowedTokens(mask))
+    a = mhfast.sample(model, 4, **common)
+    b = mhfast.sample(model, 4, capture="static", **common)
+    assert same_result(a, b) == []
+    assert not bool((b.tokens[..., 1] == 2).any() or (b.tokens[..., 2] == 0).any() or (b.tokens[..., 3] == 3).any())
+
+
 @pytest.mark.parametrize("case", range(12))
 def test_static_step_gives_the_dynamic_chains_on_random_problems(case):
     """Random problems (vocabulary, length, inputs, chains, fixed positions, energy, temperatures, nucleus, uniform
