@@ -31,8 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_md  # noqa: E402
+from bench_mixmatch import load_model, sync  # noqa: E402
 
-from mhfast.models.antiberty import load_antiberty  # noqa: E402
 from mhfast.models.fast_forward import fast_forward_model  # noqa: E402
 from mhfast.sampler import precision  # noqa: E402
 from mhfast.sampler.runner import ModelRunner, default_max_tokens  # noqa: E402
@@ -109,11 +109,6 @@ def sampler_runner(lm, dtype: torch.dtype, device: str = "cpu") -> ModelRunner:
     return ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, device, dtype), device=device, dtype=dtype)
 
 
-def sync(runner: ModelRunner) -> None:
-    """Wait for the runner's GPU (its kernels run asynchronously; nothing to wait for on CPU)."""
-    if runner.device_type == "cuda":
-        torch.cuda.synchronize()
-
 
 def chain_row_sets(lm, T: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Rows of one step of 1, 5 and 16 chains' single-site proposals (T-1 masked rows per chain), by chains."""
@@ -133,10 +128,10 @@ def alternate(lm, runner: ModelRunner, sets: dict, T: int, repeats: int, modes: 
             with modes[m]():
                 runner.outputs(*masked_rows(lm, 2, T, seed=99))
                 for c in sets:
-                    sync(runner)
+                    sync(lm)
                     start = time.perf_counter()
                     outs[(m, c)] = runner.outputs(*sets[c])
-                    sync(runner)
+                    sync(lm)
                     times[(m, c)].append(time.perf_counter() - start)
     return times, outs
 
@@ -163,7 +158,7 @@ def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype, device: str = 
     start = time.perf_counter()
     with compiled_layers(layers):
         diff = max(float((runner.outputs(*sets[c]).float() - eager_out[c].float()).abs().max()) for c in sets)
-    sync(runner)
+    sync(lm)
     compile_s = time.perf_counter() - start
 
     @contextlib.contextmanager
@@ -197,7 +192,7 @@ def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype, device: str
 
 
 def report(results: list[dict], lm, peaks: dict, args) -> str:
-    lines = [f"## The cost of a forwarded row (bench/bench_forward.py)", "",
+    lines = ["## The cost of a forwarded row (bench/bench_forward.py)", "",
              f"AntiBERTy (8 layers, d=512), {args.rows} masked rows of length T+2 through the sampler's runner, "
              f"ms per row (median of {args.repeats} alternating rounds), by `max_tokens_per_batch` (rows per "
              f"sub-batch = budget // (T+2)), `forward` and `dtype`. {results_md.machine_description()}. "
@@ -238,12 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not (args.compile_only and args.no_write and torch.cuda.is_available()):
         p.error("--device cuda: needs a GPU, --compile-only and --no-write (bench/RESULTS.md's section is the CPU's)")
     torch.set_num_threads(args.threads)
-    if args.model == "antiberty" and args.device == "cpu":
-        lm = load_antiberty()
-    else:
-        from bench_mixmatch import load_model
-
-        lm = load_model(args.model, args.device)
+    lm = load_model(args.model, args.device)
     dtypes = [torch.float32] + ([torch.bfloat16] if precision.native(torch.bfloat16, torch.device(args.device))
                                 else [])
     if args.compile_only:

@@ -27,8 +27,8 @@ Runs alternate in one process (mixmatch, mhfast, mixmatch, mhfast, ...); the spe
 the per-repeat ratios. The baseline forwards a step's rows in one batch (capped at 65536 tokens, as
 mhfast's default was when this bench was written); mhfast runs with its default options (its sub-batch
 budget is then 2^20 / d tokens on CPU in fp32, 2^22 / d in bf16: 2048 and 8192 for AntiBERTy). ``n`` is about
-``--budget / T`` proposals per case (at least one per
-chain), so every case costs the baseline about the same model work; the table gives the number. Also
+``--budget / T`` proposals per case (at least one per chain), so every case costs the baseline about the same
+model work; the table gives the number. Also
 measured in the same run: an achievable peak (a 2048^3 fp32 and a bf16 matmul before every case, the best
 kept) and the model forward's FLOP rate in each loop as a fraction of it; and, with ``--batch-sweep``,
 mhfast alone at T=32 and 16 chains for a few ``max_tokens_per_batch`` values.

@@ -15,7 +15,7 @@ import mhfast
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler import options
 from mhfast.sampler.backend import get_backend
-from mhfast.sampler.graphed import StaticSiteSteps
+from mhfast.sampler.graphed import STEP_FIELDS, StaticSiteSteps
 from mhfast.sampler.moves import single_site_mh
 from mhfast.sampler.runner import ModelRunner
 from mhfast.sampler.state import ChainCounts, ChainState, rescore
@@ -154,7 +154,7 @@ class FxReplayedSteps(StaticSiteSteps):
         return replay
 
     def _buffers(self):
-        return [getattr(self.buffers, f) for f in ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "cache")]
+        return [getattr(self.buffers, f) for f in (*STEP_FIELDS, "cache")]
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"energy": "local", "top_p": 0.9}, {"target_temperature": 0.6, "anneal": 0.1},

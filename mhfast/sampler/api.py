@@ -127,8 +127,7 @@ def _without_syncs(runner: ModelRunner, state: ChainState) -> Any:
     if state.tokens.device.type == "cpu":
         return contextlib.nullcontext()
     runner.defer_output_checks()
-    pad = getattr(runner.model, "pad_id", None)
-    return runner.static_inputs(pad is None or bool((state.tokens == pad).any()))
+    return runner.static_inputs(runner.holds_pads(state.tokens))
 
 
 def _check_problem(cfg, problem) -> None:

@@ -12,7 +12,7 @@ So the step runs as a *body* over buffers this class owns:
   counters as 0-d device tensors, folded into the chains' keys on the device by
   :func:`~mhfast.sampler.rng.counters_into_keys`, so the ops draw with epoch = step = 0 exactly the
   numbers the dynamic step draws (the chains stay the same);
-* the MH test's outcome (accepted, changed), cloned after each replay.
+* the MH test's outcome (accepted, changed), copied out of the graph after each replay.
 
 One graph per (moving-chain count, beta): the first step of a pair runs the body eagerly (it
 warms the model's kernels up, and is a real step), the second captures it, every later one
@@ -76,10 +76,7 @@ class StaticSiteSteps:
         # the side stream that runs each graph's warm-up step and its capture (torch's recipe: lazy per-stream
         # initializations, e.g. cuBLAS workspaces, happen in the warm-up, never inside a capture)
         self.stream = torch.cuda.Stream(dev) if graphs and dev.type == "cuda" else None
-        if has_pad is None:
-            pad = getattr(ctx.runner.model, "pad_id", None)
-            has_pad = pad is None or bool((state.tokens == pad).any())
-        self.has_pad = has_pad
+        self.has_pad = ctx.runner.holds_pads(state.tokens) if has_pad is None else has_pad
         ctx.runner.defer_output_checks()
 
     def state_of(self, state: ChainState) -> ChainState:
@@ -114,7 +111,6 @@ class StaticSiteSteps:
             accepted, changed = self._on_capture_stream(body)
         else:
             accepted, changed = self._replay(key, body)
-        accepted, changed = accepted.clone(), changed.clone()
         if state.counts is not None:
             state.counts.tested(act, accepted, where=changed)
         return self.state_of(state), StepInfo(A, accepted.sum(), (accepted & changed).sum(), scored=True)
@@ -163,7 +159,8 @@ class StaticSiteSteps:
 
     def capture(self, body: Callable[[], tuple[torch.Tensor, torch.Tensor]]
                 ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-        """``body`` captured as a CUDA graph, without running it: returns ``replay() -> (accepted, changed)``.
+        """``body`` captured as a CUDA graph, without running it: returns ``replay() -> (accepted, changed)``, new
+        tensors at each replay.
 
         (A test may replace this method by another capture with the same contract: Python runs once, at
         capture; the buffers are read and written at each replay; tests/test_static_step.py does so with
@@ -173,7 +170,7 @@ class StaticSiteSteps:
         torch.cuda.synchronize()
         try:
             # One pool for all graphs (one per moving-chain count): safe because replays never overlap and each
-            # replay's outputs are cloned before the next (step); it bounds memory to one step's.
+            # replay's outputs are copied out before the next (replay below); it bounds memory to one step's.
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 outputs = body()
         except RuntimeError as e:
@@ -184,5 +181,5 @@ class StaticSiteSteps:
 
         def replay() -> tuple[torch.Tensor, torch.Tensor]:
             graph.replay()
-            return outputs
+            return outputs[0].clone(), outputs[1].clone()  # the graph's buffers: the next replay overwrites them
         return replay

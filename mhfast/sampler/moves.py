@@ -184,7 +184,7 @@ def propose_sites(ctx: StepContext, state: ChainState, act: torch.Tensor, pos: t
 
 
 def site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
-                prop: torch.Tensor, known_logits: torch.Tensor, num_rows: int | None = None):
+               prop: torch.Tensor, known_logits: torch.Tensor, num_rows: int | None = None):
     """Per-position terms of X' for single-site moves of the distinct chains ``ch``: ``(x_new, raw_new,
     local_new, seq, q, outputs)`` (the same numbers as :func:`_score_proposals`, in fewer ops; outputs:
     the model's outputs as a list of sub-batches, for the cache).

@@ -162,6 +162,12 @@ class ModelRunner:
             names = ", ".join(sorted(self._deferred_names))
             raise ValueError(f"{names} returned non-finite values (NaN or +inf; features: -inf too) in a step")
 
+    def holds_pads(self, tokens: torch.Tensor) -> bool:
+        """Whether any row of ``tokens`` holds the model's pad id (True for a model that names none): one host read,
+        made once per run by the callers of :meth:`static_inputs` (the sampler never proposes a pad)."""
+        pad = getattr(self.model, "pad_id", None)
+        return pad is None or bool((tokens == pad).any())
+
     def static_inputs(self, has_pad: bool) -> Any:
         """A context in which the model may take its inputs as valid and as holding pads or not (``has_pad``,
         checked once by the caller) instead of checking every call's (host syncs): the model's optional
