@@ -8,7 +8,7 @@ Three measurements, each alternating the two forwards within a round (median ove
   encoder-attention keys/values projected for every row) vs ``forward="fast"``
   (:class:`mhfast.models.fast_decoder.FastCMLMDecoder`);
 * the sub-batch budget: ms per row of the fast forward for each of ``--budgets`` tokens per model call,
-  against the default width rule (2^20 / d tokens in fp32);
+  against the default rule (tokens from the width d and the CPU's L2 cache, 2 L2 / 4d in fp32);
 * the whole sampler: ``mhfast.sample`` (single-site MH, raw energy, 5 chains) over the first ``--sentences``
   test sentences for ``--epochs`` epochs, both forwards, with the check that they give the same chains.
 
@@ -32,6 +32,7 @@ import results_md  # noqa: E402
 
 import mhfast  # noqa: E402
 from mhfast.models.fast_decoder import FastCMLMDecoder, fast_decoder_model  # noqa: E402
+from mhfast.sampler import cpu_info  # noqa: E402
 from mhfast.sampler.runner import ModelRunner, default_max_tokens  # noqa: E402
 
 START, END = "<!-- bench_decoder:start -->", "<!-- bench_decoder:end -->"
@@ -102,7 +103,7 @@ def measure_rows(lm, ctx, lengths: list[int], n: int, sources: int, repeats: int
 
 def measure_budgets(lm, ctx, T: int, n: int, sources: int, budgets: list[int], repeats: int) -> dict[int, float]:
     """ms per row of the fast forward at each sub-batch budget (tokens), alternating within a round: does the
-    width rule of ``default_max_tokens`` (2^20 / d tokens in fp32) pick a fast budget for this model too?"""
+    width-and-L2 rule of ``default_max_tokens`` (2 L2 / 4d tokens in fp32) pick a fast budget for this model too?"""
     rows, pos, index = masked_rows(lm, n, T, sources)
     fast = fast_decoder_model(lm)
     runners = {b: ModelRunner(fast, ctx, b, torch.device(lm.device)) for b in budgets}
@@ -148,7 +149,7 @@ def report(rows: list[dict], sampler: dict, args, lm, budgets: dict[int, float])
         chosen = rows[0]["budget"]
         lines += ["", f"Sub-batch budget (tokens per model call) for the fast forward at T={args.budget_length}, "
                   f"{args.rows * 4} rows, ms per row; the default rule gives {chosen} for d={lm.model.decoder.embed_dim} "
-                  f"(2^20 / d, from bench_forward.py's AntiBERTy sweep):", "",
+                  f"(2 x {cpu_info.l2_bytes() >> 10} KiB of L2 / 4d, from bench_forward.py's AntiBERTy sweeps):", "",
                   "| " + " | ".join(f"{b}" for b in budgets) + " |", "|" + "---|" * len(budgets),
                   "| " + " | ".join(f"{ms:.3f}" for ms in budgets.values()) + " |", "",
                   f"Fastest: {best} ({budgets[best]:.3f} ms / row); the default's "

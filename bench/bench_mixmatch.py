@@ -26,7 +26,8 @@ per chain), single-site MH, raw energy, default options. What is timed:
 Runs alternate in one process (mixmatch, mhfast, mixmatch, mhfast, ...); the speed-up is the median of
 the per-repeat ratios. The baseline forwards a step's rows in one batch (capped at 65536 tokens, as
 mhfast's default was when this bench was written); mhfast runs with its default options (its sub-batch
-budget is then 2^20 / d tokens on CPU in fp32, 2^22 / d in bf16: 2048 and 8192 for AntiBERTy). ``n`` is about
+budget is then sized from the model's width and the CPU's L2 cache: 2048 tokens for AntiBERTy in fp32 and 8192
+in bf16 on a Xeon with 2 MiB of L2 and AMX, 1024 and 2048 on an EPYC with 1 MiB and no AMX). ``n`` is about
 ``--budget / T`` proposals per case (at least one per chain), so every case costs the baseline about the same
 model work; the table gives the number. Also
 measured in the same run: an achievable peak (a 2048^3 fp32 and a bf16 matmul before every case, the best
@@ -63,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_md  # noqa: E402
 
 import mhfast  # noqa: E402
-from mhfast.sampler import precision  # noqa: E402
+from mhfast.sampler import cpu_info, precision  # noqa: E402
 
 START, END = "<!-- bench_mixmatch:start -->", "<!-- bench_mixmatch:end -->"
 DEFAULT_MAX_TOKENS = 65536  # the baseline's batch cap: mixmatch forwards a step's rows in one batch
@@ -234,9 +235,19 @@ def matmul_peak(dtype: torch.dtype, device: str = "cpu", n: int = 2048, reps: in
     return 2.0 * n ** 3 / best / 1e9
 
 
+def budgets_text() -> str:
+    """mhfast's default CPU sub-batches for AntiBERTy's width on this machine, in words."""
+    from types import SimpleNamespace
+
+    from mhfast.sampler.runner import default_max_tokens
+    width = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(hidden_size=ANTIBERTY_CONFIG["hidden_size"])))
+    fp32, bf16 = (default_max_tokens(width, "cpu", dt) for dt in (torch.float32, torch.bfloat16))
+    return f"{fp32} tokens for AntiBERTy in fp32 and {bf16} in bf16"
+
+
 def cpu_features() -> list[str]:
     """The vector/matrix extensions of :data:`CPU_FEATURES` this CPU reports in /proc/cpuinfo."""
-    flags = precision._cpu_flags()
+    flags = cpu_info.flags()
     return [f for f in CPU_FEATURES if f in flags]
 
 
@@ -431,8 +442,9 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         f"{args.repeats} alternating runs (per start: mixmatch, mhfast; then the next start and repeat); speed-up = "
         "the median of the per-repeat ratios (each in brackets). mixmatch forwards a step's rows in one batch "
         f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (" + (
-            "on a GPU its sub-batches are 65536 tokens" if cuda else "on CPU its sub-batches are 2^20 / d "
-            "= 2048 tokens for AntiBERTy in fp32 and 2^22 / d = 8192 in bf16") + " (mhfast.sampler.runner."
+            "on a GPU its sub-batches are 65536 tokens" if cuda else "on CPU its sub-batches, sized from the model's "
+            f"width and this CPU's {cpu_info.l2_bytes() >> 10} KiB of L2 per core, are {budgets_text()}")
+        + " (mhfast.sampler.runner."
         "default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
         "its counted FLOPs, those of full rows, overstate its rate by up to ~10%). mhfast rows / proposal = "
         "`SampleResult.rows_per_proposal` (T-1 per proposal that changes the state, 0 otherwise); mixmatch 2T+1.", "",

@@ -289,9 +289,10 @@ SPEC: tuple[Option, ...] = (
     Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
     Option("max_tokens_per_batch", None, _optional_int(1), "masked rows are forwarded in sub-batches of at most "
-           "max_tokens_per_batch // T rows; default: on CPU 2^20 / d tokens for a model of width d in fp32 (2048 at "
-           "d=512: activations stay in cache) and 2^22 / d with a bf16/fp16 forward, the fastest sub-batches "
-           "measured by bench/bench_forward.py; else (GPUs, models of unknown width) 65536", "-", "int"),
+           "max_tokens_per_batch // T rows; default on CPU: hidden states of twice one core's L2 cache (tokens = 2 L2 / "
+           "(d x bytes per value) for a model of width d: 2048 at d=512 in fp32 with 2 MiB of L2, 1024 with 1 MiB; "
+           "4x L2 for a bf16/fp16 forward on AMX), the fastest sub-batches bench/bench_forward.py measured on two "
+           "CPUs; else (GPUs, models of unknown width) 65536", "-", "int"),
     Option("forward", "fast", _choice(FORWARDS), "fast: skip model work whose output is never read (the last "
            "encoder layer only at the masked positions, where that is the layer's own computation: BERT-family "
            "HuggingFace models and AntiBERTy; for fairseq CMLMs also the encoder-attention keys/values once per "

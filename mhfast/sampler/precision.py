@@ -14,11 +14,12 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Any
 
 import torch
+
+from . import cpu_info
 
 NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,25 +35,13 @@ def parse(value: Any) -> torch.dtype | None:
     raise ValueError(f"must be None or one of {', '.join(NAMES)} (a name or a torch dtype), got {value!r}")
 
 
-@functools.lru_cache(maxsize=None)
-def _cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def native(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether ``device`` computes ``dtype`` matmuls natively (fast), as far as can be told."""
     if dtype == torch.float32:
         return True
     if device.type == "cuda":
         return dtype == torch.float16 or torch.cuda.is_bf16_supported()
-    flags = _cpu_flags()
+    flags = cpu_info.flags()
     if dtype == torch.bfloat16:
         return bool({"avx512_bf16", "amx_bf16"} & flags)
     return bool({"avx512_fp16", "amx_fp16"} & flags)

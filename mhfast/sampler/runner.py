@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..models.base import has_features, model_width
+from . import cpu_info
 
 
 def sum_terms(terms: torch.Tensor) -> torch.Tensor:
@@ -44,18 +45,22 @@ def sum_terms(terms: torch.Tensor) -> torch.Tensor:
     return terms.double().sum(dim=1).float()
 
 
-#: CPU sub-batches hold this many hidden-state values: tokens = values / width. fp32 forwards are fastest with
-#: ~2^20 (1024-2048 tokens at d = 512: the activations stay in cache), bf16/fp16 ones (AMX, AVX512-BF16)
-#: with ~2^22 (4096-16384 tokens): measured on AntiBERTy by bench/bench_forward.py (bench/RESULTS.md).
-CPU_HIDDEN_VALUES = {torch.float32: 1 << 20, torch.bfloat16: 1 << 22, torch.float16: 1 << 22}
+#: A CPU sub-batch's hidden states (tokens x d x element size) fill about this many times one core's L2 cache,
+#: the sub-batches bench/bench_forward.py found fastest on AntiBERTy (d = 512) on two CPUs (bench/RESULTS.md): an
+#: Intel Xeon with 2 MiB of L2 (fp32: 2048 tokens = 2x L2; bf16 on AMX: 8192 = 4x) and an AMD EPYC with 1 MiB,
+#: AVX512-BF16 and no AMX (fp32: 1024 and 2048 tokens equal within noise; bf16: 2048 = 2x L2, fastest at T=64,
+#: where 4096 and 16384 tokens, around the Xeon's 8192, were 1% and 4-13% slower per row; T=16-32: all within 2%).
+L2_MULTIPLE = 2
+L2_MULTIPLE_AMX = 4  # AMX tiles keep larger lower-precision batches fast
 GPU_MAX_TOKENS = 65536
 
 
 def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None) -> int:
-    """``max_tokens_per_batch`` when the user gives none: on CPU ``2^20 // d`` tokens for a model of width d in
-    fp32 (2048 at d = 512) and ``2^22 // d`` with a bf16/fp16 forward (8192), the sub-batches bench_forward.py
-    found fastest; on GPUs, and for models whose width cannot be read (custom adapters, tabular test models),
-    65536 (large batches fill a GPU; few calls for a cheap custom model).
+    """``max_tokens_per_batch`` when the user gives none, from the model's width d and this CPU's caches: on CPU
+    ``L2_MULTIPLE x L2 // (d x element size)`` tokens (fp32: 2048 at d = 512 with 2 MiB of L2 per core, 1024 with
+    1 MiB; a bf16/fp16 forward on an AMX CPU: 4x L2, 8192 tokens), never below 256; on GPUs, and for models whose
+    width cannot be read (custom adapters, tabular test models), 65536 (large batches fill a GPU; few calls for a
+    cheap custom model). The L2 size is read once per process (:func:`mhfast.sampler.cpu_info.l2_bytes`).
 
     >>> default_max_tokens(None, "cpu"), default_max_tokens(None, "cuda")
     (65536, 65536)
@@ -63,7 +68,11 @@ def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None
     width = model_width(model)
     if torch.device(device if device is not None else "cpu").type != "cpu" or width is None:
         return GPU_MAX_TOKENS
-    return max(256, CPU_HIDDEN_VALUES.get(dtype or torch.float32, 1 << 20) // width)
+    dtype = dtype or torch.float32
+    lower = dtype in (torch.bfloat16, torch.float16)
+    multiple = L2_MULTIPLE_AMX if lower and "amx_bf16" in cpu_info.flags() else L2_MULTIPLE
+    element = torch.empty((), dtype=dtype).element_size()
+    return max(256, multiple * cpu_info.l2_bytes() // (width * element))
 
 
 class ModelRunner:

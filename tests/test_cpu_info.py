@@ -1,0 +1,84 @@
+"""The CPU facts read at run time (mhfast.sampler.cpu_info) and the CPU sub-batch size derived from them."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhfast.sampler import cpu_info, precision, runner
+
+
+def _sysfs(root, caches):
+    """A fake /sys/devices/system/cpu/cpu0/cache: one index<i> folder per (level, type, size)."""
+    for i, (level, kind, size) in enumerate(caches):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return root
+
+
+@pytest.mark.parametrize("text, expected", [("1024K", 1 << 20), ("2048K", 2 << 20), ("2M", 2 << 20),
+                                            ("524288", 1 << 19), (" 32K\n", 32 << 10), ("", None), ("K", None),
+                                            ("1.5M", None), ("n/a", None)])
+def test_parse_size(text, expected):
+    assert cpu_info.parse_size(text) == expected
+
+
+def test_read_l2_picks_the_level_2_data_or_unified_cache(tmp_path):
+    amd = _sysfs(tmp_path / "amd", [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                    (3, "Unified", "32768K")])
+    assert cpu_info.read_l2(amd) == 1 << 20
+    only_instruction = _sysfs(tmp_path / "odd", [(2, "Instruction", "512K"), (1, "Data", "48K")])
+    assert cpu_info.read_l2(only_instruction) is None
+    assert cpu_info.read_l2(tmp_path / "missing") is None
+
+
+def test_l2_bytes_falls_back_when_unreadable_or_absurd(monkeypatch):
+    for misread in (None, 1, 1 << 40):
+        monkeypatch.setattr(cpu_info, "read_l2", lambda *a, m=misread: m)
+        monkeypatch.setattr(cpu_info.os, "sysconf", lambda name: 0)
+        cpu_info.l2_bytes.cache_clear()
+        try:
+            assert cpu_info.l2_bytes() == cpu_info.FALLBACK_L2
+        finally:
+            cpu_info.l2_bytes.cache_clear()
+    monkeypatch.setattr(cpu_info, "read_l2", lambda *a: 3 << 20)
+    try:
+        assert cpu_info.l2_bytes() == 3 << 20
+    finally:
+        cpu_info.l2_bytes.cache_clear()
+
+
+class _Wide:
+    """An adapter whose width mhfast can read (an HF-like config), nothing else."""
+
+    def __init__(self, width):
+        self.model = type("M", (), {"config": type("C", (), {"hidden_size": width})()})()
+
+
+@pytest.mark.parametrize("l2, flags, dtype, width, tokens", [
+    (2 << 20, {"amx_bf16", "avx512_bf16"}, None, 512, 2048),               # the Xeon of bench/RESULTS.md, fp32
+    (2 << 20, {"amx_bf16", "avx512_bf16"}, torch.bfloat16, 512, 8192),     # ... bf16 on AMX
+    (1 << 20, {"avx512_bf16"}, torch.float32, 512, 1024),                 # the AMD EPYC, fp32
+    (1 << 20, {"avx512_bf16"}, torch.bfloat16, 512, 2048),                # ... bf16 without AMX
+    (1 << 20, {"avx2"}, None, 768, 682),                                  # BERT-base width
+    (1 << 20, {"avx2"}, None, 8192, 256),                                 # very wide: the floor
+])
+def test_default_max_tokens_follows_width_and_l2(monkeypatch, l2, flags, dtype, width, tokens):
+    monkeypatch.setattr(cpu_info, "l2_bytes", lambda: l2)
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset(flags))
+    assert runner.default_max_tokens(_Wide(width), "cpu", dtype) == tokens
+    # GPUs and models of unknown width keep the large fixed budget, whatever the CPU
+    assert runner.default_max_tokens(_Wide(width), "cuda", dtype) == runner.GPU_MAX_TOKENS
+    assert runner.default_max_tokens(object(), "cpu", dtype) == runner.GPU_MAX_TOKENS
+
+
+def test_native_bf16_reads_the_flags(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx2"}))
+    assert not precision.native(torch.bfloat16, cpu) and precision.native(torch.float32, cpu)
+    with pytest.warns(RuntimeWarning, match="no native support"):
+        precision.check_native(torch.bfloat16, cpu)
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx512_bf16"}))
+    assert precision.native(torch.bfloat16, cpu)
