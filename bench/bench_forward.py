@@ -197,9 +197,8 @@ def report(results: list[dict], lm, peaks: dict, args) -> str:
              + (f", {peaks['bfloat16']:.0f} GFLOP/s bf16" if "bfloat16" in peaks else "") + "; the FLOP-rate "
              "column is the forward's counted FLOPs per second over that fp32 (or bf16) matmul rate. L2 cache "
              f"per core: {cpu_info.l2_bytes() >> 10} KiB, so mhfast's default budget here (width and L2, "
-             "`default_max_tokens`) is " + ", ".join(f"{default_max_tokens(lm, 'cpu', dt)} tokens in {name}" for name, dt
-                                                     in (("fp32", torch.float32), ("bf16", torch.bfloat16))
-                                                     if name == "fp32" or "bfloat16" in peaks) + ".", ""]
+             "`default_max_tokens`) is " + ", ".join(f"{default_max_tokens(lm, 'cpu', precision.NAMES[name])} tokens "
+                                                     f"in {name}" for name in peaks) + ".", ""]
     head = "| T | dtype | forward | " + " | ".join(f"budget {b}" for b in args.budgets) + " | best | FLOP rate at best |"
     lines += [head, "|" + "---|" * (len(args.budgets) + 5)]
     for T in args.lengths:

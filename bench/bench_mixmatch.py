@@ -237,11 +237,8 @@ def matmul_peak(dtype: torch.dtype, device: str = "cpu", n: int = 2048, reps: in
 
 def budgets_text() -> str:
     """mhfast's default CPU sub-batches for AntiBERTy's width on this machine, in words."""
-    from types import SimpleNamespace
-
-    from mhfast.sampler.runner import default_max_tokens
-    width = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(hidden_size=ANTIBERTY_CONFIG["hidden_size"])))
-    fp32, bf16 = (default_max_tokens(width, "cpu", dt) for dt in (torch.float32, torch.bfloat16))
+    from mhfast.sampler.runner import cpu_max_tokens
+    fp32, bf16 = (cpu_max_tokens(ANTIBERTY_CONFIG["hidden_size"], dt) for dt in (torch.float32, torch.bfloat16))
     return f"{fp32} tokens for AntiBERTy in fp32 and {bf16} in bf16"
 
 

@@ -68,11 +68,19 @@ def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None
     width = model_width(model)
     if torch.device(device if device is not None else "cpu").type != "cpu" or width is None:
         return GPU_MAX_TOKENS
+    return cpu_max_tokens(width, dtype)
+
+
+def cpu_max_tokens(width: int, dtype: torch.dtype | None = None) -> int:
+    """The CPU rule of :func:`default_max_tokens` for a model of hidden width ``width``.
+
+    >>> cpu_max_tokens(512) == 2 * cpu_info.l2_bytes() // (512 * 4)
+    True
+    """
     dtype = dtype or torch.float32
     lower = dtype in (torch.bfloat16, torch.float16)
     multiple = L2_MULTIPLE_AMX if lower and "amx_bf16" in cpu_info.flags() else L2_MULTIPLE
-    element = torch.empty((), dtype=dtype).element_size()
-    return max(256, multiple * cpu_info.l2_bytes() // (width * element))
+    return max(256, multiple * cpu_info.l2_bytes() // (width * dtype.itemsize))
 
 
 class ModelRunner:
