@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_md  # noqa: E402
 from bench_mixmatch import load_model, matmul_peak, sync  # noqa: E402
 
+from mhfast.models.compiled_blocks import compiled_blocks  # noqa: E402
 from mhfast.models.fast_forward import fast_forward_model  # noqa: E402
 from mhfast.sampler import cpu_info, precision  # noqa: E402
 from mhfast.sampler.runner import ModelRunner, default_max_tokens  # noqa: E402
@@ -88,18 +89,6 @@ def measure(lm, T: int, n: int, budgets: list[int], dtypes: list[torch.dtype], r
                  ms_per_row=1e3 * statistics.median(seconds[(b, f, dt)]) / n) for (b, f, dt) in cases]
 
 
-@contextlib.contextmanager
-def compiled_layers(layers: list) -> Iterator[None]:
-    """``layers`` compiled in place (``nn.Module.compile``, inductor, dynamic shapes) inside the block, eager after."""
-    for layer in layers:
-        layer.compile(dynamic=True)
-    try:
-        yield
-    finally:
-        for layer in layers:  # nn.Module.compile has no public undo: this is the attribute it sets
-            layer._compiled_call_impl = None
-
-
 def sampler_runner(lm, dtype: torch.dtype, device: str = "cpu") -> ModelRunner:
     """The runner ``mhfast.sample`` builds on ``device``: the fast forward, the default sub-batches for ``dtype``."""
     return ModelRunner(fast_forward_model(lm), None, default_max_tokens(lm, device, dtype), device=device, dtype=dtype)
@@ -142,33 +131,37 @@ def per_chains(sets: dict, times: dict, new: str, old: str) -> str:
 
 
 def measure_compile(lm, T: int, repeats: int, dtype: torch.dtype, device: str = "cpu") -> str:
-    """torch.compile on the sampler's own path (its runner, the fast forward, the default sub-batches, autocast
-    to ``dtype``) against eager, same rows, alternating: every encoder layer but the last (which the fast
-    forward runs in pieces at the masked positions) compiled in place, so the per-layer Python and the
-    elementwise work (GELU, LayerNorm, residual adds) can be fused. Rows in sub-batches of 1, 5 and 16 chains'
-    single-site proposals (T-1 rows each). Both inside the runner's session, as mhfast.sample runs."""
-    layers = list(lm._body.encoder.layer)[:-1]
+    """``compile=True`` on the sampler's own path (its runner, the fast forward, the default sub-batches, autocast
+    to ``dtype``) against eager, same rows, alternating: :func:`mhfast.models.compiled_blocks.compiled_blocks`
+    as ``mhfast.sample`` enters it, so every encoder layer but the last (which the fast forward runs in pieces at
+    the masked positions) is compiled and the per-layer Python and the elementwise work (GELU, LayerNorm,
+    residual adds) can be fused. Rows in sub-batches of 1, 5 and 16 chains' single-site proposals (T-1 rows
+    each). Both inside the runner's session, as mhfast.sample runs."""
     runner = sampler_runner(lm, dtype, device)
     sets = chain_row_sets(lm, T)
     eager_out = {c: runner.outputs(*sets[c]) for c in sets}
     start = time.perf_counter()
-    with compiled_layers(layers):
+    with compiled_blocks(runner.model) as report:
         diff = max(float((runner.outputs(*sets[c]).float() - eager_out[c].float()).abs().max()) for c in sets)
     sync(lm)
-    compile_s = time.perf_counter() - start
+    first_s = time.perf_counter() - start
 
-    @contextlib.contextmanager
-    def compiled_in_session() -> Iterator[None]:
-        with compiled_layers(layers), runner.session():
-            yield
-
-    times, _ = alternate(lm, runner, sets, T, repeats, {"eager": runner.session, "compiled": compiled_in_session})
+    modes = {"eager": runner.session, "compiled": lambda: compiled_in(runner)}
+    times, _ = alternate(lm, runner, sets, T, repeats, modes)
     name = "float32" if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} (autocast)"
     where = "" if device == "cpu" else f" on {torch.cuda.get_device_name()}"
-    return (f"torch.compile on the sampler's path{where}, {name}, T={T}: the encoder layers but the last "
-            f"compiled in place (inductor, dynamic=True); compile and first calls {compile_s:.0f} s (less with a warm "
-            f"inductor cache); compiled vs eager, both in the runner's session, median of {repeats} alternating rounds: "
+    return (f"torch.compile on the sampler's path{where} (compile=True), {name}, T={T}: {report.blocks} encoder "
+            f"layers compiled (inductor, dynamic shapes), {report.graphs} graph(s) in {report.seconds:.1f} s of "
+            f"compiling ({first_s:.0f} s with the first calls; less with a warm inductor cache); compiled vs eager, "
+            f"both in the runner's session, median of {repeats} alternating rounds: "
             + per_chains(sets, times, "compiled", "eager") + f"; largest output difference {diff:.2g}.")
+
+
+@contextlib.contextmanager
+def compiled_in(runner: ModelRunner) -> Iterator[None]:
+    """The runner's session with its model's blocks compiled (``mhfast.sample(..., compile=True)``'s context)."""
+    with compiled_blocks(runner.model), runner.session():
+        yield
 
 
 def measure_cast_cache(lm, T: int, repeats: int, dtype: torch.dtype, device: str = "cpu") -> str:

@@ -150,6 +150,8 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
 
     ``capture="cuda-graph"``: 3 epochs, so that the timed one only replays graphs (a graph is captured at
     the second step with its shape: with one site per chain that is the second epoch's first step).
+    ``capture="compile"``: not a capture but ``compile=True`` (capture none); the first epoch compiles, the timed
+    one runs the compiled layers (the compiling is not in the timed epoch).
 
     Example:
         >>> mhfast_run(lm, start, free, 5, torch.float32, 65536)["seconds"]  # doctest: +SKIP
@@ -164,7 +166,8 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
     dev = lm.device
     r = mhfast.sample(lm, init=start.to(dev), free_positions=free.to(dev), chains=chains, epochs=epochs, burn_in=0,
                       seed=0, dtype=None if dtype == torch.float32 else dtype, max_tokens_per_batch=max_tokens,
-                      progress=progress, capture=capture)
+                      progress=progress, capture="none" if capture == "compile" else capture,
+                      compile=capture == "compile")
     (t1, rows1), (t2, rows2) = marks[-2:]
     return {"seconds": t2 - t1, "rows_timed": rows2 - rows1, "rows_per_proposal": r.rows_per_proposal,
             "proposals": r.proposals // epochs, "acceptance": float(r.acceptance_rate[-1]),
@@ -388,7 +391,7 @@ def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
     for r in sorted(rows, key=lambda r: (order[r["start"]], r.get("capture", "none") != "none", r["dtype"] != "float32",
                                          r["T"], r["C"])):
         peak = peaks[r["dtype"]]
-        start = r["start"] if r.get("capture", "none") == "none" else f"{r['start']}, capture={r['capture']}"
+        start = r["start"] if r.get("capture", "none") == "none" else f"{r['start']}, {variant(r['capture'])}"
         reps = ", ".join(f"{x:.2f}" if x < 100 else f"{x:.0f}" for x in r["ratios"])
         if not r["mh_rows_timed"]:  # no proposal changed the state: mhfast's own bookkeeping only
             lines.append(
@@ -404,6 +407,11 @@ def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
             f"{_rows_ratio(r):.2f}x | {r['base_ms_row']:.1f}, {r['mh_ms_row']:.1f} | {r['base_gflops']:.0f} "
             f"({r['base_gflops'] / peak:.0%}), {r['mh_gflops']:.0f} ({r['mh_gflops'] / peak:.0%}) |")
     return lines
+
+
+def variant(capture: str) -> str:
+    """How a table names an mhfast variant of ``--captures``: capture=static / cuda-graph, or compile=True."""
+    return "compile=True" if capture == "compile" else f"capture={capture}"
 
 
 def hardware(setup: dict) -> str:
@@ -457,7 +465,7 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
     key = lambda r: (r["start"], r.get("capture", "none"), r["T"], r["C"])  # noqa: E731
     fp32 = {key(r): r for r in rows if r["dtype"] == "float32"}
     goals = [f"- {r['start']} start"
-             + (f" (capture={r['capture']})" if r.get("capture", "none") != "none" else "")
+             + (f" ({variant(r['capture'])})" if r.get("capture", "none") != "none" else "")
              + f", T={r['T']}, C={r['C']}, {r['dtype']}: "
              + (f"{r['speedup']:.2f}x, " if r["mh_rows_timed"] else f"{r['speedup']:.0f}x (no rows forwarded), ")
              + _goal(r, fp32.get(key(r)) if r["dtype"] != "float32" else None)
@@ -545,8 +553,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both loops run the model")
-    p.add_argument("--captures", nargs="+", default=["none"], choices=["none", "static", "cuda-graph"],
-                   help="mhfast's capture option: each one timed against the same mixmatch run of a round")
+    p.add_argument("--captures", nargs="+", default=["none"], choices=["none", "static", "cuda-graph", "compile"],
+                   help="mhfast's capture option: each one timed against the same mixmatch run of a round; "
+                        "'compile': compile=True instead (capture none)")
     p.add_argument("--model", default="antiberty", choices=list(MODELS),
                    help="antiberty-random: AntiBERTy's shape with random weights (no antiberty package needed)")
     p.add_argument("--batch-sweep", type=int, nargs="*", default=None, metavar="TOKENS",

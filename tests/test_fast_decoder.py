@@ -127,6 +127,26 @@ def test_fast_decoder_leaves_the_chains_unchanged(cmlm, sources, sampler):
     assert fast.novel_rate.sum() > 0  # the chains moved
 
 
+@pytest.mark.parametrize("forward", ["fast", "full"])
+def test_compile_gives_the_same_chains(cmlm, sources, forward):
+    """compile=True on a CMLM: the fast decoder's per-layer function (all layers but the piecewise last), or with
+    forward="full" fairseq's own encoder and decoder layers; the same chains as eager on this short run."""
+    kwargs = dict(source=sources[:2], length_beam=1, chains=2, epochs=3, burn_in=1, seed=7, forward=forward)
+    eager = mhfast.sample(cmlm, **kwargs)
+    compiled = mhfast.sample(cmlm, compile=True, **kwargs)
+    assert torch.equal(compiled.tokens, eager.tokens) and torch.allclose(compiled.energy, eager.energy, atol=1e-4)
+    layers = len(cmlm.model.decoder.layers)
+    want = layers - 1 if forward == "fast" else layers + len(cmlm.model.encoder.layers)
+    assert compiled.compiled_blocks == want
+    fast = fast_decoder_model(cmlm)
+    from mhfast.models.compiled_blocks import compiled_blocks
+
+    with compiled_blocks(fast):
+        assert fast._layer_fn is not FastCMLMDecoder._layer
+    assert fast._layer_fn is FastCMLMDecoder._layer
+    assert all(type(m).__name__ != "OptimizedModule" for m in cmlm.model.decoder.layers)
+
+
 def test_scoring_takes_the_fast_decoder_with_the_same_energies(cmlm, sources):
     """mhfast.energy forwards through the fast decoder; its energies equal the sampler's with forward="full"."""
     res = mhfast.sample(cmlm, source=sources[:2], length_beam=1, chains=2, epochs=2, burn_in=0, seed=3,

@@ -57,6 +57,7 @@ def _fairseq() -> Any:
 
     # Importing fairseq registers every task; the speech tasks log an INFO line asking for tensorboardX.
     logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+    root_level = logging.getLogger().level
     try:
         import fairseq  # noqa: F401
         import fairseq.checkpoint_utils  # noqa: F401
@@ -64,6 +65,11 @@ def _fairseq() -> Any:
         import fairseq.tasks.translation_lev  # noqa: F401  (registers translation_lev)
     except ImportError as e:
         raise ImportError(_INSTALL_HINT) from e
+    finally:
+        # fairseq's import sets the ROOT logger to DEBUG (logging.basicConfig in one of its modules), which would
+        # send every library's debug lines to stderr (filelock's, 148 of them in a --compile run); the level is
+        # the application's to choose
+        logging.getLogger().setLevel(root_level)
     return fairseq
 
 

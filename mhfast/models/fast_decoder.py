@@ -100,6 +100,20 @@ class FastCMLMDecoder:
         self._static = False  # inside static_inputs
         # (context, per layer (keys, values) [S, H, Ls, hd] of every source): the cache of static_inputs calls
         self._encoder_kv: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._layer_fn = FastCMLMDecoder._layer  # compiled inside compiled_blocks()
+
+    @contextlib.contextmanager
+    def compiled_blocks(self) -> Iterator[int]:
+        """The optional hook of :func:`mhfast.models.compiled_blocks.compiled_blocks`: the decoder's per-layer
+        function compiled while inside, for every layer but the last (which runs at the read positions only);
+        yields the number of layers it serves."""
+        from .compiled_blocks import compile_block
+
+        before, self._layer_fn = self._layer_fn, compile_block(FastCMLMDecoder._layer)
+        try:
+            yield len(self.decoder.layers) - 1
+        finally:
+            self._layer_fn = before
 
     @contextlib.contextmanager
     def static_inputs(self, has_pad: bool) -> Iterator[None]:
@@ -156,7 +170,10 @@ class FastCMLMDecoder:
         layers = self.decoder.layers
         for i, layer in enumerate(layers):
             last = i == len(layers) - 1
-            x = self._layer(layer, x, keep, kv[i], src_keep, per_row, (row_index, positions) if last else None)
+            if last:  # eager even when compiled: its reads change shapes every call (one graph per branch otherwise)
+                x = self._layer(layer, x, keep, kv[i], src_keep, per_row, (row_index, positions))
+            else:
+                x = self._layer_fn(layer, x, keep, kv[i], src_keep, per_row, None)
         if self.decoder.layer_norm is not None:
             x = self.decoder.layer_norm(x)
         if self.decoder.project_out_dim is not None:

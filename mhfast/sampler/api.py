@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
 from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
@@ -109,14 +110,33 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
                                               uniform_mix=uniform_mix, terms=problem.terms))
-    with runner.session():  # lower precision: the weights cast once per run, not once per model call
+    with _compiled(cfg, forward_model) as compiled, runner.session():  # session: weights cast once per run
         state = kernel.init(_initial_state(problem, cfg, runner))
         init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
         with _without_syncs(runner, state):
             state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                                       progress=progress, counters=lambda: {"model_rows": runner.model_rows},
                                       after_epoch=runner.raise_deferred)
-    return assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
+    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
+    result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
+    return result
+
+
+@contextlib.contextmanager
+def _compiled(cfg, model: Any) -> Any:
+    """``compile=True``: the run inside :func:`mhfast.models.compiled_blocks.compiled_blocks` (its report), else an
+    empty report; a model without blocks to compile is a ValueError naming the option."""
+    if not cfg.compile:
+        yield CompileReport()
+        return
+    try:
+        context = compiled_blocks(model)
+        report = context.__enter__()
+    except ValueError as e:
+        raise ValueError(f"mhfast.sample: compile=True: {e}") from None
+    with contextlib.ExitStack() as stack:
+        stack.push(context)  # exits (puts the original blocks back) however the run ends
+        yield report
 
 
 def _without_syncs(runner: ModelRunner, state: ChainState) -> Any:

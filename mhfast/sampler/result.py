@@ -51,6 +51,9 @@ class SampleResult:
         term_names: the K terms' names (``None``, like ``terms``, without ``extra_energy``).
         candidate_lengths: Long[B, length_beam] length candidates (``source=`` only).
         chosen_candidate: Long[B] index of the kept candidate per source (``source=`` only).
+        compiled_blocks: the model blocks ``compile=True`` compiled (0 without it).
+        compile_seconds: the run's time spent compiling them (first calls and recompiles for new
+            shapes, by torch's compile callbacks; 0.0 without ``compile``): part of the run's wall time.
     """
 
     tokens: torch.Tensor
@@ -78,6 +81,8 @@ class SampleResult:
     chain_proposals: torch.Tensor | None = None
     chain_accepted: torch.Tensor | None = None
     chain_novel: torch.Tensor | None = None
+    compiled_blocks: int = 0
+    compile_seconds: float = 0.0
 
     def rates_per_input(self, first_epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Each input's acceptance and novel rate over epochs ``first_epoch..E-1``, pooled over its chains:
