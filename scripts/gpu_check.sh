@@ -26,7 +26,7 @@
 #      mixmatch run (tests/test_static_step.py, in step 4, checks the graphs' chains first)
 #  10. bench/bench_forward.py --compile-only on the device: compile=True (torch.compile of the encoder layers on
 #      the sampler's path, AntiBERTy's shape, random weights) against eager, fp32 and bf16: compile time, ms per row
-#      (issue 14's "compile=True where it pays": on CPU 0.93-1.01x on a Xeon, 1.05-1.09x on an AMD EPYC; off by
+#      (issue 14's "compile=True where it pays": not on CPU, 0.93-1.03x on a Xeon and an AMD EPYC; off by
 #      default until a GPU shows what it does there). Skipped on CPU with --quick.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
 # compile; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the

@@ -6,12 +6,12 @@ whole model, so compile time is about that of a layer and graph breaks elsewhere
 matter), with dynamic shapes (the sampler's sub-batches change size and rows have many lengths), by
 inductor, the default backend. What it can fuse is the elementwise work between the matmuls (GELU,
 LayerNorm, residual adds, the attention's reshapes) and the Python of each layer call; the matmuls
-themselves are the same library kernels. So it pays where those are a sizeable part of the row, and not
-where the forward is bound by the matmuls: on CPU, AntiBERTy at T=32 ran 1.07-1.09x faster per row in
-fp32 and 1.05-1.07x in bf16 on an AMD EPYC, 0.93-1.01x on an Intel Xeon (bench/bench_forward.py,
-bench/RESULTS.md), for seconds of compiling (inductor's on-disk cache keeps them for the next run); on the
-small bundled CMLM a 5-sentence translation is slower with it (the compiling outweighs the gain). Not yet
-measured on a GPU.
+themselves are the same library kernels. So it can pay where those are a sizeable part of the row, not
+where the forward is bound by the matmuls, as on CPU: AntiBERTy at T=32 forwarded rows 0.97-1.03x as fast
+with it in the sampler on an AMD EPYC (bench/bench_mixmatch.py --captures none compile) and its layers ran
+0.93-1.01x as fast on an Intel Xeon (bench/bench_forward.py --compile-only; bench/RESULTS.md), for seconds
+of compiling (inductor's on-disk cache keeps them for the next run); a 5-sentence translation with the
+small bundled CMLM is slower with it. Not yet measured on a GPU, where launch-bound layers should gain.
 
 The blocks are found as follows: a model (an adapter or a fast-forward wrapper) may say itself which of
 its blocks a run calls, through the optional hook ``compiled_blocks()`` (a context manager that returns the

@@ -316,10 +316,10 @@ SPEC: tuple[Option, ...] = (
            "models, few chains; re-captured every epoch when annealing)", "-", "choice", CAPTURES),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
            "dynamic shapes; mhfast.models.compiled_blocks) for the run; the compile time is reported "
-           "(SampleResult.compile_seconds, ~5-30 s). Pays where the layers' elementwise work and Python are a "
-           "sizeable part of a row: measured on CPU (AntiBERTy, T=32) 1.05-1.09x per row on an AMD EPYC, "
-           "0.93-1.01x on an Intel Xeon; not yet on a GPU. Chains: the model as compiled (same target up to float "
-           "rounding)", "-", "flag"),
+           "(SampleResult.compile_seconds, seconds). Can pay where the layers' elementwise work and Python are a "
+           "sizeable part of a row; on CPU it did not (AntiBERTy, T=32: 0.97-1.03x per row in the sampler on an AMD "
+           "EPYC, 0.93-1.01x for the layers on an Intel Xeon); not yet measured on a GPU. Chains: the model as "
+           "compiled (same target up to float rounding)", "-", "flag"),
     Option("length_beam", 1, _int(1), "length candidates per source (conditional models)", "5", "int", cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
