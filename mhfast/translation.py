@@ -122,12 +122,14 @@ class BatchOutput:
             ``target_temperature``.
         sentences: number of non-empty sources (the ones that were decoded).
         acceptance: mean post-burn-in acceptance rate of the batch (MH; None otherwise).
+        compile_seconds: the batch's time spent compiling (MH with ``compile=True``; 0.0 otherwise).
     """
 
     hypotheses: list[Hypothesis]
     epochs: list[dict]
     sentences: int
     acceptance: float | None
+    compile_seconds: float = 0.0
 
 
 class Translator:
@@ -227,7 +229,7 @@ class Translator:
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
                    "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]
-        return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()))
+        return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()), res.compile_seconds)
 
 
 def resolve_tokenizer(data_dir: str | os.PathLike, spm: str | os.PathLike | None,

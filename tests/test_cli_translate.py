@@ -179,6 +179,26 @@ def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path
     assert "post-burn-in mean" in out and len(rows) == 2 and rows[0].lstrip().startswith("1*")
 
 
+def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path, capsys):
+    """--compile: the same translations as without it here, the seconds spent compiling in --stats-out."""
+    src = write_input(tmp_path / "src.txt", sources[:2])
+    torch.compiler.reset()  # so that this run compiles (an earlier test may have compiled the same layers)
+    outs = []
+    for extra in ([], ["--compile"]):
+        stats = tmp_path / f"stats{len(extra)}.json"
+        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
+                                  *FAST, *extra], capsys)
+        assert code == 0, err
+        outs.append(out)
+        batches = json.loads(stats.read_text())["batches"]
+        if extra:
+            assert batches and all(b["compile_seconds"] >= 0 for b in batches)
+            assert sum(b["compile_seconds"] for b in batches) > 0
+        else:
+            assert all("compile_seconds" not in b for b in batches)
+    assert outs[0] == outs[1]
+
+
 @needs_multi30k
 def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsys):
     """--ref adds T- lines after S- lines, --limit keeps the first N lines, and the BLEU/chrF on stderr

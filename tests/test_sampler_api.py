@@ -394,19 +394,11 @@ def test_rows_per_proposal_is_reported():
 
 def test_bfloat16_chains_match_enumeration_of_the_bf16_model():
     """dtype=bfloat16: MH is exact for the model as evaluated in bf16 (target from bf16 logits)."""
-    from test_sampler_exact import empirical, enumerate_states, tiny_bert, tv_and_bound
+    from test_sampler_exact import empirical, local_target, tiny_bert, tv_and_bound
 
     model = tiny_bert()
     template = model.frame(3)
-    free = template == model.mask_id
-    states = enumerate_states(model, template, free)
-    K = states.shape[0]
-    seq, pos = free.expand(K, -1).nonzero(as_tuple=True)
-    rows = mhfast.reference.masked_copies(states, seq, pos, model.mask_id)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model.masked_logits(rows, pos)
-    _, e_local, _ = mhfast.reference.gather_energies(logits, states[seq, pos], seq, K)
-    p = torch.softmax(-e_local.double(), dim=0)
+    states, p = local_target(model, template, torch.bfloat16)
     n = 2000
     r = mhfast.sample(model, init=template[None], chains=n, energy="local", epochs=15, burn_in=3, seed=5,
                       dtype=torch.bfloat16)

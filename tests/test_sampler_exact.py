@@ -82,6 +82,21 @@ def empirical(states: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
     return match.double().mean(dim=0)
 
 
+def local_target(model, template: torch.Tensor, dtype: torch.dtype | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states that agree with ``template`` outside its masks and the local-energy target over them, from the
+    model's logits as evaluated (under CPU autocast to ``dtype`` when given): (states Long[K, T], p f64[K])."""
+    free = template == model.mask_id
+    states = enumerate_states(model, template, free)
+    K = states.shape[0]
+    seq, pos = free.expand(K, -1).nonzero(as_tuple=True)
+    rows = reference.masked_copies(states, seq, pos, model.mask_id)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        logits = model.masked_logits(rows, pos)
+    _, e_local, _ = reference.gather_energies(logits, states[seq, pos], seq, K)
+    return states, torch.softmax(-e_local.double(), dim=0)
+
+
 def tv_and_bound(p: torch.Tensor, p_hat: torch.Tensor, n: int) -> tuple[float, float]:
     tv = 0.5 * float((p - p_hat).abs().sum())
     mean_bound = 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())

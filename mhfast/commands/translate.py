@@ -406,7 +406,9 @@ class ChunkWork:
                        for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
         return {"first": first, "end": first + len(chunk), "text": text, "hyps": [h.text for h in result.hypotheses],
                 "stats": {"start": first, "end": first + len(chunk), "sentences": result.sentences,
-                          "epochs": result.epochs}, "acceptance": result.acceptance, "sentences": result.sentences}
+                          "epochs": result.epochs,
+                          **({"compile_seconds": result.compile_seconds} if getattr(args, "compile", False) else {})},
+                "acceptance": result.acceptance, "sentences": result.sentences}
 
 
 def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], world: Any) -> None:
