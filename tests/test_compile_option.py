@@ -117,6 +117,16 @@ def test_nothing_to_compile_is_an_error_naming_the_option():
     assert type(one_layer.model.bert.encoder.layer[0]).__name__ == "BertLayer"
 
 
+def test_compile_time_is_unknown_not_zero_without_torchs_callbacks(monkeypatch):
+    import torch._dynamo.callback as callback
+
+    monkeypatch.setattr(callback, "callback_handler", object())  # a torch without the compile callbacks
+    lm = two_layer_bert()
+    with compiled_blocks(lm) as report:
+        assert report.blocks == 2
+    assert report.seconds != report.seconds  # NaN
+
+
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_compile_must_be_a_bool(value):
     with pytest.raises(ValueError, match=r"mhfast.sample: compile must be True or False"):

@@ -97,9 +97,17 @@ def swapped_in(entries: list[tuple[torch.nn.ModuleList, int]]) -> Iterator[int]:
 
 @contextlib.contextmanager
 def _timed(report: CompileReport) -> Iterator[None]:
-    """Adds the compiles torch starts in this thread while inside to ``report`` (torch's compile callbacks)."""
-    from torch._dynamo.callback import callback_handler
-
+    """Adds the compiles torch starts in this thread while inside to ``report`` (torch's compile callbacks; a torch
+    without them leaves ``report.seconds`` NaN: unknown, not zero)."""
+    try:
+        from torch._dynamo.callback import callback_handler as handler
+    except ImportError:
+        handler = None
+    hooks = ("register_start_callback", "register_end_callback", "remove_start_callback", "remove_end_callback")
+    if handler is None or not all(callable(getattr(handler, h, None)) for h in hooks):
+        report.seconds = float("nan")
+        yield
+        return
     thread, started = threading.get_ident(), []
 
     def start(_args: Any) -> None:
@@ -111,13 +119,13 @@ def _timed(report: CompileReport) -> Iterator[None]:
             report.seconds += time.perf_counter() - started.pop()
             report.graphs += 1
 
-    callback_handler.register_start_callback(start)
-    callback_handler.register_end_callback(end)
+    handler.register_start_callback(start)
+    handler.register_end_callback(end)
     try:
         yield
     finally:
-        callback_handler.remove_start_callback(start)
-        callback_handler.remove_end_callback(end)
+        handler.remove_start_callback(start)
+        handler.remove_end_callback(end)
 
 
 @contextlib.contextmanager
