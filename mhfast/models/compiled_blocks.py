@@ -14,7 +14,7 @@ of compiling (inductor's on-disk cache keeps them for the next run); a 5-sentenc
 small bundled CMLM is slower with it. Not yet measured on a GPU, where launch-bound layers should gain.
 
 The blocks are found as follows: a model (an adapter or a fast-forward wrapper) may say itself which of
-its blocks a run calls, through the optional hook ``compiled_blocks()`` (a context manager that returns the
+its blocks a run calls, through the optional hook ``compiled_blocks()`` (a context manager that yields the
 number of blocks it compiled): :class:`mhfast.models.fast_forward.LastLayerAtMask` compiles every encoder
 layer but the last (which it runs piecewise, at the masked positions only) and
 :class:`mhfast.models.fast_decoder.FastCMLMDecoder` its per-layer function. Any other model with a
