@@ -23,6 +23,7 @@ from typing import Sequence
 
 from . import commands
 from .allocator import tune_cpu_allocator
+from .models.compiled_blocks import CompileError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _broken_pipe()
-    except (ValueError, TypeError, FileNotFoundError, ImportError, OSError) as e:
+    except (ValueError, TypeError, FileNotFoundError, ImportError, OSError, CompileError) as e:
         if os.environ.get("MHFAST_DEBUG") == "1":
             raise
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the library wrote

@@ -158,3 +158,43 @@ def test_cli_flag(capsys, tmp_path):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "(compiling " in out.splitlines()[-1]
+
+
+def failing_compile(block):
+    """compile_block with a backend that cannot compile (as inductor without a C++ compiler)."""
+    def backend(graph, example_inputs):
+        raise RuntimeError("no working C++ compiler (test)")
+    return torch.compile(block, backend=backend, dynamic=True)
+
+
+def test_a_failed_compile_is_a_clear_error_and_the_blocks_come_back(monkeypatch):
+    import mhfast.models.compiled_blocks as cb
+
+    torch.compiler.reset()  # so that the layers compile again, with the failing backend
+    monkeypatch.setattr(cb, "compile_block", failing_compile)
+    lm = two_layer_bert()
+    before = layer_objects(lm)
+    with pytest.raises(cb.CompileError, match=r"mhfast.sample: compile=True: torch.compile of LastLayerAtMask's "
+                                              r"blocks failed \(.*no working C\+\+ compiler \(test\)"):
+        mhfast.sample(lm, 4, chains=2, epochs=2, burn_in=0, compile=True)
+    assert all(a is b for a, b in zip(layer_objects(lm), before))
+    torch.compiler.reset()
+
+
+def test_cli_a_failed_compile_is_one_line(capsys, tmp_path, monkeypatch):
+    import mhfast.models.compiled_blocks as cb
+    from hf_tiny_models import save_tiny_bert_dir
+
+    from mhfast.cli import main
+
+    torch.compiler.reset()
+    monkeypatch.setattr(cb, "compile_block", failing_compile)
+    model_dir = save_tiny_bert_dir(tmp_path / "bert")
+    capsys.readouterr()  # the model saver's progress bar
+    code = main(["sample", "--model", str(model_dir), "--length", "4", "--chains", "2", "--epochs", "2",
+                 "--burn-in", "0", "--quiet", "--compile"])
+    _, err = capsys.readouterr()
+    torch.compiler.reset()
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "error: mhfast.sample: compile=True: torch.compile of" in lines[0], err

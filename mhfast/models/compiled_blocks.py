@@ -53,6 +53,10 @@ from typing import Any, Iterator
 import torch
 
 
+class CompileError(RuntimeError):
+    """torch.compile could not compile a block during the run (e.g. inductor found no working C++ compiler)."""
+
+
 @dataclass
 class CompileReport:
     """What :func:`compiled_blocks` did: ``blocks`` compiled, ``graphs`` compiled by torch (first calls and
@@ -148,4 +152,9 @@ def compiled_blocks(model: Any) -> Iterator[CompileReport]:
             raise ValueError(f"{type(model).__name__} has no repeated blocks that its forward calls whole (a one-layer "
                              "model whose layer the fast forward runs piecewise): nothing to compile")
         report.blocks = int(count)
-        yield report
+        try:
+            yield report
+        except torch._dynamo.exc.TorchDynamoException as e:  # compile-time failures (user errors pass unwrapped)
+            detail = " ".join(str(e).split("\n\n")[0].split())[:300]
+            what = f"torch.compile of {type(model).__name__}'s blocks failed ({type(e).__name__}: {detail})"
+            raise CompileError(f"{what}; run without compile (inductor on a CPU needs a working C++ compiler)") from e

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..models.compiled_blocks import CompileReport, compiled_blocks
+from ..models.compiled_blocks import CompileError, CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
 from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
@@ -134,9 +134,12 @@ def _compiled(cfg, model: Any) -> Any:
         report = context.__enter__()
     except ValueError as e:
         raise ValueError(f"mhfast.sample: compile=True: {e}") from None
-    with contextlib.ExitStack() as stack:
-        stack.push(context)  # exits (puts the original blocks back) however the run ends
-        yield report
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.push(context)  # exits (puts the original blocks back) however the run ends
+            yield report
+    except CompileError as e:
+        raise CompileError(f"mhfast.sample: compile=True: {e}") from e.__cause__
 
 
 def _without_syncs(runner: ModelRunner, state: ChainState) -> Any:
