@@ -22,7 +22,8 @@ layer but the last (which it runs piecewise, at the masked positions only) and
 ``forward="full"``) gets each entry of every ``nn.ModuleList`` of two or more blocks of one class
 compiled, in place (the list holds the compiled wrapper during the run and the original block after it,
 also when the run raises). A model with no such blocks (e.g. a tabular test model) is an error: there is
-nothing to compile.
+nothing to compile. So is a compile that fails during the run (inductor without a working C++ compiler, say):
+a :class:`CompileError` naming the cause, never a silent fall back to eager.
 
 Compiled arithmetic is not bit-identical to eager (inductor fuses and reorders float operations: the
 masked features differ by ~1e-6 relative), so the chains are those of the model as compiled, the same
