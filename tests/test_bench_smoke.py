@@ -1,5 +1,5 @@
-"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py and ab_static_step.py on tiny
-sizes, so the scripts cannot rot unnoticed.
+"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, ab_static_step.py and
+bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -79,3 +79,17 @@ def test_ab_static_step_compares_both_steps():
     rows_none, rows_static = (float(x) for x in row.split("|")[6].split(","))
     assert rows_static == 3 * 5 and rows_none <= rows_static, row  # A x (T - 1) rows per static step
     assert "wrote" not in proc.stdout
+
+
+def test_bench_forward_compile_lines_on_a_tiny_bert():
+    """bench/bench_forward.py's measure_compile (gpu_check's step 10 on a GPU) on a tiny 2-layer BERT: it compiles
+    through mhfast.models.compiled_blocks, times both modes and writes its line."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import torch
+    import bench_forward
+    from test_compile_option import two_layer_bert
+
+    line = bench_forward.measure_compile(two_layer_bert(), 6, 1, torch.float32)
+    assert line.startswith("torch.compile on the sampler's path (compile=True), float32, T=6: 1 encoder layers "
+                           "compiled"), line
+    assert "16 chain(s) (80 rows)" in line and "largest output difference" in line, line
