@@ -230,7 +230,7 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
         tokens=pick("tokens"), energy_raw=pick("energy_raw"), energy_local=pick("energy_local"),
         best_tokens=pick("best_tokens"), best_energy=pick("best_energy"),
         model_rows=sum(p["model_rows"] for p in parts),
-        compile_seconds=max(p.get("compile_seconds", 0.0) for p in parts),  # the ranks compile at the same time
+        compile_seconds=max(p["compile_seconds"] for p in parts),  # the ranks compile at the same time
         **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
 
 

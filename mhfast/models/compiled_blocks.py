@@ -134,9 +134,10 @@ def _timed(report: CompileReport) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def compiled_blocks(model: Any) -> Iterator[CompileReport]:
+def compiled_blocks(model: Any, context: str = "") -> Iterator[CompileReport]:
     """Inside: ``model``'s repeated blocks compiled (see the module docstring); yields a :class:`CompileReport`
-    that keeps counting while inside. ValueError if the model has no blocks to compile."""
+    that keeps counting while inside. ValueError if the model has no blocks to compile, CompileError if a compile
+    fails during the run; their messages start with ``context`` (the caller's name for the option)."""
     hook = getattr(model, "compiled_blocks", None)
     if callable(hook):
         blocks = hook()
@@ -144,18 +145,18 @@ def compiled_blocks(model: Any) -> Iterator[CompileReport]:
         module = getattr(model, "model", None)
         entries = repeated_blocks(module) if isinstance(module, torch.nn.Module) else []
         if not entries:
-            raise ValueError(f"{type(model).__name__} has no repeated blocks to compile (an nn.Module `model` "
+            raise ValueError(f"{context}{type(model).__name__} has no repeated blocks to compile (an nn.Module `model` "
                              "attribute holding a ModuleList of layers, or a compiled_blocks() hook)")
         blocks = swapped_in(entries)
     report = CompileReport()
     with blocks as count, _timed(report):
         if not count:
-            raise ValueError(f"{type(model).__name__} has no repeated blocks that its forward calls whole (a one-layer "
-                             "model whose layer the fast forward runs piecewise): nothing to compile")
+            raise ValueError(f"{context}{type(model).__name__} has no repeated blocks that its forward calls whole (a "
+                             "one-layer model whose layer the fast forward runs piecewise): nothing to compile")
         report.blocks = int(count)
         try:
             yield report
         except torch._dynamo.exc.TorchDynamoException as e:  # compile-time failures (user errors pass unwrapped)
             detail = " ".join(str(e).split("\n\n")[0].split())[:300]
-            what = f"torch.compile of {type(model).__name__}'s blocks failed ({type(e).__name__}: {detail})"
+            what = f"{context}torch.compile of {type(model).__name__}'s blocks failed ({type(e).__name__}: {detail})"
             raise CompileError(f"{what}; run without compile (inductor on a CPU needs a working C++ compiler)") from e

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..models.compiled_blocks import CompileError, CompileReport, compiled_blocks
+from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
 from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
@@ -124,22 +124,13 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
 
 @contextlib.contextmanager
 def _compiled(cfg, model: Any) -> Any:
-    """``compile=True``: the run inside :func:`mhfast.models.compiled_blocks.compiled_blocks` (its report), else an
-    empty report; a model without blocks to compile is a ValueError naming the option."""
+    """``compile=True``: the run inside :func:`mhfast.models.compiled_blocks.compiled_blocks` (its report; its errors
+    name the option), else an empty report."""
     if not cfg.compile:
         yield CompileReport()
         return
-    try:
-        context = compiled_blocks(model)
-        report = context.__enter__()
-    except ValueError as e:
-        raise ValueError(f"mhfast.sample: compile=True: {e}") from None
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.push(context)  # exits (puts the original blocks back) however the run ends
-            yield report
-    except CompileError as e:
-        raise CompileError(f"mhfast.sample: compile=True: {e}") from e.__cause__
+    with compiled_blocks(model, context="mhfast.sample: compile=True: ") as report:
+        yield report
 
 
 def _without_syncs(runner: ModelRunner, state: ChainState) -> Any:
