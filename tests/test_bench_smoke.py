@@ -1,5 +1,5 @@
-"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, ab_static_step.py and
-bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
+"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
+ab_static_step.py and bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -68,6 +68,17 @@ def test_bench_mixmatch_runs_a_small_case_on_antiberty_s_shape():
         assert 0 < float(cells[7].split(";")[1]) <= 7, row  # mhfast's timed rows per proposal: T-1 when it changes
     assert "randomly initialized BERT of AntiBERTy's exact shape" in proc.stdout
     assert "wrote" not in proc.stdout
+
+
+def test_bench_memo_compares_the_memo_off_and_on():
+    """bench/bench_memo.py, one tiny case: both runs, the memo's rows at most those without it."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_memo.py"), "--model", "antiberty-random",
+                           "--lengths", "8", "--chains", "2", "--epochs", "3", "--starts", "random", "--repeats", "1",
+                           "--no-write"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| random | 8 | 2 | 3 |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert 0 <= float(cells[8]) <= float(cells[7]) <= 7, row  # rows / proposal: on <= off <= T-1
 
 
 def test_ab_static_step_compares_both_steps():

@@ -27,7 +27,7 @@ import torch
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
 from ..models.loading import load_masked_lm
-from . import driver, options, precision, schedules
+from . import driver, memo, options, precision, schedules
 from .backend import get_backend
 from .kernels import KERNELS
 from .problem import build_problem, check_model
@@ -106,10 +106,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
     budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device, cfg.dtype)
     runner = ModelRunner(forward_model, problem.context, budget, problem.device, cfg.dtype)
-    uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
-    _warn_coarse_mixture(uniform_mix, runner.vocab_size)
-    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner,
-                                              uniform_mix=uniform_mix, terms=problem.terms))
+    kernel = _kernel(cfg, runner, problem)
     with _compiled(cfg, forward_model) as compiled, runner.session():  # session: weights cast once per run
         state = kernel.init(_initial_state(problem, cfg, runner))
         init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
@@ -119,6 +116,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
                                       after_epoch=runner.raise_deferred)
     result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
+    result.memo_hits = kernel.memo.hits if getattr(kernel, "memo", None) is not None else 0
     return result
 
 
@@ -153,9 +151,21 @@ def _check_problem(cfg, problem) -> None:
     if cfg.capture != "none" and problem.terms is not None and problem.terms.terms:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
+    if cfg.memo not in ("auto", 0) and problem.terms is not None and problem.terms.terms:
+        raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
+                         "the MLM's energy terms only); use memo=0 or 'auto'")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
         raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
                          f"{problem.device} (capture='static' runs the same step eagerly on any device)")
+
+
+def _kernel(cfg, runner: ModelRunner, problem):
+    """The sampler kernel of ``cfg`` with its step constants: the options' ``auto`` values resolved (the proposal's
+    uniform share, warned about where fp32 uniforms cannot realize it; the proposal memo's size)."""
+    uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
+    _warn_coarse_mixture(uniform_mix, runner.vocab_size)
+    slots = memo.resolved_slots(cfg, problem.terms is not None and bool(problem.terms.terms))
+    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, slots))
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:
@@ -167,7 +177,7 @@ def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:
                       f"{uniform_mix / vocab_size:.2g} of proposal probability, below what the fp32 uniforms realize "
                       f"accurately (2^-20 = {finest:.2g}): the drawn proposal then differs from the one the MH "
                       f"ratio uses for those tokens; use uniform_mix >= {vocab_size * finest:.3g}",
-                      stacklevel=3)
+                      stacklevel=4)
 
 
 def _initial_state(problem, cfg, runner: ModelRunner) -> ChainState:

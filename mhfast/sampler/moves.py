@@ -33,6 +33,7 @@ import torch
 from . import rng
 from .step import StepContext, StepInfo
 from .runner import sum_terms
+from .memo import ProposalMemo
 from .state import ChainState
 
 
@@ -216,14 +217,31 @@ def site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: t
 def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
                              pos: torch.Tensor, prop: torch.Tensor, logq_forward: torch.Tensor,
                              logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
-                             step: int) -> tuple[ChainState, torch.Tensor]:
+                             step: int, memo: ProposalMemo | None = None, memo_slots: torch.Tensor | None = None
+                             ) -> tuple[ChainState, torch.Tensor]:
     """:func:`evaluate_and_accept` for single-site moves (``pos``/``prop`` Long[n], distinct chains ``ch``):
     the same chains, with the MH test, the state update and the cache rows in one op (``mh_commit_site_``).
 
     Energies stay :func:`sum_terms` of the term rows (torch's float64 sum, as every other energy of
     the state), computed here once per moving chain and handed to the op.
+
+    ``memo`` (:mod:`mhfast.sampler.memo`): the last ``h = len(memo_slots)`` chains' proposals are in it, at
+    ``memo_slots``: their terms are read from it and no rows are forwarded for them (``known_logits`` then
+    covers the first ``n - h`` chains only); after the test the memo learns the rejected proposals, and the
+    remembered proposals that were accepted forward their rows for the cache (:func:`_refresh_rows`).
     """
-    x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
+    h = 0 if memo_slots is None else memo_slots.shape[0]
+    m = ch.shape[0] - h
+    assert not (h and ctx.terms is not None and ctx.terms.terms), "the memo does not keep extra-term values"
+    if m:
+        x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch[:m], ch_host[:m], pos[:m], prop[:m],
+                                                                known_logits)
+    else:  # every proposal is remembered: no rows at all
+        x_new, seq, q, outputs = None, ch[:0], ch[:0], []
+        raw_new = local_new = state.raw_terms[:0]
+    if h:
+        remembered = memo.terms(ch[m:], memo_slots)
+        raw_new, local_new = torch.cat([raw_new, remembered[0]]), torch.cat([local_new, remembered[1]])
     e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
     target_new = e_raw_new if state.energy == "raw" else e_local_new
     extra = None
@@ -244,15 +262,43 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         state.counts.tested(ch, accepted)
     state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
                                 **more)
+    if memo is not None:
+        memo.remember(ch, pos, prop, raw_new, local_new, accepted, torch.arange(m + h, device=ch.device) >= m)
+        if h:
+            memo.hits += h
+            _refresh_rows(ctx, state, ch[m:], pos[m:], accepted[m:])
     return state, accepted.sum()
 
 
+def _refresh_rows(ctx: StepContext, state: ChainState, ch: torch.Tensor, pos: torch.Tensor, accepted: torch.Tensor
+                  ) -> None:
+    """The cache rows of the chains ``ch`` that ``accepted`` a remembered proposal (at ``pos``): their state is
+    the X' whose terms the memo held, but not its model rows. Forwards them (every energy position but ``pos``,
+    whose row X and X' share) and writes them into ``state.cache`` in place. A host read of ``accepted``."""
+    which = accepted.nonzero().squeeze(1)
+    if which.numel() == 0:
+        return
+    runner, be = ctx.runner, ctx.backend
+    chains, at = ch.index_select(0, which), pos.index_select(0, which)
+    need = state.energy_mask.index_select(0, chains)
+    need[torch.arange(chains.shape[0], device=chains.device), at] = False
+    seq, q = need.nonzero().unbind(1)
+    if seq.numel() == 0:
+        return
+    rows = be.masked_copies(state.tokens.index_select(0, chains), seq, q, runner.mask_id)
+    outputs = runner.outputs(rows, q, state.ctx_of(chains.index_select(0, seq)))
+    state.cache[chains.index_select(0, seq), q] = outputs.to(state.cache.dtype)
+
+
 def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
-                   pos: torch.Tensor, beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
+                   pos: torch.Tensor, beta: float | None, epoch: int, step: int, memo: ProposalMemo | None = None
+                   ) -> tuple[ChainState, StepInfo]:
     """One single-site MH step of the chains ``act`` (``act_host``: CPU copy) at positions ``pos``:
     :func:`propose_sites`, one host sync (how many chains changed), :func:`site_evaluate_and_accept`.
 
-    ``beta=None``: force accept (energies are still computed, so the cache stays valid).
+    ``beta=None``: force accept (energies are still computed, so the cache stays valid). ``memo``: proposals
+    the chains rejected before from their current state are decided from their remembered terms, without
+    rows (:mod:`mhfast.sampler.memo`).
     """
     A = act.shape[0]
     if A == 0:
@@ -260,17 +306,35 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     if state.counts is not None:
         state.counts.proposed(act_host)
     prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
-    local, local_host = changed_chains(changed)
+    if memo is None:
+        local, local_host = changed_chains(changed)
+        h = 0
+    else:  # the changed chains, those whose proposal the memo knows last
+        hit, slot = memo.lookup(act, pos, prop)
+        local, local_host, h = _misses_then_hits(changed, hit)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
     if n == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
         return state, StepInfo(A, A, 0, scored=True)
     ch, pos_ch = act.index_select(0, local), pos.index_select(0, local)
-    known = logits.index_select(0, local) if logits is not None else state.cache[ch, pos_ch]
+    m = n - h
+    known = logits.index_select(0, local[:m]) if logits is not None else state.cache[ch[:m], pos_ch[:m]]
     state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
                                         logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
-                                        epoch, step)
+                                        epoch, step, memo, None if memo is None else slot.index_select(0, local[m:]))
     return state, StepInfo(A, A - n + k, k, scored=True)
+
+
+def _misses_then_hits(changed: torch.Tensor, hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Indices of the changed proposals, the memo's misses first and its hits last, on the device and the host
+    (one device->host copy of both masks), and the number of hits."""
+    miss, hit = changed & ~hit, changed & hit
+    both = torch.stack([miss, hit])
+    both_host = both if both.device.type == "cpu" else both.cpu()
+    parts_host = [both_host[0].nonzero().squeeze(1), both_host[1].nonzero().squeeze(1)]
+    local_host = torch.cat(parts_host)
+    local = local_host if both.device.type == "cpu" else local_host.to(both.device)
+    return local, local_host, parts_host[1].shape[0]
 
 
 def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,

@@ -54,6 +54,8 @@ class SampleResult:
         compiled_blocks: the model blocks ``compile=True`` compiled (0 without it).
         compile_seconds: the run's time spent compiling them (first calls and recompiles for new
             shapes, by torch's compile callbacks; 0.0 without ``compile``): part of the run's wall time.
+        memo_hits: proposals decided from the proposal memo (option ``memo``): proposals a chain had rejected
+            before from the same state, whose ``T_e - 1`` rows were therefore not forwarded again.
     """
 
     tokens: torch.Tensor
@@ -83,6 +85,7 @@ class SampleResult:
     chain_novel: torch.Tensor | None = None
     compiled_blocks: int = 0
     compile_seconds: float = 0.0
+    memo_hits: int = 0
 
     def rates_per_input(self, first_epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Each input's acceptance and novel rate over epochs ``first_epoch..E-1``, pooled over its chains:

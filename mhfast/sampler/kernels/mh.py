@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..graphed import StaticSiteSteps
+from ..memo import ProposalMemo
 from ..moves import single_site_mh
 from ..schedules import Epoch, active_chains, epoch_order
 from ..state import ChainState, rescore
@@ -33,12 +34,16 @@ class SingleSiteMH:
         self.ctx = ctx
         self._active: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
+        self.memo: ProposalMemo | None = None  # the chains' rejected proposals (option memo; capture none)
 
     def init(self, state: ChainState) -> ChainState:
         self._active = active_chains(state.num_free_host, state.tokens.device)
         state = rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True, terms=self.ctx.terms)
         capture = self.ctx.config.capture
         if capture == "none":
+            if self.ctx.memo_slots:
+                M, T = state.tokens.shape
+                self.memo = ProposalMemo(M, self.ctx.memo_slots, T, self.ctx.runner.vocab_size, state.tokens.device)
             return state
         self._static = StaticSiteSteps(self.ctx, state, graphs=capture == "cuda-graph")
         return self._static.state_of(state)
@@ -51,5 +56,5 @@ class SingleSiteMH:
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         k, act, act_host, pos = move
         if self._static is None:
-            return single_site_mh(self.ctx, state, act, act_host, pos, epoch.beta, epoch.index, k)
+            return single_site_mh(self.ctx, state, act, act_host, pos, epoch.beta, epoch.index, k, self.memo)
         return self._static.step(state, act, act_host, pos, epoch.beta, epoch.index, k)

@@ -1,0 +1,53 @@
+"""What the proposal memo costs outside the model: bench_floor's per-step CPU time with the memo off and on.
+
+bench/bench_floor.py's near-zero-cost model (so only the sampler is timed), single-site MH with default options,
+``memo="auto"`` resolved to 0 (off) or 8 entries per chain (on, the default), the two alternating in one process
+(:func:`bench_floor.alternating_cpu_ms`, order swapped every other round), CPU ms per marginal step, median of the
+rounds; plus the memo's hits per step there. The issue-14 goals (<= 0.25 ms for 5 chains, <= 2.5 ms for 500 chains
+at T=40) apply to the default, i.e. the memo on.
+
+    python3 bench/ab_memo_floor.py --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_floor  # noqa: E402
+import results_md  # noqa: E402
+
+import mhfast  # noqa: E402
+from mhfast.sampler import memo  # noqa: E402
+
+
+def hits_per_step(C: int, T: int) -> float:
+    r = mhfast.sample(bench_floor.NullMLM(T=T), T, chains=C, epochs=4, burn_in=0, seed=0)
+    return r.memo_hits / (4 * T)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(1)
+    auto = memo.AUTO_SLOTS
+    variants = {"off": lambda: setattr(memo, "AUTO_SLOTS", 0), "on": lambda: setattr(memo, "AUTO_SLOTS", auto)}
+    print(results_md.machine_description())
+    print("| chains | T | memo off (CPU ms / step) | memo on | on / off | memo hits / step | rounds (off; on) |")
+    print("|---|---|---|---|---|---|---|")
+    for C, T in ((5, 10), (5, 40), (500, 40)):
+        got = bench_floor.alternating_cpu_ms(C, T, variants, variants["on"], args.rounds, args.repeats,
+                                             swap_order=True)
+        off, on = statistics.median(got["off"]), statistics.median(got["on"])
+        each = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+        print(f"| {C} | {T} | {off:.3f} | {on:.3f} | {on / off:.2f} | {hits_per_step(C, T):.2f} | "
+              f"{each(got['off'])}; {each(got['on'])} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""The proposal memo (option ``memo``; issue 14: "never forward a row whose result is known"): a proposal a chain
+rejected before from its current state is decided from its remembered energy terms, without rows.
+
+Shown here: the same chains as without the memo, bit for bit, on models whose rows do not depend on their batch
+(every option that reaches the dynamic single-site step, feature caches and the CUDA device included), with fewer
+rows; the per-position cache stays the current state's after every step (a remembered proposal that is accepted
+forwards its rows); MH with the memo matches enumeration on a tiny BERT with many hits; the memo itself (first in
+first out, forgotten on a move); option errors.
+
+Example:
+    python3 -m pytest -q tests/test_proposal_memo.py
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
+from mhfast.sampler import moves
+from mhfast.sampler.kernels.mh import SingleSiteMH
+from mhfast.sampler.memo import AUTO_SLOTS, ProposalMemo
+from mhfast.sampler.state import rescore
+
+
+def differing_fields(a: mhfast.SampleResult, b: mhfast.SampleResult) -> list[str]:
+    """The tensor fields of two results that differ (bit for bit)."""
+    return [f.name for f in dataclasses.fields(a) if isinstance(getattr(a, f.name), torch.Tensor)
+            and not torch.equal(getattr(a, f.name), getattr(b, f.name))]
+
+
+CASES = {
+    "default": {},
+    "local": {"energy": "local"},
+    "cold": {"target_temperature": 0.3},
+    "annealed-forced": {"anneal": 0.1, "force_accept_epochs": 2},
+    "nucleus": {"top_p": 0.8, "proposal_temperature": 1.5},
+    "left-to-right": {"order": "left-to-right"},
+    "reference-ops": {"backend": "reference"},
+    "small-batches": {"max_tokens_per_batch": 7},
+    "one-slot": {"memo": 1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_same_chains_fewer_rows(name, device):
+    model = TabularMLM.random(num_tokens=4, length=5, seed=3)
+    kw = dict(chains=6, epochs=20, burn_in=2, seed=5, device=device, **CASES[name])
+    off = mhfast.sample(model, 5, **{**kw, "memo": 0})
+    on = mhfast.sample(model, 5, **kw)
+    assert differing_fields(off, on) == []
+    assert off.memo_hits == 0 and on.memo_hits > 0
+    assert on.model_rows < off.model_rows
+
+
+@pytest.mark.parametrize("features", [False, True])
+def test_same_chains_with_a_feature_cache_and_a_source(features):
+    """A feature cache (the LM head applied at proposal time) and a conditional model (rows with a source)."""
+    model = ConditionalTabularMLM.random(4, [4], num_sources=2, seed=1, features=features)
+    kw = dict(source=torch.tensor([0, 1]), chains=5, epochs=15, burn_in=1, seed=2, target_temperature=0.5)
+    off, on = mhfast.sample(model, memo=0, **kw), mhfast.sample(model, **kw)
+    assert differing_fields(off, on) == [] and on.memo_hits > 0 and on.model_rows < off.model_rows
+
+
+def test_rows_are_te_minus_one_per_changed_proposal_the_memo_did_not_know(monkeypatch):
+    """The row count with the memo: T_e - 1 per proposal X' != X, less T_e - 1 per memo hit, plus T_e - 1 per
+    hit that was accepted (its rows forwarded for the cache)."""
+    T, chains = 5, 6
+    model = TabularMLM.random(num_tokens=4, length=T, seed=3)
+    accepted_hits, real_refresh = [], moves._refresh_rows
+
+    def refresh(ctx, state, ch, pos, accepted):
+        accepted_hits.append(int(accepted.sum()))
+        return real_refresh(ctx, state, ch, pos, accepted)
+
+    monkeypatch.setattr(moves, "_refresh_rows", refresh)
+    r = mhfast.sample(model, T, chains=chains, epochs=20, burn_in=2, seed=5, target_temperature=0.5)
+    changed = int(r.chain_proposals.sum() - r.chain_accepted.sum() + r.chain_novel.sum())  # tested proposals
+    assert r.memo_hits > 0 and sum(accepted_hits) > 0
+    assert r.model_rows - r.init_rows == (T - 1) * (changed - r.memo_hits + sum(accepted_hits))
+
+
+def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
+    """After each step the per-position cache equals a fresh rescore of the state: the rows of a remembered
+    proposal that was accepted were forwarded (the test counts such refreshes)."""
+    model = TabularMLM.random(num_tokens=4, length=5, seed=3, features=True)
+    refreshed, checked = [], []
+    real_refresh, real_step = moves._refresh_rows, SingleSiteMH.step
+
+    def refresh(ctx, state, ch, pos, accepted):
+        refreshed.append(int(accepted.sum()))
+        return real_refresh(ctx, state, ch, pos, accepted)
+
+    def step(self, state, epoch, move):
+        state, info = real_step(self, state, epoch, move)
+        fresh = rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True)
+        mask = state.energy_mask
+        assert torch.equal(state.cache[mask], fresh.cache[mask])
+        assert torch.equal(state.raw_terms, fresh.raw_terms) and torch.equal(state.local_terms, fresh.local_terms)
+        checked.append(1)
+        return state, info
+
+    monkeypatch.setattr(moves, "_refresh_rows", refresh)
+    monkeypatch.setattr(SingleSiteMH, "step", step)
+    r = mhfast.sample(model, 5, chains=6, epochs=20, burn_in=2, seed=5, target_temperature=0.7)
+    assert r.memo_hits > 0 and sum(refreshed) > 0 and len(checked) == 20 * 5
+
+
+def test_mh_with_the_memo_matches_enumeration():
+    """Exactness with the memo on a real network: a tiny BERT at a low target temperature, where the chains
+    stay put and repeat many proposals (hits are counted), against the enumerated target."""
+    from test_compile_option import two_layer_bert
+    from test_sampler_exact import empirical, tv_and_bound
+
+    lm = two_layer_bert()
+    template = lm.frame(3)
+    tau, n = 0.5, 2000
+    r = mhfast.sample(lm, init=template[None], chains=n, energy="local", epochs=15, burn_in=3, seed=5,
+                      target_temperature=tau)
+    assert r.memo_hits > n // 4  # hundreds of proposals were repeats (858 here)
+    from test_sampler_exact import local_target
+    states, p = local_target(lm, template)
+    p_tau = torch.softmax(torch.log(p) / tau, dim=0)  # exp(-E/tau) from exp(-E)
+    tv, bound = tv_and_bound(p_tau, empirical(states, r.tokens[0]), n)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
+
+
+def test_a_real_network_gives_the_same_tokens_with_fewer_rows():
+    from test_compile_option import two_layer_bert
+
+    lm = two_layer_bert()
+    kw = dict(chains=8, epochs=8, burn_in=1, seed=7, energy="local", target_temperature=0.2)
+    off, on = mhfast.sample(lm, 5, memo=0, **kw), mhfast.sample(lm, 5, **kw)
+    assert torch.equal(off.tokens, on.tokens)  # rounding between batch sizes flips no decision here
+    assert torch.allclose(off.energy, on.energy, atol=1e-5)
+    assert on.memo_hits > 0 and on.model_rows < off.model_rows
+
+
+def test_the_memo_forgets_on_a_move_and_replaces_its_oldest_entry():
+    memo = ProposalMemo(num_chains=1, slots=2, length=3, vocab_size=10, device="cpu")
+    ch, no, yes = torch.tensor([0]), torch.tensor([False]), torch.tensor([True])
+    terms = lambda v: torch.full((1, 3), float(v))  # noqa: E731
+
+    def put(pos, tok, value, accepted=no, hit=no):
+        memo.remember(ch, torch.tensor([pos]), torch.tensor([tok]), terms(value), terms(-value), accepted, hit)
+
+    def known(pos, tok):
+        hit, slot = memo.lookup(ch, torch.tensor([pos]), torch.tensor([tok]))
+        return float(memo.terms(ch, slot)[0][0, 0]) if bool(hit) else None
+
+    put(0, 1, 1.0)
+    put(2, 3, 2.0)
+    assert (known(0, 1), known(2, 3), known(1, 1)) == (1.0, 2.0, None)
+    put(2, 3, 9.0, hit=yes)  # a remembered proposal rejected again: stored once, unchanged
+    put(1, 1, 3.0)  # the third entry replaces the oldest
+    assert (known(0, 1), known(2, 3), known(1, 1)) == (None, 2.0, 3.0)
+    put(0, 4, 5.0, accepted=yes)  # the chain moved: every entry is gone
+    assert (known(2, 3), known(1, 1), known(0, 4)) == (None, None, None)
+    put(1, 2, 6.0)
+    assert known(1, 2) == 6.0 and float(memo.terms(ch, torch.tensor([0]))[1][0, 0]) == -6.0
+
+
+def test_auto_is_on_for_mh_and_off_where_the_memo_does_not_apply():
+    model = TabularMLM.random(num_tokens=4, length=4, seed=0)
+    kw = dict(chains=4, epochs=10, burn_in=1, seed=1, target_temperature=0.5)
+    assert mhfast.sample(model, 4, **kw).memo_hits > 0
+    assert AUTO_SLOTS == 8
+    for other in (dict(capture="static"), dict(sampler="block-mh"), dict(sampler="gibbs", target_temperature=1.0)):
+        assert mhfast.sample(model, 4, **{**kw, **other}).memo_hits == 0
+    from mhfast.energy_terms import Hamming
+    with_terms = mhfast.sample(model, 4, extra_energy=[(Hamming(torch.tensor([[0, 1, 2, 3]])), 0.5)], **kw)
+    assert with_terms.memo_hits == 0  # the memo does not keep extra terms' values: auto leaves it off
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "many", None])
+def test_memo_must_be_auto_or_a_count(value):
+    with pytest.raises(ValueError, match="memo must be 'auto' or an int >= 0"):
+        mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, memo=value)
+
+
+@pytest.mark.parametrize("other", [dict(sampler="gibbs"), dict(capture="static"), dict(sampler="block-mh")])
+def test_an_explicit_memo_where_it_cannot_act_is_refused(other):
+    with pytest.raises(ValueError, match="memo 4 needs sampler mh and capture none"):
+        mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, memo=4, **other)
+
+
+def test_an_explicit_memo_with_extra_terms_is_refused():
+    from mhfast.energy_terms import Hamming
+
+    with pytest.raises(ValueError, match="memo=4 cannot be used with extra_energy"):
+        mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, memo=4,
+                      extra_energy=[(Hamming(torch.tensor([[0, 1]])), 0.5)])
+
+
+def test_the_cli_flag(capsys, tmp_path):
+    """``--memo`` on ``mhfast sample``: 0 runs without it (more rows, the same samples); a bad value is one
+    line and exit 2."""
+    from hf_tiny_models import save_tiny_bert_dir
+    from mhfast.cli import main
+
+    argv = ["sample", "--model", save_tiny_bert_dir(tmp_path / "bert"), "--length", "6", "--chains", "4",
+            "--epochs", "8", "--burn-in", "1", "--seed", "3"]
+    outs = []
+    for memo in ("0", "auto"):
+        assert main(argv + ["--memo", memo]) == 0
+        outs.append(capsys.readouterr().out.splitlines())
+    rows = [int(lines[-1].split("model rows ")[1].split()[0]) for lines in outs]
+    assert outs[0][:-1] == outs[1][:-1] and rows[1] < rows[0]
+    with pytest.raises(SystemExit) as stop:
+        main(argv + ["--memo", "x"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--memo" in err[0]
