@@ -149,9 +149,7 @@ def _sample(energy: str, device: str, **kw):
     extra = kw.pop("hamming", False)
     if extra:
         kw["extra_energy"] = [(Hamming(torch.tensor([[0, 1, 2, 3]])), 0.7)]
-    # memo=0: the unfused op sequence has no proposal memo (tests/test_proposal_memo.py shows it changes no chain)
-    return mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, seed=11, energy=energy, device=device, memo=0,
-                         **kw)
+    return mhfast.sample(model, 4, chains=3, epochs=4, burn_in=1, seed=11, energy=energy, device=device, **kw)
 
 
 @pytest.mark.parametrize("case", [dict(energy="raw"), dict(energy="local", force_accept_epochs=2),
@@ -166,9 +164,7 @@ def test_fused_step_gives_the_unfused_chains(monkeypatch, case, device):
     kw = dict(case)
     fused = _sample(kw.pop("energy"), device, **dict(kw))
 
-    def unfused_commit(ctx, state, ch, ch_host, pos, prop, lf, lr, known, beta, epoch, step, memo=None,
-                       memo_slots=None):
-        assert memo is None
+    def unfused_commit(ctx, state, ch, ch_host, pos, prop, lf, lr, known, beta, epoch, step):
         return moves.evaluate_and_accept(ctx, state, ch, ch_host, pos[:, None], prop[:, None], lf, lr, known, beta,
                                          epoch, step)
 

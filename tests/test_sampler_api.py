@@ -147,12 +147,11 @@ class RowCounter:
 
 def test_mh_rows_per_step_are_te_minus_one_per_changed_chain(device):
     """Single-site MH forwards T_e - 1 rows per chain whose proposal differs from its current
-    token and none otherwise: per epoch, rows = (T_e - 1) * (proposals - unchanged). (memo=0: the proposal memo
-    saves some of them, counted in tests/test_proposal_memo.py.)"""
+    token and none otherwise: per epoch, rows = (T_e - 1) * (proposals - unchanged)."""
     T, chains = 4, 8
     model = RowCounter(model4())
     epoch_rows, epoch_stats = [], []
-    r = sample(device, model, T, chains=chains, epochs=5, burn_in=1, seed=5, memo=0,
+    r = sample(device, model, T, chains=chains, epochs=5, burn_in=1, seed=5,
                progress=lambda e, s: (epoch_rows.append(s["model_rows"]), epoch_stats.append(s)))
     assert sum(model.rows) == r.model_rows
     # warm start: the all-mask row repeated once per position (no row hook), then T_e rows per chain
@@ -203,7 +202,7 @@ def test_block_mh_with_one_position_blocks_is_single_site_mh(features, device):
     init = torch.tensor([[m, m, m, m], [m, m, p, p], [m, m, m, p]])
     kw = dict(init=init, chains=5, epochs=6, burn_in=2, seed=4, record="epoch", force_accept_epochs=1, anneal=0.1,
               energy="local", proposal_temperature=1.5)
-    a = sample(device, model, sampler="mh", memo=0, **kw)  # block MH has no proposal memo: the same rows without it
+    a = sample(device, model, sampler="mh", **kw)
     b = sample(device, model, sampler="block-mh", block_schedule=1, **kw)
     assert torch.equal(a.history, b.history)
     assert torch.equal(a.best_tokens, b.best_tokens)

@@ -27,7 +27,7 @@ import torch
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
 from ..models.loading import load_masked_lm
-from . import driver, memo, options, precision, schedules
+from . import driver, options, precision, schedules
 from .backend import get_backend
 from .kernels import KERNELS
 from .problem import build_problem, check_model
@@ -151,9 +151,9 @@ def _check_problem(cfg, problem) -> None:
     if cfg.capture != "none" and problem.terms is not None and problem.terms.terms:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
-    if cfg.memo not in ("auto", 0) and problem.terms is not None and problem.terms.terms:
+    if cfg.memo and problem.terms is not None and problem.terms.terms:
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
-                         "the MLM's energy terms only); use memo=0 or 'auto'")
+                         "the MLM's energy terms only); use memo=0")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
         raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
                          f"{problem.device} (capture='static' runs the same step eagerly on any device)")
@@ -161,11 +161,11 @@ def _check_problem(cfg, problem) -> None:
 
 def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: the options' ``auto`` values resolved (the proposal's
-    uniform share, warned about where fp32 uniforms cannot realize it; the proposal memo's size)."""
+    uniform share, warned about where fp32 uniforms cannot realize it)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
-    slots = memo.resolved_slots(cfg, problem.terms is not None and bool(problem.terms.terms))
-    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, slots))
+    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
+                                            cfg.memo))
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

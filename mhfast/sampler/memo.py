@@ -20,6 +20,11 @@ How much it saves depends on how long chains stay put: from a real antibody (Ant
 the proposals that change the state were repeats with 8 slots; from random residues at T=16 over 33
 epochs, 9.6%; during a burn-in from random starts almost none (bench/RESULTS.md).
 
+It is off by default (option ``memo=0``): its lookup and bookkeeping are ~30 small torch ops per step, ~0.18 ms
+on a 2-core AMD EPYC (bench/ab_memo_floor.py), more than the rest of a 5-chain step with a free model. It pays
+where a row costs more than that and chains repeat proposals: a real model near a mode. (Fusing the lookup into
+``mh_propose_site`` and the bookkeeping into ``mh_commit_site_`` would make it cheap enough to be the default.)
+
 Example:
     >>> memo = ProposalMemo(num_chains=2, slots=2, length=3, vocab_size=5, device="cpu")
     >>> ch, pos, prop = torch.tensor([0, 1]), torch.tensor([1, 2]), torch.tensor([4, 3])
@@ -34,28 +39,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-
-#: what ``memo="auto"`` gives single-site MH: 8 entries per chain (from a real antibody at T=32, 8 slots
-#: caught 38% of the state-changing proposals as repeats and unlimited ones 40%). An entry is two f32 terms
-#: per position and a key, so the memory is small: 500 chains x 8 entries x T=40 = 1.3 MB.
-AUTO_SLOTS = 8
-
-
-def resolved_slots(cfg: Any, has_extra_terms: bool = False) -> int:
-    """The memo's entries per chain for the options ``cfg``: ``memo="auto"`` -> :data:`AUTO_SLOTS` where it
-    applies (sampler mh, capture none, no extra energy terms, whose values it does not keep), else 0.
-
-    Example:
-        >>> from mhfast.sampler.options import config_from_kwargs
-        >>> resolved_slots(config_from_kwargs({})), resolved_slots(config_from_kwargs({"sampler": "gibbs"}))
-        (8, 0)
-    """
-    if cfg.memo != "auto":
-        return cfg.memo
-    return AUTO_SLOTS if cfg.sampler == "mh" and cfg.capture == "none" and not has_extra_terms else 0
 
 
 class ProposalMemo:

@@ -319,9 +319,10 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     ch, pos_ch = act.index_select(0, local), pos.index_select(0, local)
     m = n - h
     known = logits.index_select(0, local[:m]) if logits is not None else state.cache[ch[:m], pos_ch[:m]]
+    with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local[m:]))
     state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
                                         logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
-                                        epoch, step, memo, None if memo is None else slot.index_select(0, local[m:]))
+                                        epoch, step, **with_memo)
     return state, StepInfo(A, A - n + k, k, scored=True)
 
 

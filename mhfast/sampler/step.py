@@ -25,7 +25,7 @@ class StepContext:
     #: q = (1 - uniform_mix) q_nucleus + uniform_mix / n over the proposable tokens
     uniform_mix: float
     terms: Any = None  #: mhfast.energy_terms.EnergyTerms or None: extra energy terms, allowed-token mask
-    memo_slots: int = 0  #: the proposal memo's entries per chain, ``auto`` resolved (mhfast.sampler.memo)
+    memo_slots: int = 0  #: the proposal memo's entries per chain, 0: none (option memo; mhfast.sampler.memo)
 
     def proposal_logits(self, logits: torch.Tensor, term_index: torch.Tensor, positions: torch.Tensor
                         ) -> torch.Tensor:
