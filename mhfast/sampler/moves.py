@@ -232,16 +232,12 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
     """
     h = 0 if memo_slots is None else memo_slots.shape[0]
     m = ch.shape[0] - h
-    assert not (h and ctx.terms is not None and ctx.terms.terms), "the memo does not keep extra-term values"
-    if m:
-        x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch[:m], ch_host[:m], pos[:m], prop[:m],
-                                                                known_logits)
-    else:  # every proposal is remembered: no rows at all
-        x_new, seq, q, outputs = None, ch[:0], ch[:0], []
-        raw_new = local_new = state.raw_terms[:0]
-    if h:
-        remembered = memo.terms(ch[m:], memo_slots)
-        raw_new, local_new = torch.cat([raw_new, remembered[0]]), torch.cat([local_new, remembered[1]])
+    if h == 0:  # (no slicing: each slice would be one more dispatched op in every step)
+        x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
+    else:
+        assert not (ctx.terms is not None and ctx.terms.terms), "the memo does not keep extra-term values"
+        x_new, raw_new, local_new, seq, q, outputs = _remembered_terms(ctx, state, ch, ch_host, pos, prop,
+                                                                       known_logits, memo, memo_slots)
     e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
     target_new = e_raw_new if state.energy == "raw" else e_local_new
     extra = None
@@ -268,6 +264,21 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
             memo.hits += h
             _refresh_rows(ctx, state, ch[m:], pos[m:], accepted[m:])
     return state, accepted.sum()
+
+
+def _remembered_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
+                      prop: torch.Tensor, known_logits: torch.Tensor, memo: ProposalMemo, memo_slots: torch.Tensor):
+    """:func:`site_terms` of the first ``n - h`` chains (forwarded rows) followed by the memo's terms of the last
+    ``h = len(memo_slots)``: ``(x_new or None, raw_new, local_new, seq, q, outputs)``, rows for the first ones only."""
+    m = ch.shape[0] - memo_slots.shape[0]
+    if m:
+        x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch[:m], ch_host[:m], pos[:m], prop[:m],
+                                                                known_logits)
+    else:  # every proposal is remembered: no rows at all
+        x_new, seq, q, outputs = None, ch[:0], ch[:0], []
+        raw_new = local_new = state.raw_terms[:0]
+    raw_h, local_h = memo.terms(ch[m:], memo_slots)
+    return x_new, torch.cat([raw_new, raw_h]), torch.cat([local_new, local_h]), seq, q, outputs
 
 
 def _refresh_rows(ctx: StepContext, state: ChainState, ch: torch.Tensor, pos: torch.Tensor, accepted: torch.Tensor
@@ -318,7 +329,8 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         return state, StepInfo(A, A, 0, scored=True)
     ch, pos_ch = act.index_select(0, local), pos.index_select(0, local)
     m = n - h
-    known = logits.index_select(0, local[:m]) if logits is not None else state.cache[ch[:m], pos_ch[:m]]
+    misses, ch_m, pos_m = (local, ch, pos_ch) if h == 0 else (local[:m], ch[:m], pos_ch[:m])  # no slice ops if no hit
+    known = logits.index_select(0, misses) if logits is not None else state.cache[ch_m, pos_m]
     with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local[m:]))
     state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
                                         logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
