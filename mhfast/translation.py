@@ -123,6 +123,7 @@ class BatchOutput:
         sentences: number of non-empty sources (the ones that were decoded).
         acceptance: mean post-burn-in acceptance rate of the batch (MH; None otherwise).
         compile_seconds: the batch's time spent compiling (MH with ``compile=True``; 0.0 otherwise).
+        memo_hits: the batch's proposals decided by the proposal memo (MH with ``memo`` > 0; 0 otherwise).
     """
 
     hypotheses: list[Hypothesis]
@@ -130,6 +131,7 @@ class BatchOutput:
     sentences: int
     acceptance: float | None
     compile_seconds: float = 0.0
+    memo_hits: int = 0
 
 
 class Translator:
@@ -229,7 +231,8 @@ class Translator:
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
                    "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]
-        return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()), res.compile_seconds)
+        return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()), res.compile_seconds,
+                           res.memo_hits)
 
 
 def resolve_tokenizer(data_dir: str | os.PathLike, spm: str | os.PathLike | None,

@@ -203,6 +203,7 @@ def test_the_cli_flag(capsys, tmp_path):
         assert main(argv + ["--memo", memo]) == 0
         outs.append(capsys.readouterr().out.splitlines())
     rows = [int(lines[-1].split("model rows ")[1].split()[0]) for lines in outs]
+    assert "memo hits" not in outs[0][-1] and int(outs[1][-1].split("(memo hits ")[1].split(")")[0]) > 0
     samples = [[line for line in lines[:-1] if not line.startswith("# model")] for lines in outs]  # no timings
     assert samples[0] == samples[1] and rows[1] < rows[0]
     with pytest.raises(SystemExit) as stop:

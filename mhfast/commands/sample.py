@@ -205,7 +205,7 @@ def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any
     r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg, progress=progress)
     return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
             "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
-            "compile_seconds": r.compile_seconds, "epochs": epochs}
+            "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs}
 
 
 def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any) -> Any:
@@ -231,6 +231,7 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
         best_tokens=pick("best_tokens"), best_energy=pick("best_energy"),
         model_rows=sum(p["model_rows"] for p in parts),
         compile_seconds=max(p["compile_seconds"] for p in parts),  # the ranks compile at the same time
+        memo_hits=sum(p["memo_hits"] for p in parts),
         **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
 
 
@@ -248,6 +249,7 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
                   f"E_local={float(result.energy_local[b, c]):.3f}", file=out)
         print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}", file=out)
     print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
-          f"model rows {result.model_rows}  {seconds:.1f} s"
+          f"model rows {result.model_rows}"
+          + (f" (memo hits {result.memo_hits})" if getattr(args, "memo", 0) else "") + f"  {seconds:.1f} s"
           + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
           file=out, flush=True)

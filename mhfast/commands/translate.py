@@ -407,7 +407,8 @@ class ChunkWork:
         return {"first": first, "end": first + len(chunk), "text": text, "hyps": [h.text for h in result.hypotheses],
                 "stats": {"start": first, "end": first + len(chunk), "sentences": result.sentences,
                           "epochs": result.epochs,
-                          **({"compile_seconds": result.compile_seconds} if getattr(args, "compile", False) else {})},
+                          **({"compile_seconds": result.compile_seconds} if getattr(args, "compile", False) else {}),
+                          **({"memo_hits": result.memo_hits} if getattr(args, "memo", 0) else {})},
                 "acceptance": result.acceptance, "sentences": result.sentences}
 
 
