@@ -72,9 +72,9 @@ def test_rows_are_te_minus_one_per_changed_proposal_the_memo_did_not_know(monkey
     model = TabularMLM.random(num_tokens=4, length=T, seed=3)
     accepted_hits, real_refresh = [], moves._refresh_rows
 
-    def refresh(ctx, state, ch, pos, accepted):
-        accepted_hits.append(int(accepted.sum()))
-        return real_refresh(ctx, state, ch, pos, accepted)
+    def refresh(*args):  # (ctx, state, ch, ch_host, pos, accepted)
+        accepted_hits.append(int(args[-1].sum()))
+        return real_refresh(*args)
 
     monkeypatch.setattr(moves, "_refresh_rows", refresh)
     r = mhfast.sample(model, T, chains=chains, epochs=20, burn_in=2, seed=5, target_temperature=0.5, memo=ON)
@@ -90,9 +90,9 @@ def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
     refreshed, checked = [], []
     real_refresh, real_step = moves._refresh_rows, SingleSiteMH.step
 
-    def refresh(ctx, state, ch, pos, accepted):
-        refreshed.append(int(accepted.sum()))
-        return real_refresh(ctx, state, ch, pos, accepted)
+    def refresh(*args):  # (ctx, state, ch, ch_host, pos, accepted)
+        refreshed.append(int(args[-1].sum()))
+        return real_refresh(*args)
 
     def step(self, state, epoch, move):
         state, info = real_step(self, state, epoch, move)

@@ -77,8 +77,8 @@ def _commit(state: ChainState, tokens: torch.Tensor, chains: torch.Tensor, accep
 
 
 def changed_chains(changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the step's chains whose proposal differs from their state: the one host sync of
-    a step (the caller then knows how many rows to forward). Returns ``(device, CPU)`` copies."""
+    """Indices of the step's chains whose proposal differs from their state (of any mask's True entries): the
+    one host sync of a step (the caller then knows how many rows to forward). Returns ``(device, CPU)`` copies."""
     if changed.device.type == "cpu":  # no copies to make (each would still be a dispatched call)
         local = changed.nonzero().squeeze(1)
         return local, local
@@ -262,7 +262,7 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         memo.remember(ch, pos, prop, raw_new, local_new, accepted, torch.arange(m + h, device=ch.device) >= m)
         if h:
             memo.hits += h
-            _refresh_rows(ctx, state, ch[m:], pos[m:], accepted[m:])
+            _refresh_rows(ctx, state, ch[m:], ch_host[m:], pos[m:], accepted[m:])
     return state, accepted.sum()
 
 
@@ -281,22 +281,22 @@ def _remembered_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_
     return x_new, torch.cat([raw_new, raw_h]), torch.cat([local_new, local_h]), seq, q, outputs
 
 
-def _refresh_rows(ctx: StepContext, state: ChainState, ch: torch.Tensor, pos: torch.Tensor, accepted: torch.Tensor
-                  ) -> None:
-    """The cache rows of the chains ``ch`` that ``accepted`` a remembered proposal (at ``pos``): their state is
-    the X' whose terms the memo held, but not its model rows. Forwards them (every energy position but ``pos``,
-    whose row X and X' share) and writes them into ``state.cache`` in place. A host read of ``accepted``."""
-    which = accepted.nonzero().squeeze(1)
-    if which.numel() == 0:
+def _refresh_rows(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
+                  accepted: torch.Tensor) -> None:
+    """The cache rows of the chains ``ch`` (``ch_host``: CPU copy) that ``accepted`` a remembered proposal (at
+    ``pos``): their state is the X' whose terms the memo held, but not its model rows. Forwards them (the rows
+    ``mh_site_rows`` makes: every energy position but ``pos``, whose row X and X' share) and writes them into
+    ``state.cache`` in place. A host read of ``accepted``."""
+    which, which_host = changed_chains(accepted)
+    if which_host.numel() == 0:
         return
     runner, be = ctx.runner, ctx.backend
     chains, at = ch.index_select(0, which), pos.index_select(0, which)
-    need = state.energy_mask.index_select(0, chains)
-    need[torch.arange(chains.shape[0], device=chains.device), at] = False
-    seq, q = need.nonzero().unbind(1)
-    if seq.numel() == 0:
+    num_rows = int(state.num_energy_host.index_select(0, ch_host.index_select(0, which_host)).sum()) - len(which_host)
+    if num_rows == 0:
         return
-    rows = be.masked_copies(state.tokens.index_select(0, chains), seq, q, runner.mask_id)
+    _, _, _, seq, q, rows, _ = be.mh_site_rows(state.tokens, state.energy_mask, state.raw_terms, state.local_terms,
+                                               chains, at, state.tokens[chains, at], num_rows, runner.mask_id)
     outputs = runner.outputs(rows, q, state.ctx_of(chains.index_select(0, seq)))
     state.cache[chains.index_select(0, seq), q] = outputs.to(state.cache.dtype)
 
@@ -339,15 +339,14 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
 
 
 def _misses_then_hits(changed: torch.Tensor, hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Indices of the changed proposals, the memo's misses first and its hits last, on the device and the host
-    (one device->host copy of both masks), and the number of hits."""
-    miss, hit = changed & ~hit, changed & hit
-    both = torch.stack([miss, hit])
-    both_host = both if both.device.type == "cpu" else both.cpu()
-    parts_host = [both_host[0].nonzero().squeeze(1), both_host[1].nonzero().squeeze(1)]
-    local_host = torch.cat(parts_host)
-    local = local_host if both.device.type == "cpu" else local_host.to(both.device)
-    return local, local_host, parts_host[1].shape[0]
+    """Indices of the changed proposals, the memo's misses first and its hits last, on the device and the host,
+    and the number of hits: both masks go through :func:`changed_chains` as one (its one host sync), so a hit
+    ``j`` comes back as ``A + j``."""
+    A = changed.shape[0]
+    both, both_host = changed_chains(torch.cat([changed & ~hit, changed & hit]))
+    local_host = both_host.remainder(A)
+    local = local_host if both is both_host else both.remainder(A)
+    return local, local_host, int((both_host >= A).sum())
 
 
 def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,
