@@ -44,8 +44,7 @@ def one_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, epochs: in
 
 def one_case(lm, kind: str, T: int, chains: int, epochs: int, repeats: int) -> dict:
     start, positions = bench_mixmatch.make_start(lm, T, kind)
-    free = torch.zeros_like(start, dtype=torch.bool)
-    free[0, positions] = True
+    _, free = bench_mixmatch.evenly_spaced_sites(start, positions, positions.numel())  # every residue free
     runs = {0: [], SLOTS: []}
     for _ in range(repeats):
         for memo in runs:
