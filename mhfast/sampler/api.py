@@ -160,8 +160,8 @@ def _check_problem(cfg, problem) -> None:
 
 
 def _kernel(cfg, runner: ModelRunner, problem):
-    """The sampler kernel of ``cfg`` with its step constants: the options' ``auto`` values resolved (the proposal's
-    uniform share, warned about where fp32 uniforms cannot realize it)."""
+    """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
+    uniform share (warned about where fp32 uniforms cannot realize it), the proposal memo's size."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
