@@ -1,7 +1,7 @@
 """The proposal memo (option ``memo``) on AntiBERTy: rows and wall time with and without it, same chains.
 
-Per case (start, T, chains): ``mhfast.sample`` with ``memo=0`` (the default) and with ``memo=8`` (8 entries per
-chain) over the same start, seed and epochs, alternating in one process (off, on, off, on, ...); wall time of the
+Per case (start, T, chains): ``mhfast.sample`` with ``memo=0`` (off) and with ``memo=8`` (8 entries per chain, what
+the default ``memo="auto"`` gives single-site MH) over the same start, seed and epochs, alternating in one process (off, on, off, on, ...); wall time of the
 whole run (its warm start and initial energies are the same in both), rows forwarded per proposal after them,
 the memo's hits, and whether the two runs gave the same final tokens (they should: the memo hands back the
 energies computed earlier for the same sequence; a real network's rows can round differently in other batches,
@@ -153,7 +153,7 @@ def main() -> None:
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {results_md.machine_description()}; one torch "
         f"thread). {'AntiBERTy' if args.model == 'antiberty' else 'A random BERT of AntiBERTy shape'}, single-site "
         "MH, raw energy, default options but `memo`, 1 burn-in epoch; the memo "
-        f"off (`memo=0`, the default) and on (`memo={SLOTS}`: {SLOTS} entries per chain) alternate, "
+        f"off (`memo=0`) and on (`memo={SLOTS}`: {SLOTS} entries per chain, the default's value here) alternate, "
         f"{args.repeats} repeat(s); seconds "
         "= the whole run (median), rows / proposal after the initial energies.", "", *table(rows), *main_job, ""])
     print(text)

@@ -4,9 +4,9 @@ Made to run under compute-sanitizer (memcheck, racecheck, synccheck) on a GPU: s
 sizes (V = 1, odd V, V not a multiple of the vector width, unaligned row strides, the propose
 shared-memory edge V ~ 11.7k-12.3k, a V that needs the global scratch row, ties, -inf columns,
 NaN rows under validate=False), fp32/fp16/bf16; then the ops added later (bench/op_sweep_site.py):
-propose with uniform_mix > 0, mh_propose_site (incl. out-of-range act/pos under validate=False) and
-mh_commit_site_ (forced accept, several output sub-batches). Every output is checked against
-mhfast.reference (exact for indices, 1e-4 for floats, away from fp32 boundaries where the two may
+propose with uniform_mix > 0, mh_propose_site (incl. out-of-range act/pos under validate=False),
+mh_commit_site_ (forced accept, several output sub-batches) and the proposal memo's two ops. Every output is
+checked against mhfast.reference (exact for indices, 1e-4 for floats, away from fp32 boundaries where the two may
 legitimately differ by rounding). On CPU it runs the same sweep on the CPU kernels.
 
 Exit code 0 iff every case matched. Prints one line per case.
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import mhfast.ops as ops  # noqa: E402
 import mhfast.reference as reference  # noqa: E402
-from op_sweep_site import (check_commit_site, check_propose_mix, check_propose_site,  # noqa: E402
-                           check_propose_site_out_of_range)
+from op_sweep_site import (check_commit_site, check_memo_ops, check_memo_out_of_range,  # noqa: E402
+                           check_propose_mix, check_propose_site, check_propose_site_out_of_range)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -162,6 +162,10 @@ def sweep_site_ops(device: str, vs: list[int], dtypes: tuple, tiny: bool) -> lis
             for beta in (1.0, None):
                 results.append((f"mh_commit_site_ M={M} T={T} D={D} n={n} chunks={chunks} {dtype} beta={beta}",
                                 check_commit_site(M, T, D, n, dtype, beta, chunks, device)))
+    for C, S, T, A in ((1, 1, 1, 1), (7, 3, 4, 5)) if tiny else ((1, 1, 1, 1), (7, 3, 4, 5), (300, 8, 40, 200)):
+        results.append((f"mh_memo_lookup + mh_memo_update_ C={C} S={S} T={T} A={A} (30 steps)",
+                        check_memo_ops(C, S, T, A, 30, device)))
+    results.append(("mh_memo ops out-of-range act/ch/next (validate=False)", check_memo_out_of_range(device)))
     return results
 
 

@@ -177,6 +177,32 @@ def mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed,
                          "other than pos")
 
 
+def mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size, *, values: bool) -> None:
+    op = "mh_memo_lookup"
+    tensors(op, keys=keys, act=act, pos=pos, proposed=proposed, changed=changed)
+    ints(op, vocab_size=vocab_size)
+    _ops.mh_memo_lookup_check(keys, act, pos, proposed, changed, vocab_size)
+    if values:
+        in_range(op, "act", act, 0, keys.shape[0])
+
+
+def mh_memo_update_(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses, vocab_size,
+                    *, values: bool) -> None:
+    op = "mh_memo_update_"
+    tensors(op, keys=keys, raw=raw, local=local, next=next, ch=ch, pos=pos, proposed=proposed, raw_new=raw_new,
+            local_new=local_new, accepted=accepted)
+    ints(op, num_misses=num_misses, vocab_size=vocab_size)
+    _ops.mh_memo_update__check(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
+                               vocab_size)
+    if not values or ch.numel() == 0:
+        return
+    in_range(op, "ch", ch, 0, keys.shape[0])
+    uniq, counts = ch.unique(return_counts=True)
+    if bool((counts > 1).any()):
+        raise ValueError(f"mhfast.{op}: ch contains {int(uniq[counts > 1][0])} twice (the chains must be distinct)")
+    in_range(op, "next", next.index_select(0, ch), 0, keys.shape[1])
+
+
 COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",
                   "proposed", "logq_forward", "logq_reverse", "raw_new", "local_new", "e_raw_new", "e_local_new",
                   "target_new", "seq", "q")

@@ -127,6 +127,32 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
     return _ops.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id)
 
 
+def mh_memo_lookup(keys: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
+                   changed: torch.Tensor, vocab_size: int, *, validate: bool = True
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.mh_memo_lookup` (the proposal memo's lookup, one pass over the chains)."""
+    if validate:
+        _validate.tensors("mh_memo_lookup", keys=keys, act=act, pos=pos, proposed=proposed, changed=changed)
+        _validate.ints("mh_memo_lookup", vocab_size=vocab_size)
+    if _needs_python_checks(validate, keys):
+        _validate.mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size, values=True)
+    return _ops.mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size)
+
+
+def mh_memo_update_(keys: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, next: torch.Tensor, ch: torch.Tensor,
+                    pos: torch.Tensor, proposed: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+                    accepted: torch.Tensor, num_misses: int, vocab_size: int, *, validate: bool = True) -> None:
+    """Compiled :func:`mhfast.reference.mh_memo_update_` (the proposal memo after the MH test, in place)."""
+    args = (keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses, vocab_size)
+    if validate:
+        _validate.tensors("mh_memo_update_", keys=keys, raw=raw, local=local, next=next, ch=ch, pos=pos,
+                          proposed=proposed, raw_new=raw_new, local_new=local_new, accepted=accepted)
+        _validate.ints("mh_memo_update_", num_misses=num_misses, vocab_size=vocab_size)
+    if _needs_python_checks(validate, keys):
+        _validate.mh_memo_update_(*args, values=True)
+    _ops.mh_memo_update_(*args)
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output metadata for torch.compile / FakeTensor tracing and opcheck.
 # ---------------------------------------------------------------------------------------------
@@ -198,3 +224,19 @@ def _mh_site_rows_fake(tokens, energy_mask, raw_terms, local_terms, ch, pos, pro
     return (torch.empty((n, T), **long_), torch.empty((n, T), **f32), torch.empty((n, T), **f32),
             torch.empty((num_rows,), **long_), torch.empty((num_rows,), **long_), torch.empty((num_rows, T), **long_),
             torch.empty((num_rows,), **long_))
+
+
+@torch.library.register_fake("mhfast::mh_memo_lookup")
+def _mh_memo_lookup_fake(keys, act, pos, proposed, changed, vocab_size):
+    _ops.mh_memo_lookup_check(keys, act, pos, proposed, changed, vocab_size)
+    A = act.shape[0]
+    return (torch.empty((2 * A,), dtype=torch.bool, device=keys.device),
+            torch.empty((A,), dtype=torch.long, device=keys.device))
+
+
+@torch.library.register_fake("mhfast::mh_memo_update_")
+def _mh_memo_update_fake(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
+                         vocab_size):
+    _ops.mh_memo_update__check(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
+                               vocab_size)
+    return None

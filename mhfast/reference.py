@@ -352,3 +352,63 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
         cache[rows, q] = torch.where(accepted.index_select(0, seq)[:, None], new, cache[rows, q])
     return (tokens.index_copy(0, ch, moved), pick(raw_new, raw_terms), pick(local_new, local_terms),
             pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)
+
+
+def mh_memo_lookup(keys: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
+                   changed: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The proposal memo's lookup (:mod:`mhfast.sampler.memo`): does chain ``act[a]``'s memo hold the proposal
+    ``proposed[a]`` at ``pos[a]`` (some slot with ``keys[act[a], s] == pos[a] * vocab_size + proposed[a]``; -1 marks
+    an empty slot)?
+
+    Returns ``order`` Bool[2A], ``changed & ~hit`` followed by ``changed & hit`` (one ``nonzero`` of it lists the
+    misses first and the hits last, hit ``a`` as ``A + a``), and ``slot`` Long[A], the first matching slot (0 where
+    none). Shapes: keys Long[C, S], the rest [A].
+
+    Example:
+        >>> keys = torch.tensor([[7, -1], [-1, -1]])    # chain 0 holds position 1, token 2 (1 * 5 + 2)
+        >>> order, slot = mh_memo_lookup(keys, torch.tensor([0, 1]), torch.tensor([1, 1]), torch.tensor([2, 2]),
+        ...                              torch.tensor([True, True]), 5)
+        >>> order.tolist(), slot.tolist()
+        ([False, True, True, False], [0, 0])
+    """
+    _validate.mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size, values=True)
+    eq = keys.index_select(0, act) == (pos * vocab_size + proposed)[:, None]
+    hit = eq.any(dim=1)
+    return torch.cat([changed & ~hit, changed & hit]), eq.to(torch.uint8).argmax(dim=1)
+
+
+def mh_memo_update_(keys: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, next: torch.Tensor, ch: torch.Tensor,
+                    pos: torch.Tensor, proposed: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+                    accepted: torch.Tensor, num_misses: int, vocab_size: int) -> None:
+    """The proposal memo after the MH test of the distinct chains ``ch``, in place (:mod:`mhfast.sampler.memo`).
+
+    An accepted chain forgets its entries (``keys[c] = -1``, ``next[c] = 0``): they were proposals from a
+    state it has left. A rejected proposal ``j < num_misses`` (the caller lists the memo's misses first) is
+    stored in slot ``s = next[c]``: ``keys[c, s] = pos[j] * vocab_size + proposed[j]``, ``raw[c, s] =
+    raw_new[j]``, ``local[c, s] = local_new[j]``, and ``next[c] = (s + 1) % S`` (first in, first out). Rejected
+    hits (``j >= num_misses``) change nothing. Shapes: keys Long[C, S], raw/local f32[C, S, T], next Long[C],
+    moves [n], raw_new/local_new f32[n, T].
+
+    Example:
+        >>> keys, nxt = torch.full((1, 2), -1), torch.zeros(1).long()
+        >>> raw, local = torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
+        >>> mh_memo_update_(keys, raw, local, nxt, torch.tensor([0]), torch.tensor([1]), torch.tensor([4]),
+        ...                 torch.ones(1, 3), torch.ones(1, 3), torch.tensor([False]), 1, 5)
+        >>> keys.tolist(), nxt.tolist(), raw[0, 0].tolist()
+        ([[9, -1]], [1], [1.0, 1.0, 1.0])
+    """
+    _validate.mh_memo_update_(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
+                              vocab_size, values=True)
+    if ch.numel() == 0:
+        return
+    j = torch.arange(ch.shape[0], device=ch.device)
+    store = ~accepted & (j < num_misses)
+    s = next.index_select(0, ch)
+    c_store, s_store = ch[store], s[store]
+    keys[c_store, s_store] = (pos * vocab_size + proposed)[store]
+    raw[c_store, s_store] = raw_new[store]
+    local[c_store, s_store] = local_new[store]
+    next[c_store] = (s_store + 1) % keys.shape[1]
+    keys[ch[accepted]] = -1
+    next[ch[accepted]] = 0
+

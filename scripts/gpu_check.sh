@@ -159,7 +159,7 @@ $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$O
 # selection leaves out only the device-free option / CLI checks of test_uniform_mix.py.
 OP_TESTS="tests/test_masked_copies.py tests/test_gather_energies.py tests/test_propose.py tests/test_mh_accept.py
   tests/test_opcheck.py tests/test_cpu_portable_path.py tests/test_uniform_mix.py tests/test_mh_propose_site.py
-  tests/test_mh_commit_site.py tests/test_mh_site_rows.py tests/test_counter_uniforms.py"
+  tests/test_mh_commit_site.py tests/test_mh_site_rows.py tests/test_mh_memo_ops.py tests/test_counter_uniforms.py"
 SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py tests/test_static_step.py tests/test_proposal_memo.py"
 if ! wanted tests; then
   :

@@ -180,19 +180,19 @@ def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path
 
 
 def test_translate_memo_reports_its_hits(tiny, sources, tmp_path, capsys):
-    """--memo 8: the same translations as without it, the memo's hits per batch in --stats-out (absent without)."""
+    """--memo 0, the default (auto: 8 slots here) and --memo 8: the same translations, the memo's hits per batch
+    in --stats-out (0 with --memo 0, the same with the default as with --memo 8)."""
     src = write_input(tmp_path / "src.txt", sources[:3])
     outs, hits = [], []
-    for extra in ([], ["--memo", "8"]):
-        stats = tmp_path / f"stats{len(extra)}.json"
+    for i, extra in enumerate((["--memo", "0"], [], ["--memo", "8"])):
+        stats = tmp_path / f"stats{i}.json"
         code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
                                   *FAST, "--epochs", "6", *extra], capsys)
         assert code == 0, err
         outs.append(out)
-        batches = json.loads(stats.read_text())["batches"]
-        hits.append([b.get("memo_hits") for b in batches])
-    assert outs[0] == outs[1]
-    assert all(h is None for h in hits[0]) and all(isinstance(h, int) and h >= 0 for h in hits[1])
+        hits.append([b["memo_hits"] for b in json.loads(stats.read_text())["batches"]])
+    assert outs[0] == outs[1] == outs[2]
+    assert all(h == 0 for h in hits[0]) and hits[1] == hits[2] and all(isinstance(h, int) for h in hits[1])
 
 
 def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path, capsys):

@@ -21,6 +21,7 @@ import mhfast
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler import moves
 from mhfast.sampler.kernels.mh import SingleSiteMH
+from mhfast.sampler.backend import get_backend
 from mhfast.sampler.memo import ProposalMemo
 from mhfast.sampler.state import rescore
 
@@ -139,22 +140,24 @@ def test_a_real_network_gives_the_same_tokens_with_fewer_rows():
     assert on.memo_hits > 0 and on.model_rows < off.model_rows
 
 
-def test_the_memo_forgets_on_a_move_and_replaces_its_oldest_entry():
-    memo = ProposalMemo(num_chains=1, slots=2, length=3, vocab_size=10, device="cpu")
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_the_memo_forgets_on_a_move_and_replaces_its_oldest_entry(backend):
+    memo = ProposalMemo(num_chains=1, slots=2, length=3, vocab_size=10, device="cpu", backend=get_backend(backend))
     ch, no, yes = torch.tensor([0]), torch.tensor([False]), torch.tensor([True])
     terms = lambda v: torch.full((1, 3), float(v))  # noqa: E731
 
-    def put(pos, tok, value, accepted=no, hit=no):
-        memo.remember(ch, torch.tensor([pos]), torch.tensor([tok]), terms(value), terms(-value), accepted, hit)
+    def put(pos, tok, value, accepted=no, hit=False):
+        memo.remember(ch, torch.tensor([pos]), torch.tensor([tok]), terms(value), terms(-value), accepted,
+                      num_misses=0 if hit else 1)
 
     def known(pos, tok):
-        hit, slot = memo.lookup(ch, torch.tensor([pos]), torch.tensor([tok]))
-        return float(memo.terms(ch, slot)[0][0, 0]) if bool(hit) else None
+        order, slot = memo.lookup(ch, torch.tensor([pos]), torch.tensor([tok]), yes)
+        return float(memo.terms(ch, slot)[0][0, 0]) if bool(order[1]) else None
 
     put(0, 1, 1.0)
     put(2, 3, 2.0)
     assert (known(0, 1), known(2, 3), known(1, 1)) == (1.0, 2.0, None)
-    put(2, 3, 9.0, hit=yes)  # a remembered proposal rejected again: stored once, unchanged
+    put(2, 3, 9.0, hit=True)  # a remembered proposal rejected again: stored once, unchanged
     put(1, 1, 3.0)  # the third entry replaces the oldest
     assert (known(0, 1), known(2, 3), known(1, 1)) == (None, 2.0, 3.0)
     put(0, 4, 5.0, accepted=yes)  # the chain moved: every entry is gone
@@ -163,16 +166,24 @@ def test_the_memo_forgets_on_a_move_and_replaces_its_oldest_entry():
     assert known(1, 2) == 6.0 and float(memo.terms(ch, torch.tensor([0]))[1][0, 0]) == -6.0
 
 
-def test_the_memo_is_off_by_default():
+def test_the_memo_is_on_by_default_where_it_can_act():
+    """``memo="auto"`` (the default) is memo=8 for single-site mh with capture none and no extra terms (the same
+    chains, hits and rows), and off without an error where the memo cannot act."""
+    from mhfast.energy_terms import Hamming
+
     model = TabularMLM.random(num_tokens=4, length=4, seed=0)
     kw = dict(chains=4, epochs=10, burn_in=1, seed=1, target_temperature=0.5)
-    default, on = mhfast.sample(model, 4, **kw), mhfast.sample(model, 4, memo=ON, **kw)
-    assert default.memo_hits == 0 and on.memo_hits > 0 and on.model_rows < default.model_rows
+    default, eight, off = (mhfast.sample(model, 4, **kw, **m) for m in ({}, {"memo": 8}, {"memo": 0}))
+    assert differing_fields(default, eight) == [] and default.memo_hits > 0
+    assert off.memo_hits == 0 and default.model_rows < off.model_rows
+    for other in (dict(sampler="gibbs"), dict(capture="static"), dict(sampler="block-mh"),
+                  dict(extra_energy=[(Hamming(torch.tensor([[0, 1, 2, 3]])), 0.5)])):
+        assert mhfast.sample(model, 4, **kw, **other).memo_hits == 0
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, True, "auto", None])
+@pytest.mark.parametrize("value", [-1, 1.5, True, "on", None])
 def test_memo_must_be_a_count(value):
-    with pytest.raises(ValueError, match="memo must be an int >= 0"):
+    with pytest.raises(ValueError, match="memo must be 'auto' or an int >= 0"):
         mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, memo=value)
 
 

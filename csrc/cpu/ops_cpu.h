@@ -54,6 +54,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed,
     int64_t num_rows, int64_t mask_id);
 
+std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cpu(const at::Tensor& keys, const at::Tensor& act,
+                                                      const at::Tensor& pos, const at::Tensor& proposed,
+                                                      const at::Tensor& changed, int64_t vocab_size);
+
+void mh_memo_update_cpu(at::Tensor& keys, at::Tensor& raw, at::Tensor& local, at::Tensor& next, const at::Tensor& ch,
+                        const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& raw_new,
+                        const at::Tensor& local_new, const at::Tensor& accepted, int64_t num_misses,
+                        int64_t vocab_size);
+
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
 // `allow_minus_one` additionally permits -1 (unused slots of block positions).

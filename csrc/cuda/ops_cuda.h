@@ -166,5 +166,34 @@ struct SiteRowsArgs {
 void launch_site_rows_copy(const SiteRowsArgs& args, cudaStream_t stream);
 void launch_site_rows_index(const SiteRowsArgs& args, cudaStream_t stream);
 
+// mh_memo_lookup (see csrc/cuda/mh_memo_lookup_cuda.cu): order (contiguous Bool[2A]: changed & !hit,
+// then changed & hit) and slot (contiguous Long[A]: the first matching slot, 0 where none) of the A
+// proposals against the memo's keys (contiguous Long[C, S]). Invalid input (act[a] outside [0, C)):
+// a miss.
+struct MemoLookupArgs {
+  const int64_t* keys;
+  int64_t C, S, A, vocab_size;
+  Strided1<const int64_t> act, pos, proposed;
+  Strided1<const bool> changed;
+  bool* order;
+  int64_t* slot;
+};
+void launch_mh_memo_lookup(const MemoLookupArgs& args, cudaStream_t stream);
+
+// mh_memo_update_ (see csrc/cuda/mh_memo_update_cuda.cu): the memo (keys Long[C, S], raw/local
+// f32[C, S, T], next Long[C], all contiguous) after the MH test of the n distinct chains ch. Invalid
+// input (ch[j] outside [0, C), next[ch[j]] outside [0, S)): chain j changes nothing. Repeated chains
+// are a caller error (the sampler's chains are distinct; validate=True checks it).
+struct MemoUpdateArgs {
+  int64_t* keys;
+  float *raw, *local;
+  int64_t* next;
+  int64_t C, S, T, n, num_misses, vocab_size;
+  Strided1<const int64_t> ch, pos, proposed;
+  Strided2<const float> raw_new, local_new;
+  Strided1<const bool> accepted;
+};
+void launch_mh_memo_update(const MemoUpdateArgs& args, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace mhfast

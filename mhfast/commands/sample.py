@@ -250,6 +250,6 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
         print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}", file=out)
     print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
           f"model rows {result.model_rows}"
-          + (f" (memo hits {result.memo_hits})" if getattr(args, "memo", 0) else "") + f"  {seconds:.1f} s"
+          + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
           + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
           file=out, flush=True)

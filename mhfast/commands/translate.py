@@ -408,7 +408,7 @@ class ChunkWork:
                 "stats": {"start": first, "end": first + len(chunk), "sentences": result.sentences,
                           "epochs": result.epochs,
                           **({"compile_seconds": result.compile_seconds} if getattr(args, "compile", False) else {}),
-                          **({"memo_hits": result.memo_hits} if getattr(args, "memo", 0) else {})},
+                          "memo_hits": result.memo_hits},
                 "acceptance": result.acceptance, "sentences": result.sentences}
 
 

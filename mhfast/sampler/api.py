@@ -151,7 +151,7 @@ def _check_problem(cfg, problem) -> None:
     if cfg.capture != "none" and problem.terms is not None and problem.terms.terms:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
-    if cfg.memo and problem.terms is not None and problem.terms.terms:
+    if cfg.memo not in ("auto", 0) and problem.terms is not None and problem.terms.terms:
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
                          "the MLM's energy terms only); use memo=0")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
@@ -161,11 +161,12 @@ def _check_problem(cfg, problem) -> None:
 
 def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
-    uniform share (warned about where fp32 uniforms cannot realize it), the proposal memo's size."""
+    uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
+    (:func:`mhfast.sampler.options.resolved_memo`)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
-    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
-                                            cfg.memo))
+    memo = options.resolved_memo(cfg, extra_terms=problem.terms is not None and bool(problem.terms.terms))
+    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo))
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

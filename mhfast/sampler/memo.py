@@ -20,71 +20,66 @@ How much it saves depends on how long chains stay put: from a real antibody (Ant
 the proposals that change the state were repeats with 8 slots; from random residues at T=16 over 33
 epochs, 9.6%; during a burn-in from random starts almost none (bench/RESULTS.md).
 
-It is off by default (option ``memo=0``): its lookup and bookkeeping are ~30 small torch ops per step, ~0.18 ms
-on a 2-core AMD EPYC (bench/ab_memo_floor.py), more than the rest of a 5-chain step with a free model. It pays
-where a row costs more than that and chains repeat proposals: a real model near a mode. (Fusing the lookup into
-``mh_propose_site`` and the bookkeeping into ``mh_commit_site_`` would make it cheap enough to be the default.)
+It is on by default where it can act (option ``memo="auto"``: 8 slots for single-site MH with capture none and no
+extra energy terms; ``memo=0`` turns it off). Its lookup and its bookkeeping are one compiled op each
+(``mh_memo_lookup`` before the step's host sync, ``mh_memo_update_`` after the MH test; CPU and CUDA kernels, pure
+PyTorch twins in :mod:`mhfast.reference`): ~0.01-0.02 ms per step on a 2-core AMD EPYC with a free model
+(bench/ab_memo_floor.py). A first version made of ~30 torch ops cost ~0.18 ms per step, which is why it was opt-in
+before the two ops existed.
 
 Example:
     >>> memo = ProposalMemo(num_chains=2, slots=2, length=3, vocab_size=5, device="cpu")
-    >>> ch, pos, prop = torch.tensor([0, 1]), torch.tensor([1, 2]), torch.tensor([4, 3])
-    >>> memo.lookup(ch, pos, prop)[0].tolist()
-    [False, False]
+    >>> ch, pos, prop, changed = torch.tensor([0, 1]), torch.tensor([1, 2]), torch.tensor([4, 3]), torch.ones(2).bool()
+    >>> memo.lookup(ch, pos, prop, changed)[0].tolist()    # misses [True, True], then hits [False, False]
+    [True, True, False, False]
     >>> terms = torch.ones(2, 3)
-    >>> memo.remember(ch, pos, prop, terms, 2 * terms, accepted=torch.tensor([False, True]),
-    ...               hit=torch.tensor([False, False]))
-    >>> hit, slot = memo.lookup(ch, pos, prop)
-    >>> hit.tolist(), memo.terms(ch[:1], slot[:1])[1].tolist()    # chain 1 accepted: it forgot
-    ([True, False], [[2.0, 2.0, 2.0]])
+    >>> memo.remember(ch, pos, prop, terms, 2 * terms, accepted=torch.tensor([False, True]), num_misses=2)
+    >>> order, slot = memo.lookup(ch, pos, prop, changed)
+    >>> order.tolist(), memo.terms(ch[:1], slot[:1])[1].tolist()    # chain 1 accepted: it forgot
+    ([False, True, True, False], [[2.0, 2.0, 2.0]])
 """
 from __future__ import annotations
 
 import torch
 
+from .backend import Backend, get_backend
+
 
 class ProposalMemo:
     """Each chain's rejected proposals from its current state, with their energy terms (see the module doc).
 
-    ``lookup`` before the model call, ``remember`` after the MH test; ``hits`` counts the proposals
-    answered from the memo (the caller adds them: it knows their number on the host).
+    ``lookup`` before the model call, ``remember`` after the MH test (one op each: ``mh_memo_lookup``,
+    ``mh_memo_update_`` of ``backend``, the compiled ops by default); ``hits`` counts the proposals answered
+    from the memo (the caller adds them: it knows their number on the host).
     """
 
-    def __init__(self, num_chains: int, slots: int, length: int, vocab_size: int, device: torch.device | str):
+    def __init__(self, num_chains: int, slots: int, length: int, vocab_size: int, device: torch.device | str,
+                 backend: Backend | None = None):
         if slots < 1:
             raise ValueError(f"ProposalMemo: slots must be >= 1, got {slots}")
         self.slots, self.vocab_size = slots, vocab_size
+        self.backend = backend if backend is not None else get_backend("compiled")
         self.keys = torch.full((num_chains, slots), -1, dtype=torch.long, device=device)  # -1: empty
         self.raw = torch.zeros(num_chains, slots, length, device=device)
         self.local = torch.zeros(num_chains, slots, length, device=device)
         self.next = torch.zeros(num_chains, dtype=torch.long, device=device)  # the slot the next entry takes
         self.hits = 0
 
-    def _key(self, pos: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
-        return pos * self.vocab_size + proposed
-
-    def lookup(self, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor
+    def lookup(self, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, changed: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whether chain ``chains[j]`` rejected ``proposed[j]`` at ``pos[j]`` from its current state, and in
-        which slot: ``(hit Bool[n], slot Long[n])`` (slot is meaningless where hit is False)."""
-        eq = self.keys.index_select(0, chains) == self._key(pos, proposed)[:, None]
-        return eq.any(dim=1), eq.to(torch.uint8).argmax(dim=1)
+        """Whether chain ``chains[j]`` rejected ``proposed[j]`` at ``pos[j]`` from its current state, and in which
+        slot: ``(order Bool[2n], slot Long[n])``, ``order`` being ``changed & ~hit`` then ``changed & hit`` (see
+        :func:`mhfast.reference.mh_memo_lookup`; ``slot`` is meaningless where there is no hit)."""
+        return self.backend.mh_memo_lookup(self.keys, chains, pos, proposed, changed, self.vocab_size)
 
     def terms(self, chains: torch.Tensor, slot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of the entries ``(chains[j], slot[j])``."""
         return self.raw[chains, slot], self.local[chains, slot]
 
     def remember(self, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, raw_new: torch.Tensor,
-                 local_new: torch.Tensor, accepted: torch.Tensor, hit: torch.Tensor) -> None:
-        """After the MH test of the distinct ``chains``: accepted chains forget every entry (their state
-        changed); rejected proposals that were not in the memo are stored (overwriting the oldest entry
-        once all slots are full). No host sync: the writes are masked, not selected."""
-        store = ~accepted & ~hit
-        slot = torch.where(accepted, 0, self.next.index_select(0, chains))
-        keys = torch.where(accepted[:, None], -1, self.keys.index_select(0, chains))
-        old = keys.gather(1, slot[:, None]).squeeze(1)
-        keys.scatter_(1, slot[:, None], torch.where(store, self._key(pos, proposed), old)[:, None])
-        self.keys.index_copy_(0, chains, keys)
-        write = store[:, None]
-        self.raw[chains, slot] = torch.where(write, raw_new, self.raw[chains, slot])
-        self.local[chains, slot] = torch.where(write, local_new, self.local[chains, slot])
-        self.next.index_copy_(0, chains, torch.where(store, (slot + 1) % self.slots, slot))
+                 local_new: torch.Tensor, accepted: torch.Tensor, num_misses: int) -> None:
+        """After the MH test of the distinct ``chains`` (the memo's misses first, ``num_misses`` of them): accepted
+        chains forget every entry (their state changed); rejected misses are stored (overwriting the oldest entry
+        once all slots are full). In place, no host sync."""
+        self.backend.mh_memo_update_(self.keys, self.raw, self.local, self.next, chains, pos, proposed, raw_new,
+                                     local_new, accepted, num_misses, self.vocab_size)

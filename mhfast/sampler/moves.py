@@ -26,6 +26,7 @@ Example:
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 
 import torch
@@ -259,7 +260,7 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
     state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
                                 **more)
     if memo is not None:
-        memo.remember(ch, pos, prop, raw_new, local_new, accepted, torch.arange(m + h, device=ch.device) >= m)
+        memo.remember(ch, pos, prop, raw_new, local_new, accepted, m)
         if h:
             memo.hits += h
             _refresh_rows(ctx, state, ch[m:], ch_host[m:], pos[m:], accepted[m:])
@@ -321,8 +322,8 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         local, local_host = changed_chains(changed)
         h = 0
     else:  # the changed chains, those whose proposal the memo knows last
-        hit, slot = memo.lookup(act, pos, prop)
-        local, local_host, h = _misses_then_hits(changed, hit)
+        order, slot = memo.lookup(act, pos, prop, changed)
+        local, local_host, h = _misses_then_hits(order)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
     if n == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
@@ -331,22 +332,26 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     m = n - h
     misses, ch_m, pos_m = (local, ch, pos_ch) if h == 0 else (local[:m], ch[:m], pos_ch[:m])  # no slice ops if no hit
     known = logits.index_select(0, misses) if logits is not None else state.cache[ch_m, pos_m]
-    with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local[m:]))
+    with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local[m:]) if h else None)
     state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
                                         logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
                                         epoch, step, **with_memo)
     return state, StepInfo(A, A - n + k, k, scored=True)
 
 
-def _misses_then_hits(changed: torch.Tensor, hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _misses_then_hits(order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Indices of the changed proposals, the memo's misses first and its hits last, on the device and the host,
-    and the number of hits: both masks go through :func:`changed_chains` as one (its one host sync), so a hit
-    ``j`` comes back as ``A + j``."""
-    A = changed.shape[0]
-    both, both_host = changed_chains(torch.cat([changed & ~hit, changed & hit]))
+    and the number of hits, from the memo's ``order`` mask (misses then hits, ``2A`` entries): it goes through
+    :func:`changed_chains` (the step's one host sync), so hit ``j`` comes back as ``A + j``. The host side is
+    a list (sorted indices: one bisection), so a step without hits makes no torch call more than without the memo."""
+    A = order.shape[0] // 2
+    both, both_host = changed_chains(order)
+    flat = both_host.tolist()  # (a fraction of a microsecond here, where any torch op costs a few)
+    h = len(flat) - bisect.bisect_left(flat, A)
+    if h == 0:
+        return both, both_host, 0
     local_host = both_host.remainder(A)
-    local = local_host if both is both_host else both.remainder(A)
-    return local, local_host, int((both_host >= A).sum())
+    return (local_host if both is both_host else both.remainder(A)), local_host, h
 
 
 def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, act_host: torch.Tensor,

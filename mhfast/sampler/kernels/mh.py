@@ -43,7 +43,8 @@ class SingleSiteMH:
         if capture == "none":
             if self.ctx.memo_slots:
                 M, T = state.tokens.shape
-                self.memo = ProposalMemo(M, self.ctx.memo_slots, T, self.ctx.runner.vocab_size, state.tokens.device)
+                self.memo = ProposalMemo(M, self.ctx.memo_slots, T, self.ctx.runner.vocab_size, state.tokens.device,
+                                         self.ctx.backend)
             return state
         self._static = StaticSiteSteps(self.ctx, state, graphs=capture == "cuda-graph")
         return self._static.state_of(state)
