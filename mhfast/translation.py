@@ -123,7 +123,8 @@ class BatchOutput:
         sentences: number of non-empty sources (the ones that were decoded).
         acceptance: mean post-burn-in acceptance rate of the batch (MH; None otherwise).
         compile_seconds: the batch's time spent compiling (MH with ``compile=True``; 0.0 otherwise).
-        memo_hits: the batch's proposals decided by the proposal memo (MH with ``memo`` > 0; 0 otherwise).
+        memo_hits: the batch's proposals decided by the proposal memo (single-site MH with the memo on, as by default;
+            0 otherwise).
     """
 
     hypotheses: list[Hypothesis]
