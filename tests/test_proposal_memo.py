@@ -202,21 +202,23 @@ def test_a_memo_with_extra_terms_is_refused():
 
 
 def test_the_cli_flag(capsys, tmp_path):
-    """``--memo`` on ``mhfast sample``: 8 runs with it (fewer rows, the same samples); a bad value is one line and
-    exit 2."""
+    """``--memo`` on ``mhfast sample``: 8 runs with it (fewer rows, the same samples), as does the default (auto) and
+    ``--memo auto``; a bad value is one line and exit 2."""
     from hf_tiny_models import save_tiny_bert_dir
     from mhfast.cli import main
 
     argv = ["sample", "--model", save_tiny_bert_dir(tmp_path / "bert"), "--length", "6", "--chains", "4",
             "--epochs", "8", "--burn-in", "1", "--seed", "3"]
     outs = []
-    for memo in ("0", str(ON)):
-        assert main(argv + ["--memo", memo]) == 0
+    for memo in (["--memo", "0"], ["--memo", str(ON)], [], ["--memo", "auto"]):
+        assert main(argv + memo) == 0
         outs.append(capsys.readouterr().out.splitlines())
     rows = [int(lines[-1].split("model rows ")[1].split()[0]) for lines in outs]
     assert "memo hits" not in outs[0][-1] and int(outs[1][-1].split("(memo hits ")[1].split(")")[0]) > 0
     samples = [[line for line in lines[:-1] if not line.startswith("# model")] for lines in outs]  # no timings
-    assert samples[0] == samples[1] and rows[1] < rows[0]
+    summary = [lines[-1].rsplit("  ", 1)[0] for lines in outs]  # without the seconds
+    assert samples[0] == samples[1] == samples[2] == samples[3] and rows[1] < rows[0]
+    assert summary[1] == summary[2] == summary[3]
     with pytest.raises(SystemExit) as stop:
         main(argv + ["--memo", "x"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -243,6 +243,7 @@ def _parse_uniform_mix(text: str) -> Any:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {text!r}") from None
 
+
 def _parse_memo(text: str) -> Any:
     """'auto' -> 'auto', '8' -> 8."""
     if text == "auto":
