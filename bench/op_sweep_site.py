@@ -24,6 +24,8 @@ Example:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 import mhfast.ops as ops
@@ -117,6 +119,20 @@ def check_propose_site(M: int, T: int, V: int, A: int, dtype: torch.dtype, top_p
     return None
 
 
+def cpu_raises_naming(calls: list) -> str | None:
+    """None if each ``(name, call)`` raises ValueError naming ``name`` (the CPU kernels' value checks), else a
+    message."""
+    for name, call in calls:
+        try:
+            call()
+        except ValueError as e:
+            if name not in str(e):
+                return f"the error does not name {name}: {e}"
+        else:
+            return f"out-of-range {name} did not raise on CPU"
+    return None
+
+
 def check_propose_site_out_of_range(device: str) -> str | None:
     """validate=False with act / pos outside the cache: CUDA proposes 0 with NaN log q and changed False
     on those rows (no row read: memcheck sees any out-of-bounds read) and the reference's answer on the
@@ -126,15 +142,9 @@ def check_propose_site_out_of_range(device: str) -> str | None:
     act_bad, pos_bad = torch.cat([act, torch.tensor([-1, M, 0, 2])]), torch.cat([pos, torch.tensor([0, 1, T, -1])])
     dev = lambda *ts: [t.to(device) for t in ts]  # noqa: E731
     if device == "cpu":
-        for name, a, p in (("act", act_bad[:6], pos_bad[:6]), ("pos", act_bad[6:], pos_bad[6:])):
-            try:
-                ops.mh_propose_site(*dev(cache, tokens, keys, a, p, blocked), 0, 0, 1, 1.0, 0.9, validate=False)
-            except ValueError as e:
-                if name not in str(e):
-                    return f"the error does not name {name}: {e}"
-            else:
-                return f"out-of-range {name} did not raise on CPU"
-        return None
+        call = lambda a, p: functools.partial(ops.mh_propose_site, *dev(cache, tokens, keys, a, p, blocked),  # noqa
+                                              0, 0, 1, 1.0, 0.9, validate=False)
+        return cpu_raises_naming([("act", call(act_bad[:6], pos_bad[:6])), ("pos", call(act_bad[6:], pos_bad[6:]))])
     got = [t.cpu() for t in ops.mh_propose_site(*dev(cache, tokens, keys, act_bad, pos_bad, blocked), 0, 0, 1, 1.0,
                                                 0.9, validate=False)]
     want = reference.mh_propose_site(cache, tokens, keys, act, pos, blocked, 0, 0, 1, 1.0, 0.9)
@@ -234,17 +244,10 @@ def check_memo_out_of_range(device: str) -> str | None:
     terms = torch.ones(4, T, device=device)
     no = torch.zeros(4, dtype=torch.bool, device=device)
     if device == "cpu":
-        for name, call in (("act", lambda: ops.mh_memo_lookup(keys, act, pos, prop, changed, V, validate=False)),
-                           ("ch", lambda: ops.mh_memo_update_(keys, raw, local, nxt, ch, pos, prop, terms, terms, no,
-                                                              4, V, validate=False))):
-            try:
-                call()
-            except ValueError as e:
-                if name not in str(e):
-                    return f"the error does not name {name}: {e}"
-            else:
-                return f"out-of-range {name} did not raise on CPU"
-        return None
+        return cpu_raises_naming([
+            ("act", lambda: ops.mh_memo_lookup(keys, act, pos, prop, changed, V, validate=False)),
+            ("ch", lambda: ops.mh_memo_update_(keys, raw, local, nxt, ch, pos, prop, terms, terms, no, 4, V,
+                                               validate=False))])
     order, slot = ops.mh_memo_lookup(keys, act, pos, prop, changed, V, validate=False)
     # chain 1 holds key 3 (pos 0, token 3) and chain 0 key 7 (pos 1, token 2): hits; act -1 and 4: misses
     if order.cpu().tolist() != [False, True, True, False, True, False, False, True] or slot.cpu().tolist() != [0] * 4:
