@@ -41,6 +41,13 @@ def tensors(op: str, **named: object) -> None:
             raise TypeError(f"mhfast.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
 
 
+def distinct(op: str, name: str, t: torch.Tensor) -> None:
+    """ValueError naming the first value that ``t`` (chain indices) holds twice, as the CPU kernels report it."""
+    uniq, counts = t.unique(return_counts=True)
+    if bool((counts > 1).any()):
+        raise ValueError(f"mhfast.{op}: {name} contains {int(uniq[counts > 1][0])} twice (chains must be distinct)")
+
+
 def ints(op: str, **named: object) -> None:
     """TypeError naming the first argument that is not a Python int (C++ would see it only as a schema error)."""
     for name, x in named.items():
@@ -197,9 +204,7 @@ def mh_memo_update_(keys, raw, local, next, ch, pos, proposed, raw_new, local_ne
     if not values or ch.numel() == 0:
         return
     in_range(op, "ch", ch, 0, keys.shape[0])
-    uniq, counts = ch.unique(return_counts=True)
-    if bool((counts > 1).any()):
-        raise ValueError(f"mhfast.{op}: ch contains {int(uniq[counts > 1][0])} twice (the chains must be distinct)")
+    distinct(op, "ch", ch)
     in_range(op, "next", next.index_select(0, ch), 0, keys.shape[1])
 
 
@@ -231,8 +236,7 @@ def mh_commit_site_(*args, values: bool) -> None:
         return
     M, T = t["tokens"].shape
     in_range(op, "ch", t["ch"], 0, M)
-    if t["ch"].unique().numel() != t["ch"].numel():
-        raise ValueError(f"mhfast.{op}: ch contains a chain twice (chains must be distinct)")
+    distinct(op, "ch", t["ch"])
     in_range(op, "pos", t["pos"], 0, T)
     in_range(op, "seq", t["seq"], 0, t["ch"].shape[0])
     in_range(op, "q", t["q"], 0, T)

@@ -27,17 +27,6 @@ namespace mhfast {
 namespace cpu {
 namespace {
 
-// Chains must be distinct (two writers of one state row would race, and the unfused steps
-// never move a chain twice in one step).
-void check_distinct(const char* op, const at::Tensor& ch, int64_t M) {
-  std::vector<char> seen(M, 0);
-  const int64_t* p = ch.const_data_ptr<int64_t>();
-  for (int64_t i = 0; i < ch.numel(); ++i) {
-    TORCH_CHECK_VALUE(!seen[p[i]], "mhfast.", op, ": ch contains ", p[i], " twice (chains must be distinct)");
-    seen[p[i]] = 1;
-  }
-}
-
 // Row i of a 2-D float tensor into row m of a contiguous [*, T] copy.
 void copy_row(const at::Tensor& src, int64_t i, float* dst, int64_t T) {
   const float* s = src.const_data_ptr<float>() + i * src.stride(0);
@@ -65,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const at::Tensor ch = ch_in.contiguous(), pos = pos_in.contiguous(), seq = seq_in.contiguous(),
                    q = q_in.contiguous();
   check_in_range(op, "ch", ch, 0, M);
-  check_distinct(op, ch, M);
+  check_distinct(op, "ch", ch, M);  // two writers of one state row would race
   check_in_range(op, "pos", pos, 0, T);
   check_in_range(op, "seq", seq, 0, n);
   check_in_range(op, "q", q, 0, T);

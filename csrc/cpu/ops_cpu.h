@@ -69,5 +69,9 @@ void mh_memo_update_cpu(at::Tensor& keys, at::Tensor& raw, at::Tensor& local, at
 void check_in_range(const char* op, const char* name, const at::Tensor& t, int64_t low,
                     int64_t high, bool allow_minus_one = false);
 
+// Raises ValueError "mhfast.<op>: <name> contains <v> twice (chains must be distinct)" for the first
+// repeated element of t (entries already checked to lie in [0, high)).
+void check_distinct(const char* op, const char* name, const at::Tensor& t, int64_t high);
+
 }  // namespace cpu
 }  // namespace mhfast

@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <vector>
+
 namespace mhfast {
 namespace cpu {
 
@@ -19,6 +21,17 @@ void check_in_range(const char* op, const char* name, const at::Tensor& t, int64
       TORCH_CHECK_VALUE(false, "mhfast.", op, ": ", name, " contains ", v, ", outside [", low, ", ",
                         high, ")", allow_minus_one ? " (or -1)" : "");
     }
+  }
+}
+
+void check_distinct(const char* op, const char* name, const at::Tensor& t, int64_t high) {
+  if (t.numel() == 0) return;
+  const at::Tensor c = t.contiguous();
+  const int64_t* p = c.const_data_ptr<int64_t>();
+  std::vector<char> seen(static_cast<size_t>(high), 0);
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    TORCH_CHECK_VALUE(!seen[p[i]], "mhfast.", op, ": ", name, " contains ", p[i], " twice (chains must be distinct)");
+    seen[p[i]] = 1;
   }
 }
 

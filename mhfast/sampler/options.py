@@ -234,24 +234,21 @@ def resolved_memo(cfg: Any, extra_terms: bool = False) -> int:
 
 
 # ---------------------------------------------------------------------------- CLI parsers
-def _parse_uniform_mix(text: str) -> Any:
-    """'auto' -> 'auto', '0.05' -> 0.05."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {text!r}") from None
+def _parse_auto_or(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """A CLI parser of an option that takes 'auto' or a value: 'auto' -> 'auto', else ``convert(text)``.
 
-
-def _parse_memo(text: str) -> Any:
-    """'auto' -> 'auto', '8' -> 8."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an int, got {text!r}") from None
+    Example:
+        >>> _parse_auto_or(float, "a number")("0.05"), _parse_auto_or(int, "an int")("auto")
+        (0.05, 'auto')
+    """
+    def parse(text: str) -> Any:
+        if text == "auto":
+            return text
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected 'auto' or {what}, got {text!r}") from None
+    return parse
 
 
 def _parse_block_schedule(text: str) -> Any:
@@ -284,7 +281,7 @@ class Option:
 
     def parser(self) -> Callable[[str], Any]:
         return {"int": int, "float": float, "schedule": _parse_block_schedule,
-                "mix": _parse_uniform_mix, "memo": _parse_memo}.get(self.type, str)
+                "mix": _parse_auto_or(float, "a number"), "memo": _parse_auto_or(int, "an int")}.get(self.type, str)
 
 
 SAMPLERS = tuple(KERNELS)
