@@ -181,9 +181,10 @@ def test_the_memo_is_on_by_default_where_it_can_act():
         assert mhfast.sample(model, 4, **kw, **other).memo_hits == 0
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, True, "on", None])
+@pytest.mark.parametrize("value", [-1, 1.5, True, "on", None, 65, 2 ** 62, 2 ** 70])
 def test_memo_must_be_a_count(value):
-    with pytest.raises(ValueError, match="memo must be 'auto' or an int >= 0"):
+    """Huge counts too: the memo allocates (chains, memo, T) terms, so 2**62 would be an allocator error."""
+    with pytest.raises(ValueError, match=r"memo must be 'auto' or an int in \[0, 64\]"):
         mhfast.sample(TabularMLM.random(3, 2, seed=0), 2, memo=value)
 
 

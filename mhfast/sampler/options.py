@@ -208,15 +208,18 @@ def resolved_uniform_mix(cfg: Any, vocab_size: int = 0) -> float:
 
 
 AUTO_MEMO = 8  #: the proposal memo's entries per chain under memo="auto", where it can act
+#: The most entries per chain: each lookup scans them all and each costs 2 T floats per chain; 8 already caught
+#: 38% of the repeats that an unbounded memo caught 40% of (AntiBERTy, bench/RESULTS.md).
+MAX_MEMO = 64
 
 
-@_described("`auto`, or an int >= 0")
+@_described(f"`auto`, or an int in [0, {MAX_MEMO}]")
 def _memo(v: Any) -> Any:
-    """``"auto"`` or an int >= 0 (entries per chain; 0 = off)."""
+    """``"auto"`` or an int in [0, MAX_MEMO] (entries per chain; 0 = off)."""
     if v == "auto":
         return v
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise OptionError(f"must be 'auto' or an int >= 0, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_MEMO:
+        raise OptionError(f"must be 'auto' or an int in [0, {MAX_MEMO}], got {v!r}")
     return v
 
 
