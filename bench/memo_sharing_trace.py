@@ -1,14 +1,18 @@
 """How many more proposals a proposal memo shared between chains would answer than the per-chain one (a trace).
 
-Runs ``mhfast.sample`` on AntiBERTy with the memo off and logs every state-changing proposal (chain, state X,
-proposal X', accepted) as the single-site step evaluates it. It then replays the log through three policies:
+Runs ``mhfast.sample`` on AntiBERTy with the memo off and logs every state-changing proposal (step, chain, state X,
+proposal X', accepted) as the single-site step evaluates it. It then replays the log through four policies:
 
-* **per-chain**: what ``memo=8`` does (mhfast/sampler/memo.py). Each chain keeps up to 8 proposals it rejected
-  from its current state, first in first out, and forgets them when it moves.
+* **per-chain**: what ``memo=8`` did before the memo became a table per input (commit 406d239). Each chain keeps up
+  to 8 proposals it rejected from its current state, first in first out, and forgets them when it moves.
 * **shared, rejected**: one table keyed by the sequence X', holding every rejected proposal of every chain of the
   same input, kept for the whole run. E(X') depends on X' alone, so a chain may reuse another chain's numbers,
   and its own from an earlier visit to the same state.
 * **shared, any known**: the same, plus every state a chain has been in.
+* **as built**: what ``memo=8`` does now (mhfast/sampler/memo.py): one table per input of 8 x chains entries in
+  buckets of 8, least recently used out, holding every evaluated X' (rejected or accepted), a proposal of the same
+  step included. Counted as two numbers: the hits rejected (their rows saved) and those accepted (which forward
+  their rows anyway, for the cache).
 
 Each count is the number of state-changing proposals the policy would have answered without forwarding their T-1
 rows. Counts only, nothing timed: this measures whether a shared memo is worth building.
@@ -32,10 +36,12 @@ from mhfast.sampler import moves  # noqa: E402
 SLOTS = 8
 
 
-def traced_run(lm, kind: str, T: int, chains: int, epochs: int) -> list[tuple[int, bytes, bytes, bool]]:
-    """(chain, X, X', accepted) of every state-changing proposal of one run with memo=0, in the order evaluated."""
-    log: list[tuple[int, bytes, bytes, bool]] = []
+def traced_run(lm, kind: str, T: int, chains: int, epochs: int) -> list[tuple[int, int, bytes, bytes, bool]]:
+    """(step, chain, X, X', accepted) of every state-changing proposal of one run with memo=0, in the order
+    evaluated (step: the number of the step-evaluating call)."""
+    log: list[tuple[int, int, bytes, bytes, bool]] = []
     real = moves.site_evaluate_and_accept
+    calls = [0]
 
     def logged(ctx, state, ch, ch_host, pos, prop, *args, **kw):
         before = state.tokens.index_select(0, ch)
@@ -44,7 +50,8 @@ def traced_run(lm, kind: str, T: int, chains: int, epochs: int) -> list[tuple[in
         for j in range(ch.shape[0]):
             x_new = before[j].clone()
             x_new[pos[j]] = prop[j]
-            log.append((int(ch[j]), before[j].numpy().tobytes(), x_new.numpy().tobytes(), bool(moved[j])))
+            log.append((calls[0], int(ch[j]), before[j].numpy().tobytes(), x_new.numpy().tobytes(), bool(moved[j])))
+        calls[0] += 1
         return after_state, k
 
     start, positions = bench_mixmatch.make_start(lm, T, kind)
@@ -57,13 +64,13 @@ def traced_run(lm, kind: str, T: int, chains: int, epochs: int) -> list[tuple[in
     return log
 
 
-def replay(log: list[tuple[int, bytes, bytes, bool]]) -> dict[str, int]:
+def replay(log: list[tuple[int, int, bytes, bytes, bool]]) -> dict[str, int]:
     """Hits of the three policies (see the module doc) over one run's log (one input: every chain shares)."""
     per_chain: dict[int, list[tuple[bytes, bytes]]] = {}
     rejected: set[bytes] = set()
     known: set[bytes] = set()
     hits = {"per-chain": 0, "shared, rejected": 0, "shared, any known": 0}
-    for chain, x, x_new, moved in log:
+    for _, chain, x, x_new, moved in log:
         mine = per_chain.setdefault(chain, [])
         hits["per-chain"] += (x, x_new) in mine
         hits["shared, rejected"] += x_new in rejected
@@ -79,6 +86,34 @@ def replay(log: list[tuple[int, bytes, bytes, bool]]) -> dict[str, int]:
     return hits
 
 
+def as_built(log: list[tuple[int, int, bytes, bytes, bool]], chains: int, ways: int = 8) -> tuple[int, int]:
+    """(rejected hits, accepted hits) of the memo as built (memo=8: one input, 8 x chains entries in buckets of
+    ``ways``, least recently used out, entries used in the current step never evicted)."""
+    buckets: dict[int, dict[bytes, None]] = {}
+    num_buckets = max(1, -(-SLOTS * chains // ways))
+    rejected = accepted = 0
+    step, pinned = None, set()
+    for s, _, _, x_new, moved in log:
+        if s != step:
+            step, pinned = s, set()
+        b = buckets.setdefault(hash(x_new) % num_buckets, {})  # dicts keep insertion order: oldest use first
+        if x_new in b:
+            del b[x_new]
+            b[x_new] = None
+            pinned.add(x_new)
+            accepted += moved
+            rejected += not moved
+            continue
+        if len(b) >= ways:
+            victim = next((k for k in b if k not in pinned), None)
+            if victim is None:
+                continue
+            del b[victim]
+        b[x_new] = None
+        pinned.add(x_new)
+    return rejected, accepted
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="+", default=["parent:32:5:12", "parent:32:16:6", "random:16:5:12"],
@@ -86,17 +121,18 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     lm = bench_mixmatch.load_model("antiberty", "cpu")
-    print("| start | T | chains | epochs | state-changing proposals | per-chain memo (memo=8) | shared, rejected "
-          "| shared, any known |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| start | T | chains | epochs | state-changing proposals | per-chain memo (first memo=8) | shared, rejected "
+          "| shared, any known | as built (memo=8): hits rejected, accepted |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for case in args.cases:
         kind, T, C, E = case.split(":")
         log = traced_run(lm, kind, int(T), int(C), int(E))
         h = replay(log)
         n = len(log)
         cell = lambda k: f"{h[k]} ({h[k] / max(n, 1):.0%})"  # noqa: E731
+        rej, acc = as_built(log, int(C))
         print(f"| {kind} | {T} | {C} | {E} | {n} | {cell('per-chain')} | {cell('shared, rejected')} | "
-              f"{cell('shared, any known')} |", flush=True)
+              f"{cell('shared, any known')} | {rej} ({rej / max(n, 1):.0%}), {acc} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -162,10 +162,11 @@ def sweep_site_ops(device: str, vs: list[int], dtypes: tuple, tiny: bool) -> lis
             for beta in (1.0, None):
                 results.append((f"mh_commit_site_ M={M} T={T} D={D} n={n} chunks={chunks} {dtype} beta={beta}",
                                 check_commit_site(M, T, D, n, dtype, beta, chunks, device)))
-    for C, S, T, A in ((1, 1, 1, 1), (7, 3, 4, 5)) if tiny else ((1, 1, 1, 1), (7, 3, 4, 5), (300, 8, 40, 200)):
-        results.append((f"mh_memo_lookup + mh_memo_update_ C={C} S={S} T={T} A={A} (30 steps)",
-                        check_memo_ops(C, S, T, A, 30, device)))
-    results.append(("mh_memo ops out-of-range act/ch/next (validate=False)", check_memo_out_of_range(device)))
+    memo_shapes = ((1, 1, 1, 1, 1), (2, 8, 4, 6, 5)) + (() if tiny else ((3, 24, 40, 300, 200),))
+    for G, S, L, M, A in memo_shapes:
+        results.append((f"mh_memo_lookup_ + mh_memo_store_ G={G} S={S} L={L} M={M} A={A} (30 steps)",
+                        check_memo_ops(G, S, L, M, A, 30, device)))
+    results.append(("mh_memo ops out-of-range act/group/ch/slot (validate=False)", check_memo_out_of_range(device)))
     return results
 
 

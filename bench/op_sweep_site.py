@@ -10,9 +10,9 @@
 * ``mh_commit_site_`` (one launch per output chunk) against the reference, bit for bit, cache included:
   MH test, forced accept (``beta=None``), several output sub-batches (an empty one among them),
   fp32 / fp16 / bf16 caches;
-* the proposal memo's ``mh_memo_lookup`` and ``mh_memo_update_``: a run of steps of the memo's protocol against
-  the reference memo, bit for bit, and out-of-range ``act`` / ``ch`` / ``next`` under ``validate=False`` (CUDA:
-  a miss, nothing written; CPU: ValueError).
+* the proposal memo's ``mh_memo_lookup_`` and ``mh_memo_store_``: a run of steps of the memo's protocol against
+  the reference tables, bit for bit, and out-of-range ``act`` / ``group`` / ``ch`` / ``slot`` under
+  ``validate=False`` (CUDA: a miss without an entry, nothing written; CPU: ValueError).
 
 Each check returns None when it matched, else a message.
 
@@ -202,64 +202,68 @@ def check_commit_site(M: int, T: int, D: int, n: int, dtype: torch.dtype, beta: 
     return None
 
 
-def check_memo_ops(C: int, S: int, T: int, A: int, steps: int, device: str) -> str | None:
-    """``steps`` rounds of lookup (A proposals among few keys, so that many hit) then update (misses first, some
-    accepted) on a compiled and a reference memo: equal outputs and memos after every round."""
-    g = torch.Generator().manual_seed(C * 1000 + S * 10 + T)
-    V = 3
-    memos = [[torch.full((C, S), -1, dtype=torch.long), torch.zeros(C, S, T), torch.zeros(C, S, T),
-              torch.zeros(C, dtype=torch.long)] for _ in range(2)]
-    memos = [[t.to(device) for t in m] for m in memos]
+def check_memo_ops(G: int, S: int, L: int, M: int, A: int, steps: int, device: str) -> str | None:
+    """``steps`` rounds of lookup (A proposals of few distinct sequences, half the chains in one state, so that many
+    hit, within a round too) then store of the misses' terms on compiled and reference tables: equal outputs and
+    tables after every call (G groups of S entries in buckets of min(8, S), sequences of length L, M chains)."""
+    g = torch.Generator().manual_seed(G * 1000 + S * 10 + L)
+    V, ways = 3, min(8, S)
+    tables = [[torch.full((G, S), -1, dtype=torch.long), torch.zeros(G, S, dtype=torch.long),
+               torch.zeros(G, S, L, dtype=torch.long), torch.zeros(G, S, L), torch.zeros(G, S, L)] for _ in range(2)]
+    tables = [[t.to(device) for t in m] for m in tables]
+    tokens = torch.randint(0, V, (M, L), generator=g)
+    tokens[M // 2:] = tokens[0].clone()
+    tokens, group = tokens.to(device), (torch.arange(M) % G).to(device)
     for step in range(steps):
-        act = torch.randperm(C, generator=g)[:A].to(device)
-        pos, prop = torch.randint(0, T, (A,), generator=g).to(device), torch.randint(0, V, (A,), generator=g).to(device)
+        act = torch.randint(0, M, (A,), generator=g).to(device)
+        pos, prop = torch.randint(0, L, (A,), generator=g).to(device), torch.randint(0, V, (A,), generator=g).to(device)
         changed = (torch.rand(A, generator=g) < 0.9).to(device)
-        got = ops.mh_memo_lookup(memos[0][0], act, pos, prop, changed, V, validate=False)
-        want = reference.mh_memo_lookup(memos[1][0], act, pos, prop, changed, V)
+        args = (tokens, group, act, pos, prop, changed, ways, step)
+        got = ops.mh_memo_lookup_(*tables[0][:3], *args, validate=False)
+        want = reference.mh_memo_lookup_(*tables[1][:3], *args)
         if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(got, want)):
             return f"lookup differs from the reference at step {step}"
-        local = got[0].nonzero().squeeze(1) % A
-        num_misses = int(got[0][:A].sum())
-        n = local.shape[0]
-        accepted = (torch.rand(n, generator=g) < 0.2).to(device)
-        terms = torch.randn(n, T, generator=g).to(device)
-        args = (act[local], pos[local], prop[local], terms, -terms, accepted, num_misses, V)
-        ops.mh_memo_update_(*memos[0], *args, validate=False)
-        reference.mh_memo_update_(*memos[1], *args)
-        if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*memos)):
-            return f"the memo differs from the reference after step {step}"
+        misses = got[0][:A].nonzero().squeeze(1)
+        terms = torch.randn(misses.numel(), L, generator=g).to(device)
+        store = (group, act[misses], got[1][misses], terms, -terms, misses.numel(), step)
+        ops.mh_memo_store_(tables[0][0], *tables[0][3:], *store, validate=False)
+        reference.mh_memo_store_(tables[1][0], *tables[1][3:], *store)
+        if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)):
+            return f"the tables differ from the reference after step {step}"
     return None
 
 
 def check_memo_out_of_range(device: str) -> str | None:
-    """validate=False with act, ch or next outside the memo: CUDA treats the proposal as a miss and writes nothing
-    for that chain (memcheck sees any out-of-bounds access), the rest as the reference; CPU raises ValueError."""
-    C, S, T, V = 4, 2, 3, 5
-    keys = torch.tensor([[7, -1], [3, 8], [-1, -1], [0, 1]], device=device)
-    act, pos, prop = (torch.tensor(v, device=device) for v in ([1, -1, 4, 0], [0, 1, 1, 1], [3, 2, 2, 2]))
-    changed = torch.ones(4, dtype=torch.bool, device=device)
-    raw, local = torch.zeros(C, S, T, device=device), torch.zeros(C, S, T, device=device)
-    nxt = torch.tensor([0, 1, 5, 1], device=device)  # chain 2's next is out of range
-    ch = torch.tensor([-1, 2, 3, 4], device=device)
-    terms = torch.ones(4, T, device=device)
-    no = torch.zeros(4, dtype=torch.bool, device=device)
+    """validate=False with act, group, ch or slot outside the tables: CUDA treats the proposal as a miss without an
+    entry and writes nothing for it (memcheck sees any out-of-bounds access), the rest as the reference; CPU raises
+    ValueError."""
+    G, S, L = 2, 8, 3
+    stamp = torch.full((G, S), -1, dtype=torch.long, device=device)
+    hashes, stored = torch.zeros(G, S, dtype=torch.long, device=device), torch.zeros(G, S, L, dtype=torch.long,
+                                                                                     device=device)
+    raw, local = torch.zeros(G, S, L, device=device), torch.zeros(G, S, L, device=device)
+    tokens = torch.tensor([[1, 2, 0], [1, 2, 0], [0, 0, 0]], device=device)
+    group = torch.tensor([0, 5, 1], device=device)  # chain 1's group is out of range
+    act, pos, prop = (torch.tensor(v, device=device) for v in ([0, -1, 1, 3, 2], [0, 0, 0, 0, 1], [2, 2, 2, 2, 1]))
+    changed = torch.ones(5, dtype=torch.bool, device=device)
+    lookup = lambda: ops.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, prop, changed,  # noqa: E731
+                                         8, 0, validate=False)
+    ch, slot = torch.tensor([0, 4, 2, 1], device=device), torch.tensor([0, 0, 9, 0], device=device)
+    terms = torch.ones(4, L, device=device)
+    store = lambda: ops.mh_memo_store_(stamp, raw, local, group, ch, slot, terms, terms, 4, 0,  # noqa: E731
+                                       validate=False)
     if device == "cpu":
-        return cpu_raises_naming([
-            ("act", lambda: ops.mh_memo_lookup(keys, act, pos, prop, changed, V, validate=False)),
-            ("ch", lambda: ops.mh_memo_update_(keys, raw, local, nxt, ch, pos, prop, terms, terms, no, 4, V,
-                                               validate=False))])
-    order, slot = ops.mh_memo_lookup(keys, act, pos, prop, changed, V, validate=False)
-    # chain 1 holds key 3 (pos 0, token 3) and chain 0 key 7 (pos 1, token 2): hits; act -1 and 4: misses
-    if order.cpu().tolist() != [False, True, True, False, True, False, False, True] or slot.cpu().tolist() != [0] * 4:
-        return f"lookup with out-of-range act gave {order.cpu().tolist()} {slot.cpu().tolist()}"
-    before = [t.clone() for t in (keys, raw, local, nxt)]
-    ops.mh_memo_update_(keys, raw, local, nxt, ch, pos, prop, terms, terms, no, 4, V, validate=False)
-    # only chain 3 (ch[2], next 1) is valid: slot 1 gets key 1 * 5 + 2 and the terms
-    want_keys = before[0].clone()
-    want_keys[3, 1] = 7
-    if not torch.equal(keys.cpu(), want_keys.cpu()) or nxt.cpu().tolist() != [0, 1, 5, 0]:
-        return f"update with out-of-range ch/next gave {keys.cpu().tolist()} {nxt.cpu().tolist()}"
-    if not (bool((raw[3, 1] == 1).all()) and float(raw.sum()) == T):
-        return "update with out-of-range ch/next wrote terms where it should not"
+        return cpu_raises_naming([("act", lookup), ("ch", store)])
+    order, slots = lookup()
+    # chains 0 and 2 are valid (groups 0 and 1): misses with entries; act -1, act 3, chain 1 (group 5): no entry
+    ok_slots = slots.cpu().tolist()
+    if order.cpu().tolist() != [True] * 5 + [False] * 5 or [ok_slots[i] for i in (1, 2, 3)] != [-1] * 3:
+        return f"lookup with out-of-range act/group gave {order.cpu().tolist()} {ok_slots}"
+    if ok_slots[0] < 0 or ok_slots[4] < 0 or int((stamp == -2).sum()) != 2:
+        return f"lookup reserved {stamp.cpu().tolist()} for the valid chains"
+    ch[0], slot[0] = 0, ok_slots[0]  # the one valid store; ch 4, slot 9, group 5 must write nothing
+    store()
+    if int(stamp[0, ok_slots[0]]) != 0 or float(raw.sum()) != L or int((stamp == 0).sum()) != 1:
+        return f"store with out-of-range ch/slot/group gave {stamp.cpu().tolist()}"
     return None
 

@@ -279,52 +279,73 @@ void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_
                     "] (len(ch) * (T - 1)), got ", num_rows);
 }
 
-void check_mh_memo_lookup_args(const at::Tensor& keys, const at::Tensor& act, const at::Tensor& pos,
-                               const at::Tensor& proposed, const at::Tensor& changed, int64_t vocab_size) {
-  const char* op = "mh_memo_lookup";
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"keys", &keys}, {"act", &act},
+void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes, const at::Tensor& stored,
+                               const at::Tensor& tokens, const at::Tensor& group, const at::Tensor& act,
+                               const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& changed,
+                               int64_t ways, int64_t step) {
+  const char* op = "mh_memo_lookup_";
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"hashes", &hashes},
+                                {"stored", &stored}, {"tokens", &tokens}, {"group", &group}, {"act", &act},
                                 {"pos", &pos}, {"proposed", &proposed}}) {
     check_dtype(op, name, *t, {kLong});
   }
   check_dtype(op, "changed", changed, {at::ScalarType::Bool});
-  check_dim(op, "keys", keys, 2);
+  check_dim(op, "stamp", stamp, 2);
+  check_dim(op, "tokens", tokens, 2);
+  const int64_t G = stamp.size(0), S = stamp.size(1), L = tokens.size(1);
+  check_dim(op, "hashes", hashes, 2);
+  check_size(op, "hashes", hashes, 0, G, "groups: dim 0 of stamp");
+  check_size(op, "hashes", hashes, 1, S, "entries: dim 1 of stamp");
+  check_dim(op, "stored", stored, 3);
+  check_size(op, "stored", stored, 0, G, "groups: dim 0 of stamp");
+  check_size(op, "stored", stored, 1, S, "entries: dim 1 of stamp");
+  check_size(op, "stored", stored, 2, L, "positions: dim 1 of tokens");
+  check_dim(op, "group", group, 1);
+  check_size(op, "group", group, 0, tokens.size(0), "chains: dim 0 of tokens");
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"act", &act}, {"pos", &pos},
                                 {"proposed", &proposed}, {"changed", &changed}}) {
     check_dim(op, name, *t, 1);
     check_size(op, name, *t, 0, act.size(0), "len(act)");
-    check_same_device(op, "keys", keys, name, *t);
   }
-  TORCH_CHECK_VALUE(vocab_size >= 1, "mhfast.", op, ": vocab_size must be an int >= 1, got ", vocab_size);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"hashes", &hashes},
+                                {"stored", &stored}}) {
+    TORCH_CHECK_VALUE(t->is_contiguous(), "mhfast.", op, ": ", name, " must be contiguous (it is written in place)");
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"hashes", &hashes}, {"stored", &stored},
+                                {"tokens", &tokens}, {"group", &group}, {"act", &act}, {"pos", &pos},
+                                {"proposed", &proposed}, {"changed", &changed}}) {
+    check_same_device(op, "stamp", stamp, name, *t);
+  }
+  TORCH_CHECK_VALUE(ways >= 1, "mhfast.", op, ": ways must be an int >= 1, got ", ways);
+  TORCH_CHECK_VALUE(S >= ways && S % ways == 0, "mhfast.", op, ": stamp must have a positive multiple of ways (",
+                    ways, ") entries per group (dim 1), got ", S);
+  TORCH_CHECK_VALUE(step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", step);
 }
 
-void check_mh_memo_update_args(const at::Tensor& keys, const at::Tensor& raw, const at::Tensor& local,
-                               const at::Tensor& next, const at::Tensor& ch, const at::Tensor& pos,
-                               const at::Tensor& proposed, const at::Tensor& raw_new, const at::Tensor& local_new,
-                               const at::Tensor& accepted, int64_t num_misses, int64_t vocab_size) {
-  const char* op = "mh_memo_update_";
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"keys", &keys}, {"next", &next},
-                                {"ch", &ch}, {"pos", &pos}, {"proposed", &proposed}}) {
+void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, const at::Tensor& local,
+                              const at::Tensor& group, const at::Tensor& ch, const at::Tensor& slot,
+                              const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses,
+                              int64_t step) {
+  const char* op = "mh_memo_store_";
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"group", &group},
+                                {"ch", &ch}, {"slot", &slot}}) {
     check_dtype(op, name, *t, {kLong});
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
                                 {"raw_new", &raw_new}, {"local_new", &local_new}}) {
     check_dtype(op, name, *t, {kFloat});
   }
-  check_dtype(op, "accepted", accepted, {at::ScalarType::Bool});
-  check_dim(op, "keys", keys, 2);
-  const int64_t C = keys.size(0), S = keys.size(1);
-  TORCH_CHECK_VALUE(S >= 1, "mhfast.", op, ": keys must have at least one slot (dim 1 of size >= 1)");
+  check_dim(op, "stamp", stamp, 2);
+  const int64_t G = stamp.size(0), S = stamp.size(1);
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local}}) {
     check_dim(op, name, *t, 3);
-    check_size(op, name, *t, 0, C, "chains: dim 0 of keys");
-    check_size(op, name, *t, 1, S, "slots: dim 1 of keys");
+    check_size(op, name, *t, 0, G, "groups: dim 0 of stamp");
+    check_size(op, name, *t, 1, S, "entries: dim 1 of stamp");
     check_size(op, name, *t, 2, raw.size(2), "positions: dim 2 of raw");
   }
-  check_dim(op, "next", next, 1);
-  check_size(op, "next", next, 0, C, "chains: dim 0 of keys");
+  check_dim(op, "group", group, 1);
   const int64_t n = ch.size(0);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"ch", &ch}, {"pos", &pos},
-                                {"proposed", &proposed}, {"accepted", &accepted}}) {
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"ch", &ch}, {"slot", &slot}}) {
     check_dim(op, name, *t, 1);
     check_size(op, name, *t, 0, n, "len(ch)");
   }
@@ -335,18 +356,18 @@ void check_mh_memo_update_args(const at::Tensor& keys, const at::Tensor& raw, co
     check_size(op, name, *t, 1, raw.size(2), "positions: dim 2 of raw");
   }
   // Written in place through raw pointers (one layout for every backend): no strided views.
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"keys", &keys}, {"raw", &raw},
-                                {"local", &local}, {"next", &next}}) {
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"raw", &raw},
+                                {"local", &local}}) {
     TORCH_CHECK_VALUE(t->is_contiguous(), "mhfast.", op, ": ", name, " must be contiguous (it is written in place)");
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
-                                {"next", &next}, {"ch", &ch}, {"pos", &pos}, {"proposed", &proposed},
-                                {"raw_new", &raw_new}, {"local_new", &local_new}, {"accepted", &accepted}}) {
-    check_same_device(op, "keys", keys, name, *t);
+                                {"group", &group}, {"ch", &ch}, {"slot", &slot}, {"raw_new", &raw_new},
+                                {"local_new", &local_new}}) {
+    check_same_device(op, "stamp", stamp, name, *t);
   }
   TORCH_CHECK_VALUE(num_misses >= 0 && num_misses <= n, "mhfast.", op, ": num_misses must be in [0, ", n,
                     "] (len(ch)), got ", num_misses);
-  TORCH_CHECK_VALUE(vocab_size >= 1, "mhfast.", op, ": vocab_size must be an int >= 1, got ", vocab_size);
+  TORCH_CHECK_VALUE(step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", step);
 }
 
 }  // namespace mhfast

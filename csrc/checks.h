@@ -103,18 +103,21 @@ void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_ter
                              at::TensorList outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
                              int64_t stream);
 
-// mh_memo_lookup: the memo's keys Long[C, S] (-1: empty slot), the step's chains act, positions pos and
-// proposals proposed Long[A], changed Bool[A]; vocab_size >= 1.
-void check_mh_memo_lookup_args(const at::Tensor& keys, const at::Tensor& act, const at::Tensor& pos,
-                               const at::Tensor& proposed, const at::Tensor& changed, int64_t vocab_size);
+// mh_memo_lookup_: the memo's tables (stamp/hashes Long[G, S], stored Long[G, S, L], contiguous: written
+// in place; S a positive multiple of ways), the chains' tokens Long[M, L] and group Long[M], the step's
+// proposals act/pos/proposed Long[A], changed Bool[A]; ways >= 1, step >= 0 (csrc/memo_table.h).
+void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes, const at::Tensor& stored,
+                               const at::Tensor& tokens, const at::Tensor& group, const at::Tensor& act,
+                               const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& changed,
+                               int64_t ways, int64_t step);
 
-// mh_memo_update_: the memo (keys Long[C, S], raw/local f32[C, S, T], next Long[C], all contiguous: written
-// in place), the n tested chains (ch, pos, proposed Long[n], raw_new/local_new f32[n, T], accepted Bool[n]),
-// num_misses in [0, n], vocab_size >= 1.
-void check_mh_memo_update_args(const at::Tensor& keys, const at::Tensor& raw, const at::Tensor& local,
-                               const at::Tensor& next, const at::Tensor& ch, const at::Tensor& pos,
-                               const at::Tensor& proposed, const at::Tensor& raw_new, const at::Tensor& local_new,
-                               const at::Tensor& accepted, int64_t num_misses, int64_t vocab_size);
+// mh_memo_store_: stamp Long[G, S] and the terms raw/local f32[G, S, L] (contiguous: written in place), the
+// chains' group Long[M], the n tested chains ch and their entries slot Long[n], raw_new/local_new f32[n, L],
+// num_misses in [0, n], step >= 0.
+void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, const at::Tensor& local,
+                              const at::Tensor& group, const at::Tensor& ch, const at::Tensor& slot,
+                              const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses,
+                              int64_t step);
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);

@@ -79,21 +79,20 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor pos, Tensor proposed, int num_rows, int mask_id)"
       " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 
-  // The proposal memo's lookup (mhfast/sampler/memo.py): hit[a] = some slot s of chain act[a] holds
-  // keys[act[a], s] == pos[a] * vocab_size + proposed[a]; returns (order Bool[2A]: changed & !hit, then
-  // changed & hit, so that one nonzero lists the misses before the hits; slot Long[A]: the first
-  // matching slot, 0 where none).
+  // The proposal memo's lookup (mhfast/sampler/memo.py, csrc/memo_table.h), in place: for each changed
+  // proposal a in order, X' = tokens[act[a]] with X'[pos[a]] = proposed[a] is looked up in the table of
+  // group[act[a]]; a hit returns its entry, a miss reserves one for mh_memo_store_ (or -1: none free).
+  // Returns (order Bool[2A]: changed & !hit, then changed & hit, so that one nonzero lists the misses
+  // before the hits; slot Long[A]: the entry, -1 where unchanged or not reserved).
   m.def(
-      "mh_memo_lookup(Tensor keys, Tensor act, Tensor pos, Tensor proposed, Tensor changed, int vocab_size)"
-      " -> (Tensor, Tensor)");
-  // The memo after the MH test of the distinct chains ch: an accepted chain forgets its entries
-  // (keys -1, next 0); a rejected proposal j < num_misses (one the memo did not know) is stored in
-  // slot next[ch[j]] (key, raw_new[j], local_new[j]) and next advances (mod slots: the oldest entry
-  // goes first); the rest (rejected hits) change nothing.
+      "mh_memo_lookup_(Tensor(a!) stamp, Tensor(b!) hashes, Tensor(c!) stored, Tensor tokens, Tensor group,"
+      " Tensor act, Tensor pos, Tensor proposed, Tensor changed, int ways, int step) -> (Tensor, Tensor)");
+  // The terms of the step's misses into the entries their lookup reserved: for j < num_misses with
+  // slot[j] reserved in this step in the table of group[ch[j]], raw/local[g, slot[j]] = raw_new/local_new[j]
+  // and the entry is ready (stamp = step); other j change nothing.
   m.def(
-      "mh_memo_update_(Tensor(a!) keys, Tensor(b!) raw, Tensor(c!) local, Tensor(d!) next, Tensor ch,"
-      " Tensor pos, Tensor proposed, Tensor raw_new, Tensor local_new, Tensor accepted, int num_misses,"
-      " int vocab_size) -> ()");
+      "mh_memo_store_(Tensor(a!) stamp, Tensor(b!) raw, Tensor(c!) local, Tensor group, Tensor ch, Tensor slot,"
+      " Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()");
 
   // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
   m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
@@ -125,14 +124,13 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor pos, Tensor proposed, int num_rows) -> ()",
       &mhfast::check_mh_site_rows_args);
   m.def(
-      "mh_memo_lookup_check(Tensor keys, Tensor act, Tensor pos, Tensor proposed, Tensor changed,"
-      " int vocab_size) -> ()",
+      "mh_memo_lookup__check(Tensor stamp, Tensor hashes, Tensor stored, Tensor tokens, Tensor group, Tensor act,"
+      " Tensor pos, Tensor proposed, Tensor changed, int ways, int step) -> ()",
       &mhfast::check_mh_memo_lookup_args);
   m.def(
-      "mh_memo_update__check(Tensor keys, Tensor raw, Tensor local, Tensor next, Tensor ch, Tensor pos,"
-      " Tensor proposed, Tensor raw_new, Tensor local_new, Tensor accepted, int num_misses, int vocab_size)"
-      " -> ()",
-      &mhfast::check_mh_memo_update_args);
+      "mh_memo_store__check(Tensor stamp, Tensor raw, Tensor local, Tensor group, Tensor ch, Tensor slot,"
+      " Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()",
+      &mhfast::check_mh_memo_store_args);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
       &mhfast::check_counter_uniforms_args);

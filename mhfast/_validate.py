@@ -184,28 +184,30 @@ def mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed,
                          "other than pos")
 
 
-def mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size, *, values: bool) -> None:
-    op = "mh_memo_lookup"
-    tensors(op, keys=keys, act=act, pos=pos, proposed=proposed, changed=changed)
-    ints(op, vocab_size=vocab_size)
-    _ops.mh_memo_lookup_check(keys, act, pos, proposed, changed, vocab_size)
+def mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step, *,
+                    values: bool) -> None:
+    op = "mh_memo_lookup_"
+    tensors(op, stamp=stamp, hashes=hashes, stored=stored, tokens=tokens, group=group, act=act, pos=pos,
+            proposed=proposed, changed=changed)
+    ints(op, ways=ways, step=step)
+    _ops.mh_memo_lookup__check(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step)
     if values:
-        in_range(op, "act", act, 0, keys.shape[0])
+        in_range(op, "act", act, 0, tokens.shape[0])
+        in_range(op, "group", group, 0, stamp.shape[0])
+        in_range(op, "pos", pos, 0, tokens.shape[1])
 
 
-def mh_memo_update_(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses, vocab_size,
-                    *, values: bool) -> None:
-    op = "mh_memo_update_"
-    tensors(op, keys=keys, raw=raw, local=local, next=next, ch=ch, pos=pos, proposed=proposed, raw_new=raw_new,
-            local_new=local_new, accepted=accepted)
-    ints(op, num_misses=num_misses, vocab_size=vocab_size)
-    _ops.mh_memo_update__check(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
-                               vocab_size)
-    if not values or ch.numel() == 0:
+def mh_memo_store_(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step, *, values: bool) -> None:
+    op = "mh_memo_store_"
+    tensors(op, stamp=stamp, raw=raw, local=local, group=group, ch=ch, slot=slot, raw_new=raw_new,
+            local_new=local_new)
+    ints(op, num_misses=num_misses, step=step)
+    _ops.mh_memo_store__check(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step)
+    if not values or num_misses == 0:
         return
-    in_range(op, "ch", ch, 0, keys.shape[0])
-    distinct(op, "ch", ch)
-    in_range(op, "next", next.index_select(0, ch), 0, keys.shape[1])
+    in_range(op, "ch", ch[:num_misses], 0, group.shape[0])
+    in_range(op, "slot", slot[:num_misses], 0, stamp.shape[1], allow=-1)
+    in_range(op, "group", group.index_select(0, ch[:num_misses]), 0, stamp.shape[0])
 
 
 COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",

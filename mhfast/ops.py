@@ -127,30 +127,34 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
     return _ops.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id)
 
 
-def mh_memo_lookup(keys: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
-                   changed: torch.Tensor, vocab_size: int, *, validate: bool = True
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Compiled :func:`mhfast.reference.mh_memo_lookup` (the proposal memo's lookup, one pass over the chains)."""
+def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Tensor, tokens: torch.Tensor,
+                    group: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
+                    changed: torch.Tensor, ways: int, step: int, *, validate: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Compiled :func:`mhfast.reference.mh_memo_lookup_` (the proposal memo's lookup, in place: one pass over the
+    step's proposals)."""
+    args = (stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step)
     if validate:
-        _validate.tensors("mh_memo_lookup", keys=keys, act=act, pos=pos, proposed=proposed, changed=changed)
-        _validate.ints("mh_memo_lookup", vocab_size=vocab_size)
-    if _needs_python_checks(validate, keys):
-        _validate.mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size, values=True)
-    return _ops.mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size)
+        _validate.tensors("mh_memo_lookup_", stamp=stamp, hashes=hashes, stored=stored, tokens=tokens, group=group,
+                          act=act, pos=pos, proposed=proposed, changed=changed)
+        _validate.ints("mh_memo_lookup_", ways=ways, step=step)
+    if _needs_python_checks(validate, stamp):
+        _validate.mh_memo_lookup_(*args, values=True)
+    return _ops.mh_memo_lookup_(*args)
 
 
-def mh_memo_update_(keys: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, next: torch.Tensor, ch: torch.Tensor,
-                    pos: torch.Tensor, proposed: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
-                    accepted: torch.Tensor, num_misses: int, vocab_size: int, *, validate: bool = True) -> None:
-    """Compiled :func:`mhfast.reference.mh_memo_update_` (the proposal memo after the MH test, in place)."""
-    args = (keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses, vocab_size)
+def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor, ch: torch.Tensor,
+                   slot: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int, step: int,
+                   *, validate: bool = True) -> None:
+    """Compiled :func:`mhfast.reference.mh_memo_store_` (the terms of the step's misses into the memo, in place)."""
+    args = (stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step)
     if validate:
-        _validate.tensors("mh_memo_update_", keys=keys, raw=raw, local=local, next=next, ch=ch, pos=pos,
-                          proposed=proposed, raw_new=raw_new, local_new=local_new, accepted=accepted)
-        _validate.ints("mh_memo_update_", num_misses=num_misses, vocab_size=vocab_size)
-    if _needs_python_checks(validate, keys):
-        _validate.mh_memo_update_(*args, values=True)
-    _ops.mh_memo_update_(*args)
+        _validate.tensors("mh_memo_store_", stamp=stamp, raw=raw, local=local, group=group, ch=ch, slot=slot,
+                          raw_new=raw_new, local_new=local_new)
+        _validate.ints("mh_memo_store_", num_misses=num_misses, step=step)
+    if _needs_python_checks(validate, stamp):
+        _validate.mh_memo_store_(*args, values=True)
+    _ops.mh_memo_store_(*args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,17 +230,15 @@ def _mh_site_rows_fake(tokens, energy_mask, raw_terms, local_terms, ch, pos, pro
             torch.empty((num_rows,), **long_))
 
 
-@torch.library.register_fake("mhfast::mh_memo_lookup")
-def _mh_memo_lookup_fake(keys, act, pos, proposed, changed, vocab_size):
-    _ops.mh_memo_lookup_check(keys, act, pos, proposed, changed, vocab_size)
+@torch.library.register_fake("mhfast::mh_memo_lookup_")
+def _mh_memo_lookup_fake(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step):
+    _ops.mh_memo_lookup__check(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step)
     A = act.shape[0]
-    return (torch.empty((2 * A,), dtype=torch.bool, device=keys.device),
-            torch.empty((A,), dtype=torch.long, device=keys.device))
+    return (torch.empty((2 * A,), dtype=torch.bool, device=stamp.device),
+            torch.empty((A,), dtype=torch.long, device=stamp.device))
 
 
-@torch.library.register_fake("mhfast::mh_memo_update_")
-def _mh_memo_update_fake(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
-                         vocab_size):
-    _ops.mh_memo_update__check(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
-                               vocab_size)
+@torch.library.register_fake("mhfast::mh_memo_store_")
+def _mh_memo_store_fake(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step):
+    _ops.mh_memo_store__check(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step)
     return None

@@ -354,61 +354,134 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
             pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)
 
 
-def mh_memo_lookup(keys: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
-                   changed: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The proposal memo's lookup (:mod:`mhfast.sampler.memo`): does chain ``act[a]``'s memo hold the proposal
-    ``proposed[a]`` at ``pos[a]`` (some slot with ``keys[act[a], s] == pos[a] * vocab_size + proposed[a]``; -1 marks
-    an empty slot)?
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def memo_hash(seq: list[int]) -> int:
+    """The memo's 64-bit hash of a token sequence (csrc/memo_table.h): FNV-1a over the tokens, then the splitmix64
+    finalizer; returned as the signed int64 the tables store.
+
+    Example:
+        >>> memo_hash([1, 2, 3]) == memo_hash([1, 2, 3]) != memo_hash([1, 3, 2])
+        True
+    """
+    h = 0xCBF29CE484222325
+    for tok in seq:
+        h = ((h ^ (tok & _MASK64)) * 0x100000001B3) & _MASK64
+    h = _mix64(h)
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def _memo_lookup_one(stamp: list[int], hashes: list[int], stored: list[list[int]], seq: list[int], ways: int,
+                     step: int) -> tuple[int, bool]:
+    """One proposal against one group's table (lists, changed in place): ``(entry or -1, hit)``; see
+    :func:`mh_memo_lookup_`."""
+    h = memo_hash(seq)
+    base = ((h & _MASK64) % (len(stamp) // ways)) * ways
+    live = lambda st: st >= 0 or st == -(step + 2)  # noqa: E731
+    empty = oldest = -1
+    for s in range(base, base + ways):
+        st = stamp[s]
+        if not live(st):
+            empty = s if empty < 0 else empty
+            continue
+        if hashes[s] == h and stored[s] == seq:
+            if st >= 0:
+                stamp[s] = step
+            return s, True
+        if st >= 0 and st != step and (oldest < 0 or st < stamp[oldest]):
+            oldest = s
+    v = empty if empty >= 0 else oldest
+    if v >= 0:
+        hashes[v], stored[v], stamp[v] = h, list(seq), -(step + 2)
+    return v, False
+
+
+def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Tensor, tokens: torch.Tensor,
+                    group: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
+                    changed: torch.Tensor, ways: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The proposal memo's lookup (:mod:`mhfast.sampler.memo`), in place on the tables.
+
+    One table per group of chains: entry ``s`` of group ``g`` holds a sequence ``stored[g, s]`` (Long[L]), its
+    hash (:func:`memo_hash`) and ``stamp[g, s]``: -1 empty, ``>= 0`` ready (its terms are in the memo), last used at
+    that step, ``-(k + 2)`` reserved at step ``k`` (a reservation from an earlier step was never filled and counts as
+    empty). The ``S`` entries form ``S // ways`` buckets of ``ways``; a sequence lives in bucket ``hash mod (S //
+    ways)`` (the hash as unsigned).
+
+    For each changed proposal ``a`` in order, ``X' = tokens[act[a]]`` with ``X'[pos[a]] = proposed[a]`` is looked
+    up in the table of ``g = group[act[a]]``, at step ``step``. A hit (a live entry holding X') returns that
+    entry and stamps a ready one with ``step``. A miss reserves an entry of X''s bucket, the first empty one, else
+    the least recently used ready one not used in this step (ties: the first), stores X' and its hash there and
+    stamps it ``-(step + 2)``; it returns -1 if all ``ways`` are in use in this step. A later proposal of the same
+    step with the same X' hits the reserved entry, whose terms :func:`mh_memo_store_` writes before anyone reads
+    them.
 
     Returns ``order`` Bool[2A], ``changed & ~hit`` followed by ``changed & hit`` (one ``nonzero`` of it lists the
-    misses first and the hits last, hit ``a`` as ``A + a``), and ``slot`` Long[A], the first matching slot (0 where
-    none). Shapes: keys Long[C, S], the rest [A].
+    misses first and the hits last, hit ``a`` as ``A + a``), and ``slot`` Long[A], the entry (-1 where unchanged or
+    none). Shapes: stamp/hashes Long[G, S], stored Long[G, S, L], tokens Long[M, L], group Long[M], the rest [A].
 
     Example:
-        >>> keys = torch.tensor([[7, -1], [-1, -1]])    # chain 0 holds position 1, token 2 (1 * 5 + 2)
-        >>> order, slot = mh_memo_lookup(keys, torch.tensor([0, 1]), torch.tensor([1, 1]), torch.tensor([2, 2]),
-        ...                              torch.tensor([True, True]), 5)
-        >>> order.tolist(), slot.tolist()
-        ([False, True, True, False], [0, 0])
+        >>> stamp, hashes, stored = torch.full((1, 2), -1), torch.zeros(1, 2).long(), torch.zeros(1, 2, 3).long()
+        >>> tokens, group = torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([0, 0])
+        >>> args = (torch.tensor([0, 1]), torch.tensor([1, 1]), torch.tensor([4, 4]), torch.tensor([True, True]))
+        >>> order, slot = mh_memo_lookup_(stamp, hashes, stored, tokens, group, *args, 2, 0)
+        >>> order.tolist(), slot.tolist(), stamp.tolist(), stored[0, slot[0]].tolist()  # chain 1: same X' as 0
+        ([True, False, False, True], [0, 0], [[-2, -1]], [1, 4, 3])
     """
-    _validate.mh_memo_lookup(keys, act, pos, proposed, changed, vocab_size, values=True)
-    eq = keys.index_select(0, act) == (pos * vocab_size + proposed)[:, None]
-    hit = eq.any(dim=1)
-    return torch.cat([changed & ~hit, changed & hit]), eq.to(torch.uint8).argmax(dim=1)
+    _validate.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step,
+                              values=True)
+    A = act.shape[0]
+    st, hs, sd = stamp.tolist(), hashes.tolist(), stored.tolist()
+    toks, grp = tokens.tolist(), group.tolist()
+    order, slot = [False] * (2 * A), [-1] * A
+    for a, (c, p, w, ch) in enumerate(zip(act.tolist(), pos.tolist(), proposed.tolist(), changed.tolist())):
+        if not ch:
+            continue
+        seq = list(toks[c])
+        seq[p] = w
+        g = grp[c]
+        slot[a], hit = _memo_lookup_one(st[g], hs[g], sd[g], seq, ways, step)
+        order[a if not hit else A + a] = True
+    stamp.copy_(torch.tensor(st, dtype=torch.long))
+    hashes.copy_(torch.tensor(hs, dtype=torch.long))
+    if stored.numel():
+        stored.copy_(torch.tensor(sd, dtype=torch.long))
+    dev = stamp.device
+    return torch.tensor(order, dtype=torch.bool, device=dev), torch.tensor(slot, dtype=torch.long, device=dev)
 
 
-def mh_memo_update_(keys: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, next: torch.Tensor, ch: torch.Tensor,
-                    pos: torch.Tensor, proposed: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
-                    accepted: torch.Tensor, num_misses: int, vocab_size: int) -> None:
-    """The proposal memo after the MH test of the distinct chains ``ch``, in place (:mod:`mhfast.sampler.memo`).
+def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor, ch: torch.Tensor,
+                   slot: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int,
+                   step: int) -> None:
+    """The terms of a step's misses into the entries :func:`mh_memo_lookup_` reserved for them, in place
+    (:mod:`mhfast.sampler.memo`).
 
-    An accepted chain forgets its entries (``keys[c] = -1``, ``next[c] = 0``): they were proposals from a
-    state it has left. A rejected proposal ``j < num_misses`` (the caller lists the memo's misses first) is
-    stored in slot ``s = next[c]``: ``keys[c, s] = pos[j] * vocab_size + proposed[j]``, ``raw[c, s] =
-    raw_new[j]``, ``local[c, s] = local_new[j]``, and ``next[c] = (s + 1) % S`` (first in, first out). Rejected
-    hits (``j >= num_misses``) change nothing. Shapes: keys Long[C, S], raw/local f32[C, S, T], next Long[C],
-    moves [n], raw_new/local_new f32[n, T].
+    For ``j < num_misses`` (the caller lists the misses first) whose entry ``s = slot[j]`` of group ``g =
+    group[ch[j]]`` is reserved in this step (``stamp[g, s] == -(step + 2)``): ``raw[g, s] = raw_new[j]``,
+    ``local[g, s] = local_new[j]``, ``stamp[g, s] = step`` (ready). Any other ``j`` (no entry, ``s = -1``) changes
+    nothing. Shapes: stamp Long[G, S], raw/local f32[G, S, L], group Long[M], ch/slot [n], raw_new/local_new
+    f32[n, L].
 
     Example:
-        >>> keys, nxt = torch.full((1, 2), -1), torch.zeros(1).long()
-        >>> raw, local = torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
-        >>> mh_memo_update_(keys, raw, local, nxt, torch.tensor([0]), torch.tensor([1]), torch.tensor([4]),
-        ...                 torch.ones(1, 3), torch.ones(1, 3), torch.tensor([False]), 1, 5)
-        >>> keys.tolist(), nxt.tolist(), raw[0, 0].tolist()
-        ([[9, -1]], [1], [1.0, 1.0, 1.0])
+        >>> stamp, raw, local = torch.tensor([[-2, -1]]), torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
+        >>> mh_memo_store_(stamp, raw, local, torch.tensor([0]), torch.tensor([0]), torch.tensor([0]),
+        ...                torch.ones(1, 3), 2 * torch.ones(1, 3), 1, 0)
+        >>> stamp.tolist(), local[0, 0].tolist()
+        ([[0, -1]], [2.0, 2.0, 2.0])
     """
-    _validate.mh_memo_update_(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
-                              vocab_size, values=True)
-    if ch.numel() == 0:
-        return
-    j = torch.arange(ch.shape[0], device=ch.device)
-    store = ~accepted & (j < num_misses)
-    s = next.index_select(0, ch)
-    c_store, s_store = ch[store], s[store]
-    keys[c_store, s_store] = (pos * vocab_size + proposed)[store]
-    raw[c_store, s_store] = raw_new[store]
-    local[c_store, s_store] = local_new[store]
-    next[c_store] = (s_store + 1) % keys.shape[1]
-    keys[ch[accepted]] = -1
-    next[ch[accepted]] = 0
+    _validate.mh_memo_store_(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step, values=True)
+    for j in range(num_misses):
+        s = int(slot[j])
+        g = int(group[ch[j]])
+        if s < 0 or int(stamp[g, s]) != -(step + 2):
+            continue
+        raw[g, s] = raw_new[j]
+        local[g, s] = local_new[j]
+        stamp[g, s] = step
 

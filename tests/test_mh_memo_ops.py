@@ -1,5 +1,6 @@
-"""mh_memo_lookup and mh_memo_update_ (the proposal memo's two ops, mhfast/sampler/memo.py) against their references:
-random memos and proposals, strided inputs, empty steps, a long run of lookups and updates kept in step, bad input."""
+"""mh_memo_lookup_ and mh_memo_store_ (the proposal memo's two ops, mhfast/sampler/memo.py) against their
+references: random tables and proposals (repeats within a step, across groups, full buckets), strided inputs, empty
+steps, a long run of lookups and stores kept in step, bad input."""
 from __future__ import annotations
 
 import pytest
@@ -12,175 +13,191 @@ from op_checks import raises_everywhere
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def memo_state(C: int, S: int, T: int, V: int, seed: int, device="cpu"):
-    """(keys, raw, local, next): a memo with some empty slots (-1) and keys of positions < T, tokens < V."""
+def memo_tables(G: int, S: int, L: int, device="cpu"):
+    """(stamp, hashes, stored, raw, local) of an empty memo: G groups of S entries of length L."""
+    return (torch.full((G, S), -1, dtype=torch.long, device=device), torch.zeros(G, S, dtype=torch.long, device=device),
+            torch.zeros(G, S, L, dtype=torch.long, device=device), torch.zeros(G, S, L, device=device),
+            torch.zeros(G, S, L, device=device))
+
+
+def proposals(M: int, A: int, L: int, V: int, g: torch.Generator, device="cpu"):
+    """(act, pos, proposed, changed): A proposals of few distinct values, so that sequences repeat."""
+    act = torch.randint(0, M, (A,), generator=g)
+    pos, proposed = torch.randint(0, L, (A,), generator=g), torch.randint(0, V, (A,), generator=g)
+    changed = torch.rand(A, generator=g) < 0.85
+    return tuple(t.to(device) for t in (act, pos, proposed, changed))
+
+
+def run_in_step(device, seed: int, steps: int, G: int, ways: int, buckets: int, M: int, L: int, V: int, A: int) -> int:
+    """``steps`` steps of the memo's protocol (lookup, then store of the misses' terms) on compiled and reference
+    tables fed the same proposals: the same order, slots and tables after every call. Returns the hits."""
     g = torch.Generator().manual_seed(seed)
-    keys = torch.randint(0, T * V, (C, S), generator=g)
-    keys[torch.rand(C, S, generator=g) < 0.3] = -1
-    raw, local = torch.randn(C, S, T, generator=g), torch.randn(C, S, T, generator=g)
-    nxt = torch.randint(0, S, (C,), generator=g)
-    return tuple(t.to(device) for t in (keys, raw, local, nxt))
-
-
-def lookup_inputs(keys: torch.Tensor, A: int, T: int, V: int, seed: int):
-    """(act, pos, proposed, changed): half of the proposals copy a key the chain holds (a hit where it is
-    not empty), the rest are random."""
-    g = torch.Generator().manual_seed(seed)
-    C, S = keys.shape
-    act = torch.randint(0, C, (A,), generator=g)
-    pos, proposed = torch.randint(0, T, (A,), generator=g), torch.randint(0, V, (A,), generator=g)
-    held = keys.cpu()[act, torch.randint(0, S, (A,), generator=g)]
-    copy = (torch.rand(A, generator=g) < 0.5) & (held >= 0)
-    pos, proposed = torch.where(copy, held // V, pos), torch.where(copy, held % V, proposed)
-    changed = torch.rand(A, generator=g) < 0.8
-    return tuple(t.to(keys.device) for t in (act, pos, proposed, changed))
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_lookup_matches_reference(device, seed):
-    g = torch.Generator().manual_seed(seed)
-    C, S, T, V = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 40), (1, 9), (1, 30), (2, 60)))
-    A = int(torch.randint(0, 2 * C, (), generator=g))
-    keys = memo_state(C, S, T, V, seed, device)[0]
-    args = (keys, *lookup_inputs(keys, A, T, V, seed), V)
-    order, slot = ops.mh_memo_lookup(*args)
-    want_order, want_slot = reference.mh_memo_lookup(*args)
-    assert order.dtype == torch.bool and order.shape == (2 * A,) and slot.dtype == torch.long
-    assert torch.equal(order.cpu(), want_order.cpu()) and torch.equal(slot.cpu(), want_slot.cpu())
-    assert not bool((order[:A] & order[A:]).any()) and torch.equal((order[:A] | order[A:]).cpu(), args[4].cpu())
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_update_matches_reference(device, seed):
-    g = torch.Generator().manual_seed(50 + seed)
-    C, S, T, V = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 40), (1, 9), (1, 30), (2, 60)))
-    n = int(torch.randint(0, C + 1, (), generator=g))
-    state = memo_state(C, S, T, V, seed, device)
-    ch = torch.randperm(C, generator=g)[:n]
-    pos, proposed = torch.randint(0, T, (n,), generator=g), torch.randint(0, V, (n,), generator=g)
-    raw_new, local_new = torch.randn(n, T, generator=g), torch.randn(n, T, generator=g)
-    accepted = torch.rand(n, generator=g) < 0.3
-    num_misses = int(torch.randint(0, n + 1, (), generator=g))
-    moves = tuple(t.to(device) for t in (ch, pos, proposed, raw_new, local_new, accepted))
-    got, want = [t.clone() for t in state], [t.clone() for t in state]
-    ops.mh_memo_update_(*got, *moves, num_misses, V)
-    reference.mh_memo_update_(*want, *moves, num_misses, V)
-    for name, a, b in zip(("keys", "raw", "local", "next"), got, want):
-        assert torch.equal(a.cpu(), b.cpu()), name
-    # what the update did: stored rejected misses hold their key and terms, accepted chains are empty
-    stored = (~accepted & (torch.arange(n) < num_misses)).tolist()
-    keys, raw = got[0].cpu(), got[1].cpu()
-    for j, c in enumerate(ch.tolist()):
-        if accepted[j]:
-            assert bool((keys[c] == -1).all()) and int(got[3][c]) == 0
-        elif stored[j]:
-            s = (int(state[3][c]) % S)
-            assert int(keys[c, s]) == int(pos[j]) * V + int(proposed[j]) and torch.equal(raw[c, s], raw_new[j])
-            assert int(got[3][c]) == (s + 1) % S
-
-
-def test_a_run_of_lookups_and_updates_stays_in_step(device):
-    """200 steps of the memo's protocol (lookup, then update with the misses first) on compiled and reference memos
-    fed the same proposals and decisions: the same hits and the same memo at every step."""
-    C, S, T, V = 6, 3, 4, 3  # few keys (12): repeats are frequent
-    g = torch.Generator().manual_seed(7)
-    memos = [[t.clone() for t in memo_state(C, S, T, V, 0, device)] for _ in range(2)]
-    for m in memos:
-        m[0].fill_(-1)
-        m[3].zero_()
+    tables = [list(memo_tables(G, ways * buckets, L, device)) for _ in range(2)]
+    tokens = torch.randint(0, V, (M, L), generator=g).to(device)
+    tokens[M // 2:] = tokens[0].clone()  # half the chains in one state: they propose the same sequences
+    group = (torch.arange(M) % G).to(device)
     hits = 0
-    for step in range(200):
-        act = torch.randperm(C, generator=g)[:4].to(device)
-        pos, proposed = (torch.randint(0, hi, (4,), generator=g).to(device) for hi in (T, V))
-        changed = torch.ones(4, dtype=torch.bool, device=device)
-        out = [impl.mh_memo_lookup(m[0], act, pos, proposed, changed, V) for impl, m in zip((ops, reference), memos)]
-        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*out)), step
-        order = out[0][0]
-        local = order.nonzero().squeeze(1) % 4  # misses first, then hits
-        num_misses = int(order[:4].sum())
-        hits += 4 - num_misses
-        accepted = (torch.rand(4, generator=g) < 0.2).to(device)
-        terms = torch.randn(4, T, generator=g).to(device)
-        for impl, m in zip((ops, reference), memos):
-            impl.mh_memo_update_(*m, act[local], pos[local], proposed[local], terms, -terms, accepted, num_misses, V)
-        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*memos)), step
-    assert hits > 100
+    for step in range(steps):
+        act, pos, prop, changed = proposals(M, A, L, V, g, device)
+        out = [impl.mh_memo_lookup_(*t[:3], tokens, group, act, pos, prop, changed, ways, step)
+               for impl, t in zip((ops, reference), tables)]
+        (order, slot), want = out
+        assert order.dtype == torch.bool and order.shape == (2 * A,) and slot.dtype == torch.long
+        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(out[0], want)), step
+        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)), step
+        assert not bool((order[:A] & order[A:]).any()) and torch.equal((order[:A] | order[A:]).cpu(), changed.cpu())
+        misses = order[:A].nonzero().squeeze(1)
+        hits += int(order[A:].sum())
+        if step % 5 == 4:  # an interrupted step: its misses are never stored, so their reservations are forgotten
+            continue
+        terms = torch.randn(misses.numel(), L, generator=g).to(device)
+        for impl, t in zip((ops, reference), tables):
+            impl.mh_memo_store_(t[0], t[3], t[4], group, act[misses], slot[misses], terms, -terms, misses.numel(),
+                                step)
+        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)), step
+    return hits
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lookup_and_store_match_reference_over_random_shapes(device, seed):
+    g = torch.Generator().manual_seed(seed)
+    G, ways, buckets, L, V = (int(torch.randint(lo, hi, (), generator=g))
+                              for lo, hi in ((1, 4), (1, 9), (1, 5), (1, 12), (2, 6)))
+    M = G * int(torch.randint(1, 6, (), generator=g))
+    A = int(torch.randint(0, 2 * M + 1, (), generator=g))
+    run_in_step(device, seed, steps=12, G=G, ways=ways, buckets=buckets, M=M, L=L, V=V, A=A)
+
+
+def test_a_long_run_stays_in_step_and_hits(device):
+    """200 steps, few distinct sequences (L=3, V=3), small buckets: hits within a step and across steps, evictions,
+    full buckets (slot -1) and unfilled reservations all occur, and both implementations agree throughout."""
+    assert run_in_step(device, 7, steps=200, G=2, ways=2, buckets=3, M=8, L=3, V=3, A=6) > 200
+
+
+def test_hits_read_the_terms_stored_for_their_sequence(device):
+    """Through the memo's own tables: a hit's entry holds exactly its X' (tokens), and the terms stored for it."""
+    g = torch.Generator().manual_seed(3)
+    stamp, hashes, stored, raw, local = memo_tables(2, 16, 4, device)
+    tokens = torch.randint(0, 3, (6, 4), generator=g).to(device)
+    group = torch.tensor([0, 0, 0, 1, 1, 1], device=device)
+    truth: dict[tuple[int, tuple[int, ...]], float] = {}
+    for step in range(60):
+        act, pos, prop, changed = proposals(6, 5, 4, 3, g, device)
+        order, slot = ops.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, prop, changed, 4, step)
+        seqs = []
+        for a in range(5):
+            x = tokens[act[a]].tolist()
+            x[int(pos[a])] = int(prop[a])
+            seqs.append((int(group[act[a]]), tuple(x)))
+        misses = order[:5].nonzero().squeeze(1)
+        values = torch.tensor([float(hash(seqs[j]) % 1000) for j in misses.tolist()], device=device)
+        ops.mh_memo_store_(stamp, raw, local, group, act[misses], slot[misses], values[:, None].expand(-1, 4),
+                           values[:, None].expand(-1, 4), misses.numel(), step)
+        for j in misses.tolist():
+            truth[seqs[j]] = float(hash(seqs[j]) % 1000)
+        for a in order[5:].nonzero().squeeze(1).tolist():
+            gr, s = seqs[a][0], int(slot[a])
+            assert tuple(stored[gr, s].tolist()) == seqs[a][1] and float(raw[gr, s, 0]) == truth[seqs[a]]
 
 
 def test_strided_inputs(device):
-    keys, raw, local, nxt = memo_state(10, 4, 6, 7, seed=3, device=device)
-    act, pos, prop, changed = lookup_inputs(keys, 8, 6, 7, seed=3)
+    g = torch.Generator().manual_seed(5)
+    tables = memo_tables(2, 8, 5, device)
+    tokens = torch.randint(0, 4, (6, 5), generator=g).to(device)
+    group = torch.tensor([0, 1, 0, 1, 0, 1], device=device)
+    act, pos, prop, changed = proposals(6, 7, 5, 4, g, device)
     every_other = lambda t: torch.stack([t, t], 1)[:, 0]  # noqa: E731  (stride 2)
-    want = ops.mh_memo_lookup(keys, act, pos, prop, changed, 7)
-    got = ops.mh_memo_lookup(keys.t().contiguous().t(), every_other(act), every_other(pos), every_other(prop),
-                             every_other(changed), 7)
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
-    ch = torch.tensor([3, 0, 7], device=device)
-    terms = torch.randn(6, 3, device=device)
-    args = (ch, pos[:3], prop[:3])
-    a, b = [t.clone() for t in (keys, raw, local, nxt)], [t.clone() for t in (keys, raw, local, nxt)]
-    flags = torch.tensor([False, False, True], device=device)
-    ops.mh_memo_update_(*a, *args, terms.t(), 2 * terms.t(), flags, 2, 7)  # transposed term rows
-    ops.mh_memo_update_(*b, *args, terms.t().contiguous(), 2 * terms.t().contiguous(), flags, 2, 7)
+    a, b = [t.clone() for t in tables], [t.clone() for t in tables]
+    want = ops.mh_memo_lookup_(*a[:3], tokens, group, act, pos, prop, changed, 4, 0)
+    got = ops.mh_memo_lookup_(*b[:3], tokens.t().contiguous().t(), every_other(group), every_other(act),
+                              every_other(pos), every_other(prop), every_other(changed), 4, 0)
+    assert all(torch.equal(x, y) for x, y in zip(got, want)) and all(torch.equal(x, y) for x, y in zip(a, b))
+    misses = want[0][:7].nonzero().squeeze(1)
+    terms = torch.randn(5, misses.numel(), device=device)
+    ops.mh_memo_store_(a[0], a[3], a[4], group, act[misses], want[1][misses], terms.t(), 2 * terms.t(),
+                       misses.numel(), 0)  # transposed term rows
+    ops.mh_memo_store_(b[0], b[3], b[4], every_other(group), every_other(act[misses]), every_other(want[1][misses]),
+                       terms.t().contiguous(), 2 * terms.t().contiguous(), misses.numel(), 0)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 def test_empty_steps(device):
-    keys, raw, local, nxt = memo_state(3, 2, 4, 5, seed=1, device=device)
+    tables = memo_tables(2, 8, 3, device)
+    tokens, group = torch.zeros(4, 3, dtype=torch.long, device=device), torch.zeros(4, dtype=torch.long, device=device)
     e = torch.zeros(0, dtype=torch.long, device=device)
-    order, slot = ops.mh_memo_lookup(keys, e, e, e, e.bool(), 5)
+    before = [t.clone() for t in tables]
+    order, slot = ops.mh_memo_lookup_(*tables[:3], tokens, group, e, e, e, e.bool(), 8, 0)
     assert order.shape == (0,) and slot.shape == (0,)
-    before = [t.clone() for t in (keys, raw, local, nxt)]
-    f = torch.zeros(0, 4, device=device)
-    ops.mh_memo_update_(keys, raw, local, nxt, e, e, e, f, f, e.bool(), 0, 5)
-    assert all(torch.equal(x, y) for x, y in zip(before, (keys, raw, local, nxt)))
+    f = torch.zeros(0, 3, device=device)
+    ops.mh_memo_store_(tables[0], tables[3], tables[4], group, e, e, f, f, 0, 0)
+    assert all(torch.equal(x, y) for x, y in zip(before, tables))
+
+
+def lookup_args(device):
+    stamp, hashes, stored = memo_tables(2, 8, 3, device)[:3]
+    tokens = torch.tensor([[1, 2, 3], [1, 2, 3], [0, 0, 0]], device=device)
+    group = torch.tensor([0, 0, 1], device=device)
+    act, pos, prop = (torch.tensor(v, device=device) for v in ([0, 1, 2], [0, 2, 1], [4, 4, 4]))
+    return (stamp, hashes, stored, tokens, group, act, pos, prop, torch.ones(3, dtype=torch.bool, device=device),
+            4, 0)
 
 
 def test_lookup_bad_input(device):
-    keys = memo_state(4, 2, 3, 5, seed=2, device=device)[0]
-    ok = (keys, *lookup_inputs(keys, 3, 3, 5, seed=2), 5)
+    ok = lookup_args(device)
     swap = lambda i, x: ok[:i] + (x,) + ok[i + 1:]  # noqa: E731
-    raises_everywhere("mh_memo_lookup", swap(0, keys.int()), "keys")
-    raises_everywhere("mh_memo_lookup", swap(0, keys[0]), "keys")
-    raises_everywhere("mh_memo_lookup", swap(1, ok[1].float()), "act")
-    raises_everywhere("mh_memo_lookup", swap(2, ok[2][1:]), "pos")
-    raises_everywhere("mh_memo_lookup", swap(3, ok[3][:, None]), "proposed")
-    raises_everywhere("mh_memo_lookup", swap(4, ok[4].long()), "changed")
-    raises_everywhere("mh_memo_lookup", swap(5, 0), "vocab_size")
-    bad = ok[1].clone()
-    bad[1] = 4
-    raises_everywhere("mh_memo_lookup", swap(1, bad), "act", raw=device == "cpu")
-    with pytest.raises(TypeError, match="vocab_size"):
-        ops.mh_memo_lookup(*ok[:5], 5.0)
-    with pytest.raises(TypeError, match="changed"):
-        ops.mh_memo_lookup(*ok[:4], [True] * 3, 5)
-
-
-def test_update_bad_input(device):
-    keys, raw, local, nxt = memo_state(5, 3, 4, 6, seed=4, device=device)
-    ch, pos, prop = (torch.tensor(v, device=device) for v in ([4, 1], [0, 3], [5, 2]))
-    terms, acc = torch.zeros(2, 4, device=device), torch.tensor([False, True], device=device)
-    ok = (keys, raw, local, nxt, ch, pos, prop, terms, terms, acc, 2, 6)
-    swap = lambda i, x: ok[:i] + (x,) + ok[i + 1:]  # noqa: E731
-    raises_everywhere("mh_memo_update_", swap(0, keys.int()), "keys")
-    raises_everywhere("mh_memo_update_", swap(0, keys[:, :0]), "keys")  # no slot
-    raises_everywhere("mh_memo_update_", swap(0, keys.t().contiguous().t()), "keys must be contiguous")
-    raises_everywhere("mh_memo_update_", swap(1, raw.double()), "raw")
-    raises_everywhere("mh_memo_update_", swap(2, local[:, :2]), "local")
-    raises_everywhere("mh_memo_update_", swap(3, nxt[:4]), "next")
-    raises_everywhere("mh_memo_update_", swap(4, ch[:1]), "pos")
-    raises_everywhere("mh_memo_update_", swap(7, terms[:, :3]), "raw_new")
-    raises_everywhere("mh_memo_update_", swap(8, terms[:1]), "local_new")
-    raises_everywhere("mh_memo_update_", swap(9, acc.long()), "accepted")
-    raises_everywhere("mh_memo_update_", swap(10, 3), "num_misses")
-    raises_everywhere("mh_memo_update_", swap(10, -1), "num_misses")
-    raises_everywhere("mh_memo_update_", swap(11, 0), "vocab_size")
+    op = "mh_memo_lookup_"
+    raises_everywhere(op, swap(0, ok[0].int()), "stamp")
+    raises_everywhere(op, swap(0, ok[0][0]), "stamp")
+    six = (ok[0][:, :6].contiguous(), ok[1][:, :6].contiguous(), ok[2][:, :6].contiguous())
+    raises_everywhere(op, six + ok[3:], "stamp must have a positive multiple of ways")
+    raises_everywhere(op, swap(0, ok[0].t().contiguous().t()), "stamp must be contiguous")
+    raises_everywhere(op, swap(1, ok[1][:1]), "hashes")
+    raises_everywhere(op, swap(2, ok[2][:, :, :2]), "stored")
+    raises_everywhere(op, swap(3, ok[3].float()), "tokens")
+    raises_everywhere(op, swap(4, ok[4][:2]), "group")
+    raises_everywhere(op, swap(5, ok[5].float()), "act")
+    raises_everywhere(op, swap(6, ok[6][1:]), "pos")
+    raises_everywhere(op, swap(7, ok[7][:, None]), "proposed")
+    raises_everywhere(op, swap(8, ok[8].long()), "changed")
+    raises_everywhere(op, swap(9, 0), "ways")
+    raises_everywhere(op, swap(9, 3), "multiple of ways")
+    raises_everywhere(op, swap(10, -1), "step")
     values = device == "cpu"  # value checks: the CPU kernel and the Python wrappers (no sync on CUDA)
-    raises_everywhere("mh_memo_update_", swap(4, torch.tensor([5, 1], device=device)), "ch", raw=values)
-    raises_everywhere("mh_memo_update_", swap(4, torch.tensor([1, 1], device=device)), "ch contains 1 twice",
-                      raw=values)
-    bad_next = nxt.clone()
-    bad_next[4] = 3
-    raises_everywhere("mh_memo_update_", swap(3, bad_next), "next contains 3", raw=values)
+    raises_everywhere(op, swap(5, torch.tensor([0, 3, 1], device=device)), "act contains 3", raw=values)
+    raises_everywhere(op, swap(4, torch.tensor([0, 2, 1], device=device)), "group contains 2", raw=values)
+    raises_everywhere(op, swap(6, torch.tensor([0, 3, 1], device=device)), "pos contains 3", raw=values)
+    with pytest.raises(TypeError, match="ways"):
+        ops.mh_memo_lookup_(*ok[:9], 4.0, 0)
+    with pytest.raises(TypeError, match="changed"):
+        ops.mh_memo_lookup_(*ok[:8], [True] * 3, 4, 0)
+
+
+def test_store_bad_input(device):
+    stamp, _, _, raw, local = memo_tables(2, 8, 3, device)
+    stamp[0, 2] = -2  # reserved at step 0
+    group = torch.tensor([0, 0, 1], device=device)
+    ch, slot = torch.tensor([1, 2], device=device), torch.tensor([2, -1], device=device)
+    terms = torch.ones(2, 3, device=device)
+    ok = (stamp, raw, local, group, ch, slot, terms, terms, 2, 0)
+    swap = lambda i, x: ok[:i] + (x,) + ok[i + 1:]  # noqa: E731
+    op = "mh_memo_store_"
+    raises_everywhere(op, swap(0, stamp.int()), "stamp")
+    raises_everywhere(op, swap(0, stamp.t().contiguous().t()), "stamp must be contiguous")
+    raises_everywhere(op, swap(1, raw.double()), "raw")
+    raises_everywhere(op, swap(2, local[:, :2]), "local")
+    raises_everywhere(op, swap(3, group.float()), "group")
+    raises_everywhere(op, swap(4, ch[:1]), "slot")
+    raises_everywhere(op, swap(6, terms[:, :2]), "raw_new")
+    raises_everywhere(op, swap(7, terms[:1]), "local_new")
+    raises_everywhere(op, swap(8, 3), "num_misses")
+    raises_everywhere(op, swap(8, -1), "num_misses")
+    raises_everywhere(op, swap(9, -1), "step")
+    values = device == "cpu"
+    raises_everywhere(op, swap(4, torch.tensor([3, 2], device=device)), "ch contains 3", raw=values)
+    raises_everywhere(op, swap(5, torch.tensor([8, -1], device=device)), "slot contains 8", raw=values)
+    raises_everywhere(op, swap(3, torch.tensor([0, 2, 1], device=device)), "group contains 2", raw=values)
     with pytest.raises(TypeError, match="num_misses"):
-        ops.mh_memo_update_(*ok[:10], 2.0, 6)
+        ops.mh_memo_store_(*ok[:8], 2.0, 0)
+    # good input: the reserved entry is filled and ready, the miss without an entry changes nothing
+    ops.mh_memo_store_(*ok)
+    assert stamp[0, 2].item() == 0 and raw[0, 2].tolist() == [1.0] * 3 and int((stamp >= 0).sum()) == 1

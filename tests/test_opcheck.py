@@ -8,7 +8,7 @@ import torch
 import mhfast.ops as ops
 import mhfast.reference as reference
 from test_mh_commit_site import commit_inputs
-from test_mh_memo_ops import lookup_inputs, memo_state
+from test_mh_memo_ops import lookup_args, memo_tables
 from test_mh_site_rows import site_rows_inputs
 
 
@@ -45,17 +45,19 @@ def sample_inputs(device: str):
                              2)],
         "mh_site_rows": [(*site_rows_inputs(5, 6, 3, seed=0, device=device), 9),
                          (*site_rows_inputs(4, 3, 0, seed=1, device=device), 2)],
-        "mh_memo_lookup": [(keys := memo_state(6, 3, 4, 5, seed=0, device=device)[0],
-                            *lookup_inputs(keys, 5, 4, 5, seed=0), 5),
-                           (keys, *lookup_inputs(keys, 0, 4, 5, seed=1), 5)],
-        "mh_memo_update_": [(*memo_state(6, 3, 4, 5, seed=1, device=device), *d(
-            torch.tensor([4, 0, 2]), torch.tensor([1, 3, 0]), torch.tensor([2, 4, 1]), torch.randn(3, 4, generator=g),
-            torch.randn(3, 4, generator=g), torch.tensor([False, True, False]), 2, 5))],
+        "mh_memo_lookup_": [lookup_args(device), (*memo_tables(2, 8, 3, device)[:3], *lookup_args(device)[3:5],
+                                                  *d(torch.zeros(0).long(), torch.zeros(0).long(),
+                                                     torch.zeros(0).long(), torch.zeros(0).bool(), 8, 3))],
+        "mh_memo_store_": [(torch.tensor([[-1, -3, -1, -1], [-3, -1, -1, -1]], device=device),  # reserved at step 1
+                            *memo_tables(2, 4, 3, device)[3:], *d(torch.tensor([0, 1, 1]), torch.tensor([1, 0, 2]),
+                                                                 torch.tensor([0, 1, -1]),
+                                                                 torch.randn(3, 3, generator=g),
+                                                                 torch.randn(3, 3, generator=g), 2, 1))],
     }
 
 
 @pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_", "mh_propose_site",
-                                "mh_commit_site_", "mh_site_rows", "mh_memo_lookup", "mh_memo_update_"])
+                                "mh_commit_site_", "mh_site_rows", "mh_memo_lookup_", "mh_memo_store_"])
 def test_opcheck(device, op):
     for args in sample_inputs(device)[op]:
         torch.library.opcheck(getattr(torch.ops.mhfast, op).default, args)

@@ -1,11 +1,12 @@
-"""The proposal memo (option ``memo``; issue 14: "never forward a row whose result is known"): a proposal a chain
-rejected before from its current state is decided from its remembered energy terms, without rows.
+"""The proposal memo (option ``memo``; issue 14: "never forward a row whose result is known"): a proposal whose
+sequence a chain of the same input evaluated before (or earlier in the same step) is decided from its remembered
+energy terms, without rows.
 
 Shown here: the same chains as without the memo, bit for bit, on models whose rows do not depend on their batch
 (every option that reaches the dynamic single-site step, feature caches and the CUDA device included), with fewer
 rows; the per-position cache stays the current state's after every step (a remembered proposal that is accepted
-forwards its rows); MH with the memo matches enumeration on a tiny BERT with many hits; the memo itself (first in
-first out, forgotten on a move); option errors.
+forwards its rows); MH with the memo matches enumeration on a tiny BERT with many hits; the memo itself (shared per
+input, within a step too, least recently used out, unfilled reservations forgotten); option errors.
 
 Example:
     python3 -m pytest -q tests/test_proposal_memo.py
@@ -141,29 +142,41 @@ def test_a_real_network_gives_the_same_tokens_with_fewer_rows():
 
 
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
-def test_the_memo_forgets_on_a_move_and_replaces_its_oldest_entry(backend):
-    memo = ProposalMemo(num_chains=1, slots=2, length=3, vocab_size=10, device="cpu", backend=get_backend(backend))
-    ch, no, yes = torch.tensor([0]), torch.tensor([False]), torch.tensor([True])
+def test_the_memo_is_shared_per_input_and_evicts_the_least_recently_used(backend):
+    """Chains 0 and 1 share an input, chain 2 has its own; one bucket of 8 entries per input (slots 4 x 2 chains)."""
+    memo = ProposalMemo(torch.tensor([0, 0, 1]), slots=4, length=3, device="cpu", backend=get_backend(backend))
+    assert tuple(memo.stamp.shape) == (2, 8)
+    tokens = torch.tensor([[1, 2, 3]] * 3)
     terms = lambda v: torch.full((1, 3), float(v))  # noqa: E731
 
-    def put(pos, tok, value, accepted=no, hit=False):
-        memo.remember(ch, torch.tensor([pos]), torch.tensor([tok]), terms(value), terms(-value), accepted,
-                      num_misses=0 if hit else 1)
+    def step(*proposals, value=None):
+        """One step's lookup of (chain, pos, token) proposals; the misses' terms are stored as value, value + 1, ...
+        Returns each proposal's remembered raw term (None: a miss)."""
+        ch, pos, tok = (torch.tensor(list(c)) for c in zip(*proposals))
+        order, slot = memo.lookup(tokens, ch, pos, tok, torch.ones(len(proposals), dtype=torch.bool))
+        miss, hit = order[:len(proposals)], order[len(proposals):]
+        assert bool((miss ^ hit).all())
+        if value is not None and bool(miss.any()):
+            i = miss.nonzero()[:, 0]
+            memo.store(ch[i], slot[i], torch.cat([terms(value + k) for k in range(len(i))]),
+                       torch.cat([terms(-value - k) for k in range(len(i))]), num_misses=len(i))
+        return [float(memo.terms(ch[j:j + 1], slot[j:j + 1])[0][0, 0]) if bool(hit[j]) else None
+                for j in range(len(proposals))]
 
-    def known(pos, tok):
-        order, slot = memo.lookup(ch, torch.tensor([pos]), torch.tensor([tok]), yes)
-        return float(memo.terms(ch, slot)[0][0, 0]) if bool(order[1]) else None
-
-    put(0, 1, 1.0)
-    put(2, 3, 2.0)
-    assert (known(0, 1), known(2, 3), known(1, 1)) == (1.0, 2.0, None)
-    put(2, 3, 9.0, hit=True)  # a remembered proposal rejected again: stored once, unchanged
-    put(1, 1, 3.0)  # the third entry replaces the oldest
-    assert (known(0, 1), known(2, 3), known(1, 1)) == (None, 2.0, 3.0)
-    put(0, 4, 5.0, accepted=yes)  # the chain moved: every entry is gone
-    assert (known(2, 3), known(1, 1), known(0, 4)) == (None, None, None)
-    put(1, 2, 6.0)
-    assert known(1, 2) == 6.0 and float(memo.terms(ch, torch.tensor([0]))[1][0, 0]) == -6.0
+    # chain 1 proposes chain 0's X' in the same step: answered by chain 0's entry; chain 2 (another input) is not
+    assert step((0, 1, 5), (1, 1, 5), (2, 1, 5), value=10.0) == [None, 10.0, None]
+    assert step((1, 1, 5), (2, 1, 5), (0, 1, 6)) == [10.0, 11.0, None]  # later steps; a new X' misses
+    assert step((0, 1, 6)) == [None]  # reserved in the last step but never stored: not remembered
+    # fill input 0's bucket: (1, 5) was used two steps ago, (1, 6) comes in again, 6 more take the empty entries
+    assert step((0, 1, 6), (0, 0, 4), (0, 0, 5), (0, 0, 6), (0, 2, 4), (0, 2, 5), (0, 2, 6), value=20.0) == [None] * 7
+    assert step((1, 1, 5)) == [10.0]  # (1, 5) used again: the oldest are the last 7, (1, 6) first in the bucket
+    assert step((0, 0, 7), value=30.0) == [None]  # evicts (1, 6)
+    assert step((1, 1, 6), (1, 1, 5), (0, 0, 7)) == [None, 10.0, 30.0]
+    # in one step, 9 new sequences for a bucket of 8: the 9th finds every entry in use and is not remembered
+    nine = [(0, p, t) for p in range(3) for t in (0, 8, 9)]
+    order, slot = memo.lookup(tokens, *(torch.tensor(list(c)) for c in zip(*nine)), torch.ones(9, dtype=torch.bool))
+    assert slot.tolist()[-1] == -1 and sorted(slot.tolist()[:-1]) == list(range(8))
+    assert order[:9].all() and float(memo.terms(torch.tensor([2]), torch.tensor([0]))[1][0, 0]) == -11.0
 
 
 def test_the_memo_is_on_by_default_where_it_can_act():

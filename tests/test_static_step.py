@@ -177,7 +177,9 @@ def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
     free[1, 1] = False  # input 1 keeps its first token: 2 free positions against 3
     init[1, 1] = 6
     common = dict(init=init, free_positions=free, chains=4, epochs=5, burn_in=1, seed=3, **kwargs)
-    a = mhfast.sample(model, **common)
+    # memo=0: the static step has no memo, and the memo may hand a chain terms another chain's rows gave in another
+    # batch, which this real (tiny) network rounds differently in the last bit
+    a = mhfast.sample(model, memo=0, **common)
     monkeypatch.setattr(mh_kernel, "StaticSiteSteps", FxReplayedSteps)
     FxReplayedSteps.captures = 0
     b = mhfast.sample(model, capture="static", **common)  # the kernel builds FxReplayedSteps: graphs on

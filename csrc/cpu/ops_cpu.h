@@ -54,14 +54,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed,
     int64_t num_rows, int64_t mask_id);
 
-std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cpu(const at::Tensor& keys, const at::Tensor& act,
-                                                      const at::Tensor& pos, const at::Tensor& proposed,
-                                                      const at::Tensor& changed, int64_t vocab_size);
+std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cpu(at::Tensor& stamp, at::Tensor& hashes, at::Tensor& stored,
+                                                      const at::Tensor& tokens, const at::Tensor& group,
+                                                      const at::Tensor& act, const at::Tensor& pos,
+                                                      const at::Tensor& proposed, const at::Tensor& changed,
+                                                      int64_t ways, int64_t step);
 
-void mh_memo_update_cpu(at::Tensor& keys, at::Tensor& raw, at::Tensor& local, at::Tensor& next, const at::Tensor& ch,
-                        const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& raw_new,
-                        const at::Tensor& local_new, const at::Tensor& accepted, int64_t num_misses,
-                        int64_t vocab_size);
+void mh_memo_store_cpu(at::Tensor& stamp, at::Tensor& raw, at::Tensor& local, const at::Tensor& group,
+                       const at::Tensor& ch, const at::Tensor& slot, const at::Tensor& raw_new,
+                       const at::Tensor& local_new, int64_t num_misses, int64_t step);
 
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);

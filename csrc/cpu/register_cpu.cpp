@@ -12,6 +12,6 @@ TORCH_LIBRARY_IMPL(mhfast, CPU, m) {
   m.impl("mh_propose_site", &mhfast::cpu::mh_propose_site_cpu);
   m.impl("mh_commit_site_", &mhfast::cpu::mh_commit_site_cpu);
   m.impl("mh_site_rows", &mhfast::cpu::mh_site_rows_cpu);
-  m.impl("mh_memo_lookup", &mhfast::cpu::mh_memo_lookup_cpu);
-  m.impl("mh_memo_update_", &mhfast::cpu::mh_memo_update_cpu);
+  m.impl("mh_memo_lookup_", &mhfast::cpu::mh_memo_lookup_cpu);
+  m.impl("mh_memo_store_", &mhfast::cpu::mh_memo_store_cpu);
 }

@@ -166,34 +166,34 @@ struct SiteRowsArgs {
 void launch_site_rows_copy(const SiteRowsArgs& args, cudaStream_t stream);
 void launch_site_rows_index(const SiteRowsArgs& args, cudaStream_t stream);
 
-// mh_memo_lookup (see csrc/cuda/mh_memo_lookup_cuda.cu): order (contiguous Bool[2A]: changed & !hit,
-// then changed & hit) and slot (contiguous Long[A]: the first matching slot, 0 where none) of the A
-// proposals against the memo's keys (contiguous Long[C, S]). Invalid input (act[a] outside [0, C)):
-// a miss.
+// mh_memo_lookup_ (see csrc/cuda/mh_memo_lookup_cuda.cu): the A proposals against their group's table
+// (stamp/hashes Long[G, S], stored Long[G, S, L], contiguous, written in place; csrc/memo_table.h), from
+// the chains' contiguous tokens Long[M, L] and group Long[M]; order (contiguous Bool[2A]) and slot
+// (contiguous Long[A]) as on CPU; hash is scratch Long[A]. Invalid input (act[a] outside [0, M),
+// group[act[a]] outside [0, G)): a miss without an entry (slot -1), nothing written.
 struct MemoLookupArgs {
-  const int64_t* keys;
-  int64_t C, S, A, vocab_size;
+  int64_t *stamp, *hashes, *stored;
+  const int64_t *tokens, *group;
+  int64_t G, S, L, M, A, ways, step;
   Strided1<const int64_t> act, pos, proposed;
   Strided1<const bool> changed;
   bool* order;
-  int64_t* slot;
+  int64_t *slot, *hash;
 };
 void launch_mh_memo_lookup(const MemoLookupArgs& args, cudaStream_t stream);
 
-// mh_memo_update_ (see csrc/cuda/mh_memo_update_cuda.cu): the memo (keys Long[C, S], raw/local
-// f32[C, S, T], next Long[C], all contiguous) after the MH test of the n distinct chains ch. Invalid
-// input (ch[j] outside [0, C), next[ch[j]] outside [0, S)): chain j changes nothing. Repeated chains
-// are a caller error (the sampler's chains are distinct; validate=True checks it).
-struct MemoUpdateArgs {
-  int64_t* keys;
+// mh_memo_store_ (see csrc/cuda/mh_memo_store_cuda.cu): the terms of the step's misses j < num_misses
+// into their reserved entries (stamp Long[G, S], raw/local f32[G, S, L], contiguous). Invalid input
+// (ch[j] outside [0, M), group outside [0, G), slot outside [0, S), an entry not reserved in this
+// step): miss j changes nothing.
+struct MemoStoreArgs {
+  int64_t* stamp;
   float *raw, *local;
-  int64_t* next;
-  int64_t C, S, T, n, num_misses, vocab_size;
-  Strided1<const int64_t> ch, pos, proposed;
+  int64_t G, S, L, M, num_misses, step;
+  Strided1<const int64_t> group, ch, slot;
   Strided2<const float> raw_new, local_new;
-  Strided1<const bool> accepted;
 };
-void launch_mh_memo_update(const MemoUpdateArgs& args, cudaStream_t stream);
+void launch_mh_memo_store(const MemoStoreArgs& args, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace mhfast

@@ -295,36 +295,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   return {x_new, raw_new, local_new, seq, q, rows, targets};
 }
 
-std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cuda(const at::Tensor& keys_in, const at::Tensor& act,
-                                                       const at::Tensor& pos, const at::Tensor& proposed,
-                                                       const at::Tensor& changed, int64_t vocab_size) {
-  check_mh_memo_lookup_args(keys_in, act, pos, proposed, changed, vocab_size);
-  check_device_type("mh_memo_lookup", "keys", keys_in, c10::DeviceType::CUDA);
-  const c10::cuda::CUDAGuard guard(keys_in.device());
-  const at::Tensor keys = keys_in.contiguous();
+std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cuda(at::Tensor& stamp, at::Tensor& hashes, at::Tensor& stored,
+                                                       const at::Tensor& tokens_in, const at::Tensor& group_in,
+                                                       const at::Tensor& act, const at::Tensor& pos,
+                                                       const at::Tensor& proposed, const at::Tensor& changed,
+                                                       int64_t ways, int64_t step) {
+  check_mh_memo_lookup_args(stamp, hashes, stored, tokens_in, group_in, act, pos, proposed, changed, ways, step);
+  check_device_type("mh_memo_lookup_", "stamp", stamp, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(stamp.device());
+  const at::Tensor tokens = tokens_in.contiguous(), group = group_in.contiguous();
   const int64_t A = act.size(0);
+  const auto long_opts = act.options().memory_format(c10::MemoryFormat::Contiguous);
   at::Tensor order = at::empty({2 * A}, changed.options().memory_format(c10::MemoryFormat::Contiguous));
-  at::Tensor slot = at::empty({A}, act.options().memory_format(c10::MemoryFormat::Contiguous));
-  MemoLookupArgs a{keys.const_data_ptr<int64_t>(), keys.size(0), keys.size(1), A, vocab_size, view1<int64_t>(act),
-                   view1<int64_t>(pos), view1<int64_t>(proposed), view1<bool>(changed),
-                   order.mutable_data_ptr<bool>(), slot.mutable_data_ptr<int64_t>()};
+  at::Tensor slot = at::empty({A}, long_opts);
+  at::Tensor hash = at::empty({A}, long_opts);
+  MemoLookupArgs a{stamp.mutable_data_ptr<int64_t>(), hashes.mutable_data_ptr<int64_t>(),
+                   stored.mutable_data_ptr<int64_t>(), tokens.const_data_ptr<int64_t>(),
+                   group.const_data_ptr<int64_t>(), stamp.size(0), stamp.size(1), tokens.size(1), tokens.size(0), A,
+                   ways, step, view1<int64_t>(act), view1<int64_t>(pos), view1<int64_t>(proposed),
+                   view1<bool>(changed), order.mutable_data_ptr<bool>(), slot.mutable_data_ptr<int64_t>(),
+                   hash.mutable_data_ptr<int64_t>()};
   launch_mh_memo_lookup(a, c10::cuda::getCurrentCUDAStream().stream());
   return {order, slot};
 }
 
-void mh_memo_update_cuda(at::Tensor& keys, at::Tensor& raw, at::Tensor& local, at::Tensor& next, const at::Tensor& ch,
-                         const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& raw_new,
-                         const at::Tensor& local_new, const at::Tensor& accepted, int64_t num_misses,
-                         int64_t vocab_size) {
-  check_mh_memo_update_args(keys, raw, local, next, ch, pos, proposed, raw_new, local_new, accepted, num_misses,
-                            vocab_size);
-  check_device_type("mh_memo_update_", "keys", keys, c10::DeviceType::CUDA);
-  const c10::cuda::CUDAGuard guard(keys.device());
-  MemoUpdateArgs a{keys.mutable_data_ptr<int64_t>(), raw.mutable_data_ptr<float>(), local.mutable_data_ptr<float>(),
-                   next.mutable_data_ptr<int64_t>(), keys.size(0), keys.size(1), raw.size(2), ch.size(0),
-                   num_misses, vocab_size, view1<int64_t>(ch), view1<int64_t>(pos), view1<int64_t>(proposed),
-                   view2<float>(raw_new), view2<float>(local_new), view1<bool>(accepted)};
-  launch_mh_memo_update(a, c10::cuda::getCurrentCUDAStream().stream());
+void mh_memo_store_cuda(at::Tensor& stamp, at::Tensor& raw, at::Tensor& local, const at::Tensor& group,
+                        const at::Tensor& ch, const at::Tensor& slot, const at::Tensor& raw_new,
+                        const at::Tensor& local_new, int64_t num_misses, int64_t step) {
+  check_mh_memo_store_args(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step);
+  check_device_type("mh_memo_store_", "stamp", stamp, c10::DeviceType::CUDA);
+  const c10::cuda::CUDAGuard guard(stamp.device());
+  MemoStoreArgs a{stamp.mutable_data_ptr<int64_t>(), raw.mutable_data_ptr<float>(), local.mutable_data_ptr<float>(),
+                  stamp.size(0), stamp.size(1), raw.size(2), group.size(0), num_misses, step, view1<int64_t>(group),
+                  view1<int64_t>(ch), view1<int64_t>(slot), view2<float>(raw_new), view2<float>(local_new)};
+  launch_mh_memo_store(a, c10::cuda::getCurrentCUDAStream().stream());
 }
 
 }  // namespace
@@ -340,6 +344,6 @@ TORCH_LIBRARY_IMPL(mhfast, CUDA, m) {
   m.impl("mh_propose_site", &mhfast::cuda::mh_propose_site_cuda);
   m.impl("mh_commit_site_", &mhfast::cuda::mh_commit_site_cuda);
   m.impl("mh_site_rows", &mhfast::cuda::mh_site_rows_cuda);
-  m.impl("mh_memo_lookup", &mhfast::cuda::mh_memo_lookup_cuda);
-  m.impl("mh_memo_update_", &mhfast::cuda::mh_memo_update_cuda);
+  m.impl("mh_memo_lookup_", &mhfast::cuda::mh_memo_lookup_cuda);
+  m.impl("mh_memo_store_", &mhfast::cuda::mh_memo_store_cuda);
 }

@@ -26,8 +26,8 @@ class Backend:
     mh_propose_site: Callable  #: the propose phase of a single-site MH step, fused
     mh_commit_site_: Callable  #: the accept + commit phase of a single-site MH step, fused
     mh_site_rows: Callable  #: X' and its model rows for single-site moves, fused
-    mh_memo_lookup: Callable  #: the proposal memo's lookup (mhfast.sampler.memo)
-    mh_memo_update_: Callable  #: the proposal memo after the MH test, in place
+    mh_memo_lookup_: Callable  #: the proposal memo's lookup, in place (mhfast.sampler.memo)
+    mh_memo_store_: Callable  #: the terms of the step's misses into the proposal memo, in place
 
 
 def get_backend(name: str) -> Backend:
@@ -47,14 +47,14 @@ def get_backend(name: str) -> Backend:
             functools.partial(ops.mh_propose_site, validate=False),
             functools.partial(ops.mh_commit_site_, validate=False),
             functools.partial(ops.mh_site_rows, validate=False),
-            functools.partial(ops.mh_memo_lookup, validate=False),
-            functools.partial(ops.mh_memo_update_, validate=False),
+            functools.partial(ops.mh_memo_lookup_, validate=False),
+            functools.partial(ops.mh_memo_store_, validate=False),
         )
     if name == "reference":
         from .. import reference
 
         return Backend("reference", reference.masked_copies, reference.gather_energies, reference.propose,
                        reference.mh_accept_, reference.counter_uniforms, reference.mh_propose_site,
-                       reference.mh_commit_site_, reference.mh_site_rows, reference.mh_memo_lookup,
-                       reference.mh_memo_update_)
+                       reference.mh_commit_site_, reference.mh_site_rows, reference.mh_memo_lookup_,
+                       reference.mh_memo_store_)
     raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")

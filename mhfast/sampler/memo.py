@@ -1,42 +1,42 @@
-"""The proposal memo: the energy terms of proposals a chain rejected, kept while its state stays the same.
+"""The proposal memo: the energy terms of proposals the chains of an input have evaluated, kept per input.
 
 At a state X, single-site MH proposes X' = X with position i set to b, from the cached conditional
-q(. | X without i). Once a chain is near a mode most proposals are either X itself (free: no rows) or
-rejected, and the chain then stays at X, so the next visit of position i draws from the very same
-conditional: it often proposes the same b again. The energy of that X' was computed the first time
-(``T_e - 1`` masked rows); the memo keeps it, so a repeated proposal meets the MH test without a model
-call. It is exact: E(X') is a function of X', and the memo hands back the value computed for this X'
-(the same numbers, not an approximation; with a model whose rows do not depend on the rest of their
-batch, the chains equal those without the memo bit for bit, tests/test_proposal_memo.py).
+q(. | X without i), and needs the energy terms of X' (``T_e - 1`` masked rows) for the MH test. Those terms are a
+function of the sequence X' (and of the input: its context and its energy positions), so any chain of the same
+input that proposes a sequence evaluated before can meet the MH test without a model call. The memo keeps them:
+one table per input (the chains with the same input, context and energy positions), keyed by the whole sequence
+X'. It is exact: it hands back the numbers computed for this X' (the same numbers, not an approximation; with a
+model whose rows do not depend on the rest of their batch, the chains equal those without the memo bit for bit,
+tests/test_proposal_memo.py).
 
-Per chain the memo holds up to ``slots`` entries ``(key = i * V + b, raw terms [T], local terms [T])``
-of proposals rejected from the current state, first in first out. A chain that accepts a move forgets
-them all (they were proposals from a state it has left). Only terms are kept, not the model's output
-rows (which would cost ``T x D`` per entry): a repeated proposal that is *accepted* still needs its rows
-for the state's cache, and forwards them then (:func:`mhfast.sampler.moves.single_site_mh`); those are
-rare, since a repeat is a proposal the test rejected before.
+Where it pays: once chains sit near a mode, most proposals are either X itself (free: no rows) or rejected, and
+a rejected chain draws from the same conditional at its next visit of position i, so it often proposes the same
+X' again; chains started from one sequence sit in the same states and propose what another chain has already
+evaluated, often in the very same step (the chains visit the positions in the same order). A proposal equal to
+one evaluated earlier in the step is answered from that one's rows. From a real antibody (AntiBERTy, T=32)
+a table per input answers about half of the state-changing proposals; a memo per chain (its first version) about
+a quarter (bench/RESULTS.md).
 
-How much it saves depends on how long chains stay put: from a real antibody (AntiBERTy, T=32) 38% of
-the proposals that change the state were repeats with 8 slots; from random residues at T=16 over 33
-epochs, 9.6%; during a burn-in from random starts almost none (bench/RESULTS.md).
+The table of an input has ``slots x chains-of-the-input`` entries (rounded up to whole buckets of
+:data:`WAYS`), least recently used first out; it holds the sequences (L tokens) and their raw and local terms,
+not the model's output rows (``T x D`` per entry). A remembered proposal that is *accepted* therefore forwards
+its rows then, for the state's cache (:func:`mhfast.sampler.moves.single_site_mh`).
 
-It is on by default where it can act (option ``memo="auto"``: 8 slots for single-site MH with capture none and no
-extra energy terms; ``memo=0`` turns it off). Its lookup and its bookkeeping are one compiled op each
-(``mh_memo_lookup`` before the step's host sync, ``mh_memo_update_`` after the MH test; CPU and CUDA kernels, pure
-PyTorch twins in :mod:`mhfast.reference`): ~0.01-0.02 ms per step on a 2-core AMD EPYC with a free model
-(bench/ab_memo_floor.py). A first version made of ~30 torch ops cost ~0.18 ms per step, which is why it was opt-in
-before the two ops existed.
+It is on by default where it can act (option ``memo="auto"``: 8 entries per chain for single-site MH with
+capture none and no extra energy terms; ``memo=0`` turns it off). Its lookup and its store are one compiled op
+each (``mh_memo_lookup_`` before the step's host sync, ``mh_memo_store_`` once the misses' terms are known; CPU
+and CUDA kernels sharing csrc/memo_table.h, pure PyTorch twins in :mod:`mhfast.reference`).
 
 Example:
-    >>> memo = ProposalMemo(num_chains=2, slots=2, length=3, vocab_size=5, device="cpu")
-    >>> ch, pos, prop, changed = torch.tensor([0, 1]), torch.tensor([1, 2]), torch.tensor([4, 3]), torch.ones(2).bool()
-    >>> memo.lookup(ch, pos, prop, changed)[0].tolist()    # misses [True, True], then hits [False, False]
-    [True, True, False, False]
-    >>> terms = torch.ones(2, 3)
-    >>> memo.remember(ch, pos, prop, terms, 2 * terms, accepted=torch.tensor([False, True]), num_misses=2)
-    >>> order, slot = memo.lookup(ch, pos, prop, changed)
-    >>> order.tolist(), memo.terms(ch[:1], slot[:1])[1].tolist()    # chain 1 accepted: it forgot
-    ([False, True, True, False], [[2.0, 2.0, 2.0]])
+    >>> tokens, group = torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([0, 0])    # two chains, one input
+    >>> memo = ProposalMemo(group, slots=2, length=3, device="cpu")
+    >>> ch, pos, prop, changed = torch.tensor([0, 1]), torch.tensor([1, 1]), torch.tensor([4, 4]), torch.ones(2).bool()
+    >>> order, slot = memo.lookup(tokens, ch, pos, prop, changed)
+    >>> order.tolist()    # chain 0 misses; chain 1 proposes the same X': a hit on chain 0's entry
+    [True, False, False, True]
+    >>> memo.store(ch[:1], slot[:1], torch.ones(1, 3), 2 * torch.ones(1, 3), num_misses=1)
+    >>> memo.terms(ch[1:], slot[1:])[1].tolist()
+    [[2.0, 2.0, 2.0]]
 """
 from __future__ import annotations
 
@@ -44,42 +44,67 @@ import torch
 
 from .backend import Backend, get_backend
 
+WAYS = 8  #: entries per bucket of a table: a lookup compares at most this many hashes
+
+
+def chain_groups(inputs: torch.Tensor, energy_mask: torch.Tensor, ctx_index: torch.Tensor | None) -> torch.Tensor:
+    """Long[M]: the memo table of each chain, one per distinct (input, context, energy positions): the chains whose
+    proposals have the same energy terms whenever they are the same sequence.
+
+    Example:
+        >>> chain_groups(torch.tensor([0, 0, 1]), torch.ones(3, 2, dtype=torch.bool), None).tolist()
+        [0, 0, 1]
+    """
+    key = [inputs[:, None], energy_mask.long()]
+    if ctx_index is not None:
+        key.append(ctx_index[:, None])
+    return torch.unique(torch.cat(key, dim=1), dim=0, return_inverse=True)[1]
+
 
 class ProposalMemo:
-    """Each chain's rejected proposals from its current state, with their energy terms (see the module doc).
+    """The chains' evaluated proposals per input, with their energy terms (see the module doc).
 
-    ``lookup`` before the model call, ``remember`` after the MH test (one op each: ``mh_memo_lookup``,
-    ``mh_memo_update_`` of ``backend``, the compiled ops by default); ``hits`` counts the proposals answered
-    from the memo (the caller adds them: it knows their number on the host).
+    Per step: ``lookup`` before the model call (it reserves entries for the misses), ``store`` once the misses'
+    terms are known, ``terms`` for the hits (one op each for the first two: ``mh_memo_lookup_``,
+    ``mh_memo_store_`` of ``backend``, the compiled ops by default); ``hits`` counts the proposals answered from the
+    memo (the caller adds them: it knows their number on the host).
     """
 
-    def __init__(self, num_chains: int, slots: int, length: int, vocab_size: int, device: torch.device | str,
+    def __init__(self, group: torch.Tensor, slots: int, length: int, device: torch.device | str,
                  backend: Backend | None = None):
         if slots < 1:
             raise ValueError(f"ProposalMemo: slots must be >= 1, got {slots}")
-        self.slots, self.vocab_size = slots, vocab_size
         self.backend = backend if backend is not None else get_backend("compiled")
-        self.keys = torch.full((num_chains, slots), -1, dtype=torch.long, device=device)  # -1: empty
-        self.raw = torch.zeros(num_chains, slots, length, device=device)
-        self.local = torch.zeros(num_chains, slots, length, device=device)
-        self.next = torch.zeros(num_chains, dtype=torch.long, device=device)  # the slot the next entry takes
+        self.group = group.to(device=device, dtype=torch.long)
+        counts = torch.bincount(group.cpu())
+        G, per_group = counts.numel(), int(counts.max()) * slots
+        S = -(-per_group // WAYS) * WAYS
+        self.stamp = torch.full((G, S), -1, dtype=torch.long, device=device)  # -1: empty
+        self.hashes = torch.zeros(G, S, dtype=torch.long, device=device)
+        self.stored = torch.zeros(G, S, length, dtype=torch.long, device=device)
+        self.raw = torch.zeros(G, S, length, device=device)
+        self.local = torch.zeros(G, S, length, device=device)
+        self.step = -1  # the step counter of the stamps (lookup advances it)
         self.hits = 0
 
-    def lookup(self, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, changed: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whether chain ``chains[j]`` rejected ``proposed[j]`` at ``pos[j]`` from its current state, and in which
-        slot: ``(order Bool[2n], slot Long[n])``, ``order`` being ``changed & ~hit`` then ``changed & hit`` (see
-        :func:`mhfast.reference.mh_memo_lookup`; ``slot`` is meaningless where there is no hit)."""
-        return self.backend.mh_memo_lookup(self.keys, chains, pos, proposed, changed, self.vocab_size)
+    def lookup(self, tokens: torch.Tensor, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
+               changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whether the memo holds X' = ``tokens[chains[j]]`` with ``proposed[j]`` at ``pos[j]``, and where: ``(order
+        Bool[2n], slot Long[n])``, ``order`` being ``changed & ~hit`` then ``changed & hit`` (see
+        :func:`mhfast.reference.mh_memo_lookup_`); a miss's slot is the entry reserved for its terms, or -1."""
+        self.step += 1
+        return self.backend.mh_memo_lookup_(self.stamp, self.hashes, self.stored, tokens, self.group, chains, pos,
+                                            proposed, changed, WAYS, self.step)
+
+    def store(self, chains: torch.Tensor, slot: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
+              num_misses: int) -> None:
+        """The terms of this step's first ``num_misses`` proposals (misses) into the entries their lookup reserved.
+        In place, no host sync; call it before reading any hit's :meth:`terms` (a hit may be an earlier miss of the
+        same step)."""
+        self.backend.mh_memo_store_(self.stamp, self.raw, self.local, self.group, chains, slot, raw_new, local_new,
+                                    num_misses, self.step)
 
     def terms(self, chains: torch.Tensor, slot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of the entries ``(chains[j], slot[j])``."""
-        return self.raw[chains, slot], self.local[chains, slot]
-
-    def remember(self, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, raw_new: torch.Tensor,
-                 local_new: torch.Tensor, accepted: torch.Tensor, num_misses: int) -> None:
-        """After the MH test of the distinct ``chains`` (the memo's misses first, ``num_misses`` of them): accepted
-        chains forget every entry (their state changed); rejected misses are stored (overwriting the oldest entry
-        once all slots are full). In place, no host sync."""
-        self.backend.mh_memo_update_(self.keys, self.raw, self.local, self.next, chains, pos, proposed, raw_new,
-                                     local_new, accepted, num_misses, self.vocab_size)
+        """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of the hits ``(chains[j], slot[j])``."""
+        g = self.group.index_select(0, chains)
+        return self.raw[g, slot], self.local[g, slot]

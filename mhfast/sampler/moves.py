@@ -218,27 +218,30 @@ def site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: t
 def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
                              pos: torch.Tensor, prop: torch.Tensor, logq_forward: torch.Tensor,
                              logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
-                             step: int, memo: ProposalMemo | None = None, memo_slots: torch.Tensor | None = None
-                             ) -> tuple[ChainState, torch.Tensor]:
+                             step: int, memo: ProposalMemo | None = None, memo_slots: torch.Tensor | None = None,
+                             memo_hits: int = 0) -> tuple[ChainState, torch.Tensor]:
     """:func:`evaluate_and_accept` for single-site moves (``pos``/``prop`` Long[n], distinct chains ``ch``):
     the same chains, with the MH test, the state update and the cache rows in one op (``mh_commit_site_``).
 
     Energies stay :func:`sum_terms` of the term rows (torch's float64 sum, as every other energy of
     the state), computed here once per moving chain and handed to the op.
 
-    ``memo`` (:mod:`mhfast.sampler.memo`): the last ``h = len(memo_slots)`` chains' proposals are in it, at
-    ``memo_slots``: their terms are read from it and no rows are forwarded for them (``known_logits`` then
-    covers the first ``n - h`` chains only); after the test the memo learns the rejected proposals, and the
-    remembered proposals that were accepted forward their rows for the cache (:func:`_refresh_rows`).
+    ``memo`` (:mod:`mhfast.sampler.memo`): ``memo_slots`` are the chains' entries from its lookup, the first
+    ``n - h`` chains missed (their terms go into the memo once computed) and the last ``h = memo_hits`` hit: their
+    terms are read from it and no rows are forwarded for them (``known_logits`` then covers the first ``n - h``
+    chains only); the remembered proposals that are accepted forward their rows for the cache
+    (:func:`_refresh_rows`).
     """
-    h = 0 if memo_slots is None else memo_slots.shape[0]
+    h = memo_hits
     m = ch.shape[0] - h
     if h == 0:  # (no slicing: each slice would be one more dispatched op in every step)
         x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
+        if memo is not None:
+            memo.store(ch, memo_slots, raw_new, local_new, m)
     else:
         assert not (ctx.terms is not None and ctx.terms.terms), "the memo does not keep extra-term values"
         x_new, raw_new, local_new, seq, q, outputs = _remembered_terms(ctx, state, ch, ch_host, pos, prop,
-                                                                       known_logits, memo, memo_slots)
+                                                                       known_logits, memo, memo_slots, m)
     e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
     target_new = e_raw_new if state.energy == "raw" else e_local_new
     extra = None
@@ -259,26 +262,26 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         state.counts.tested(ch, accepted)
     state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
                                 **more)
-    if memo is not None:
-        memo.remember(ch, pos, prop, raw_new, local_new, accepted, m)
-        if h:
-            memo.hits += h
-            _refresh_rows(ctx, state, ch[m:], ch_host[m:], pos[m:], accepted[m:])
+    if h:
+        memo.hits += h
+        _refresh_rows(ctx, state, ch[m:], ch_host[m:], pos[m:], accepted[m:])
     return state, accepted.sum()
 
 
 def _remembered_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
-                      prop: torch.Tensor, known_logits: torch.Tensor, memo: ProposalMemo, memo_slots: torch.Tensor):
-    """:func:`site_terms` of the first ``n - h`` chains (forwarded rows) followed by the memo's terms of the last
-    ``h = len(memo_slots)``: ``(x_new or None, raw_new, local_new, seq, q, outputs)``, rows for the first ones only."""
-    m = ch.shape[0] - memo_slots.shape[0]
+                      prop: torch.Tensor, known_logits: torch.Tensor, memo: ProposalMemo, memo_slots: torch.Tensor,
+                      m: int):
+    """:func:`site_terms` of the first ``m`` chains (forwarded rows, stored into the memo) followed by the memo's
+    terms of the others: ``(x_new or None, raw_new, local_new, seq, q, outputs)``, rows for the first ones only.
+    The store comes first: a hit may be a miss of this very step (the same X' proposed by two chains)."""
     if m:
         x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch[:m], ch_host[:m], pos[:m], prop[:m],
                                                                 known_logits)
+        memo.store(ch[:m], memo_slots[:m], raw_new, local_new, m)
     else:  # every proposal is remembered: no rows at all
         x_new, seq, q, outputs = None, ch[:0], ch[:0], []
         raw_new = local_new = state.raw_terms[:0]
-    raw_h, local_h = memo.terms(ch[m:], memo_slots)
+    raw_h, local_h = memo.terms(ch[m:], memo_slots[m:])
     return x_new, torch.cat([raw_new, raw_h]), torch.cat([local_new, local_h]), seq, q, outputs
 
 
@@ -309,8 +312,8 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     :func:`propose_sites`, one host sync (how many chains changed), :func:`site_evaluate_and_accept`.
 
     ``beta=None``: force accept (energies are still computed, so the cache stays valid). ``memo``: proposals
-    the chains rejected before from their current state are decided from their remembered terms, without
-    rows (:mod:`mhfast.sampler.memo`).
+    whose sequence a chain of the same input evaluated before (or earlier in this step) are decided from their
+    remembered terms, without rows (:mod:`mhfast.sampler.memo`).
     """
     A = act.shape[0]
     if A == 0:
@@ -322,7 +325,7 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         local, local_host = changed_chains(changed)
         h = 0
     else:  # the changed chains, those whose proposal the memo knows last
-        order, slot = memo.lookup(act, pos, prop, changed)
+        order, slot = memo.lookup(state.tokens, act, pos, prop, changed)
         local, local_host, h = _misses_then_hits(order)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
@@ -332,7 +335,7 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     m = n - h
     misses, ch_m, pos_m = (local, ch, pos_ch) if h == 0 else (local[:m], ch[:m], pos_ch[:m])  # no slice ops if no hit
     known = logits.index_select(0, misses) if logits is not None else state.cache[ch_m, pos_m]
-    with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local[m:]) if h else None)
+    with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local), memo_hits=h)
     state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
                                         logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
                                         epoch, step, **with_memo)

@@ -208,8 +208,8 @@ def resolved_uniform_mix(cfg: Any, vocab_size: int = 0) -> float:
 
 
 AUTO_MEMO = 8  #: the proposal memo's entries per chain under memo="auto", where it can act
-#: The most entries per chain: each lookup scans them all and each costs 2 T floats per chain; 8 already caught
-#: 38% of the repeats that an unbounded memo caught 40% of (AntiBERTy, bench/RESULTS.md).
+#: The most entries per chain (each costs 3 T numbers per chain of the input's table). On AntiBERTy from a real
+#: antibody, 4 entries per chain already answered as many proposals as 64 (bench/RESULTS.md).
 MAX_MEMO = 64
 
 
@@ -351,12 +351,13 @@ SPEC: tuple[Option, ...] = (
            "rows and keep the unchanged chains' results (the same chains, more rows, no host sync); cuda-graph = "
            "the static step captured as a CUDA graph and replayed (CUDA only; for launch-bound runs: small "
            "models, few chains; re-captured every epoch when annealing)", "-", "choice", CAPTURES),
-    Option("memo", "auto", _memo, "remember up to N proposals per chain that it rejected from its current state "
-           "(their energy terms; forgotten when the chain moves): a chain that proposes one again, as chains near a "
-           "mode often do, meets the MH test without forwarding its T-1 rows (the same numbers, so the same chains; "
-           "mhfast.sampler.memo). Acts in single-site mh with capture none and no extra energy terms; auto = 8 "
-           "there (8 caught most repeats on AntiBERTy: a fifth fewer rows from a real antibody) and off elsewhere; "
-           "0 = off. Its bookkeeping is two op calls per step (~0.01-0.02 ms on CPU)", "-", "memo", metavar="N"),
+    Option("memo", "auto", _memo, "remember the energy terms of the proposals the chains of an input evaluated "
+           "(N entries per chain, in one table per input keyed by the whole sequence X', least recently used out): a "
+           "chain that proposes a sequence already evaluated, by itself or by another chain of the same input, "
+           "earlier or in the same step, meets the MH test without forwarding its T-1 rows (the same numbers, so the "
+           "same chains; mhfast.sampler.memo). Pays where chains sit near a mode or share a start. Acts in "
+           "single-site mh with capture none and no extra energy terms; auto = 8 there and off elsewhere; 0 = off. "
+           "Its bookkeeping is two op calls per step", "-", "memo", metavar="N"),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
            "dynamic shapes; mhfast.models.compiled_blocks) for the run; the compile time is reported "
            "(SampleResult.compile_seconds, seconds). Can pay where the layers' elementwise work and Python are a "

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..graphed import StaticSiteSteps
-from ..memo import ProposalMemo
+from ..memo import ProposalMemo, chain_groups
 from ..moves import single_site_mh
 from ..schedules import Epoch, active_chains, epoch_order
 from ..state import ChainState, rescore
@@ -34,7 +34,7 @@ class SingleSiteMH:
         self.ctx = ctx
         self._active: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
-        self.memo: ProposalMemo | None = None  # the chains' rejected proposals (option memo; capture none)
+        self.memo: ProposalMemo | None = None  # the evaluated proposals per input (option memo; capture none)
 
     def init(self, state: ChainState) -> ChainState:
         self._active = active_chains(state.num_free_host, state.tokens.device)
@@ -42,8 +42,8 @@ class SingleSiteMH:
         capture = self.ctx.config.capture
         if capture == "none":
             if self.ctx.memo_slots:
-                M, T = state.tokens.shape
-                self.memo = ProposalMemo(M, self.ctx.memo_slots, T, self.ctx.runner.vocab_size, state.tokens.device,
+                group = chain_groups(state.inputs, state.energy_mask, state.ctx_index)
+                self.memo = ProposalMemo(group, self.ctx.memo_slots, state.tokens.shape[1], state.tokens.device,
                                          self.ctx.backend)
             return state
         self._static = StaticSiteSteps(self.ctx, state, graphs=capture == "cuda-graph")
