@@ -166,7 +166,7 @@ def sweep_site_ops(device: str, vs: list[int], dtypes: tuple, tiny: bool) -> lis
     for G, S, L, M, A in memo_shapes:
         results.append((f"mh_memo_lookup_ + mh_memo_store_ G={G} S={S} L={L} M={M} A={A} (30 steps)",
                         check_memo_ops(G, S, L, M, A, 30, device)))
-    results.append(("mh_memo ops out-of-range act/group/ch/slot (validate=False)", check_memo_out_of_range(device)))
+    results.append(("mh_memo ops out-of-range act/group/slot/sel (validate=False)", check_memo_out_of_range(device)))
     return results
 
 

@@ -11,7 +11,7 @@
   MH test, forced accept (``beta=None``), several output sub-batches (an empty one among them),
   fp32 / fp16 / bf16 caches;
 * the proposal memo's ``mh_memo_lookup_`` and ``mh_memo_store_``: a run of steps of the memo's protocol against
-  the reference tables, bit for bit, and out-of-range ``act`` / ``group`` / ``ch`` / ``slot`` under
+  the reference tables, bit for bit, and out-of-range ``act`` / ``group`` / ``slot`` / ``sel`` under
   ``validate=False`` (CUDA: a miss without an entry, nothing written; CPU: ValueError).
 
 Each check returns None when it matched, else a message.
@@ -225,7 +225,7 @@ def check_memo_ops(G: int, S: int, L: int, M: int, A: int, steps: int, device: s
             return f"lookup differs from the reference at step {step}"
         misses = got[0][:A].nonzero().squeeze(1)
         terms = torch.randn(misses.numel(), L, generator=g).to(device)
-        store = (group, act[misses], got[1][misses], terms, -terms, misses.numel(), step)
+        store = (group, act, got[1], misses, terms, -terms, misses.numel(), step)
         ops.mh_memo_store_(tables[0][0], *tables[0][3:], *store, validate=False)
         reference.mh_memo_store_(tables[1][0], *tables[1][3:], *store)
         if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)):
@@ -234,7 +234,7 @@ def check_memo_ops(G: int, S: int, L: int, M: int, A: int, steps: int, device: s
 
 
 def check_memo_out_of_range(device: str) -> str | None:
-    """validate=False with act, group, ch or slot outside the tables: CUDA treats the proposal as a miss without an
+    """validate=False with act, group, slot or sel outside the tables: CUDA treats the proposal as a miss without an
     entry and writes nothing for it (memcheck sees any out-of-bounds access), the rest as the reference; CPU raises
     ValueError."""
     G, S, L = 2, 8, 3
@@ -248,12 +248,14 @@ def check_memo_out_of_range(device: str) -> str | None:
     changed = torch.ones(5, dtype=torch.bool, device=device)
     lookup = lambda: ops.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, prop, changed,  # noqa: E731
                                          8, 0, validate=False)
-    ch, slot = torch.tensor([0, 4, 2, 1], device=device), torch.tensor([0, 0, 9, 0], device=device)
-    terms = torch.ones(4, L, device=device)
-    store = lambda: ops.mh_memo_store_(stamp, raw, local, group, ch, slot, terms, terms, 4, 0,  # noqa: E731
+    # store's proposals: chain 0 (valid), act 4, slot 9, chain 1 (group 5), sel 7: all but the first invalid
+    ch, slot = torch.tensor([0, 4, 2, 1, 0], device=device), torch.tensor([0, 0, 9, 0, 0], device=device)
+    sel = torch.tensor([0, 1, 2, 3, 7], device=device)
+    terms = torch.ones(5, L, device=device)
+    store = lambda: ops.mh_memo_store_(stamp, raw, local, group, ch, slot, sel, terms, terms, 5, 0,  # noqa: E731
                                        validate=False)
     if device == "cpu":
-        return cpu_raises_naming([("act", lookup), ("ch", store)])
+        return cpu_raises_naming([("act", lookup), ("sel", store)])
     order, slots = lookup()
     # chains 0 and 2 are valid (groups 0 and 1): misses with entries; act -1, act 3, chain 1 (group 5): no entry
     ok_slots = slots.cpu().tolist()
@@ -261,9 +263,9 @@ def check_memo_out_of_range(device: str) -> str | None:
         return f"lookup with out-of-range act/group gave {order.cpu().tolist()} {ok_slots}"
     if ok_slots[0] < 0 or ok_slots[4] < 0 or int((stamp == -2).sum()) != 2:
         return f"lookup reserved {stamp.cpu().tolist()} for the valid chains"
-    ch[0], slot[0] = 0, ok_slots[0]  # the one valid store; ch 4, slot 9, group 5 must write nothing
+    slot[0] = ok_slots[0]  # the one valid store; act 4, slot 9, group 5, sel 7 must write nothing
     store()
     if int(stamp[0, ok_slots[0]]) != 0 or float(raw.sum()) != L or int((stamp == 0).sum()) != 1:
-        return f"store with out-of-range ch/slot/group gave {stamp.cpu().tolist()}"
+        return f"store with out-of-range act/slot/group/sel gave {stamp.cpu().tolist()}"
     return None
 

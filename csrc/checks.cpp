@@ -323,12 +323,12 @@ void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes
 }
 
 void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, const at::Tensor& local,
-                              const at::Tensor& group, const at::Tensor& ch, const at::Tensor& slot,
-                              const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses,
-                              int64_t step) {
+                              const at::Tensor& group, const at::Tensor& act, const at::Tensor& slot,
+                              const at::Tensor& sel, const at::Tensor& raw_new, const at::Tensor& local_new,
+                              int64_t num_misses, int64_t step) {
   const char* op = "mh_memo_store_";
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"group", &group},
-                                {"ch", &ch}, {"slot", &slot}}) {
+                                {"act", &act}, {"slot", &slot}, {"sel", &sel}}) {
     check_dtype(op, name, *t, {kLong});
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
@@ -344,15 +344,16 @@ void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, co
     check_size(op, name, *t, 2, raw.size(2), "positions: dim 2 of raw");
   }
   check_dim(op, "group", group, 1);
-  const int64_t n = ch.size(0);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"ch", &ch}, {"slot", &slot}}) {
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"act", &act}, {"slot", &slot}}) {
     check_dim(op, name, *t, 1);
-    check_size(op, name, *t, 0, n, "len(ch)");
+    check_size(op, name, *t, 0, act.size(0), "len(act)");
   }
+  check_dim(op, "sel", sel, 1);
+  const int64_t n = sel.size(0);
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw_new", &raw_new},
                                 {"local_new", &local_new}}) {
     check_dim(op, name, *t, 2);
-    check_size(op, name, *t, 0, n, "len(ch)");
+    check_size(op, name, *t, 0, n, "len(sel)");
     check_size(op, name, *t, 1, raw.size(2), "positions: dim 2 of raw");
   }
   // Written in place through raw pointers (one layout for every backend): no strided views.
@@ -361,12 +362,12 @@ void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, co
     TORCH_CHECK_VALUE(t->is_contiguous(), "mhfast.", op, ": ", name, " must be contiguous (it is written in place)");
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
-                                {"group", &group}, {"ch", &ch}, {"slot", &slot}, {"raw_new", &raw_new},
-                                {"local_new", &local_new}}) {
+                                {"group", &group}, {"act", &act}, {"slot", &slot}, {"sel", &sel},
+                                {"raw_new", &raw_new}, {"local_new", &local_new}}) {
     check_same_device(op, "stamp", stamp, name, *t);
   }
   TORCH_CHECK_VALUE(num_misses >= 0 && num_misses <= n, "mhfast.", op, ": num_misses must be in [0, ", n,
-                    "] (len(ch)), got ", num_misses);
+                    "] (len(sel)), got ", num_misses);
   TORCH_CHECK_VALUE(step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", step);
 }
 

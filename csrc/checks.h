@@ -112,12 +112,12 @@ void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes
                                int64_t ways, int64_t step);
 
 // mh_memo_store_: stamp Long[G, S] and the terms raw/local f32[G, S, L] (contiguous: written in place), the
-// chains' group Long[M], the n tested chains ch and their entries slot Long[n], raw_new/local_new f32[n, L],
-// num_misses in [0, n], step >= 0.
+// chains' group Long[M], the lookup's proposals act and entries slot Long[A], the n proposals sel Long[n] whose
+// terms are raw_new/local_new f32[n, L], num_misses in [0, n], step >= 0.
 void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, const at::Tensor& local,
-                              const at::Tensor& group, const at::Tensor& ch, const at::Tensor& slot,
-                              const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses,
-                              int64_t step);
+                              const at::Tensor& group, const at::Tensor& act, const at::Tensor& slot,
+                              const at::Tensor& sel, const at::Tensor& raw_new, const at::Tensor& local_new,
+                              int64_t num_misses, int64_t step);
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);

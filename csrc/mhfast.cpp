@@ -87,12 +87,13 @@ TORCH_LIBRARY(mhfast, m) {
   m.def(
       "mh_memo_lookup_(Tensor(a!) stamp, Tensor(b!) hashes, Tensor(c!) stored, Tensor tokens, Tensor group,"
       " Tensor act, Tensor pos, Tensor proposed, Tensor changed, int ways, int step) -> (Tensor, Tensor)");
-  // The terms of the step's misses into the entries their lookup reserved: for j < num_misses with
-  // slot[j] reserved in this step in the table of group[ch[j]], raw/local[g, slot[j]] = raw_new/local_new[j]
-  // and the entry is ready (stamp = step); other j change nothing.
+  // The terms of the step's misses into the entries their lookup reserved: act and slot are the lookup's
+  // proposals and result, sel[j] the proposal whose terms are raw_new/local_new[j]. For j < num_misses with
+  // e = slot[sel[j]] reserved in this step in the table g of group[act[sel[j]]], raw/local[g, e] =
+  // raw_new/local_new[j] and the entry is ready (stamp = step); other j change nothing.
   m.def(
-      "mh_memo_store_(Tensor(a!) stamp, Tensor(b!) raw, Tensor(c!) local, Tensor group, Tensor ch, Tensor slot,"
-      " Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()");
+      "mh_memo_store_(Tensor(a!) stamp, Tensor(b!) raw, Tensor(c!) local, Tensor group, Tensor act, Tensor slot,"
+      " Tensor sel, Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()");
 
   // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
   m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
@@ -128,8 +129,8 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor pos, Tensor proposed, Tensor changed, int ways, int step) -> ()",
       &mhfast::check_mh_memo_lookup_args);
   m.def(
-      "mh_memo_store__check(Tensor stamp, Tensor raw, Tensor local, Tensor group, Tensor ch, Tensor slot,"
-      " Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()",
+      "mh_memo_store__check(Tensor stamp, Tensor raw, Tensor local, Tensor group, Tensor act, Tensor slot,"
+      " Tensor sel, Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()",
       &mhfast::check_mh_memo_store_args);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",

@@ -197,17 +197,21 @@ def mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, proposed, ch
         in_range(op, "pos", pos, 0, tokens.shape[1])
 
 
-def mh_memo_store_(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step, *, values: bool) -> None:
+def mh_memo_store_(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step, *,
+                   values: bool) -> None:
     op = "mh_memo_store_"
-    tensors(op, stamp=stamp, raw=raw, local=local, group=group, ch=ch, slot=slot, raw_new=raw_new,
+    tensors(op, stamp=stamp, raw=raw, local=local, group=group, act=act, slot=slot, sel=sel, raw_new=raw_new,
             local_new=local_new)
     ints(op, num_misses=num_misses, step=step)
-    _ops.mh_memo_store__check(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step)
+    _ops.mh_memo_store__check(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step)
     if not values or num_misses == 0:
         return
-    in_range(op, "ch", ch[:num_misses], 0, group.shape[0])
-    in_range(op, "slot", slot[:num_misses], 0, stamp.shape[1], allow=-1)
-    in_range(op, "group", group.index_select(0, ch[:num_misses]), 0, stamp.shape[0])
+    misses = sel[:num_misses]
+    in_range(op, "sel", misses, 0, act.shape[0])
+    chains = act.index_select(0, misses)
+    in_range(op, "act", chains, 0, group.shape[0])
+    in_range(op, "slot", slot.index_select(0, misses), 0, stamp.shape[1], allow=-1)
+    in_range(op, "group", group.index_select(0, chains), 0, stamp.shape[0])
 
 
 COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",

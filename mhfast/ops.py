@@ -143,14 +143,14 @@ def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Ten
     return _ops.mh_memo_lookup_(*args)
 
 
-def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor, ch: torch.Tensor,
-                   slot: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int, step: int,
-                   *, validate: bool = True) -> None:
+def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor,
+                   act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor, raw_new: torch.Tensor,
+                   local_new: torch.Tensor, num_misses: int, step: int, *, validate: bool = True) -> None:
     """Compiled :func:`mhfast.reference.mh_memo_store_` (the terms of the step's misses into the memo, in place)."""
-    args = (stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step)
+    args = (stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step)
     if validate:
-        _validate.tensors("mh_memo_store_", stamp=stamp, raw=raw, local=local, group=group, ch=ch, slot=slot,
-                          raw_new=raw_new, local_new=local_new)
+        _validate.tensors("mh_memo_store_", stamp=stamp, raw=raw, local=local, group=group, act=act, slot=slot,
+                          sel=sel, raw_new=raw_new, local_new=local_new)
         _validate.ints("mh_memo_store_", num_misses=num_misses, step=step)
     if _needs_python_checks(validate, stamp):
         _validate.mh_memo_store_(*args, values=True)
@@ -239,6 +239,6 @@ def _mh_memo_lookup_fake(stamp, hashes, stored, tokens, group, act, pos, propose
 
 
 @torch.library.register_fake("mhfast::mh_memo_store_")
-def _mh_memo_store_fake(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step):
-    _ops.mh_memo_store__check(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step)
+def _mh_memo_store_fake(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step):
+    _ops.mh_memo_store__check(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step)
     return None

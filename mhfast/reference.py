@@ -456,29 +456,31 @@ def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Ten
     return torch.tensor(order, dtype=torch.bool, device=dev), torch.tensor(slot, dtype=torch.long, device=dev)
 
 
-def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor, ch: torch.Tensor,
-                   slot: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int,
-                   step: int) -> None:
+def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor,
+                   act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor, raw_new: torch.Tensor,
+                   local_new: torch.Tensor, num_misses: int, step: int) -> None:
     """The terms of a step's misses into the entries :func:`mh_memo_lookup_` reserved for them, in place
     (:mod:`mhfast.sampler.memo`).
 
-    For ``j < num_misses`` (the caller lists the misses first) whose entry ``s = slot[j]`` of group ``g =
-    group[ch[j]]`` is reserved in this step (``stamp[g, s] == -(step + 2)``): ``raw[g, s] = raw_new[j]``,
-    ``local[g, s] = local_new[j]``, ``stamp[g, s] = step`` (ready). Any other ``j`` (no entry, ``s = -1``) changes
-    nothing. Shapes: stamp Long[G, S], raw/local f32[G, S, L], group Long[M], ch/slot [n], raw_new/local_new
-    f32[n, L].
+    ``act`` and ``slot`` are the lookup's proposals and its result; ``sel[j]`` is the proposal whose terms are
+    ``raw_new[j]`` and ``local_new[j]`` (the caller lists the misses first). For ``j < num_misses`` whose entry ``s
+    = slot[sel[j]]`` of group ``g = group[act[sel[j]]]`` is reserved in this step (``stamp[g, s] == -(step +
+    2)``): ``raw[g, s] = raw_new[j]``, ``local[g, s] = local_new[j]``, ``stamp[g, s] = step`` (ready). Any other
+    ``j`` (no entry, ``s = -1``) changes nothing. Shapes: stamp Long[G, S], raw/local f32[G, S, L], group Long[M],
+    act/slot [A], sel [n], raw_new/local_new f32[n, L].
 
     Example:
         >>> stamp, raw, local = torch.tensor([[-2, -1]]), torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
         >>> mh_memo_store_(stamp, raw, local, torch.tensor([0]), torch.tensor([0]), torch.tensor([0]),
-        ...                torch.ones(1, 3), 2 * torch.ones(1, 3), 1, 0)
+        ...                torch.tensor([0]), torch.ones(1, 3), 2 * torch.ones(1, 3), 1, 0)
         >>> stamp.tolist(), local[0, 0].tolist()
         ([[0, -1]], [2.0, 2.0, 2.0])
     """
-    _validate.mh_memo_store_(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step, values=True)
+    _validate.mh_memo_store_(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step,
+                             values=True)
     for j in range(num_misses):
-        s = int(slot[j])
-        g = int(group[ch[j]])
+        s = int(slot[sel[j]])
+        g = int(group[act[sel[j]]])
         if s < 0 or int(stamp[g, s]) != -(step + 2):
             continue
         raw[g, s] = raw_new[j]

@@ -52,8 +52,7 @@ def run_in_step(device, seed: int, steps: int, G: int, ways: int, buckets: int, 
             continue
         terms = torch.randn(misses.numel(), L, generator=g).to(device)
         for impl, t in zip((ops, reference), tables):
-            impl.mh_memo_store_(t[0], t[3], t[4], group, act[misses], slot[misses], terms, -terms, misses.numel(),
-                                step)
+            impl.mh_memo_store_(t[0], t[3], t[4], group, act, slot, misses, terms, -terms, misses.numel(), step)
         assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)), step
     return hits
 
@@ -91,7 +90,7 @@ def test_hits_read_the_terms_stored_for_their_sequence(device):
             seqs.append((int(group[act[a]]), tuple(x)))
         misses = order[:5].nonzero().squeeze(1)
         values = torch.tensor([float(hash(seqs[j]) % 1000) for j in misses.tolist()], device=device)
-        ops.mh_memo_store_(stamp, raw, local, group, act[misses], slot[misses], values[:, None].expand(-1, 4),
+        ops.mh_memo_store_(stamp, raw, local, group, act, slot, misses, values[:, None].expand(-1, 4),
                            values[:, None].expand(-1, 4), misses.numel(), step)
         for j in misses.tolist():
             truth[seqs[j]] = float(hash(seqs[j]) % 1000)
@@ -114,10 +113,10 @@ def test_strided_inputs(device):
     assert all(torch.equal(x, y) for x, y in zip(got, want)) and all(torch.equal(x, y) for x, y in zip(a, b))
     misses = want[0][:7].nonzero().squeeze(1)
     terms = torch.randn(5, misses.numel(), device=device)
-    ops.mh_memo_store_(a[0], a[3], a[4], group, act[misses], want[1][misses], terms.t(), 2 * terms.t(),
+    ops.mh_memo_store_(a[0], a[3], a[4], group, act, want[1], misses, terms.t(), 2 * terms.t(),
                        misses.numel(), 0)  # transposed term rows
-    ops.mh_memo_store_(b[0], b[3], b[4], every_other(group), every_other(act[misses]), every_other(want[1][misses]),
-                       terms.t().contiguous(), 2 * terms.t().contiguous(), misses.numel(), 0)
+    ops.mh_memo_store_(b[0], b[3], b[4], every_other(group), every_other(act), every_other(want[1]),
+                       every_other(misses), terms.t().contiguous(), 2 * terms.t().contiguous(), misses.numel(), 0)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
@@ -129,7 +128,7 @@ def test_empty_steps(device):
     order, slot = ops.mh_memo_lookup_(*tables[:3], tokens, group, e, e, e, e.bool(), 8, 0)
     assert order.shape == (0,) and slot.shape == (0,)
     f = torch.zeros(0, 3, device=device)
-    ops.mh_memo_store_(tables[0], tables[3], tables[4], group, e, e, f, f, 0, 0)
+    ops.mh_memo_store_(tables[0], tables[3], tables[4], group, e, e, e, f, f, 0, 0)
     assert all(torch.equal(x, y) for x, y in zip(before, tables))
 
 
@@ -176,9 +175,10 @@ def test_store_bad_input(device):
     stamp, _, _, raw, local = memo_tables(2, 8, 3, device)
     stamp[0, 2] = -2  # reserved at step 0
     group = torch.tensor([0, 0, 1], device=device)
-    ch, slot = torch.tensor([1, 2], device=device), torch.tensor([2, -1], device=device)
+    act, slot = torch.tensor([2, 1, 0], device=device), torch.tensor([-1, 2, 5], device=device)
+    sel = torch.tensor([1, 0], device=device)  # proposal 1 (chain 1, entry 2) and proposal 0 (no entry)
     terms = torch.ones(2, 3, device=device)
-    ok = (stamp, raw, local, group, ch, slot, terms, terms, 2, 0)
+    ok = (stamp, raw, local, group, act, slot, sel, terms, terms, 2, 0)
     swap = lambda i, x: ok[:i] + (x,) + ok[i + 1:]  # noqa: E731
     op = "mh_memo_store_"
     raises_everywhere(op, swap(0, stamp.int()), "stamp")
@@ -186,18 +186,21 @@ def test_store_bad_input(device):
     raises_everywhere(op, swap(1, raw.double()), "raw")
     raises_everywhere(op, swap(2, local[:, :2]), "local")
     raises_everywhere(op, swap(3, group.float()), "group")
-    raises_everywhere(op, swap(4, ch[:1]), "slot")
-    raises_everywhere(op, swap(6, terms[:, :2]), "raw_new")
-    raises_everywhere(op, swap(7, terms[:1]), "local_new")
-    raises_everywhere(op, swap(8, 3), "num_misses")
-    raises_everywhere(op, swap(8, -1), "num_misses")
-    raises_everywhere(op, swap(9, -1), "step")
+    raises_everywhere(op, swap(5, slot[:2]), "slot")
+    raises_everywhere(op, swap(6, sel[:, None]), "sel")
+    raises_everywhere(op, swap(7, terms[:, :2]), "raw_new")
+    raises_everywhere(op, swap(8, terms[:1]), "local_new")
+    raises_everywhere(op, swap(9, 3), "num_misses")
+    raises_everywhere(op, swap(9, -1), "num_misses")
+    raises_everywhere(op, swap(10, -1), "step")
     values = device == "cpu"
-    raises_everywhere(op, swap(4, torch.tensor([3, 2], device=device)), "ch contains 3", raw=values)
-    raises_everywhere(op, swap(5, torch.tensor([8, -1], device=device)), "slot contains 8", raw=values)
+    raises_everywhere(op, swap(6, torch.tensor([1, 3], device=device)), "sel contains 3", raw=values)
+    raises_everywhere(op, swap(4, torch.tensor([3, 1, 0], device=device)), "act contains 3", raw=values)
+    raises_everywhere(op, swap(5, torch.tensor([8, 2, 5], device=device)), "slot contains 8", raw=values)
     raises_everywhere(op, swap(3, torch.tensor([0, 2, 1], device=device)), "group contains 2", raw=values)
     with pytest.raises(TypeError, match="num_misses"):
-        ops.mh_memo_store_(*ok[:8], 2.0, 0)
-    # good input: the reserved entry is filled and ready, the miss without an entry changes nothing
+        ops.mh_memo_store_(*ok[:9], 2.0, 0)
+    # good input: the reserved entry is filled and ready; the miss without an entry and the third proposal
+    # (not among the misses) change nothing
     ops.mh_memo_store_(*ok)
     assert stamp[0, 2].item() == 0 and raw[0, 2].tolist() == [1.0] * 3 and int((stamp >= 0).sum()) == 1

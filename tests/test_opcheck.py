@@ -50,7 +50,7 @@ def sample_inputs(device: str):
                                                      torch.zeros(0).long(), torch.zeros(0).bool(), 8, 3))],
         "mh_memo_store_": [(torch.tensor([[-1, -3, -1, -1], [-3, -1, -1, -1]], device=device),  # reserved at step 1
                             *memo_tables(2, 4, 3, device)[3:], *d(torch.tensor([0, 1, 1]), torch.tensor([1, 0, 2]),
-                                                                 torch.tensor([0, 1, -1]),
+                                                                 torch.tensor([0, 1, -1]), torch.tensor([0, 1, 2]),
                                                                  torch.randn(3, 3, generator=g),
                                                                  torch.randn(3, 3, generator=g), 2, 1))],
     }

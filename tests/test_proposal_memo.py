@@ -153,14 +153,14 @@ def test_the_memo_is_shared_per_input_and_evicts_the_least_recently_used(backend
         """One step's lookup of (chain, pos, token) proposals; the misses' terms are stored as value, value + 1, ...
         Returns each proposal's remembered raw term (None: a miss)."""
         ch, pos, tok = (torch.tensor(list(c)) for c in zip(*proposals))
-        order, slot = memo.lookup(tokens, ch, pos, tok, torch.ones(len(proposals), dtype=torch.bool))
+        order = memo.lookup(tokens, ch, pos, tok, torch.ones(len(proposals), dtype=torch.bool))
         miss, hit = order[:len(proposals)], order[len(proposals):]
         assert bool((miss ^ hit).all())
         if value is not None and bool(miss.any()):
             i = miss.nonzero()[:, 0]
-            memo.store(ch[i], slot[i], torch.cat([terms(value + k) for k in range(len(i))]),
+            memo.store(i, torch.cat([terms(value + k) for k in range(len(i))]),
                        torch.cat([terms(-value - k) for k in range(len(i))]), num_misses=len(i))
-        return [float(memo.terms(ch[j:j + 1], slot[j:j + 1])[0][0, 0]) if bool(hit[j]) else None
+        return [float(memo.terms(torch.tensor([j]))[0][0, 0]) if bool(hit[j]) else None
                 for j in range(len(proposals))]
 
     # chain 1 proposes chain 0's X' in the same step: answered by chain 0's entry; chain 2 (another input) is not
@@ -174,9 +174,10 @@ def test_the_memo_is_shared_per_input_and_evicts_the_least_recently_used(backend
     assert step((1, 1, 6), (1, 1, 5), (0, 0, 7)) == [None, 10.0, 30.0]
     # in one step, 9 new sequences for a bucket of 8: the 9th finds every entry in use and is not remembered
     nine = [(0, p, t) for p in range(3) for t in (0, 8, 9)]
-    order, slot = memo.lookup(tokens, *(torch.tensor(list(c)) for c in zip(*nine)), torch.ones(9, dtype=torch.bool))
-    assert slot.tolist()[-1] == -1 and sorted(slot.tolist()[:-1]) == list(range(8))
-    assert order[:9].all() and float(memo.terms(torch.tensor([2]), torch.tensor([0]))[1][0, 0]) == -11.0
+    order = memo.lookup(tokens, *(torch.tensor(list(c)) for c in zip(*nine)), torch.ones(9, dtype=torch.bool))
+    slot = memo._slot.tolist()
+    assert slot[-1] == -1 and sorted(slot[:-1]) == list(range(8)) and order[:9].all()
+    assert step((2, 1, 5)) == [11.0]  # the other input's table is untouched by all of this
 
 
 def test_the_memo_is_on_by_default_where_it_can_act():

@@ -61,8 +61,8 @@ std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cpu(at::Tensor& stamp, at::Ten
                                                       int64_t ways, int64_t step);
 
 void mh_memo_store_cpu(at::Tensor& stamp, at::Tensor& raw, at::Tensor& local, const at::Tensor& group,
-                       const at::Tensor& ch, const at::Tensor& slot, const at::Tensor& raw_new,
-                       const at::Tensor& local_new, int64_t num_misses, int64_t step);
+                       const at::Tensor& act, const at::Tensor& slot, const at::Tensor& sel,
+                       const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses, int64_t step);
 
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);

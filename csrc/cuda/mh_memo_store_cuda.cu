@@ -13,7 +13,9 @@ constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads) mh_memo_store_kernel(MemoStoreArgs a) {
   const int64_t j = blockIdx.x;
-  const int64_t c = a.ch[j], s = a.slot[j];
+  const int64_t i = a.sel[j];
+  if (i < 0 || i >= a.A) return;  // invalid input: nothing written
+  const int64_t c = a.act[i], s = a.slot[i];
   if (c < 0 || c >= a.M || s < 0 || s >= a.S) return;  // no entry (or invalid input): nothing written
   const int64_t g = a.group[c];
   if (g < 0 || g >= a.G) return;

@@ -183,14 +183,14 @@ struct MemoLookupArgs {
 void launch_mh_memo_lookup(const MemoLookupArgs& args, cudaStream_t stream);
 
 // mh_memo_store_ (see csrc/cuda/mh_memo_store_cuda.cu): the terms of the step's misses j < num_misses
-// into their reserved entries (stamp Long[G, S], raw/local f32[G, S, L], contiguous). Invalid input
-// (ch[j] outside [0, M), group outside [0, G), slot outside [0, S), an entry not reserved in this
-// step): miss j changes nothing.
+// (proposal sel[j] of the lookup's act / slot) into their reserved entries (stamp Long[G, S], raw/local
+// f32[G, S, L], contiguous). Invalid input (sel[j] outside [0, A), act outside [0, M), group outside
+// [0, G), slot outside [0, S), an entry not reserved in this step): miss j changes nothing.
 struct MemoStoreArgs {
   int64_t* stamp;
   float *raw, *local;
-  int64_t G, S, L, M, num_misses, step;
-  Strided1<const int64_t> group, ch, slot;
+  int64_t G, S, L, M, A, num_misses, step;
+  Strided1<const int64_t> group, act, slot, sel;
   Strided2<const float> raw_new, local_new;
 };
 void launch_mh_memo_store(const MemoStoreArgs& args, cudaStream_t stream);

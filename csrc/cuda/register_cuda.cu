@@ -320,14 +320,15 @@ std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cuda(at::Tensor& stamp, at::Te
 }
 
 void mh_memo_store_cuda(at::Tensor& stamp, at::Tensor& raw, at::Tensor& local, const at::Tensor& group,
-                        const at::Tensor& ch, const at::Tensor& slot, const at::Tensor& raw_new,
-                        const at::Tensor& local_new, int64_t num_misses, int64_t step) {
-  check_mh_memo_store_args(stamp, raw, local, group, ch, slot, raw_new, local_new, num_misses, step);
+                        const at::Tensor& act, const at::Tensor& slot, const at::Tensor& sel,
+                        const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses, int64_t step) {
+  check_mh_memo_store_args(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step);
   check_device_type("mh_memo_store_", "stamp", stamp, c10::DeviceType::CUDA);
   const c10::cuda::CUDAGuard guard(stamp.device());
   MemoStoreArgs a{stamp.mutable_data_ptr<int64_t>(), raw.mutable_data_ptr<float>(), local.mutable_data_ptr<float>(),
-                  stamp.size(0), stamp.size(1), raw.size(2), group.size(0), num_misses, step, view1<int64_t>(group),
-                  view1<int64_t>(ch), view1<int64_t>(slot), view2<float>(raw_new), view2<float>(local_new)};
+                  stamp.size(0), stamp.size(1), raw.size(2), group.size(0), act.size(0), num_misses, step,
+                  view1<int64_t>(group), view1<int64_t>(act), view1<int64_t>(slot), view1<int64_t>(sel),
+                  view2<float>(raw_new), view2<float>(local_new)};
   launch_mh_memo_store(a, c10::cuda::getCurrentCUDAStream().stream());
 }
 

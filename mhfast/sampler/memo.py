@@ -31,11 +31,10 @@ Example:
     >>> tokens, group = torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([0, 0])    # two chains, one input
     >>> memo = ProposalMemo(group, slots=2, length=3, device="cpu")
     >>> ch, pos, prop, changed = torch.tensor([0, 1]), torch.tensor([1, 1]), torch.tensor([4, 4]), torch.ones(2).bool()
-    >>> order, slot = memo.lookup(tokens, ch, pos, prop, changed)
-    >>> order.tolist()    # chain 0 misses; chain 1 proposes the same X': a hit on chain 0's entry
+    >>> memo.lookup(tokens, ch, pos, prop, changed).tolist()    # chain 0 misses; chain 1, same X': a hit on its entry
     [True, False, False, True]
-    >>> memo.store(ch[:1], slot[:1], torch.ones(1, 3), 2 * torch.ones(1, 3), num_misses=1)
-    >>> memo.terms(ch[1:], slot[1:])[1].tolist()
+    >>> memo.store(torch.tensor([0]), torch.ones(1, 3), 2 * torch.ones(1, 3), num_misses=1)   # proposal 0's terms
+    >>> memo.terms(torch.tensor([1]))[1].tolist()    # proposal 1's (a hit)
     [[2.0, 2.0, 2.0]]
 """
 from __future__ import annotations
@@ -64,10 +63,10 @@ def chain_groups(inputs: torch.Tensor, energy_mask: torch.Tensor, ctx_index: tor
 class ProposalMemo:
     """The chains' evaluated proposals per input, with their energy terms (see the module doc).
 
-    Per step: ``lookup`` before the model call (it reserves entries for the misses), ``store`` once the misses'
-    terms are known, ``terms`` for the hits (one op each for the first two: ``mh_memo_lookup_``,
-    ``mh_memo_store_`` of ``backend``, the compiled ops by default); ``hits`` counts the proposals answered from the
-    memo (the caller adds them: it knows their number on the host).
+    Per step: ``lookup`` before the model call (it reserves entries for the misses, and keeps the step's proposals
+    and entries), ``store`` once the misses' terms are known, ``terms`` for the hits (one op each for the first two:
+    ``mh_memo_lookup_``, ``mh_memo_store_`` of ``backend``, the compiled ops by default); ``hits`` counts the
+    proposals answered from the memo (the caller adds them: it knows their number on the host).
     """
 
     def __init__(self, group: torch.Tensor, slots: int, length: int, device: torch.device | str,
@@ -85,26 +84,30 @@ class ProposalMemo:
         self.raw = torch.zeros(G, S, length, device=device)
         self.local = torch.zeros(G, S, length, device=device)
         self.step = -1  # the step counter of the stamps (lookup advances it)
+        self._chains = self._slot = torch.zeros(0, dtype=torch.long, device=device)  # the last lookup's
         self.hits = 0
 
     def lookup(self, tokens: torch.Tensor, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
-               changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whether the memo holds X' = ``tokens[chains[j]]`` with ``proposed[j]`` at ``pos[j]``, and where: ``(order
-        Bool[2n], slot Long[n])``, ``order`` being ``changed & ~hit`` then ``changed & hit`` (see
-        :func:`mhfast.reference.mh_memo_lookup_`); a miss's slot is the entry reserved for its terms, or -1."""
+               changed: torch.Tensor) -> torch.Tensor:
+        """Whether the memo holds X' = ``tokens[chains[j]]`` with ``proposed[j]`` at ``pos[j]``: ``order`` Bool[2n],
+        ``changed & ~hit`` then ``changed & hit`` (see :func:`mhfast.reference.mh_memo_lookup_`). The step's
+        proposals and their entries are kept for :meth:`store` and :meth:`terms`, which name proposals by their
+        index ``j`` here."""
         self.step += 1
-        return self.backend.mh_memo_lookup_(self.stamp, self.hashes, self.stored, tokens, self.group, chains, pos,
-                                            proposed, changed, WAYS, self.step)
+        order, self._slot = self.backend.mh_memo_lookup_(self.stamp, self.hashes, self.stored, tokens, self.group,
+                                                         chains, pos, proposed, changed, WAYS, self.step)
+        self._chains = chains
+        return order
 
-    def store(self, chains: torch.Tensor, slot: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
-              num_misses: int) -> None:
-        """The terms of this step's first ``num_misses`` proposals (misses) into the entries their lookup reserved.
+    def store(self, sel: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int) -> None:
+        """The terms of this step's proposals ``sel[:num_misses]`` (misses) into the entries their lookup reserved.
         In place, no host sync; call it before reading any hit's :meth:`terms` (a hit may be an earlier miss of the
         same step)."""
-        self.backend.mh_memo_store_(self.stamp, self.raw, self.local, self.group, chains, slot, raw_new, local_new,
-                                    num_misses, self.step)
+        self.backend.mh_memo_store_(self.stamp, self.raw, self.local, self.group, self._chains, self._slot, sel,
+                                    raw_new, local_new, num_misses, self.step)
 
-    def terms(self, chains: torch.Tensor, slot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of the hits ``(chains[j], slot[j])``."""
-        g = self.group.index_select(0, chains)
+    def terms(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of this step's hits ``sel`` (proposal indices)."""
+        g = self.group.index_select(0, self._chains.index_select(0, sel))
+        slot = self._slot.index_select(0, sel)
         return self.raw[g, slot], self.local[g, slot]

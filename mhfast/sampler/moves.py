@@ -218,7 +218,7 @@ def site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: t
 def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
                              pos: torch.Tensor, prop: torch.Tensor, logq_forward: torch.Tensor,
                              logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
-                             step: int, memo: ProposalMemo | None = None, memo_slots: torch.Tensor | None = None,
+                             step: int, memo: ProposalMemo | None = None, memo_sel: torch.Tensor | None = None,
                              memo_hits: int = 0) -> tuple[ChainState, torch.Tensor]:
     """:func:`evaluate_and_accept` for single-site moves (``pos``/``prop`` Long[n], distinct chains ``ch``):
     the same chains, with the MH test, the state update and the cache rows in one op (``mh_commit_site_``).
@@ -226,7 +226,7 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
     Energies stay :func:`sum_terms` of the term rows (torch's float64 sum, as every other energy of
     the state), computed here once per moving chain and handed to the op.
 
-    ``memo`` (:mod:`mhfast.sampler.memo`): ``memo_slots`` are the chains' entries from its lookup, the first
+    ``memo`` (:mod:`mhfast.sampler.memo`): ``memo_sel`` are the chains' proposals in its lookup, the first
     ``n - h`` chains missed (their terms go into the memo once computed) and the last ``h = memo_hits`` hit: their
     terms are read from it and no rows are forwarded for them (``known_logits`` then covers the first ``n - h``
     chains only); the remembered proposals that are accepted forward their rows for the cache
@@ -237,11 +237,11 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
     if h == 0:  # (no slicing: each slice would be one more dispatched op in every step)
         x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch, ch_host, pos, prop, known_logits)
         if memo is not None:
-            memo.store(ch, memo_slots, raw_new, local_new, m)
+            memo.store(memo_sel, raw_new, local_new, m)
     else:
         assert not (ctx.terms is not None and ctx.terms.terms), "the memo does not keep extra-term values"
         x_new, raw_new, local_new, seq, q, outputs = _remembered_terms(ctx, state, ch, ch_host, pos, prop,
-                                                                       known_logits, memo, memo_slots, m)
+                                                                       known_logits, memo, memo_sel, m)
     e_raw_new, e_local_new = sum_terms(raw_new), sum_terms(local_new)
     target_new = e_raw_new if state.energy == "raw" else e_local_new
     extra = None
@@ -269,7 +269,7 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
 
 
 def _remembered_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor, pos: torch.Tensor,
-                      prop: torch.Tensor, known_logits: torch.Tensor, memo: ProposalMemo, memo_slots: torch.Tensor,
+                      prop: torch.Tensor, known_logits: torch.Tensor, memo: ProposalMemo, memo_sel: torch.Tensor,
                       m: int):
     """:func:`site_terms` of the first ``m`` chains (forwarded rows, stored into the memo) followed by the memo's
     terms of the others: ``(x_new or None, raw_new, local_new, seq, q, outputs)``, rows for the first ones only.
@@ -277,11 +277,11 @@ def _remembered_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_
     if m:
         x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, ch[:m], ch_host[:m], pos[:m], prop[:m],
                                                                 known_logits)
-        memo.store(ch[:m], memo_slots[:m], raw_new, local_new, m)
+        memo.store(memo_sel[:m], raw_new, local_new, m)
     else:  # every proposal is remembered: no rows at all
         x_new, seq, q, outputs = None, ch[:0], ch[:0], []
         raw_new = local_new = state.raw_terms[:0]
-    raw_h, local_h = memo.terms(ch[m:], memo_slots[m:])
+    raw_h, local_h = memo.terms(memo_sel[m:])
     return x_new, torch.cat([raw_new, raw_h]), torch.cat([local_new, local_h]), seq, q, outputs
 
 
@@ -325,7 +325,7 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         local, local_host = changed_chains(changed)
         h = 0
     else:  # the changed chains, those whose proposal the memo knows last
-        order, slot = memo.lookup(state.tokens, act, pos, prop, changed)
+        order = memo.lookup(state.tokens, act, pos, prop, changed)
         local, local_host, h = _misses_then_hits(order)
     ch_host = act_host.index_select(0, local_host)
     n = ch_host.shape[0]
@@ -335,7 +335,7 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
     m = n - h
     misses, ch_m, pos_m = (local, ch, pos_ch) if h == 0 else (local[:m], ch[:m], pos_ch[:m])  # no slice ops if no hit
     known = logits.index_select(0, misses) if logits is not None else state.cache[ch_m, pos_m]
-    with_memo = {} if memo is None else dict(memo=memo, memo_slots=slot.index_select(0, local), memo_hits=h)
+    with_memo = {} if memo is None else dict(memo=memo, memo_sel=local, memo_hits=h)
     state, k = site_evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop.index_select(0, local),
                                         logq_f.index_select(0, local), logq_r.index_select(0, local), known, beta,
                                         epoch, step, **with_memo)
