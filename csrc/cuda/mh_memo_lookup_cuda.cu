@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) mh_memo_lookup_kernel(MemoLookupArgs
     }
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0 || g >= a.G) return;
   const MemoGroup table{a.stamp + g * a.S, a.hashes + g * a.S, a.stored + g * a.S * a.L, a.S, a.L, a.ways};
   for (int64_t i = 0; i < a.A; ++i) {
     if (group_of(a, i) != g || !a.changed[i]) continue;
@@ -53,7 +53,10 @@ __global__ void __launch_bounds__(kThreads) mh_memo_lookup_kernel(MemoLookupArgs
 void launch_mh_memo_lookup(const MemoLookupArgs& args, cudaStream_t stream) {
   if (args.A == 0) return;
   TORCH_CHECK(args.G <= INT32_MAX, "mhfast.mh_memo_lookup_: too many groups for one grid");
-  mh_memo_lookup_kernel<<<static_cast<unsigned>(args.G), kThreads, 0, stream>>>(args);
+  // At least one block: block 0 also writes the result of the proposals that touch no table (all of them
+  // when there is no group at all).
+  const int64_t blocks = args.G > 0 ? args.G : 1;
+  mh_memo_lookup_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
