@@ -309,7 +309,7 @@ void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"hashes", &hashes},
                                 {"stored", &stored}}) {
-    TORCH_CHECK_VALUE(t->is_contiguous(), "mhfast.", op, ": ", name, " must be contiguous (it is written in place)");
+    check_contiguous_out(op, name, *t);
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"hashes", &hashes}, {"stored", &stored},
                                 {"tokens", &tokens}, {"group", &group}, {"act", &act}, {"pos", &pos},
@@ -356,10 +356,9 @@ void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, co
     check_size(op, name, *t, 0, n, "len(sel)");
     check_size(op, name, *t, 1, raw.size(2), "positions: dim 2 of raw");
   }
-  // Written in place through raw pointers (one layout for every backend): no strided views.
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"raw", &raw},
                                 {"local", &local}}) {
-    TORCH_CHECK_VALUE(t->is_contiguous(), "mhfast.", op, ": ", name, " must be contiguous (it is written in place)");
+    check_contiguous_out(op, name, *t);
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
                                 {"group", &group}, {"act", &act}, {"slot", &slot}, {"sel", &sel},

@@ -39,6 +39,12 @@ inline void check_size(const char* op, const char* name, const at::Tensor& t, in
                     " in dim ", dim, ", expected ", expected, " (", what, ")");
 }
 
+// Kernels that write a tensor in place through raw pointers (one layout for every backend) take no
+// strided views of it.
+inline void check_contiguous_out(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.is_contiguous(), "mhfast.", op, ": ", name, " must be contiguous (it is written in place)");
+}
+
 inline void check_same_device(const char* op, const char* ref_name, const at::Tensor& ref,
                               const char* name, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.device() == ref.device(), "mhfast.", op, ": ", name, " is on ", t.device(),

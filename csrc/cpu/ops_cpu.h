@@ -64,6 +64,12 @@ void mh_memo_store_cpu(at::Tensor& stamp, at::Tensor& raw, at::Tensor& local, co
                        const at::Tensor& act, const at::Tensor& slot, const at::Tensor& sel,
                        const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses, int64_t step);
 
+// Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" unless v lies in
+// [low, high) (or is -1 with `allow_minus_one`): check_in_range's test of one value, for kernels
+// that read their indices in place (no contiguous copy, no allocation).
+void check_value_in_range(const char* op, const char* name, int64_t v, int64_t low, int64_t high,
+                          bool allow_minus_one = false);
+
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" for the first
 // element (row-major order, as mhfast/_validate.py reports it) outside [low, high);
 // `allow_minus_one` additionally permits -1 (unused slots of block positions).

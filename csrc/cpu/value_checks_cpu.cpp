@@ -8,6 +8,14 @@
 namespace mhfast {
 namespace cpu {
 
+void check_value_in_range(const char* op, const char* name, int64_t v, int64_t low, int64_t high,
+                          bool allow_minus_one) {
+  if ((v < low || v >= high) && !(allow_minus_one && v == -1)) {
+    TORCH_CHECK_VALUE(false, "mhfast.", op, ": ", name, " contains ", v, ", outside [", low, ", ", high, ")",
+                      allow_minus_one ? " (or -1)" : "");
+  }
+}
+
 void check_in_range(const char* op, const char* name, const at::Tensor& t, int64_t low,
                     int64_t high, bool allow_minus_one) {
   if (t.numel() == 0) return;
@@ -15,13 +23,7 @@ void check_in_range(const char* op, const char* name, const at::Tensor& t, int64
   const at::Tensor c = t.contiguous();
   const int64_t* p = c.const_data_ptr<int64_t>();
   const int64_t n = c.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = p[i];
-    if ((v < low || v >= high) && !(allow_minus_one && v == -1)) {
-      TORCH_CHECK_VALUE(false, "mhfast.", op, ": ", name, " contains ", v, ", outside [", low, ", ",
-                        high, ")", allow_minus_one ? " (or -1)" : "");
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) check_value_in_range(op, name, p[i], low, high, allow_minus_one);
 }
 
 void check_distinct(const char* op, const char* name, const at::Tensor& t, int64_t high) {
