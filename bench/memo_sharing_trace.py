@@ -9,10 +9,10 @@ proposal X', accepted) as the single-site step evaluates it. It then replays the
   same input, kept for the whole run. E(X') depends on X' alone, so a chain may reuse another chain's numbers,
   and its own from an earlier visit to the same state.
 * **shared, any known**: the same, plus every state a chain has been in.
-* **as built**: what ``memo=8`` does now (mhfast/sampler/memo.py): one table per input of 8 x chains entries in
-  buckets of 8, least recently used out, holding every evaluated X' (rejected or accepted), a proposal of the same
-  step included. Counted as two numbers: the hits rejected (their rows saved) and those accepted (which forward
-  their rows anyway, for the cache).
+* **as built**: what ``memo=8`` does now (mhfast/sampler/memo.py), replayed through the lookup's reference: one
+  table per input of 8 x chains entries in buckets of 8, least recently used out, holding every evaluated X'
+  (rejected or accepted), a proposal of the same step included. Counted as two numbers: the hits rejected (their
+  rows saved) and those accepted (which forward their rows anyway, for the cache).
 
 Each count is the number of state-changing proposals the policy would have answered without forwarding their T-1
 rows. Counts only, nothing timed: this measures whether a shared memo is worth building.
@@ -25,13 +25,16 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_mixmatch  # noqa: E402
 
 import mhfast  # noqa: E402
+from mhfast import reference  # noqa: E402
 from mhfast.sampler import moves  # noqa: E402
+from mhfast.sampler.memo import WAYS  # noqa: E402
 
 SLOTS = 8
 
@@ -86,31 +89,22 @@ def replay(log: list[tuple[int, int, bytes, bytes, bool]]) -> dict[str, int]:
     return hits
 
 
-def as_built(log: list[tuple[int, int, bytes, bytes, bool]], chains: int, ways: int = 8) -> tuple[int, int]:
+def as_built(log: list[tuple[int, int, bytes, bytes, bool]], chains: int, ways: int = WAYS) -> tuple[int, int]:
     """(rejected hits, accepted hits) of the memo as built (memo=8: one input, 8 x chains entries in buckets of
-    ``ways``, least recently used out, entries used in the current step never evicted)."""
-    buckets: dict[int, dict[bytes, None]] = {}
-    num_buckets = max(1, -(-SLOTS * chains // ways))
+    ``ways``), replayed through the lookup's own reference (:func:`mhfast.reference.memo_lookup_one`); a miss's
+    terms are stored at once, as the step does before any hit reads them."""
+    S = -(-SLOTS * chains // ways) * ways
+    L = len(log[0][3]) // 8 if log else 0
+    stamp, hashes, stored = [-1] * S, [0] * S, [[0] * L for _ in range(S)]
     rejected = accepted = 0
-    step, pinned = None, set()
-    for s, _, _, x_new, moved in log:
-        if s != step:
-            step, pinned = s, set()
-        b = buckets.setdefault(hash(x_new) % num_buckets, {})  # dicts keep insertion order: oldest use first
-        if x_new in b:
-            del b[x_new]
-            b[x_new] = None
-            pinned.add(x_new)
+    for step, _, _, x_new, moved in log:
+        entry, hit = reference.memo_lookup_one(stamp, hashes, stored, numpy.frombuffer(x_new, numpy.int64).tolist(),
+                                               ways, step)
+        if hit:
             accepted += moved
             rejected += not moved
-            continue
-        if len(b) >= ways:
-            victim = next((k for k in b if k not in pinned), None)
-            if victim is None:
-                continue
-            del b[victim]
-        b[x_new] = None
-        pinned.add(x_new)
+        elif entry >= 0:
+            stamp[entry] = step  # the store: ready
     return rejected, accepted
 
 

@@ -354,15 +354,6 @@ def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: 
             pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)
 
 
-_MASK64 = (1 << 64) - 1
-
-
-def _mix64(x: int) -> int:
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
 def memo_hash(seq: list[int]) -> int:
     """The memo's 64-bit hash of a token sequence (csrc/memo_table.h): FNV-1a over the tokens, then the splitmix64
     finalizer; returned as the signed int64 the tables store.
@@ -373,17 +364,22 @@ def memo_hash(seq: list[int]) -> int:
     """
     h = 0xCBF29CE484222325
     for tok in seq:
-        h = ((h ^ (tok & _MASK64)) * 0x100000001B3) & _MASK64
-    h = _mix64(h)
-    return h - (1 << 64) if h >= 1 << 63 else h
+        h = ((h ^ (tok & _U64)) * 0x100000001B3) & _U64
+    return _i64(_mix_int(h))
 
 
-def _memo_lookup_one(stamp: list[int], hashes: list[int], stored: list[list[int]], seq: list[int], ways: int,
-                     step: int) -> tuple[int, bool]:
-    """One proposal against one group's table (lists, changed in place): ``(entry or -1, hit)``; see
-    :func:`mh_memo_lookup_`."""
+def memo_lookup_one(stamp: list[int], hashes: list[int], stored: list[list[int]], seq: list[int], ways: int,
+                    step: int) -> tuple[int, bool]:
+    """One proposal (the sequence ``seq``) against one group's table (lists, changed in place): ``(entry or -1,
+    hit)``; see :func:`mh_memo_lookup_` (bench/memo_sharing_trace.py replays traces through it).
+
+    Example:
+        >>> stamp, hashes, stored = [-1] * 2, [0] * 2, [[0, 0]] * 2
+        >>> memo_lookup_one(stamp, hashes, stored, [1, 2], 2, 0), memo_lookup_one(stamp, hashes, stored, [1, 2], 2, 0)
+        ((0, False), (0, True))
+    """
     h = memo_hash(seq)
-    base = ((h & _MASK64) % (len(stamp) // ways)) * ways
+    base = ((h & _U64) % (len(stamp) // ways)) * ways
     live = lambda st: st >= 0 or st == -(step + 2)  # noqa: E731
     empty = oldest = -1
     for s in range(base, base + ways):
@@ -446,7 +442,7 @@ def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Ten
         seq = list(toks[c])
         seq[p] = w
         g = grp[c]
-        slot[a], hit = _memo_lookup_one(st[g], hs[g], sd[g], seq, ways, step)
+        slot[a], hit = memo_lookup_one(st[g], hs[g], sd[g], seq, ways, step)
         order[a if not hit else A + a] = True
     stamp.copy_(torch.tensor(st, dtype=torch.long))
     hashes.copy_(torch.tensor(hs, dtype=torch.long))

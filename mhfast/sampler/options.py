@@ -209,7 +209,7 @@ def resolved_uniform_mix(cfg: Any, vocab_size: int = 0) -> float:
 
 AUTO_MEMO = 8  #: the proposal memo's entries per chain under memo="auto", where it can act
 #: The most entries per chain (each costs 3 T numbers in the input's table). On AntiBERTy from a real antibody the
-#: default 8 already gets 44 of the 47 and 86 of the 92 rejected repeats an unbounded table gets (bench/RESULTS.md).
+#: default 8 already gets 43 of the 47 and 86 of the 92 rejected repeats an unbounded table gets (bench/RESULTS.md).
 MAX_MEMO = 64
 
 
