@@ -14,16 +14,42 @@ import pytest
 import torch
 
 import mhfast
+from leak_guard import changed_settings, leaked_since, settings, threads_and_children
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def pytest_configure(config):
     """No tqdm monitor thread in the test process: several tests fork runs of ``mhfast translate`` from
-    it (why that matters: resume_harness.no_tqdm_monitor_thread)."""
+    it (why that matters: resume_harness.no_tqdm_monitor_thread). Likewise inductor compiles in the test
+    process itself, not in a pool of compile workers that would outlive the compile tests (torch keeps that
+    pool for the life of the process; the compile tests still compile for real, on a cold cache in CI)."""
     from resume_harness import no_tqdm_monitor_thread
 
     no_tqdm_monitor_thread()
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads_or_processes():
+    """Fails (at teardown) the test that leaves a Python thread or a child process behind, naming them
+    (tests/leak_guard.py says why)."""
+    before = threads_and_children()
+    yield
+    problems = leaked_since(before)
+    if problems:
+        pytest.fail("this test left " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_changed_settings():
+    """Fails (at the module's teardown) a module that leaves torch's thread count, default dtype, grad mode,
+    the working directory, sys.path or the environment changed."""
+    before = settings()
+    yield
+    problems = changed_settings(before)
+    if problems:
+        pytest.fail("this module left process-wide settings changed: " + "; ".join(problems), pytrace=False)
 
 
 @pytest.fixture(params=DEVICES)

@@ -42,9 +42,13 @@ def tiny_translator(checkpoint: str, data: str) -> Any:
 
     from mhfast.translation import load_translator
 
-    torch.set_num_threads(1)
-    translator = load_translator(checkpoint, data, tokenizer="none")
-    translator.translate(["ein hund ."], sampler_options=dict(chains=1, epochs=1, burn_in=0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the forked runs use one thread (forked_translate): warm up as they will run
+    try:
+        translator = load_translator(checkpoint, data, tokenizer="none")
+        translator.translate(["ein hund ."], sampler_options=dict(chains=1, epochs=1, burn_in=0))
+    finally:  # this process's own setting is not the harness's to change
+        torch.set_num_threads(threads)
     return translator
 
 

@@ -92,10 +92,10 @@ def test_ab_static_step_compares_both_steps():
     assert "wrote" not in proc.stdout
 
 
-def test_bench_forward_compile_lines_on_a_tiny_bert():
+def test_bench_forward_compile_lines_on_a_tiny_bert(monkeypatch):
     """bench/bench_forward.py's measure_compile (gpu_check's step 10 on a GPU) on a tiny 2-layer BERT: it compiles
     through mhfast.models.compiled_blocks, times both modes and writes its line."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # put back after the test, with what the script adds
     import torch
     import bench_forward
     from test_compile_option import two_layer_bert

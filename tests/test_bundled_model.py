@@ -14,7 +14,7 @@ import pytest
 import sacrebleu
 import torch
 
-from fairseq_tiny_cmlm import MULTI30K
+from fairseq_tiny_cmlm import require_multi30k
 from mhfast.translation import (BUNDLE_DIR, BUNDLE_FILES, BUNDLED_TEST_REFERENCE, BUNDLED_TEST_SOURCE,
                                 load_bundled_model)
 
@@ -46,10 +46,9 @@ def test_bundle_weights_are_half_precision_without_optimizer_state():
     assert not ckpt.get("last_optimizer_state")
 
 
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 def test_bundled_test_files_are_the_raw_multi30k_pair():
     for bundled, lang in ((BUNDLED_TEST_SOURCE, "de"), (BUNDLED_TEST_REFERENCE, "en")):
-        with gzip.open(MULTI30K / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+        with gzip.open(require_multi30k() / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
             raw = f.read().splitlines()
         assert bundled.read_text(encoding="utf-8").splitlines() == raw
         assert len(raw) == 1000

@@ -18,11 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_tiny_cmlm import MULTI30K
 from mhfast.cli import main
 from resume_harness import KILLED, fork_single_threaded, forked_translate, tiny_translator, wait_child
-
-pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_tiny_cmlm import MULTI30K
 from resume_harness import KILLED, forked_translate, tiny_translator
-
-needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
-pytestmark = needs_multi30k
 
 
 @pytest.fixture(scope="module")

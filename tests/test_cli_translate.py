@@ -22,12 +22,10 @@ import pytest
 import torch
 
 import mhfast
-from fairseq_tiny_cmlm import MULTI30K
 from mhfast.cli import main
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 FAST = ["--chains", "2", "--epochs", "2", "--burn-in", "1"]
 
 
@@ -110,7 +108,6 @@ def write_input(path: Path, lines: list[str]) -> Path:
     return path
 
 
-@needs_multi30k
 def test_translate_plain_is_the_best_sample_per_source(tiny, translator, sources, tmp_path, capsys):
     lines = sources[:2] + [""] + sources[2:4]
     src = write_input(tmp_path / "src.txt", lines)
@@ -132,7 +129,6 @@ def test_translate_plain_is_the_best_sample_per_source(tiny, translator, sources
         assert got[i]  # a real translation, not an empty line
 
 
-@needs_multi30k
 def test_translate_mask_predict_and_stdin(tiny, translator, sources, monkeypatch, capsys):
     lines = sources[:4]
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
@@ -144,7 +140,6 @@ def test_translate_mask_predict_and_stdin(tiny, translator, sources, monkeypatch
     assert out.splitlines() == [translator.cmlm.decode(t) for t in ref.tokens]
 
 
-@needs_multi30k
 def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path, capsys):
     lines = sources[:1] + [""] + sources[1:2]
     src = write_input(tmp_path / "src.txt", lines)
@@ -215,7 +210,6 @@ def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path, cap
     assert outs[0] == outs[1]
 
 
-@needs_multi30k
 def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsys):
     """--ref adds T- lines after S- lines, --limit keeps the first N lines, and the BLEU/chrF on stderr
     are sacreBLEU's on the D- hypotheses (the same numbers `mhfast evaluate` prints)."""
@@ -249,7 +243,6 @@ def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsy
     assert len(hyps) == 3 and f"BLEU = {sacrebleu.corpus_bleu(hyps, [refs]).score:.2f}" in err
 
 
-@needs_multi30k
 def test_translate_reference_errors_are_one_line(tiny, tmp_path, capsys):
     src = write_input(tmp_path / "src.txt", ["ein hund .", "eine frau ."])
     ref = write_input(tmp_path / "ref.txt", ["a dog ."])
@@ -278,7 +271,6 @@ def _env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 
-@needs_multi30k
 def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, capsys):
     lines = sources[:10]
     lines[3] = ""
@@ -333,7 +325,6 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, 
     assert json.loads(progress.read_text())["lines_done"] == len(lines)
 
 
-@needs_multi30k
 def test_translate_errors_are_one_line(tiny, tmp_path, capsys):
     src = write_input(tmp_path / "src.txt", ["ein hund ."])
     cases = [

@@ -15,9 +15,6 @@ import pytest
 import torch
 
 import mhfast
-from fairseq_tiny_cmlm import MULTI30K, tokenize
-
-pytestmark = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}")
 
 
 class EncoderCounter:

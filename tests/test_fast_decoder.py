@@ -14,12 +14,10 @@ import pytest
 import torch
 
 import mhfast
-from fairseq_tiny_cmlm import MULTI30K
 from mhfast.models.fast_decoder import FastCMLMDecoder, fast_decoder_model
 from mhfast.models.fast_forward import fast_forward_model
 
-pytestmark = [pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k data folder not found at {MULTI30K}"),
-              pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _reads(cmlm, sources, seed: int = 0):

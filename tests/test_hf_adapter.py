@@ -2,6 +2,7 @@
 padding is invisible, the fallback path, loading from a directory, frame(), and bad input."""
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -103,6 +104,16 @@ def test_load_from_directory_with_tokenizer(tmp_path):
     rows, positions = random_rows("bert", 5, 4)
     torch.testing.assert_close(lm.masked_logits(rows, positions), full_forward(tiny_model("bert"), rows, positions),
                                rtol=1e-5, atol=ATOL)
+
+
+def test_loading_returns_with_no_thread_of_its_own_left(tmp_path):
+    """transformers >= 5 loads weights on a pool it shuts down without waiting; the load returns only once
+    those workers have ended, so a caller may fork right after it (tests/leak_guard.py says why it matters)."""
+    path = save_tiny_bert_dir(tmp_path / "tiny")
+    for _ in range(3):  # the workers' exit races the return: a few loads, checked at once each time
+        before = set(threading.enumerate())
+        load_masked_lm(str(path))
+        assert [t.name for t in set(threading.enumerate()) - before] == []
 
 
 def test_frame_and_max_length():

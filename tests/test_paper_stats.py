@@ -147,10 +147,10 @@ def test_no_verdict_below_the_minimum_number_of_sentences():
     assert ps.verdict(dataclasses.replace(few, n=ps.MIN_SENTENCES), "10 sentences") == "**holds**"
 
 
-def test_one_configuration_spelled_two_ways_shares_a_cache_key():
+def test_one_configuration_spelled_two_ways_shares_a_cache_key(monkeypatch):
     """bench/paper_runs.options_key drops options left at mhfast.sample's defaults (Tables 1-3 each ran the
     default single-site local MH under a different spelling, and computed it three times)."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import paper_runs
 
     base = {"sampler": "mh", "energy": "local"}

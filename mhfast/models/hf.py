@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -77,6 +79,24 @@ def _quiet_transformers():
             tf_logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def _loader_threads_joined(timeout: float = 10.0):
+    """Return from a load only once the threads it started have ended.
+
+    transformers >= 5 loads weights on a thread pool that it shuts down without waiting, so its workers
+    outlive ``from_pretrained`` for a moment. A caller that forks then (a DataLoader worker, a test harness,
+    a launcher) hands the child locks held by threads it does not have. Idle workers exit within
+    milliseconds of the shutdown, so waiting costs nothing; a thread still running after ``timeout``
+    seconds is left alone (it is not ours to stop)."""
+    before = set(threading.enumerate())
+    try:
+        yield
+    finally:
+        deadline = time.monotonic() + timeout
+        for thread in set(threading.enumerate()) - before:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def _load_from_dir(path: str) -> Any:
     """``AutoModelForMaskedLM.from_pretrained(path)`` offline, failing loudly on missing weights."""
     transformers = _transformers()
@@ -84,7 +104,7 @@ def _load_from_dir(path: str) -> Any:
         raise FileNotFoundError(f"model_or_path: no such model directory: {path!r}")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model_or_path: {path!r} has no config.json (not a HuggingFace model directory)")
-    with _quiet_transformers():
+    with _quiet_transformers(), _loader_threads_joined():
         try:
             model, info = transformers.AutoModelForMaskedLM.from_pretrained(
                 path, local_files_only=True, output_loading_info=True)
