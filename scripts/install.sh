@@ -1,28 +1,47 @@
 #!/usr/bin/env bash
-# Installs everything mhfast, its tests and its main job need on a fresh machine, then builds
-# the compiled core in place. Idempotent: a second run only rebuilds what changed.
+# Installs everything mhfast, its tests and its main job need, then builds the compiled core in place.
+#
+# Where: a virtual environment of its own, .venv/ in the checkout (MHFAST_VENV=DIR names another folder), made
+# from the python3 on PATH (PYTHON=... names another interpreter). Nothing outside that folder is installed,
+# upgraded or downgraded. MHFAST_VENV=none installs into the interpreter itself instead, with the same pins:
+# for a machine or container that is yours to change.
+# What: the versions in scripts/constraints.txt, the set the whole suite last passed with on a fresh machine
+# (pinned so that a newer transformers or numpy cannot break a newcomer's first run; bump them there and rerun
+# the suite). torch is the CPU build 2.13.0: on this project's machines a local wheel, where an unpinned torch
+# would pull a multi-GB CUDA build.
+# Idempotent: a second run installs nothing new and only rebuilds what changed (seconds).
+# Prints the environment's python as its last line (scripts/main.sh and test.sh read it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+BASE=${PYTHON:-python3}
+VENV=${MHFAST_VENV:-.venv}
+if [ "$VENV" = none ]; then
+  PY=$(command -v "$BASE")
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$BASE" -m venv "$VENV" >&2
+  fi
+  PY=$VENV/bin/python
+fi
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check -c scripts/constraints.txt "$@" >&2; }
 
-# torch first, pinned: this version is a CPU wheel on local disk here; an unpinned `torch`
-# (asked for directly or by another package) would pull a multi-GB CUDA build.
-pip_install "torch==2.13.0"
+# torch first, alone: the version pinned in constraints.txt is a CPU wheel on local disk here.
+pip_install torch
 pip_install numpy scipy pytest pytest-timeout hypothesis expecttest ninja tqdm \
-  "transformers>=4.40" "antiberty==0.1.3" "sacrebleu>=2.3" sacremoses sentencepiece matplotlib
+  transformers antiberty sacrebleu sacremoses sentencepiece matplotlib
 
 # fairseq (optional; the CMLM adapter and its tests): only the fairseq-fixed fork builds on Python
 # 3.11. It compiles Cython extensions against the installed torch/numpy (~4.5 min on 2 cores), so
 # it is skipped when already importable; it pulls a torchaudio that does not match torch: removed.
 if ! "$PY" -c "import fairseq" >/dev/null 2>&1; then
-  pip_install cython
+  pip_install cython setuptools wheel
   env -u CUDA_HOME "$PY" -m pip install -q --disable-pip-version-check --no-cache-dir --no-build-isolation \
-    "fairseq-fixed==0.12.3.1"
-  "$PY" -m pip uninstall -y -q torchaudio || true
+    -c scripts/constraints.txt fairseq-fixed >&2
+  "$PY" -m pip uninstall -y -q torchaudio >&2 || true
 fi
 
 # The compiled core: the same path as a user's `pip install .` (pyproject.toml's in-tree backend
 # compiles against the torch installed above and never fetches one), as an editable install so
 # that the tests and scripts import this checkout (mhfast/_C*.so is built in place).
 pip_install -e .
+echo "$PY"

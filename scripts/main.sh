@@ -6,6 +6,6 @@
 # sacreBLEU and chrF of the 5 translations with their signatures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
-python3 -m mhfast translate --input bundled --ref bundled --limit 5 --format fairseq \
+PY=$(bash scripts/install.sh | tail -n 1)  # the project's environment: .venv/ by default (see install.sh)
+"$PY" -m mhfast translate --input bundled --ref bundled --limit 5 --format fairseq \
     --energy raw --chains 5 --epochs 12 --burn-in 2 --anneal 0.08 --seed 0 --quiet "$@" 2>&1
