@@ -78,7 +78,8 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (["sample", "--model", "{bert}", "--length", "100000"], "length"),
     (["sample", "--model", "{bert}", "--length", "2.5"], "--length"),
     (["sample", "--model", "{bert}", "--length", "3", "--init", "a"], "--init"),
-    (["sample", "--model", "{bert}", "--init", "a " * 200, "--epochs", "1", "--burn-in", "0"], "init"),
+    (["sample", "--model", "{bert}", "--init", "a " * 200, "--epochs", "1", "--burn-in", "0"],
+     ("--init: the sequence has 202 tokens", "maximum of 40 positions")),
     (["sample", "--model", "{bert}", "--init", "", "--epochs", "1", "--burn-in", "0"], "init"),
     (["sample", "--model", "{bert}", "--init", "a b", "--free", "0:9"], "--free"),
     (["sample", "--model", "{bert}", "--init", "a b", "--free", "2:1"], "--free"),
@@ -89,6 +90,10 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (["sample", "--model", "{bert}", "--init-file", "{d}/empty.txt"], "--init-file"),
     (["sample", "--model", "{bert}", "--init-file", "{d}/binary.txt"], "--init-file"),
     (["sample", "--model", "{bert}", "--init-file", "{d}"], "--init-file"),
+    # issue 37: a length limit names the record, its length and the model's limit, in every command
+    (SAMPLE[:3] + ["--init-file", "{d}/long_second.txt"],
+     ("--init-file", "long_second.txt': line 2: the sequence has 62 tokens", "maximum of 40 positions")),
+    (SAMPLE[:3] + ["--init", "a b", "a " * 50], ("--init 2: the sequence has 52 tokens", "maximum of 40 positions")),
     (["sample", "--model", "{d}/nonexistent", "--length", "3"], "--model"),
     (["sample", "--model", "{d}/empty_dir", "--length", "3"], "empty_dir"),
     (["sample", "--model", "{d}/bad_json", "--length", "3"], "bad_json"),
@@ -134,6 +139,8 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (TRANSLATE + ["--output", "{d}/no/such/folder.txt"], "--output"),
     (TRANSLATE + ["--stats-out", "{d}"], "--stats-out"),
     (TRANSLATE + ["--spm", "x", "--tokenizer", "none"], "--tokenizer"),
+    (["translate", "--input", "{d}/long_source.de", "-q"],
+     ("--input", "long_source.de': line 2 has", "maximum of 1024 source positions")),
 ]
 SCORE_ROWS: list[tuple[list[str], str]] = [
     (SCORE + ["--batch-size", "0"], "--batch-size"), (SCORE + ["--max-tokens-per-batch", "0"], "--max-tokens"),
@@ -144,6 +151,14 @@ SCORE_ROWS: list[tuple[list[str], str]] = [
     (["score", "--input", "{d}/binary.txt", "--model", "{bert}", "-q"], "--input"),
     (["score", "--input", "{one}", "--model", "{bert}", "--ids", "-q"], "--input"),
     (["score", "--input", "{one}", "--model", "bundled", "--source", "{d}/empty.txt", "-q"], "--source"),
+    (["score", "--input", "{d}/long_second.txt", "--model", "{bert}", "-q"],
+     ("--input", "long_second.txt': line 2: the sequence has 62 tokens", "maximum of 40 positions")),
+    (["score", "--input", "{d}/long_ids.txt", "--model", "{bert}", "--ids", "-q"],
+     ("--input", "long_ids.txt': line 1: the sequence has 45 tokens", "maximum of 40 positions")),
+    (["score", "--input", "{d}/long_target.tsv", "--model", "bundled", "-q"],
+     ("--input", "long_target.tsv': line 2: the sequence has", "maximum of 1024 positions")),
+    (["score", "--input", "{d}/long_source.tsv", "--model", "bundled", "-q"],
+     ("--input", "long_source.tsv': line 1: its source has", "maximum of 1024 source positions")),
 ]
 EVALUATE_ROWS: list[tuple[list[str], str]] = [
     (["evaluate"], "--hyp"), (["evaluate", "--hyp", "{one}", "--ref", "{d}/empty.txt"], "--ref"),
@@ -164,6 +179,11 @@ def paths(tmp_path_factory) -> dict:
     (d / "empty.txt").write_bytes(b"")
     (d / "binary.txt").write_bytes(b"\xff\xfe\x00abc\n")
     (d / "one.txt").write_text("ein Hund .\n")
+    (d / "long_second.txt").write_text("a b\n" + "a " * 60 + "\n")  # 62 tokens with [CLS]/[SEP]: the BERT has 40
+    (d / "long_ids.txt").write_text(" ".join(["2"] + ["5"] * 43 + ["3"]) + "\n")
+    (d / "long_target.tsv").write_text("ein Hund\ta dog\nein Hund\t" + "a dog " * 600 + "\n")
+    (d / "long_source.tsv").write_text("Hund " * 1100 + "\ta dog\n")
+    (d / "long_source.de").write_text("ein Hund .\n" + "Hund " * 1100 + "\n")
     (d / "empty_dir").mkdir()
     (d / "bad_json").mkdir()
     (d / "bad_json" / "config.json").write_text("{not json")
@@ -192,12 +212,14 @@ def _argv(template: list[str], paths: dict) -> list[str]:
     return [a.format(**paths) for a in template]
 
 
-def _one_error_line(err: str, needle: str) -> str:
+def _one_error_line(err: str, needle: str | tuple[str, ...]) -> str:
+    """The one line of ``err``; it must hold ``needle`` (or every needle of a tuple: the flag, the record, ...)."""
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
     assert lines[0].startswith("mhfast") and "error:" in lines[0], lines[0]
-    assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    for part in (needle,) if isinstance(needle, str) else needle:
+        assert part in lines[0], f"{part!r} not in {lines[0]!r}"
     return lines[0]
 
 

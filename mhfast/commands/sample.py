@@ -17,6 +17,7 @@ import dataclasses
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,40 +58,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="print only the final samples")
 
 
-def read_sequences(path: str) -> list[str]:
+@dataclass(frozen=True)
+class Record:
+    """One start sequence and where it came from: ``where`` names it in messages (``"--init 2"``,
+    ``"--init-file 'heavy.fa': line 5"``)."""
+
+    text: str
+    where: str
+
+
+def read_sequences(path: str) -> list[Record]:
     """One sequence per non-empty line, or FASTA records (lines after a '>' header are joined)."""
-    from ..files import read_records
+    from ..files import line_of, read_records
 
     # "\n"-separated records (a text-mode file would also split at a lone "\r"); bad UTF-8 names the line
-    lines = [line.strip() for line in read_records(path, "--init-file")]
-    if any(line.startswith(">") for line in lines):
-        records, current = [], None
-        for line in lines:
+    lines = [(n, line.strip()) for n, line in enumerate(read_records(path, "--init-file"), 1)]
+    where = lambda n: line_of(path, "--init-file", n)  # noqa: E731
+    if any(line.startswith(">") for _, line in lines):
+        records: list[tuple[int, list[str]]] = []
+        for n, line in lines:
             if line.startswith(">"):
-                current = []
-                records.append(current)
-            elif line and current is not None:
-                current.append(line)
-        seqs = ["".join(r) for r in records if r]
+                records.append((n, []))
+            elif line and records:
+                records[-1][1].append(line)
+        seqs = [Record("".join(parts), where(n)) for n, parts in records if parts]
     else:
-        seqs = [line for line in lines if line and not line.startswith("#")]
+        seqs = [Record(line, where(n)) for n, line in lines if line and not line.startswith("#")]
     if not seqs:
         raise ValueError(f"--init-file: no sequences in {path!r}")
     return seqs
 
 
+def _records(args: argparse.Namespace) -> list[Record] | None:
+    """The start sequences of --init or --init-file, each naming where it came from (None without them)."""
+    if args.init is not None:
+        return [Record(text, f"--init {k}" if len(args.init) > 1 else "--init") for k, text in enumerate(args.init, 1)]
+    return read_sequences(args.init_file) if args.init_file else None
+
+
+def _encode(lm: Any, record: Record) -> torch.Tensor:
+    """A record's token ids, checked (not empty, fits the model's positions); errors name the record."""
+    from ..models.base import check_length
+
+    try:
+        ids = lm.encode(record.text)
+        if len(ids) == 0:
+            raise ValueError("empty sequence")
+        check_length(lm, len(ids), "the sequence")
+    except ValueError as e:
+        raise ValueError(f"{record.where}: {e}") from None
+    return ids
+
+
 def _inputs(lm: Any, args: argparse.Namespace) -> dict:
     """The ``init``/``free_positions`` or ``length`` arguments of mhfast.sample from the options."""
-    texts = args.init if args.init is not None else (read_sequences(args.init_file) if args.init_file else None)
-    if texts is None:
+    records = _records(args)
+    if records is None:
         if args.free:
             raise ValueError("--free needs --init or --init-file (infilling keeps the rest of a given sequence)")
         return {"length": 10 if args.length is None else args.length}
     if not callable(getattr(lm, "encode", None)):
         raise ValueError("--init: this model has no tokenizer to encode text")
-    encoded = [lm.encode(t) for t in texts]
-    if any(len(e) == 0 for e in encoded):
-        raise ValueError("--init: empty sequence")
+    encoded = [_encode(lm, r) for r in records]
     T = max(len(e) for e in encoded)
     init = torch.full((len(encoded), T), lm.pad_id, dtype=torch.long)
     for b, e in enumerate(encoded):
@@ -104,7 +133,7 @@ def _inputs(lm: Any, args: argparse.Namespace) -> dict:
             ordinary = (~special[e]).nonzero().flatten()  # token index of each ordinary token
             for start, end in args.free:
                 if end > len(ordinary):
-                    raise ValueError(f"--free {start}:{end}: sequence {b + 1} has only {len(ordinary)} tokens")
+                    raise ValueError(f"--free {start}:{end}: {records[b].where} has only {len(ordinary)} tokens")
                 free[b, ordinary[start:end]] = True
             # Masked tokens ('_') must be filled, so they are free whatever the spans say.
             free[b, :len(e)] |= e == lm.mask_id

@@ -53,7 +53,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, read_records, write_json_atomic
+from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, line_of, read_records, write_json_atomic
 from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
@@ -265,6 +265,17 @@ def _terms_factory(args: argparse.Namespace, translator: Any, count: int) -> Any
     return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad), clf)
 
 
+def _check_sources(args: argparse.Namespace, translator: Any, lines: list[str]) -> None:
+    """Every source line fits the model's source positions, checked before the first chunk (a long line in a
+    late chunk would otherwise stop the run halfway); the message names the line."""
+    from ..models.base import check_length
+
+    for number, line in enumerate(lines, 1):
+        if line:
+            check_length(translator, int(translator.source_ids(line).numel()), line_of(args.input, "--input", number),
+                         side="source")
+
+
 def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
     from tqdm import tqdm
 
@@ -349,6 +360,7 @@ def run(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(args.threads)
         translator = _load(args)
+        _check_sources(args, translator, lines)
         terms_for = _terms_factory(args, translator, len(lines))
         stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
                        "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}

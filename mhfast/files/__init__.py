@@ -14,8 +14,8 @@ Example:
 """
 from .fingerprint import file_sha256
 from .journal import PROGRESS_SUFFIX, PROGRESS_VERSION, CommittedOutput, write_json_atomic
-from .lines import read_records, split_records
+from .lines import describe, line_of, read_records, split_records
 from .lock import OutputLock, OutputInUse
 
-__all__ = ["CommittedOutput", "OutputInUse", "OutputLock", "PROGRESS_SUFFIX", "PROGRESS_VERSION", "file_sha256",
-           "read_records", "split_records", "write_json_atomic"]
+__all__ = ["CommittedOutput", "OutputInUse", "OutputLock", "PROGRESS_SUFFIX", "PROGRESS_VERSION", "describe",
+           "file_sha256", "line_of", "read_records", "split_records", "write_json_atomic"]

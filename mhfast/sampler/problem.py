@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from ..energy_terms import normalize as normalize_terms
+from ..models.base import check_rows_fit
 
 
 def _err(name: str, msg: str) -> ValueError:
@@ -251,14 +252,10 @@ def check_slots(inputs: int, chains: int, T: int, device: Any, what: str) -> Non
 
 
 def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
-    """Reject rows longer than the model's position table (``model.max_length``, when it has one) and
-    chains that cannot be held, before any allocation (never a crash deep inside the model)."""
-    limit = getattr(model, "max_length", None)
-    T = int(rows.shape[1])
-    if isinstance(limit, int) and T > limit:
-        raise _err(what, f"gives rows of {T} tokens (special tokens included), more than the model's maximum of "
-                   f"{limit} positions")
-    check_slots(int(rows.shape[0]), int(cfg.chains), T, device, what)
+    """Reject rows longer than the model's position table (:func:`mhfast.models.base.check_rows_fit`, naming
+    the row) and chains that cannot be held, before any allocation (never a crash deep inside the model)."""
+    check_rows_fit(model, rows, int(model.pad_id), lambda b: f"mhfast.sample: {what} row {b}")
+    check_slots(int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what)
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:

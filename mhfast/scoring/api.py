@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..models.base import check_rows_fit
 from ..sampler.backend import get_backend
 from ..sampler.problem import checked_positions
 from ..sampler.runner import ModelRunner, sum_terms
@@ -195,6 +196,7 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
     _check_max_tokens(max_tokens_per_batch)
     lm = as_model(model)
     rows = pad_sequences(tokens, int(lm.pad_id))
+    check_rows_fit(lm, rows, int(lm.pad_id), lambda b: f"mhfast.energy: tokens row {b}")
     mask = _score_mask(free_positions, energy_positions(lm, rows))
     raw, local = compute_terms(lm, rows, mask, source=source, max_tokens_per_batch=max_tokens_per_batch,
                                backend=backend)
