@@ -1,12 +1,14 @@
 """The ``mhfast`` command line: ``mhfast <command> [options]`` (also ``python3 -m mhfast``).
 
 Each command is a module of :mod:`mhfast.commands` defining ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``; modules are discovered automatically, so a
-new command is a new file there and needs no edit here.
+``add_arguments(parser)`` and ``run(args) -> int`` (and ``results_on_stdout(args) -> bool`` where its
+results do not always go to stdout); modules are discovered automatically, so a new command is a new
+file there and needs no edit here.
 
 User errors (bad options, missing files, invalid sequences) print ONE line
 ``mhfast <command>: error: ...`` on stderr and exit with status 2; set ``MHFAST_DEBUG=1`` to get
-the traceback instead. A closed pipe on stdout (``mhfast translate ... | head -1``) ends the
+the traceback instead. A command whose results go to stdout refuses a closed or read-only stdout before
+any work (exit status 2). A closed pipe on stdout (``mhfast translate ... | head -1``) ends the
 command quietly with status 141 (128 + SIGPIPE), as other command-line tools do.
 
 Example:
@@ -23,6 +25,7 @@ from typing import Sequence
 
 from . import commands
 from .allocator import tune_cpu_allocator
+from .files.journal import check_stdout
 from .models.compiled_blocks import CompileError
 
 
@@ -47,8 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run, _prog=p.prog)
+        p.set_defaults(_run=mod.run, _prog=p.prog, _stdout=getattr(mod, "results_on_stdout", _always))
     return parser
+
+
+def _always(args: argparse.Namespace) -> bool:
+    """A command without ``results_on_stdout(args)`` writes its results to stdout whatever its options."""
+    return True
+
+
+def _check_stdout(args: argparse.Namespace) -> None:
+    """Refuse a closed or read-only stdout before any work when the command's results go there (the
+    command's ``results_on_stdout(args)``): they would be lost, or fail only at the end."""
+    if args._stdout(args):
+        check_stdout("give --output FILE" if hasattr(args, "output") else "run it with stdout open (e.g. > FILE)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("MHFAST_TUNE_MALLOC", "1") != "0":  # a whole run in this process: keep freed memory
         tune_cpu_allocator()
     try:
+        _check_stdout(args)
         code = int(args._run(args) or 0)
         if sys.stdout is not None:
             sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit

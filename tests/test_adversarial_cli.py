@@ -270,3 +270,37 @@ def test_closed_stdin_is_one_line(paths):
     proc = _run(["translate", "-q", "--epochs", "1", "--burn-in", "0"], shell_suffix=" <&-", timeout=60)
     assert proc.returncode == 2, proc.stderr
     _one_error_line(proc.stderr, "stdin")
+
+
+# -------------------------------------------------------------------- stdout that cannot take the results (issue 37)
+# Each command whose results go to stdout, with an input it would fail on later (a missing model or file): the
+# stdout error comes first, so it is checked before any work.
+STDOUT_COMMANDS = [
+    ["sample", "--model", "{d}/nonexistent", "--length", "3"],
+    ["score", "--input", "{d}/nonexistent", "--model", "{bert}", "-q"],
+    ["translate", "--input", "{d}/nonexistent", "-q"],
+    ["evaluate", "--hyp", "{d}/nonexistent", "--ref", "{one}"],
+]
+
+
+def test_every_command_is_in_the_stdout_table():
+    from mhfast.cli import _command_modules
+
+    assert {argv[0] for argv in STDOUT_COMMANDS} == {m.NAME for m in _command_modules()}
+
+
+@pytest.mark.parametrize("redirect,needle", [(" >&-", "stdout is closed"), (" 1</dev/null", "reading only")])
+@pytest.mark.parametrize("template", STDOUT_COMMANDS, ids=[a[0] for a in STDOUT_COMMANDS])
+def test_a_closed_stdout_is_refused_before_any_work(template, redirect, needle, paths):
+    proc = _run(_argv(template, paths), shell_suffix=redirect, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    hint = "--output FILE" if template[0] in ("score", "translate") else "stdout open"
+    _one_error_line(proc.stderr, (needle, hint))
+
+
+def test_a_closed_stdout_is_fine_when_the_results_go_to_output(paths, tmp_path):
+    out = tmp_path / "scores.tsv"
+    proc = _run(["score", "--input", paths["one"], "--model", paths["bert"], "-q", "--output", str(out)],
+                shell_suffix=" >&-", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().count("\n") == 1

@@ -39,6 +39,11 @@ DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
 METRICS = ("original", "within_word_l2r")
 
 
+def results_on_stdout(args: argparse.Namespace) -> bool:
+    """The results go to stdout unless --output names a file (the CLI checks stdout before any work)."""
+    return args.output is None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     io = p.add_argument_group("input/output")
     io.add_argument("--input", "-i", metavar="FILE", help="sequences, one per line (default: stdin)")

@@ -63,6 +63,11 @@ HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH s
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
 
 
+def results_on_stdout(args: argparse.Namespace) -> bool:
+    """The results go to stdout unless --output names a file (the CLI checks stdout before any work)."""
+    return args.output is None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     io = p.add_argument_group("input/output")
     io.add_argument("--input", "-i", metavar="FILE",

@@ -25,6 +25,7 @@ Example:
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -219,6 +220,36 @@ def check_record(record: dict, spec: dict, total_lines: int, path: str) -> None:
                          f"the input has {total_lines}; rerun without --resume to start over")
 
 
+def check_stdout(hint: str) -> None:
+    """A ValueError ``"stdout is closed ...: <hint>"`` unless file descriptor 1 takes writes: a command that
+    writes its results there checks it before any work (with fd 1 closed Python sets ``sys.stdout`` to None
+    and ``print`` then discards everything silently; a read-only fd 1 fails only at the first write, after
+    the work). A stream without a descriptor (``io.StringIO`` in tests) takes writes.
+
+    Example:
+        >>> import io, sys
+        >>> sys.stdout, saved = io.StringIO(), sys.stdout
+        >>> check_stdout("give --output FILE")
+        >>> sys.stdout = saved
+    """
+    import io
+    import sys
+
+    stream = sys.stdout
+    if stream is None:
+        raise ValueError(f"stdout is closed: {hint}")
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise ValueError(f"stdout is closed: {hint}") from None
+    if mode == os.O_RDONLY:
+        raise ValueError(f"stdout is open for reading only: {hint}")
+
+
 class StreamOutput:
     """Standard output (or a binary stream such as an opened FIFO or /dev/null) with the interface of
     :class:`CommittedOutput`, but no record: a stream cannot be resumed.
@@ -232,8 +263,8 @@ class StreamOutput:
     def __init__(self, binary: Any = None) -> None:
         import sys
 
-        if binary is None and sys.stdout is None:  # started with fd 1 closed
-            raise ValueError("stdout is closed: give --output FILE")
+        if binary is None:
+            check_stdout("give --output FILE")
         self.binary, self.stream = binary, sys.stdout
 
     def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
