@@ -94,6 +94,15 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (SAMPLE[:3] + ["--init-file", "{d}/long_second.txt"],
      ("--init-file", "long_second.txt': line 2: the sequence has 62 tokens", "maximum of 40 positions")),
     (SAMPLE[:3] + ["--init", "a b", "a " * 50], ("--init 2: the sequence has 52 tokens", "maximum of 40 positions")),
+    # issue 37: input parsing never drops a record silently; a bad residue names the file and the line
+    (SAMPLE[:3] + ["--init-file", "{d}/headless.fasta"],
+     ("--init-file", "headless.fasta': line 1: sequence text before the first FASTA header")),
+    (SAMPLE[:3] + ["--init-file", "{d}/empty_record.fasta"],
+     ("--init-file", "empty_record.fasta': line 3: FASTA record '>h2' has no sequence")),
+    (["sample", "--epochs", "1", "--burn-in", "0", "--init-file", "{d}/bad_residue.fasta"],
+     ("--init-file", "bad_residue.fasta': line 4:", "'Z' at position 2 is not one of the 20 amino acids")),
+    (["sample", "--epochs", "1", "--burn-in", "0", "--init-file", "{d}/bad_residue.txt"],
+     ("--init-file", "bad_residue.txt': line 3:", "'1' at position 0")),
     (["sample", "--model", "{d}/nonexistent", "--length", "3"], "--model"),
     (["sample", "--model", "{d}/empty_dir", "--length", "3"], "empty_dir"),
     (["sample", "--model", "{d}/bad_json", "--length", "3"], "bad_json"),
@@ -179,6 +188,10 @@ def paths(tmp_path_factory) -> dict:
     (d / "empty.txt").write_bytes(b"")
     (d / "binary.txt").write_bytes(b"\xff\xfe\x00abc\n")
     (d / "one.txt").write_text("ein Hund .\n")
+    (d / "headless.fasta").write_text("EVQLV\n>h1\nQVQLQ\n")
+    (d / "empty_record.fasta").write_text(">h1\nEVQL\n>h2\n\n>h3\nQVQL\n")
+    (d / "bad_residue.fasta").write_text(">h1\nEVQL\n>h2\nEVZL\nQVQL\n")
+    (d / "bad_residue.txt").write_text("EVQL\n\n1VQL\n")
     (d / "long_second.txt").write_text("a b\n" + "a " * 60 + "\n")  # 62 tokens with [CLS]/[SEP]: the BERT has 40
     (d / "long_ids.txt").write_text(" ".join(["2"] + ["5"] * 43 + ["3"]) + "\n")
     (d / "long_target.tsv").write_text("ein Hund\ta dog\nein Hund\t" + "a dog " * 600 + "\n")
@@ -257,6 +270,22 @@ def test_no_traceback_or_crash_reaches_the_terminal(template, needle, paths):
     assert proc.returncode == 2, (proc.returncode, proc.stderr)  # a signal would be negative
     assert proc.stdout == ""
     _one_error_line(proc.stderr, needle)
+
+
+def test_init_file_keeps_every_record(tmp_path):
+    """Blank lines hold no sequence; every other line is a record, a '#' line too (it used to vanish as a
+    comment), and each record names its line."""
+    from mhfast.commands.sample import read_sequences
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("a b\n\n#c d\n  e  \n")
+    assert [(r.text, r.where.rsplit(" ", 1)[1]) for r in read_sequences(str(plain))] == \
+        [("a b", "1"), ("#c d", "3"), ("e", "4")]
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(">h1\nEVQL\n\nVESG\n>h2\nQVQL\n")
+    records = read_sequences(str(fasta))
+    assert [(r.text, r.where.rsplit(" ", 1)[1]) for r in records] == [("EVQLVESG", "1"), ("QVQL", "5")]
+    assert [w.rsplit(" ", 1)[1] for w, _ in records[0].lines] == ["2", "4"]
 
 
 def test_empty_score_input_reports_no_nan(paths, capsys):

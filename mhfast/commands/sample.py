@@ -48,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       "--init/--init-file)")
     what.add_argument("--init", nargs="+", metavar="SEQ", help="start sequence(s); for AntiBERTy one-letter residues "
                       "with '_' for a residue to fill in; for other models text for its tokenizer")
-    what.add_argument("--init-file", metavar="FILE", help="start sequences, one per line (FASTA accepted)")
+    what.add_argument("--init-file", metavar="FILE", help="start sequences, one per non-blank line, or FASTA "
+                      "records ('>' header, then the sequence's lines); text outside a record is an error")
     p.add_argument("--free", type=_span, action="append", metavar="START:END",
                    help="infilling: only these token spans (0-based over the sequence's ordinary tokens, END "
                         "exclusive, repeatable) are resampled; the rest stays fixed but counts in the energy")
@@ -61,32 +62,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Record:
     """One start sequence and where it came from: ``where`` names it in messages (``"--init 2"``,
-    ``"--init-file 'heavy.fa': line 5"``)."""
+    ``"--init-file 'heavy.fa': line 5"``); ``lines`` holds ``(where, text)`` of each line a FASTA record
+    joins, so that an error in one of them names that line."""
 
     text: str
     where: str
+    lines: tuple[tuple[str, str], ...] = ()
 
 
 def read_sequences(path: str) -> list[Record]:
-    """One sequence per non-empty line, or FASTA records (lines after a '>' header are joined)."""
+    """The start sequences of an --init-file: one per non-blank line, or FASTA records (a '>' header, then
+    the lines of its sequence, joined) when any line starts with '>'.
+
+    Blank lines hold no sequence and are skipped; nothing else is dropped: every other line is a sequence
+    (a line starting with '#' too), and in FASTA text before the first header or a header without a
+    sequence is a ValueError naming the file and the line.
+    """
     from ..files import line_of, read_records
 
     # "\n"-separated records (a text-mode file would also split at a lone "\r"); bad UTF-8 names the line
     lines = [(n, line.strip()) for n, line in enumerate(read_records(path, "--init-file"), 1)]
     where = lambda n: line_of(path, "--init-file", n)  # noqa: E731
     if any(line.startswith(">") for _, line in lines):
-        records: list[tuple[int, list[str]]] = []
-        for n, line in lines:
-            if line.startswith(">"):
-                records.append((n, []))
-            elif line and records:
-                records[-1][1].append(line)
-        seqs = [Record("".join(parts), where(n)) for n, parts in records if parts]
+        seqs = _fasta_records(lines, where)
     else:
-        seqs = [Record(line, where(n)) for n, line in lines if line and not line.startswith("#")]
+        seqs = [Record(line, where(n)) for n, line in lines if line]
     if not seqs:
         raise ValueError(f"--init-file: no sequences in {path!r}")
     return seqs
+
+
+def _fasta_records(lines: list[tuple[int, str]], where: Any) -> list[Record]:
+    """FASTA records of numbered, stripped lines; ``where(n)`` names line n. Text outside a record and a record
+    without a sequence are errors (never dropped)."""
+    records: list[tuple[int, str, list[tuple[int, str]]]] = []  # (header line, header, sequence lines)
+    for n, line in lines:
+        if line.startswith(">"):
+            records.append((n, line, []))
+        elif line:
+            if not records:
+                raise ValueError(f"{where(n)}: sequence text before the first FASTA header ('>'); give it a header "
+                                 "or remove it")
+            records[-1][2].append((n, line))
+    for n, header, parts in records:
+        if not parts:
+            raise ValueError(f"{where(n)}: FASTA record {header!r} has no sequence")
+    return [Record("".join(text for _, text in parts), where(n), tuple((where(m), text) for m, text in parts))
+            for n, _, parts in records]
 
 
 def _records(args: argparse.Namespace) -> list[Record] | None:
@@ -97,7 +119,8 @@ def _records(args: argparse.Namespace) -> list[Record] | None:
 
 
 def _encode(lm: Any, record: Record) -> torch.Tensor:
-    """A record's token ids, checked (not empty, fits the model's positions); errors name the record."""
+    """A record's token ids, checked (not empty, fits the model's positions); errors name the record, or for a
+    FASTA record the line that holds what the tokenizer refuses (e.g. a character that is no residue)."""
     from ..models.base import check_length
 
     try:
@@ -106,6 +129,11 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
             raise ValueError("empty sequence")
         check_length(lm, len(ids), "the sequence")
     except ValueError as e:
+        for where, text in record.lines:
+            try:
+                lm.encode(text)
+            except ValueError as line_error:
+                raise ValueError(f"{where}: {line_error}") from None
         raise ValueError(f"{record.where}: {e}") from None
     return ids
 
