@@ -103,6 +103,13 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
      ("--init-file", "bad_residue.fasta': line 4:", "'Z' at position 2 is not one of the 20 amino acids")),
     (["sample", "--epochs", "1", "--burn-in", "0", "--init-file", "{d}/bad_residue.txt"],
      ("--init-file", "bad_residue.txt': line 3:", "'1' at position 0")),
+    # issue 37: a --hamming-reference of another length than its sequence (the API refuses it too)
+    (SAMPLE[:3] + ["--init", "a b c d e", "--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
+     ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "compared with 7")),
+    (SAMPLE[:3] + ["--length", "6", "--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
+     ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "compared with 8")),
+    (["sample", "--init", "EVQL", "--hamming", "1", "--hamming-reference", "{d}/bad_ref.txt"],
+     ("--hamming-reference", "bad_ref.txt': line 1:", "'1' at position 2")),
     (["sample", "--model", "{d}/nonexistent", "--length", "3"], "--model"),
     (["sample", "--model", "{d}/empty_dir", "--length", "3"], "empty_dir"),
     (["sample", "--model", "{d}/bad_json", "--length", "3"], "bad_json"),
@@ -150,6 +157,8 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (TRANSLATE + ["--spm", "x", "--tokenizer", "none"], "--tokenizer"),
     (["translate", "--input", "{d}/long_source.de", "-q"],
      ("--input", "long_source.de': line 2 has", "maximum of 1024 source positions")),
+    (TRANSLATE + ["--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
+     ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "the sequence it is compared with")),
 ]
 SCORE_ROWS: list[tuple[list[str], str]] = [
     (SCORE + ["--batch-size", "0"], "--batch-size"), (SCORE + ["--max-tokens-per-batch", "0"], "--max-tokens"),
@@ -192,6 +201,8 @@ def paths(tmp_path_factory) -> dict:
     (d / "empty_record.fasta").write_text(">h1\nEVQL\n>h2\n\n>h3\nQVQL\n")
     (d / "bad_residue.fasta").write_text(">h1\nEVQL\n>h2\nEVZL\nQVQL\n")
     (d / "bad_residue.txt").write_text("EVQL\n\n1VQL\n")
+    (d / "ref_short.txt").write_text("a b c\n")  # 5 tokens with the specials
+    (d / "bad_ref.txt").write_text("EV1L\n")
     (d / "long_second.txt").write_text("a b\n" + "a " * 60 + "\n")  # 62 tokens with [CLS]/[SEP]: the BERT has 40
     (d / "long_ids.txt").write_text(" ".join(["2"] + ["5"] * 43 + ["3"]) + "\n")
     (d / "long_target.tsv").write_text("ein Hund\ta dog\nein Hund\t" + "a dog " * 600 + "\n")

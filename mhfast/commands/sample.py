@@ -181,14 +181,16 @@ def _terms(lm: Any, args: argparse.Namespace, inputs: dict, rows: list[int] | No
     --classifier; ``rows``: the inputs this process samples (their references, in that order)."""
     count = inputs["init"].shape[0] if "init" in inputs else 1
     lines = _energy_terms.reference_lines(args, count)
-    if lines is not None:
-        references = _energy_terms.padded([lm.encode(t) for t in lines], lm.pad_id)
+    names = _energy_terms.reference_names(args, range(count))
+    if lines is not None:  # encoded and checked like the start sequences; errors name the line
+        references = _energy_terms.padded([_encode(lm, Record(t, w)) for t, w in zip(lines, names)], lm.pad_id)
     else:
         references = inputs.get("init")
-    if references is not None and rows is not None:
-        references = references[rows]
+    if rows is not None:
+        references = None if references is None else references[rows]
+        names = None if names is None else [names[r] for r in rows]
     decode = lm.decode if callable(getattr(lm, "decode", None)) else None
-    return _energy_terms.extra_energy(_energy_terms.hamming_term(args, references, lm.pad_id),
+    return _energy_terms.extra_energy(_energy_terms.hamming_term(args, references, lm.pad_id, names),
                                       _energy_terms.classifier_term(args, lm.pad_id, decode))
 
 

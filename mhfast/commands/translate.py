@@ -267,7 +267,8 @@ def _terms_factory(args: argparse.Namespace, translator: Any, count: int) -> Any
     refs = et.padded([translator.target_ids(t) for t in lines], translator.cmlm.pad_id) if lines else None
     pad = translator.cmlm.pad_id
     clf = et.classifier_term(args, pad, translator.detokenize)
-    return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad), clf)
+    return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad,
+                                                       et.reference_names(args, ids)), clf)
 
 
 def _check_sources(args: argparse.Namespace, translator: Any, lines: list[str]) -> None:

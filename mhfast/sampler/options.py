@@ -375,7 +375,8 @@ SPEC: tuple[Option, ...] = (
            "sequence per input (--hamming-reference; mhfast sample: default the --init sequences)", "-", "float",
            api=False, metavar="WEIGHT"),
     Option("hamming_reference", None, _path, "file with one reference per input line for --hamming (text for the "
-           "model's tokenizer; translate: target sentences)", "-", "str", api=False, metavar="FILE"),
+           "model's tokenizer; translate: target sentences); a reference must have its sequence's length, special "
+           "tokens included (for translate the predicted target length)", "-", "str", api=False, metavar="FILE"),
     Option("classifier", None, _path, "local HuggingFace *ForSequenceClassification directory: adds "
            "-log p(label | X) as an energy term (controlled generation)", "-", "str", api=False, metavar="DIR"),
     Option("classifier_label", "1", _label, "the classifier's label to steer toward (index or name)", "-", "str",

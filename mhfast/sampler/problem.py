@@ -211,11 +211,17 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
     term_index = torch.arange(B, device=device) // per_source
+    terms = normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size))
+    if terms is not None:
+        try:
+            terms.check_rows(rows, term_index, int(model.pad_id))
+        except ValueError as e:
+            raise _err("extra_energy:", str(e)) from None
     problem = Problem(rows=rows, energy_mask=energy_mask, free=free, is_pad=is_pad,
                       input_index=_input_index(input_ids, B // per_source, per_source, device), device=device,
                       context=context, ctx_rows=term_index if source is not None else None,
                       candidate_lengths=candidate_lengths, inputs_per_source=per_source, term_index=term_index,
-                      terms=normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size)))
+                      terms=terms)
     _check_allowed(problem, model)
     return problem
 

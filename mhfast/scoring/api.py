@@ -219,5 +219,10 @@ def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> tuple:
         raise _err("extra_energy", str(e)) from None
     terms = normalize(extra_energy if isinstance(extra_energy, list) else [extra_energy], rows.shape[0],
                       rows.shape[1], int(lm.vocab_size))
-    values = terms.evaluate(rows, torch.arange(rows.shape[0], device=rows.device))
+    index = torch.arange(rows.shape[0], device=rows.device)
+    try:
+        terms.check_rows(rows, index, int(lm.pad_id))
+    except ValueError as e:
+        raise _err("extra_energy:", str(e)) from None
+    values = terms.evaluate(rows, index)
     return values, terms.names, terms.weighted(values)
