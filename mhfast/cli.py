@@ -25,6 +25,7 @@ from typing import Sequence
 
 from . import commands
 from .allocator import tune_cpu_allocator
+from .files.errors import named
 from .files.journal import check_stdout
 from .models.compiled_blocks import CompileError
 
@@ -79,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_stdout(args)
         code = int(args._run(args) or 0)
         if sys.stdout is not None:
-            sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+            with named("stdout", "write"):
+                sys.stdout.flush()  # a reader that went away (or a full disk) shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:
         return _broken_pipe()

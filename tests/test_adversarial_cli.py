@@ -9,6 +9,7 @@ checked before anything is loaded).
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import subprocess
@@ -89,7 +90,7 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (["sample", "--model", "{bert}", "--init-file", "{d}/nonexistent"], "--init-file"),
     (["sample", "--model", "{bert}", "--init-file", "{d}/empty.txt"], "--init-file"),
     (["sample", "--model", "{bert}", "--init-file", "{d}/binary.txt"], "--init-file"),
-    (["sample", "--model", "{bert}", "--init-file", "{d}"], "--init-file"),
+    (["sample", "--model", "{bert}", "--init-file", "{d}"], ("--init-file", "is a directory, not a file")),
     # issue 37: a length limit names the record, its length and the model's limit, in every command
     (SAMPLE[:3] + ["--init-file", "{d}/long_second.txt"],
      ("--init-file", "long_second.txt': line 2: the sequence has 62 tokens", "maximum of 40 positions")),
@@ -119,6 +120,7 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (SAMPLE + ["--classifier", "{bert}"], "classifier"),  # a masked LM has no trained classification head
     (SAMPLE + ["--classifier", "{d}/bad_json"], "bad_json"),
     (SAMPLE + ["--classifier", "{d}/empty_dir"], "empty_dir"),
+    (SAMPLE + ["--hamming", "1", "--hamming-reference", "{d}"], ("--hamming-reference", "is a directory")),
     (["sample", "--model", "", "--length", "3"], "model"),
     (["sample", "--energy", "both", "--model", "{bert}", "--chains", "0"], "--chains"),
     (["sample", "--bogus"], "--bogus"),
@@ -139,7 +141,7 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (LOAD + ["--model", "{d}/a_list.pt"], "a_list.pt"),
     (LOAD + ["--model", "{d}/no_config.pt"], "no_config.pt"),
     (LOAD + ["--model", "{d}/nonexistent.pt"], "nonexistent.pt"),
-    (LOAD + ["--model", "{d}"], "--model"),
+    (LOAD + ["--model", "{d}"], ("--model", "is a directory, not a file")),
     (LOAD + ["--model", str(BUNDLE_DIR / "model.pt"), "--spm", "{d}/garbage.pt"], "--spm"),
     (LOAD + ["--model", str(BUNDLE_DIR / "model.pt"), "--spm", "{d}/nonexistent"], "--spm"),
     (TRANSLATE + ["--model", str(BUNDLE_DIR / "model.pt"), "--data", "{d}/bad_dict", "--tokenizer", "none"],
@@ -150,10 +152,12 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (TRANSLATE + ["--model", str(BUNDLE_DIR / "model.pt"), "--data", "{d}/empty_dir"], "empty_dir"),
     (["translate", "--input", "{d}/binary.txt", "-q"], "--input"),
     (["translate", "--input", "{d}/nonexistent", "-q"], "--input"),
-    (["translate", "--input", "{d}", "-q"], "--input"),
+    (["translate", "--input", "{d}", "-q"], ("--input", "is a directory, not a file")),
     (TRANSLATE + ["--ref", "{d}/empty.txt"], "--ref"), (TRANSLATE + ["--output", "{d}"], "--output"),
     (TRANSLATE + ["--output", "{d}/no/such/folder.txt"], "--output"),
     (TRANSLATE + ["--stats-out", "{d}"], "--stats-out"),
+    (TRANSLATE + ["--ref", "{d}"], ("--ref", "is a directory, not a file")),
+    (TRANSLATE + ["--hamming", "1", "--hamming-reference", "{d}"], ("--hamming-reference", "is a directory")),
     (TRANSLATE + ["--spm", "x", "--tokenizer", "none"], "--tokenizer"),
     (["translate", "--input", "{d}/long_source.de", "-q"],
      ("--input", "long_source.de': line 2 has", "maximum of 1024 source positions")),
@@ -167,6 +171,8 @@ SCORE_ROWS: list[tuple[list[str], str]] = [
     (["score", "--input", "{one}", "--model", "{d}/bad_json", "-q"], "bad_json"),
     (["score", "--input", "{one}", "--model", "{d}/truncated_bert", "-q"], "truncated_bert"),
     (["score", "--input", "{d}/binary.txt", "--model", "{bert}", "-q"], "--input"),
+    (["score", "--model", "{bert}", "-q", "--input", "{d}"], ("--input", "is a directory, not a file")),
+    (["score", "--input", "{one}", "--model", "bundled", "-q", "--source", "{d}"], ("--source", "is a directory")),
     (["score", "--input", "{one}", "--model", "{bert}", "--ids", "-q"], "--input"),
     (["score", "--input", "{one}", "--model", "bundled", "--source", "{d}/empty.txt", "-q"], "--source"),
     (["score", "--input", "{d}/long_second.txt", "--model", "{bert}", "-q"],
@@ -184,6 +190,9 @@ EVALUATE_ROWS: list[tuple[list[str], str]] = [
     (["evaluate", "--hyp", "{d}/nonexistent", "--ref", "{one}"], "--hyp"),
     (["evaluate", "--stats", "{d}/binary.txt"], "--stats"), (["evaluate", "--stats", "{one}"], "--stats"),
     (["evaluate", "--stats", "{d}/nonexistent"], "--stats"),
+    (["evaluate", "--hyp", "{d}", "--ref", "{one}"], ("--hyp", "is a directory, not a file")),
+    (["evaluate", "--hyp", "{one}", "--ref", "{d}"], ("--ref", "is a directory, not a file")),
+    (["evaluate", "--stats", "{d}"], ("--stats", "is a directory, not a file")),
 ]
 ROWS = ([(SAMPLE + flags, needle) for flags, needle in SAMPLER_FLAGS]
         + [(TRANSLATE + flags, needle) for flags, needle in SAMPLER_FLAGS]
@@ -344,3 +353,87 @@ def test_a_closed_stdout_is_fine_when_the_results_go_to_output(paths, tmp_path):
                 shell_suffix=" >&-", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert out.read_text().count("\n") == 1
+
+
+# -------------------------------------------------------------------- I/O errors name the option and the path (issue 37)
+# (command line, the file whose writes fail with ENOSPC, what the one line must say); the disk is full only for
+# that file (a patched os.write), so each row is deterministic and fast: the progress record of score and translate
+# is written before the model is loaded, their output after the first batch (mask-predict: one pass).
+MASK_PREDICT = ["translate", "--input", "{one}", "-q", "--method", "mask-predict", "--iterations", "1"]
+DISK_FULL_ROWS = [
+    (["score", "--input", "{one}", "--model", "{bert}", "-q", "--output", "{out}/s.tsv"], "s.tsv.progress.tmp",
+     ("--output progress record", "s.tsv.progress': cannot write: No space left on device")),
+    (["score", "--input", "{one}", "--model", "{bert}", "-q", "--output", "{out}/s.tsv"], "/s.tsv",
+     ("--output '", "s.tsv': cannot write: No space left on device")),
+    (MASK_PREDICT + ["--output", "{out}/t.txt"], "t.txt.progress.tmp",
+     ("--output progress record", "t.txt.progress': cannot write: No space left on device")),
+    (MASK_PREDICT + ["--output", "{out}/t.txt"], "/t.txt", ("--output '", "t.txt': cannot write: No space left")),
+    (MASK_PREDICT + ["--output", "{out}/t.txt", "--stats-out", "{out}/st.json"], "st.json.tmp",
+     ("--stats-out '", "st.json': cannot write: No space left on device")),
+]
+
+
+def _disk_full_for(monkeypatch, suffix: str) -> None:
+    """os.write fails with ENOSPC for descriptors of files whose path ends with ``suffix``."""
+    real = os.write
+
+    def write(fd: int, data) -> int:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if target.endswith(suffix):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+    monkeypatch.setattr(os, "write", write)
+
+
+@pytest.mark.parametrize("template,suffix,needle", DISK_FULL_ROWS, ids=[f"{r[0][0]}-{r[1]}" for r in DISK_FULL_ROWS])
+def test_a_full_disk_names_the_file_and_leaves_no_temp_file(template, suffix, needle, paths, tmp_path, monkeypatch,
+                                                            capsys):
+    argv = [a.format(out=tmp_path, **paths) for a in template]
+    _disk_full_for(monkeypatch, suffix)
+    code = main(argv)
+    monkeypatch.undo()
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", (code, err)
+    _one_error_line(err, needle)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")], os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("template", [
+    ["sample", "--model", "{bert}", "--length", "3", "--epochs", "1", "--burn-in", "0", "--chains", "1"],
+    ["score", "--input", "{one}", "--model", "{bert}", "-q"],
+    MASK_PREDICT,
+    ["evaluate", "--hyp", "{one}", "--ref", "{one}"],
+], ids=["sample", "score", "translate", "evaluate"])
+def test_a_full_stdout_names_stdout(template, paths):
+    proc = _run(_argv(template, paths), shell_suffix=" >/dev/full", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    _one_error_line(proc.stderr, "stdout: cannot write: No space left on device")
+
+
+def test_a_special_output_that_is_full_names_output(paths, capsys):
+    assert main(["score", "--input", paths["one"], "--model", paths["bert"], "-q", "--output", "/dev/full"]) == 2
+    _one_error_line(capsys.readouterr().err, "--output '/dev/full': cannot write: No space left on device")
+
+
+@pytest.mark.parametrize("template,option", [
+    (["score", "--model", "{bert}", "-q", "--input", "{one}"], "--input"),
+    (["evaluate", "--hyp", "{one}", "--ref", "{d}/empty.txt"], "--hyp"),
+    (["sample", "--model", "{bert}", "--init-file", "{one}"], "--init-file"),
+], ids=["score", "evaluate", "sample"])
+def test_a_read_error_names_the_option_and_path(template, option, paths, monkeypatch, capsys):
+    """EIO while reading an input (a patched open() of mhfast.files.lines): the option and the file, not a bare
+    '[Errno 5] Input/output error'."""
+    import builtins
+
+    from mhfast.files import lines
+
+    def failing_open(path, *args, **kwargs):
+        if str(path) == paths["one"]:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return builtins.open(path, *args, **kwargs)
+    monkeypatch.setattr(lines, "open", failing_open, raising=False)
+    assert main(_argv(template, paths)) == 2
+    _one_error_line(capsys.readouterr().err, (f"{option} '{paths['one']}': cannot read: Input/output error",))

@@ -25,8 +25,6 @@ def reference_lines(args: argparse.Namespace, count: int, limit: int | None = No
     path = args.hamming_reference
     if path is None:
         return None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--hamming-reference: no such file: {path!r}")
     from ..files import read_records
 
     lines = read_records(path, "--hamming-reference")[:limit]  # the line rule; bad UTF-8 names file and line

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..files import stdout_print
 from ..sampler import options
 from . import _energy_terms
 
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     # every model-dependent check (lengths against the model, token ids, sizes) before any output
     build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
     mine_inputs, mine = _shard(inputs, world, int(lm.pad_id))
-    say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: print(*a, flush=True))
+    say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: stdout_print(*a, flush=True))
     say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
     for energy in ["raw", "local"] if args.energy == "both" else [args.energy]:
         say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
@@ -300,15 +300,14 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
     post = slice(args.burn_in, None) if args.burn_in < args.epochs else slice(None)
     acc = float(result.acceptance_rate[post].mean())
     novel = float(result.novel_rate[post].mean())
-    out = sys.stdout
     for b in range(B):
-        print(f"[{energy}] input {b + 1}", file=out)
+        stdout_print(f"[{energy}] input {b + 1}")
         for c in range(C):
-            print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
-                  f"E_local={float(result.energy_local[b, c]):.3f}", file=out)
-        print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}", file=out)
-    print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
-          f"model rows {result.model_rows}"
-          + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
-          + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
-          file=out, flush=True)
+            stdout_print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
+                         f"E_local={float(result.energy_local[b, c]):.3f}")
+        stdout_print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}")
+    stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
+                 f"model rows {result.model_rows}"
+                 + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
+                 + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
+                 flush=True)

@@ -111,7 +111,7 @@ def output_spec(args: argparse.Namespace, lines: list[str], sources: list[str] |
     options = {f"--{k.replace('_', '-')}": getattr(args, k) for k in ("model", "metric", "format", "per_token",
                                                                        "per_word", "ids", "batch_size", "device")}
     return {"command": "score", "mhfast": mhfast.__version__, "options": options,
-            "model": {k: file_sha256(v) for k, v in sorted(_model_files(args).items())},
+            "model": {k: file_sha256(v, "--model") for k, v in sorted(_model_files(args).items())},
             "input": {"lines": len(lines), "sha256": digest(lines)},
             "sources": None if sources is None else {"lines": len(sources), "sha256": digest(sources)}}
 
@@ -121,7 +121,7 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
     if args.output is None or is_special(args.output):
         if args.resume:
             raise ValueError("--resume needs --output FILE (a regular file)")
-        sink: Any = StreamOutput(open(args.output, "wb") if args.output is not None else None)
+        sink: Any = StreamOutput.to(args.output)
     else:
         folder = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(folder):

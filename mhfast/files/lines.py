@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .errors import check_input, named
+
 BOM = "\ufeff"
 
 
@@ -73,11 +75,13 @@ def line_of(path: str | os.PathLike | None, option: str, number: int) -> str:
 def read_records(path: str | os.PathLike | None, option: str = "--input") -> list[str]:
     """The records of file ``path`` (stdin for ``None``) by the rule above.
 
-    Raises FileNotFoundError naming ``option`` for a missing file, ValueError for bad UTF-8.
+    Raises FileNotFoundError naming ``option`` for a missing file, a FileError naming it for a directory or a
+    read error (:mod:`.errors`), ValueError for bad UTF-8.
     """
     if path is None:
         return split_records(_read_stdin(), describe(path, option))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{option}: no such file: {str(path)!r}")
-    with open(path, "rb") as f:
-        return split_records(f.read(), describe(path, option))
+    check_input(path, option)
+    with named(describe(path, option), "read"):
+        with open(path, "rb") as f:
+            data = f.read()
+    return split_records(data, describe(path, option))
