@@ -94,12 +94,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as e:
         if not _out_of_memory(e) or os.environ.get("MHFAST_DEBUG") == "1":
             raise
-        _say(f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): use fewer "
-             "chains or inputs, or a smaller --batch-size / --max-tokens-per-batch")
+        _say(f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): "
+             f"{_memory_advice(args)}")
         return 2
     except KeyboardInterrupt:
         _say(f"{args._prog}: interrupted")
         return 130
+
+
+#: the options that size what a command holds in memory, in the order the advice names them
+MEMORY_OPTIONS = (("chains", "--chains"), ("batch_size", "--batch-size"), ("length_beam", "--length-beam"),
+                  ("max_tokens_per_batch", "--max-tokens-per-batch"))
+
+
+def _memory_advice(args: argparse.Namespace) -> str:
+    """What to lower after running out of memory, naming only options this command has (``sample`` has no
+    --batch-size, ``evaluate`` none of them)."""
+    flags = [flag for dest, flag in MEMORY_OPTIONS if hasattr(args, dest)]
+    return ("use a smaller " + " / ".join(flags) + ", or fewer or shorter inputs") if flags else \
+        "use fewer or shorter inputs"
 
 
 def _out_of_memory(e: BaseException) -> bool:

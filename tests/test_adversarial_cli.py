@@ -437,3 +437,27 @@ def test_a_read_error_names_the_option_and_path(template, option, paths, monkeyp
     monkeypatch.setattr(lines, "open", failing_open, raising=False)
     assert main(_argv(template, paths)) == 2
     _one_error_line(capsys.readouterr().err, (f"{option} '{paths['one']}': cannot read: Input/output error",))
+
+
+# -------------------------------------------------------------------- advice names only the command's options (issue 37)
+@pytest.mark.parametrize("name", [argv[0] for argv in STDOUT_COMMANDS])
+def test_out_of_memory_advice_names_only_options_of_the_command(name, monkeypatch, capsys):
+    """An allocation that fails anywhere in a command: the advice's flags are all flags of that command."""
+    import importlib
+    import re
+
+    from mhfast.cli import _command_modules
+
+    mod = next(m for m in _command_modules() if m.NAME == name)
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    help_text = capsys.readouterr().out
+
+    def run(args):
+        raise MemoryError("cannot allocate 5 GiB")
+    monkeypatch.setattr(importlib.import_module(mod.__name__), "run", run)
+    assert main([name]) == 2
+    line = _one_error_line(capsys.readouterr().err, "out of memory")
+    flags = re.findall(r"--[a-z][a-z-]*", line)
+    assert all(re.search(rf"{flag}\b", help_text) for flag in flags), (line, flags)
+    assert flags or name == "evaluate", line
