@@ -44,15 +44,54 @@ def _command_modules() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``mhfast`` parser; ``parser.commands`` maps each command's name to its subparser."""
     parser = OneLineParser(prog="mhfast", description="Metropolis-Hastings sampling from masked language models "
                            "(Goyal, Dyer & Berg-Kirkpatrick, ICLR 2022).")
     sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=OneLineParser)
+    parser.commands = {}
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _prog=p.prog, _stdout=getattr(mod, "results_on_stdout", _always))
+        parser.commands[mod.NAME] = p
     return parser
+
+
+def attach_dash_values(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``--free -1:3`` given as ``--free=-1:3``, so that the option's own check says what is wrong with the value.
+
+    argparse takes a token that starts with '-' (and is not a plain negative number) for an option, so an option
+    that takes one value reported "expected one argument" for ``--free -1:3`` or ``--anneal -inf``. A
+    single-dash token right after such an option is attached to it as its value, as getopt does, unless it is
+    exactly one of the command's own options (``-q``, ``-o``); ``--long`` tokens and everything after ``--`` are
+    left alone.
+
+    Example:
+        >>> attach_dash_values(build_parser(), ["sample", "--free", "-1:3", "-q"])[1:]
+        ['--free=-1:3', '-q']
+    """
+    argv = list(argv)
+    command = next((i for i, a in enumerate(argv) if a in parser.commands), None)
+    if command is None:
+        return argv
+    # argparse keeps no public table of a parser's options; _option_string_actions is that table
+    options = parser.commands[argv[command]]._option_string_actions
+    out, i = argv[:command + 1], command + 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        action = options.get(token)
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if action is not None and action.nargs is None and value.startswith("-") and not value.startswith("--") \
+                and len(value) > 1 and value not in options:
+            out.append(f"{token}={value}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def _always(args: argparse.Namespace) -> bool:
@@ -70,7 +109,7 @@ def _check_stdout(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mhfast`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_dash_values(parser, sys.argv[1:] if argv is None else argv))
     if getattr(args, "_run", None) is None:
         parser.print_help(sys.stderr)
         return 2
