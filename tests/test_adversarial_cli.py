@@ -180,6 +180,10 @@ SCORE_ROWS: list[tuple[list[str], str]] = [
     (["score", "--model", "{bert}", "-q", "--input", "{d}"], ("--input", "is a directory, not a file")),
     (["score", "--input", "{one}", "--model", "bundled", "-q", "--source", "{d}"], ("--source", "is a directory")),
     (["score", "--input", "{one}", "--model", "{bert}", "--ids", "-q"], "--input"),
+    (["score", "--model", "{bert}", "--ids", "-q", "--input", "{d}/huge_ids.txt"],
+     ("--input", "huge_ids.txt': line 1: --ids: token id 99999999999999999999 is outside the vocabulary [0, 12)")),
+    (["score", "--model", "{bert}", "--ids", "-q", "--input", "{d}/negative_ids.txt"],
+     ("--ids: token id -3 is outside the vocabulary [0, 12)",)),
     (["score", "--input", "{one}", "--model", "bundled", "--source", "{d}/empty.txt", "-q"], "--source"),
     (["score", "--input", "{d}/long_second.txt", "--model", "{bert}", "-q"],
      ("--input", "long_second.txt': line 2: the sequence has 62 tokens", "maximum of 40 positions")),
@@ -218,6 +222,8 @@ def paths(tmp_path_factory) -> dict:
     (d / "bad_residue.txt").write_text("EVQL\n\n1VQL\n")
     (d / "ref_short.txt").write_text("a b c\n")  # 5 tokens with the specials
     (d / "bad_ref.txt").write_text("EV1L\n")
+    (d / "huge_ids.txt").write_text("2 5 99999999999999999999 3\n")  # beyond int64
+    (d / "negative_ids.txt").write_text("2 5 -3 3\n")
     (d / "long_second.txt").write_text("a b\n" + "a " * 60 + "\n")  # 62 tokens with [CLS]/[SEP]: the BERT has 40
     (d / "long_ids.txt").write_text(" ".join(["2"] + ["5"] * 43 + ["3"]) + "\n")
     (d / "long_target.tsv").write_text("ein Hund\ta dog\nein Hund\t" + "a dog " * 600 + "\n")

@@ -1,8 +1,9 @@
-"""The model's position limit in the Python API (issue 37): ``mhfast.score``, ``mhfast.energy`` and ``mhfast.sample``
-refuse a sequence longer than the model's position table with a ValueError naming the sequence, its length and
-the model's limit (:func:`mhfast.models.base.check_length`), before any model call: never transformers' "expanded
-size of the tensor ... must match" from inside the forward. The command-line side of the class is in
-tests/test_adversarial_cli.py.
+"""Limits in the Python API (issue 37). The model's position limit: ``mhfast.score``, ``mhfast.energy`` and
+``mhfast.sample`` refuse a sequence longer than the model's position table with a ValueError naming the sequence,
+its length and the model's limit (:func:`mhfast.models.base.check_length`), before any model call: never
+transformers' "expanded size of the tensor ... must match" from inside the forward. Integer ranges: a token id or
+input id beyond 64 bits is a ValueError naming the argument and the range, never torch's "Overflow when unpacking
+long long". The command-line side of both is in tests/test_adversarial_cli.py.
 """
 from __future__ import annotations
 
@@ -93,3 +94,20 @@ def test_a_translator_checks_targets_and_sources():
         mhfast.score(translator, [long], sources=["ein Hund"])
     with pytest.raises(ValueError, match=r"mhfast.score: sources\[1\] has \d+ tokens .* 1024 source positions"):
         mhfast.score(translator, ["a dog", "a dog"], sources=["ein Hund", " ".join(["Hund"] * 1100)])
+
+
+# -------------------------------------------------------------------- ids beyond 64 bits
+def test_ids_beyond_int64_name_the_argument_and_the_range():
+    from mhfast.models.tabular import TabularMLM
+
+    model = TabularMLM.random(num_tokens=3, length=3, seed=0)  # vocabulary [0, 5)
+    huge = 2 ** 70
+    with pytest.raises(ValueError, match=rf"mhfast.energy: tokens\[1\]: token id {huge} is outside the vocabulary "
+                                         r"\[0, 5\)"):
+        mhfast.energy(model, [[0, 1, 2], [0, 1, huge]])
+    with pytest.raises(ValueError, match=rf"mhfast.score: sequences\[0\]: token id {huge} is outside the vocabulary"):
+        mhfast.score(model, [[0, huge, 2]])
+    with pytest.raises(ValueError, match=rf"mhfast.sample: input_ids: value {huge} is outside \[0, "):
+        mhfast.sample(model, 3, input_ids=[huge], chains=1, epochs=1, burn_in=0)
+    with pytest.raises(ValueError, match=r"mhfast.sample: input_ids: value -1 is outside \[0, "):
+        mhfast.sample(model, 3, input_ids=[-1], chains=1, epochs=1, burn_in=0)

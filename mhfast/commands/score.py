@@ -207,6 +207,21 @@ def _split_pairs(lines: list[str], sources: list[str] | None, name: str) -> tupl
     return [t for _, t in pairs], [s for s, _ in pairs]
 
 
+def _encode_ids(model: Any, line: str) -> Any:
+    """A --ids line (space-separated token ids, specials included) -> Encoded; errors name --ids (an id outside
+    the vocabulary, one beyond 64 bits too)."""
+    from ..scoring.text import encode
+
+    try:
+        ids = [int(x) for x in line.split()]
+    except ValueError:
+        raise ValueError("expected space-separated integer token ids (--ids)") from None
+    try:
+        return encode(model, ids)
+    except ValueError as e:
+        raise ValueError(f"--ids: {e}") from None
+
+
 def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Namespace, name: str,
                   sources: list[str] | None = None) -> list[Any]:
     """Each line as text (or ids) -> Encoded, checked (ids in the vocabulary, no mask, the model's positions; a
@@ -223,13 +238,7 @@ def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Names
             out.append("")
             continue
         try:
-            item: Any = line
-            if args.ids:
-                try:
-                    item = [int(x) for x in line.split()]
-                except ValueError:
-                    raise ValueError("expected space-separated integer token ids") from None
-            enc = encode(model, item)
+            enc = _encode_ids(model, line) if args.ids else encode(model, line)
             energy_positions(lm, enc.ids[None])  # ids in the vocabulary, no mask: checked per line
             check_length(model, int(enc.ids.numel()), "the sequence")
             if sources is not None:

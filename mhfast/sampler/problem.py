@@ -82,6 +82,26 @@ def _pad_rows(rows: list[torch.Tensor], pad_id: int) -> torch.Tensor:
     return out
 
 
+INT64_MAX = 2 ** 63 - 1
+
+
+def long_tensor(values: Sequence[Any], what: str, low: int = 0, high: int = INT64_MAX, space: str = "") -> torch.Tensor:
+    """Long[N] of Python ints, each checked to lie in [``low``, ``high``) first: an int beyond 64 bits would be
+    torch's "Overflow when unpacking long long", which names nothing. The ValueError reads ``"<what> <v> is
+    outside <space>[low, high)"`` (``space``: e.g. ``"the vocabulary "``).
+
+    Example:
+        >>> long_tensor([3, 2 ** 70], "token id", 0, 12, "the vocabulary ")
+        Traceback (most recent call last):
+        ...
+        ValueError: token id 1180591620717411303424 is outside the vocabulary [0, 12)
+    """
+    bad = next((v for v in values if not low <= v < high), None)
+    if bad is not None:
+        raise ValueError(f"{what} {bad} is outside {space}[{low}, {high})")
+    return torch.tensor(list(values), dtype=torch.long)
+
+
 def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device) -> torch.Tensor:
     """Long[num_ids * per_id]: the RNG input index of every sampler input (see ``input_ids``)."""
     if input_ids is None:
@@ -98,7 +118,8 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
         values = list(input_ids)
         if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
             raise _err("input_ids", f"must be ints, got {values!r}")
-        ids = torch.tensor(values, dtype=torch.long)
+        # each id times per_id (plus j) is the RNG's int64 input index
+        ids = long_tensor(values, "mhfast.sample: input_ids: value", 0, INT64_MAX // per_id)
     if ids.numel() != num_ids:
         raise _err("input_ids", f"has {ids.numel()} entries, expected one per input/source ({num_ids})")
     if bool((ids < 0).any()):
