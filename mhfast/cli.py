@@ -28,6 +28,7 @@ from .allocator import tune_cpu_allocator
 from .files.errors import named
 from .files.journal import check_stdout
 from .models.compiled_blocks import CompileError
+from .sampler.options import flag_names
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -117,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tune_cpu_allocator()
     try:
         _check_stdout(args)
-        code = int(args._run(args) or 0)
+        with flag_names():  # the sampler's own errors name options by their flags (--chains)
+            code = int(args._run(args) or 0)
         if sys.stdout is not None:
             with named("stdout", "write"):
                 sys.stdout.flush()  # a reader that went away (or a full disk) shows here, not in the interpreter's exit

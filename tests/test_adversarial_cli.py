@@ -32,7 +32,7 @@ SCORE = ["score", "--input", "{one}", "--model", "{bert}", "-q"]
 # -------------------------------------------------------------------- the sampler flags (both commands)
 SAMPLER_FLAGS: list[tuple[list[str], str]] = [
     (["--chains", "0"], "--chains"), (["--chains", "-1"], "--chains"), (["--chains", "x"], "--chains"),
-    (["--chains", "1.5"], "--chains"), (["--chains", "100000000000000"], "chains"),
+    (["--chains", "1.5"], "--chains"), (["--chains", "100000000000000"], ("x --chains", "lower --chains")),
     (["--epochs", "0"], "--epochs"), (["--epochs", "-3"], "--epochs"), (["--epochs", ""], "--epochs"),
     (["--burn-in", "-1"], "--burn-in"), (["--burn-in", "5"], "--burn-in"),
     (["--order", "sideways"], "--order"), (["--sampler", "hmc"], "--sampler"), (["--energy", "weird"], "--energy"),
@@ -473,3 +473,19 @@ def test_out_of_memory_advice_names_only_options_of_the_command(name, monkeypatc
     flags = re.findall(r"--[a-z][a-z-]*", line)
     assert all(re.search(rf"{flag}\b", help_text) for flag in flags), (line, flags)
     assert flags or name == "evaluate", line
+
+
+# -------------------------------------------------------------------- the chains' size, before any allocation (issue 37)
+@pytest.mark.parametrize("argv", [SAMPLE[:3] + ["--length", "3", "--chains", "10000000"],
+                                  SAMPLE[:3] + ["--init", "a b c", "a b", "--chains", "5000000"]],
+                         ids=["length", "init"])
+def test_chains_beyond_the_available_memory_are_refused_before_allocating(argv, paths, monkeypatch, capsys):
+    """With 1 GiB available (patched, so the row is deterministic) millions of chains need more: refused with
+    the estimate and the limit, naming --chains, before the chains' state exists."""
+    from mhfast.sampler import problem, state
+
+    monkeypatch.setattr(problem, "available_memory", lambda device: 2 ** 30)
+    monkeypatch.setattr(state.ChainState, "create", lambda *a, **k: pytest.fail("allocated before the check"))
+    assert main(_argv(argv, paths)) == 2
+    _one_error_line(capsys.readouterr().err, ("x --chains", "GiB (chain state, masked copies",
+                                              "more than the 1.0 GiB available on cpu", "lower --chains"))

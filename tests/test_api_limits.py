@@ -111,3 +111,27 @@ def test_ids_beyond_int64_name_the_argument_and_the_range():
         mhfast.sample(model, 3, input_ids=[huge], chains=1, epochs=1, burn_in=0)
     with pytest.raises(ValueError, match=r"mhfast.sample: input_ids: value -1 is outside \[0, "):
         mhfast.sample(model, 3, input_ids=[-1], chains=1, epochs=1, burn_in=0)
+
+
+# -------------------------------------------------------------------- chains x inputs x length against memory
+def test_the_state_estimate_counts_the_masked_copies_and_the_cache(lm):
+    from mhfast.sampler.problem import BYTES_PER_SLOT, state_bytes
+
+    one = state_bytes(lm, 1, 1, 12)
+    assert one > 12 * (BYTES_PER_SLOT + 8 * 12 + 4 * 16)  # state + a masked copy per position + d=16 features each
+    assert state_bytes(lm, 2, 5, 12) == 10 * one  # linear in inputs x chains
+    assert state_bytes(lm, 1, 5, 40) < 2 ** 20  # the paper's chains at the model's longest rows: well under 1 MiB
+
+
+def test_chains_beyond_the_available_memory_are_refused_before_allocating(lm, monkeypatch):
+    from mhfast.sampler import problem, state
+
+    monkeypatch.setattr(problem, "available_memory", lambda device: 2 ** 30)
+    monkeypatch.setattr(state.ChainState, "create", lambda *a, **k: pytest.fail("allocated before the check"))
+    with pytest.raises(ValueError, match=r"mhfast.sample: length x chains: 1 input\(s\) x 10000000 chains x \d+ "
+                                         r"positions = \d+ token slots need about [\d.]+ GiB .* more than the "
+                                         r"1.0 GiB available on cpu: lower chains"):
+        mhfast.sample(lm, 3, chains=10 ** 7, epochs=1, burn_in=0)
+    init = torch.stack([_row(lm, 3), _row(lm, 3)])
+    with pytest.raises(ValueError, match=r"mhfast.sample: init x chains: 2 input\(s\) x 5000000 chains"):
+        mhfast.sample(lm, init=init, chains=5 * 10 ** 6, epochs=1, burn_in=0)

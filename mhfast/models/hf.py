@@ -296,9 +296,10 @@ class HFMaskedLM:
         """
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise ValueError(f"length: expected an int >= 1, got {length!r}")
+        specials = (self.bos_id is not None) + (self.eos_id is not None)
+        check_length(self, length + specials, f"length {length} (+{specials} special tokens)")  # before the list
         ids = ([self.bos_id] if self.bos_id is not None else []) + [self.mask_id] * length \
             + ([self.eos_id] if self.eos_id is not None else [])
-        check_length(self, len(ids), f"length {length} (+{len(ids) - length} special tokens)")
         return torch.tensor(ids, dtype=torch.long)
 
     def encode(self, text: str) -> torch.Tensor:

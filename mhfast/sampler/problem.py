@@ -21,7 +21,8 @@ from typing import Any, Sequence
 import torch
 
 from ..energy_terms import normalize as normalize_terms
-from ..models.base import check_rows_fit
+from ..models.base import check_rows_fit, has_features, model_width
+from .options import display_name
 
 
 def _err(name: str, msg: str) -> ValueError:
@@ -212,7 +213,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if length is not None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise _err("length", f"must be an int >= 1, got {length!r}")
-        check_slots(1, int(cfg.chains), length, cfg.device, "length")  # before the template row is allocated
+        check_slots(model, 1, int(cfg.chains), length, cfg.device, "length")  # before the template row exists
         rows = _template(model, length)[None]
     elif init is not None:
         rows = _rows_from_init(init)
@@ -251,38 +252,67 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
 #: torch's own kernels is only tested up to 2**31 elements, and far fewer fit in memory anyway.
 MAX_TOKEN_SLOTS = 2 ** 31 - 1
 #: Bytes the sampler's state holds per token slot at least: the token (8), three position masks (3),
-#: the raw and local energy terms (8), the best state's tokens (8); the MH cache comes on top.
+#: the raw and local energy terms (8), the best state's tokens (8).
 BYTES_PER_SLOT = 27
+#: Bytes of per-chain vectors (input and chain ids, RNG key, energies, best energy, proposal counts, ...).
+BYTES_PER_CHAIN = 96
 
 
-def _memory_bytes(device: Any) -> int | None:
-    """Total memory of ``device`` (physical RAM for cpu), or None where it cannot be asked."""
+def available_memory(device: Any) -> int | None:
+    """Bytes that can still be allocated on ``device``: free GPU memory, or ``MemAvailable`` of /proc/meminfo on
+    CPU (physical RAM where that cannot be read); None where neither can be asked."""
     try:
-        if torch.device(device).type == "cuda":
-            return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+        dev = torch.device(device if device is not None else "cpu")
+        if dev.type == "cuda":
+            return int(torch.cuda.mem_get_info(dev)[0])
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (AttributeError, ValueError, OSError, RuntimeError, IndexError):
+        pass
+    try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError, RuntimeError):
+    except (ValueError, OSError):
         return None
 
 
-def check_slots(inputs: int, chains: int, T: int, device: Any, what: str) -> None:
-    """Reject ``inputs x chains x T`` token slots that cannot be held (index range, or more bytes than
-    the device has in all) before anything of that size is allocated: a ValueError naming ``what``
-    and chains, never an allocation failure or an out-of-memory kill halfway through."""
+def state_bytes(model: Any, inputs: int, chains: int, T: int) -> int:
+    """What ``inputs x chains`` chains of rows of ``T`` tokens hold at once, at least: per token slot the state
+    (:data:`BYTES_PER_SLOT`), the masked copies the first scoring builds (a row of T tokens per position) and
+    the model output kept per position (the MH cache: d features, or V logits); per chain its vectors and what a
+    step builds for it (a masked row and the V-wide proposal logits and probabilities)."""
+    vocab = int(model.vocab_size)
+    width = (model_width(model) if has_features(model) else None) or vocab
+    chains_total = inputs * chains
+    per_slot = BYTES_PER_SLOT + 8 * T + 4 * width
+    per_chain = BYTES_PER_CHAIN + 8 * T + 8 * vocab
+    return chains_total * (T * per_slot + per_chain)
+
+
+def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str) -> None:
+    """Reject ``inputs x chains`` chains of ``T`` tokens that cannot be held (index range, or more bytes than
+    :func:`state_bytes` says they need than ``device`` has available) before anything of that size is
+    allocated: a ValueError naming ``what`` and the chains option (``--chains`` from the command line), never
+    an allocation failure or an out-of-memory kill halfway through."""
     slots = inputs * chains * T
-    memory = _memory_bytes(device if device is not None else "cpu")
-    if slots > MAX_TOKEN_SLOTS or (memory is not None and slots * BYTES_PER_SLOT > memory):
-        limit = f"{MAX_TOKEN_SLOTS} slots" if memory is None else \
-            f"{min(MAX_TOKEN_SLOTS, memory // BYTES_PER_SLOT)} slots ({memory / 2 ** 30:.1f} GiB)"
-        raise _err(what, f"x chains: {inputs} input(s) x {chains} chains x {T} positions = {slots} token slots, "
-                   f"more than this device can hold ({limit}): use fewer chains, shorter rows or fewer inputs")
+    need = state_bytes(model, inputs, chains, T)
+    memory = available_memory(device)
+    if slots <= MAX_TOKEN_SLOTS and (memory is None or need <= memory):
+        return
+    chains_name = display_name("chains")
+    limit = f"the index limit of {MAX_TOKEN_SLOTS} token slots" if slots > MAX_TOKEN_SLOTS else \
+        f"the {memory / 2 ** 30:.1f} GiB available on {torch.device(device or 'cpu')}"
+    raise _err(what, f"x {chains_name}: {inputs} input(s) x {chains} chains x {T} positions = {slots} token slots "
+               f"need about {need / 2 ** 30:.1f} GiB (chain state, masked copies, per-position model outputs), "
+               f"more than {limit}: lower {chains_name}, or use shorter rows or fewer inputs at once")
 
 
 def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
     """Reject rows longer than the model's position table (:func:`mhfast.models.base.check_rows_fit`, naming
     the row) and chains that cannot be held, before any allocation (never a crash deep inside the model)."""
     check_rows_fit(model, rows, int(model.pad_id), lambda b: f"mhfast.sample: {what} row {b}")
-    check_slots(int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what)
+    check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what)
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:
