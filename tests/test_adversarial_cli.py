@@ -367,7 +367,7 @@ def test_a_closed_stdout_is_fine_when_the_results_go_to_output(paths, tmp_path):
     assert out.read_text().count("\n") == 1
 
 
-# -------------------------------------------------------------------- I/O errors name the option and the path (issue 37)
+# ------------------------------------------------------------------ I/O errors name the option and the path (issue 37)
 # (command line, the file whose writes fail with ENOSPC, what the one line must say); the disk is full only for
 # that file (a patched os.write), so each row is deterministic and fast: the progress record of score and translate
 # is written before the model is loaded, their output after the first batch (mask-predict: one pass).
@@ -451,7 +451,7 @@ def test_a_read_error_names_the_option_and_path(template, option, paths, monkeyp
     _one_error_line(capsys.readouterr().err, (f"{option} '{paths['one']}': cannot read: Input/output error",))
 
 
-# -------------------------------------------------------------------- advice names only the command's options (issue 37)
+# ------------------------------------------------------------------ advice names only the command's options (issue 37)
 @pytest.mark.parametrize("name", [argv[0] for argv in STDOUT_COMMANDS])
 def test_out_of_memory_advice_names_only_options_of_the_command(name, monkeypatch, capsys):
     """An allocation that fails anywhere in a command: the advice's flags are all flags of that command."""
@@ -475,7 +475,7 @@ def test_out_of_memory_advice_names_only_options_of_the_command(name, monkeypatc
     assert flags or name == "evaluate", line
 
 
-# -------------------------------------------------------------------- the chains' size, before any allocation (issue 37)
+# ------------------------------------------------------------------ the chains' size, before any allocation (issue 37)
 @pytest.mark.parametrize("argv", [SAMPLE[:3] + ["--length", "3", "--chains", "10000000"],
                                   SAMPLE[:3] + ["--init", "a b c", "a b", "--chains", "5000000"]],
                          ids=["length", "init"])

@@ -268,7 +268,8 @@ def test_a_hamming_reference_of_another_length_is_refused():
         mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[short])
     with pytest.raises(ValueError, match=r"mhfast.sample: extra_energy: Hamming reference row 0 has 4 tokens, "
                                          r"the sequence it is compared with 3"):
-        mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0, extra_energy=[(Hamming(torch.tensor([0, 1, 2, 0])), 1.0)])
+        mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0,
+                      extra_energy=[(Hamming(torch.tensor([0, 1, 2, 0])), 1.0)])
     named = Hamming(torch.tensor([[1, 1], [2, 2]]), names=["ref.txt line 1", "ref.txt line 2"])
     with pytest.raises(ValueError, match=r"mhfast.energy: extra_energy: ref.txt line 1 has 2 tokens, the sequence it "
                                          r"is compared with 3"):
