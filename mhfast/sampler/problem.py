@@ -119,11 +119,13 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
         values = list(input_ids)
         if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
             raise _err("input_ids", f"must be ints, got {values!r}")
+        if any(v < 0 for v in values):
+            raise _err("input_ids", "must be >= 0")
         # each id times per_id (plus j) is the RNG's int64 input index
         ids = long_tensor(values, "mhfast.sample: input_ids: value", 0, INT64_MAX // per_id)
     if ids.numel() != num_ids:
         raise _err("input_ids", f"has {ids.numel()} entries, expected one per input/source ({num_ids})")
-    if bool((ids < 0).any()):
+    if bool((ids < 0).any()):  # a tensor's ids
         raise _err("input_ids", "must be >= 0")
     return (ids[:, None] * per_id + torch.arange(per_id)[None, :]).reshape(-1).to(device)
 
