@@ -1,12 +1,14 @@
 """The ``mhfast`` command line: ``mhfast <command> [options]`` (also ``python3 -m mhfast``).
 
 Each command is a module of :mod:`mhfast.commands` defining ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``; modules are discovered automatically, so a
-new command is a new file there and needs no edit here.
+``add_arguments(parser)`` and ``run(args) -> int`` (and ``results_on_stdout(args) -> bool`` where its
+results do not always go to stdout); modules are discovered automatically, so a new command is a new
+file there and needs no edit here.
 
 User errors (bad options, missing files, invalid sequences) print ONE line
 ``mhfast <command>: error: ...`` on stderr and exit with status 2; set ``MHFAST_DEBUG=1`` to get
-the traceback instead. A closed pipe on stdout (``mhfast translate ... | head -1``) ends the
+the traceback instead. A command whose results go to stdout refuses a closed or read-only stdout before
+any work (exit status 2). A closed pipe on stdout (``mhfast translate ... | head -1``) ends the
 command quietly with status 141 (128 + SIGPIPE), as other command-line tools do.
 
 Example:
@@ -23,7 +25,10 @@ from typing import Sequence
 
 from . import commands
 from .allocator import tune_cpu_allocator
+from .files.errors import named
+from .files.journal import check_stdout
 from .models.compiled_blocks import CompileError
+from .sampler.options import flag_names
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,30 +45,84 @@ def _command_modules() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``mhfast`` parser; ``parser.commands`` maps each command's name to its subparser."""
     parser = OneLineParser(prog="mhfast", description="Metropolis-Hastings sampling from masked language models "
                            "(Goyal, Dyer & Berg-Kirkpatrick, ICLR 2022).")
     sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=OneLineParser)
+    parser.commands = {}
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run, _prog=p.prog)
+        p.set_defaults(_run=mod.run, _prog=p.prog, _stdout=getattr(mod, "results_on_stdout", _always))
+        parser.commands[mod.NAME] = p
     return parser
+
+
+def attach_dash_values(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``--free -1:3`` given as ``--free=-1:3``, so that the option's own check says what is wrong with the value.
+
+    argparse takes a token that starts with '-' (and is not a plain negative number) for an option, so an option
+    that takes one value reported "expected one argument" for ``--free -1:3`` or ``--anneal -inf``. A
+    single-dash token right after such an option is attached to it as its value, as getopt does, unless it is
+    exactly one of the command's own options (``-q``, ``-o``); ``--long`` tokens and everything after ``--`` are
+    left alone.
+
+    Example:
+        >>> attach_dash_values(build_parser(), ["sample", "--free", "-1:3", "-q"])[1:]
+        ['--free=-1:3', '-q']
+    """
+    argv = list(argv)
+    command = next((i for i, a in enumerate(argv) if a in parser.commands), None)
+    if command is None:
+        return argv
+    # argparse keeps no public table of a parser's options; _option_string_actions is that table
+    options = parser.commands[argv[command]]._option_string_actions
+    out, i = argv[:command + 1], command + 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        action = options.get(token)
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if action is not None and action.nargs is None and value.startswith("-") and not value.startswith("--") \
+                and len(value) > 1 and value not in options:
+            out.append(f"{token}={value}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
+def _always(args: argparse.Namespace) -> bool:
+    """A command without ``results_on_stdout(args)`` writes its results to stdout whatever its options."""
+    return True
+
+
+def _check_stdout(args: argparse.Namespace) -> None:
+    """Refuse a closed or read-only stdout before any work when the command's results go there (the
+    command's ``results_on_stdout(args)``): they would be lost, or fail only at the end."""
+    if args._stdout(args):
+        check_stdout("give --output FILE" if hasattr(args, "output") else "run it with stdout open (e.g. > FILE)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mhfast`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_dash_values(parser, sys.argv[1:] if argv is None else argv))
     if getattr(args, "_run", None) is None:
         parser.print_help(sys.stderr)
         return 2
     if os.environ.get("MHFAST_TUNE_MALLOC", "1") != "0":  # a whole run in this process: keep freed memory
         tune_cpu_allocator()
     try:
-        code = int(args._run(args) or 0)
+        _check_stdout(args)
+        with flag_names():  # the sampler's own errors name options by their flags (--chains)
+            code = int(args._run(args) or 0)
         if sys.stdout is not None:
-            sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+            with named("stdout", "write"):
+                sys.stdout.flush()  # a reader that went away (or a full disk) shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:
         return _broken_pipe()
@@ -76,12 +135,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as e:
         if not _out_of_memory(e) or os.environ.get("MHFAST_DEBUG") == "1":
             raise
-        _say(f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): use fewer "
-             "chains or inputs, or a smaller --batch-size / --max-tokens-per-batch")
+        _say(f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): "
+             f"{_memory_advice(args)}")
         return 2
     except KeyboardInterrupt:
         _say(f"{args._prog}: interrupted")
         return 130
+
+
+#: the options that size what a command holds in memory, in the order the advice names them
+MEMORY_OPTIONS = (("chains", "--chains"), ("batch_size", "--batch-size"), ("length_beam", "--length-beam"),
+                  ("max_tokens_per_batch", "--max-tokens-per-batch"))
+
+
+def _memory_advice(args: argparse.Namespace) -> str:
+    """What to lower after running out of memory, naming only options this command has (``sample`` has no
+    --batch-size, ``evaluate`` none of them)."""
+    flags = [flag for dest, flag in MEMORY_OPTIONS if hasattr(args, dest)]
+    return ("use a smaller " + " / ".join(flags) + ", or fewer or shorter inputs") if flags else \
+        "use fewer or shorter inputs"
 
 
 def _out_of_memory(e: BaseException) -> bool:

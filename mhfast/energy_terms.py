@@ -37,13 +37,25 @@ from typing import Any, Callable, Sequence
 import torch
 
 
+def _lengths(rows: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Long[N]: each row's length, up to and including its last token that is not ``pad_id`` (rows are padded
+    at the end; a pad-valued id inside a row, e.g. a BOS of id 0 with the default pad_id, still counts)."""
+    positions = torch.arange(1, rows.shape[1] + 1, device=rows.device)
+    return torch.where(rows != pad_id, positions, 0).amax(dim=1) if rows.shape[1] else rows.new_zeros(rows.shape[0])
+
+
 class Hamming:
     """Number of positions where a sequence differs from a reference (mixmatch's ``delta`` term).
 
     Args:
-        reference: Long[T] (one reference for every input) or Long[B, T] (row b for input b).
-            Sequences and references of different widths are compared as if padded with ``pad_id``.
-        pad_id: the padding id (only needed when widths differ).
+        reference: Long[T] (one reference for every input) or Long[B, T] (row b for input b). A reference must
+            have the length of the sequences it is compared with (special tokens included): the sampler and
+            :func:`mhfast.energy` check it before any work (:meth:`check_rows`), since a distance across
+            different lengths would count padding and specials as differences.
+        pad_id: the id that pads the rows of a Long[B, T] reference at the end (a row's length: up to its last
+            other id); None (default): the rows are not padded, each is T long.
+        names: how messages name each reference row (e.g. ``"--hamming-reference 'r.txt': line 3"``); default
+            ``"Hamming reference row b"``.
 
     Example:
         >>> h = Hamming(torch.tensor([1, 2, 3]))
@@ -53,24 +65,57 @@ class Hamming:
 
     name = "hamming"
 
-    def __init__(self, reference: torch.Tensor, pad_id: int = 0):
+    def __init__(self, reference: torch.Tensor, pad_id: int | None = None, names: Sequence[str] | None = None):
         reference = torch.as_tensor(reference)
         if reference.dtype != torch.long or reference.dim() not in (1, 2):
             raise ValueError(f"Hamming: reference must be a Long[T] or Long[B, T] tensor, got {reference.dtype} "
                              f"of shape {tuple(reference.shape)}")
         self.reference = reference if reference.dim() == 2 else reference[None]
-        self.pad_id = int(pad_id)
+        self.pad_id = None if pad_id is None else int(pad_id)
+        if names is not None and len(names) != self.reference.shape[0]:
+            raise ValueError(f"Hamming: names has {len(names)} entries, expected one per reference row "
+                             f"({self.reference.shape[0]})")
+        self.names = list(names) if names is not None else [f"Hamming reference row {b}" for b in
+                                                             range(self.reference.shape[0])]
+
+    def check_rows(self, tokens: torch.Tensor, input_index: torch.Tensor, pad_id: int) -> None:
+        """A ValueError naming the reference and both lengths unless every row of ``tokens`` (Long[N, T],
+        padded at the end with the model's ``pad_id``) has the length of its reference (row
+        ``input_index[n]``). Called once, before sampling or scoring, by :meth:`EnergyTerms.check_rows`."""
+        which = self._rows_of(input_index.to(tokens.device))
+        refs = self._lengths().to(tokens.device)
+        rows = _lengths(tokens, pad_id)
+        bad = (rows != refs[which]).nonzero().flatten()
+        if bad.numel():
+            n = int(bad[0])
+            r = int(which[n])
+            raise ValueError(f"{self.names[r]} has {int(refs[r])} tokens, the sequence it is compared with "
+                             f"{int(rows[n])} (special tokens included): a Hamming distance compares position by "
+                             "position, so the reference must have the sequence's length")
+
+    def _lengths(self) -> torch.Tensor:
+        """Long[R]: each reference row's length (its width without ``pad_id``)."""
+        if self.pad_id is None:
+            return torch.full((self.reference.shape[0],), self.reference.shape[1], dtype=torch.long)
+        return _lengths(self.reference, self.pad_id)
+
+    def _rows_of(self, input_index: torch.Tensor) -> torch.Tensor:
+        """Long[N]: the reference row each input is compared with (row 0 for all with one reference)."""
+        R = self.reference.shape[0]
+        if R == 1:
+            return torch.zeros_like(input_index)
+        if bool((input_index >= R).any()):
+            raise ValueError(f"Hamming: an input index is >= the {R} references given")
+        return input_index
 
     def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
         ref = self.reference.to(tokens.device)
-        if ref.shape[0] > 1:
-            if bool((input_index >= ref.shape[0]).any()):
-                raise ValueError(f"Hamming: an input index is >= the {ref.shape[0]} references given")
-            ref = ref[input_index]
-        else:
-            ref = ref.expand(tokens.shape[0], -1)
+        ref = ref[self._rows_of(input_index)] if ref.shape[0] > 1 else ref.expand(tokens.shape[0], -1)
+        # Widths differ only where rows and references are padded (their lengths match, see check_rows): pad
+        # the narrower with the reference's pad. Unpadded references are as wide as their rows.
         width = max(ref.shape[1], tokens.shape[1])
-        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=self.pad_id)  # noqa: E731
+        value = 0 if self.pad_id is None else self.pad_id
+        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)  # noqa: E731
         return (pad(tokens) != pad(ref)).sum(dim=1).float()
 
 
@@ -200,6 +245,14 @@ class EnergyTerms:
             v = t.fn(tokens, input_index) if t.wants_index else t.fn(tokens)
             cols.append(_checked(t, v, tokens))
         return torch.stack(cols, dim=1) if cols else tokens.new_zeros((tokens.shape[0], 0), dtype=torch.float32)
+
+    def check_rows(self, tokens: torch.Tensor, input_index: torch.Tensor, pad_id: int) -> None:
+        """Each term that can check rows (an optional ``check_rows(tokens, input_index, pad_id)`` hook, e.g.
+        :meth:`Hamming.check_rows`) checks the rows it will be evaluated on, once, before any work."""
+        for t in self.terms:
+            check = getattr(t.fn, "check_rows", None)
+            if callable(check):
+                check(tokens, input_index, pad_id)
 
     def weighted(self, values: torch.Tensor) -> torch.Tensor:
         """sum_k w_k values[:, k], in float64 (order-independent), as f32[N]."""

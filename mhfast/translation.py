@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .files.errors import check_input
+
 #: The bundled Multi30k De->En CMLM.
 BUNDLE_DIR = Path(__file__).resolve().parent / "data" / "multi30k_de_en"
 BUNDLE_FILES = ("model.pt", "dict.de.txt", "dict.en.txt", "spm.model")
@@ -62,8 +64,10 @@ class TextProcessor:
         self.spm_model = None if spm_model is None else str(spm_model)
         self._sp = None
         if kind == "spm":
-            if spm_model is None or not os.path.isfile(spm_model):
-                raise FileNotFoundError(f"--spm: SentencePiece model not found: {spm_model}")
+            missing = f"--spm: SentencePiece model not found: {spm_model}"
+            if spm_model is None:
+                raise FileNotFoundError(missing)
+            check_input(spm_model, "--spm", missing)
             try:
                 import sentencepiece
             except ImportError as e:  # pragma: no cover - installed by scripts/install.sh
@@ -254,8 +258,7 @@ def resolve_tokenizer(data_dir: str | os.PathLike, spm: str | os.PathLike | None
 def load_translator(checkpoint: str | os.PathLike, data_dir: str | os.PathLike, spm: str | os.PathLike | None = None,
                     tokenizer: str | None = None, device: str | torch.device | None = None) -> Translator:
     """Load any ``cmlm_transformer`` checkpoint with its ``dict.{src,tgt}.txt`` folder as a :class:`Translator`."""
-    if not os.path.isfile(checkpoint):
-        raise FileNotFoundError(f"--model: checkpoint not found: {checkpoint}")
+    check_input(checkpoint, "--model", f"--model: checkpoint not found: {checkpoint}")
     if not os.path.isdir(data_dir):
         raise FileNotFoundError(f"--data: dictionary folder not found: {data_dir}")
     processor = resolve_tokenizer(data_dir, spm, tokenizer)

@@ -253,3 +253,24 @@ def test_mhfast_energy_reports_the_same_terms_as_sample():
     assert torch.allclose(e.e_local + e.e_extra, r.energy[0], atol=1e-5)
     with pytest.raises(ValueError, match="mhfast.energy: extra_energy"):
         mhfast.energy(model, r.tokens[0], extra_energy=3)
+
+
+def test_a_hamming_reference_of_another_length_is_refused():
+    """Issue 37: a reference shorter or longer than its sequence would count padding and specials as
+    differences; mhfast.sample and mhfast.energy refuse it before any work, naming it and both lengths."""
+    model = TabularMLM.random(num_tokens=V_ORD, length=[3, 4], seed=1)
+    init = torch.tensor([[0, 1, 2, 4], [0, 1, 2, 0]])  # lengths 3 and 4 (pad 4)
+    fits = Hamming(torch.tensor([[1, 1, 1, 4], [2, 2, 2, 2]]), pad_id=4)
+    assert mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[fits]).terms.shape == (2, 1, 1)
+    short = Hamming(torch.tensor([[1, 1, 1], [2, 2, 2]]), pad_id=4)
+    with pytest.raises(ValueError, match=r"mhfast.sample: extra_energy: Hamming reference row 1 has 3 tokens, the "
+                                         r"sequence it is compared with 4"):
+        mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[short])
+    with pytest.raises(ValueError, match=r"mhfast.sample: extra_energy: Hamming reference row 0 has 4 tokens, "
+                                         r"the sequence it is compared with 3"):
+        mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0,
+                      extra_energy=[(Hamming(torch.tensor([0, 1, 2, 0])), 1.0)])
+    named = Hamming(torch.tensor([[1, 1], [2, 2]]), names=["ref.txt line 1", "ref.txt line 2"])
+    with pytest.raises(ValueError, match=r"mhfast.energy: extra_energy: ref.txt line 1 has 2 tokens, the sequence it "
+                                         r"is compared with 3"):
+        mhfast.energy(model, init, extra_energy=[named])

@@ -77,7 +77,7 @@ def test_sample_init_file_and_evaluate_use_the_rule(tmp_path, capsys):
 
     seqs = tmp_path / "seqs.txt"
     seqs.write_bytes("EVQL\rVESG\r\nQVQL\x85QESG\n".encode("utf-8"))
-    assert read_sequences(str(seqs)) == ["EVQL\rVESG", "QVQL\x85QESG"]
+    assert [r.text for r in read_sequences(str(seqs))] == ["EVQL\rVESG", "QVQL\x85QESG"]
     hyps = ["a dog\u2028runs .", "two men\x0ctalk .", "a woman sits\x85at a bar ."]
     refs = ["a dog runs .", "two men talk .", "a woman sits at a bar ."]
     h, r = tmp_path / "h.txt", tmp_path / "r.txt"

@@ -25,8 +25,6 @@ def reference_lines(args: argparse.Namespace, count: int, limit: int | None = No
     path = args.hamming_reference
     if path is None:
         return None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--hamming-reference: no such file: {path!r}")
     from ..files import read_records
 
     lines = read_records(path, "--hamming-reference")[:limit]  # the line rule; bad UTF-8 names file and line
@@ -44,15 +42,27 @@ def padded(rows: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
     return out
 
 
-def hamming_term(args: argparse.Namespace, references: torch.Tensor | None, pad_id: int) -> Any:
-    """``(Hamming(references), --hamming)`` when ``--hamming`` > 0, else None."""
+def reference_names(args: argparse.Namespace, lines: Sequence[int]) -> list[str] | None:
+    """How messages name the --hamming-reference lines ``lines`` (0-based): ``--hamming-reference 'r.txt': line 3``
+    (None without --hamming-reference: the references are the inputs themselves)."""
+    if args.hamming_reference is None:
+        return None
+    from ..files import line_of
+
+    return [line_of(args.hamming_reference, "--hamming-reference", int(i) + 1) for i in lines]
+
+
+def hamming_term(args: argparse.Namespace, references: torch.Tensor | None, pad_id: int,
+                 names: Sequence[str] | None = None) -> Any:
+    """``(Hamming(references), --hamming)`` when ``--hamming`` > 0, else None; ``names``: how messages name each
+    reference row (a reference of another length than its sequence is an error naming it and both lengths)."""
     if not args.hamming:
         if args.hamming_reference is not None:
             raise ValueError("--hamming-reference needs --hamming WEIGHT > 0")
         return None
     if references is None:
         raise ValueError("--hamming needs --hamming-reference FILE (or, for mhfast sample, --init sequences)")
-    return (Hamming(references, pad_id=pad_id), float(args.hamming))
+    return (Hamming(references, pad_id=pad_id, names=names), float(args.hamming))
 
 
 def classifier_term(args: argparse.Namespace, pad_id: int, decode: Callable[[torch.Tensor], str] | None) -> Any:

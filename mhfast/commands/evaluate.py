@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
+
+from ..files import stdout_print
 
 NAME = "evaluate"
 HELP = "sacreBLEU/chrF of translations against references; per-epoch sampler statistics"
@@ -71,10 +72,11 @@ def epoch_table(stats: dict) -> list[dict]:
 
 
 def _read_stats(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--stats: no such file: {path!r}")
+    from ..files import check_input, describe, named
+
+    check_input(path, "--stats")
     try:
-        with open(path, encoding="utf-8") as f:
+        with named(describe(path, "--stats"), "read"), open(path, encoding="utf-8") as f:
             stats = json.load(f)
         if not isinstance(stats, dict) or not isinstance(stats.get("batches"), list):
             raise ValueError
@@ -87,23 +89,24 @@ def _read_stats(path: str) -> dict:
 def print_stats(stats: dict) -> None:
     table = epoch_table(stats)
     if not table:
-        print(f"sampler statistics: none (method {stats.get('method')!r} records no epochs)")
+        stdout_print(f"sampler statistics: none (method {stats.get('method')!r} records no epochs)")
         return
     burn_in = stats.get("burn_in") or 0
-    print(f"sampler statistics per epoch (method {stats.get('method')}, {table[0]['sentences']} sentences, "
-          f"burn-in {burn_in}):")
-    print(f"{'epoch':>5} {'accept':>8} {'novel':>8} {'E_raw':>11} {'E_local':>10} {'tau':>6}")
+    stdout_print(f"sampler statistics per epoch (method {stats.get('method')}, {table[0]['sentences']} sentences, "
+                 f"burn-in {burn_in}):")
+    stdout_print(f"{'epoch':>5} {'accept':>8} {'novel':>8} {'E_raw':>11} {'E_local':>10} {'tau':>6}")
     for row in table:
         mark = "*" if row["epoch"] < burn_in else " "
-        print(f"{row['epoch'] + 1:>4}{mark} {row['acceptance_rate']:8.4f} {row['novel_rate']:8.4f} "
-              f"{row['e_raw']:11.3f} {row['e_local']:10.3f} {row['target_temperature']:6.3f}")
+        stdout_print(f"{row['epoch'] + 1:>4}{mark} {row['acceptance_rate']:8.4f} {row['novel_rate']:8.4f} "
+                     f"{row['e_raw']:11.3f} {row['e_local']:10.3f} {row['target_temperature']:6.3f}")
     post = [r for r in table if r["epoch"] >= burn_in] or table
     mean = lambda k: sum(r[k] for r in post) / len(post)  # noqa: E731
-    print(f"post-burn-in mean: accept {mean('acceptance_rate'):.4f}  novel {mean('novel_rate'):.4f}  "
-          f"E_raw {mean('e_raw'):.3f}  E_local {mean('e_local'):.3f}   (* = burn-in epoch)")
+    stdout_print(f"post-burn-in mean: accept {mean('acceptance_rate'):.4f}  novel {mean('novel_rate'):.4f}  "
+                 f"E_raw {mean('e_raw'):.3f}  E_local {mean('e_local'):.3f}   (* = burn-in epoch)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Scores (and statistics) on stdout; every file is read and checked before anything is printed."""
     if args.hyp is None and args.stats is None:
         raise ValueError("give --hyp FILE --ref FILE (and/or --stats FILE)")
     if (args.hyp is None) != (args.ref is None):
@@ -122,10 +125,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("line counts differ: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if not hyps:
             raise ValueError(f"--hyp: {args.hyp!r} is empty")
-        print(f"{len(hyps)} sentences  hyp {args.hyp}  ref {ref_path}")
+        stdout_print(f"{len(hyps)} sentences  hyp {args.hyp}  ref {ref_path}")
         for name, result, signature in score(hyps, refs, args.lowercase):
-            print(f"{result}")
-            print(f"  signature: {signature}")
+            stdout_print(f"{result}")
+            stdout_print(f"  signature: {signature}")
     if stats is not None:
         print_stats(stats)
     return 0

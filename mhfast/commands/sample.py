@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..files import stdout_print
 from ..sampler import options
 from . import _energy_terms
 
@@ -47,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       "--init/--init-file)")
     what.add_argument("--init", nargs="+", metavar="SEQ", help="start sequence(s); for AntiBERTy one-letter residues "
                       "with '_' for a residue to fill in; for other models text for its tokenizer")
-    what.add_argument("--init-file", metavar="FILE", help="start sequences, one per line (FASTA accepted)")
+    what.add_argument("--init-file", metavar="FILE", help="start sequences, one per non-blank line, or FASTA "
+                      "records ('>' header, then the sequence's lines); text outside a record is an error")
     p.add_argument("--free", type=_span, action="append", metavar="START:END",
                    help="infilling: only these token spans (0-based over the sequence's ordinary tokens, END "
                         "exclusive, repeatable) are resampled; the rest stays fixed but counts in the energy")
@@ -57,40 +59,95 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="print only the final samples")
 
 
-def read_sequences(path: str) -> list[str]:
-    """One sequence per non-empty line, or FASTA records (lines after a '>' header are joined)."""
-    from ..files import read_records
+@dataclass(frozen=True)
+class Record:
+    """One start sequence and where it came from: ``where`` names it in messages (``"--init 2"``,
+    ``"--init-file 'heavy.fa': line 5"``); ``lines`` holds ``(where, text)`` of each line a FASTA record
+    joins, so that an error in one of them names that line."""
+
+    text: str
+    where: str
+    lines: tuple[tuple[str, str], ...] = ()
+
+
+def read_sequences(path: str) -> list[Record]:
+    """The start sequences of an --init-file: one per non-blank line, or FASTA records (a '>' header, then
+    the lines of its sequence, joined) when any line starts with '>'.
+
+    Blank lines hold no sequence and are skipped; nothing else is dropped: every other line is a sequence
+    (a line starting with '#' too), and in FASTA text before the first header or a header without a
+    sequence is a ValueError naming the file and the line.
+    """
+    from ..files import line_of, read_records
 
     # "\n"-separated records (a text-mode file would also split at a lone "\r"); bad UTF-8 names the line
-    lines = [line.strip() for line in read_records(path, "--init-file")]
-    if any(line.startswith(">") for line in lines):
-        records, current = [], None
-        for line in lines:
-            if line.startswith(">"):
-                current = []
-                records.append(current)
-            elif line and current is not None:
-                current.append(line)
-        seqs = ["".join(r) for r in records if r]
+    lines = [(n, line.strip()) for n, line in enumerate(read_records(path, "--init-file"), 1)]
+    where = lambda n: line_of(path, "--init-file", n)  # noqa: E731
+    if any(line.startswith(">") for _, line in lines):
+        seqs = _fasta_records(lines, where)
     else:
-        seqs = [line for line in lines if line and not line.startswith("#")]
+        seqs = [Record(line, where(n)) for n, line in lines if line]
     if not seqs:
         raise ValueError(f"--init-file: no sequences in {path!r}")
     return seqs
 
 
+def _fasta_records(lines: list[tuple[int, str]], where: Any) -> list[Record]:
+    """FASTA records of numbered, stripped lines; ``where(n)`` names line n. Text outside a record and a record
+    without a sequence are errors (never dropped)."""
+    records: list[tuple[int, str, list[tuple[int, str]]]] = []  # (header line, header, sequence lines)
+    for n, line in lines:
+        if line.startswith(">"):
+            records.append((n, line, []))
+        elif line:
+            if not records:
+                raise ValueError(f"{where(n)}: sequence text before the first FASTA header ('>'); give it a header "
+                                 "or remove it")
+            records[-1][2].append((n, line))
+    for n, header, parts in records:
+        if not parts:
+            raise ValueError(f"{where(n)}: FASTA record {header!r} has no sequence")
+    return [Record("".join(text for _, text in parts), where(n), tuple((where(m), text) for m, text in parts))
+            for n, _, parts in records]
+
+
+def _records(args: argparse.Namespace) -> list[Record] | None:
+    """The start sequences of --init or --init-file, each naming where it came from (None without them)."""
+    if args.init is not None:
+        return [Record(text, f"--init {k}" if len(args.init) > 1 else "--init") for k, text in enumerate(args.init, 1)]
+    return read_sequences(args.init_file) if args.init_file else None
+
+
+def _encode(lm: Any, record: Record) -> torch.Tensor:
+    """A record's token ids, checked (not empty, fits the model's positions); errors name the record, or for a
+    FASTA record the line that holds what the tokenizer refuses (e.g. a character that is no residue)."""
+    from ..models.base import check_length
+
+    try:
+        ids = lm.encode(record.text)
+        if len(ids) == 0:
+            raise ValueError("empty sequence")
+        check_length(lm, len(ids), "the sequence")
+    except ValueError as e:
+        for where, text in record.lines:
+            try:
+                lm.encode(text)
+            except ValueError as line_error:
+                raise ValueError(f"{where}: {line_error}") from None
+        raise ValueError(f"{record.where}: {e}") from None
+    return ids
+
+
 def _inputs(lm: Any, args: argparse.Namespace) -> dict:
     """The ``init``/``free_positions`` or ``length`` arguments of mhfast.sample from the options."""
-    texts = args.init if args.init is not None else (read_sequences(args.init_file) if args.init_file else None)
-    if texts is None:
+    records = _records(args)
+    if records is None:
         if args.free:
             raise ValueError("--free needs --init or --init-file (infilling keeps the rest of a given sequence)")
         return {"length": 10 if args.length is None else args.length}
     if not callable(getattr(lm, "encode", None)):
         raise ValueError("--init: this model has no tokenizer to encode text")
-    encoded = [lm.encode(t) for t in texts]
-    if any(len(e) == 0 for e in encoded):
-        raise ValueError("--init: empty sequence")
+    encoded = [_encode(lm, r) for r in records]
     T = max(len(e) for e in encoded)
     init = torch.full((len(encoded), T), lm.pad_id, dtype=torch.long)
     for b, e in enumerate(encoded):
@@ -104,7 +161,7 @@ def _inputs(lm: Any, args: argparse.Namespace) -> dict:
             ordinary = (~special[e]).nonzero().flatten()  # token index of each ordinary token
             for start, end in args.free:
                 if end > len(ordinary):
-                    raise ValueError(f"--free {start}:{end}: sequence {b + 1} has only {len(ordinary)} tokens")
+                    raise ValueError(f"--free {start}:{end}: {records[b].where} has only {len(ordinary)} tokens")
                 free[b, ordinary[start:end]] = True
             # Masked tokens ('_') must be filled, so they are free whatever the spans say.
             free[b, :len(e)] |= e == lm.mask_id
@@ -124,14 +181,16 @@ def _terms(lm: Any, args: argparse.Namespace, inputs: dict, rows: list[int] | No
     --classifier; ``rows``: the inputs this process samples (their references, in that order)."""
     count = inputs["init"].shape[0] if "init" in inputs else 1
     lines = _energy_terms.reference_lines(args, count)
-    if lines is not None:
-        references = _energy_terms.padded([lm.encode(t) for t in lines], lm.pad_id)
+    names = _energy_terms.reference_names(args, range(count))
+    if lines is not None:  # encoded and checked like the start sequences; errors name the line
+        references = _energy_terms.padded([_encode(lm, Record(t, w)) for t, w in zip(lines, names)], lm.pad_id)
     else:
         references = inputs.get("init")
-    if references is not None and rows is not None:
-        references = references[rows]
+    if rows is not None:
+        references = None if references is None else references[rows]
+        names = None if names is None else [names[r] for r in rows]
     decode = lm.decode if callable(getattr(lm, "decode", None)) else None
-    return _energy_terms.extra_energy(_energy_terms.hamming_term(args, references, lm.pad_id),
+    return _energy_terms.extra_energy(_energy_terms.hamming_term(args, references, lm.pad_id, names),
                                       _energy_terms.classifier_term(args, lm.pad_id, decode))
 
 
@@ -172,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     # every model-dependent check (lengths against the model, token ids, sizes) before any output
     build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
     mine_inputs, mine = _shard(inputs, world, int(lm.pad_id))
-    say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: print(*a, flush=True))
+    say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: stdout_print(*a, flush=True))
     say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
     for energy in ["raw", "local"] if args.energy == "both" else [args.energy]:
         say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
@@ -241,15 +300,14 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
     post = slice(args.burn_in, None) if args.burn_in < args.epochs else slice(None)
     acc = float(result.acceptance_rate[post].mean())
     novel = float(result.novel_rate[post].mean())
-    out = sys.stdout
     for b in range(B):
-        print(f"[{energy}] input {b + 1}", file=out)
+        stdout_print(f"[{energy}] input {b + 1}")
         for c in range(C):
-            print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
-                  f"E_local={float(result.energy_local[b, c]):.3f}", file=out)
-        print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}", file=out)
-    print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
-          f"model rows {result.model_rows}"
-          + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
-          + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
-          file=out, flush=True)
+            stdout_print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
+                         f"E_local={float(result.energy_local[b, c]):.3f}")
+        stdout_print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}")
+    stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
+                 f"model rows {result.model_rows}"
+                 + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
+                 + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
+                 flush=True)

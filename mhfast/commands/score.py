@@ -29,7 +29,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from ..files import CommittedOutput, OutputLock, file_sha256, read_records
+from ..files import CommittedOutput, OutputLock, describe, file_sha256, read_records
 from ..files.journal import StreamOutput, is_special
 from ..files.lock import check_distinct
 
@@ -37,6 +37,11 @@ NAME = "score"
 HELP = "score sequences by pseudo-log-likelihood (PLL = -E_local, E_raw, pseudo-perplexity)"
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
 METRICS = ("original", "within_word_l2r")
+
+
+def results_on_stdout(args: argparse.Namespace) -> bool:
+    """The results go to stdout unless --output names a file (the CLI checks stdout before any work)."""
+    return args.output is None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -106,7 +111,7 @@ def output_spec(args: argparse.Namespace, lines: list[str], sources: list[str] |
     options = {f"--{k.replace('_', '-')}": getattr(args, k) for k in ("model", "metric", "format", "per_token",
                                                                        "per_word", "ids", "batch_size", "device")}
     return {"command": "score", "mhfast": mhfast.__version__, "options": options,
-            "model": {k: file_sha256(v) for k, v in sorted(_model_files(args).items())},
+            "model": {k: file_sha256(v, "--model") for k, v in sorted(_model_files(args).items())},
             "input": {"lines": len(lines), "sha256": digest(lines)},
             "sources": None if sources is None else {"lines": len(sources), "sha256": digest(sources)}}
 
@@ -116,7 +121,7 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
     if args.output is None or is_special(args.output):
         if args.resume:
             raise ValueError("--resume needs --output FILE (a regular file)")
-        sink: Any = StreamOutput(open(args.output, "wb") if args.output is not None else None)
+        sink: Any = StreamOutput.to(args.output)
     else:
         folder = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(folder):
@@ -196,14 +201,32 @@ def _split_pairs(lines: list[str], sources: list[str] | None, name: str) -> tupl
     pairs = []
     for number, line in enumerate(lines, 1):
         if line and "\t" not in line:
-            raise ValueError(f"--input: {name} line {number} has no TAB (expected SOURCE<TAB>TARGET, or give --source)")
+            raise ValueError(f"{name}: line {number} has no TAB (expected SOURCE<TAB>TARGET, or give --source)")
         src, _, tgt = line.partition("\t")
         pairs.append((src, tgt))
     return [t for _, t in pairs], [s for s, _ in pairs]
 
 
-def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Namespace, name: str) -> list[Any]:
-    """Each line as text (or ids) -> Encoded; an error names the input line."""
+def _encode_ids(model: Any, line: str) -> Any:
+    """A --ids line (space-separated token ids, specials included) -> Encoded; errors name --ids (an id outside
+    the vocabulary, one beyond 64 bits too)."""
+    from ..scoring.text import encode
+
+    try:
+        ids = [int(x) for x in line.split()]
+    except ValueError:
+        raise ValueError("expected space-separated integer token ids (--ids)") from None
+    try:
+        return encode(model, ids)
+    except ValueError as e:
+        raise ValueError(f"--ids: {e}") from None
+
+
+def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Namespace, name: str,
+                  sources: list[str] | None = None) -> list[Any]:
+    """Each line as text (or ids) -> Encoded, checked (ids in the vocabulary, no mask, the model's positions; a
+    source too); an error names the input line."""
+    from ..models.base import check_length
     from ..scoring.api import energy_positions
     from ..scoring.text import encode
 
@@ -215,17 +238,14 @@ def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Names
             out.append("")
             continue
         try:
-            item: Any = line
-            if args.ids:
-                try:
-                    item = [int(x) for x in line.split()]
-                except ValueError:
-                    raise ValueError("expected space-separated integer token ids") from None
-            enc = encode(model, item)
+            enc = _encode_ids(model, line) if args.ids else encode(model, line)
             energy_positions(lm, enc.ids[None])  # ids in the vocabulary, no mask: checked per line
+            check_length(model, int(enc.ids.numel()), "the sequence")
+            if sources is not None:
+                check_length(model, int(model.source_ids(sources[k]).numel()), "its source", side="source")
             out.append(enc)
         except ValueError as e:
-            raise ValueError(f"--input: {name} line {number}: {e}") from None
+            raise ValueError(f"{name}: line {number}: {e}") from None
     return out
 
 
@@ -235,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..scoring import corpus_pppl
 
-    name = args.input or "<stdin>"
+    name = describe(args.input, "--input")  # how messages name the input
     lines = read_input_lines(args.input)
     sources = read_input_lines(args.source, "--source") if args.source is not None else None
     if args.model == "bundled":
@@ -270,8 +290,11 @@ def _score_batches(args: argparse.Namespace, model: Any, lines: list[str], sourc
     from .. import distributed
     from ..scoring import score
 
+    # every line encoded and checked before the first batch: a bad line stops the run before any work
+    encoded = _encode_lines(model, lines[start:], start, args, name, None if sources is None else sources[start:])
+
     def work(first: int) -> tuple[int, list]:
-        chunk = _encode_lines(model, lines[first:first + args.batch_size], first, args, name)
+        chunk = encoded[first - start:first - start + args.batch_size]
         src = None if sources is None else sources[first:first + args.batch_size]
         return first + len(chunk), score(model, chunk, sources=src, metric=args.metric,
                                          max_tokens_per_batch=args.max_tokens_per_batch, backend=args.backend)

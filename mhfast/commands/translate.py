@@ -53,7 +53,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, read_records, write_json_atomic
+from ..files import (PROGRESS_SUFFIX, PROGRESS_VERSION, check_input, describe, file_sha256, line_of, read_records,
+                     write_json_atomic)
 from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
@@ -61,6 +62,11 @@ from ..sampler import options
 NAME = "translate"
 HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH sampling or Mask-Predict"
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
+
+
+def results_on_stdout(args: argparse.Namespace) -> bool:
+    """The results go to stdout unless --output names a file (the CLI checks stdout before any work)."""
+    return args.output is None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,8 +130,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.limit is not None and args.limit < 0:
         raise ValueError(f"--limit must be >= 0, got {args.limit}")
     for option, path in (("--input", args.input), ("--ref", args.ref)):
-        if path is not None and path != "bundled" and not os.path.isfile(path):
-            raise FileNotFoundError(f"{option}: no such file: {path!r}")
+        if path is not None and path != "bundled":
+            check_input(path, option)
     if args.output is not None and os.path.isdir(args.output):
         raise ValueError(f"--output: {args.output!r} is a directory")
 
@@ -133,6 +139,10 @@ def _check(args: argparse.Namespace) -> None:
 def sampler_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of mhfast.sample given by the sampler flags (model/source/input_ids aside)."""
     return options.as_kwargs(options.config_from_args(args), cli_only=True)
+
+
+#: the option that names each model file (in I/O errors); dictionaries come from --data
+MODEL_FILE_OPTIONS = {"checkpoint": "--model", "spm": "--spm"}
 
 
 def _model_files(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,7 +178,8 @@ def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | No
         options.update(("--" + k.replace("_", "-"), v) for k, v in sampler_options(args).items())
         options.update(_energy_term_spec(args))
     return {"mhfast": getattr(mhfast, "__version__", None), "options": options, "--tokenizer": args.tokenizer,
-            "model": {name: file_sha256(path) for name, path in _model_files(args).items()},
+            "model": {name: file_sha256(path, MODEL_FILE_OPTIONS.get(name, "--data"))
+                      for name, path in _model_files(args).items()},
             "input": {"lines": len(lines), "sha256": _records_sha256(lines)},
             "references": None if refs is None else {"lines": len(refs), "sha256": _records_sha256(refs)},
             "--stats-out": None if args.stats_out is None else os.path.abspath(args.stats_out)}
@@ -181,9 +192,9 @@ def _energy_term_spec(args: argparse.Namespace) -> dict:
         if opt.cli and not opt.api:
             value = getattr(args, opt.name)
             if isinstance(value, str) and os.path.isfile(value):
-                value = {"path": value, "sha256": file_sha256(value)}
+                value = {"path": value, "sha256": file_sha256(value, opt.flag)}
             elif isinstance(value, str) and os.path.isdir(value):
-                value = {"path": value, "sha256": {f: file_sha256(os.path.join(value, f))
+                value = {"path": value, "sha256": {f: file_sha256(os.path.join(value, f), opt.flag)
                                                    for f in sorted(os.listdir(value))
                                                    if os.path.isfile(os.path.join(value, f))}}
             out[opt.flag] = value
@@ -262,7 +273,19 @@ def _terms_factory(args: argparse.Namespace, translator: Any, count: int) -> Any
     refs = et.padded([translator.target_ids(t) for t in lines], translator.cmlm.pad_id) if lines else None
     pad = translator.cmlm.pad_id
     clf = et.classifier_term(args, pad, translator.detokenize)
-    return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad), clf)
+    return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad,
+                                                       et.reference_names(args, ids)), clf)
+
+
+def _check_sources(args: argparse.Namespace, translator: Any, lines: list[str]) -> None:
+    """Every source line fits the model's source positions, checked before the first chunk (a long line in a
+    late chunk would otherwise stop the run halfway); the message names the line."""
+    from ..models.base import check_length
+
+    for number, line in enumerate(lines, 1):
+        if line:
+            check_length(translator, int(translator.source_ids(line).numel()), line_of(args.input, "--input", number),
+                         side="source")
 
 
 def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
@@ -304,13 +327,18 @@ def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSt
                 raise FileNotFoundError(f"{option}: folder {folder!r} does not exist")
             stack.enter_context(OutputLock(path, option))
     if args.output is None or special:
-        opened: Any = StreamOutput(open(args.output, "wb") if special else None)
+        opened: Any = StreamOutput.to(args.output if special else None)
     elif args.resume:
         opened = CommittedOutput.resume(args.output, spec, total, lambda data: sentences_in_output(data, args.format))
     else:
         opened = CommittedOutput.start(args.output, spec, total)
     stack.callback(opened.close)
     return opened
+
+
+def _write_stats(args: argparse.Namespace, stats: dict) -> None:
+    """Replace --stats-out atomically by ``stats`` (an I/O error names --stats-out and the path)."""
+    write_json_atomic(args.stats_out, stats, describe(args.stats_out, "--stats-out"))
 
 
 def _resumed_stats(args: argparse.Namespace, stats: dict, start: int) -> None:
@@ -349,6 +377,7 @@ def run(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(args.threads)
         translator = _load(args)
+        _check_sources(args, translator, lines)
         terms_for = _terms_factory(args, translator, len(lines))
         stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
                        "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
@@ -429,7 +458,7 @@ def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], 
         distributed.run_in_order(firsts, lambda f: work.translate(f, _on_epoch(args, bar, done)), work.cost, world,
                                  lambda res: _commit_chunk(args, sink, stats, hyps, res, bar, done))
         if world.is_main and args.stats_out and not stats["batches"] and not args.resume:
-            write_json_atomic(args.stats_out, stats)
+            _write_stats(args, stats)
     except BaseException:
         if bar is not None:
             bar.leave = False  # clear the bar: the error is the last line the user sees
@@ -456,7 +485,7 @@ def _commit_chunk(args: argparse.Namespace, sink: Any, stats: dict, hyps: list[s
     if args.stats_out:
         stats["batches"].append(res["stats"])
     sink.commit(res["text"].encode("utf-8"), res["end"],
-                before_record=(lambda: write_json_atomic(args.stats_out, stats)) if args.stats_out else None)
+                before_record=(lambda: _write_stats(args, stats)) if args.stats_out else None)
     if res["acceptance"] is not None:
         done["decoded"] += res["sentences"]
         done["acc_sum"] += res["acceptance"] * res["sentences"]

@@ -14,16 +14,19 @@ from __future__ import annotations
 import hashlib
 import os
 
+from .errors import named
+
 CHUNK = 1 << 20
 
 
-def file_sha256(path: str | os.PathLike | None) -> str | None:
+def file_sha256(path: str | os.PathLike | None, option: str = "a model file") -> str | None:
     """Hex sha256 of the file's bytes; ``None`` for ``None`` or a file that is not there (the loader
-    reports a missing model file with its own message)."""
+    reports a missing model file with its own message). A read error names ``option`` and the path."""
     if path is None or not os.path.isfile(path):
         return None
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
+    with named(f"{option} {str(path)!r}", "read"):
+        with open(path, "rb") as f:
+            while block := f.read(CHUNK):
+                h.update(block)
     return h.hexdigest()

@@ -25,10 +25,14 @@ Example:
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 from typing import Any, Callable
+
+from .errors import named, remove_quietly
+from .lines import describe
 
 PROGRESS_SUFFIX = ".progress"
 PROGRESS_VERSION = 2
@@ -56,22 +60,31 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data``: a reader (or a kill) sees the old or the new file, never half of one."""
+def write_bytes_atomic(path: str, data: bytes, what: str | None = None) -> None:
+    """Replace ``path`` by ``data``: a reader (or a kill) sees the old or the new file, never half of one.
+
+    A write that fails (disk full, EIO) removes its temporary file and raises a FileError naming ``what``
+    (e.g. ``"--stats-out 'stats.json'"``; default: the path), never a bare ``[Errno 28]``.
+    """
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        with named(what or repr(path), "write"):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)  # a failed (or interrupted) write leaves nothing behind
+        raise
     fsync_dir(path)
 
 
-def write_json_atomic(path: str, data: Any) -> None:
+def write_json_atomic(path: str, data: Any, what: str | None = None) -> None:
     """:func:`write_bytes_atomic` of ``data`` as JSON."""
-    write_bytes_atomic(path, json.dumps(data).encode("utf-8"))
+    write_bytes_atomic(path, json.dumps(data).encode("utf-8"), what)
 
 
 def canonical(value: Any) -> Any:
@@ -101,27 +114,36 @@ def spec_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 class CommittedOutput:
     """The output file of one run, appended to in committed records; use :meth:`start` or :meth:`resume`."""
 
-    def __init__(self, path: str, spec: dict, total_lines: int, fd: int, lines_done: int, committed: bytes):
+    def __init__(self, path: str, spec: dict, total_lines: int, fd: int, lines_done: int, committed: bytes,
+                 option: str = "--output"):
         self.path, self.spec, self.total_lines, self.fd = path, canonical(spec), total_lines, fd
         self.progress_path = path + PROGRESS_SUFFIX
+        self.name = describe(path, option)  #: how I/O errors name the output: --output 'out.txt'
+        self.option = option
         self.lines_done, self.committed = lines_done, committed  # committed: bytes of the resumed prefix
         self.size = len(committed)
         self._sha = hashlib.sha256(committed)
 
     @classmethod
-    def start(cls, path: str, spec: dict, total_lines: int) -> "CommittedOutput":
+    def start(cls, path: str, spec: dict, total_lines: int, option: str = "--output") -> "CommittedOutput":
         """A fresh run: empty record first, then the output is emptied (kill-safe in this order)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        out = cls(path, spec, total_lines, fd, 0, b"")
-        out._write_record()
-        os.ftruncate(fd, 0)
-        os.fsync(fd)
+        with named(describe(path, option), "open"):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        out = cls(path, spec, total_lines, fd, 0, b"", option)
+        try:
+            out._write_record()
+            with named(out.name, "write"):
+                os.ftruncate(fd, 0)
+                os.fsync(fd)
+        except BaseException:
+            out.close()
+            raise
         fsync_dir(path)
         return out
 
     @classmethod
-    def resume(cls, path: str, spec: dict, total_lines: int,
-               count_records: Callable[[bytes], int] | None = None) -> "CommittedOutput":
+    def resume(cls, path: str, spec: dict, total_lines: int, count_records: Callable[[bytes], int] | None = None,
+               option: str = "--output") -> "CommittedOutput":
         """Continue a run after verifying record and output; ValueError (one line) on any mismatch.
         ``count_records(committed bytes)`` must give the record's lines done (when given)."""
         if not os.path.isfile(path + PROGRESS_SUFFIX):
@@ -134,9 +156,12 @@ class CommittedOutput:
         size = record["output_bytes"]
         if not os.path.isfile(path):
             raise ValueError(f"--resume: the output {path!r} is not there; rerun without --resume to start over")
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        name = describe(path, option)
+        with named(name, "open"):
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
-            committed = os.pread(fd, size, 0) if size else b""
+            with named(name, "read"):
+                committed = os.pread(fd, size, 0) if size else b""
             if len(committed) != size or hashlib.sha256(committed).hexdigest() != record["output_sha256"]:
                 have = os.fstat(fd).st_size
                 raise ValueError(f"--resume: {path!r} does not match its progress record ({have} bytes, the first "
@@ -145,13 +170,14 @@ class CommittedOutput:
             if count_records is not None and count_records(committed) != record["lines_done"]:
                 raise ValueError(f"--resume: {path!r} holds {count_records(committed)} committed sentences, its "
                                  f"progress record says {record['lines_done']}; rerun without --resume to start over")
-            os.ftruncate(fd, size)  # drop the chunk a killed run was writing
-            os.fsync(fd)
-            os.lseek(fd, size, os.SEEK_SET)
+            with named(name, "write"):
+                os.ftruncate(fd, size)  # drop the chunk a killed run was writing
+                os.fsync(fd)
+                os.lseek(fd, size, os.SEEK_SET)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, spec, total_lines, fd, record["lines_done"], committed)
+        return cls(path, spec, total_lines, fd, record["lines_done"], committed, option)
 
     def _record(self) -> dict:
         record = {"kind": KIND, "version": PROGRESS_VERSION, "spec": self.spec,
@@ -162,13 +188,15 @@ class CommittedOutput:
         return record
 
     def _write_record(self) -> None:
-        write_bytes_atomic(self.progress_path, json.dumps(self._record(), sort_keys=True).encode("utf-8"))
+        write_bytes_atomic(self.progress_path, json.dumps(self._record(), sort_keys=True).encode("utf-8"),
+                           f"{self.option} progress record {self.progress_path!r}")
 
     def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
         """Append ``data`` (whole records), make it durable, then record ``lines_done`` as done.
         ``before_record()`` runs between the two (e.g. writing a statistics file)."""
-        write_all(self.fd, data)
-        os.fsync(self.fd)
+        with named(self.name, "write"):
+            write_all(self.fd, data)
+            os.fsync(self.fd)
         self.size += len(data)
         self._sha.update(data)
         self.lines_done = lines_done
@@ -186,8 +214,9 @@ def read_record(path: str) -> dict:
     """The progress record at ``path`` after its checksum is verified (ValueError otherwise)."""
     if not os.path.isfile(path):
         raise ValueError(f"--resume: no progress file {path!r} (was the run started with this --output?)")
-    with open(path, "rb") as f:
-        raw = f.read()
+    with named(f"--resume: progress record {path!r}", "read"):
+        with open(path, "rb") as f:
+            raw = f.read()
     try:
         record = json.loads(raw.decode("utf-8"))
         if not isinstance(record, dict):
@@ -219,24 +248,73 @@ def check_record(record: dict, spec: dict, total_lines: int, path: str) -> None:
                          f"the input has {total_lines}; rerun without --resume to start over")
 
 
+def check_stdout(hint: str) -> None:
+    """A ValueError ``"stdout is closed ...: <hint>"`` unless file descriptor 1 takes writes: a command that
+    writes its results there checks it before any work (with fd 1 closed Python sets ``sys.stdout`` to None
+    and ``print`` then discards everything silently; a read-only fd 1 fails only at the first write, after
+    the work). A stream without a descriptor (``io.StringIO`` in tests) takes writes.
+
+    Example:
+        >>> import io, sys
+        >>> sys.stdout, saved = io.StringIO(), sys.stdout
+        >>> check_stdout("give --output FILE")
+        >>> sys.stdout = saved
+    """
+    import io
+    import sys
+
+    stream = sys.stdout
+    if stream is None:
+        raise ValueError(f"stdout is closed: {hint}")
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise ValueError(f"stdout is closed: {hint}") from None
+    if mode == os.O_RDONLY:
+        raise ValueError(f"stdout is open for reading only: {hint}")
+
+
 class StreamOutput:
     """Standard output (or a binary stream such as an opened FIFO or /dev/null) with the interface of
     :class:`CommittedOutput`, but no record: a stream cannot be resumed.
 
     Bytes go to ``sys.stdout.buffer`` as UTF-8 whatever the locale; each chunk is flushed, so a
-    reader sees whole chunks as they are made.
+    reader sees whole chunks as they are made. ``name`` names the stream in I/O errors (``"stdout"``, or
+    the option and path of an opened device: ``"--output '/dev/full'"``).
     """
 
     lines_done, committed = 0, b""
 
-    def __init__(self, binary: Any = None) -> None:
+    def __init__(self, binary: Any = None, name: str = "stdout") -> None:
         import sys
 
-        if binary is None and sys.stdout is None:  # started with fd 1 closed
-            raise ValueError("stdout is closed: give --output FILE")
-        self.binary, self.stream = binary, sys.stdout
+        if binary is None:
+            check_stdout("give --output FILE")
+        self.binary, self.stream, self.name = binary, sys.stdout, name
+
+    @classmethod
+    def to(cls, path: str | None, option: str = "--output") -> "StreamOutput":
+        """stdout (``path`` None), or the device or FIFO at ``path`` opened for writing; I/O errors name
+        ``option`` and the path."""
+        if path is None:
+            return cls()
+        name = describe(path, option)
+        with named(name, "open"):
+            binary = open(path, "wb")
+        return cls(binary, name)
 
     def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
+        with named(self.name, "write"):
+            self._write(data)
+        self.lines_done = lines_done
+        if before_record is not None:
+            before_record()
+
+    def _write(self, data: bytes) -> None:
         if self.binary is not None:
             self.binary.write(data)
             self.binary.flush()
@@ -247,13 +325,11 @@ class StreamOutput:
         else:  # a text-only stream (io.StringIO in tests)
             self.stream.write(data.decode("utf-8"))
             self.stream.flush()
-        self.lines_done = lines_done
-        if before_record is not None:
-            before_record()
 
     def close(self) -> None:
         if self.binary is not None:
-            self.binary.close()
+            with named(self.name, "write"):  # closing flushes what a failed write left in the buffer
+                self.binary.close()
 
 
 def is_special(path: str) -> bool:

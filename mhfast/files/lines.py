@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .errors import check_input, named
+
 BOM = "\ufeff"
 
 
@@ -55,14 +57,31 @@ def _read_stdin() -> bytes | str:
         raise ValueError(f"stdin cannot be read ({' '.join(str(e).split())}): give --input FILE") from None
 
 
+def describe(path: str | os.PathLike | None, option: str) -> str:
+    """How every message names an input of ``option``: ``--input 'src.de'``, or ``--input (stdin)`` for None.
+
+    Example:
+        >>> describe("src.de", "--input"), describe(None, "--input")
+        ("--input 'src.de'", '--input (stdin)')
+    """
+    return f"{option} (stdin)" if path is None else f"{option} {str(path)!r}"
+
+
+def line_of(path: str | os.PathLike | None, option: str, number: int) -> str:
+    """How every message names record ``number`` (1-based) of an input: ``--input 'src.de': line 3``."""
+    return f"{describe(path, option)}: line {number}"
+
+
 def read_records(path: str | os.PathLike | None, option: str = "--input") -> list[str]:
     """The records of file ``path`` (stdin for ``None``) by the rule above.
 
-    Raises FileNotFoundError naming ``option`` for a missing file, ValueError for bad UTF-8.
+    Raises FileNotFoundError naming ``option`` for a missing file, a FileError naming it for a directory or a
+    read error (:mod:`.errors`), ValueError for bad UTF-8.
     """
     if path is None:
-        return split_records(_read_stdin(), f"{option} (stdin)")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{option}: no such file: {str(path)!r}")
-    with open(path, "rb") as f:
-        return split_records(f.read(), f"{option} {str(path)!r}")
+        return split_records(_read_stdin(), describe(path, option))
+    check_input(path, option)
+    with named(describe(path, option), "read"):
+        with open(path, "rb") as f:
+            data = f.read()
+    return split_records(data, describe(path, option))

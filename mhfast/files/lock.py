@@ -24,6 +24,8 @@ import errno
 import fcntl
 import os
 
+from .errors import named
+
 LOCK_SUFFIX = ".lock"
 
 
@@ -40,7 +42,8 @@ class OutputLock:
         self.fd: int | None = None
 
     def acquire(self) -> "OutputLock":
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        with named(f"{self.option} {self.path!r} (its lock file {self.lock_path!r})", "create"):
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -162,3 +162,63 @@ def model_width(model: Any) -> int | None:
     if width is None:
         width = getattr(getattr(inner, "decoder", None), "embed_dim", None)
     return int(width) if isinstance(width, int) and width > 0 else None
+
+
+def position_limit(model: Any, side: str = "target") -> int | None:
+    """The longest row, special tokens included, that ``model``'s position table takes, or None where the model
+    states none (rotary/relative positions, tabular and custom models).
+
+    One reading for every length check of the API and the commands: ``max_length`` of the HuggingFace adapters
+    (AntiBERTy included), ``max_target_positions`` / ``max_source_positions`` of a fairseq CMLM (``side``
+    "target" or "source"), also seen through a :class:`mhfast.translation.Translator` (its ``cmlm``).
+
+    Example:
+        >>> class Short:
+        ...     max_length = 40
+        >>> position_limit(Short()), position_limit(object())
+        (40, None)
+    """
+    if side not in ("target", "source"):
+        raise ValueError(f"side: expected 'target' or 'source', got {side!r}")
+    model = getattr(model, "cmlm", model)
+    names = ("max_length", "max_target_positions") if side == "target" else ("max_source_positions",)
+    for name in names:
+        limit = getattr(model, name, None)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            return limit
+    return None
+
+
+def check_length(model: Any, length: int, what: str, side: str = "target") -> None:
+    """A ValueError ``"<what> has <length> tokens (special tokens included), more than the model's maximum of
+    <limit> positions"`` when a row of ``length`` tokens does not fit the model's position table
+    (:func:`position_limit`); nothing otherwise. ``what`` names the input (``"--input 'a.txt' line 3"``,
+    ``"mhfast.energy: tokens row 0"``), so the message says what to shorten.
+
+    Example:
+        >>> class Short:
+        ...     max_length = 4
+        >>> check_length(Short(), 6, "sequences[0]")
+        Traceback (most recent call last):
+        ...
+        ValueError: sequences[0] has 6 tokens (special tokens included), more than the model's maximum of 4 positions
+    """
+    limit = position_limit(model, side)
+    if limit is not None and length > limit:
+        kind = "source positions" if side == "source" else "positions"
+        raise ValueError(f"{what} has {length} tokens (special tokens included), more than the model's maximum of "
+                         f"{limit} {kind}")
+
+
+def check_rows_fit(model: Any, rows: torch.Tensor, pad_id: int, name_row: Any, side: str = "target") -> None:
+    """:func:`check_length` of every row of ``rows`` (Long[B, T], padded at the end with ``pad_id``: a row's length
+    is its non-pad tokens); ``name_row(b)`` names row ``b`` in the message. Rows no wider than the limit cost no
+    look at the values (no host sync)."""
+    limit = position_limit(model, side)
+    if limit is None or rows.shape[-1] <= limit:
+        return
+    lengths = (rows != int(pad_id)).sum(dim=-1).reshape(-1)
+    over = (lengths > limit).nonzero().flatten()
+    if over.numel():
+        b = int(over[0])
+        check_length(model, int(lengths[b]), name_row(b), side)

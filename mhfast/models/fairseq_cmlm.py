@@ -40,6 +40,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .base import check_length
+
 INSTALL_COMMAND = ("pip install cython && env -u CUDA_HOME pip install --no-build-isolation "
                    "fairseq-fixed==0.12.3.1")
 _INSTALL_HINT = ("mhfast.models.fairseq_cmlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): "
@@ -178,9 +180,8 @@ class FairseqCMLM:
                 raise ValueError("sources: expected a non-empty list of sources (strings or 1-D token id tensors)")
         ids = [self.source_ids(s) for s in sources]
         lengths = torch.tensor([len(i) for i in ids], dtype=torch.long)
-        if int(lengths.max()) > self.max_source_positions:
-            raise ValueError(f"sources: a source has {int(lengths.max())} tokens, more than the model's "
-                             f"{self.max_source_positions} source positions")
+        longest = int(lengths.argmax())
+        check_length(self, int(lengths[longest]), f"sources[{longest}]", side="source")
         L = int(lengths.max())
         src = torch.full((len(ids), L), self.src_dict.pad(), dtype=torch.long)
         for r, i in enumerate(ids):  # left padding: fairseq's translation default (left_pad_source=True)
@@ -287,9 +288,7 @@ class FairseqCMLM:
         """
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise ValueError(f"length: expected an int >= 1, got {length!r}")
-        if length + 2 > self.max_target_positions:
-            raise ValueError(f"length: {length} (+2 for BOS/EOS) exceeds the model's "
-                             f"{self.max_target_positions} target positions")
+        check_length(self, length + 2, f"length {length} (+2 for BOS/EOS)")
         return torch.tensor([self.bos_id] + [self.mask_id] * length + [self.eos_id], dtype=torch.long)
 
     # ------------------------------------------------------------------ decoder
@@ -297,9 +296,7 @@ class FairseqCMLM:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             raise ValueError(f"tokens: expected an int64 tensor [N, T], got "
                              f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
-        if tokens.shape[1] > self.max_target_positions:
-            raise ValueError(f"tokens: {tokens.shape[1]} positions exceed the model's "
-                             f"{self.max_target_positions} target positions")
+        check_length(self, int(tokens.shape[1]), "tokens: a row")
 
     @torch.no_grad()
     def decoder_features(self, tokens: torch.Tensor, context: FairseqContext,

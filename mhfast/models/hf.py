@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_reads
+from .base import check_length, check_reads
 
 _INSTALL_HINT = "mhfast.models.hf needs the transformers package: pip install transformers"
 
@@ -316,11 +316,10 @@ class HFMaskedLM:
         """
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise ValueError(f"length: expected an int >= 1, got {length!r}")
+        specials = (self.bos_id is not None) + (self.eos_id is not None)
+        check_length(self, length + specials, f"length {length} (+{specials} special tokens)")  # before the list
         ids = ([self.bos_id] if self.bos_id is not None else []) + [self.mask_id] * length \
             + ([self.eos_id] if self.eos_id is not None else [])
-        if self.max_length is not None and len(ids) > self.max_length:
-            raise ValueError(f"length: {length} (+{len(ids) - length} special tokens) exceeds the model's "
-                             f"maximum of {self.max_length} positions")
         return torch.tensor(ids, dtype=torch.long)
 
     def encode(self, text: str) -> torch.Tensor:
@@ -399,9 +398,16 @@ class HFMaskedLM:
             return tokens, positions, None
         real = tokens != self.pad_id
         if self._static_inputs is not None:  # the caller said whether rows hold pads: no data-dependent shape
-            return tokens, positions, (real.long() if self._static_inputs else None)
+            return self._fits(tokens), positions, (real.long() if self._static_inputs else None)
         if bool(real.all()):
-            return tokens, positions, None  # no padding: skip the attention mask entirely
+            return self._fits(tokens), positions, None  # no padding: skip the attention mask entirely
         # Columns that are padding in every row change nothing (attention mask) but cost compute.
         used = int(real.any(0).nonzero().max()) + 1 if bool(real.any()) else 1
-        return tokens[:, :used], positions, real[:, :used].long()
+        return self._fits(tokens[:, :used]), positions, real[:, :used].long()
+
+    def _fits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` (as the model will get them) if their width fits the position table: a longer row would
+        fail deep inside transformers ("expanded size of the tensor ... must match"), so it is a ValueError
+        here, whoever calls (shape only: no host sync)."""
+        check_length(self, int(tokens.shape[1]), "tokens: a row")
+        return tokens

@@ -24,10 +24,12 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -42,6 +44,34 @@ FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 class OptionError(ValueError):
     """A value outside an option's range; the message does not yet name the option."""
+
+
+#: True inside :func:`flag_names` (a command-line command runs): the sampler's own errors then name options
+#: by their flags (--chains), as config_from_args does, instead of their API names (chains).
+_FLAG_NAMES: contextvars.ContextVar[bool] = contextvars.ContextVar("mhfast_flag_names", default=False)
+
+
+@contextlib.contextmanager
+def flag_names() -> Iterator[None]:
+    """Inside, :func:`display_name` gives CLI flags (``mhfast.cli`` runs every command in it)."""
+    token = _FLAG_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _FLAG_NAMES.reset(token)
+
+
+def display_name(name: str) -> str:
+    """How an error names option ``name``: its CLI flag inside :func:`flag_names`, else the API argument.
+
+    Example:
+        >>> display_name("chains")
+        'chains'
+        >>> with flag_names():
+        ...     display_name("chains")
+        '--chains'
+    """
+    return OPTIONS[name].flag if _FLAG_NAMES.get() and OPTIONS[name].cli else name
 
 
 # ---------------------------------------------------------------------------- value checks
@@ -375,7 +405,8 @@ SPEC: tuple[Option, ...] = (
            "sequence per input (--hamming-reference; mhfast sample: default the --init sequences)", "-", "float",
            api=False, metavar="WEIGHT"),
     Option("hamming_reference", None, _path, "file with one reference per input line for --hamming (text for the "
-           "model's tokenizer; translate: target sentences)", "-", "str", api=False, metavar="FILE"),
+           "model's tokenizer; translate: target sentences); a reference must have its sequence's length, special "
+           "tokens included (for translate the predicted target length)", "-", "str", api=False, metavar="FILE"),
     Option("classifier", None, _path, "local HuggingFace *ForSequenceClassification directory: adds "
            "-log p(label | X) as an energy term (controlled generation)", "-", "str", api=False, metavar="DIR"),
     Option("classifier_label", "1", _label, "the classifier's label to steer toward (index or name)", "-", "str",

@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import torch
 
 from ..energy_terms import normalize as normalize_terms
+from ..models.base import check_rows_fit, has_features, model_width
+from .options import display_name
 
 
 def _err(name: str, msg: str) -> ValueError:
@@ -81,6 +83,26 @@ def _pad_rows(rows: list[torch.Tensor], pad_id: int) -> torch.Tensor:
     return out
 
 
+INT64_MAX = 2 ** 63 - 1
+
+
+def long_tensor(values: Sequence[Any], what: str, low: int = 0, high: int = INT64_MAX, space: str = "") -> torch.Tensor:
+    """Long[N] of Python ints, each checked to lie in [``low``, ``high``) first: an int beyond 64 bits would be
+    torch's "Overflow when unpacking long long", which names nothing. The ValueError reads ``"<what> <v> is
+    outside <space>[low, high)"`` (``space``: e.g. ``"the vocabulary "``).
+
+    Example:
+        >>> long_tensor([3, 2 ** 70], "token id", 0, 12, "the vocabulary ")
+        Traceback (most recent call last):
+        ...
+        ValueError: token id 1180591620717411303424 is outside the vocabulary [0, 12)
+    """
+    bad = next((v for v in values if not low <= v < high), None)
+    if bad is not None:
+        raise ValueError(f"{what} {bad} is outside {space}[{low}, {high})")
+    return torch.tensor(list(values), dtype=torch.long)
+
+
 def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device) -> torch.Tensor:
     """Long[num_ids * per_id]: the RNG input index of every sampler input (see ``input_ids``)."""
     if input_ids is None:
@@ -97,10 +119,13 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
         values = list(input_ids)
         if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
             raise _err("input_ids", f"must be ints, got {values!r}")
-        ids = torch.tensor(values, dtype=torch.long)
+        if any(v < 0 for v in values):
+            raise _err("input_ids", "must be >= 0")
+        # each id times per_id (plus j) is the RNG's int64 input index
+        ids = long_tensor(values, "mhfast.sample: input_ids: value", 0, INT64_MAX // per_id)
     if ids.numel() != num_ids:
         raise _err("input_ids", f"has {ids.numel()} entries, expected one per input/source ({num_ids})")
-    if bool((ids < 0).any()):
+    if bool((ids < 0).any()):  # a tensor's ids
         raise _err("input_ids", "must be >= 0")
     return (ids[:, None] * per_id + torch.arange(per_id)[None, :]).reshape(-1).to(device)
 
@@ -190,7 +215,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if length is not None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise _err("length", f"must be an int >= 1, got {length!r}")
-        check_slots(1, int(cfg.chains), length, cfg.device, "length")  # before the template row is allocated
+        check_slots(model, 1, int(cfg.chains), length, cfg.device, "length")  # before the template row exists
         rows = _template(model, length)[None]
     elif init is not None:
         rows = _rows_from_init(init)
@@ -210,11 +235,17 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
     term_index = torch.arange(B, device=device) // per_source
+    terms = normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size))
+    if terms is not None:
+        try:
+            terms.check_rows(rows, term_index, int(model.pad_id))
+        except ValueError as e:
+            raise _err("extra_energy:", str(e)) from None
     problem = Problem(rows=rows, energy_mask=energy_mask, free=free, is_pad=is_pad,
                       input_index=_input_index(input_ids, B // per_source, per_source, device), device=device,
                       context=context, ctx_rows=term_index if source is not None else None,
                       candidate_lengths=candidate_lengths, inputs_per_source=per_source, term_index=term_index,
-                      terms=normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size)))
+                      terms=terms)
     _check_allowed(problem, model)
     return problem
 
@@ -223,42 +254,67 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
 #: torch's own kernels is only tested up to 2**31 elements, and far fewer fit in memory anyway.
 MAX_TOKEN_SLOTS = 2 ** 31 - 1
 #: Bytes the sampler's state holds per token slot at least: the token (8), three position masks (3),
-#: the raw and local energy terms (8), the best state's tokens (8); the MH cache comes on top.
+#: the raw and local energy terms (8), the best state's tokens (8).
 BYTES_PER_SLOT = 27
+#: Bytes of per-chain vectors (input and chain ids, RNG key, energies, best energy, proposal counts, ...).
+BYTES_PER_CHAIN = 96
 
 
-def _memory_bytes(device: Any) -> int | None:
-    """Total memory of ``device`` (physical RAM for cpu), or None where it cannot be asked."""
+def available_memory(device: Any) -> int | None:
+    """Bytes that can still be allocated on ``device``: free GPU memory, or ``MemAvailable`` of /proc/meminfo on
+    CPU (physical RAM where that cannot be read); None where neither can be asked."""
     try:
-        if torch.device(device).type == "cuda":
-            return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+        dev = torch.device(device if device is not None else "cpu")
+        if dev.type == "cuda":
+            return int(torch.cuda.mem_get_info(dev)[0])
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (AttributeError, ValueError, OSError, RuntimeError, IndexError):
+        pass
+    try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError, RuntimeError):
+    except (ValueError, OSError):
         return None
 
 
-def check_slots(inputs: int, chains: int, T: int, device: Any, what: str) -> None:
-    """Reject ``inputs x chains x T`` token slots that cannot be held (index range, or more bytes than
-    the device has in all) before anything of that size is allocated: a ValueError naming ``what``
-    and chains, never an allocation failure or an out-of-memory kill halfway through."""
+def state_bytes(model: Any, inputs: int, chains: int, T: int) -> int:
+    """What ``inputs x chains`` chains of rows of ``T`` tokens hold at once, at least: per token slot the state
+    (:data:`BYTES_PER_SLOT`), the masked copies the first scoring builds (a row of T tokens per position) and
+    the model output kept per position (the MH cache: d features, or V logits); per chain its vectors and what a
+    step builds for it (a masked row and the V-wide proposal logits and probabilities)."""
+    vocab = int(model.vocab_size)
+    width = (model_width(model) if has_features(model) else None) or vocab
+    chains_total = inputs * chains
+    per_slot = BYTES_PER_SLOT + 8 * T + 4 * width
+    per_chain = BYTES_PER_CHAIN + 8 * T + 8 * vocab
+    return chains_total * (T * per_slot + per_chain)
+
+
+def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str) -> None:
+    """Reject ``inputs x chains`` chains of ``T`` tokens that cannot be held (index range, or more bytes than
+    :func:`state_bytes` says they need than ``device`` has available) before anything of that size is
+    allocated: a ValueError naming ``what`` and the chains option (``--chains`` from the command line), never
+    an allocation failure or an out-of-memory kill halfway through."""
     slots = inputs * chains * T
-    memory = _memory_bytes(device if device is not None else "cpu")
-    if slots > MAX_TOKEN_SLOTS or (memory is not None and slots * BYTES_PER_SLOT > memory):
-        limit = f"{MAX_TOKEN_SLOTS} slots" if memory is None else \
-            f"{min(MAX_TOKEN_SLOTS, memory // BYTES_PER_SLOT)} slots ({memory / 2 ** 30:.1f} GiB)"
-        raise _err(what, f"x chains: {inputs} input(s) x {chains} chains x {T} positions = {slots} token slots, "
-                   f"more than this device can hold ({limit}): use fewer chains, shorter rows or fewer inputs")
+    need = state_bytes(model, inputs, chains, T)
+    memory = available_memory(device)
+    if slots <= MAX_TOKEN_SLOTS and (memory is None or need <= memory):
+        return
+    chains_name = display_name("chains")
+    limit = f"the index limit of {MAX_TOKEN_SLOTS} token slots" if slots > MAX_TOKEN_SLOTS else \
+        f"the {memory / 2 ** 30:.1f} GiB available on {torch.device(device or 'cpu')}"
+    raise _err(what, f"x {chains_name}: {inputs} input(s) x {chains} chains x {T} positions = {slots} token slots "
+               f"need about {need / 2 ** 30:.1f} GiB (chain state, masked copies, per-position model outputs), "
+               f"more than {limit}: lower {chains_name}, or use shorter rows or fewer inputs at once")
 
 
 def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
-    """Reject rows longer than the model's position table (``model.max_length``, when it has one) and
-    chains that cannot be held, before any allocation (never a crash deep inside the model)."""
-    limit = getattr(model, "max_length", None)
-    T = int(rows.shape[1])
-    if isinstance(limit, int) and T > limit:
-        raise _err(what, f"gives rows of {T} tokens (special tokens included), more than the model's maximum of "
-                   f"{limit} positions")
-    check_slots(int(rows.shape[0]), int(cfg.chains), T, device, what)
+    """Reject rows longer than the model's position table (:func:`mhfast.models.base.check_rows_fit`, naming
+    the row) and chains that cannot be held, before any allocation (never a crash deep inside the model)."""
+    check_rows_fit(model, rows, int(model.pad_id), lambda b: f"mhfast.sample: {what} row {b}")
+    check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what)
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:

@@ -17,13 +17,15 @@ Example:
 """
 from __future__ import annotations
 
+import operator
 from collections import namedtuple
 from typing import Any, Sequence
 
 import torch
 
+from ..models.base import check_rows_fit
 from ..sampler.backend import get_backend
-from ..sampler.problem import checked_positions
+from ..sampler.problem import INT64_MAX, checked_positions, long_tensor
 from ..sampler.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
@@ -66,8 +68,21 @@ def as_model(model: Any) -> Any:
     return lm
 
 
-def pad_sequences(tokens: Any, pad_id: int) -> torch.Tensor:
-    """Long[B, T] from a Long[B, T] tensor (returned as is) or a list of 1-D token id sequences."""
+def _token_values(seq: Any) -> list[int] | None:
+    """The ints of one token id sequence (numpy's too), or None when it is not one (a float, a bool, a nested
+    list, a string)."""
+    items = seq.tolist() if isinstance(seq, torch.Tensor) else list(seq)
+    if any(isinstance(v, bool) for v in items):
+        return None
+    try:
+        return [operator.index(v) for v in items]
+    except TypeError:
+        return None
+
+
+def pad_sequences(tokens: Any, pad_id: int, vocab_size: int | None = None) -> torch.Tensor:
+    """Long[B, T] from a Long[B, T] tensor (returned as is) or a list of 1-D token id sequences (ids checked to
+    lie in the vocabulary [0, ``vocab_size``) before they become a tensor)."""
     if isinstance(tokens, torch.Tensor):
         if tokens.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"mhfast.energy: tokens must be an integer tensor, got {tokens.dtype}")
@@ -80,10 +95,11 @@ def pad_sequences(tokens: Any, pad_id: int) -> torch.Tensor:
         raise TypeError("mhfast.energy: tokens must be a LongTensor [B, T] or a non-empty list of token id sequences")
     rows = []
     for b, seq in enumerate(tokens):
-        row = torch.as_tensor(seq.tolist() if isinstance(seq, torch.Tensor) else list(seq), dtype=torch.long)
-        if row.dim() != 1 or row.numel() == 0:
+        values = _token_values(seq)
+        if not values:
             raise _err("tokens", f"[{b}] must be a non-empty 1-D sequence of token ids")
-        rows.append(row)
+        high, space = (INT64_MAX, "") if vocab_size is None else (int(vocab_size), "the vocabulary ")
+        rows.append(long_tensor(values, f"mhfast.energy: tokens[{b}]: token id", 0, high, space))
     out = torch.full((len(rows), max(len(r) for r in rows)), int(pad_id), dtype=torch.long)
     for b, row in enumerate(rows):
         out[b, :len(row)] = row
@@ -194,7 +210,8 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
     names = _check_energy(energy)
     _check_max_tokens(max_tokens_per_batch)
     lm = as_model(model)
-    rows = pad_sequences(tokens, int(lm.pad_id))
+    rows = pad_sequences(tokens, int(lm.pad_id), int(lm.vocab_size))
+    check_rows_fit(lm, rows, int(lm.pad_id), lambda b: f"mhfast.energy: tokens row {b}")
     mask = _score_mask(free_positions, energy_positions(lm, rows))
     raw, local = compute_terms(lm, rows, mask, source=source, max_tokens_per_batch=max_tokens_per_batch,
                                backend=backend)
@@ -217,5 +234,10 @@ def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> tuple:
         raise _err("extra_energy", str(e)) from None
     terms = normalize(extra_energy if isinstance(extra_energy, list) else [extra_energy], rows.shape[0],
                       rows.shape[1], int(lm.vocab_size))
-    values = terms.evaluate(rows, torch.arange(rows.shape[0], device=rows.device))
+    index = torch.arange(rows.shape[0], device=rows.device)
+    try:
+        terms.check_rows(rows, index, int(lm.pad_id))
+    except ValueError as e:
+        raise _err("extra_energy:", str(e)) from None
+    values = terms.evaluate(rows, index)
     return values, terms.names, terms.weighted(values)

@@ -26,19 +26,15 @@ _FALLBACK_BYTES = 4 << 30  # when free memory cannot be read
 
 
 def free_memory(device: Any) -> int:
-    """Bytes that may be used: free GPU memory, or MemAvailable of /proc/meminfo on CPU."""
+    """Bytes that may be used: half the free GPU memory, or a quarter of the available CPU memory
+    (:func:`mhfast.sampler.problem.available_memory`, the one reading of it)."""
+    from ..sampler.problem import available_memory
+
     dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(dev)
-        return int(free) // 2
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 4
-    except (OSError, ValueError, IndexError):
-        pass
-    return _FALLBACK_BYTES // 4
+    available = available_memory(dev)
+    if available is None:
+        available = _FALLBACK_BYTES
+    return available // 2 if dev.type == "cuda" else available // 4
 
 
 def _dims(model: Any) -> tuple[int, int, int]:

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..models.base import check_length
 from ..sampler.runner import sum_terms
 from .api import as_model, compute_terms, energy_positions, _check_max_tokens
 from .text import Encoded, encode
@@ -85,6 +86,8 @@ def _result(enc: Encoded, scored: torch.Tensor, raw: torch.Tensor, local: torch.
 
 
 def _encode_all(lm: Any, items: Sequence[Any]) -> list[Encoded | None]:
+    """Each sequence encoded (None for an empty text) and checked to fit the model's positions; errors name
+    ``sequences[k]``."""
     out: list[Encoded | None] = []
     for k, item in enumerate(items):
         if isinstance(item, str) and not item.strip():
@@ -94,6 +97,7 @@ def _encode_all(lm: Any, items: Sequence[Any]) -> list[Encoded | None]:
             enc = encode(lm, item)
         except ValueError as e:
             raise ValueError(f"mhfast.score: sequences[{k}]: {e}") from None
+        check_length(lm, int(enc.ids.numel()), f"mhfast.score: sequences[{k}]")
         out.append(enc)
     return out
 
@@ -133,6 +137,9 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
     if sources is not None:
         src = [translator.source_ids(sources[k]) if translator is not None and isinstance(sources[k], str)
                else sources[k] for k in keep]
+        for j, k in enumerate(keep):
+            if isinstance(src[j], torch.Tensor):
+                check_length(lm, int(src[j].numel()), f"mhfast.score: sources[{k}]", side="source")
     raw, local = compute_terms(lm, rows, mask, source=src, word_ids=words if metric == "within_word_l2r" else None,
                                max_tokens_per_batch=max_tokens_per_batch, backend=backend)
     raw, local, mask = raw.cpu(), local.cpu(), mask.cpu()

@@ -36,8 +36,12 @@ class Encoded:
 
 
 def _from_ids(model: Any, ids: Any) -> Encoded:
-    """Token ids given directly: every non-special token is its own word."""
-    ids = torch.as_tensor(list(ids.tolist() if isinstance(ids, torch.Tensor) else ids), dtype=torch.long)
+    """Token ids given directly: every non-special token is its own word; an id outside the vocabulary is a
+    ValueError (also one beyond 64 bits)."""
+    from ..sampler.problem import long_tensor
+
+    values = list(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
+    ids = long_tensor(values, "token id", 0, int(model.vocab_size), "the vocabulary ")
     special = {int(i) for i in model.special_ids} | {int(model.pad_id)}
     word, words, pieces = [], [], []
     for i in ids.tolist():
