@@ -207,3 +207,121 @@ def test_minus_inf_logits_are_allowed():
     assert not bool((result.tokens == 2).any())
     assert bool(torch.isfinite(result.energy_local).all())
     assert not math.isnan(float(result.best_energy.sum()))
+
+
+# ---------------------------------------------------------------------------- no option is ignored in silence
+SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
+BASE = dict(chains=2, epochs=4, burn_in=1, seed=3, record="epoch")  # record: burn_in changes the history's length
+#: For every API option, a value other than BASE's (or the default): set alone, it must change what the call
+#: returns, or the call must be a ValueError naming the option (issue 37: seed with generator, block_schedule
+#: under mh, ... were ignored without a word).
+OTHER_VALUE = {
+    "energy": "local", "chains": 3, "epochs": 3, "burn_in": 2, "order": "left-to-right", "proposal_temperature": 3.0,
+    "top_p": 0.6, "uniform_mix": 0.3, "block_schedule": 3, "target_temperature": 0.2, "anneal": 0.3,
+    "min_target_temperature": 0.5, "force_accept_epochs": 2, "seed": 4, "device": "cpu", "backend": "reference",
+    "max_tokens_per_batch": 2, "forward": "full", "dtype": "bfloat16", "capture": "static", "memo": 2,
+    "compile": True, "length_beam": 2, "record": "final", "select": "energy",
+    "extra_energy": [(lambda tokens: (tokens == 0).sum(dim=1).float(), 0.7)],
+}
+#: Options whose other value returns the same chains by design (their own tests check that): they may act
+#: without changing anything here, so only a crash counts.
+SAME_BY_DESIGN = {
+    "device": "cpu is where the tabular model runs anyway", "backend": "compiled and reference ops: same chains",
+    "forward": "the tabular model has no fast forward", "dtype": "the tabular model has no matmul to autocast",
+    "memo": "same chains; 2 entries may save the rows 8 do",
+}
+FIELDS = ("tokens", "energy", "energy_raw", "energy_local", "best_tokens", "best_energy", "acceptance_rate",
+          "novel_rate", "target_temperature", "history", "terms")
+
+
+def _fingerprint(r) -> list:
+    return [getattr(r, f).tolist() if getattr(r, f) is not None else None for f in FIELDS] + [r.model_rows,
+                                                                                              r.model_calls]
+
+
+def test_every_option_is_covered():
+    assert sorted(OTHER_VALUE) == sorted(o for o in API_OPTIONS if o != "sampler")
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_VALUE))
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_an_option_acts_or_is_rejected_naming_it(sampler, name):
+    base = mhfast.sample(MODEL, 3, sampler=sampler, **BASE)
+    try:
+        other = mhfast.sample(MODEL, 3, sampler=sampler, **{**BASE, name: OTHER_VALUE[name]})
+    except ValueError as e:
+        assert name in str(e), f"the error does not name {name}: {e}"
+        return
+    if name not in SAME_BY_DESIGN:
+        assert _fingerprint(other) != _fingerprint(base), f"{name}={OTHER_VALUE[name]!r} is ignored by {sampler}"
+
+
+#: When an option set away from its default has no effect, and the option that makes it so (the oracle of the
+#: test below, written from the paper's definitions, not from the spec's code).
+def _ineffective(kw: dict) -> list[tuple[str, str]]:
+    gibbs = kw.get("sampler", "mh") in ("gibbs", "block-gibbs")  # accept every proposal: no MH test
+    out = []
+    if "block_schedule" in kw and kw.get("sampler", "mh") in ("mh", "gibbs"):
+        out.append(("block_schedule", "sampler"))
+    for name in ("target_temperature", "anneal", "min_target_temperature", "force_accept_epochs"):
+        if gibbs and name in kw:
+            out.append((name, "sampler"))
+    if "min_target_temperature" in kw and not kw.get("anneal"):
+        out.append(("min_target_temperature", "anneal"))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(SAMPLERS), st.fixed_dictionaries({}, optional={
+    "block_schedule": st.integers(1, 3), "target_temperature": st.floats(0.1, 5.0).filter(lambda x: x != 1.0),
+    "anneal": st.floats(0.01, 0.2), "min_target_temperature": st.floats(0.06, 0.09),
+    "force_accept_epochs": st.integers(1, 3)}))
+def test_an_ineffective_option_is_an_error_naming_both(sampler, kwargs):
+    kwargs = {"sampler": sampler, **kwargs}
+    pairs = _ineffective(kwargs)
+    try:
+        mhfast.sample(MODEL, 3, chains=2, epochs=3, burn_in=0, **kwargs)
+    except ValueError as e:
+        assert any(a in str(e) and b in str(e) for a, b in pairs), f"{kwargs}: {e}"
+        return
+    assert not pairs, f"{kwargs}: {pairs} ignored without an error"
+
+
+def test_seed_and_generator_together_are_an_error_naming_both():
+    generator = torch.Generator().manual_seed(1)
+    for seed in (0, 5):  # even the default value: given next to a generator, one of the two would be ignored
+        with pytest.raises(ValueError, match="seed .* and generator"):
+            mhfast.sample(MODEL, 3, epochs=2, burn_in=0, seed=seed, generator=generator)
+    from mhfast.sampler.options import config_from_kwargs
+
+    with pytest.raises(ValueError, match="seed .* and generator"):  # a config (e.g. the CLI's) carrying a seed
+        mhfast.sample(MODEL, 3, config=config_from_kwargs({"seed": 9, "epochs": 2, "burn_in": 0}), generator=generator)
+    mhfast.sample(MODEL, 3, config=config_from_kwargs({"epochs": 2, "burn_in": 0}), generator=generator)
+
+
+def test_length_beam_and_select_need_source_and_candidates():
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    for kwargs in (dict(length_beam=2), dict(select="energy")):
+        with pytest.raises(ValueError, match=f"{next(iter(kwargs))} .* without source"):
+            mhfast.sample(MODEL, 3, epochs=2, burn_in=0, **kwargs)
+    cond = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=2, seed=5)
+    with pytest.raises(ValueError, match="select .* length_beam 1"):
+        mhfast.sample(cond, source=torch.tensor([0, 1]), epochs=2, burn_in=0, select="energy")
+    mhfast.sample(cond, source=torch.tensor([0, 1]), epochs=2, burn_in=0, select="energy", length_beam=2)
+
+
+def test_a_block_larger_than_the_free_positions_is_clamped_with_a_warning():
+    m, p = ANY_LENGTH.mask_id, ANY_LENGTH.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, p, p]])
+    with pytest.warns(UserWarning, match="blocks of 3 positions, more than an input's 2 free positions"):
+        clamped = mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", block_schedule=3, epochs=2, burn_in=0)
+    whole = mhfast.sample(ANY_LENGTH, init=init[1:], sampler="block-mh", block_schedule=2, epochs=2, burn_in=0,
+                          input_ids=[1])
+    assert torch.equal(clamped.tokens[1:], whole.tokens)  # clamped = the whole input as one block
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default schedule and fitting sizes: no warning
+        mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", epochs=2, burn_in=0)
+        mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", block_schedule=[2, 1], epochs=2, burn_in=0)

@@ -58,6 +58,7 @@ from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
 
+ITERATIONS_DEFAULT = 10  #: --iterations (Mask-Predict's decoder passes)
 NAME = "translate"
 HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH sampling or Mask-Predict"
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
@@ -92,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     dec = p.add_argument_group("decoding")
     dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh")
-    dec.add_argument("--iterations", type=int, default=10,
+    dec.add_argument("--iterations", type=int, default=ITERATIONS_DEFAULT,
                      help="mask-predict: decoder passes (the paper's T; fairseq --iter-decode-max-iter T-1)")
     dec.add_argument("--length-beam", type=int, default=1, help="length candidates per source")
     dec.add_argument("--batch-size", type=int, default=16, help="sentences per sampler call (and per saved chunk)")
@@ -113,6 +114,7 @@ def _check(args: argparse.Namespace) -> None:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
     options.config_from_args(args, length_beam=args.length_beam)
+    _check_method(args)
     if not 0 <= args.threads <= max_threads():
         raise ValueError(f"--threads must be in [0, {max_threads()}] (0: torch's default), got {args.threads}")
     if args.resume and not args.output:
@@ -128,6 +130,22 @@ def _check(args: argparse.Namespace) -> None:
             raise FileNotFoundError(f"{option}: no such file: {path!r}")
     if args.output is not None and os.path.isdir(args.output):
         raise ValueError(f"--output: {args.output!r} is a directory")
+
+
+#: The option-spec flags Mask-Predict uses too (where the model runs); the other sampler flags are MH's alone.
+MASK_PREDICT_OPTIONS = ("device",)
+
+
+def _check_method(args: argparse.Namespace) -> None:
+    """A flag that the chosen --method ignores is an error naming both (not a run that silently drops it)."""
+    if args.method == "mask-predict":
+        for opt in options.SPEC:
+            if opt.cli and opt.name not in MASK_PREDICT_OPTIONS and getattr(args, opt.name) != opt.default:
+                raise ValueError(f"{opt.flag} has no effect with --method mask-predict (it is an MH sampler "
+                                 "option; use --method mh)")
+    elif args.iterations != ITERATIONS_DEFAULT:
+        raise ValueError(f"--iterations ({args.iterations}) has no effect with --method {args.method} (it is "
+                         "Mask-Predict's; use --method mask-predict, or --epochs for MH)")
 
 
 def sampler_options(args: argparse.Namespace) -> dict:
