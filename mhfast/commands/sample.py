@@ -175,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: print(*a, flush=True))
     say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
     for energy in ["raw", "local"] if args.energy == "both" else [args.energy]:
-        say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
-            f"({args.burn_in} burn-in), seed {args.seed}")
+        say(f"# {args.sampler} on the {energy} energy{' + energy terms' if terms else ''}: {args.chains} chains, "
+            f"{args.epochs} epochs ({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
         live = world.size == 1
         part = _sample_part(lm, mine_inputs, mine, dataclasses.replace(
@@ -205,7 +205,8 @@ def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any
     r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg, progress=progress)
     return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
             "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
-            "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs}
+            "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs,
+            "with_terms": r.term_names is not None}
 
 
 def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any) -> Any:
@@ -231,24 +232,27 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
         best_tokens=pick("best_tokens"), best_energy=pick("best_energy"),
         model_rows=sum(p["model_rows"] for p in parts),
         compile_seconds=max(p["compile_seconds"] for p in parts),  # the ranks compile at the same time
-        memo_hits=sum(p["memo_hits"] for p in parts),
+        memo_hits=sum(p["memo_hits"] for p in parts), with_terms=parts[0]["with_terms"],
         **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
 
 
 def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, seconds: float) -> None:
     """Samples with their energies, the best sample per input, and the run's rates."""
+    from ..sampler.result import summary_epochs, target_label
+
     B, C, _ = result.tokens.shape
-    post = slice(args.burn_in, None) if args.burn_in < args.epochs else slice(None)
-    acc = float(result.acceptance_rate[post].mean())
-    novel = float(result.novel_rate[post].mean())
+    first, which = summary_epochs(args.burn_in, args.epochs)
+    acc = float(result.acceptance_rate[first:].mean())
+    novel = float(result.novel_rate[first:].mean())
+    best = target_label(energy, result.with_terms)  # the best energy includes the weighted terms
     out = sys.stdout
     for b in range(B):
         print(f"[{energy}] input {b + 1}", file=out)
         for c in range(C):
             print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
                   f"E_local={float(result.energy_local[b, c]):.3f}", file=out)
-        print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}", file=out)
-    print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
+        print(f"  best: {lm.decode(result.best_tokens[b])}\t{best}={float(result.best_energy[b]):.3f}", file=out)
+    print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over {which})  "
           f"model rows {result.model_rows}"
           + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
           + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),

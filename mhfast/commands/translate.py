@@ -19,8 +19,9 @@ their checks.
 
 --format fairseq writes per sentence i (0-based), like fairseq-generate:
 ``S-i<TAB>source``, ``H-i<TAB>score<TAB>tokens`` (model tokens), ``D-i<TAB>score<TAB>detokenized``
-and ``E-i<TAB>E_<energy>=best<TAB>raw=c1 c2 ..<TAB>local=c1 c2 ..`` (the best sample's target energy
-and every chain's final raw/local energy) for MH, or ``P-i<TAB>positional log-probs`` for
+and ``E-i<TAB>E_<energy>=best<TAB>raw=c1 c2 ..<TAB>local=c1 c2 ..`` (the best sample's target energy,
+labelled ``E_<energy>+terms`` when energy terms are on since it includes their weighted sum, and every
+chain's final raw/local energy) for MH, or ``P-i<TAB>positional log-probs`` for
 Mask-Predict. score = -best energy per token for MH, the mean token log-probability for
 Mask-Predict (higher is better). Empty sources get ``S-i``/``H-i``/``D-i`` with score 0 and no
 tokens.
@@ -57,6 +58,7 @@ from ..files import PROGRESS_SUFFIX, PROGRESS_VERSION, file_sha256, read_records
 from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
+from ..sampler.result import target_label
 
 ITERATIONS_DEFAULT = 10  #: --iterations (Mask-Predict's decoder passes)
 NAME = "translate"
@@ -229,7 +231,8 @@ def format_sentence(index: int, source: str, hyp: Any, fmt: str, ref: str | None
     lines += [f"H-{index}\t{hyp.score:.6f}\t{' '.join(hyp.tokens)}", f"D-{index}\t{hyp.score:.6f}\t{hyp.text}"]
     d = hyp.details
     if "best_energy" in d:
-        lines.append(f"E-{index}\tE_{d['energy']}={d['best_energy']:.4f}\traw="
+        best = target_label(d["energy"], d.get("with_terms", False))  # the best energy includes the terms
+        lines.append(f"E-{index}\t{best}={d['best_energy']:.4f}\traw="
                      + " ".join(f"{x:.4f}" for x in d["chains_raw"]) + "\tlocal="
                      + " ".join(f"{x:.4f}" for x in d["chains_local"]))
     elif "positional_scores" in d:
