@@ -232,8 +232,10 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     sweep) balances the shards.
     """
     import mhfast
+    from .sampler.problem import check_devices
     from .sampler.state import ChainCounts
 
+    check_devices("mhfast.distributed.sample", init=init, free_positions=free_positions)  # before the costs read init
     w = world if world is not None else World()
     pad = int(model.pad_id)
     cost = cost or (lambda row: float(int((row != pad).sum())) ** 2)

@@ -36,6 +36,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ._validate import holds_values
+
 
 class Hamming:
     """Number of positions where a sequence differs from a reference (mixmatch's ``delta`` term).
@@ -55,6 +57,7 @@ class Hamming:
 
     def __init__(self, reference: torch.Tensor, pad_id: int = 0):
         reference = torch.as_tensor(reference)
+        holds_values("Hamming", "reference", reference)
         if reference.dtype != torch.long or reference.dim() not in (1, 2):
             raise ValueError(f"Hamming: reference must be a Long[T] or Long[B, T] tensor, got {reference.dtype} "
                              f"of shape {tuple(reference.shape)}")
@@ -165,6 +168,7 @@ class AllowedTokens:
 
     def __init__(self, mask: torch.Tensor):
         mask = torch.as_tensor(mask)
+        holds_values("AllowedTokens", "mask", mask)
         if mask.dtype != torch.bool or mask.dim() not in (2, 3):
             raise ValueError(f"AllowedTokens: mask must be a Bool[T, V] or Bool[B, T, V] tensor, got {mask.dtype} "
                              f"of shape {tuple(mask.shape)}")

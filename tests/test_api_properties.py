@@ -325,3 +325,170 @@ def test_a_block_larger_than_the_free_positions_is_clamped_with_a_warning():
         warnings.simplefilter("error")  # the default schedule and fitting sizes: no warning
         mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", epochs=2, burn_in=0)
         mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", block_schedule=[2, 1], epochs=2, burn_in=0)
+
+
+# ---------------------------------------------------------------------------- tensors on a device without values
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    return t.to("meta")
+
+
+def _cond():
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    return ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=3, seed=5)
+
+
+M_ = MODEL.mask_id
+ROW = torch.tensor([[M_, M_, M_]])
+FREE = torch.ones(1, 3, dtype=torch.bool)
+#: Every tensor argument of the API, on the meta device (shapes, no values), and the name its error must give.
+META_CALLS = {
+    "sample init": (lambda: mhfast.sample(MODEL, init=_meta(ROW), epochs=1, burn_in=0), "init"),
+    "sample free_positions": (lambda: mhfast.sample(MODEL, init=ROW, free_positions=_meta(FREE), epochs=1,
+                                                    burn_in=0), "free_positions"),
+    "sample input_ids": (lambda: mhfast.sample(MODEL, init=ROW, input_ids=_meta(torch.tensor([0])), epochs=1,
+                                               burn_in=0), "input_ids"),
+    "sample source": (lambda: mhfast.sample(_cond(), source=_meta(torch.tensor([0, 1])), epochs=1, burn_in=0),
+                      "source"),
+    "sample source list": (lambda: mhfast.sample(_cond(), source=[torch.tensor(0), _meta(torch.tensor(1))],
+                                                 epochs=1, burn_in=0), "source[1]"),
+    "Hamming reference": (lambda: mhfast.energy_terms.Hamming(_meta(torch.tensor([0, 1, 2]))), "reference"),
+    "AllowedTokens mask": (lambda: mhfast.energy_terms.AllowedTokens(_meta(torch.ones(3, 5, dtype=torch.bool))),
+                           "mask"),
+    "energy tokens": (lambda: mhfast.energy(MODEL, _meta(torch.tensor([[0, 1, 2]]))), "tokens"),
+    "energy token list": (lambda: mhfast.energy(MODEL, [_meta(torch.tensor([0, 1, 2]))]), "tokens[0]"),
+    "energy free_positions": (lambda: mhfast.energy(MODEL, torch.tensor([[0, 1, 2]]), free_positions=_meta(FREE)),
+                              "free_positions"),
+    "energy source": (lambda: mhfast.energy(_cond(), torch.tensor([[0, 1]]), source=[_meta(torch.tensor(0))]),
+                      "source[0]"),
+    "score sequences": (lambda: mhfast.score(MODEL, [_meta(torch.tensor([0, 1, 2]))]), "sequences[0]"),
+    "mask_predict sources": (lambda: mhfast.mask_predict(_FakeRefinement(), [_meta(torch.tensor([1, 2]))]),
+                             "sources[0]"),
+    "distributed.sample init": (lambda: __import__("mhfast.distributed").distributed.sample(
+        MODEL, init=_meta(ROW), epochs=1, burn_in=0), "init"),
+}
+
+
+class _FakeRefinement:
+    """Just enough of a RefinementModel for mask_predict to check its arguments (never decodes)."""
+
+    bos_id, eos_id, mask_id, pad_id, vocab_size, special_ids = 0, 1, 2, 3, 6, (0, 1, 2, 3)
+
+    def masked_logits(self, *args, **kwargs):
+        raise AssertionError
+
+    def encode(self, sources):
+        raise AssertionError("mask_predict read its sources before checking them")
+
+    def decoder_log_probs(self, *args):
+        raise AssertionError
+
+    def predict_lengths(self, *args, **kwargs):
+        raise AssertionError
+
+
+import mhfast.energy_terms  # noqa: E402  (for the lambdas above)
+
+
+@pytest.mark.parametrize("case", sorted(META_CALLS))
+def test_a_meta_tensor_argument_is_an_error_naming_it_and_its_device(case):
+    call, name = META_CALLS[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert f"{name} is on the meta device" in message, message
+
+
+class _ModelOn(TabularMLM):
+    """The tabular model, reporting another device than the one its tables are on."""
+
+    def __init__(self, base: TabularMLM, device: str):
+        self.__dict__.update(base.__dict__)
+        self.device = torch.device(device)
+
+
+def test_a_model_on_the_meta_device_is_named_and_device_overrides_it():
+    model = _ModelOn(MODEL, "meta")
+    for call in (lambda: mhfast.sample(model, 3, epochs=1, burn_in=0), lambda: mhfast.energy(model, [[0, 1, 2]])):
+        with pytest.raises(ValueError, match="model.device must be a cpu or cuda device, got 'meta'"):
+            call()
+    # device= says where the chains live: the inputs and the tables are read there
+    a = mhfast.sample(model, 3, epochs=2, burn_in=0, device="cpu")
+    b = mhfast.sample(MODEL, 3, epochs=2, burn_in=0)
+    assert torch.equal(a.tokens, b.tokens)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a device other than the model's")
+def test_inputs_on_another_device_than_the_models_are_copied_to_it():
+    """A model on the CPU with CUDA inputs (and the reverse through device=): the same chains as all on the CPU."""
+    free = torch.tensor([[False, True, True]])
+    init = torch.tensor([[0, M_, M_]])
+    ref = mhfast.sample(MODEL, init=init, free_positions=free, input_ids=torch.tensor([4]), epochs=2, burn_in=0)
+    cuda = mhfast.sample(MODEL, init=init.cuda(), free_positions=free.cuda(), input_ids=torch.tensor([4]).cuda(),
+                         epochs=2, burn_in=0)
+    assert cuda.tokens.device.type == "cpu" and torch.equal(cuda.tokens, ref.tokens)
+    e = mhfast.energy(MODEL, init.new_tensor([[0, 1, 2]]).cuda(), free_positions=free.cuda())
+    assert torch.equal(e.e_raw, mhfast.energy(MODEL, [[0, 1, 2]], free_positions=free).e_raw)
+
+
+# ---------------------------------------------------------------------------- mhfast.energy / mhfast.score
+ENERGY_ARGUMENTS = ["tokens", "free_positions", "source", "energy", "per_position", "max_tokens_per_batch", "backend",
+                    "extra_energy", "model"]
+ROWS = st.lists(st.lists(st.one_of(st.integers(-2, 6), st.integers(-2, 6), st.booleans(), st.floats(0, 4)),
+                         min_size=0, max_size=4), min_size=0, max_size=3)  # ANY_LENGTH: rows of 1..4
+
+
+def _all_ints(rows: list) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for r in rows for v in r)
+
+
+def _one_line_naming(e: Exception, where: str, names: list[str]) -> None:
+    message = str(e)
+    assert message.startswith(f"{where}: "), f"not from {where}: {message}"
+    assert any(n in message for n in names), f"names no argument: {message}"
+    assert "\n" not in message.strip(), message
+
+
+@settings(max_examples=60, deadline=None)
+@given(ROWS, st.sampled_from(["list", "tensor"]))
+def test_energy_of_any_rows_is_finite_or_names_tokens(rows, kind):
+    tokens: object = rows
+    if kind == "tensor" and rows and len({len(r) for r in rows}) == 1 and _all_ints(rows):
+        tokens = torch.tensor(rows, dtype=torch.long).reshape(len(rows), -1)
+    try:
+        e = mhfast.energy(ANY_LENGTH, tokens, per_position=True)
+    except (ValueError, TypeError) as err:
+        _one_line_naming(err, "mhfast.energy", ["tokens"])
+        return
+    assert _all_ints(rows), f"a token id that is not an int was taken: {rows}"  # never truncated or cast
+    assert e.e_raw.shape == e.e_local.shape == (len(rows),)
+    assert bool(torch.isfinite(e.e_raw).all()) and bool((e.e_local >= 0).all())
+    torch.testing.assert_close(e.raw_terms.sum(dim=1), e.e_raw)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["free_positions", "energy", "per_position", "max_tokens_per_batch", "backend",
+                        "extra_energy", "source"]), BAD_VALUES)
+def test_energy_options_run_or_name_the_argument(name, value):
+    try:
+        e = mhfast.energy(MODEL, torch.tensor([[0, 1, 2], [2, 2, 1]]), **{name: value})
+    except (ValueError, TypeError) as err:
+        _one_line_naming(err, "mhfast.energy", ENERGY_ARGUMENTS)
+        return
+    assert bool(torch.isfinite(e.e_raw if e.e_raw is not None else e.e_local).all())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.lists(st.integers(-2, 6), max_size=4), st.just(""), st.none(), st.integers(0, 4),
+                          st.lists(st.floats(0, 4), min_size=1, max_size=3), st.text(max_size=3)), max_size=3),
+       st.sampled_from(["sources", "metric", "max_tokens_per_batch", "backend", None]), BAD_VALUES)
+def test_score_of_any_sequences_and_options_is_finite_or_named(sequences, name, value):
+    kwargs = {} if name is None else {name: value}
+    try:
+        scores = mhfast.score(ANY_LENGTH, sequences, **kwargs)
+    except (ValueError, TypeError) as err:
+        _one_line_naming(err, "mhfast.score", ["sequences", "sources", "metric", "max_tokens_per_batch", "backend"])
+        return
+    assert len(scores) == len(sequences)
+    for s in scores:
+        assert math.isfinite(s.pll) and math.isfinite(s.e_raw) and s.pll <= 0

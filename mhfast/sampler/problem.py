@@ -62,6 +62,53 @@ def check_model(model: Any) -> None:
         raise TypeError("mhfast.sample: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
 
 
+def _tensors_of(name: str, value: Any) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of an argument, named as messages show them: the tensor itself, or each tensor of a list."""
+    if isinstance(value, torch.Tensor):
+        return [(name, value)]
+    if isinstance(value, (list, tuple)):
+        return [(f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return []
+
+
+def check_devices(where: str, **arguments: Any) -> None:
+    """Every tensor argument (or tensor in a list argument) must hold values: a ValueError naming the argument
+    and its device for one on the meta device (shapes only), before anything reads it; torch's own error, deep
+    inside, names neither. Tensors on another device than the run's are fine: they are copied to it."""
+    from .._validate import holds_values
+
+    for name, value in arguments.items():
+        for label, tensor in _tensors_of(name, value):
+            holds_values(where, label, tensor)
+
+
+def run_device(where: str, *candidates: tuple[str, Any], hint: str = "") -> torch.device:
+    """The device a run computes on: the first device set among ``candidates`` (``(name, device)`` pairs in order
+    of precedence, e.g. the ``device`` option, then ``model.device``, then ``init``'s device), else the CPU.
+    Whatever it came from, it passes the ``device`` option's check (a cpu or cuda device that mhfast has kernels
+    for); an error names where it came from, then ``hint``.
+
+    Example:
+        >>> run_device("f", ("device", None), ("model.device", "cpu"))
+        device(type='cpu')
+        >>> run_device("f", ("model.device", torch.device("meta")))
+        Traceback (most recent call last):
+        ...
+        ValueError: f: model.device must be a cpu or cuda device, got 'meta'
+    """
+    from .options import OPTIONS
+
+    for name, device in candidates:
+        if device is None:
+            continue
+        try:
+            OPTIONS["device"].check(str(device))
+        except ValueError as e:
+            raise ValueError(f"{where}: {name} {e}{hint}") from None
+        return torch.device(device)
+    return torch.device("cpu")
+
+
 def _template(model: Any, length: int) -> torch.Tensor:
     """The unconditional starting row: ``model.frame(length)`` if the model has it, else all masks."""
     frame = getattr(model, "frame", None)
@@ -186,6 +233,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if len(given) != 1:
         raise ValueError("mhfast.sample: give exactly one of length, init or source"
                          + (f" (got {', '.join(given)})" if given else " (got none)"))
+    check_devices("mhfast.sample", init=init, free_positions=free_positions, source=source, input_ids=input_ids)
     context = candidate_lengths = None
     if length is not None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
@@ -196,10 +244,9 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
         rows = _rows_from_init(init)
     else:
         context, candidate_lengths, rows = _rows_from_source(model, source, cfg.length_beam, free_positions)
-    device = cfg.device
-    if device is None:
-        device = getattr(model, "device", None) or (init.device if init is not None else torch.device("cpu"))
-    device = torch.device(device)
+    device = run_device("mhfast.sample", ("device", cfg.device), ("model.device", getattr(model, "device", None)),
+                        ("init's device", init.device if init is not None else None),
+                        hint=" (the chains live there unless device= says otherwise)")
     _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"),
                 device)
     rows = rows.to(device)

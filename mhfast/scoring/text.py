@@ -35,9 +35,35 @@ class Encoded:
         return len(self.words)
 
 
+def id_row(ids: Any, name: str = "ids") -> torch.Tensor:
+    """Long[T] of a 1-D sequence of int token ids (a list or an integer tensor); anything else is a TypeError or
+    ValueError naming ``name``, never a silent conversion (a float id would be truncated, True would be 1).
+
+    Example:
+        >>> id_row([2, 5, 3]).tolist()
+        [2, 5, 3]
+        >>> id_row([2, 0.5])
+        Traceback (most recent call last):
+        ...
+        TypeError: ids must be a 1-D sequence of int token ids, got 0.5
+    """
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
+            raise TypeError(f"{name} must be a 1-D integer tensor of token ids, got {ids.dtype} of shape "
+                            f"{tuple(ids.shape)}")
+        return ids.long()
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"{name} must be a 1-D sequence of int token ids, got {type(ids).__name__}")
+    values = list(ids)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be a 1-D sequence of int token ids, got {v!r}")
+    return torch.tensor(values, dtype=torch.long)
+
+
 def _from_ids(model: Any, ids: Any) -> Encoded:
     """Token ids given directly: every non-special token is its own word."""
-    ids = torch.as_tensor(list(ids.tolist() if isinstance(ids, torch.Tensor) else ids), dtype=torch.long)
+    ids = id_row(ids)
     special = {int(i) for i in model.special_ids} | {int(model.pad_id)}
     word, words, pieces = [], [], []
     for i in ids.tolist():
