@@ -432,3 +432,17 @@ def test_sample_accepts_a_model_directory_and_a_plain_transformers_model(tmp_pat
     a = mhfast.sample(d, 4, chains=2, epochs=2, burn_in=0, seed=1)
     b = mhfast.sample(transformers.AutoModelForMaskedLM.from_pretrained(d), 4, chains=2, epochs=2, burn_in=0, seed=1)
     assert a.tokens.shape == (1, 2, 6) and torch.equal(a.tokens, b.tokens)  # [CLS] + 4 + [SEP]
+
+
+def test_a_row_without_free_positions_is_an_error_in_any_batch():
+    """A row with nothing to sample is named whatever rows share its call: torchrun and mhfast.distributed
+    shard the rows, so a batch-wide check failed on the one rank that got that row alone (issue 37)."""
+    model = model4()
+    m = model.mask_id
+    rows = torch.tensor([[m, 1, 2], [0, 1, 2]])
+    free = torch.tensor([[True, True, False], [False, False, False]])  # row 1: every position fixed
+    with pytest.raises(ValueError, match="init leaves no free position"):
+        mhfast.sample(model, init=rows[1:], free_positions=free[1:], epochs=1, burn_in=0)
+    with pytest.raises(ValueError, match="init row 1 leaves no free position"):
+        mhfast.sample(model, init=rows, free_positions=free, epochs=1, burn_in=0)
+    mhfast.sample(model, init=rows[:1], free_positions=free[:1], epochs=1, burn_in=0)

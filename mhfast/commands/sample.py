@@ -153,8 +153,21 @@ def _epoch_line(args: argparse.Namespace, epoch: int, s: dict) -> str:
             f"novel {s['novel'] / max(s['proposals'], 1):.3f}  tau {s['target_temperature']:.3f}")
 
 
-def run(args: argparse.Namespace) -> int:
-    from .. import distributed
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What every rank knows before sampling: the checked options, the model, all inputs, this rank's share."""
+
+    cfg: Any
+    lm: Any
+    inputs: dict
+    terms: list | None
+    mine_inputs: dict
+    mine: list[int]
+    load_seconds: float
+
+
+def _prepare(args: argparse.Namespace, world: Any) -> _Job:
+    """Every check of options, model and inputs, before any output (the same on every rank)."""
     from ..models.loading import load_masked_lm
     from ..sampler.problem import build_problem
 
@@ -162,9 +175,6 @@ def run(args: argparse.Namespace) -> int:
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
         raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', a local "
                                 "HuggingFace model directory or a hub id)")
-    world = distributed.world(device=args.device)  # torchrun: inputs shared over ranks, rank 0 prints
-    if world.backend == "nccl":
-        args.device = str(world.device)
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)
@@ -172,26 +182,43 @@ def run(args: argparse.Namespace) -> int:
     # every model-dependent check (lengths against the model, token ids, sizes) before any output
     build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
     mine_inputs, mine = _shard(inputs, world, int(lm.pad_id))
+    return _Job(cfg, lm, inputs, terms, mine_inputs, mine, time.perf_counter() - t0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import distributed
+
+    # The world first (torchrun: inputs shared over ranks, rank 0 prints): every error below then ends in an
+    # agreement of the ranks (distributed.together), so that the job reports it once.
+    world = distributed.world(device=args.device)
+    if world.backend == "nccl":
+        args.device = str(world.device)
+    with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
+        job = _prepare(args, world)
+    lm, live = job.lm, world.size == 1
     say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: print(*a, flush=True))
-    say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
+    say(f"# model {args.model} loaded in {job.load_seconds:.1f} s (vocab {lm.vocab_size})")
     for energy in ["raw", "local"] if args.energy == "both" else [args.energy]:
-        say(f"# {args.sampler} on the {energy} energy{' + energy terms' if terms else ''}: {args.chains} chains, "
-            f"{args.epochs} epochs ({args.burn_in} burn-in), seed {args.seed}")
+        say(f"# {args.sampler} on the {energy} energy{' + energy terms' if job.terms else ''}: {args.chains} "
+            f"chains, {args.epochs} epochs ({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
-        live = world.size == 1
-        part = _sample_part(lm, mine_inputs, mine, dataclasses.replace(
-            cfg, energy=energy, extra_energy=_terms(lm, args, inputs, mine) if mine else None),
-            (lambda e, s: say(_epoch_line(args, e, s))) if live else None)
+        with distributed.together(world):  # an error in one rank's share: that rank reports it
+            part = _sample_part(lm, job.mine_inputs, job.mine, dataclasses.replace(
+                job.cfg, energy=energy, extra_energy=_terms(lm, args, job.inputs, job.mine) if job.mine else None),
+                (lambda e, s: say(_epoch_line(args, e, s))) if live else None)
         parts = distributed.gather({world.rank: part}, world.size, world, dst=0)
-        if world.is_main:
-            result = _combine([p for p in parts if p is not None], args, energy, say if not live else None)
-            print_result(lm, result, energy, args, time.perf_counter() - t0)
+        with distributed.together(world):  # rank 0's printing (e.g. to a closed pipe) ends every rank alike
+            if world.is_main:
+                result = _combine([p for p in parts if p is not None], args, energy, say if not live else None)
+                print_result(lm, result, energy, args, time.perf_counter() - t0)
     return 0
 
 
 def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any) -> dict | None:
     """This rank's share: its inputs' chains and the per-epoch sums and counts (None without inputs)."""
     import mhfast
+
+    from .. import distributed
 
     if not ids:
         return None
@@ -202,7 +229,9 @@ def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any
         if say_epoch is not None:
             say_epoch(epoch, s)
 
-    r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg, progress=progress)
+    # checking_peers: a peer failed, so stop within an epoch, not after this rank's whole share
+    r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg,
+                      progress=distributed.checking_peers(progress))
     return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
             "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
             "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs,

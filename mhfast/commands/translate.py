@@ -354,35 +354,45 @@ def _resumed_stats(args: argparse.Namespace, stats: dict, start: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
     from .. import distributed
 
-    world = distributed.world(device=args.device)  # torchrun: every rank runs this; else a world of one
+    # The world first (torchrun: every rank runs this; else a world of one): every error below then ends in an
+    # agreement of the ranks (distributed.together), so that the job reports it once.
+    world = distributed.world(device=args.device)
     if world.backend == "nccl":
         args.device = str(world.device)  # one GPU per local rank
-    lines, refs = _read_inputs(args)
-    spec = output_spec(args, lines, refs)
+    with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
+        _check(args)
+        lines, refs = _read_inputs(args)
+        spec = output_spec(args, lines, refs)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
-        if args.threads:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        translator = _load(args)
-        terms_for = _terms_factory(args, translator, len(lines))
-        stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
-                       "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
-        hyps: list[str] = []
-        if world.is_main:
-            _resumed_stats(args, stats, sink.lines_done)
-            # every translation of the run for the scores at the end: the committed ones first
-            hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
-        work = ChunkWork(args, translator, lines, refs, terms_for)
+        with distributed.together(world):
+            work, stats, hyps = _start(args, world, sink, lines, refs, digest)
         _translate_chunks(work, sink, stats, hyps, world)
     if refs is not None and lines and world.is_main:
         report_scores(hyps, refs)
     return 0
+
+
+def _start(args: argparse.Namespace, world: Any, sink: Any, lines: list[str], refs: list[str] | None,
+           digest: str) -> tuple["ChunkWork", dict, list[str]]:
+    """The model, the energy terms, the statistics so far and (rank 0) the translations already committed."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    translator = _load(args)
+    terms_for = _terms_factory(args, translator, len(lines))
+    stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
+                   "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
+    hyps: list[str] = []
+    if world.is_main:
+        _resumed_stats(args, stats, sink.lines_done)
+        # every translation of the run for the scores at the end: the committed ones first
+        hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
+    return ChunkWork(args, translator, lines, refs, terms_for), stats, hyps
 
 
 def _open_output_on_main(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack, world: Any) -> Any:
@@ -417,11 +427,13 @@ class ChunkWork:
 
     def translate(self, first: int, progress: Any = None) -> dict:
         """The chunk starting at line ``first``: its output text, hypotheses and statistics (picklable)."""
+        from .. import distributed
+
         args, chunk = self.args, self.lines[first:first + self.args.batch_size]
-        result = self.translator.translate(
+        result = self.translator.translate(  # checking_peers: a peer failed, so stop within an epoch
             chunk, method=args.method, input_ids=range(first, first + len(chunk)),
             sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
-            progress=progress, extra_energy=self.terms_for)
+            progress=distributed.checking_peers(progress), extra_energy=self.terms_for)
         text = "".join(format_sentence(first + j, src, hyp, args.format, None if self.refs is None
                                        else self.refs[first + j])
                        for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))

@@ -252,8 +252,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     rows = rows.to(device)
     is_pad, energy_mask = _energy_mask(model, rows)
     free = _free(free_positions, rows, energy_mask, int(model.mask_id))
-    if not bool(free.any()):
-        raise _err("init" if init is not None else "length", "leaves no free position to sample")
+    _check_each_row_moves(free, "init" if init is not None else "length")
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
     term_index = torch.arange(B, device=device) // per_source
@@ -264,6 +263,15 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
                       terms=normalize_terms(cfg.extra_energy, B // per_source, rows.shape[1], int(model.vocab_size)))
     _check_allowed(problem, model)
     return problem
+
+
+def _check_each_row_moves(free: torch.Tensor, what: str) -> None:
+    """Every input must have a free position. Checked per row, not for the batch: whether a call fails must not
+    depend on which rows share it (mhfast.distributed and ``mhfast sample`` under torchrun shard the rows)."""
+    still = ~free.any(dim=1)
+    if bool(still.any()):
+        row = int(still.nonzero()[0, 0])
+        raise _err(f"{what} row {row}" if free.shape[0] > 1 else what, "leaves no free position to sample")
 
 
 #: Most token slots (inputs x chains x positions) one call may hold: index arithmetic of the ops and
