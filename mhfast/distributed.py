@@ -436,6 +436,28 @@ def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable
 _PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local")
 
 
+def _sample_arguments(model: Any, init: Any, free_positions: Any, world: Any, cost: Any, options: dict
+                      ) -> tuple[Any, World]:
+    """:func:`sample`'s own arguments checked before anything reads them (its costs read ``init``): the model
+    (loaded from a name), ``init`` (Long[B, T] on a device with values), the others by type; ``input_ids`` is not
+    an option here (each rank's rows sample as their global indices). Returns ``(model, world)``."""
+    from .sampler.problem import check_devices, check_model, rows_from_init
+
+    where = "mhfast.distributed.sample"
+    model = check_model(model, where)
+    check_devices(where, init=init, free_positions=free_positions)
+    rows_from_init(init, where)
+    if free_positions is not None and not isinstance(free_positions, torch.Tensor):
+        raise TypeError(f"{where}: free_positions must be a BoolTensor or None, got {type(free_positions).__name__}")
+    if world is not None and not isinstance(world, World):
+        raise TypeError(f"{where}: world must be a mhfast.distributed.World or None, got {type(world).__name__}")
+    if cost is not None and not callable(cost):
+        raise TypeError(f"{where}: cost must be a callable row -> float or None, got {type(cost).__name__}")
+    if "input_ids" in options:
+        raise TypeError(f"{where}: input_ids is not an option here: each row samples as its index in init")
+    return model, world if world is not None else World()
+
+
 def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | None = None,
            world: World | None = None, cost: Callable[[torch.Tensor], float] | None = None,
            **options: Any) -> dict:
@@ -449,11 +471,9 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     sweep) balances the shards.
     """
     import mhfast
-    from .sampler.problem import check_devices
     from .sampler.state import ChainCounts
 
-    check_devices("mhfast.distributed.sample", init=init, free_positions=free_positions)  # before the costs read init
-    w = world if world is not None else World()
+    model, w = _sample_arguments(model, init, free_positions, world, cost, options)
     options = {**options, "progress": checking_peers(options.get("progress"))}
     pad = int(model.pad_id)
     cost = cost or (lambda row: float(int((row != pad).sum())) ** 2)

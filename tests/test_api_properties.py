@@ -1,9 +1,15 @@
-"""Property tests of ``mhfast.sample``'s arguments, and broken models (issue 11, adversarial half).
+"""Property tests of the API's arguments, and broken models (issue 11, adversarial half; issue 37).
 
 For random option values, valid or not, ``mhfast.sample`` either returns finite energies or raises
 ``ValueError``/``TypeError`` whose message names the argument: never another exception, never a
 NaN energy. A model whose ``masked_logits`` / ``masked_features`` / ``output_layer`` returns NaN,
 +inf, a wrong shape or a wrong dtype is an error naming the model and what it returned.
+
+Issue 37 added: no option is ignored in silence (each either changes the result or is an error
+naming it; ineffective pairs name both), a tensor argument on the meta device is an error naming
+it, ``mhfast.energy`` / ``mhfast.score`` / ``mhfast.distributed.sample`` take the same property
+tests (errors name the function called and its own argument), and the torchrun helpers'
+one-process behaviour (shard, world's environment, together).
 """
 from __future__ import annotations
 
@@ -492,3 +498,52 @@ def test_score_of_any_sequences_and_options_is_finite_or_named(sequences, name, 
     assert len(scores) == len(sequences)
     for s in scores:
         assert math.isfinite(s.pll) and math.isfinite(s.e_raw) and s.pll <= 0
+
+
+# ---------------------------------------------------------------------------- the torchrun surface, in one process
+import mhfast.distributed as dist  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 50), st.floats(0, 1e6)), max_size=30), st.integers(1, 6))
+def test_shard_is_a_deterministic_partition_balanced_by_cost(costs, ranks):
+    parts = dist.shard(costs, ranks)
+    assert len(parts) == ranks and parts == dist.shard(costs, ranks)
+    assert sorted(i for p in parts for i in p) == list(range(len(costs))) and all(p == sorted(p) for p in parts)
+    loads = [sum(costs[i] for i in p) for p in parts]
+    # LPT: moving the last item of the most loaded rank to the least loaded one cannot beat it by more than it
+    assert max(loads) - min(loads) <= max(costs, default=0) + 1e-6
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["init", "free_positions", "world", "cost", "input_ids", "chains", "sampler"]), BAD_VALUES)
+def test_distributed_sample_runs_or_names_the_argument(name, value):
+    kwargs = {"init": ROW, "epochs": 2, "burn_in": 0, name: value}
+    try:
+        out = dist.sample(MODEL, **kwargs)
+    except (ValueError, TypeError) as e:
+        assert any(n in str(e) for n in (name, "init", "free_positions")), f"names no argument: {e}"
+        assert str(e).startswith(("mhfast.distributed.sample: ", "mhfast.sample: ")), str(e)
+        return
+    assert bool(torch.isfinite(out["energy_raw"]).all()) and out["rows_per_rank"] == [1]
+
+
+@pytest.mark.parametrize("env,needle", [({"WORLD_SIZE": "two"}, "WORLD_SIZE"), ({"WORLD_SIZE": "2", "RANK": "5"},
+                                                                              "RANK=5"),
+                                        ({"WORLD_SIZE": "2", "RANK": "x"}, "RANK")])
+def test_a_bad_launcher_environment_is_an_error_naming_the_variable(monkeypatch, env, needle):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=needle):
+        dist.world()
+
+
+def test_together_in_one_process_is_the_block_itself():
+    """No launcher: together() runs the block, lets its error through unchanged, and check_peers does nothing."""
+    with pytest.raises(KeyError, match="mine"):
+        with dist.together(dist.World()):
+            dist.check_peers()
+            raise KeyError("mine")
+    seen = []
+    dist.checking_peers(lambda e, s: seen.append(e))(3, {})
+    assert seen == [3] and dist.settle(2).status == 2 and not dist.settle(None).together

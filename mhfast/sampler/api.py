@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -26,7 +25,6 @@ import torch
 
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
-from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
 from .backend import get_backend
 from .kernels import KERNELS
@@ -85,9 +83,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     chain, epoch, step, stream), so chains do not depend on batch composition or
     ``max_tokens_per_batch``, and both backends give the same chains:
     """
-    if isinstance(model, (str, os.PathLike)) or (hasattr(model, "config") and not hasattr(model, "masked_logits")):
-        model = load_masked_lm(model)  # a name, a directory, a hub id or a plain transformers model object
-    check_model(model)
+    model = check_model(model)  # a name, a directory, a hub id or a plain transformers model object: loaded
     cfg = options.config_from_kwargs(_merged_options(config, generator, sampler_options))
     if progress is not None and not callable(progress):
         raise ValueError("mhfast.sample: progress must be callable or None")

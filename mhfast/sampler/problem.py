@@ -53,13 +53,20 @@ class Problem:
         return a.expand(self.rows.shape[0], -1, -1) if a.shape[0] == 1 else a[self.term_index]
 
 
-def check_model(model: Any) -> None:
-    """TypeError unless ``model`` implements :class:`mhfast.models.base.MaskedLM`."""
+def check_model(model: Any, where: str = "mhfast.sample") -> Any:
+    """``model`` as the sampler takes it: a name, a directory, a hub id or a plain transformers model object is
+    loaded (:func:`mhfast.models.loading.load_masked_lm`); then a TypeError naming ``where`` unless it implements
+    :class:`mhfast.models.base.MaskedLM`."""
+    if isinstance(model, (str, os.PathLike)) or (hasattr(model, "config") and not hasattr(model, "masked_logits")):
+        from ..models.loading import load_masked_lm
+
+        model = load_masked_lm(model)
     for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
         if not hasattr(model, attr):
-            raise TypeError(f"mhfast.sample: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+            raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
     if not callable(getattr(model, "masked_logits", None)):
-        raise TypeError("mhfast.sample: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+        raise TypeError(f"{where}: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+    return model
 
 
 def _tensors_of(name: str, value: Any) -> list[tuple[str, torch.Tensor]]:
@@ -152,13 +159,14 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
     return (ids[:, None] * per_id + torch.arange(per_id)[None, :]).reshape(-1).to(device)
 
 
-def _rows_from_init(init: Any) -> torch.Tensor:
+def rows_from_init(init: Any, where: str = "mhfast.sample") -> torch.Tensor:
+    """``init`` checked to be a Long[B, T] tensor with B, T >= 1; errors read ``"<where>: init ..."``."""
     if not isinstance(init, torch.Tensor):
-        raise TypeError(f"mhfast.sample: init must be a LongTensor, got {type(init).__name__}")
+        raise TypeError(f"{where}: init must be a LongTensor, got {type(init).__name__}")
     if init.dtype != torch.long:
-        raise TypeError(f"mhfast.sample: init must be int64, got {init.dtype}")
+        raise TypeError(f"{where}: init must be int64, got {init.dtype}")
     if init.dim() != 2 or init.shape[0] == 0 or init.shape[1] == 0:
-        raise _err("init", f"must have shape [B, T] with B, T >= 1, got {tuple(init.shape)}")
+        raise ValueError(f"{where}: init must have shape [B, T] with B, T >= 1, got {tuple(init.shape)}")
     return init
 
 
@@ -241,7 +249,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
         check_slots(1, int(cfg.chains), length, cfg.device, "length")  # before the template row is allocated
         rows = _template(model, length)[None]
     elif init is not None:
-        rows = _rows_from_init(init)
+        rows = rows_from_init(init)
     else:
         context, candidate_lengths, rows = _rows_from_source(model, source, cfg.length_beam, free_positions)
     device = run_device("mhfast.sample", ("device", cfg.device), ("model.device", getattr(model, "device", None)),
