@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import datetime
 import heapq
 import json
@@ -290,10 +289,19 @@ def settle(status: int | None) -> Ending:
     except RuntimeError:  # the reporter is gone already (e.g. a traceback ended it)
         return fallback
     given = [s for s in statuses if s is not None]
-    if not given:
-        return dataclasses.replace(fallback, together=True)
-    status, when = given[0]
+    status, when = given[0] if given else (fallback.status, fallback.time)
+    _exit_on_sigterm(status)
     return Ending(status, True, when)
+
+
+def _exit_on_sigterm(status: int) -> None:
+    """From here on, torchrun's SIGTERM ends this rank with ``status`` too: the ranks exit within moments of each
+    other, but a loaded machine can let torchrun see one exit and stop (SIGTERM) another just before it exits,
+    which would then show as killed (exit -15) in torchrun's summary."""
+    import signal
+
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(status))
 
 
 def exit_together(status: int) -> None:

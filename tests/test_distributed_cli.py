@@ -150,8 +150,10 @@ def _failed_job(argv: list[str], cwd: Path) -> str:
     err = proc.stderr
     assert proc.returncode != 0, err[-3000:]
     assert "[rank" not in err and err.count("Traceback (most recent call last)") <= 1, err[-3000:]  # torchrun's own
-    assert err.count("exitcode  : 2 ") == 2 and "SIGTERM" not in err, err[-3000:]
-    assert len(err.splitlines()) <= 45, f"{len(err.splitlines())} lines:\n{err}"  # issue 37: 67-72 lines before
+    # every rank with the agreed status, none killed (torchrun may still log that it sent a SIGTERM to a rank that
+    # was exiting at that moment, on a loaded machine: one line of its own)
+    assert err.count("exitcode  : 2 ") == 2 and "Signal 15" not in err, err[-3000:]
+    assert len(err.splitlines()) <= 46, f"{len(err.splitlines())} lines:\n{err}"  # issue 37: 67-72 lines before
     return err
 
 
