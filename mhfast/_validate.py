@@ -41,6 +41,20 @@ def tensors(op: str, **named: object) -> None:
             raise TypeError(f"mhfast.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
 
 
+def holds_values(where: str, name: str, t: torch.Tensor) -> None:
+    """ValueError naming the argument and its device for a tensor on the meta device: it has a shape but no values,
+    so the first read of one, deep inside, fails with torch's message, which names neither.
+
+    Example:
+        >>> holds_values("mhfast.sample", "init", torch.zeros(2, 3, device="meta"))
+        Traceback (most recent call last):
+        ValueError: mhfast.sample: init is on the meta device, which holds no values (shapes only): give it on cpu or cuda
+    """
+    if t.is_meta:
+        raise ValueError(f"{where}: {name} is on the meta device, which holds no values (shapes only): give it on "
+                         "cpu or cuda")
+
+
 def distinct(op: str, name: str, t: torch.Tensor) -> None:
     """ValueError naming the first value that ``t`` (chain indices) holds twice, as the CPU kernels report it."""
     uniq, counts = t.unique(return_counts=True)

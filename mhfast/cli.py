@@ -9,7 +9,11 @@ User errors (bad options, missing files, invalid sequences) print ONE line
 ``mhfast <command>: error: ...`` on stderr and exit with status 2; set ``MHFAST_DEBUG=1`` to get
 the traceback instead. A command whose results go to stdout refuses a closed or read-only stdout before
 any work (exit status 2). A closed pipe on stdout (``mhfast translate ... | head -1``) ends the
-command quietly with status 141 (128 + SIGPIPE), as other command-line tools do.
+command quietly with status 141 (128 + SIGPIPE), as other command-line tools do. Under torchrun a
+failed job prints its error once: the ranks agree on the failure (:func:`mhfast.distributed.together`),
+the rank that saw it (rank 0 for an error every rank sees) prints the line, the others exit quietly
+with the same status, and each rank's torchrun error file holds its line for torchrun's summary; such a
+rank ends the process itself (``main`` does not return), so that all ranks exit at the same moment.
 
 Example:
     $ python3 -m mhfast sample --model antiberty --length 12 --epochs 4 --burn-in 1
@@ -23,7 +27,7 @@ import pkgutil
 import sys
 from typing import Sequence
 
-from . import commands
+from . import commands, distributed
 from .allocator import tune_cpu_allocator
 from .files.errors import named
 from .files.journal import check_stdout
@@ -35,7 +39,18 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but an error is a single line (no usage dump) and exit status 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(_usage_error(self.prog, f"{self.prog}: error: {message}"))
+
+
+def _usage_error(prog: str, line: str) -> int:
+    """The exit status of an argparse error, printed once. Every rank of a torchrun job parses the same argv, so
+    all fail alike; they agree first (rank 0 reports), since a rank that exited at once would have torchrun stop
+    rank 0 before it printed anything."""
+    try:
+        distributed.agree_on(ValueError(line))
+    except distributed.PeerFailed as peer:
+        return _ended(None, None, peer, prog)
+    return _ended(2, line)
 
 
 def _command_modules() -> list:
@@ -124,20 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             with named("stdout", "write"):
                 sys.stdout.flush()  # a reader that went away (or a full disk) shows here, not in the interpreter's exit
         return code
+    except distributed.PeerFailed as peer:  # another rank reports the error
+        return _ended(None, None, peer, args._prog)
     except BrokenPipeError:
-        return _broken_pipe()
+        return _ended(_broken_pipe(), None)
     except (ValueError, TypeError, FileNotFoundError, ImportError, OSError, CompileError) as e:
         if os.environ.get("MHFAST_DEBUG") == "1":
             raise
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the library wrote
-        _say(f"{args._prog}: error: {message}")
-        return 2
+        return _ended(2, f"{args._prog}: error: {message}")
     except (MemoryError, RuntimeError) as e:
         if not _out_of_memory(e) or os.environ.get("MHFAST_DEBUG") == "1":
             raise
-        _say(f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): "
-             f"{_memory_advice(args)}")
-        return 2
+        return _ended(2, f"{args._prog}: error: out of memory ({' '.join(str(e).split())[:200] or 'MemoryError'}): "
+                      f"{_memory_advice(args)}")
     except KeyboardInterrupt:
         _say(f"{args._prog}: interrupted")
         return 130
@@ -154,6 +169,26 @@ def _memory_advice(args: argparse.Namespace) -> str:
     flags = [flag for dest, flag in MEMORY_OPTIONS if hasattr(args, dest)]
     return ("use a smaller " + " / ".join(flags) + ", or fewer or shorter inputs") if flags else \
         "use fewer or shorter inputs"
+
+
+def _ended(status: int | None, line: str | None, peer: distributed.PeerFailed | None = None,
+           prog: str = "mhfast") -> int:
+    """How a failed command ends: ``line`` on stderr (None: nothing to say, or a ``peer`` reports the error);
+    under torchrun the ranks then take the reporter's exit status (:func:`mhfast.distributed.settle`, which
+    also holds the quiet ranks until the reporter has printed), each rank's line goes to torchrun's error file
+    (a quiet rank's one second after the reporter's, so that torchrun names the reporter the root cause), and
+    the ranks that settled together exit at once, here (:func:`mhfast.distributed.exit_together`)."""
+    if line is not None:
+        _say(line)
+    end = distributed.settle(status)
+    if peer is not None:
+        why = f"rank {peer.rank} failed" if peer.rank is not None else "lost contact with the other ranks"
+        distributed.record_error(f"{prog}: stopped because {why}", end.time + 1)
+    elif line is not None:
+        distributed.record_error(line, end.time)
+    if end.together:  # every rank of the job ends at the same moment, with the same status (see exit_together)
+        distributed.exit_together(end.status)
+    return end.status
 
 
 def _out_of_memory(e: BaseException) -> bool:

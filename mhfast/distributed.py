@@ -13,7 +13,11 @@ cost, run it, and gather results back in input order:
   item goes to the least loaded rank), deterministically;
 * :func:`gather` brings every rank's per-item results to every rank (or one) in global order;
 * :func:`sample` is :func:`mhfast.sample` over ``init`` rows sharded across the ranks, returning the
-  same per-input results as one process.
+  same per-input results as one process;
+* :func:`together` ends a stretch of per-rank work with an agreement, so that a failed job reports
+  its error once: the lowest rank that failed raises its own error, every other rank raises
+  :class:`PeerFailed` (the ``mhfast`` command then exits quietly with the reporter's status,
+  :func:`settle`, and names the error in torchrun's failure summary, :func:`record_error`).
 
 Without a launcher (no ``WORLD_SIZE`` or ``WORLD_SIZE=1``) everything runs in-process and nothing
 is initialized.
@@ -29,11 +33,14 @@ Example (a user's own script, run as ``torchrun --nproc-per-node 2 script.py``):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import heapq
+import json
 import os
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -84,16 +91,27 @@ def world(device: str | None = None, timeout_s: float | None = None) -> World:
         raise ValueError(f"RANK={rank} is outside [0, WORLD_SIZE={size})")
     import torch.distributed as td
 
-    use_nccl = device is not None and torch.device(device).type == "cuda"
-    backend = "nccl" if use_nccl else "gloo"
     if not td.is_initialized():
-        if use_nccl:
+        backend = "nccl" if _usable_cuda(device) else "gloo"
+        if backend == "nccl":
             torch.cuda.set_device(local_rank)
         seconds = timeout_s if timeout_s is not None else float(os.environ.get("MHFAST_DIST_TIMEOUT",
                                                                                 DEFAULT_TIMEOUT_S))
         td.init_process_group(backend, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=seconds))
         atexit.register(_destroy_at_exit)
-    return World(rank, size, local_rank, backend)
+    return World(rank, size, local_rank, td.get_backend())
+
+
+def _usable_cuda(device: Any) -> bool:
+    """Whether ``device`` names a CUDA device this machine has. Anything else gets gloo: the commands make the
+    world before checking their options, so that a bad ``--device`` is reported once, by the agreement of
+    :func:`together`, instead of breaking the process group's start on every rank."""
+    try:
+        dev = torch.device(device) if device is not None else None
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return dev is not None and dev.type == "cuda" and torch.cuda.is_available() and \
+        (dev.index or 0) < torch.cuda.device_count()
 
 
 def _destroy_at_exit() -> None:
@@ -110,6 +128,215 @@ def _destroy_at_exit() -> None:
 
     if td.is_available() and td.is_initialized():
         td.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------- failures: one report per job
+@dataclass(frozen=True)
+class Failure:
+    """What a failed rank tells the others when they agree (:func:`together`)."""
+
+    rank: int
+    message: str  #: one line: the exception's type and text
+
+    @classmethod
+    def of(cls, error: BaseException, rank: int) -> "Failure":
+        return cls(rank, f"{type(error).__name__}: {' '.join(str(error).split())}")
+
+
+class PeerFailed(RuntimeError):
+    """This rank stops because another one failed: that rank reports the error (``rank``, ``message``; rank None:
+    contact with the other ranks was lost, e.g. one was killed), this one stays quiet."""
+
+    def __init__(self, failure: Failure | None, lost: str = ""):
+        self.failure = failure
+        self.rank = failure.rank if failure is not None else None
+        super().__init__(f"rank {failure.rank} failed: {failure.message}" if failure is not None else
+                         f"lost contact with the other ranks ({lost})")
+
+
+_agreed: World | None = None  #: the world whose ranks agreed on a failure in this process (see :func:`settle`)
+_blocks = {"opened": 0, "open": []}  #: together() blocks: how many this rank opened, the keys of those still open
+#: Text of the collective errors that mean a peer is gone (gloo, NCCL): quiet, since torchrun names that rank.
+LOST_CONTACT = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout", "aborted",
+                "remote worker", "socket closed")
+
+
+@contextlib.contextmanager
+def together(w: World) -> Iterator[None]:
+    """A stretch of work every rank runs with no collective in it, ended by an agreement on how it went.
+
+    If any rank raised, the lowest-ranked one re-raises its error (it reports it: rank 0 for an error every
+    rank sees alike) and every other rank raises :class:`PeerFailed`, so the job prints one error and no rank
+    meets a peer that already exited ("Connection closed by peer"). :func:`check_peers`, called between units
+    of work inside, ends a rank's work soon after a peer failed instead of at the stretch's end. A failure is
+    posted to the process group's store at once, and the agreement is an all-gather at the end. With one
+    process the block just runs.
+    """
+    if w.size == 1:
+        yield
+        return
+    key = f"mhfast/failed/{_blocks['opened']}"  # every rank opens the same blocks in the same order
+    _blocks["opened"] += 1
+    _blocks["open"].append(key)
+    try:
+        yield
+    except Exception as e:
+        mine = None if isinstance(e, PeerFailed) else Failure.of(e, w.rank)
+        if mine is not None:
+            _post(key)
+        _agree(w, mine)  # returns on the rank that reports its error; raises PeerFailed on the others
+        raise
+    else:
+        _agree(w, None)
+    finally:
+        _blocks["open"].remove(key)
+
+
+def check_peers() -> None:
+    """Inside :func:`together`: PeerFailed if another rank has failed in the current block (else nothing)."""
+    store = _store() if _blocks["open"] else None
+    if store is not None and store.check([_blocks["open"][-1]]):
+        raise PeerFailed(None, "another rank failed")  # replaced by the reporter's details at the agreement
+
+
+def checking_peers(progress: Callable[[int, dict], None] | None) -> Callable[[int, dict], None]:
+    """``progress`` (may be None) followed by :func:`check_peers`: a rank stops within an epoch of a peer's failure."""
+    def each_epoch(epoch: int, stats: dict) -> None:
+        if progress is not None:
+            progress(epoch, stats)
+        check_peers()
+    return each_epoch
+
+
+def _store() -> Any:
+    """The process group's key-value store (torchrun's), or None where it cannot be reached."""
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except (AttributeError, ImportError, RuntimeError, ValueError):
+        return None
+
+
+def _post(key: str) -> None:
+    """Tell the other ranks at once that this one failed in the block ``key`` (best effort: the agreement at
+    the block's end tells them anyway)."""
+    store = _store()
+    if store is not None:
+        with contextlib.suppress(RuntimeError, ValueError):
+            store.set(key, "1")
+
+
+def _agree(w: World, mine: Failure | None) -> None:
+    """Every rank's outcome of a block, to every rank: returns when no rank failed or this rank reports (the
+    lowest failed rank); raises PeerFailed on the others."""
+    global _agreed
+    import torch.distributed as td
+
+    everyone: list[Any] = [None] * w.size
+    try:
+        td.all_gather_object(everyone, mine)
+    except RuntimeError as e:  # a peer is gone: nobody to agree with
+        if mine is not None:
+            return  # this rank reports its own error
+        raise _lost(e) from None
+    failed = [f for f in everyone if f is not None]
+    if not failed:
+        return
+    _agreed = w
+    if failed[0].rank != w.rank:
+        raise PeerFailed(failed[0])
+
+
+def _lost(e: RuntimeError) -> RuntimeError:
+    """PeerFailed for a collective that failed because a peer is gone, else the error itself (a bug shows)."""
+    text = " ".join(str(e).split())
+    return PeerFailed(None, text[:200]) if any(p in text.lower() for p in LOST_CONTACT) else e
+
+
+def _collective(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A collective call whose failure for a peer that is gone is a quiet PeerFailed, not a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as e:
+        raise _lost(e) from None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a rank of a failed job ends (:func:`settle`)."""
+
+    status: int  #: the exit status (the reporting rank's, on every rank that settled together)
+    together: bool  #: whether the ranks settled it together (then they exit together: :func:`exit_together`)
+    time: float  #: the reporter's time: torchrun's error files order the failures by it
+
+
+def settle(status: int | None) -> Ending:
+    """How a rank whose job failed ends. After an agreement on a failure the ranks exchange their statuses (the
+    reporting rank's with its time, None from the quiet ones) and all take the reporter's; this also holds the
+    quiet ranks until the reporter has printed its error, since torchrun stops every rank as soon as one exits.
+    Without an agreement: ``status`` (1 for a quiet rank), now, not together."""
+    global _agreed
+    w, _agreed = _agreed, None
+    fallback = Ending(1 if status is None else status, False, time.time())
+    if w is None:
+        return fallback
+    import torch.distributed as td
+
+    statuses: list[Any] = [None] * w.size
+    try:
+        td.all_gather_object(statuses, None if status is None else (status, fallback.time))
+    except RuntimeError:  # the reporter is gone already (e.g. a traceback ended it)
+        return fallback
+    given = [s for s in statuses if s is not None]
+    status, when = given[0] if given else (fallback.status, fallback.time)
+    _exit_on_sigterm(status)
+    return Ending(status, True, when)
+
+
+def _exit_on_sigterm(status: int) -> None:
+    """From here on, torchrun's SIGTERM ends this rank with ``status`` too: the ranks exit within moments of each
+    other, but a loaded machine can let torchrun see one exit and stop (SIGTERM) another just before it exits,
+    which would then show as killed (exit -15) in torchrun's summary."""
+    import signal
+
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(status))
+
+
+def exit_together(status: int) -> None:
+    """End this rank of a failed job now, right after the ranks settled its status (:func:`settle`): stdout and
+    stderr flushed, then ``os._exit``. Why not a normal exit: the interpreter's teardown takes 0.1-0.3 s and
+    differs between ranks, torchrun stops (SIGTERM) the ranks still running when the first one exits, and its
+    summary then shows them killed (exit -15) with an extra warning line, not the status they agreed on."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    os._exit(status)
+
+
+def record_error(line: str, when: float | None = None) -> None:
+    """Write ``line`` to torchrun's error file of this rank (``TORCHELASTIC_ERROR_FILE``; nothing without one),
+    so that torchrun's failure summary shows it instead of a pointer to how to enable tracebacks. ``when``:
+    the failure's time; torchrun names the failure with the earliest (whole second) its root cause."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    stamp = str(int(time.time() if when is None else when))
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": stamp}}}
+    with contextlib.suppress(OSError):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+
+
+def agree_on(error: BaseException) -> None:
+    """For an error every rank meets before any work (the command line's parse): under a launcher, the ranks
+    make the world and agree on it (:func:`together`), so one rank reports it; raises PeerFailed on the others."""
+    w = world()
+    if w.size > 1:
+        _agree(w, Failure.of(error, w.rank))
 
 
 def shard(costs: Sequence[float], num_ranks: int) -> list[list[int]]:
@@ -146,10 +373,10 @@ def gather(items: dict[int, Any], total: int, w: World, dst: int | None = None) 
 
         if dst is None:
             parts = [None] * w.size
-            td.all_gather_object(parts, items)
+            _collective(td.all_gather_object, parts, items)
         else:
             parts = [None] * w.size if w.rank == dst else None
-            td.gather_object(items, parts, dst=dst)
+            _collective(td.gather_object, items, parts, dst=dst)
             if w.rank != dst:
                 return None
     merged: dict[int, Any] = {}
@@ -167,8 +394,8 @@ def gather(items: dict[int, Any], total: int, w: World, dst: int | None = None) 
 def on_main(open_fn: Callable[[], Any], w: World, share: Callable[[Any], Any]) -> tuple[Any, Any]:
     """Rank 0 runs ``open_fn()`` (e.g. locks and resumes an output); every rank gets ``share(result)``.
 
-    Returns ``(result on rank 0 / None elsewhere, shared value)``. An error on rank 0 (ValueError,
-    OSError) is raised there and, as a ValueError naming it, on every other rank: no rank waits.
+    Returns ``(result on rank 0 / None elsewhere, shared value)``. An error on rank 0 is raised there (it
+    reports it) and as :class:`PeerFailed` on every other rank (they stay quiet): no rank waits.
     """
     if w.size == 1:
         result = open_fn()
@@ -176,18 +403,12 @@ def on_main(open_fn: Callable[[], Any], w: World, share: Callable[[Any], Any]) -
     import torch.distributed as td
 
     result, message = None, [None]
-    if w.is_main:
-        try:
+    with together(w):
+        if w.is_main:
             result = open_fn()
-            message = [("ok", share(result))]
-        except (ValueError, OSError) as e:
-            td.broadcast_object_list([("error", f"{type(e).__name__}: {e}")], src=0)
-            raise
-    td.broadcast_object_list(message, src=0)
-    status, value = message[0]
-    if status == "error":
-        raise ValueError(f"rank 0 failed ({value})")
-    return result, value
+            message = [share(result)]
+    _collective(td.broadcast_object_list, message, src=0)
+    return result, message[0]
 
 
 def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable[[Any], float], w: World,
@@ -209,14 +430,40 @@ def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable
     for start in range(0, len(keys), window):
         part = list(keys[start:start + window])
         mine = shard([cost(k) for k in part], w.size)[w.rank]
-        results = {i: work(part[i]) for i in mine}
+        results = {}
+        with together(w):  # a rank's bad key (or rank 0's failed commit below) ends the job with one report
+            for i in mine:
+                check_peers()
+                results[i] = work(part[i])
         ordered = gather(results, len(part), w, dst=0)
-        if w.is_main:
-            for res in ordered:
+        with together(w):
+            for res in ordered if w.is_main else ():
                 commit(res)
 
 
 _PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local")
+
+
+def _sample_arguments(model: Any, init: Any, free_positions: Any, world: Any, cost: Any, options: dict
+                      ) -> tuple[Any, World]:
+    """:func:`sample`'s own arguments checked before anything reads them (its costs read ``init``): the model
+    (loaded from a name), ``init`` (Long[B, T] on a device with values), the others by type; ``input_ids`` is not
+    an option here (each rank's rows sample as their global indices). Returns ``(model, world)``."""
+    from .sampler.problem import check_devices, check_model, rows_from_init
+
+    where = "mhfast.distributed.sample"
+    model = check_model(model, where)
+    check_devices(where, init=init, free_positions=free_positions)
+    rows_from_init(init, where)
+    if free_positions is not None and not isinstance(free_positions, torch.Tensor):
+        raise TypeError(f"{where}: free_positions must be a BoolTensor or None, got {type(free_positions).__name__}")
+    if world is not None and not isinstance(world, World):
+        raise TypeError(f"{where}: world must be a mhfast.distributed.World or None, got {type(world).__name__}")
+    if cost is not None and not callable(cost):
+        raise TypeError(f"{where}: cost must be a callable row -> float or None, got {type(cost).__name__}")
+    if "input_ids" in options:
+        raise TypeError(f"{where}: input_ids is not an option here: each row samples as its index in init")
+    return model, world if world is not None else World()
 
 
 def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | None = None,
@@ -234,20 +481,22 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     import mhfast
     from .sampler.state import ChainCounts
 
-    w = world if world is not None else World()
+    model, w = _sample_arguments(model, init, free_positions, world, cost, options)
+    options = {**options, "progress": checking_peers(options.get("progress"))}
     pad = int(model.pad_id)
     cost = cost or (lambda row: float(int((row != pad).sum())) ** 2)
     shards = shard([cost(r) for r in init], w.size)
     mine = shards[w.rank]
     items: dict[int, Any] = {}
-    if mine:
-        idx = torch.tensor(mine, dtype=torch.long)
-        fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
-        r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
-                          input_ids=mine, **options)
-        for j, i in enumerate(mine):
-            items[i] = {**{k: getattr(r, k)[j].cpu() for k in _PER_INPUT},
-                        **{k: getattr(r, k)[:, j].cpu() for k in ChainCounts.FIELDS}}  # Long[E, B, C]
+    with together(w):  # bad rows on one rank: that rank raises its error, the others PeerFailed
+        if mine:
+            idx = torch.tensor(mine, dtype=torch.long)
+            fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
+            r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
+                              input_ids=mine, **options)
+            for j, i in enumerate(mine):
+                items[i] = {**{k: getattr(r, k)[j].cpu() for k in _PER_INPUT},
+                            **{k: getattr(r, k)[:, j].cpu() for k in ChainCounts.FIELDS}}  # Long[E, B, C]
     rows = gather(items, init.shape[0], w)
     out = {k: torch.stack([row[k] for row in rows]) for k in _PER_INPUT}
     out.update({k: torch.stack([row[k] for row in rows], dim=1) for k in ChainCounts.FIELDS})

@@ -36,6 +36,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ._validate import holds_values
+
 
 def _lengths(rows: torch.Tensor, pad_id: int) -> torch.Tensor:
     """Long[N]: each row's length, up to and including its last token that is not ``pad_id`` (rows are padded
@@ -67,6 +69,7 @@ class Hamming:
 
     def __init__(self, reference: torch.Tensor, pad_id: int | None = None, names: Sequence[str] | None = None):
         reference = torch.as_tensor(reference)
+        holds_values("Hamming", "reference", reference)
         if reference.dtype != torch.long or reference.dim() not in (1, 2):
             raise ValueError(f"Hamming: reference must be a Long[T] or Long[B, T] tensor, got {reference.dtype} "
                              f"of shape {tuple(reference.shape)}")
@@ -210,6 +213,7 @@ class AllowedTokens:
 
     def __init__(self, mask: torch.Tensor):
         mask = torch.as_tensor(mask)
+        holds_values("AllowedTokens", "mask", mask)
         if mask.dtype != torch.bool or mask.dim() not in (2, 3):
             raise ValueError(f"AllowedTokens: mask must be a Bool[T, V] or Bool[B, T, V] tensor, got {mask.dtype} "
                              f"of shape {tuple(mask.shape)}")

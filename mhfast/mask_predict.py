@@ -113,6 +113,7 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
         tensor([0, 12, 50, 8, 2])
     """
     from .models.base import RefinementModel
+    from .sampler.problem import check_devices
 
     if not isinstance(model, RefinementModel):
         missing = [n for n in ("encode", "decoder_log_probs", "predict_lengths", "bos_id", "eos_id", "mask_id",
@@ -124,6 +125,7 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
         raise ValueError(f"length_beam: expected an int >= 1, got {length_beam!r}")
     if length_strategy not in ("fairseq", "topk"):
         raise ValueError(f"length_strategy: expected 'fairseq' or 'topk', got {length_strategy!r}")
+    check_devices("mhfast.mask_predict", sources=sources)
 
     context = model.encode(sources)                                            # opaque to this function
     k = length_beam

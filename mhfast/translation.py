@@ -105,7 +105,8 @@ class Hypothesis:
         score: higher is better. MH: ``-best_energy / energy positions`` (the negative energy per
             token; for the local energy the mean masked log-probability); Mask-Predict: fairseq's
             mean positional log-probability.
-        details: method-specific numbers: MH the energies (``--format fairseq`` prints them) and the
+        details: method-specific numbers: MH the energies (``--format fairseq`` prints them; ``best_energy``
+            includes the weighted extra energy terms when ``with_terms``) and the
             sentence's own post-burn-in ``acceptance_rate``/``novel_rate``; Mask-Predict the positional scores.
     """
 
@@ -212,6 +213,7 @@ class Translator:
 
         import mhfast
         from .sampler.options import OPTIONS
+        from .sampler.result import summary_epochs
 
         opts = dict(sampler_options or {})
         if extra_energy is not None:
@@ -221,7 +223,7 @@ class Translator:
         special = torch.tensor(sorted(set(self.cmlm.special_ids)), dtype=torch.long)
         energy = opts.get("energy", "raw")
         burn_in = int(opts.get("burn_in", OPTIONS["burn_in"].default))
-        first = burn_in if burn_in < len(res.e_raw) else 0  # the post-burn-in epochs (all of them without any)
+        first, _ = summary_epochs(burn_in, len(res.e_raw))  # the post-burn-in epochs (all of them without any)
         acceptance, novel = res.rates_per_input(first)  # each sentence's own rates after burn-in (kept candidate)
         for j, i in enumerate(keep):
             best = res.best_tokens[j].cpu()
@@ -229,7 +231,7 @@ class Translator:
             L = int(res.lengths[j])
             positions = max(int((~torch.isin(best[:L], special)).sum()), 1)
             hyps[i] = Hypothesis(self.processor.decode(toks), toks, -float(res.best_energy[j]) / positions, {
-                "energy": energy, "best_energy": float(res.best_energy[j]),
+                "energy": energy, "best_energy": float(res.best_energy[j]), "with_terms": res.term_names is not None,
                 "chains_raw": [float(x) for x in res.energy_raw[j]],
                 "chains_local": [float(x) for x in res.energy_local[j]],
                 "acceptance_rate": float(acceptance[j]), "novel_rate": float(novel[j])})

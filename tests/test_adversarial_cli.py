@@ -72,6 +72,16 @@ SAMPLER_FLAGS: list[tuple[list[str], str]] = [
     (["--classifier", "{d}/nonexistent"], "--classifier"),
     (["--classifier-weight", "inf"], "--classifier-weight"), (["--classifier-weight", "nan"], "--classifier-weight"),
     (["--classifier-label", ""], "--classifier-label"),
+    # an option that another makes ineffective: an error naming both (issue 37), not a run that ignores it
+    (["--block-schedule", "2"], "--block-schedule (2) has no effect with --sampler mh"),
+    (["--sampler", "gibbs", "--block-schedule", "2"], "--block-schedule (2) has no effect with --sampler gibbs"),
+    (["--sampler", "gibbs", "--target-temperature", "0.5"], "--target-temperature (0.5) has no effect with --sampler"),
+    (["--sampler", "block-gibbs", "--anneal", "0.1"], "--anneal (0.1) has no effect with --sampler block-gibbs"),
+    (["--sampler", "gibbs", "--force-accept-epochs", "1"], "--force-accept-epochs (1) has no effect with --sampler"),
+    (["--min-target-temperature", "0.1"], "--min-target-temperature (0.1) has no effect without --anneal"),
+    (["--force-accept-epochs", "3"], "--force-accept-epochs (3) must be <= --epochs (2)"),
+    (["--classifier-label", "0"], "--classifier-label (0) has no effect without --classifier"),
+    (["--classifier-weight", "2"], "--classifier-weight (2.0) has no effect without --classifier"),
 ]
 
 # -------------------------------------------------------------------- command-specific rows
@@ -168,6 +178,10 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
      ("--input", "long_source.de': line 2 has", "maximum of 1024 source positions")),
     (TRANSLATE + ["--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
      ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "the sequence it is compared with")),
+    (TRANSLATE + ["--method", "mask-predict"], "--chains has no effect with --method mask-predict"),
+    (["translate", "--input", "{one}", "-q", "--method", "mask-predict", "--hamming", "1"],
+     "--hamming has no effect with --method mask-predict"),
+    (["translate", "--input", "{one}", "-q", "--iterations", "3"], "--iterations (3) has no effect with --method mh"),
 ]
 SCORE_ROWS: list[tuple[list[str], str]] = [
     (SCORE + ["--batch-size", "0"], "--batch-size"), (SCORE + ["--max-tokens-per-batch", "0"], "--max-tokens"),

@@ -1,9 +1,15 @@
-"""Property tests of ``mhfast.sample``'s arguments, and broken models (issue 11, adversarial half).
+"""Property tests of the API's arguments, and broken models (issue 11, adversarial half; issue 37).
 
 For random option values, valid or not, ``mhfast.sample`` either returns finite energies or raises
 ``ValueError``/``TypeError`` whose message names the argument: never another exception, never a
 NaN energy. A model whose ``masked_logits`` / ``masked_features`` / ``output_layer`` returns NaN,
 +inf, a wrong shape or a wrong dtype is an error naming the model and what it returned.
+
+Issue 37 added: no option is ignored in silence (each either changes the result or is an error
+naming it; ineffective pairs name both), a tensor argument on the meta device is an error naming
+it, ``mhfast.energy`` / ``mhfast.score`` / ``mhfast.distributed.sample`` take the same property
+tests (errors name the function called and its own argument), and the torchrun helpers'
+one-process behaviour (shard, world's environment, together).
 """
 from __future__ import annotations
 
@@ -207,3 +213,337 @@ def test_minus_inf_logits_are_allowed():
     assert not bool((result.tokens == 2).any())
     assert bool(torch.isfinite(result.energy_local).all())
     assert not math.isnan(float(result.best_energy.sum()))
+
+
+# ---------------------------------------------------------------------------- no option is ignored in silence
+SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
+BASE = dict(chains=2, epochs=4, burn_in=1, seed=3, record="epoch")  # record: burn_in changes the history's length
+#: For every API option, a value other than BASE's (or the default): set alone, it must change what the call
+#: returns, or the call must be a ValueError naming the option (issue 37: seed with generator, block_schedule
+#: under mh, ... were ignored without a word).
+OTHER_VALUE = {
+    "energy": "local", "chains": 3, "epochs": 3, "burn_in": 2, "order": "left-to-right", "proposal_temperature": 3.0,
+    "top_p": 0.6, "uniform_mix": 0.3, "block_schedule": 3, "target_temperature": 0.2, "anneal": 0.3,
+    "min_target_temperature": 0.5, "force_accept_epochs": 2, "seed": 4, "device": "cpu", "backend": "reference",
+    "max_tokens_per_batch": 2, "forward": "full", "dtype": "bfloat16", "capture": "static", "memo": 2,
+    "compile": True, "length_beam": 2, "record": "final", "select": "energy",
+    "extra_energy": [(lambda tokens: (tokens == 0).sum(dim=1).float(), 0.7)],
+}
+#: Options whose other value returns the same chains by design (their own tests check that): they may act
+#: without changing anything here, so only a crash counts.
+SAME_BY_DESIGN = {
+    "device": "cpu is where the tabular model runs anyway", "backend": "compiled and reference ops: same chains",
+    "forward": "the tabular model has no fast forward", "dtype": "the tabular model has no matmul to autocast",
+    "memo": "same chains; 2 entries may save the rows 8 do",
+}
+FIELDS = ("tokens", "energy", "energy_raw", "energy_local", "best_tokens", "best_energy", "acceptance_rate",
+          "novel_rate", "target_temperature", "history", "terms")
+
+
+def _fingerprint(r) -> list:
+    return [getattr(r, f).tolist() if getattr(r, f) is not None else None for f in FIELDS] + [r.model_rows,
+                                                                                              r.model_calls]
+
+
+def test_every_option_is_covered():
+    assert sorted(OTHER_VALUE) == sorted(o for o in API_OPTIONS if o != "sampler")
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_VALUE))
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_an_option_acts_or_is_rejected_naming_it(sampler, name):
+    base = mhfast.sample(MODEL, 3, sampler=sampler, **BASE)
+    try:
+        other = mhfast.sample(MODEL, 3, sampler=sampler, **{**BASE, name: OTHER_VALUE[name]})
+    except ValueError as e:
+        assert name in str(e), f"the error does not name {name}: {e}"
+        return
+    if name not in SAME_BY_DESIGN:
+        assert _fingerprint(other) != _fingerprint(base), f"{name}={OTHER_VALUE[name]!r} is ignored by {sampler}"
+
+
+#: When an option set away from its default has no effect, and the option that makes it so (the oracle of the
+#: test below, written from the paper's definitions, not from the spec's code).
+def _ineffective(kw: dict) -> list[tuple[str, str]]:
+    gibbs = kw.get("sampler", "mh") in ("gibbs", "block-gibbs")  # accept every proposal: no MH test
+    out = []
+    if "block_schedule" in kw and kw.get("sampler", "mh") in ("mh", "gibbs"):
+        out.append(("block_schedule", "sampler"))
+    for name in ("target_temperature", "anneal", "min_target_temperature", "force_accept_epochs"):
+        if gibbs and name in kw:
+            out.append((name, "sampler"))
+    if "min_target_temperature" in kw and not kw.get("anneal"):
+        out.append(("min_target_temperature", "anneal"))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(SAMPLERS), st.fixed_dictionaries({}, optional={
+    "block_schedule": st.integers(1, 3), "target_temperature": st.floats(0.1, 5.0).filter(lambda x: x != 1.0),
+    "anneal": st.floats(0.01, 0.2), "min_target_temperature": st.floats(0.06, 0.09),
+    "force_accept_epochs": st.integers(1, 3)}))
+def test_an_ineffective_option_is_an_error_naming_both(sampler, kwargs):
+    kwargs = {"sampler": sampler, **kwargs}
+    pairs = _ineffective(kwargs)
+    try:
+        mhfast.sample(MODEL, 3, chains=2, epochs=3, burn_in=0, **kwargs)
+    except ValueError as e:
+        assert any(a in str(e) and b in str(e) for a, b in pairs), f"{kwargs}: {e}"
+        return
+    assert not pairs, f"{kwargs}: {pairs} ignored without an error"
+
+
+def test_seed_and_generator_together_are_an_error_naming_both():
+    generator = torch.Generator().manual_seed(1)
+    for seed in (0, 5):  # even the default value: given next to a generator, one of the two would be ignored
+        with pytest.raises(ValueError, match="seed .* and generator"):
+            mhfast.sample(MODEL, 3, epochs=2, burn_in=0, seed=seed, generator=generator)
+    from mhfast.sampler.options import config_from_kwargs
+
+    with pytest.raises(ValueError, match="seed .* and generator"):  # a config (e.g. the CLI's) carrying a seed
+        mhfast.sample(MODEL, 3, config=config_from_kwargs({"seed": 9, "epochs": 2, "burn_in": 0}), generator=generator)
+    mhfast.sample(MODEL, 3, config=config_from_kwargs({"epochs": 2, "burn_in": 0}), generator=generator)
+
+
+def test_length_beam_and_select_need_source_and_candidates():
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    for kwargs in (dict(length_beam=2), dict(select="energy")):
+        with pytest.raises(ValueError, match=f"{next(iter(kwargs))} .* without source"):
+            mhfast.sample(MODEL, 3, epochs=2, burn_in=0, **kwargs)
+    cond = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=2, seed=5)
+    with pytest.raises(ValueError, match="select .* length_beam 1"):
+        mhfast.sample(cond, source=torch.tensor([0, 1]), epochs=2, burn_in=0, select="energy")
+    mhfast.sample(cond, source=torch.tensor([0, 1]), epochs=2, burn_in=0, select="energy", length_beam=2)
+
+
+def test_a_block_larger_than_the_free_positions_is_clamped_with_a_warning():
+    m, p = ANY_LENGTH.mask_id, ANY_LENGTH.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, p, p]])
+    with pytest.warns(UserWarning, match="blocks of 3 positions, more than an input's 2 free positions"):
+        clamped = mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", block_schedule=3, epochs=2, burn_in=0)
+    whole = mhfast.sample(ANY_LENGTH, init=init[1:], sampler="block-mh", block_schedule=2, epochs=2, burn_in=0,
+                          input_ids=[1])
+    assert torch.equal(clamped.tokens[1:], whole.tokens)  # clamped = the whole input as one block
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default schedule and fitting sizes: no warning
+        mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", epochs=2, burn_in=0)
+        mhfast.sample(ANY_LENGTH, init=init, sampler="block-mh", block_schedule=[2, 1], epochs=2, burn_in=0)
+
+
+# ---------------------------------------------------------------------------- tensors on a device without values
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    return t.to("meta")
+
+
+def _cond():
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    return ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=3, seed=5)
+
+
+M_ = MODEL.mask_id
+ROW = torch.tensor([[M_, M_, M_]])
+FREE = torch.ones(1, 3, dtype=torch.bool)
+#: Every tensor argument of the API, on the meta device (shapes, no values), and the name its error must give.
+META_CALLS = {
+    "sample init": (lambda: mhfast.sample(MODEL, init=_meta(ROW), epochs=1, burn_in=0), "init"),
+    "sample free_positions": (lambda: mhfast.sample(MODEL, init=ROW, free_positions=_meta(FREE), epochs=1,
+                                                    burn_in=0), "free_positions"),
+    "sample input_ids": (lambda: mhfast.sample(MODEL, init=ROW, input_ids=_meta(torch.tensor([0])), epochs=1,
+                                               burn_in=0), "input_ids"),
+    "sample source": (lambda: mhfast.sample(_cond(), source=_meta(torch.tensor([0, 1])), epochs=1, burn_in=0),
+                      "source"),
+    "sample source list": (lambda: mhfast.sample(_cond(), source=[torch.tensor(0), _meta(torch.tensor(1))],
+                                                 epochs=1, burn_in=0), "source[1]"),
+    "Hamming reference": (lambda: mhfast.energy_terms.Hamming(_meta(torch.tensor([0, 1, 2]))), "reference"),
+    "AllowedTokens mask": (lambda: mhfast.energy_terms.AllowedTokens(_meta(torch.ones(3, 5, dtype=torch.bool))),
+                           "mask"),
+    "energy tokens": (lambda: mhfast.energy(MODEL, _meta(torch.tensor([[0, 1, 2]]))), "tokens"),
+    "energy token list": (lambda: mhfast.energy(MODEL, [_meta(torch.tensor([0, 1, 2]))]), "tokens[0]"),
+    "energy free_positions": (lambda: mhfast.energy(MODEL, torch.tensor([[0, 1, 2]]), free_positions=_meta(FREE)),
+                              "free_positions"),
+    "energy source": (lambda: mhfast.energy(_cond(), torch.tensor([[0, 1]]), source=[_meta(torch.tensor(0))]),
+                      "source[0]"),
+    "score sequences": (lambda: mhfast.score(MODEL, [_meta(torch.tensor([0, 1, 2]))]), "sequences[0]"),
+    "mask_predict sources": (lambda: mhfast.mask_predict(_FakeRefinement(), [_meta(torch.tensor([1, 2]))]),
+                             "sources[0]"),
+    "distributed.sample init": (lambda: __import__("mhfast.distributed").distributed.sample(
+        MODEL, init=_meta(ROW), epochs=1, burn_in=0), "init"),
+}
+
+
+class _FakeRefinement:
+    """Just enough of a RefinementModel for mask_predict to check its arguments (never decodes)."""
+
+    bos_id, eos_id, mask_id, pad_id, vocab_size, special_ids = 0, 1, 2, 3, 6, (0, 1, 2, 3)
+
+    def masked_logits(self, *args, **kwargs):
+        raise AssertionError
+
+    def encode(self, sources):
+        raise AssertionError("mask_predict read its sources before checking them")
+
+    def decoder_log_probs(self, *args):
+        raise AssertionError
+
+    def predict_lengths(self, *args, **kwargs):
+        raise AssertionError
+
+
+import mhfast.energy_terms  # noqa: E402  (for the lambdas above)
+
+
+@pytest.mark.parametrize("case", sorted(META_CALLS))
+def test_a_meta_tensor_argument_is_an_error_naming_it_and_its_device(case):
+    call, name = META_CALLS[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert f"{name} is on the meta device" in message, message
+
+
+class _ModelOn(TabularMLM):
+    """The tabular model, reporting another device than the one its tables are on."""
+
+    def __init__(self, base: TabularMLM, device: str):
+        self.__dict__.update(base.__dict__)
+        self.device = torch.device(device)
+
+
+def test_a_model_on_the_meta_device_is_named_and_device_overrides_it():
+    model = _ModelOn(MODEL, "meta")
+    for call in (lambda: mhfast.sample(model, 3, epochs=1, burn_in=0), lambda: mhfast.energy(model, [[0, 1, 2]])):
+        with pytest.raises(ValueError, match="model.device must be a cpu or cuda device, got 'meta'"):
+            call()
+    # device= says where the chains live: the inputs and the tables are read there
+    a = mhfast.sample(model, 3, epochs=2, burn_in=0, device="cpu")
+    b = mhfast.sample(MODEL, 3, epochs=2, burn_in=0)
+    assert torch.equal(a.tokens, b.tokens)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a device other than the model's")
+def test_inputs_on_another_device_than_the_models_are_copied_to_it():
+    """A model on the CPU with CUDA inputs (and the reverse through device=): the same chains as all on the CPU."""
+    free = torch.tensor([[False, True, True]])
+    init = torch.tensor([[0, M_, M_]])
+    ref = mhfast.sample(MODEL, init=init, free_positions=free, input_ids=torch.tensor([4]), epochs=2, burn_in=0)
+    cuda = mhfast.sample(MODEL, init=init.cuda(), free_positions=free.cuda(), input_ids=torch.tensor([4]).cuda(),
+                         epochs=2, burn_in=0)
+    assert cuda.tokens.device.type == "cpu" and torch.equal(cuda.tokens, ref.tokens)
+    e = mhfast.energy(MODEL, init.new_tensor([[0, 1, 2]]).cuda(), free_positions=free.cuda())
+    assert torch.equal(e.e_raw, mhfast.energy(MODEL, [[0, 1, 2]], free_positions=free).e_raw)
+
+
+# ---------------------------------------------------------------------------- mhfast.energy / mhfast.score
+ENERGY_ARGUMENTS = ["tokens", "free_positions", "source", "energy", "per_position", "max_tokens_per_batch", "backend",
+                    "extra_energy", "model"]
+ROWS = st.lists(st.lists(st.one_of(st.integers(-2, 6), st.integers(-2, 6), st.booleans(), st.floats(0, 4)),
+                         min_size=0, max_size=4), min_size=0, max_size=3)  # ANY_LENGTH: rows of 1..4
+
+
+def _all_ints(rows: list) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for r in rows for v in r)
+
+
+def _one_line_naming(e: Exception, where: str, names: list[str]) -> None:
+    message = str(e)
+    assert message.startswith(f"{where}: "), f"not from {where}: {message}"
+    assert any(n in message for n in names), f"names no argument: {message}"
+    assert "\n" not in message.strip(), message
+
+
+@settings(max_examples=60, deadline=None)
+@given(ROWS, st.sampled_from(["list", "tensor"]))
+def test_energy_of_any_rows_is_finite_or_names_tokens(rows, kind):
+    tokens: object = rows
+    if kind == "tensor" and rows and len({len(r) for r in rows}) == 1 and _all_ints(rows):
+        tokens = torch.tensor(rows, dtype=torch.long).reshape(len(rows), -1)
+    try:
+        e = mhfast.energy(ANY_LENGTH, tokens, per_position=True)
+    except (ValueError, TypeError) as err:
+        _one_line_naming(err, "mhfast.energy", ["tokens"])
+        return
+    assert _all_ints(rows), f"a token id that is not an int was taken: {rows}"  # never truncated or cast
+    assert e.e_raw.shape == e.e_local.shape == (len(rows),)
+    assert bool(torch.isfinite(e.e_raw).all()) and bool((e.e_local >= 0).all())
+    torch.testing.assert_close(e.raw_terms.sum(dim=1), e.e_raw)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["free_positions", "energy", "per_position", "max_tokens_per_batch", "backend",
+                        "extra_energy", "source"]), BAD_VALUES)
+def test_energy_options_run_or_name_the_argument(name, value):
+    try:
+        e = mhfast.energy(MODEL, torch.tensor([[0, 1, 2], [2, 2, 1]]), **{name: value})
+    except (ValueError, TypeError) as err:
+        _one_line_naming(err, "mhfast.energy", ENERGY_ARGUMENTS)
+        return
+    assert bool(torch.isfinite(e.e_raw if e.e_raw is not None else e.e_local).all())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.lists(st.integers(-2, 6), max_size=4), st.just(""), st.none(), st.integers(0, 4),
+                          st.lists(st.floats(0, 4), min_size=1, max_size=3), st.text(max_size=3)), max_size=3),
+       st.sampled_from(["sources", "metric", "max_tokens_per_batch", "backend", None]), BAD_VALUES)
+def test_score_of_any_sequences_and_options_is_finite_or_named(sequences, name, value):
+    kwargs = {} if name is None else {name: value}
+    try:
+        scores = mhfast.score(ANY_LENGTH, sequences, **kwargs)
+    except (ValueError, TypeError) as err:
+        _one_line_naming(err, "mhfast.score", ["sequences", "sources", "metric", "max_tokens_per_batch", "backend"])
+        return
+    assert len(scores) == len(sequences)
+    for s in scores:
+        assert math.isfinite(s.pll) and math.isfinite(s.e_raw) and s.pll <= 0
+
+
+# ---------------------------------------------------------------------------- the torchrun surface, in one process
+import mhfast.distributed as dist  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 50), st.floats(0, 1e6)), max_size=30), st.integers(1, 6))
+def test_shard_is_a_deterministic_partition_balanced_by_cost(costs, ranks):
+    parts = dist.shard(costs, ranks)
+    assert len(parts) == ranks and parts == dist.shard(costs, ranks)
+    assert sorted(i for p in parts for i in p) == list(range(len(costs))) and all(p == sorted(p) for p in parts)
+    loads = [sum(costs[i] for i in p) for p in parts]
+    # LPT: moving the last item of the most loaded rank to the least loaded one cannot beat it by more than it
+    assert max(loads) - min(loads) <= max(costs, default=0) + 1e-6
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["init", "free_positions", "world", "cost", "input_ids", "chains", "sampler"]), BAD_VALUES)
+def test_distributed_sample_runs_or_names_the_argument(name, value):
+    kwargs = {"init": ROW, "epochs": 2, "burn_in": 0, name: value}
+    try:
+        out = dist.sample(MODEL, **kwargs)
+    except (ValueError, TypeError) as e:
+        assert any(n in str(e) for n in (name, "init", "free_positions")), f"names no argument: {e}"
+        assert str(e).startswith(("mhfast.distributed.sample: ", "mhfast.sample: ")), str(e)
+        return
+    assert bool(torch.isfinite(out["energy_raw"]).all()) and out["rows_per_rank"] == [1]
+
+
+@pytest.mark.parametrize("env,needle", [({"WORLD_SIZE": "two"}, "WORLD_SIZE"), ({"WORLD_SIZE": "2", "RANK": "5"},
+                                                                              "RANK=5"),
+                                        ({"WORLD_SIZE": "2", "RANK": "x"}, "RANK")])
+def test_a_bad_launcher_environment_is_an_error_naming_the_variable(monkeypatch, env, needle):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=needle):
+        dist.world()
+
+
+def test_together_in_one_process_is_the_block_itself():
+    """No launcher: together() runs the block, lets its error through unchanged, and check_peers does nothing."""
+    with pytest.raises(KeyError, match="mine"):
+        with dist.together(dist.World()):
+            dist.check_peers()
+            raise KeyError("mine")
+    seen = []
+    dist.checking_peers(lambda e, s: seen.append(e))(3, {})
+    assert seen == [3] and dist.settle(2).status == 2 and not dist.settle(None).together

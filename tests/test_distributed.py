@@ -121,3 +121,37 @@ def test_the_process_group_is_destroyed_before_the_interpreter_exits(tmp_path):
         assert "gathered [0, 10]" in out, out
         assert "group alive at exit: False" in out, out
         assert "terminate called" not in err, err[-2000:]
+
+
+AGREE_SCRIPT = textwrap.dedent("""
+    import sys, torch, mhfast.distributed as dist
+    from mhfast.models.tabular import TabularMLM
+    w = dist.world(timeout_s=60)
+    model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
+    m = model.mask_id
+    init = torch.tensor([[m, m, m], [0, 9, m]])  # row 1 (rank 1's share) holds a token outside the vocabulary
+    epochs = []
+    try:
+        dist.sample(model, init=init, chains=3, epochs=2000, burn_in=0, world=w,
+                    progress=lambda e, s: epochs.append(e))
+    except Exception as e:
+        print(type(e).__name__, "|", e, "|", len(epochs), flush=True)
+""")
+
+
+def test_a_rank_that_fails_makes_the_others_stop_quietly_within_an_epoch(tmp_path):
+    """mhfast.distributed.sample with a bad row on rank 1: rank 1 raises its own ValueError, rank 0 (2000 epochs
+    to go) stops at its next epoch with PeerFailed naming rank 1's error: no "Connection closed by peer"."""
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    kind0, message0, epochs0 = outs[0][0].strip().split(" | ")
+    kind1, message1, _ = outs[1][0].strip().split(" | ")
+    assert (kind1, kind0) == ("ValueError", "PeerFailed"), outs
+    assert "init contains token id 9" in message1 and message0 == f"rank 1 failed: ValueError: {message1}"
+    assert int(epochs0) < 20, f"rank 0 ran {epochs0} epochs after its peer failed"

@@ -17,6 +17,18 @@ SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+def for_sampler(sampler: str, **kw) -> dict:
+    """``kw`` and ``sampler``, without the options that ``sampler`` rejects as having no effect: block sizes for
+    the single-site samplers, the acceptance options for the always-accepting Gibbs samplers."""
+    from mhfast.sampler.kernels import KERNELS
+    from mhfast.sampler.options import ACCEPTANCE_OPTIONS
+
+    kernel = KERNELS[sampler]
+    drop = ({"block_schedule"} if not kernel.uses_blocks else set()) | \
+        (set(ACCEPTANCE_OPTIONS) if kernel.always_accepts else set())
+    return {**{name: v for name, v in kw.items() if name not in drop}, "sampler": sampler}
+
+
 def model4(**kwargs) -> TabularMLM:
     return TabularMLM.random(num_tokens=3, length=(2, 3, 4), seed=3, scale=0.7, **kwargs)
 
@@ -35,8 +47,8 @@ def energy_of(model, tokens: torch.Tensor) -> tuple[float, float]:
 @pytest.mark.parametrize("energy", ["raw", "local"])
 def test_compiled_and_reference_backends_give_identical_chains(sampler, energy, device):
     model = model4(features=True, row_hooks=True)
-    kw = dict(chains=6, epochs=6, burn_in=2, seed=7, sampler=sampler, energy=energy, record="epoch",
-              block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1)
+    kw = for_sampler(sampler, chains=6, epochs=6, burn_in=2, seed=7, energy=energy, record="epoch",
+                     block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1)
     a = sample(device, model, 4, backend="compiled", **kw)
     b = sample(device, model, 4, backend="reference", **kw)
     assert torch.equal(a.history, b.history)
@@ -53,8 +65,8 @@ def test_cuda_compiled_chains_equal_cpu_reference_chains(sampler):
     gives both the same uniforms and the tabular model the same logits, so the chains must agree
     (a draw within fp32 rounding of a CDF boundary could differ: none does at these sizes)."""
     model = model4(features=True, row_hooks=True)
-    kw = dict(chains=6, epochs=6, burn_in=2, seed=7, sampler=sampler, energy="local", record="epoch",
-              block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1, top_p=0.9)
+    kw = for_sampler(sampler, chains=6, epochs=6, burn_in=2, seed=7, energy="local", record="epoch",
+                     block_schedule=[3, 3, 2, 2, 1, 1], force_accept_epochs=1, anneal=0.1, top_p=0.9)
     a = sample("cuda", model, 4, backend="compiled", **kw)
     b = sample("cpu", model, 4, backend="reference", **kw)
     assert torch.equal(a.history, b.history)
@@ -71,7 +83,7 @@ def test_chain_does_not_depend_on_batch_or_sub_batching(sampler, device):
     m, p = model.mask_id, model.pad_id
     alone = torch.tensor([[m, m, m]])
     batch = torch.tensor([[m, m, m, p], [m, m, m, m], [m, m, p, p]])
-    kw = dict(epochs=5, burn_in=1, seed=11, sampler=sampler, record="epoch", block_schedule=2)
+    kw = for_sampler(sampler, epochs=5, burn_in=1, seed=11, record="epoch", block_schedule=2)
     a = sample(device, model, init=alone, chains=3, **kw)
     b = sample(device, model, init=batch, chains=5, max_tokens_per_batch=7, **kw)
     assert torch.equal(a.history[:, 0], b.history[:, 0, :3, :3])
@@ -420,3 +432,17 @@ def test_sample_accepts_a_model_directory_and_a_plain_transformers_model(tmp_pat
     a = mhfast.sample(d, 4, chains=2, epochs=2, burn_in=0, seed=1)
     b = mhfast.sample(transformers.AutoModelForMaskedLM.from_pretrained(d), 4, chains=2, epochs=2, burn_in=0, seed=1)
     assert a.tokens.shape == (1, 2, 6) and torch.equal(a.tokens, b.tokens)  # [CLS] + 4 + [SEP]
+
+
+def test_a_row_without_free_positions_is_an_error_in_any_batch():
+    """A row with nothing to sample is named whatever rows share its call: torchrun and mhfast.distributed
+    shard the rows, so a batch-wide check failed on the one rank that got that row alone (issue 37)."""
+    model = model4()
+    m = model.mask_id
+    rows = torch.tensor([[m, 1, 2], [0, 1, 2]])
+    free = torch.tensor([[True, True, False], [False, False, False]])  # row 1: every position fixed
+    with pytest.raises(ValueError, match="init leaves no free position"):
+        mhfast.sample(model, init=rows[1:], free_positions=free[1:], epochs=1, burn_in=0)
+    with pytest.raises(ValueError, match="init row 1 leaves no free position"):
+        mhfast.sample(model, init=rows, free_positions=free, epochs=1, burn_in=0)
+    mhfast.sample(model, init=rows[:1], free_positions=free[:1], epochs=1, burn_in=0)

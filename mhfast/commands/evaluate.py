@@ -87,6 +87,8 @@ def _read_stats(path: str) -> dict:
 
 
 def print_stats(stats: dict) -> None:
+    from ..sampler.result import summary_epochs
+
     table = epoch_table(stats)
     if not table:
         stdout_print(f"sampler statistics: none (method {stats.get('method')!r} records no epochs)")
@@ -99,9 +101,11 @@ def print_stats(stats: dict) -> None:
         mark = "*" if row["epoch"] < burn_in else " "
         stdout_print(f"{row['epoch'] + 1:>4}{mark} {row['acceptance_rate']:8.4f} {row['novel_rate']:8.4f} "
                      f"{row['e_raw']:11.3f} {row['e_local']:10.3f} {row['target_temperature']:6.3f}")
-    post = [r for r in table if r["epoch"] >= burn_in] or table
+    first, which = summary_epochs(burn_in, len(table))
+    post = [r for r in table if r["epoch"] >= first]
     mean = lambda k: sum(r[k] for r in post) / len(post)  # noqa: E731
-    stdout_print(f"post-burn-in mean: accept {mean('acceptance_rate'):.4f}  novel {mean('novel_rate'):.4f}  "
+    label = "post-burn-in mean" if first == burn_in else f"mean over {which}"
+    stdout_print(f"{label}: accept {mean('acceptance_rate'):.4f}  novel {mean('novel_rate'):.4f}  "
                  f"E_raw {mean('e_raw'):.3f}  E_local {mean('e_local'):.3f}   (* = burn-in epoch)")
 
 

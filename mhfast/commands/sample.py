@@ -212,8 +212,21 @@ def _epoch_line(args: argparse.Namespace, epoch: int, s: dict) -> str:
             f"novel {s['novel'] / max(s['proposals'], 1):.3f}  tau {s['target_temperature']:.3f}")
 
 
-def run(args: argparse.Namespace) -> int:
-    from .. import distributed
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What every rank knows before sampling: the checked options, the model, all inputs, this rank's share."""
+
+    cfg: Any
+    lm: Any
+    inputs: dict
+    terms: list | None
+    mine_inputs: dict
+    mine: list[int]
+    load_seconds: float
+
+
+def _prepare(args: argparse.Namespace, world: Any) -> _Job:
+    """Every check of options, model and inputs, before any output (the same on every rank)."""
     from ..models.loading import load_masked_lm
     from ..sampler.problem import build_problem
 
@@ -221,9 +234,6 @@ def run(args: argparse.Namespace) -> int:
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
         raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', a local "
                                 "HuggingFace model directory or a hub id)")
-    world = distributed.world(device=args.device)  # torchrun: inputs shared over ranks, rank 0 prints
-    if world.backend == "nccl":
-        args.device = str(world.device)
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)
@@ -231,26 +241,43 @@ def run(args: argparse.Namespace) -> int:
     # every model-dependent check (lengths against the model, token ids, sizes) before any output
     build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
     mine_inputs, mine = _shard(inputs, world, int(lm.pad_id))
+    return _Job(cfg, lm, inputs, terms, mine_inputs, mine, time.perf_counter() - t0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import distributed
+
+    # The world first (torchrun: inputs shared over ranks, rank 0 prints): every error below then ends in an
+    # agreement of the ranks (distributed.together), so that the job reports it once.
+    world = distributed.world(device=args.device)
+    if world.backend == "nccl":
+        args.device = str(world.device)
+    with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
+        job = _prepare(args, world)
+    lm, live = job.lm, world.size == 1
     say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: stdout_print(*a, flush=True))
-    say(f"# model {args.model} loaded in {time.perf_counter() - t0:.1f} s (vocab {lm.vocab_size})")
+    say(f"# model {args.model} loaded in {job.load_seconds:.1f} s (vocab {lm.vocab_size})")
     for energy in ["raw", "local"] if args.energy == "both" else [args.energy]:
-        say(f"# {args.sampler} on the {energy} energy: {args.chains} chains, {args.epochs} epochs "
-            f"({args.burn_in} burn-in), seed {args.seed}")
+        say(f"# {args.sampler} on the {energy} energy{' + energy terms' if job.terms else ''}: {args.chains} "
+            f"chains, {args.epochs} epochs ({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
-        live = world.size == 1
-        part = _sample_part(lm, mine_inputs, mine, dataclasses.replace(
-            cfg, energy=energy, extra_energy=_terms(lm, args, inputs, mine) if mine else None),
-            (lambda e, s: say(_epoch_line(args, e, s))) if live else None)
+        with distributed.together(world):  # an error in one rank's share: that rank reports it
+            part = _sample_part(lm, job.mine_inputs, job.mine, dataclasses.replace(
+                job.cfg, energy=energy, extra_energy=_terms(lm, args, job.inputs, job.mine) if job.mine else None),
+                (lambda e, s: say(_epoch_line(args, e, s))) if live else None)
         parts = distributed.gather({world.rank: part}, world.size, world, dst=0)
-        if world.is_main:
-            result = _combine([p for p in parts if p is not None], args, energy, say if not live else None)
-            print_result(lm, result, energy, args, time.perf_counter() - t0)
+        with distributed.together(world):  # rank 0's printing (e.g. to a closed pipe) ends every rank alike
+            if world.is_main:
+                result = _combine([p for p in parts if p is not None], args, energy, say if not live else None)
+                print_result(lm, result, energy, args, time.perf_counter() - t0)
     return 0
 
 
 def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any) -> dict | None:
     """This rank's share: its inputs' chains and the per-epoch sums and counts (None without inputs)."""
     import mhfast
+
+    from .. import distributed
 
     if not ids:
         return None
@@ -261,10 +288,13 @@ def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any
         if say_epoch is not None:
             say_epoch(epoch, s)
 
-    r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg, progress=progress)
+    # checking_peers: a peer failed, so stop within an epoch, not after this rank's whole share
+    r = mhfast.sample(lm, **inputs, input_ids=ids if "init" in inputs else None, config=cfg,
+                      progress=distributed.checking_peers(progress))
     return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
             "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
-            "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs}
+            "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs,
+            "with_terms": r.term_names is not None}
 
 
 def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any) -> Any:
@@ -290,23 +320,26 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
         best_tokens=pick("best_tokens"), best_energy=pick("best_energy"),
         model_rows=sum(p["model_rows"] for p in parts),
         compile_seconds=max(p["compile_seconds"] for p in parts),  # the ranks compile at the same time
-        memo_hits=sum(p["memo_hits"] for p in parts),
+        memo_hits=sum(p["memo_hits"] for p in parts), with_terms=parts[0]["with_terms"],
         **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
 
 
 def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, seconds: float) -> None:
     """Samples with their energies, the best sample per input, and the run's rates."""
+    from ..sampler.result import summary_epochs, target_label
+
     B, C, _ = result.tokens.shape
-    post = slice(args.burn_in, None) if args.burn_in < args.epochs else slice(None)
-    acc = float(result.acceptance_rate[post].mean())
-    novel = float(result.novel_rate[post].mean())
+    first, which = summary_epochs(args.burn_in, args.epochs)
+    acc = float(result.acceptance_rate[first:].mean())
+    novel = float(result.novel_rate[first:].mean())
+    best = target_label(energy, result.with_terms)  # the best energy includes the weighted terms
     for b in range(B):
         stdout_print(f"[{energy}] input {b + 1}")
         for c in range(C):
             stdout_print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
                          f"E_local={float(result.energy_local[b, c]):.3f}")
-        stdout_print(f"  best: {lm.decode(result.best_tokens[b])}\tE_{energy}={float(result.best_energy[b]):.3f}")
-    stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over post-burn-in epochs)  "
+        stdout_print(f"  best: {lm.decode(result.best_tokens[b])}\t{best}={float(result.best_energy[b]):.3f}")
+    stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over {which})  "
                  f"model rows {result.model_rows}"
                  + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
                  + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),

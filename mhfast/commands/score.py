@@ -250,26 +250,27 @@ def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Names
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
-    from tqdm import tqdm
-
+    from .. import distributed
     from ..scoring import corpus_pppl
 
-    name = describe(args.input, "--input")  # how messages name the input
-    lines = read_input_lines(args.input)
-    sources = read_input_lines(args.source, "--source") if args.source is not None else None
-    if args.model == "bundled":
-        lines, sources = _split_pairs(lines, sources, name)
-    from .. import distributed
-
-    world = distributed.world(device=args.device)  # torchrun: batches shared over the ranks, rank 0 writes
+    # The world first (torchrun: batches shared over the ranks, rank 0 writes): every error below then ends in
+    # an agreement of the ranks (distributed.together), so that the job reports it once.
+    world = distributed.world(device=args.device)
     if world.backend == "nccl":
         args.device = str(world.device)
-    with ExitStack() as stack:
+    name = describe(args.input, "--input")  # how messages name the input
+    with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
+        _check(args)
+        lines = read_input_lines(args.input)
+        sources = read_input_lines(args.source, "--source") if args.source is not None else None
+        if args.model == "bundled":
+            lines, sources = _split_pairs(lines, sources, name)
         spec = output_spec(args, lines, sources)
+    with ExitStack() as stack:
         sink, start = distributed.on_main(lambda: open_output(args, spec, len(lines), stack), world,
                                           lambda s: s.lines_done)
-        model = _load(args)
+        with distributed.together(world):
+            model = _load(args)
         results = _score_batches(args, model, lines, sources, sink, name, start, world)
     if not args.quiet and world.is_main:
         tokens, seconds = sum(s.num_tokens for s in results[0]), results[1]

@@ -19,8 +19,9 @@ their checks.
 
 --format fairseq writes per sentence i (0-based), like fairseq-generate:
 ``S-i<TAB>source``, ``H-i<TAB>score<TAB>tokens`` (model tokens), ``D-i<TAB>score<TAB>detokenized``
-and ``E-i<TAB>E_<energy>=best<TAB>raw=c1 c2 ..<TAB>local=c1 c2 ..`` (the best sample's target energy
-and every chain's final raw/local energy) for MH, or ``P-i<TAB>positional log-probs`` for
+and ``E-i<TAB>E_<energy>=best<TAB>raw=c1 c2 ..<TAB>local=c1 c2 ..`` (the best sample's target energy,
+labelled ``E_<energy>+terms`` when energy terms are on since it includes their weighted sum, and every
+chain's final raw/local energy) for MH, or ``P-i<TAB>positional log-probs`` for
 Mask-Predict. score = -best energy per token for MH, the mean token log-probability for
 Mask-Predict (higher is better). Empty sources get ``S-i``/``H-i``/``D-i`` with score 0 and no
 tokens.
@@ -58,7 +59,9 @@ from ..files import (PROGRESS_SUFFIX, PROGRESS_VERSION, check_input, describe, f
 from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
+from ..sampler.result import target_label
 
+ITERATIONS_DEFAULT = 10  #: --iterations (Mask-Predict's decoder passes)
 NAME = "translate"
 HELP = "translate sentences with a conditional MLM (bundled De->En CMLM) by MH sampling or Mask-Predict"
 DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
@@ -98,7 +101,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     dec = p.add_argument_group("decoding")
     dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh")
-    dec.add_argument("--iterations", type=int, default=10,
+    dec.add_argument("--iterations", type=int, default=ITERATIONS_DEFAULT,
                      help="mask-predict: decoder passes (the paper's T; fairseq --iter-decode-max-iter T-1)")
     dec.add_argument("--length-beam", type=int, default=1, help="length candidates per source")
     dec.add_argument("--batch-size", type=int, default=16, help="sentences per sampler call (and per saved chunk)")
@@ -119,6 +122,7 @@ def _check(args: argparse.Namespace) -> None:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
     options.config_from_args(args, length_beam=args.length_beam)
+    _check_method(args)
     if not 0 <= args.threads <= max_threads():
         raise ValueError(f"--threads must be in [0, {max_threads()}] (0: torch's default), got {args.threads}")
     if args.resume and not args.output:
@@ -134,6 +138,22 @@ def _check(args: argparse.Namespace) -> None:
             check_input(path, option)
     if args.output is not None and os.path.isdir(args.output):
         raise ValueError(f"--output: {args.output!r} is a directory")
+
+
+#: The option-spec flags Mask-Predict uses too (where the model runs); the other sampler flags are MH's alone.
+MASK_PREDICT_OPTIONS = ("device",)
+
+
+def _check_method(args: argparse.Namespace) -> None:
+    """A flag that the chosen --method ignores is an error naming both (not a run that silently drops it)."""
+    if args.method == "mask-predict":
+        for opt in options.SPEC:
+            if opt.cli and opt.name not in MASK_PREDICT_OPTIONS and getattr(args, opt.name) != opt.default:
+                raise ValueError(f"{opt.flag} has no effect with --method mask-predict (it is an MH sampler "
+                                 "option; use --method mh)")
+    elif args.iterations != ITERATIONS_DEFAULT:
+        raise ValueError(f"--iterations ({args.iterations}) has no effect with --method {args.method} (it is "
+                         "Mask-Predict's; use --method mask-predict, or --epochs for MH)")
 
 
 def sampler_options(args: argparse.Namespace) -> dict:
@@ -222,7 +242,8 @@ def format_sentence(index: int, source: str, hyp: Any, fmt: str, ref: str | None
     lines += [f"H-{index}\t{hyp.score:.6f}\t{' '.join(hyp.tokens)}", f"D-{index}\t{hyp.score:.6f}\t{hyp.text}"]
     d = hyp.details
     if "best_energy" in d:
-        lines.append(f"E-{index}\tE_{d['energy']}={d['best_energy']:.4f}\traw="
+        best = target_label(d["energy"], d.get("with_terms", False))  # the best energy includes the terms
+        lines.append(f"E-{index}\t{best}={d['best_energy']:.4f}\traw="
                      + " ".join(f"{x:.4f}" for x in d["chains_raw"]) + "\tlocal="
                      + " ".join(f"{x:.4f}" for x in d["chains_local"]))
     elif "positional_scores" in d:
@@ -361,36 +382,46 @@ def _resumed_stats(args: argparse.Namespace, stats: dict, start: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
     from .. import distributed
 
-    world = distributed.world(device=args.device)  # torchrun: every rank runs this; else a world of one
+    # The world first (torchrun: every rank runs this; else a world of one): every error below then ends in an
+    # agreement of the ranks (distributed.together), so that the job reports it once.
+    world = distributed.world(device=args.device)
     if world.backend == "nccl":
         args.device = str(world.device)  # one GPU per local rank
-    lines, refs = _read_inputs(args)
-    spec = output_spec(args, lines, refs)
+    with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
+        _check(args)
+        lines, refs = _read_inputs(args)
+        spec = output_spec(args, lines, refs)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
-        if args.threads:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        translator = _load(args)
-        _check_sources(args, translator, lines)
-        terms_for = _terms_factory(args, translator, len(lines))
-        stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
-                       "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
-        hyps: list[str] = []
-        if world.is_main:
-            _resumed_stats(args, stats, sink.lines_done)
-            # every translation of the run for the scores at the end: the committed ones first
-            hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
-        work = ChunkWork(args, translator, lines, refs, terms_for)
+        with distributed.together(world):
+            work, stats, hyps = _start(args, world, sink, lines, refs, digest)
         _translate_chunks(work, sink, stats, hyps, world)
     if refs is not None and lines and world.is_main:
         report_scores(hyps, refs)
     return 0
+
+
+def _start(args: argparse.Namespace, world: Any, sink: Any, lines: list[str], refs: list[str] | None,
+           digest: str) -> tuple["ChunkWork", dict, list[str]]:
+    """The model, the energy terms, the statistics so far and (rank 0) the translations already committed."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    translator = _load(args)
+    _check_sources(args, translator, lines)
+    terms_for = _terms_factory(args, translator, len(lines))
+    stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
+                   "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
+    hyps: list[str] = []
+    if world.is_main:
+        _resumed_stats(args, stats, sink.lines_done)
+        # every translation of the run for the scores at the end: the committed ones first
+        hyps = hypotheses_in_output(sink.committed.decode("utf-8"), args.format) if refs is not None else []
+    return ChunkWork(args, translator, lines, refs, terms_for), stats, hyps
 
 
 def _open_output_on_main(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack, world: Any) -> Any:
@@ -425,11 +456,13 @@ class ChunkWork:
 
     def translate(self, first: int, progress: Any = None) -> dict:
         """The chunk starting at line ``first``: its output text, hypotheses and statistics (picklable)."""
+        from .. import distributed
+
         args, chunk = self.args, self.lines[first:first + self.args.batch_size]
-        result = self.translator.translate(
+        result = self.translator.translate(  # checking_peers: a peer failed, so stop within an epoch
             chunk, method=args.method, input_ids=range(first, first + len(chunk)),
             sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
-            progress=progress, extra_energy=self.terms_for)
+            progress=distributed.checking_peers(progress), extra_energy=self.terms_for)
         text = "".join(format_sentence(first + j, src, hyp, args.format, None if self.refs is None
                                        else self.refs[first + j])
                        for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))

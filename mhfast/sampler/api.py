@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -26,7 +25,6 @@ import torch
 
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
-from ..models.loading import load_masked_lm
 from . import driver, options, precision, schedules
 from .backend import get_backend
 from .kernels import KERNELS
@@ -85,18 +83,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     chain, epoch, step, stream), so chains do not depend on batch composition or
     ``max_tokens_per_batch``, and both backends give the same chains:
     """
-    if isinstance(model, (str, os.PathLike)) or (hasattr(model, "config") and not hasattr(model, "masked_logits")):
-        model = load_masked_lm(model)  # a name, a directory, a hub id or a plain transformers model object
-    check_model(model)
-    if config is not None:  # validated options (e.g. from the CLI); keyword arguments override them
-        if not isinstance(config, options.SamplerConfig):
-            raise TypeError(f"mhfast.sample: config must be a SamplerConfig, got {type(config).__name__}")
-        sampler_options = {**options.as_kwargs(config), **sampler_options}
-    if generator is not None:
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"mhfast.sample: generator must be a torch.Generator, got {type(generator).__name__}")
-        sampler_options["seed"] = seed_from_generator(generator)
-    cfg = options.config_from_kwargs(sampler_options)
+    model = check_model(model)  # a name, a directory, a hub id or a plain transformers model object: loaded
+    cfg = options.config_from_kwargs(_merged_options(config, generator, sampler_options))
     if progress is not None and not callable(progress):
         raise ValueError("mhfast.sample: progress must be callable or None")
     problem = build_problem(model, cfg, length=length, init=init, free_positions=free_positions, source=source,
@@ -118,6 +106,24 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = kernel.memo.hits if getattr(kernel, "memo", None) is not None else 0
     return result
+
+
+def _merged_options(config: Any, generator: torch.Generator | None, given: dict) -> dict:
+    """The sampler options of one call: ``config``'s fields, overridden by the keyword options ``given``, with the
+    seed drawn from ``generator`` when there is one (then no seed may be given: one of them would be ignored)."""
+    merged = dict(given)
+    if config is not None:  # validated options (e.g. from the CLI); keyword arguments override them
+        if not isinstance(config, options.SamplerConfig):
+            raise TypeError(f"mhfast.sample: config must be a SamplerConfig, got {type(config).__name__}")
+        merged = {**options.as_kwargs(config), **given}
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"mhfast.sample: generator must be a torch.Generator, got {type(generator).__name__}")
+        if "seed" in given or merged.get("seed", options.OPTIONS["seed"].default) != options.OPTIONS["seed"].default:
+            raise ValueError(f"mhfast.sample: seed ({merged['seed']!r}) and generator cannot both be given: the "
+                             "generator draws the seed, so the seed would be ignored (give one of them)")
+        merged["seed"] = seed_from_generator(generator)
+    return merged
 
 
 @contextlib.contextmanager
@@ -143,8 +149,17 @@ def _without_syncs(runner: ModelRunner, state: ChainState) -> Any:
 
 
 def _check_problem(cfg, problem) -> None:
-    """The options that depend on the inputs: extra energy terms need a kernel with an MH test (and the dynamic
-    step), ``capture='cuda-graph'`` chains on a CUDA device."""
+    """The options that depend on the inputs: ``length_beam``/``select`` need ``source=``, extra energy terms need
+    a kernel with an MH test (and the dynamic step), ``capture='cuda-graph'`` chains on a CUDA device."""
+    if problem.candidate_lengths is None:  # no source: no length candidates to make or choose from
+        for name in ("length_beam", "select"):
+            if getattr(cfg, name) != options.OPTIONS[name].default:
+                raise ValueError(f"mhfast.sample: {name} ({getattr(cfg, name)!r}) has no effect without source= "
+                                 "(it acts on the length candidates of a conditional model; init and length fix "
+                                 "the lengths)")
+    elif cfg.select != options.OPTIONS["select"].default and cfg.length_beam == 1:
+        raise ValueError(f"mhfast.sample: select ({cfg.select!r}) has no effect with length_beam 1 (one length "
+                         "candidate per source: nothing to choose)")
     if problem.terms is not None and not KERNELS[cfg.sampler].supports_extra_energy:
         raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
                          "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")

@@ -32,10 +32,10 @@ class Backend:
     mh_memo_store_: Callable  #: the terms of the step's misses into the proposal memo, in place
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, where: str = "mhfast.sample") -> Backend:
     """``"compiled"`` -> :mod:`mhfast.ops` with ``validate=False`` (the sampler builds its own,
     valid indices, and value checks would cost a device->host sync on CUDA);
-    ``"reference"`` -> :mod:`mhfast.reference`."""
+    ``"reference"`` -> :mod:`mhfast.reference`; anything else is a ValueError naming ``where``'s backend."""
     if name == "compiled":
         from .. import ops
 
@@ -61,4 +61,4 @@ def get_backend(name: str) -> Backend:
                        reference.mh_accept_, reference.counter_uniforms, reference.mh_propose_site,
                        reference.mh_commit_site_, reference.mh_site_rows, reference.mh_memo_lookup_,
                        reference.mh_memo_store_)
-    raise ValueError(f"mhfast.sample: backend must be 'compiled' or 'reference', got {name!r}")
+    raise ValueError(f"{where}: backend must be 'compiled' or 'reference', got {name!r}")

@@ -347,17 +347,22 @@ SPEC: tuple[Option, ...] = (
            "~n / eps proposals), 0 when top_p = 1 (already full support) and for gibbs/block-gibbs, which have "
            "no Hastings correction and reject eps > 0; 0 = the pure nucleus proposal", "7.2", "mix",
            metavar="EPS|auto"),
-    Option("block_schedule", None, _block_schedule, "block size of block-mh/block-gibbs: an int, one int per "
-           "epoch, or (API) a callable epoch -> size; default: linear shrink from n//4 to 1", "App. D", "schedule",
+    Option("block_schedule", None, _block_schedule, "block size of block-mh/block-gibbs (an error with the "
+           "single-site samplers): an int, one int per epoch, or (API) a callable epoch -> size; default: linear "
+           "shrink from n//4 to 1. A size above an input's free positions n gives that input blocks of n (the whole "
+           "input at once), with a warning", "App. D", "schedule",
            metavar="N[,N...]"),
-    Option("target_temperature", 1.0, _float(0.0, strict=True), "temperature tau of the target exp(-E/tau)", "8",
+    Option("target_temperature", 1.0, _float(0.0, strict=True), "temperature tau of the target exp(-E/tau) (mh, "
+           "block-mh: gibbs and block-gibbs accept every proposal and reject the acceptance options)", "8",
            "float"),
-    Option("anneal", 0.0, _float(0.0, strict=False), "target temperature decrease per epoch", "8", "float"),
-    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature (used "
-           "only with anneal > 0; a fixed target temperature is used as given)", "8", "float"),
-    Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs", "App. F", "int"),
-    Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers",
-           "-", "int"),
+    Option("anneal", 0.0, _float(0.0, strict=False), "target temperature decrease per epoch (mh, block-mh)", "8",
+           "float"),
+    Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature "
+           "(needs anneal > 0: a fixed target temperature is used as given)", "8", "float"),
+    Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs (N <= epochs; mh, "
+           "block-mh)", "App. F", "int"),
+    Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers (mhfast.sample: or "
+           "generator=, not both)", "-", "int"),
     Option("device", None, _device, "where the chains live: cpu, cuda, cuda:N (default: the model's device)",
            "-", "str", metavar="DEVICE"),
     Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
@@ -394,7 +399,8 @@ SPEC: tuple[Option, ...] = (
            "sizeable part of a row; on CPU it did not (AntiBERTy, T=32: 0.97-1.03x per row in the sampler on an AMD "
            "EPYC, 0.93-1.01x for the layers on an Intel Xeon); not yet measured on a GPU. Chains: the model as "
            "compiled (same target up to float rounding)", "-", "flag"),
-    Option("length_beam", 1, _int(1), "length candidates per source (conditional models)", "5", "int", cli=False),
+    Option("length_beam", 1, _int(1), "length candidates per source (needs source=: conditional models)", "5", "int",
+           cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
     Option("extra_energy", None, _described("a callable, or a list of callables, (callable, weight) pairs and an "
@@ -409,12 +415,13 @@ SPEC: tuple[Option, ...] = (
            "tokens included (for translate the predicted target length)", "-", "str", api=False, metavar="FILE"),
     Option("classifier", None, _path, "local HuggingFace *ForSequenceClassification directory: adds "
            "-log p(label | X) as an energy term (controlled generation)", "-", "str", api=False, metavar="DIR"),
-    Option("classifier_label", "1", _label, "the classifier's label to steer toward (index or name)", "-", "str",
-           api=False, metavar="LABEL"),
-    Option("classifier_weight", 1.0, _finite, "weight of the classifier term", "-",
+    Option("classifier_label", "1", _label, "the classifier's label to steer toward (index or name; needs "
+           "--classifier)", "-", "str", api=False, metavar="LABEL"),
+    Option("classifier_weight", 1.0, _finite, "weight of the classifier term (needs --classifier)", "-",
            "float", api=False, metavar="WEIGHT"),
     Option("select", "energy_per_token", _choice(("energy_per_token", "energy")), "how the best length "
-           "candidate of a source is chosen", "5", "choice", ("energy_per_token", "energy"), cli=False),
+           "candidate of a source is chosen (needs source= and length_beam > 1)", "5", "choice",
+           ("energy_per_token", "energy"), cli=False),
 )
 OPTIONS: Mapping[str, Option] = {o.name: o for o in SPEC}
 
@@ -430,6 +437,9 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if values["epochs"] < values["burn_in"]:
         raise OptionError(f"{name_of('epochs')} ({values['epochs']}) must be >= {name_of('burn_in')} "
                           f"({values['burn_in']})")
+    if values["force_accept_epochs"] > values["epochs"]:  # the epochs past the run's end would be silently dropped
+        raise OptionError(f"{name_of('force_accept_epochs')} ({values['force_accept_epochs']}) must be <= "
+                          f"{name_of('epochs')} ({values['epochs']})")
     if values["anneal"] > 0 and values["min_target_temperature"] > values["target_temperature"]:
         raise OptionError(f"{name_of('min_target_temperature')} ({values['min_target_temperature']}) must be <= "
                           f"{name_of('target_temperature')} ({values['target_temperature']}) when annealing")
@@ -465,6 +475,44 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "
                           f"({values['epochs']})")
+    _no_effect_checks(values, name_of)
+
+
+#: What an always-accepting sampler (gibbs, block-gibbs) ignores: all of these act on the MH acceptance test.
+ACCEPTANCE_OPTIONS = ("target_temperature", "anneal", "min_target_temperature", "force_accept_epochs")
+
+
+def _is_set(values: Mapping[str, Any], name: str) -> bool:
+    """Whether option ``name`` is set away from its default (its default changes nothing: never a conflict)."""
+    return values[name] != OPTIONS[name].default
+
+
+def _shown(value: Any) -> str:
+    """An option value as messages show it (a callable schedule by kind, not by its repr)."""
+    return "a callable" if callable(value) else str(value)
+
+
+def _no_effect_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) -> None:
+    """An option set to a value that another option makes ineffective is an error naming both: silently
+    ignoring what the caller asked for would hide a mistake (e.g. a block size for single-site MH)."""
+    sampler = values["sampler"]
+    kernel = KERNELS[sampler]
+    if _is_set(values, "block_schedule") and not kernel.uses_blocks:
+        raise OptionError(f"{name_of('block_schedule')} ({_shown(values['block_schedule'])}) has no effect with "
+                          f"{name_of('sampler')} {sampler}: only "
+                          f"{' and '.join(n for n, k in KERNELS.items() if k.uses_blocks)} propose blocks")
+    for name in ACCEPTANCE_OPTIONS:
+        if kernel.always_accepts and _is_set(values, name):
+            raise OptionError(f"{name_of(name)} ({values[name]}) has no effect with {name_of('sampler')} "
+                              f"{sampler}: it accepts every proposal, so no acceptance test uses it (use "
+                              f"{' or '.join(n for n, k in KERNELS.items() if not k.always_accepts)})")
+    if _is_set(values, "min_target_temperature") and values["anneal"] == 0:
+        raise OptionError(f"{name_of('min_target_temperature')} ({values['min_target_temperature']}) has no effect "
+                          f"without {name_of('anneal')} > 0: it is the floor of the annealed temperature (a fixed "
+                          f"{name_of('target_temperature')} is used as given)")
+    for name in ("classifier_label", "classifier_weight"):  # CLI-only flags of the --classifier term
+        if _is_set(values, name) and values["classifier"] is None:
+            raise OptionError(f"{name_of(name)} ({values[name]}) has no effect without {name_of('classifier')} DIR")
 
 
 def _validated(values: Mapping[str, Any], name_of: Callable[[str], str], prefix: str) -> Any:

@@ -55,13 +55,67 @@ class Problem:
         return a.expand(self.rows.shape[0], -1, -1) if a.shape[0] == 1 else a[self.term_index]
 
 
-def check_model(model: Any) -> None:
-    """TypeError unless ``model`` implements :class:`mhfast.models.base.MaskedLM`."""
+def check_model(model: Any, where: str = "mhfast.sample") -> Any:
+    """``model`` as the sampler takes it: a name, a directory, a hub id or a plain transformers model object is
+    loaded (:func:`mhfast.models.loading.load_masked_lm`); then a TypeError naming ``where`` unless it implements
+    :class:`mhfast.models.base.MaskedLM`."""
+    if isinstance(model, (str, os.PathLike)) or (hasattr(model, "config") and not hasattr(model, "masked_logits")):
+        from ..models.loading import load_masked_lm
+
+        model = load_masked_lm(model)
     for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
         if not hasattr(model, attr):
-            raise TypeError(f"mhfast.sample: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+            raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
     if not callable(getattr(model, "masked_logits", None)):
-        raise TypeError("mhfast.sample: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+        raise TypeError(f"{where}: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+    return model
+
+
+def _tensors_of(name: str, value: Any) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of an argument, named as messages show them: the tensor itself, or each tensor of a list."""
+    if isinstance(value, torch.Tensor):
+        return [(name, value)]
+    if isinstance(value, (list, tuple)):
+        return [(f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return []
+
+
+def check_devices(where: str, **arguments: Any) -> None:
+    """Every tensor argument (or tensor in a list argument) must hold values: a ValueError naming the argument
+    and its device for one on the meta device (shapes only), before anything reads it; torch's own error, deep
+    inside, names neither. Tensors on another device than the run's are fine: they are copied to it."""
+    from .._validate import holds_values
+
+    for name, value in arguments.items():
+        for label, tensor in _tensors_of(name, value):
+            holds_values(where, label, tensor)
+
+
+def run_device(where: str, *candidates: tuple[str, Any], hint: str = "") -> torch.device:
+    """The device a run computes on: the first device set among ``candidates`` (``(name, device)`` pairs in order
+    of precedence, e.g. the ``device`` option, then ``model.device``, then ``init``'s device), else the CPU.
+    Whatever it came from, it passes the ``device`` option's check (a cpu or cuda device that mhfast has kernels
+    for); an error names where it came from, then ``hint``.
+
+    Example:
+        >>> run_device("f", ("device", None), ("model.device", "cpu"))
+        device(type='cpu')
+        >>> run_device("f", ("model.device", torch.device("meta")))
+        Traceback (most recent call last):
+        ...
+        ValueError: f: model.device must be a cpu or cuda device, got 'meta'
+    """
+    from .options import OPTIONS
+
+    for name, device in candidates:
+        if device is None:
+            continue
+        try:
+            OPTIONS["device"].check(str(device))
+        except ValueError as e:
+            raise ValueError(f"{where}: {name} {e}{hint}") from None
+        return torch.device(device)
+    return torch.device("cpu")
 
 
 def _template(model: Any, length: int) -> torch.Tensor:
@@ -130,13 +184,14 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
     return (ids[:, None] * per_id + torch.arange(per_id)[None, :]).reshape(-1).to(device)
 
 
-def _rows_from_init(init: Any) -> torch.Tensor:
+def rows_from_init(init: Any, where: str = "mhfast.sample") -> torch.Tensor:
+    """``init`` checked to be a Long[B, T] tensor with B, T >= 1; errors read ``"<where>: init ..."``."""
     if not isinstance(init, torch.Tensor):
-        raise TypeError(f"mhfast.sample: init must be a LongTensor, got {type(init).__name__}")
+        raise TypeError(f"{where}: init must be a LongTensor, got {type(init).__name__}")
     if init.dtype != torch.long:
-        raise TypeError(f"mhfast.sample: init must be int64, got {init.dtype}")
+        raise TypeError(f"{where}: init must be int64, got {init.dtype}")
     if init.dim() != 2 or init.shape[0] == 0 or init.shape[1] == 0:
-        raise _err("init", f"must have shape [B, T] with B, T >= 1, got {tuple(init.shape)}")
+        raise ValueError(f"{where}: init must have shape [B, T] with B, T >= 1, got {tuple(init.shape)}")
     return init
 
 
@@ -211,6 +266,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if len(given) != 1:
         raise ValueError("mhfast.sample: give exactly one of length, init or source"
                          + (f" (got {', '.join(given)})" if given else " (got none)"))
+    check_devices("mhfast.sample", init=init, free_positions=free_positions, source=source, input_ids=input_ids)
     context = candidate_lengths = None
     if length is not None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
@@ -218,20 +274,18 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
         check_slots(model, 1, int(cfg.chains), length, cfg.device, "length")  # before the template row exists
         rows = _template(model, length)[None]
     elif init is not None:
-        rows = _rows_from_init(init)
+        rows = rows_from_init(init)
     else:
         context, candidate_lengths, rows = _rows_from_source(model, source, cfg.length_beam, free_positions)
-    device = cfg.device
-    if device is None:
-        device = getattr(model, "device", None) or (init.device if init is not None else torch.device("cpu"))
-    device = torch.device(device)
+    device = run_device("mhfast.sample", ("device", cfg.device), ("model.device", getattr(model, "device", None)),
+                        ("init's device", init.device if init is not None else None),
+                        hint=" (the chains live there unless device= says otherwise)")
     _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"),
                 device)
     rows = rows.to(device)
     is_pad, energy_mask = _energy_mask(model, rows)
     free = _free(free_positions, rows, energy_mask, int(model.mask_id))
-    if not bool(free.any()):
-        raise _err("init" if init is not None else "length", "leaves no free position to sample")
+    _check_each_row_moves(free, "init" if init is not None else "length")
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
     term_index = torch.arange(B, device=device) // per_source
@@ -248,6 +302,15 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
                       terms=terms)
     _check_allowed(problem, model)
     return problem
+
+
+def _check_each_row_moves(free: torch.Tensor, what: str) -> None:
+    """Every input must have a free position. Checked per row, not for the batch: whether a call fails must not
+    depend on which rows share it (mhfast.distributed and ``mhfast sample`` under torchrun shard the rows)."""
+    still = ~free.any(dim=1)
+    if bool(still.any()):
+        row = int(still.nonzero()[0, 0])
+        raise _err(f"{what} row {row}" if free.shape[0] > 1 else what, "leaves no free position to sample")
 
 
 #: Most token slots (inputs x chains x positions) one call may hold: index arithmetic of the ops and

@@ -116,6 +116,28 @@ class SampleResult:
         return (self.model_rows - self.init_rows) / max(self.proposals, 1)
 
 
+def target_label(energy: str, with_terms: bool) -> str:
+    """The name printed for a target energy (``best_energy``, ``energy``) of the ``energy`` option: ``E_raw`` /
+    ``E_local``, or ``E_raw+terms`` when extra energy terms are on, since their weighted sum is part of it.
+
+    Example:
+        >>> target_label("local", False), target_label("raw", True)
+        ('E_local', 'E_raw+terms')
+    """
+    return f"E_{energy}+terms" if with_terms else f"E_{energy}"
+
+
+def summary_epochs(burn_in: int, epochs: int) -> tuple[int, str]:
+    """``(first epoch, name)`` of the epochs a run's rates and means are taken over: the ones after burn-in, or
+    all of them when burn-in takes every epoch (there is none after it); the name says which.
+
+    Example:
+        >>> summary_epochs(2, 5), summary_epochs(5, 5)
+        ((2, 'post-burn-in epochs'), (0, 'all epochs, as burn-in takes every epoch'))
+    """
+    return (burn_in, "post-burn-in epochs") if burn_in < epochs else (0, "all epochs, as burn-in takes every epoch")
+
+
 def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Tensor:
     """Per source, the length candidate whose best sample has the lowest energy (per token); keeps it."""
     k = problem.inputs_per_source

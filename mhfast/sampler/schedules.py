@@ -55,7 +55,39 @@ def epoch_order(rng_keys: torch.Tensor, free: torch.Tensor, epoch: int, order: s
 
 
 def block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_free: torch.Tensor) -> torch.Tensor:
-    """Block size of each chain in ``epoch``: Long[M], clamped to [1, num_free].
+    """Block size of each chain in ``epoch``: Long[M], clamped to [1, num_free] (:func:`clamp_to_free`).
+
+    Example:
+        >>> block_sizes(4, 0, 3, torch.tensor([10, 3])).tolist()   # 3 free positions: one block of 3
+        [4, 3]
+    """
+    return clamp_to_free(requested_block_sizes(schedule, epoch, epochs, num_free), num_free)
+
+
+def clamp_to_free(sizes: torch.Tensor, num_free: torch.Tensor) -> torch.Tensor:
+    """Block sizes clamped to [1, num_free]: a chain with fewer free positions than its block proposes them all
+    at once (a batch mixes lengths, so one size cannot fit every input; :func:`oversized_block` finds the cases)."""
+    return torch.minimum(sizes, torch.clamp(num_free, min=1))
+
+
+def oversized_block(sizes: Sequence[torch.Tensor], num_free: torch.Tensor) -> tuple[int, int] | None:
+    """``(size, free positions)`` of the first chain whose requested block (per epoch, :func:`requested_block_sizes`)
+    is larger than its free positions (>= 1), or None when every block fits.
+
+    Example:
+        >>> oversized_block([torch.tensor([4, 4]), torch.tensor([2, 2])], torch.tensor([10, 3]))
+        (4, 3)
+    """
+    for requested in sizes:
+        over = (requested > num_free) & (num_free >= 1)
+        if bool(over.any()):
+            i = int(over.nonzero()[0, 0])
+            return int(requested[i]), int(num_free[i])
+    return None
+
+
+def requested_block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_free: torch.Tensor) -> torch.Tensor:
+    """Block size of each chain in ``epoch`` as the schedule gives it (Long[M], before :func:`clamp_to_free`).
 
     Default (``None``, appendix D: large blocks first for fast mixing, then smaller ones,
     eventually 1): linear shrink from ``b0 = max(2, n // 4)`` at epoch 0 to 1 at the last epoch,
@@ -81,7 +113,7 @@ def block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_free: torc
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise ValueError(f"mhfast.sample: block_schedule must give ints >= 1, got {b!r} at epoch {epoch}")
         sizes = torch.full_like(num_free, b)
-    return torch.minimum(sizes, torch.clamp(num_free, min=1))
+    return sizes
 
 
 @dataclass

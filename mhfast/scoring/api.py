@@ -17,7 +17,6 @@ Example:
 """
 from __future__ import annotations
 
-import operator
 from collections import namedtuple
 from typing import Any, Sequence
 
@@ -25,11 +24,12 @@ import torch
 
 from ..models.base import check_rows_fit
 from ..sampler.backend import get_backend
-from ..sampler.problem import INT64_MAX, checked_positions, long_tensor
+from ..sampler.problem import check_devices, checked_positions, run_device
 from ..sampler.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
 from .terms import masked_terms
+from .text import id_row
 
 ENERGIES = ("raw", "local")
 
@@ -52,11 +52,11 @@ class Energies(namedtuple("Energies", ["e_raw", "e_local"])):
         return self
 
 
-def _err(name: str, msg: str) -> ValueError:
-    return ValueError(f"mhfast.energy: {name} {msg}")
+def _err(name: str, msg: str, where: str = "mhfast.energy") -> ValueError:
+    return ValueError(f"{where}: {name} {msg}")
 
 
-def as_model(model: Any) -> Any:
+def as_model(model: Any, where: str = "mhfast.energy") -> Any:
     """The model protocol object of anything the sampler accepts, a transformers model object, a
     local directory or a hub id (``mhfast.models.loading.load_masked_lm``)."""
     from ..models.loading import load_masked_lm
@@ -64,20 +64,21 @@ def as_model(model: Any) -> Any:
     lm = load_masked_lm(model)
     for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
         if not hasattr(lm, attr):
-            raise TypeError(f"mhfast.energy: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+            raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
     return lm
 
 
-def _token_values(seq: Any) -> list[int] | None:
-    """The ints of one token id sequence (numpy's too), or None when it is not one (a float, a bool, a nested
-    list, a string)."""
-    items = seq.tolist() if isinstance(seq, torch.Tensor) else list(seq)
-    if any(isinstance(v, bool) for v in items):
-        return None
-    try:
-        return [operator.index(v) for v in items]
-    except TypeError:
-        return None
+def check_options(where: str, max_tokens_per_batch: Any, backend: Any, **flags: Any) -> None:
+    """The plain options of :func:`energy` and :func:`mhfast.score`, before any work; errors name ``where`` and
+    the option (``flags``: options that must be True or False, e.g. ``per_position``)."""
+    if max_tokens_per_batch is not None and (isinstance(max_tokens_per_batch, bool)
+                                             or not isinstance(max_tokens_per_batch, int) or max_tokens_per_batch < 1):
+        raise _err("max_tokens_per_batch", f"must be an int >= 1 or None (from free memory), got "
+                   f"{max_tokens_per_batch!r}", where)
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{where}: {name} must be True or False, got {value!r}")
+    get_backend(backend, where)
 
 
 def pad_sequences(tokens: Any, pad_id: int, vocab_size: int | None = None) -> torch.Tensor:
@@ -95,32 +96,33 @@ def pad_sequences(tokens: Any, pad_id: int, vocab_size: int | None = None) -> to
         raise TypeError("mhfast.energy: tokens must be a LongTensor [B, T] or a non-empty list of token id sequences")
     rows = []
     for b, seq in enumerate(tokens):
-        values = _token_values(seq)
-        if not values:
-            raise _err("tokens", f"[{b}] must be a non-empty 1-D sequence of token ids")
-        high, space = (INT64_MAX, "") if vocab_size is None else (int(vocab_size), "the vocabulary ")
-        rows.append(long_tensor(values, f"mhfast.energy: tokens[{b}]: token id", 0, high, space))
+        row = id_row(seq, f"mhfast.energy: tokens[{b}]", vocab_size, f"mhfast.energy: tokens[{b}]: token id")
+        if row.numel() == 0:
+            raise _err(f"tokens[{b}]", "must be a non-empty 1-D sequence of token ids")
+        rows.append(row)
     out = torch.full((len(rows), max(len(r) for r in rows)), int(pad_id), dtype=torch.long)
     for b, row in enumerate(rows):
         out[b, :len(row)] = row
     return out
 
 
-def energy_positions(model: Any, tokens: torch.Tensor) -> torch.Tensor:
-    """Bool[B, T]: the positions in the energy (the sampler's rule: non-pad, non-special), checked."""
+def energy_positions(model: Any, tokens: torch.Tensor, where: str = "mhfast.energy", name: str = "tokens"
+                     ) -> torch.Tensor:
+    """Bool[B, T]: the positions in the energy (the sampler's rule: non-pad, non-special), checked; errors read
+    ``"<where>: <name> ..."``."""
     V, pad_id, mask_id = int(model.vocab_size), int(model.pad_id), int(model.mask_id)
     bad = (tokens < 0) | (tokens >= V)
     if bool(bad.any()):
-        raise _err("tokens", f"contains token id {int(tokens[bad][0])}, outside the vocabulary [0, {V})")
+        raise _err(name, f"contains token id {int(tokens[bad][0])}, outside the vocabulary [0, {V})", where)
     is_pad = tokens == pad_id
     if bool((is_pad[:, :-1] & ~is_pad[:, 1:]).any()):
-        raise _err("tokens", f"must be padded at the end of each row (pad_id={pad_id} followed by a token)")
+        raise _err(name, f"must be padded at the end of each row (pad_id={pad_id} followed by a token)", where)
     if bool(is_pad.all(dim=1).any()):
-        raise _err("tokens", "has a row of length 0 (only padding)")
+        raise _err(name, "has a row of length 0 (only padding)", where)
     if bool((tokens == mask_id).any()):
         b, t = (tokens == mask_id).nonzero()[0].tolist()
-        raise _err("tokens", f"holds mask_id ({mask_id}) at row {b}, position {t}: scoring needs complete "
-                   "sequences (for a CMLM, a word missing from the target dictionary becomes <unk>, its mask)")
+        raise _err(name, f"holds mask_id ({mask_id}) at row {b}, position {t}: scoring needs complete "
+                   "sequences (for a CMLM, a word missing from the target dictionary becomes <unk>, its mask)", where)
     special = torch.zeros(V, dtype=torch.bool, device=tokens.device)
     ids = [int(i) for i in model.special_ids if 0 <= int(i) < V] + [pad_id]
     special[torch.tensor(ids, dtype=torch.long, device=tokens.device)] = True
@@ -152,17 +154,12 @@ def _check_energy(energy: Any) -> tuple[str, ...]:
     return names
 
 
-def _check_max_tokens(max_tokens: Any) -> None:
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise _err("max_tokens_per_batch", f"must be an int >= 1 or None (from free memory), got {max_tokens!r}")
-
-
 def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *, source: Any = None,
                   word_ids: torch.Tensor | None = None, max_tokens_per_batch: int | None = None,
                   backend: str = "compiled") -> tuple[torch.Tensor, torch.Tensor]:
     """(raw, local) terms f32[B, T] of checked inputs; rows are scored longest first, returned in order."""
-    device = getattr(model, "device", None) or tokens.device
-    device = torch.device(device)
+    device = run_device("mhfast.energy", ("model.device", getattr(model, "device", None)),
+                        ("tokens' device", tokens.device), hint=" (the sequences are scored there)")
     tokens, score_mask = tokens.to(device), score_mask.to(device)
     context, ctx_index = _context(model, source, tokens.shape[0], device)
     lengths = (tokens != int(model.pad_id)).sum(dim=1)
@@ -208,7 +205,8 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
         :class:`Energies` ``(e_raw, e_local)``: f32[B] each, summed in float64 like the sampler.
     """
     names = _check_energy(energy)
-    _check_max_tokens(max_tokens_per_batch)
+    check_options("mhfast.energy", max_tokens_per_batch, backend, per_position=per_position)
+    check_devices("mhfast.energy", tokens=tokens, free_positions=free_positions, source=source)
     lm = as_model(model)
     rows = pad_sequences(tokens, int(lm.pad_id), int(lm.vocab_size))
     check_rows_fit(lm, rows, int(lm.pad_id), lambda b: f"mhfast.energy: tokens row {b}")

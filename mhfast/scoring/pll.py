@@ -27,8 +27,9 @@ from typing import Any, Sequence
 import torch
 
 from ..models.base import check_length
+from ..sampler.problem import check_devices
 from ..sampler.runner import sum_terms
-from .api import as_model, compute_terms, energy_positions, _check_max_tokens
+from .api import as_model, check_options, compute_terms, energy_positions
 from .text import Encoded, encode
 
 METRICS = ("original", "within_word_l2r")
@@ -85,21 +86,36 @@ def _result(enc: Encoded, scored: torch.Tensor, raw: torch.Tensor, local: torch.
                          word_scores=word_scores)
 
 
-def _encode_all(lm: Any, items: Sequence[Any]) -> list[Encoded | None]:
-    """Each sequence encoded (None for an empty text) and checked to fit the model's positions; errors name
-    ``sequences[k]``."""
+def _encode_all(model: Any, lm: Any, items: Sequence[Any]) -> list[Encoded | None]:
+    """Each item encoded (``model``: the model or its Translator; None for an empty text), checked to fit the
+    model's positions and against ``lm``'s vocabulary; an error names the item (``sequences[k]``), not the padded
+    batch it would be scored in."""
     out: list[Encoded | None] = []
     for k, item in enumerate(items):
         if isinstance(item, str) and not item.strip():
             out.append(None)  # an empty text scores 0 with no tokens
             continue
         try:
-            enc = encode(lm, item)
-        except ValueError as e:
-            raise ValueError(f"mhfast.score: sequences[{k}]: {e}") from None
-        check_length(lm, int(enc.ids.numel()), f"mhfast.score: sequences[{k}]")
+            enc = encode(model, item)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"mhfast.score: sequences[{k}]: {e}") from None
+        check_length(model, int(enc.ids.numel()), f"mhfast.score: sequences[{k}]")
+        energy_positions(lm, enc.ids[None], "mhfast.score", f"sequences[{k}]")
         out.append(enc)
     return out
+
+
+def _check_sources(lm: Any, translator: Any, sources: Any, count: int) -> None:
+    """``sources``: one per sequence for a conditional model (a CMLM or its Translator), none otherwise."""
+    conditional = translator is not None or callable(getattr(lm, "predict_lengths", None))
+    if sources is None and not conditional:
+        return
+    if not conditional:
+        raise ValueError("mhfast.score: sources needs a conditional model (with encode and predict_lengths)")
+    if sources is None or isinstance(sources, (str, torch.Tensor)) or not isinstance(sources, Sequence) \
+            or len(sources) != count:
+        raise ValueError(f"mhfast.score: sources must give one source per sequence ({count}): the model is "
+                         "conditional")
 
 
 def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None = None, metric: str = "original",
@@ -115,14 +131,14 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
     """
     if metric not in METRICS:
         raise ValueError(f"mhfast.score: metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    _check_max_tokens(max_tokens_per_batch)
+    check_options("mhfast.score", max_tokens_per_batch, backend)
     if isinstance(sequences, (str, torch.Tensor)) or not isinstance(sequences, Sequence):
         raise TypeError("mhfast.score: sequences must be a list of texts or token id sequences")
+    check_devices("mhfast.score", sequences=sequences, sources=sources)
     translator = model if hasattr(model, "cmlm") and hasattr(model, "processor") else None
-    lm = translator.cmlm if translator is not None else as_model(model)
-    if (sources is not None or translator is not None) and (sources is None or len(sources) != len(sequences)):
-        raise ValueError("mhfast.score: sources must give one source per sequence (conditional models need them)")
-    encoded = _encode_all(translator or lm, sequences)
+    lm = translator.cmlm if translator is not None else as_model(model, "mhfast.score")
+    _check_sources(lm, translator, sources, len(sequences))
+    encoded = _encode_all(translator or lm, lm, sequences)
     keep = [k for k, e in enumerate(encoded) if e is not None]
     results = [SequenceScore(0.0, 0.0) for _ in sequences]
     if not keep:

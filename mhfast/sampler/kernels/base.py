@@ -11,6 +11,8 @@ Example (a do-nothing kernel that satisfies the protocol):
     ...     name = "frozen"
     ...     supports_extra_energy = False
     ...     hastings = False
+    ...     always_accepts = True
+    ...     uses_blocks = False
     ...     def __init__(self, ctx): self.ctx = ctx
     ...     def init(self, state): return state
     ...     def sweep(self, state, epoch): return []
@@ -38,6 +40,11 @@ class Kernel(Protocol):
     #: whether the acceptance test has the Hastings ratio of the proposal (then any proposal with
     #: full support is exact, e.g. a uniform_mix share; Gibbs kernels accept every proposal)
     hastings: bool
+    #: whether every proposal is accepted (no MH test): the target temperature, its annealing and forced
+    #: acceptance then have nothing to act on (the option spec rejects them)
+    always_accepts: bool
+    #: whether the kernel proposes blocks of positions (then ``block_schedule`` sets their sizes)
+    uses_blocks: bool
 
     def init(self, state: ChainState) -> ChainState:
         """The state the first epoch starts from (e.g. energies and cache computed)."""

@@ -19,3 +19,4 @@ class BlockGibbs(BlockMH):
     gibbs = True
     supports_extra_energy = False  # always accepts: it cannot honour energy terms
     hastings = False  # uniform_mix must be 0
+    always_accepts = True

@@ -11,16 +11,29 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 
 from ..block_moves import block_move
-from ..schedules import BlockStep, Epoch, block_sizes, block_step_plan, epoch_order, steps_per_epoch, uses_single_site
+from ..schedules import (BlockStep, Epoch, block_step_plan, clamp_to_free, epoch_order, oversized_block,
+                         requested_block_sizes, steps_per_epoch, uses_single_site)
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
 
 RESCORE = "rescore"
+
+
+def _warn_oversized(requested: list[torch.Tensor], num_free: torch.Tensor) -> None:
+    """A warning (not silence) when ``block_schedule`` asks for more positions than an input has free: that input's
+    blocks are clamped to all of its free positions. Clamping stays, since one size must serve a batch of inputs of
+    different lengths; the default schedule never asks for more than an input has."""
+    over = oversized_block(requested, num_free)
+    if over is not None:
+        warnings.warn(f"mhfast.sample: block_schedule gives blocks of {over[0]} positions, more than an input's "
+                      f"{over[1]} free positions: that input's blocks are clamped to its free positions (all of "
+                      "them proposed at once)", stacklevel=4)
 
 
 class BlockMH:
@@ -30,6 +43,8 @@ class BlockMH:
     gibbs = False
     supports_extra_energy = True  #: block Gibbs (a subclass) turns it off
     hastings = True  #: likewise
+    always_accepts = False  #: likewise
+    uses_blocks = True
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -41,7 +56,10 @@ class BlockMH:
     def init(self, state: ChainState) -> ChainState:
         cfg = self.ctx.config
         # Block sizes per epoch, on the host copy of the free counts (no device sync in the loop).
-        self._sizes = [block_sizes(cfg.block_schedule, e, cfg.epochs, state.num_free_host) for e in range(cfg.epochs)]
+        n = state.num_free_host
+        requested = [requested_block_sizes(cfg.block_schedule, e, cfg.epochs, n) for e in range(cfg.epochs)]
+        _warn_oversized(requested, n)
+        self._sizes = [clamp_to_free(sizes, n) for sizes in requested]
         self._single_site = not self.gibbs and any(uses_single_site(state.num_free_host, s) for s in self._sizes)
         if self.gibbs:
             return state

@@ -29,6 +29,8 @@ class DegenerateGibbs:
     name = "gibbs"
     supports_extra_energy = False  # always accepts: it cannot honour energy terms
     hastings = False  # nor a proposal other than the MLM conditional (uniform_mix must be 0)
+    always_accepts = True
+    uses_blocks = False
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx

@@ -29,6 +29,8 @@ class SingleSiteMH:
     name = "mh"
     supports_extra_energy = True
     hastings = True
+    always_accepts = False
+    uses_blocks = False
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
