@@ -137,8 +137,11 @@ class RunMonitor:
         draws = self.recorder.input_draws(b, self.cfg.burn_in).numpy()
         if draws.shape[1] < diagnostics.MIN_DRAWS:
             return False
-        return diagnostics.meets(diagnostics.diagnose(draws, self.recorder.names, self.stats), self.until_rhat,
-                                 self.min_ess)
+        for stat in self.stats:  # one at a time: the first that fails decides (each costs ~1 ms per summary)
+            if not diagnostics.meets(diagnostics.diagnose(draws, self.recorder.names, (stat,)), self.until_rhat,
+                                     self.min_ess):
+                return False
+        return True
 
     def site_totals(self, state: ChainState) -> torch.Tensor:
         """Long[3, M, T]: every chain's cumulative per-position tallies (stopped chains: their last)."""

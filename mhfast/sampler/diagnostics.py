@@ -78,19 +78,20 @@ def diagnose(draws: np.ndarray, names: Sequence[str], stats: Sequence[str] = STA
 
 
 def meets(diag: Mapping[str, Mapping[str, float]], until_rhat: float | None, min_ess: float | None) -> bool:
-    """Whether EVERY summary meets both criteria: R-hat < ``until_rhat`` and bulk and tail ESS >= ``min_ess``
-    (a criterion that is None is not asked; NaN never meets one).
+    """Whether EVERY summary meets the criteria of the diagnostics in ``diag``: R-hat < ``until_rhat``, bulk and
+    tail ESS >= ``min_ess`` (a criterion that is None is not asked; NaN never meets one).
 
     Example:
         >>> meets({"rhat": {"a": 1.005, "b": 1.2}}, 1.01, None), meets({"rhat": {"a": 1.005}}, 1.01, None)
         (False, True)
     """
-    ok = True
-    if until_rhat is not None:
-        ok &= all(v < until_rhat for v in diag["rhat"].values())  # NaN < x is False
-    if min_ess is not None:
-        ok &= all(v >= min_ess for key in ("ess_bulk", "ess_tail") for v in diag[key].values())
-    return bool(ok)
+    for stat, values in diag.items():
+        if stat == "rhat" and until_rhat is not None and not all(v < until_rhat for v in values.values()):
+            return False  # (NaN < x is False)
+        if stat in ("ess_bulk", "ess_tail") and min_ess is not None and not all(v >= min_ess
+                                                                               for v in values.values()):
+            return False
+    return True
 
 
 def needed_stats(until_rhat: float | None, min_ess: float | None) -> tuple[str, ...]:
@@ -111,6 +112,16 @@ def summary_rows(draws: np.ndarray, names: Sequence[str], diag: Mapping[str, Map
     return rows
 
 
+def format_rhat(value: float) -> str:
+    """R-hat with 3 decimals, or 3 significant digits when huge (chains that never meet: 6.5e+15), or nan.
+
+    Example:
+        >>> format_rhat(1.0049), format_rhat(6.47e15), format_rhat(float("nan"))
+        ('1.005', '6.47e+15', 'nan')
+    """
+    return f"{value:.3f}" if value < 100 or value != value else f"{value:.3g}"
+
+
 def format_table(rows_per_input: Sequence[tuple[str, Sequence[dict]]], chains: int) -> str:
     """The rows of :func:`summary_rows` of each input as one fixed-width table; ``!`` marks an R-hat at or
     above :data:`RHAT_GOOD` or an ESS below :data:`ESS_PER_CHAIN` x ``chains`` (ArviZ's thresholds)."""
@@ -124,7 +135,7 @@ def format_table(rows_per_input: Sequence[tuple[str, Sequence[dict]]], chains: i
             lines.append(f"{label:<10} {r['name']:<12} {r['mean']:>11.4g} {r['sd']:>9.3g} {r['mcse_mean']:>9.3g} "
                          f"{r['ess_bulk']:>8.0f}{flag(r['ess_bulk'] >= min_ess)} "
                          f"{r['ess_tail']:>8.0f}{flag(r['ess_tail'] >= min_ess)} "
-                         f"{r['r_hat']:>6.3f}{flag(r['r_hat'] < RHAT_GOOD)}")
+                         f"{format_rhat(r['r_hat']):>6}{flag(r['r_hat'] < RHAT_GOOD)}")
     lines.append(f"! = r_hat >= {RHAT_GOOD} or ess < {min_ess} ({ESS_PER_CHAIN} per chain x {chains} chains; "
                  "ArviZ's thresholds)")
     return "\n".join(lines)

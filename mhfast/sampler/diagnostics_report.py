@@ -71,7 +71,7 @@ def input_line(result: Any, b: int) -> str:
     draws = input_draws(result, b).shape[1]
     epochs = int(result.epochs_run[b]) if result.epochs_run is not None else len(result.e_raw)
     conv = "" if result.converged is None else f"  converged {'yes' if bool(result.converged[b]) else 'no'}"
-    return (f"input {b}: max r_hat {rv:.3f} ({rn})  min ess_bulk {bv:.0f} ({bn})  min ess_tail {tv:.0f} ({tn})  "
+    return (f"input {b}: max r_hat {diagnostics.format_rhat(rv)} ({rn})  min ess_bulk {bv:.0f} ({bn})  min ess_tail {tv:.0f} ({tn})  "
             f"draws {draws} x {result.traces.shape[1]} chains  epochs {epochs}{conv}")
 
 
