@@ -112,6 +112,28 @@ def summary_rows(draws: np.ndarray, names: Sequence[str], diag: Mapping[str, Map
     return rows
 
 
+def verdict_line(label: str, diag: Mapping[str, Mapping[str, float]], draws: int, chains: int, epochs: int,
+                 converged: bool | None) -> str:
+    """One line per input: the worst R-hat and ESS over its summaries (and which summary), draws, epochs and,
+    with until_rhat / min_ess, whether it converged.
+
+    Example:
+        >>> d = {"rhat": {"e_raw": 1.002, "proj_0": 1.04}, "ess_bulk": {"e_raw": 900.0, "proj_0": 350.0},
+        ...      "ess_tail": {"e_raw": 800.0, "proj_0": 420.0}}
+        >>> verdict_line("input 1", d, 200, 4, 210, False)
+        'input 1: max r_hat 1.040 (proj_0)  min ess_bulk 350 (proj_0)  min ess_tail 420 (proj_0)  draws 200 x 4 chains  epochs 210  converged no'
+    """
+    def worst(stat: str, largest: bool) -> tuple[str, float]:
+        bad = float("inf") if largest else -1.0  # NaN is the worst of all
+        key = lambda kv: bad if kv[1] != kv[1] else kv[1]  # noqa: E731
+        return (max if largest else min)(diag[stat].items(), key=key)
+
+    (rn, rv), (bn, bv), (tn, tv) = worst("rhat", True), worst("ess_bulk", False), worst("ess_tail", False)
+    conv = "" if converged is None else f"  converged {'yes' if converged else 'no'}"
+    return (f"{label}: max r_hat {format_rhat(rv)} ({rn})  min ess_bulk {bv:.0f} ({bn})  min ess_tail {tv:.0f} ({tn})  "
+            f"draws {draws} x {chains} chains  epochs {epochs}{conv}")
+
+
 def format_rhat(value: float) -> str:
     """R-hat with 3 decimals, or 3 significant digits when huge (chains that never meet: 6.5e+15), or nan.
 

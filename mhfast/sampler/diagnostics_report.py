@@ -56,23 +56,24 @@ def summary(result: Any, inputs: Any = None) -> str:
     chosen = range(B) if inputs is None else list(inputs)
     diags = result.diagnostics
     rows = [(str(b), diagnostics.summary_rows(input_draws(result, b), result.trace_names, diags[b])) for b in chosen]
-    lines = [diagnostics.format_table(rows, result.traces.shape[1])]
-    for b in chosen:
-        lines.append(input_line(result, b))
-    return "\n".join(lines)
+    return "\n".join([diagnostics.format_table(rows, result.traces.shape[1])] + [input_line(result, b) for b in chosen])
 
 
-def input_line(result: Any, b: int) -> str:
-    """One line per input: the worst R-hat and ESS over its summaries (and which), epochs, converged."""
-    d = result.diagnostics[b]
-    worst = lambda key, pick: pick(d[key].items(), key=lambda kv: (np.nan_to_num(kv[1], nan=np.inf)  # noqa: E731
-                                                                    if pick is max else np.nan_to_num(kv[1], nan=-1)))
-    (rn, rv), (bn, bv), (tn, tv) = worst("rhat", max), worst("ess_bulk", min), worst("ess_tail", min)
-    draws = input_draws(result, b).shape[1]
+def input_line(result: Any, b: int, label: str | None = None) -> str:
+    """One line per input (:func:`mhfast.sampler.diagnostics.verdict_line`): worst R-hat and ESS, draws, epochs,
+    converged; ``label`` default ``"input b"``."""
     epochs = int(result.epochs_run[b]) if result.epochs_run is not None else len(result.e_raw)
-    conv = "" if result.converged is None else f"  converged {'yes' if bool(result.converged[b]) else 'no'}"
-    return (f"input {b}: max r_hat {diagnostics.format_rhat(rv)} ({rn})  min ess_bulk {bv:.0f} ({bn})  min ess_tail {tv:.0f} ({tn})  "
-            f"draws {draws} x {result.traces.shape[1]} chains  epochs {epochs}{conv}")
+    return diagnostics.verdict_line(label or f"input {b}", result.diagnostics[b], input_draws(result, b).shape[1],
+                                    result.traces.shape[1], epochs,
+                                    None if result.converged is None else bool(result.converged[b]))
+
+
+def input_report(result: Any, b: int) -> dict[str, Any]:
+    """Input ``b``'s diagnostics as plain data (for files and the commands): ``rhat``, ``ess_bulk``, ``ess_tail``,
+    ``mcse_mean`` (per summary), ``draws``, ``epochs_run``, ``converged`` (None without until_rhat/min_ess)."""
+    return {**result.diagnostics[b], "draws": int(input_draws(result, b).shape[1]),
+            "epochs_run": int(result.epochs_run[b]) if result.epochs_run is not None else len(result.e_raw),
+            "converged": None if result.converged is None else bool(result.converged[b])}
 
 
 def arviz_dict(result: Any) -> dict[str, Any]:
@@ -123,3 +124,26 @@ def position_rates(result: Any) -> tuple[Any, Any]:
     proposals = result.position_proposals.sum(dim=1).double()
     return ((result.position_accepted.sum(dim=1) / proposals).float(),
             (result.position_changed.sum(dim=1) / proposals).float())
+
+
+def trace_panel(result: Any, b: int, energy: str) -> dict[str, Any]:
+    """Input ``b``'s ``energy`` ("raw"/"local") trace per chain with its R-hat, as plain data for a plot
+    (``mhfast ... --plot-traces``): ``energy``, ``trace`` [C][D], ``epochs``, ``burn_in``, ``rhat``, ``max_rhat``,
+    ``converged``, ``epochs_run``."""
+    name = f"e_{energy}"
+    report = input_report(result, b)
+    return {"energy": name, "trace": result.traces[b, :, :, result.trace_names.index(name)].tolist(),
+            "epochs": result.trace_epochs.tolist(), "burn_in": int(result.burn_in), "rhat": report["rhat"][name],
+            "max_rhat": max(report["rhat"].values(), key=lambda v: float("inf") if v != v else v),
+            "converged": report["converged"], "epochs_run": report["epochs_run"]}
+
+
+def per_input_reports(result: Any, energy: str) -> list[dict[str, Any]]:
+    """Per input, plain data for the commands: ``report`` (:func:`input_report`), ``rows`` (the summary table's,
+    :func:`mhfast.sampler.diagnostics.summary_rows`) and ``panel`` (:func:`trace_panel` of ``energy``)."""
+    out = []
+    for b in range(result.traces.shape[0]):
+        out.append({"report": input_report(result, b), "panel": trace_panel(result, b, energy),
+                    "rows": diagnostics.summary_rows(input_draws(result, b), result.trace_names,
+                                                     result.diagnostics[b])})
+    return out
