@@ -18,7 +18,7 @@ import argparse
 import os
 from typing import Any, Sequence
 
-MAX_PANELS = 12  #: inputs drawn by --plot-traces (the first ones): more panels would be unreadable
+from ..sampler.trace_plot import MAX_PANELS, plot_traces  # noqa: F401  (the commands' plotter)
 
 
 def add_arguments(p: Any) -> None:
@@ -61,41 +61,6 @@ def check(args: argparse.Namespace) -> None:
 def wanted(args: argparse.Namespace) -> bool:
     """Whether the run must keep per-input diagnostics (for printing or plotting)."""
     return bool(args.diagnostics or args.plot_traces)
-
-
-def plot_traces(path: str, panels: Sequence[dict]) -> None:
-    """One panel per input (the first :data:`MAX_PANELS`): energy per chain over the traced sweeps, burn-in
-    shaded, a stop (until_rhat) marked, R-hat of that energy and the largest over all summaries in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
-
-    from ..sampler.diagnostics import format_rhat
-
-    panels = list(panels)[:MAX_PANELS]
-    cols = min(3, max(len(panels), 1))
-    rows = -(-max(len(panels), 1) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
-    for ax, p in zip(axes.flat, panels):
-        x = [e + 1 for e in p["epochs"]]
-        for c, ys in enumerate(p["trace"]):
-            ax.plot(x, ys, lw=0.9, label=f"chain {c}")
-        ax.axvspan(0.5, p["burn_in"] + 0.5, color="0.9", lw=0)  # burn-in epochs: not in the diagnostics
-        if p["converged"]:
-            ax.axvline(p["epochs_run"], color="k", ls=":", lw=0.8)
-        ax.set_title(f"{p['label']}: R-hat({p['energy']}) {format_rhat(p['rhat'])}, max {format_rhat(p['max_rhat'])}",
-                     fontsize=9)
-        ax.set_xlabel("epoch (sweep)", fontsize=8)
-        ax.set_ylabel(p["energy"].replace("e_", "E_"), fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    if panels and len(panels[0]["trace"]) <= 8:
-        axes.flat[0].legend(fontsize=6, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def energy_path(path: str, energy: str, energies: Sequence[str]) -> str:

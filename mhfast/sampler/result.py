@@ -135,6 +135,13 @@ class SampleResult:
         """The traces as ArviZ data (DataTree with arviz >= 1, InferenceData with 0.x); needs xarray and ArviZ."""
         return diagnostics_report.to_arviz(self)
 
+    def plot_traces(self, path: str, energy: str = "local", inputs: Any = None) -> None:
+        """Each input's ``energy`` trace per chain (burn-in shaded, R-hat in the title) into the image ``path``
+        (:mod:`mhfast.sampler.trace_plot`; needs matplotlib); ``inputs``: which (default the first 12)."""
+        from .trace_plot import plot_result
+
+        plot_result(self, path, energy, inputs)
+
     def position_rates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per input and position (pooled over chains, after burn-in): ``(acceptance f32[B, T], changed f32[B, T])``."""
         return diagnostics_report.position_rates(self)
