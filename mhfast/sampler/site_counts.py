@@ -36,8 +36,10 @@ class SiteCounts:
         self._totals = torch.zeros(3, num_chains * length, dtype=torch.long)
         # (chains Long[n], positions Long[n] or Long[n, K] with -1 for an unused slot)
         self._proposed: list[tuple[torch.Tensor, torch.Tensor]] = []
-        # (chains, positions, rejected Bool[n], changed Bool[n] or Bool[n, K])
-        self._decided: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # (chains, positions, accepted Bool[n] or None (taken), tested Bool[n] or None (all), differs Bool[n(, K)] or
+        # None): decided at reduce time, so that filing stays one list append per step (no op in the step)
+        self._decided: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None,
+                                  torch.Tensor | None]] = []
         self._pending = 0
 
     def proposed(self, chains: torch.Tensor, positions: torch.Tensor) -> None:
@@ -52,22 +54,16 @@ class SiteCounts:
         state's tokens ``current`` Long[M, T]; None: a single-site proposal, which differs by construction).
         ``where`` (Bool[n]; None: all) marks the chains that really proposed X' != X (the static step tests
         every chain)."""
-        tested = torch.ones_like(accepted) if where is None else where
-        changed = accepted & tested
-        if proposed is not None:  # computed now: ``current`` is the state before the step, later overwritten
-            changed = changed[:, None] & self._differs(chains, positions, proposed, current)
-        self._file(self._decided, (chains, positions, ~accepted & tested, changed), chains.shape[0])
+        # a block's differences are taken now: ``current`` is the state before the step (later ones replace it)
+        differs = None if proposed is None else self._differs(chains, positions, proposed, current)
+        self._file(self._decided, (chains, positions, accepted, where, differs), chains.shape[0])
 
     def taken(self, chains: torch.Tensor, positions: torch.Tensor, changed: torch.Tensor | None = None,
               proposed: torch.Tensor | None = None, current: torch.Tensor | None = None) -> None:
-        """Proposals accepted without a test (Gibbs moves): ``changed`` (Bool[n]) or, for blocks, the positions
-        whose ``proposed`` token differs from ``current``'s."""
-        if proposed is not None:
-            changed = self._differs(chains, positions, proposed, current)
-        elif changed is None:
-            changed = torch.ones(chains.shape[0], dtype=torch.bool, device=chains.device)
-        rejected = torch.zeros(chains.shape[0], dtype=torch.bool, device=chains.device)
-        self._file(self._decided, (chains, positions, rejected, changed), chains.shape[0])
+        """Proposals accepted without a test (Gibbs moves): ``changed`` (Bool[n]; None: all) or, for blocks, the
+        positions whose ``proposed`` token differs from ``current``'s."""
+        differs = changed if proposed is None else self._differs(chains, positions, proposed, current)
+        self._file(self._decided, (chains, positions, None, None, differs), chains.shape[0])
 
     @staticmethod
     def _differs(chains: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor, current: torch.Tensor
@@ -94,21 +90,47 @@ class SiteCounts:
         return index.reshape(-1), weight.reshape(-1)
 
     def _reduce(self) -> None:
-        """Fold the pending entries into the totals (one ``index_add_`` per count, one host copy)."""
+        """Fold the pending entries into the totals: single-site entries concatenated (a few ops for all of them),
+        block entries (several positions, their own widths) one by one; one host copy."""
         if not self._pending:
             return
         delta = torch.zeros(3, self.num_chains * self.length, dtype=torch.long, device=self.device)
-        for chains, positions in self._proposed:
+        for chains, positions in self._batched(self._proposed, 2):
             index, weight = self._flat(chains, positions, torch.ones_like(chains))
             delta[0].index_add_(0, index, weight)
             delta[1].index_add_(0, index, weight)  # accepted unless a test rejected it (below)
-        for chains, positions, rejected, changed in self._decided:
-            index, weight = self._flat(chains, positions, rejected)
-            delta[1].index_add_(0, index, -weight)
-            index, weight = self._flat(chains, positions, changed)
-            delta[2].index_add_(0, index, weight)
+        for entry in self._batched(self._decided, 5):
+            self._decide(delta, *entry)
         self._totals += delta.cpu()
         self._proposed, self._decided, self._pending = [], [], 0
+
+    @staticmethod
+    def _batched(entries: list[tuple], width: int) -> list[tuple]:
+        """The entries with one position each and the same fields given, concatenated into one entry per such
+        group; entries with several positions (blocks) as they are."""
+        groups: dict[tuple, list[tuple]] = {}
+        out = []
+        for e in entries:
+            if e[1].dim() == 2:
+                out.append(e)
+            else:
+                groups.setdefault(tuple(x is None for x in e), []).append(e)
+        for es in groups.values():
+            out.append(tuple(None if es[0][i] is None else torch.cat([e[i] for e in es]) for i in range(width)))
+        return out
+
+    def _decide(self, delta: torch.Tensor, chains: torch.Tensor, positions: torch.Tensor,
+                accepted: torch.Tensor | None, tested: torch.Tensor | None, differs: torch.Tensor | None) -> None:
+        """One (possibly concatenated) entry of decided proposals into ``delta``'s accepted and changed rows."""
+        changed = torch.ones_like(chains, dtype=torch.bool)  # taken (Gibbs): accepted without a test
+        if accepted is not None:  # an MH test: a rejection counts at every position of its proposal
+            changed = accepted if tested is None else accepted & tested
+            index, weight = self._flat(chains, positions, ~accepted if tested is None else ~accepted & tested)
+            delta[1].index_add_(0, index, -weight)
+        if differs is not None:  # a block's positions that got another token (a Gibbs move's changed)
+            changed = (changed[:, None] if differs.dim() == 2 else changed) & differs
+        index, weight = self._flat(chains, positions, changed)
+        delta[2].index_add_(0, index, weight)
 
     def snapshot(self) -> torch.Tensor:
         """CPU Long[3, M, T]: each chain's (proposals, accepted, changed) per position so far."""
