@@ -33,6 +33,7 @@ time. Writes its section of bench/RESULTS.md.
 
     python3 bench/bench_ess.py                              # the default cases, ~15 min of one core
     python3 bench/bench_ess.py --quick --no-write           # a smoke run (seconds)
+    python3 bench/bench_ess.py --cases cmlm --samplers mh   # re-measure some rows (the section keeps the others)
 """
 from __future__ import annotations
 
@@ -182,22 +183,41 @@ def case_rows(case: dict, samplers: list[str]) -> tuple[list[str], list[float]]:
     return rows, shares
 
 
-def report(cases: list[dict], rows: list[str], shares: list[float], seconds: float) -> str:
-    lines = [f"Machine: {results_md.machine_description()}.", f"Whole run: {seconds / 60:.1f} min of wall time.", ""]
-    lines += [f"* `{c['name']}`: {c['what']}; {c['options']['chains']} chains, {c['options']['epochs']} epochs "
-              f"({c['options']['burn_in']} burn-in), seeds {c['seeds']}" for c in cases]
+def _merged(old: str, new: dict[str, str], key: Callable[[str], str | None]) -> list[str]:
+    """The lines of ``old`` that ``key`` recognises, each replaced by ``new``'s line of the same key, then
+    ``new``'s other lines (a run of some cases keeps the other cases' lines of the section)."""
+    lines, seen = [], set()
+    for line in old.splitlines():
+        k = key(line)
+        if k is not None:
+            lines.append(new.get(k, line))
+            seen.add(k)
+    return lines + [line for k, line in new.items() if k not in seen]
+
+
+def report(cases: list[dict], rows: list[str], shares: list[float], seconds: float, old: str = "") -> str:
+    bullet_key = lambda line: line.split("`")[1] if line.startswith("* `") else None  # noqa: E731
+    row_key = lambda line: "|".join(line.split("|")[1:3]) if line.startswith("| ") and not line.startswith(  # noqa: E731
+        "| case") else None
+    bullets = {c["name"]: f"* `{c['name']}`: {c['what']}; {c['options']['chains']} chains, {c['options']['epochs']} "
+               f"epochs ({c['options']['burn_in']} burn-in), seeds {c['seeds']}" for c in cases}
+    lines = [f"Machine: {results_md.machine_description()}.", f"Last run: {seconds / 60:.1f} min of wall time "
+             f"({', '.join(c['name'] for c in cases)}).", ""]
+    lines += _merged(old, bullets, bullet_key)
     lines += ["", "ESS: ArviZ's bulk-ESS over the post-burn-in sweeps, summed over the run's inputs; `proj` = the "
               "smallest over the 3 traced projections. Per CPU second of the `mhfast.sample` call (one torch thread) "
               "and per 1,000 forwarded rows. Each cell: mean (min-max) over the seeds. gibbs / block-gibbs sample "
               "another distribution (reference only). max R-hat: the largest over every input and summary.", "",
               "| case | sampler | draws | accept | ESS E_local | ESS proj | ESS E_local / s | ESS proj / s | "
               "ESS E_local / 1k rows | ESS proj / 1k rows | rows | CPU s | max R-hat |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += _merged(old, {row_key(r): r for r in rows}, row_key)
+    trace = [line for line in old.splitlines() if line.startswith("Traces' cost")]
     if shares:
-        lines += ["", f"Traces' cost (bundled CMLM, mh, {len(shares)} runs): the monitor's epoch-end work and the "
-                  f"per-position filing took {spread([100 * s for s in shares], '{:.2f}')}% of the wall time of "
-                  "the sampling call (timed around those calls)."]
-    return "\n".join(lines)
+        trace = [f"Traces' cost (bundled CMLM, mh, {len(shares)} runs): the monitor's epoch-end work and the "
+                 f"per-position filing took {spread([100 * s for s in shares], '{:.2f}')}% of the wall time of "
+                 "the sampling call (timed around those calls)."]
+    return "\n".join(lines + [""] + trace)
 
 
 def main() -> int:
@@ -217,7 +237,8 @@ def main() -> int:
         r, s = case_rows(case, args.samplers)
         rows += r
         shares += s
-    text = report(cases, rows, shares, time.perf_counter() - t0)
+    old = "" if args.no_write else results_md.read_section(START, END)
+    text = report(cases, rows, shares, time.perf_counter() - t0, old)
     print(text)
     if not args.no_write:
         results_md.write_section(START, END, "## Effective samples per second (bench/bench_ess.py)\n\n" + text)
