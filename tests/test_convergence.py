@@ -352,8 +352,10 @@ def test_bad_per_chain_init_names_init():
     sample = lambda init, **kw: mhfast.sample(model, init=init, chains=2, epochs=2, burn_in=1, **kw)  # noqa: E731
     with pytest.raises(ValueError, match=r"init of shape \[B, C, T\] must have .* C = chains \(2\)"):
         sample(torch.full((1, 3, 4), m))
-    with pytest.raises(ValueError, match="init must have shape"):
+    with pytest.raises(ValueError, match=r"init must have shape \[B, T\] \(one start per input\) or \[B, chains, T\]"):
         sample(torch.full((1, 2, 3, 4), m))
+    with pytest.raises(ValueError, match=r"init must have shape \[B, T\]"):
+        sample(torch.full((4,), m))
     with pytest.raises(ValueError, match="chain 1 of input 0 has its padding elsewhere"):
         sample(torch.tensor([[[m, m, m, m], [m, m, m, p]]]))
     with pytest.raises(ValueError, match="chain 1 of input 0 differs from chain 0 at a fixed position"):

@@ -55,8 +55,11 @@ def split_init(init: Any, chains: int) -> tuple[Any, torch.Tensor | None]:
         >>> rows.shape, per_chain.shape
         (torch.Size([2, 4]), torch.Size([2, 3, 4]))
     """
-    if not isinstance(init, torch.Tensor) or init.dim() != 3:
+    if not isinstance(init, torch.Tensor) or init.dim() == 2:
         return init, None
+    if init.dim() != 3:
+        raise _err(f"init must have shape [B, T] (one start per input) or [B, chains, T] (one per chain), got "
+                   f"{tuple(init.shape)}")
     if init.dtype != torch.long:
         raise TypeError(f"mhfast.sample: init must be int64, got {init.dtype}")
     B, C, T = init.shape
