@@ -441,7 +441,7 @@ def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable
                 commit(res)
 
 
-_PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local")
+_PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "epochs_run")
 
 
 def _sample_arguments(model: Any, init: Any, free_positions: Any, world: Any, cost: Any, options: dict
@@ -473,8 +473,9 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
 
     Each rank samples its rows with their global indices as ``input_ids``, so every row's chains are
     those of a one-process run. Returns a dict of the per-input fields of :class:`mhfast.SampleResult`
-    (``tokens``, ``best_tokens``, energies, ``lengths``; padded to ``init``'s width) and the per-chain
-    proposal counts (``chain_proposals``/``_accepted``/``_novel``, Long[E, B, C]) for all rows, in
+    (``tokens``, ``best_tokens``, energies, ``lengths``, ``epochs_run``; padded to ``init``'s width) and the
+    per-chain proposal counts (``chain_proposals``/``_accepted``/``_novel``, Long[E, B, C]; zeros after an input
+    stopped, with ``until_rhat``) for all rows, in
     order, plus ``rows_per_rank``. ``cost(row)`` (default: its length squared, the cost of an MH
     sweep) balances the shards.
     """
@@ -499,6 +500,8 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
                             **{k: getattr(r, k)[:, j].cpu() for k in ChainCounts.FIELDS}}  # Long[E, B, C]
     rows = gather(items, init.shape[0], w)
     out = {k: torch.stack([row[k] for row in rows]) for k in _PER_INPUT}
-    out.update({k: torch.stack([row[k] for row in rows], dim=1) for k in ChainCounts.FIELDS})
+    epochs = max(row[ChainCounts.FIELDS[0]].shape[0] for row in rows)  # until_rhat: ranks may stop apart
+    grow = lambda t: torch.cat([t, t.new_zeros(epochs - t.shape[0], *t.shape[1:])])  # noqa: E731  (no proposals)
+    out.update({k: torch.stack([grow(row[k]) for row in rows], dim=1) for k in ChainCounts.FIELDS})
     out["rows_per_rank"] = [len(s) for s in shards]
     return out

@@ -175,7 +175,7 @@ class Translator:
     def translate(self, sources: Sequence[str], method: str = "mh", input_ids: Sequence[int] | None = None,
                   sampler_options: dict | None = None, iterations: int = 10, length_beam: int = 1,
                   progress: Callable[[int, dict], None] | None = None,
-                  extra_energy: Callable[[list[int]], Any] | None = None) -> BatchOutput:
+                  extra_energy: Callable[[list[int]], Any] | None = None, diagnostics: bool = False) -> BatchOutput:
         """Translate a batch of raw sentences (empty ones give empty hypotheses and cost nothing).
 
         Args:
@@ -188,6 +188,10 @@ class Translator:
             progress: passed to :func:`mhfast.sample` (called after each epoch).
             extra_energy: ``f(input_ids of the non-empty sources) -> extra_energy`` of
                 :func:`mhfast.sample` (MH only): terms see each source's index in that list.
+            diagnostics: MH: each hypothesis's details get ``diagnostics``, its convergence diagnostics
+                (:func:`mhfast.sampler.diagnostics_report.per_input_reports`: R-hat, ESS, MCSE, epochs, the
+                energy trace per chain). Without it, details get ``epochs_run`` and ``converged`` only with
+                ``until_rhat``/``min_ess``.
         """
         if method not in METHODS:
             raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
@@ -225,6 +229,7 @@ class Translator:
         burn_in = int(opts.get("burn_in", OPTIONS["burn_in"].default))
         first, _ = summary_epochs(burn_in, len(res.e_raw))  # the post-burn-in epochs (all of them without any)
         acceptance, novel = res.rates_per_input(first)  # each sentence's own rates after burn-in (kept candidate)
+        reports = _reports(res, energy) if diagnostics else None
         for j, i in enumerate(keep):
             best = res.best_tokens[j].cpu()
             toks = self._tokens(best)
@@ -234,12 +239,21 @@ class Translator:
                 "energy": energy, "best_energy": float(res.best_energy[j]), "with_terms": res.term_names is not None,
                 "chains_raw": [float(x) for x in res.energy_raw[j]],
                 "chains_local": [float(x) for x in res.energy_local[j]],
-                "acceptance_rate": float(acceptance[j]), "novel_rate": float(novel[j])})
+                "acceptance_rate": float(acceptance[j]), "novel_rate": float(novel[j]),
+                **({} if res.converged is None else {"epochs_run": int(res.epochs_run[j]),
+                                                     "converged": bool(res.converged[j])}),
+                **({} if reports is None else {"diagnostics": reports[j]})})
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
                    "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]
         return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()), res.compile_seconds,
                            res.memo_hits)
+
+
+def _reports(result: Any, energy: str) -> list[dict]:
+    from .sampler.diagnostics_report import per_input_reports
+
+    return per_input_reports(result, energy)
 
 
 def resolve_tokenizer(data_dir: str | os.PathLike, spm: str | os.PathLike | None,

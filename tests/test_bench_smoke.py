@@ -104,3 +104,13 @@ def test_bench_forward_compile_lines_on_a_tiny_bert(monkeypatch):
     assert line.startswith("torch.compile on the sampler's path (compile=True), float32, T=6: 1 encoder layers "
                            "compiled"), line
     assert "16 chain(s) (80 rows)" in line and "largest output difference" in line, line
+
+
+def test_bench_ess_quick_reports_every_sampler():
+    """bench/bench_ess.py on the tabular toy, tiny sizes: it runs and reports ESS for the four samplers."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_ess.py"), "--quick", "--no-write", "--cases",
+                           "toy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for sampler in ("mh", "block-mh", "gibbs", "block-gibbs"):
+        assert f"| toy | {sampler} | " in proc.stdout, proc.stdout[-3000:]
+    assert "wrote" not in proc.stdout

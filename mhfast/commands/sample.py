@@ -23,7 +23,7 @@ import torch
 
 from ..files import stdout_print
 from ..sampler import options
-from . import _energy_terms
+from . import _diagnostics, _energy_terms
 
 NAME = "sample"
 HELP = "sample sequences from a masked LM (AntiBERTy or a HuggingFace model directory) with MH"
@@ -56,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     options.add_arguments(p.add_argument_group("MH sampler (mhfast.sample; defaults = paper section 5)"),
                           extra_choices={"energy": ("both",)},
                           help_suffix={"energy": "; 'both' runs raw-MH then local-MH"})
+    _diagnostics.add_arguments(p)
     p.add_argument("--quiet", action="store_true", help="print only the final samples")
 
 
@@ -173,7 +174,9 @@ def _check(args: argparse.Namespace) -> Any:
     """The validated sampler config (``--energy both`` checked as raw); errors name the flag."""
     if args.length is not None and args.length < 1:
         raise ValueError(f"--length must be an int >= 1, got {args.length}")
-    return options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
+    cfg = options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
+    _diagnostics.check(args)
+    return cfg
 
 
 def _terms(lm: Any, args: argparse.Namespace, inputs: dict, rows: list[int] | None = None) -> list | None:
@@ -264,17 +267,36 @@ def run(args: argparse.Namespace) -> int:
         with distributed.together(world):  # an error in one rank's share: that rank reports it
             part = _sample_part(lm, job.mine_inputs, job.mine, dataclasses.replace(
                 job.cfg, energy=energy, extra_energy=_terms(lm, args, job.inputs, job.mine) if job.mine else None),
-                (lambda e, s: say(_epoch_line(args, e, s))) if live else None)
+                (lambda e, s: say(_epoch_line(args, e, s))) if live else None, _diagnostics.wanted(args))
         parts = distributed.gather({world.rank: part}, world.size, world, dst=0)
         with distributed.together(world):  # rank 0's printing (e.g. to a closed pipe) ends every rank alike
             if world.is_main:
                 result = _combine([p for p in parts if p is not None], args, energy, say if not live else None)
                 print_result(lm, result, energy, args, time.perf_counter() - t0)
+                _report_diagnostics(args, result, energy)
     return 0
 
 
-def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any) -> dict | None:
-    """This rank's share: its inputs' chains and the per-epoch sums and counts (None without inputs)."""
+def _report_diagnostics(args: argparse.Namespace, result: Any, energy: str) -> None:
+    """--diagnostics: the table and a line per input; --plot-traces: the energy traces (one file per energy)."""
+    if result.diagnostics is None:
+        return
+    labels = [f"input {b + 1}" for b in range(len(result.diagnostics))]
+    if args.diagnostics:
+        print(f"[{energy}] diagnostics of the post-burn-in sweeps (ArviZ: rank-normalized split R-hat, bulk/tail ESS, "
+              "MCSE of the mean):", flush=True)
+        _diagnostics.print_report(result.diagnostics, labels, args.chains)
+    if args.plot_traces:
+        path = _diagnostics.energy_path(args.plot_traces, energy, ["raw", "local"] if args.energy == "both"
+                                        else [energy])
+        _diagnostics.plot_traces(path, [{**e["panel"], "label": label} for e, label in zip(result.diagnostics,
+                                                                                           labels)])
+
+
+def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any, diagnostics: bool = False
+                 ) -> dict | None:
+    """This rank's share: its inputs' chains and the per-epoch sums and counts (None without inputs); with
+    ``diagnostics`` each input's (mhfast.sampler.diagnostics_report.per_input_reports)."""
     import mhfast
 
     from .. import distributed
@@ -294,7 +316,15 @@ def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any
     return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
             "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
             "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs,
-            "with_terms": r.term_names is not None}
+            "with_terms": r.term_names is not None,
+            "diagnostics": _reports(r, cfg.energy) if diagnostics else None, "epochs_run": r.epochs_run,
+            "converged": r.converged}
+
+
+def _reports(result: Any, energy: str) -> list[dict]:
+    from ..sampler.diagnostics_report import per_input_reports
+
+    return per_input_reports(result, energy)
 
 
 def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any) -> Any:
@@ -307,10 +337,11 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
     order = sorted((i, p, j) for p in parts for j, i in enumerate(p["ids"]))
     pick = lambda key: torch.stack([p[key][j] for _, p, j in order])  # noqa: E731
     rates = {"acceptance_rate": [], "novel_rate": []}
-    for e in range(args.epochs):
-        s = {k: sum(p["epochs"][e][k] for p in parts) for k in ("chains", "e_raw_sum", "e_local_sum", "proposals",
-                                                                 "accepted", "novel")}
-        s["target_temperature"] = parts[0]["epochs"][e]["target_temperature"]
+    for e in range(max(len(p["epochs"]) for p in parts)):  # until_rhat: a rank may stop before the others
+        running = [p for p in parts if e < len(p["epochs"])]
+        s = {k: sum(p["epochs"][e][k] for p in running) for k in ("chains", "e_raw_sum", "e_local_sum", "proposals",
+                                                                   "accepted", "novel")}
+        s["target_temperature"] = running[0]["epochs"][e]["target_temperature"]
         if say is not None:
             say(_epoch_line(args, e, s))
         rates["acceptance_rate"].append(float(s["accepted"]) / max(s["proposals"], 1))
@@ -321,6 +352,8 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
         model_rows=sum(p["model_rows"] for p in parts),
         compile_seconds=max(p["compile_seconds"] for p in parts),  # the ranks compile at the same time
         memo_hits=sum(p["memo_hits"] for p in parts), with_terms=parts[0]["with_terms"],
+        diagnostics=[p["diagnostics"][j] for _, p, j in order] if parts[0]["diagnostics"] is not None else None,
+        epochs_run=pick("epochs_run"), converged=pick("converged") if parts[0]["converged"] is not None else None,
         **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
 
 
@@ -339,6 +372,9 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
             stdout_print(f"  {lm.decode(result.tokens[b, c])}\tE_raw={float(result.energy_raw[b, c]):.3f}\t"
                          f"E_local={float(result.energy_local[b, c]):.3f}")
         stdout_print(f"  best: {lm.decode(result.best_tokens[b])}\t{best}={float(result.best_energy[b]):.3f}")
+        if getattr(result, "converged", None) is not None:  # --until-rhat / --min-ess
+            stdout_print(f"  {'converged' if bool(result.converged[b]) else 'not converged'} after "
+                         f"{int(result.epochs_run[b])} epochs")
     stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over {which})  "
                  f"model rows {result.model_rows}"
                  + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"

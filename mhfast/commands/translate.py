@@ -60,6 +60,7 @@ from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
 from ..sampler.result import target_label
+from . import _diagnostics
 
 ITERATIONS_DEFAULT = 10  #: --iterations (Mask-Predict's decoder passes)
 NAME = "translate"
@@ -107,6 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dec.add_argument("--batch-size", type=int, default=16, help="sentences per sampler call (and per saved chunk)")
 
     options.add_arguments(p.add_argument_group("MH sampler (mhfast.sample; defaults = paper section 5)"))
+    _diagnostics.add_arguments(p)
 
 
 # ---------------------------------------------------------------------------- options
@@ -123,6 +125,7 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
     options.config_from_args(args, length_beam=args.length_beam)
     _check_method(args)
+    _diagnostics.check(args)
     if not 0 <= args.threads <= max_threads():
         raise ValueError(f"--threads must be in [0, {max_threads()}] (0: torch's default), got {args.threads}")
     if args.resume and not args.output:
@@ -462,7 +465,8 @@ class ChunkWork:
         result = self.translator.translate(  # checking_peers: a peer failed, so stop within an epoch
             chunk, method=args.method, input_ids=range(first, first + len(chunk)),
             sampler_options=sampler_options(args), iterations=args.iterations, length_beam=args.length_beam,
-            progress=distributed.checking_peers(progress), extra_energy=self.terms_for)
+            progress=distributed.checking_peers(progress), extra_energy=self.terms_for,
+            diagnostics=_diagnostics.wanted(args))
         text = "".join(format_sentence(first + j, src, hyp, args.format, None if self.refs is None
                                        else self.refs[first + j])
                        for j, (src, hyp) in enumerate(zip(chunk, result.hypotheses)))
@@ -470,8 +474,27 @@ class ChunkWork:
                 "stats": {"start": first, "end": first + len(chunk), "sentences": result.sentences,
                           "epochs": result.epochs,
                           **({"compile_seconds": result.compile_seconds} if getattr(args, "compile", False) else {}),
-                          "memo_hits": result.memo_hits},
-                "acceptance": result.acceptance, "sentences": result.sentences}
+                          "memo_hits": result.memo_hits, **_convergence_stats(args, result.hypotheses)},
+                "acceptance": result.acceptance, "sentences": result.sentences,
+                "diagnostics": [h.details.get("diagnostics") for h in result.hypotheses]}
+
+
+def _convergence_stats(args: argparse.Namespace, hypotheses: list) -> dict:
+    """--stats-out's per-sentence convergence figures of a chunk (None for an empty sentence): with --diagnostics
+    R-hat, ESS, MCSE per summary, draws, epochs run, converged; with --until-rhat/--min-ess epochs run and converged.
+    NaN (a diagnostic ArviZ cannot compute) is written as null."""
+    out: dict = {}
+    if args.method != "mh":
+        return out
+    if args.diagnostics:
+        clean = lambda v: {k: clean(x) for k, x in v.items()} if isinstance(v, dict) else (  # noqa: E731
+            None if isinstance(v, float) and v != v else v)
+        out["diagnostics"] = [clean(h.details["diagnostics"]["report"]) if "diagnostics" in h.details else None
+                              for h in hypotheses]
+    if args.until_rhat is not None or args.min_ess is not None:
+        out["epochs_run"] = [h.details.get("epochs_run") for h in hypotheses]
+        out["converged"] = [h.details.get("converged") for h in hypotheses]
+    return out
 
 
 def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], world: Any) -> None:
@@ -486,12 +509,14 @@ def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], 
     args = work.args
     firsts = list(range(sink.lines_done, len(work.lines), args.batch_size))
     bar = _progress_bar(args, len(work.lines), sink.lines_done) if world.is_main else None
-    done = {"decoded": 0, "acc_sum": 0.0}
+    done = {"decoded": 0, "acc_sum": 0.0, "panels": []}
     try:
         distributed.run_in_order(firsts, lambda f: work.translate(f, _on_epoch(args, bar, done)), work.cost, world,
                                  lambda res: _commit_chunk(args, sink, stats, hyps, res, bar, done))
         if world.is_main and args.stats_out and not stats["batches"] and not args.resume:
             _write_stats(args, stats)
+        if world.is_main and args.plot_traces:
+            _diagnostics.plot_traces(args.plot_traces, done["panels"])
     except BaseException:
         if bar is not None:
             bar.leave = False  # clear the bar: the error is the last line the user sees
@@ -515,6 +540,7 @@ def _commit_chunk(args: argparse.Namespace, sink: Any, stats: dict, hyps: list[s
                   done: dict) -> None:
     """The commit of one chunk: output bytes durable, then the statistics, then the progress record."""
     hyps += res["hyps"]
+    _report_diagnostics(args, res, bar, done)
     if args.stats_out:
         stats["batches"].append(res["stats"])
     sink.commit(res["text"].encode("utf-8"), res["end"],
@@ -525,3 +551,19 @@ def _commit_chunk(args: argparse.Namespace, sink: Any, stats: dict, hyps: list[s
     bar.update(res["end"] - res["first"])
     if done["decoded"]:
         bar.set_postfix_str(f"accept {done['acc_sum'] / done['decoded']:.3f}", refresh=False)
+
+
+def _report_diagnostics(args: argparse.Namespace, res: dict, bar: Any, done: dict) -> None:
+    """--diagnostics: one line per sentence of the chunk on stderr (above the progress bar); --plot-traces: keep
+    the first sentences' energy traces for the figure drawn at the end."""
+    for j, d in enumerate(res.get("diagnostics") or []):
+        if d is None:
+            continue
+        label = f"sentence {res['first'] + j}"
+        if args.diagnostics:
+            from ..sampler.diagnostics import verdict_line
+
+            r = d["report"]
+            bar.write(verdict_line(label, r, r["draws"], args.chains, r["epochs_run"], r["converged"]), file=sys.stderr)
+        if args.plot_traces and len(done["panels"]) < _diagnostics.MAX_PANELS:
+            done["panels"].append({**d["panel"], "label": label})

@@ -25,14 +25,15 @@ import torch
 
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
-from . import driver, options, precision, schedules
+from . import driver, options, precision, schedules, starts
+from .adaptive import RunMonitor
 from .backend import get_backend
 from .kernels import KERNELS
 from .problem import build_problem, check_model
 from .result import SampleResult, assemble
 from .rng import seed_from_generator
 from .runner import ModelRunner, default_max_tokens
-from .state import ChainState, warm_start
+from .state import ChainState
 from .step import StepContext
 
 __all__ = ["sample", "SampleResult"]
@@ -54,6 +55,8 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
       token is not special (``mask_id`` counts as not special: it is filled greedily first).
       ``free_positions`` (Bool[B, T]) restricts proposals for infilling; fixed positions still
       count in the energy.
+    * ``init=Long[B, C, T]`` (C = ``chains``): one start per chain, e.g. in different modes for R-hat
+      (:mod:`mhfast.sampler.starts`, which also explains the dispersed starts of ``start=``).
     * ``source=...``: conditional generation (section 5): ``context = model.encode(source)``
       once, ``model.predict_lengths(context, length_beam)`` gives length candidates, each
       (source, length) pair is an input with its own chains, rows reuse the encoder output
@@ -87,22 +90,22 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     cfg = options.config_from_kwargs(_merged_options(config, generator, sampler_options))
     if progress is not None and not callable(progress):
         raise ValueError("mhfast.sample: progress must be callable or None")
-    problem = build_problem(model, cfg, length=length, init=init, free_positions=free_positions, source=source,
-                            input_ids=input_ids)
-    _check_problem(cfg, problem)
+    problem, chain_rows = _problem(model, cfg, length=length, init=init, free_positions=free_positions,
+                                   source=source, input_ids=input_ids)
     precision.check_native(cfg.dtype, problem.device)
     forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
     budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device, cfg.dtype)
     runner = ModelRunner(forward_model, problem.context, budget, problem.device, cfg.dtype)
     kernel = _kernel(cfg, runner, problem)
+    monitor = RunMonitor.of(cfg, problem, runner.vocab_size)  # traces; until_rhat/min_ess
     with _compiled(cfg, forward_model) as compiled, runner.session():  # session: weights cast once per run
-        state = kernel.init(_initial_state(problem, cfg, runner))
+        state = kernel.init(_initial_state(problem, cfg, runner, chain_rows))
         init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
         with _without_syncs(runner, state):
             state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                                       progress=progress, counters=lambda: {"model_rows": runner.model_rows},
-                                      after_epoch=runner.raise_deferred)
-    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows)
+                                      after_epoch=runner.raise_deferred, monitor=monitor)
+    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = kernel.memo.hits if getattr(kernel, "memo", None) is not None else 0
     return result
@@ -124,6 +127,14 @@ def _merged_options(config: Any, generator: torch.Generator | None, given: dict)
                              "generator draws the seed, so the seed would be ignored (give one of them)")
         merged["seed"] = seed_from_generator(generator)
     return merged
+
+
+def _problem(model: Any, cfg, init: Any = None, **inputs: Any) -> tuple[Any, torch.Tensor | None]:
+    """The checked :class:`~.problem.Problem` and, for ``init=Long[B, C, T]``, the per-chain rows (else None)."""
+    init, chain_init = starts.split_init(init, cfg.chains)  # init Long[B, C, T]: one start per chain
+    problem = build_problem(model, cfg, init=init, **inputs)
+    _check_problem(cfg, problem)
+    return problem, starts.check_chain_rows(model, problem, chain_init, cfg.start) if chain_init is not None else None
 
 
 @contextlib.contextmanager
@@ -169,6 +180,9 @@ def _check_problem(cfg, problem) -> None:
     if cfg.memo not in ("auto", 0) and problem.terms is not None and problem.terms.terms:
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
                          "the MLM's energy terms only); use memo=0")
+    if (cfg.until_rhat is not None or cfg.min_ess is not None) and not hasattr(KERNELS[cfg.sampler], "restrict"):
+        raise ValueError(f"mhfast.sample: until_rhat/min_ess need a sampler whose chains can leave the batch; "
+                         f"{cfg.sampler!r} cannot")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
         raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
                          f"{problem.device} (capture='static' runs the same step eagerly on any device)")
@@ -196,13 +210,14 @@ def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:
                       stacklevel=4)
 
 
-def _initial_state(problem, cfg, runner: ModelRunner) -> ChainState:
-    """Every chain of every input at the greedy warm start (Algorithm 1, line 3)."""
-    start = warm_start(runner, problem.rows, problem.free, problem.ctx_rows, problem.allowed)
+def _initial_state(problem, cfg, runner: ModelRunner, chain_rows: torch.Tensor | None = None) -> ChainState:
+    """Every chain of every input at its start (:mod:`.starts`: the greedy warm start of Algorithm 1, line 3, by
+    default; ``chain_rows``: one given row per chain)."""
     rep = lambda t: t.repeat_interleave(cfg.chains, dim=0)  # noqa: E731
     B = problem.rows.shape[0]
     return ChainState.create(
-        tokens=rep(start), energy_mask=rep(problem.energy_mask), free=rep(problem.free),
+        tokens=starts.initial_tokens(runner, problem, cfg, get_backend(cfg.backend).counter_uniforms, chain_rows),
+        energy_mask=rep(problem.energy_mask), free=rep(problem.free),
         inputs=rep(problem.input_index), chain_ids=torch.arange(cfg.chains, device=problem.device).repeat(B),
         ctx_index=rep(problem.ctx_rows) if problem.ctx_rows is not None else None, energy=cfg.energy,
         seed=cfg.seed, term_index=rep(problem.term_index),

@@ -71,6 +71,8 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
         state.counts.proposed(plan.chains_host)
     r, slot = plan.entry, plan.entry_slot
     pos = order[plan.entry_chain, plan.entry_col]
+    if state.counts is not None:
+        state.counts.proposed_at(plan.entry_chain, pos)
     cur = state.tokens[plan.entry_chain, pos]
     logits = _block_logits(ctx, state, plan, pos)
     u = rng.uniforms_from_keys(state.rng_keys[plan.entry_chain], epoch, step, rng.PROPOSE, slot,
@@ -98,6 +100,7 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
         tokens, _ = accept(ctx, state, ch, pos_ch, prop_ch, zeros, lf_ch, lf_ch, None, epoch, step)
         if state.counts is not None:
             state.counts.taken(ch)
+            state.counts.taken_at(ch, pos_ch, proposed=prop_ch, current=state.tokens)
         return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, n, scored=False)
     n_single = int((local_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
     state, k = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch, lr.index_select(0, local),

@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -45,14 +45,19 @@ class Trace:
 
 def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bool = False,
         progress: Callable[[int, dict], None] | None = None, counters: Callable[[], dict] = dict,
-        after_epoch: Callable[[], None] | None = None) -> tuple[ChainState, Trace]:
+        after_epoch: Callable[[], None] | None = None, monitor: Any = None) -> tuple[ChainState, Trace]:
     """Run ``kernel`` from ``state`` through the epochs of ``schedule``; returns the final state and trace.
 
     ``progress(epoch, stats)`` is called after every epoch with the trace's last entries plus
     ``counters()`` (e.g. the model rows forwarded so far). ``after_epoch()`` runs after each epoch's
     steps, before anything reads the state (e.g. the model runner's deferred output check, which raises).
+    ``monitor`` (:class:`mhfast.sampler.adaptive.RunMonitor`) watches every epoch's end: it records the
+    traces and may let converged inputs leave the batch (then the trace and the result still see every
+    chain, through ``monitor.view``), or end the run once every input has left.
     """
     trace = Trace()
+    if monitor is not None:
+        state = monitor.start(state)
     for epoch in schedule:
         info = NO_STEP
         for move in kernel.sweep(state, epoch):
@@ -62,24 +67,36 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
                 state = state.with_best()
         if after_epoch is not None:
             after_epoch()
-        trace.proposals += int(info.proposals)
-        proposals = max(int(info.proposals), 1)
-        trace.e_raw.append(float(state.e_raw.mean()))
-        trace.e_local.append(float(state.e_local.mean()))
-        trace.acceptance_rate.append(float(info.accepted) / proposals)
-        trace.novel_rate.append(float(info.novel) / proposals)
-        trace.target_temperature.append(epoch.target_temperature)
-        if state.counts is not None:
-            trace.chain_counts.append(state.counts.snapshot())
-        trace.term_values.append(state.term_values)
-        if record and epoch.post_burn_in:
-            trace.history.append(state.tokens.clone())
-        if progress is not None:  # the means, and the sums and counts they come from (to combine over ranks)
-            progress(epoch.index, {**trace.last(), **counters(), "chains": int(state.e_raw.shape[0]),
-                                   "e_raw_sum": float(state.e_raw.double().sum()),
-                                   "e_local_sum": float(state.e_local.double().sum()),
-                                   "proposals": int(info.proposals), "accepted": int(info.accepted),
-                                   "novel": int(info.novel)})
+        _append(trace, state if monitor is None else monitor.view(state), info, epoch, record, progress, counters)
+        if monitor is not None:
+            state = monitor.after_epoch(kernel, state, epoch)
+            if monitor.finished:
+                break
+    if monitor is not None:
+        state = monitor.finish(state)
     if not any(e.post_burn_in for e in schedule):  # no post-burn-in epoch: the best state is the final one
         state = state.with_best()
     return state, trace
+
+
+def _append(trace: Trace, state: ChainState, info: Any, epoch: Epoch, record: bool,
+            progress: Callable[[int, dict], None] | None, counters: Callable[[], dict]) -> None:
+    """The epoch's statistics (of every chain of ``state``) into ``trace``, then ``progress``."""
+    trace.proposals += int(info.proposals)
+    proposals = max(int(info.proposals), 1)
+    trace.e_raw.append(float(state.e_raw.mean()))
+    trace.e_local.append(float(state.e_local.mean()))
+    trace.acceptance_rate.append(float(info.accepted) / proposals)
+    trace.novel_rate.append(float(info.novel) / proposals)
+    trace.target_temperature.append(epoch.target_temperature)
+    if state.counts is not None:
+        trace.chain_counts.append(state.counts.snapshot())
+    trace.term_values.append(state.term_values)
+    if record and epoch.post_burn_in:
+        trace.history.append(state.tokens.clone())
+    if progress is not None:  # the means, and the sums and counts they come from (to combine over ranks)
+        progress(epoch.index, {**trace.last(), **counters(), "chains": int(state.e_raw.shape[0]),
+                               "e_raw_sum": float(state.e_raw.double().sum()),
+                               "e_local_sum": float(state.e_local.double().sum()),
+                               "proposals": int(info.proposals), "accepted": int(info.accepted),
+                               "novel": int(info.novel)})

@@ -93,6 +93,7 @@ class StaticSiteSteps:
             return state, StepInfo(0, 0, 0, scored=True)
         if state.counts is not None:
             state.counts.proposed(act_host)
+            state.counts.proposed_at(act, pos)  # the move's own tensor: ``buf`` is overwritten by the next step
         buf = self.pos.get(A)
         if buf is None:
             buf = self.pos[A] = torch.empty(A, dtype=torch.long, device=act.device)
@@ -113,6 +114,7 @@ class StaticSiteSteps:
             accepted, changed = self._replay(key, body)
         if state.counts is not None:
             state.counts.tested(act, accepted, where=changed)
+            state.counts.tested_at(act, pos, accepted, where=changed)
         return self.state_of(state), StepInfo(A, accepted.sum(), (accepted & changed).sum(), scored=True)
 
     def _body(self, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor, beta: float | None,

@@ -106,6 +106,17 @@ class ProposalMemo:
         self.backend.mh_memo_store_(self.stamp, self.raw, self.local, self.group, self._chains, self._slot, sel,
                                     raw_new, local_new, num_misses, self.step)
 
+    def select(self, keep: torch.Tensor) -> "ProposalMemo":
+        """The memo of the chains ``keep`` (Long[M'], whole groups: inputs leave the batch with all their chains)
+        only: their groups' tables as they are, renumbered, so those chains meet the same entries as before."""
+        kept, group = torch.unique(self.group.index_select(0, keep.to(self.group.device)), return_inverse=True)
+        out = object.__new__(ProposalMemo)
+        out.backend, out.group, out.step, out.hits = self.backend, group, self.step, self.hits
+        for name in ("stamp", "hashes", "stored", "raw", "local"):
+            setattr(out, name, getattr(self, name).index_select(0, kept))
+        out._chains = out._slot = self._chains[:0]
+        return out
+
     def terms(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of this step's hits ``sel`` (proposal indices)."""
         g = self.group.index_select(0, self._chains.index_select(0, sel))

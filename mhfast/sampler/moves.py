@@ -149,6 +149,7 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
         state.cache[m_rows, q] = torch.where(accepted.index_select(0, seq)[:, None], outputs.to(old.dtype), old)
     if state.counts is not None:
         state.counts.tested(ch, accepted)
+        state.counts.tested_at(ch, positions, accepted, proposed=proposed, current=state.tokens)
     return new_state, accepted.sum()
 
 
@@ -260,6 +261,7 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         more = dict(term_values=pick(extra[0], state.term_values), e_extra=pick(extra[1], state.e_extra))
     if state.counts is not None:
         state.counts.tested(ch, accepted)
+        state.counts.tested_at(ch, pos, accepted)
     state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local,
                                 **more)
     if h:
@@ -320,6 +322,7 @@ def single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor, act_h
         return state, StepInfo(0, 0, 0, scored=True)
     if state.counts is not None:
         state.counts.proposed(act_host)
+        state.counts.proposed_at(act, pos)
     prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
     if memo is None:
         local, local_host = changed_chains(changed)
@@ -382,4 +385,6 @@ def single_site_gibbs(ctx: StepContext, state: ChainState, act: torch.Tensor, ac
     if state.counts is not None:
         state.counts.proposed(act_host)
         state.counts.taken(act, changed)
+        state.counts.proposed_at(act, pos)
+        state.counts.taken_at(act, pos, changed=changed)
     return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, changed.sum(), scored=False)

@@ -37,6 +37,7 @@ from ..energy_terms import check_extra_energy
 from .precision import NAMES as DTYPE_NAMES
 from .precision import parse as parse_dtype
 from .kernels import KERNELS
+from .starts import STARTS
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
@@ -171,6 +172,16 @@ def _as_option_error(check: Callable[[Any], Any], v: Any) -> Any:
         return check(v)
     except ValueError as e:
         raise OptionError(str(e)) from None
+
+
+def _optional_float(low: float, *, strict: bool) -> Callable[[Any], Any]:
+    """None (off) or a finite number above (``strict``) or at least ``low``."""
+    inner = _float(low, strict=strict)
+
+    @_described(f"None (off), or {inner.values}")
+    def check(v: Any) -> Any:
+        return None if v is None else float(inner(v))
+    return check
 
 
 @_described("`True`, `False`")
@@ -399,6 +410,23 @@ SPEC: tuple[Option, ...] = (
            "sizeable part of a row; on CPU it did not (AntiBERTy, T=32: 0.97-1.03x per row in the sampler on an AMD "
            "EPYC, 0.93-1.01x for the layers on an Intel Xeon); not yet measured on a GPU. Chains: the model as "
            "compiled (same target up to float rounding)", "-", "flag"),
+    Option("start", "greedy", _choice(STARTS), "where the chains start (mhfast.sampler.starts): greedy = every "
+           "chain at the greedy warm start (Algorithm 1; no dispersion, so R-hat cannot see chains stuck in one "
+           "mode); sampled = each chain draws the masked free positions from the warm start's conditionals (at the "
+           "proposal temperature): dispersed around what the model finds plausible; random = every free position a "
+           "uniformly random proposable token (over-dispersed, for the strictest R-hat; needs burn-in). The API also "
+           "takes init=Long[B, chains, T], one start per chain", "5", "choice", STARTS),
+    Option("trace_every", 1, _int(1), "record the traces (E_raw, E_local, each extra term, random projections of "
+           "the sequence; per chain) after every N-th sweep; the diagnostics use the post-burn-in ones "
+           "(mhfast.sampler.traces)", "-", "int", metavar="N"),
+    Option("until_rhat", None, _optional_float(1.0, strict=True), "stop an input once every traced summary has "
+           "rank-normalized split R-hat below this (ArviZ's threshold: 1.01), checked after every traced "
+           "post-burn-in sweep; epochs is the cap. A converged input leaves the batch, the others go on with the "
+           "same chains (mhfast.sampler.adaptive, which says what this does and does not guarantee). Needs chains "
+           ">= 2, a fixed target (anneal 0) and arviz-stats (mhfast[diagnostics])", "-", "float", metavar="RHAT"),
+    Option("min_ess", None, _optional_float(0.0, strict=False), "with or without until_rhat: an input is "
+           "converged only once every traced summary also has bulk and tail ESS of at least this (ArviZ "
+           "recommends 100 per chain)", "-", "float", metavar="ESS"),
     Option("length_beam", 1, _int(1), "length candidates per source (needs source=: conditional models)", "5", "int",
            cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
@@ -471,6 +499,7 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
         raise OptionError(f"{name_of('compile')} cannot be combined with {name_of('capture')} cuda-graph yet (a "
                           "compile inside a graph capture is not supported here; capture already removes the "
                           "launch overhead that compiling would)")
+    _diagnostics_checks(values, name_of)
     schedule = values["block_schedule"]
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "
@@ -513,6 +542,29 @@ def _no_effect_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) 
     for name in ("classifier_label", "classifier_weight"):  # CLI-only flags of the --classifier term
         if _is_set(values, name) and values["classifier"] is None:
             raise OptionError(f"{name_of(name)} ({values[name]}) has no effect without {name_of('classifier')} DIR")
+
+
+def _diagnostics_checks(values: dict, name_of: Callable[[str], str]) -> None:
+    """until_rhat / min_ess: R-hat needs two chains, a target that stays the same, epochs that sample it, and
+    arviz-stats."""
+    asked = [name for name in ("until_rhat", "min_ess") if values[name] is not None]
+    if not asked:
+        return
+    first = name_of(asked[0])
+    if values["chains"] < 2:
+        raise OptionError(f"{first} needs {name_of('chains')} >= 2 (R-hat compares chains), got {values['chains']}")
+    if values["anneal"] > 0:
+        raise OptionError(f"{first} needs a fixed target ({name_of('anneal')} 0): with annealing the target changes "
+                          "every epoch, so there is nothing to converge to")
+    if values["force_accept_epochs"] > values["burn_in"]:
+        raise OptionError(f"{first} needs {name_of('force_accept_epochs')} ({values['force_accept_epochs']}) <= "
+                          f"{name_of('burn_in')} ({values['burn_in']}): forced epochs do not sample the target")
+    from .diagnostics import check_available
+
+    try:
+        check_available(first)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
 
 
 def _validated(values: Mapping[str, Any], name_of: Callable[[str], str], prefix: str) -> Any:

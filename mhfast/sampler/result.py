@@ -9,10 +9,12 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from . import diagnostics_report
 from .driver import Trace
 from .problem import Problem
 from .state import ChainCounts, ChainState
@@ -56,6 +58,19 @@ class SampleResult:
             shapes, by torch's compile callbacks; 0.0 without ``compile``): part of the run's wall time.
         memo_hits: proposals decided from the proposal memo (option ``memo``): proposals a chain had rejected
             before from the same state, whose ``T_e - 1`` rows were therefore not forwarded again.
+        traces: f32[B, C, D, S] each chain's traced summaries after each of D traced sweeps (option
+            ``trace_every``; :mod:`mhfast.sampler.traces`), NaN after its input left the batch (``until_rhat``).
+        trace_names: the S summaries' names: ``e_raw``, ``e_local``, the extra terms', ``proj_0``, ...
+        trace_epochs: Long[D] the epoch of each traced sweep (the diagnostics use those >= ``burn_in``).
+        burn_in: the run's burn-in epochs.
+        position_proposals, position_accepted, position_changed: Long[B, C, T] after burn-in, per chain and
+            position: proposals, accepted proposals, and accepted proposals that changed the token there
+            (:mod:`mhfast.sampler.site_counts`; rates pooled over chains: :meth:`position_rates`).
+        epochs_run: Long[B] epochs each input ran (``epochs`` unless ``until_rhat``/``min_ess`` stopped it).
+        converged: Bool[B] whether each input met ``until_rhat``/``min_ess`` (None without them;
+            :mod:`mhfast.sampler.adaptive` says what it does and does not guarantee).
+        diagnostics: (property) per input, ArviZ's R-hat, bulk/tail ESS and MCSE of the mean of every traced
+            summary (:mod:`mhfast.sampler.diagnostics`); also :meth:`summary`, :meth:`to_arviz`.
     """
 
     tokens: torch.Tensor
@@ -86,6 +101,50 @@ class SampleResult:
     compiled_blocks: int = 0
     compile_seconds: float = 0.0
     memo_hits: int = 0
+    traces: torch.Tensor | None = None
+    trace_names: list[str] | None = None
+    trace_epochs: torch.Tensor | None = None
+    burn_in: int = 0
+    position_proposals: torch.Tensor | None = None
+    position_accepted: torch.Tensor | None = None
+    position_changed: torch.Tensor | None = None
+    epochs_run: torch.Tensor | None = None
+    converged: torch.Tensor | None = None
+    _diagnostics: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def diagnostics(self) -> list[dict[str, dict[str, float]]]:
+        """Per input ``{"rhat": {...}, "ess_bulk": {...}, "ess_tail": {...}, "mcse_mean": {...}}``, each keyed by
+        summary name (``trace_names``), over the post-burn-in draws by ArviZ's functions (computed once).
+        A ValueError with fewer than 2 chains; an ImportError naming ``mhfast[diagnostics]`` without arviz-stats."""
+        if self._diagnostics is None:
+            self._diagnostics = diagnostics_report.per_input(self)
+        return self._diagnostics
+
+    def summary(self, inputs: Any = None) -> str:
+        """A compact diagnostics table (mean, sd, mcse_mean, ess_bulk, ess_tail, r_hat per input and summary, in
+        the spirit of ``arviz.summary``) and a line per input; ``inputs``: which (default all)."""
+        return diagnostics_report.summary(self, inputs)
+
+    def arviz_dict(self) -> dict:
+        """The post-burn-in traces as plain arrays (what :meth:`to_arviz` is built from): ``posterior`` {name:
+        [C, D, B]}, ``sample_stats``, ``dims``, ``coords``."""
+        return diagnostics_report.arviz_dict(self)
+
+    def to_arviz(self) -> Any:
+        """The traces as ArviZ data (DataTree with arviz >= 1, InferenceData with 0.x); needs xarray and ArviZ."""
+        return diagnostics_report.to_arviz(self)
+
+    def plot_traces(self, path: str, energy: str = "local", inputs: Any = None) -> None:
+        """Each input's ``energy`` trace per chain (burn-in shaded, R-hat in the title) into the image ``path``
+        (:mod:`mhfast.sampler.trace_plot`; needs matplotlib); ``inputs``: which (default the first 12)."""
+        from .trace_plot import plot_result
+
+        plot_result(self, path, energy, inputs)
+
+    def position_rates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per input and position (pooled over chains, after burn-in): ``(acceptance f32[B, T], changed f32[B, T])``."""
+        return diagnostics_report.position_rates(self)
 
     def rates_per_input(self, first_epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Each input's acceptance and novel rate over epochs ``first_epoch..E-1``, pooled over its chains:
@@ -149,14 +208,21 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
     for key in ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "terms"):
         if result[key] is not None:
             result[key] = result[key][keep]
+    for key in PER_INPUT:  # the monitor's (adaptive.RunMonitor.result_fields): inputs first
+        if result.get(key) is not None:
+            result[key] = result[key][keep.to(result[key].device)]
     for key in ("history", "terms_per_epoch", *ChainCounts.FIELDS):
         if result[key] is not None:
             result[key] = result[key][:, keep.to(result[key].device)]
     return chosen
 
 
+#: the per-input fields of :meth:`mhfast.sampler.adaptive.RunMonitor.result_fields` (a kept candidate's are kept)
+PER_INPUT = ("traces", "position_proposals", "position_accepted", "position_changed", "epochs_run", "converged")
+
+
 def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows: int, model_calls: int,
-             init_rows: int = 0) -> SampleResult:
+             init_rows: int = 0, monitor: Any = None) -> SampleResult:
     """The :class:`SampleResult` of a finished run (best chain per input; best candidate per source)."""
     B, T = problem.rows.shape
     C = cfg.chains
@@ -182,6 +248,8 @@ def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows:
         K = state.term_values.shape[1]
         result["terms"] = state.term_values.view(B, C, K).clone()
         result["terms_per_epoch"] = torch.stack([v.view(B, C, K) for v in trace.term_values])
+    if monitor is not None:
+        result.update(monitor.result_fields())
     chosen = _choose_candidates(problem, result, cfg.select) if problem.candidate_lengths is not None else None
     f32 = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
     return SampleResult(

@@ -22,6 +22,8 @@ from ..reference import _GOLDEN, _U64, _absorb, _golden_times, _i64, _mix_int, _
 PROPOSE = 1  #: inverse-CDF uniform of a proposal (lane = slot inside a block)
 ACCEPT = 2  #: Metropolis-Hastings accept/reject uniform
 ORDER = 3  #: random sort keys of the epoch's position order (lane = position)
+PROJECT = 4  #: the traces' random projections (key: projection index; lane = position * V + token)
+START = 5  #: dispersed starts (option ``start``): a chain's random or sampled token (lane = position)
 
 
 def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:

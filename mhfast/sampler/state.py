@@ -32,6 +32,7 @@ import torch
 
 from . import rng
 from .runner import ModelRunner, sum_terms
+from .site_counts import SiteCounts
 
 
 def warm_start(runner: ModelRunner, init: torch.Tensor, free: torch.Tensor, ctx_index: torch.Tensor | None,
@@ -81,6 +82,8 @@ class ChainCounts:
         self._tested: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
         self._taken: list[tuple[torch.Tensor, torch.Tensor | None]] = []  # (chains, changed) of Gibbs moves
         self._pending = 0
+        #: per-position tallies (mhfast.sampler.site_counts), filed by the ``*_at`` methods; None: not kept
+        self.sites: SiteCounts | None = None
 
     def proposed(self, chains_host: torch.Tensor) -> None:
         """One proposal for each of the (distinct) chains ``chains_host`` (CPU Long[A])."""
@@ -97,6 +100,21 @@ class ChainCounts:
         """Proposals accepted without a test (Gibbs moves): ``changed`` (Bool[n]; None: all) says which
         changed the state."""
         self._file(self._taken, (chains, changed), chains.shape[0])
+
+    def proposed_at(self, chains: torch.Tensor, positions: torch.Tensor) -> None:
+        """Where the proposals were made (:meth:`SiteCounts.proposed`); nothing without ``sites``."""
+        if self.sites is not None:
+            self.sites.proposed(chains, positions)
+
+    def tested_at(self, chains: torch.Tensor, positions: torch.Tensor, accepted: torch.Tensor, **kw) -> None:
+        """Where the MH tests were made (:meth:`SiteCounts.tested`); nothing without ``sites``."""
+        if self.sites is not None:
+            self.sites.tested(chains, positions, accepted, **kw)
+
+    def taken_at(self, chains: torch.Tensor, positions: torch.Tensor, **kw) -> None:
+        """Where proposals were taken without a test (:meth:`SiteCounts.taken`); nothing without ``sites``."""
+        if self.sites is not None:
+            self.sites.taken(chains, positions, **kw)
 
     def _file(self, pending: list, entry, size: int) -> None:
         pending.append(entry)
@@ -132,6 +150,13 @@ class ChainCounts:
         """CPU Long[3, M]: each chain's (proposals, accepted, novel) so far."""
         self._reduce()
         return self._totals.clone()
+
+    def select(self, keep: torch.Tensor) -> "ChainCounts":
+        """The counts of the chains ``keep`` (CPU Long[M']) only, as a new object (per-position tallies too)."""
+        out = ChainCounts(keep.numel(), self.device)
+        out._totals = self.snapshot()[:, keep].clone()
+        out.sites = self.sites.select(keep) if self.sites is not None else None
+        return out
 
 
 @dataclass(frozen=True)

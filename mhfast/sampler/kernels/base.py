@@ -57,3 +57,7 @@ class Kernel(Protocol):
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         """Apply one move; the input state is consumed (its cache buffer may be reused)."""
         ...
+
+    # Optional: ``restrict(state, keep) -> state``, the state of the chains ``keep`` only, with the kernel's own
+    # per-chain plans narrowed to them, so they go on as they would have in the whole batch (inputs leaving the
+    # batch once converged: mhfast.sampler.adaptive). A kernel without it cannot run until_rhat / min_ess.

@@ -21,6 +21,7 @@ from ..schedules import (BlockStep, Epoch, block_step_plan, clamp_to_free, epoch
                          requested_block_sizes, steps_per_epoch, uses_single_site)
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
+from ..subset import select_chains
 
 RESCORE = "rescore"
 
@@ -79,6 +80,14 @@ class BlockMH:
                             self.ctx.backend.counter_uniforms)
         moves: list[Any] = [(k, plan, order) for k, plan in enumerate(self._plans_of(state, epoch.index))]
         return moves + [RESCORE] if self.gibbs else moves
+
+    def restrict(self, state: ChainState, keep: torch.Tensor) -> ChainState:
+        """Only the chains ``keep`` go on (inputs that left the batch), with the block sizes they had (and the
+        cache, kept when any chain of the run makes one-position moves)."""
+        host = keep.cpu()
+        self._sizes = [sizes.index_select(0, host) for sizes in self._sizes]
+        self._plans_for = None  # plans are per chain set: made again for the kept chains
+        return select_chains(state, keep)
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         if move == RESCORE:  # block Gibbs: energies once per epoch, for the statistics

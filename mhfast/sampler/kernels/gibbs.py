@@ -21,6 +21,7 @@ from ..moves import single_site_gibbs
 from ..schedules import Epoch, active_chains, epoch_order
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
+from ..subset import select_chains
 
 RESCORE = "rescore"  #: the last move of a Gibbs epoch: energies for the statistics
 
@@ -44,6 +45,12 @@ class DegenerateGibbs:
         order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
                             self.ctx.backend.counter_uniforms)
         return [(k, act, act_host, order[act, k]) for k, (act, act_host) in enumerate(self._active)] + [RESCORE]
+
+    def restrict(self, state: ChainState, keep: torch.Tensor) -> ChainState:
+        """Only the chains ``keep`` go on (inputs that left the batch), with the moves they had."""
+        state = select_chains(state, keep)
+        self._active = active_chains(state.num_free_host, state.tokens.device)
+        return state
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         if move == RESCORE:  # one T_e-row pass per epoch

@@ -21,6 +21,7 @@ from ..moves import single_site_mh
 from ..schedules import Epoch, active_chains, epoch_order
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
+from ..subset import select_chains
 
 
 class SingleSiteMH:
@@ -55,6 +56,18 @@ class SingleSiteMH:
         order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
                             self.ctx.backend.counter_uniforms)
         return [(k, act, act_host, order[act, k]) for k, (act, act_host) in enumerate(self._active)]
+
+    def restrict(self, state: ChainState, keep: torch.Tensor) -> ChainState:
+        """Only the chains ``keep`` go on (inputs that left the batch), with the moves they had: their steps, memo
+        tables and (capture) static buffers carried over, nothing rescored."""
+        state = select_chains(state, keep)
+        self._active = active_chains(state.num_free_host, state.tokens.device)
+        if self.memo is not None:
+            self.memo = self.memo.select(keep)
+        if self._static is not None:
+            self._static = StaticSiteSteps(self.ctx, state, graphs=self._static.graphs, has_pad=self._static.has_pad)
+            state = self._static.state_of(state)
+        return state
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         k, act, act_host, pos = move

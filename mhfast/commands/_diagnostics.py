@@ -1,0 +1,87 @@
+"""The convergence flags both commands share: ``--diagnostics`` and ``--plot-traces FILE.png``.
+
+(``--until-rhat``, ``--min-ess``, ``--trace-every`` and ``--start`` are sampler options: they come from the option
+spec like every other.) ``--diagnostics`` prints, per input, ArviZ's R-hat / ESS / MCSE of every traced summary
+(``mhfast sample``: a table and a line per input; ``mhfast translate``: a line per sentence on stderr, and the
+figures in ``--stats-out``). ``--plot-traces`` draws each input's target-energy trace per chain (burn-in shaded,
+R-hat in the title) with matplotlib.
+
+Example:
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(); add_arguments(p)
+    >>> a = p.parse_args(["--diagnostics"]); a.diagnostics, a.plot_traces
+    (True, None)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Sequence
+
+from ..sampler.trace_plot import MAX_PANELS, plot_traces  # noqa: F401  (the commands' plotter)
+
+
+def add_arguments(p: Any) -> None:
+    g = p.add_argument_group("convergence (see also --until-rhat, --min-ess, --trace-every, --start)")
+    g.add_argument("--diagnostics", action="store_true",
+                   help="per input: rank-normalized split R-hat, bulk/tail ESS and MCSE of every traced summary "
+                        "(energies, extra terms, random projections) over the post-burn-in sweeps, by ArviZ's "
+                        "functions (needs --chains >= 2 and arviz-stats: mhfast[diagnostics])")
+    g.add_argument("--plot-traces", metavar="FILE.png",
+                   help=f"draw each input's target-energy trace per chain (first {MAX_PANELS} inputs; burn-in shaded, "
+                        "R-hat in the title) into this image (matplotlib)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """The flags' own checks (errors name the flag): two chains, arviz-stats, matplotlib, a writable folder."""
+    from ..sampler.diagnostics import check_available
+
+    asked = [flag for flag, on in (("--diagnostics", args.diagnostics), ("--plot-traces", args.plot_traces)) if on]
+    if getattr(args, "method", "mh") != "mh":
+        if asked:
+            raise ValueError(f"{asked[0]} needs --method mh (Mask-Predict has no chains)")
+        return
+    if args.diagnostics:
+        if args.chains < 2:
+            raise ValueError(f"--diagnostics needs --chains >= 2 (R-hat compares chains), got {args.chains}")
+        check_available("--diagnostics")
+    if args.plot_traces:
+        if args.chains < 2:
+            raise ValueError(f"--plot-traces needs --chains >= 2 (its titles give R-hat), got {args.chains}")
+        check_available("--plot-traces")
+        folder = os.path.dirname(os.path.abspath(args.plot_traces))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"--plot-traces: folder {folder!r} does not exist")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--plot-traces needs matplotlib (pip install \"mhfast[plots]\")") from None
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether the run must keep per-input diagnostics (for printing or plotting)."""
+    return bool(args.diagnostics or args.plot_traces)
+
+
+def energy_path(path: str, energy: str, energies: Sequence[str]) -> str:
+    """``path`` itself, or with several energies (``mhfast sample --energy both``) the energy before its suffix.
+
+    Example:
+        >>> energy_path("t.png", "raw", ["raw"]), energy_path("t.png", "local", ["raw", "local"])
+        ('t.png', 't.local.png')
+    """
+    if len(energies) == 1:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.{energy}{ext}"
+
+
+def print_report(entries: Sequence[dict], labels: Sequence[str], chains: int, file: Any = None) -> None:
+    """The table of every input's summaries and one verdict line per input (entries of
+    :func:`mhfast.sampler.diagnostics_report.per_input_reports`)."""
+    from ..sampler.diagnostics import format_table, verdict_line
+
+    print(format_table([(label, e["rows"]) for label, e in zip(labels, entries)], chains), file=file)
+    for label, e in zip(labels, entries):
+        r = e["report"]
+        print(verdict_line(label, r, r["draws"], chains, r["epochs_run"], r["converged"]), file=file)

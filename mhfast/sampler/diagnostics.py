@@ -1,0 +1,163 @@
+"""Convergence diagnostics of the traces, computed by ArviZ's array functions (arviz-stats), not by hand.
+
+For each input and traced summary (:mod:`mhfast.sampler.traces`: ``e_raw``, ``e_local``, the extra terms,
+``proj_j``) over the post-burn-in draws of its C chains:
+
+* ``rhat``: rank-normalized split R-hat, the larger of the bulk (rank-normalized) and the tail (folded)
+  version (Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021; ``arviz_stats.base.array_stats.rhat``,
+  ``method="rank"``, what ``arviz.summary`` reports as ``r_hat``);
+* ``ess_bulk``: bulk effective sample size (rank-normalized split chains; ``method="bulk"``);
+* ``ess_tail``: tail ESS, the smaller ESS of the 5% and 95% quantile indicators (``method="tail"``,
+  ``prob=(0.05, 0.95)``: Vehtari et al.'s definition, ArviZ 0.x's default; ArviZ 1.x's ``azs.ess(...,
+  method="tail")`` takes its quantiles from ``rcParams["stats.ci_prob"]``, 0.94 -> 3%/97%, instead);
+* ``mcse_mean``: Monte Carlo standard error of the mean, ``sd / sqrt(ESS_mean)`` (``array_stats.mcse``).
+
+Thresholds are ArviZ's (and the paper above's): R-hat below :data:`RHAT_GOOD` = 1.01, and bulk and tail ESS of
+at least :data:`ESS_PER_CHAIN` = 100 per chain (400 for 4 chains). A value ArviZ cannot compute is NaN (fewer
+than 4 draws per chain; R-hat of a summary that never changes in any chain) and never counts as converged.
+
+arviz-stats (numpy + scipy only) is an optional dependency: ``pip install "mhfast[diagnostics]"``; without it
+these functions raise an ImportError that names the extra.
+
+Example:
+    >>> import numpy as np
+    >>> draws = np.random.default_rng(0).normal(size=(4, 200, 1))     # [chains, draws, summaries]
+    >>> d = diagnose(draws, ["x"])
+    >>> sorted(d), round(d["rhat"]["x"], 2) < RHAT_GOOD
+    (['ess_bulk', 'ess_tail', 'mcse_mean', 'rhat'], True)
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+EXTRA = "mhfast[diagnostics]"  #: the optional extra that brings arviz-stats
+RHAT_GOOD = 1.01  #: ArviZ's (Vehtari et al. 2021's) R-hat threshold
+ESS_PER_CHAIN = 100  #: ArviZ's recommended bulk and tail ESS per chain
+TAIL_PROB = (0.05, 0.95)  #: the quantiles of tail-ESS
+MIN_DRAWS = 4  #: ArviZ's fewest draws per chain for any of these diagnostics
+STATS = ("rhat", "ess_bulk", "ess_tail", "mcse_mean")
+
+
+def array_stats() -> Any:
+    """``arviz_stats.base.array_stats``, or an ImportError naming the extra that installs it."""
+    try:
+        from arviz_stats.base import array_stats as stats
+    except ImportError as e:
+        raise ImportError(f"convergence diagnostics need arviz-stats: pip install \"{EXTRA}\" (or pip install "
+                          f"arviz-stats); {e}") from None
+    return stats
+
+
+def check_available(what: str) -> None:
+    """A ValueError naming ``what`` (an option) when arviz-stats is not installed."""
+    try:
+        array_stats()
+    except ImportError as e:
+        raise ValueError(f"{what} {e}") from None
+
+
+def diagnose(draws: np.ndarray, names: Sequence[str], stats: Sequence[str] = STATS) -> dict[str, dict[str, float]]:
+    """``{stat: {summary name: value}}`` of ``draws`` (array [C chains, D draws, S summaries]) for the ``stats``
+    among :data:`STATS`, by ArviZ's array functions (see the module doc)."""
+    a = array_stats()
+    x = np.ascontiguousarray(np.moveaxis(np.asarray(draws, dtype=np.float64), 2, 0))  # [S, C, D]
+    funcs = {"rhat": lambda: a.rhat(x, chain_axis=-2, draw_axis=-1, method="rank"),
+             "ess_bulk": lambda: a.ess(x, chain_axis=-2, draw_axis=-1, method="bulk"),
+             "ess_tail": lambda: a.ess(x, chain_axis=-2, draw_axis=-1, method="tail", prob=TAIL_PROB),
+             "mcse_mean": lambda: a.mcse(x, chain_axis=-2, draw_axis=-1, method="mean")}
+    out = {}
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 0/0 of a constant summary: NaN, reported as such
+        for stat in stats:
+            values = np.atleast_1d(np.asarray(funcs[stat](), dtype=np.float64))
+            out[stat] = {name: float(v) for name, v in zip(names, values)}
+    return out
+
+
+def meets(diag: Mapping[str, Mapping[str, float]], until_rhat: float | None, min_ess: float | None) -> bool:
+    """Whether EVERY summary meets the criteria of the diagnostics in ``diag``: R-hat < ``until_rhat``, bulk and
+    tail ESS >= ``min_ess`` (a criterion that is None is not asked; NaN never meets one).
+
+    Example:
+        >>> meets({"rhat": {"a": 1.005, "b": 1.2}}, 1.01, None), meets({"rhat": {"a": 1.005}}, 1.01, None)
+        (False, True)
+    """
+    for stat, values in diag.items():
+        if stat == "rhat" and until_rhat is not None and not all(v < until_rhat for v in values.values()):
+            return False  # (NaN < x is False)
+        if stat in ("ess_bulk", "ess_tail") and min_ess is not None and not all(v >= min_ess
+                                                                               for v in values.values()):
+            return False
+    return True
+
+
+def needed_stats(until_rhat: float | None, min_ess: float | None) -> tuple[str, ...]:
+    """The diagnostics a convergence check computes (no more: each costs ~1 ms per summary)."""
+    return (("rhat",) if until_rhat is not None else ()) + (("ess_bulk", "ess_tail") if min_ess is not None else ())
+
+
+def summary_rows(draws: np.ndarray, names: Sequence[str], diag: Mapping[str, Mapping[str, float]]) -> list[dict]:
+    """One row per summary in the spirit of ``arviz.summary``: mean, sd, mcse_mean, ess_bulk, ess_tail, r_hat."""
+    x = np.asarray(draws, dtype=np.float64)
+    rows = []
+    for s, name in enumerate(names):
+        v = x[:, :, s]
+        rows.append({"name": name, "mean": float(v.mean()) if v.size else float("nan"),
+                     "sd": float(v.std(ddof=1)) if v.size > 1 else float("nan"),
+                     "mcse_mean": diag["mcse_mean"][name], "ess_bulk": diag["ess_bulk"][name],
+                     "ess_tail": diag["ess_tail"][name], "r_hat": diag["rhat"][name]})
+    return rows
+
+
+def verdict_line(label: str, diag: Mapping[str, Mapping[str, float]], draws: int, chains: int, epochs: int,
+                 converged: bool | None) -> str:
+    """One line per input: the worst R-hat and ESS over its summaries (and which summary), draws, epochs and,
+    with until_rhat / min_ess, whether it converged.
+
+    Example:
+        >>> d = {"rhat": {"e_raw": 1.002, "proj_0": 1.04}, "ess_bulk": {"e_raw": 900.0, "proj_0": 350.0},
+        ...      "ess_tail": {"e_raw": 800.0, "proj_0": 420.0}}
+        >>> verdict_line("input 1", d, 200, 4, 210, False)
+        'input 1: max r_hat 1.040 (proj_0)  min ess_bulk 350 (proj_0)  min ess_tail 420 (proj_0)  draws 200 x 4 chains  epochs 210  converged no'
+    """
+    def worst(stat: str, largest: bool) -> tuple[str, float]:
+        bad = float("inf") if largest else -1.0  # NaN is the worst of all
+        key = lambda kv: bad if kv[1] != kv[1] else kv[1]  # noqa: E731
+        return (max if largest else min)(diag[stat].items(), key=key)
+
+    (rn, rv), (bn, bv), (tn, tv) = worst("rhat", True), worst("ess_bulk", False), worst("ess_tail", False)
+    conv = "" if converged is None else f"  converged {'yes' if converged else 'no'}"
+    return (f"{label}: max r_hat {format_rhat(rv)} ({rn})  min ess_bulk {bv:.0f} ({bn})  min ess_tail {tv:.0f} ({tn})  "
+            f"draws {draws} x {chains} chains  epochs {epochs}{conv}")
+
+
+def format_rhat(value: float) -> str:
+    """R-hat with 3 decimals, or 3 significant digits when huge (chains that never meet: 6.5e+15), or nan.
+
+    Example:
+        >>> format_rhat(1.0049), format_rhat(6.47e15), format_rhat(float("nan"))
+        ('1.005', '6.47e+15', 'nan')
+    """
+    return f"{value:.3f}" if value < 100 or value != value else f"{value:.3g}"
+
+
+def format_table(rows_per_input: Sequence[tuple[str, Sequence[dict]]], chains: int) -> str:
+    """The rows of :func:`summary_rows` of each input as one fixed-width table; ``!`` marks an R-hat at or
+    above :data:`RHAT_GOOD` or an ESS below :data:`ESS_PER_CHAIN` x ``chains`` (ArviZ's thresholds)."""
+    min_ess = ESS_PER_CHAIN * chains
+    head = f"{'input':<10} {'summary':<12} {'mean':>11} {'sd':>9} {'mcse_mean':>9} {'ess_bulk':>9} " \
+           f"{'ess_tail':>9} {'r_hat':>7}"
+    lines = [head]
+    for label, rows in rows_per_input:
+        for r in rows:
+            flag = lambda ok: " " if ok else "!"  # noqa: E731
+            lines.append(f"{label:<10} {r['name']:<12} {r['mean']:>11.4g} {r['sd']:>9.3g} {r['mcse_mean']:>9.3g} "
+                         f"{r['ess_bulk']:>8.0f}{flag(r['ess_bulk'] >= min_ess)} "
+                         f"{r['ess_tail']:>8.0f}{flag(r['ess_tail'] >= min_ess)} "
+                         f"{format_rhat(r['r_hat']):>6}{flag(r['r_hat'] < RHAT_GOOD)}")
+    lines.append(f"! = r_hat >= {RHAT_GOOD} or ess < {min_ess} ({ESS_PER_CHAIN} per chain x {chains} chains; "
+                 "ArviZ's thresholds)")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""The convergence flags of ``mhfast sample`` and ``mhfast translate`` (issue 33): --diagnostics, --until-rhat,
+--min-ess, --trace-every, --start, --plot-traces and the figures in translate's --stats-out.
+
+The translations and samples do not change with --diagnostics or --plot-traces (they only read the traces); bad
+values are one stderr line and exit status 2, naming the flag.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_tiny_models import save_tiny_bert_dir
+from mhfast.cli import main
+
+pytest.importorskip("arviz_stats")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_bert_dir(tmp_path_factory.mktemp("cli") / "tiny_bert")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse's own errors (a choice): its one line, exit 2
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SAMPLE = ["--length", "4", "--chains", "3", "--epochs", "10", "--burn-in", "2", "--seed", "1", "--quiet"]
+
+
+def test_sample_diagnostics_table_and_plot(capsys, tiny_dir, tmp_path):
+    code, plain, err = run(capsys, "sample", "--model", tiny_dir, *SAMPLE)
+    assert code == 0, err
+    png = tmp_path / "traces.png"
+    code, out, err = run(capsys, "sample", "--model", tiny_dir, *SAMPLE, "--diagnostics", "--plot-traces", str(png))
+    assert code == 0, err
+    assert out.split("model rows")[0] == plain.split("model rows")[0], "--diagnostics changed the samples"
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("input      summary"))
+    assert [line.split()[2] for line in lines[head + 1:head + 6]] == ["e_raw", "e_local", "proj_0", "proj_1",
+                                                                       "proj_2"]
+    assert any(line.startswith("input 1: max r_hat ") and "draws 8 x 3 chains  epochs 10" in line for line in lines)
+    assert png.read_bytes()[:8] == PNG
+
+
+def test_sample_until_rhat_reports_each_input(capsys, tiny_dir, tmp_path):
+    code, out, err = run(capsys, "sample", "--model", tiny_dir, "--init", "a b c d", "a b c d", "--chains", "3",
+                         "--epochs", "6", "--burn-in", "1", "--until-rhat", "1.001", "--min-ess", "1000", "--quiet",
+                         "--start", "random", "--trace-every", "1", "--energy", "both", "--plot-traces",
+                         str(tmp_path / "t.png"))
+    assert code == 0, err
+    assert out.count("not converged after 6 epochs") == 4  # 2 inputs x 2 energies, the cap reached
+    assert (tmp_path / "t.raw.png").read_bytes()[:8] == PNG and (tmp_path / "t.local.png").is_file()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--until-rhat", "1"], "--until-rhat must be a finite number > 1, got 1.0"),
+    (["--min-ess", "-5"], "--min-ess must be a finite number >= 0, got -5.0"),
+    (["--trace-every", "0"], "--trace-every must be an int >= 1, got 0"),
+    (["--until-rhat", "1.01", "--chains", "1"], "--until-rhat needs --chains >= 2 (R-hat compares chains), got 1"),
+    (["--diagnostics", "--chains", "1"], "--diagnostics needs --chains >= 2 (R-hat compares chains), got 1"),
+    (["--until-rhat", "1.01", "--anneal", "0.1"], "--until-rhat needs a fixed target (--anneal 0)"),
+    (["--start", "wide"], "argument --start: invalid choice: 'wide'"),
+])
+@pytest.mark.parametrize("command", ["sample", "translate"])
+def test_bad_flags_are_one_line_exit_2(capsys, tmp_path, command, argv, message):
+    where = ["--length", "3"] if command == "sample" else ["--input", str(tmp_path / "none.txt")]
+    code, out, err = run(capsys, command, *where, *argv)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_plot_traces_needs_an_existing_folder(capsys, tmp_path):
+    code, _, err = run(capsys, "sample", "--length", "3", "--plot-traces", str(tmp_path / "no" / "t.png"))
+    assert code == 2 and "--plot-traces: folder" in err and err.count("\n") == 1, err
+
+
+def test_translate_diagnostics_lines_stats_and_plot(capsys, tiny_paths, tmp_path):
+    tiny = tiny_paths
+    lines = sorted(tiny["valid_de"].read_text(encoding="utf-8").splitlines(), key=lambda s: len(s.split()))[:2]
+    src = tmp_path / "src.txt"
+    src.write_text("".join(line + "\n" for line in lines[:1] + [""] + lines[1:]), encoding="utf-8")
+    model = ["--model", str(tiny["checkpoint"]), "--data", str(tiny["data"]), "--tokenizer", "none"]
+    fast = ["--chains", "3", "--epochs", "8", "--burn-in", "2", "--batch-size", "2", "--quiet"]
+    code, plain, err = run(capsys, "translate", *model, "--input", str(src), *fast)
+    assert code == 0, err
+    stats, png = tmp_path / "stats.json", tmp_path / "tr.png"
+    code, out, err = run(capsys, "translate", *model, "--input", str(src), *fast, "--diagnostics", "--stats-out",
+                         str(stats), "--plot-traces", str(png))
+    assert code == 0, err
+    assert out == plain, "--diagnostics changed the translations"
+    verdicts = [line for line in err.splitlines() if line.startswith("sentence ")]
+    assert [v.split(":")[0] for v in verdicts] == ["sentence 0", "sentence 2"]  # the empty line has none
+    batches = json.loads(stats.read_text())["batches"]
+    figures = [d for b in batches for d in b["diagnostics"]]
+    assert figures[1] is None and len(figures) == 3
+    for d in (figures[0], figures[2]):
+        assert set(d) == {"rhat", "ess_bulk", "ess_tail", "mcse_mean", "draws", "epochs_run", "converged"}
+        assert d["draws"] == 6 and d["epochs_run"] == 8 and d["converged"] is None
+        assert set(d["rhat"]) == {"e_raw", "e_local", "proj_0", "proj_1", "proj_2"}
+    assert png.read_bytes()[:8] == PNG
+    code, out, err = run(capsys, "translate", *model, "--input", str(src), *fast, "--until-rhat", "1.5", "--stats-out",
+                         str(stats))
+    assert code == 0, err
+    batches = json.loads(stats.read_text())["batches"]
+    runs = [e for b in batches for e in b["epochs_run"]]
+    assert runs[1] is None and all(3 <= e <= 8 for e in (runs[0], runs[2]))
+    assert "diagnostics" not in batches[0]
