@@ -13,7 +13,6 @@ import pytest
 from hf_tiny_models import save_tiny_bert_dir
 from mhfast.cli import main
 
-pytest.importorskip("arviz_stats")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PNG = b"\x89PNG\r\n\x1a\n"
