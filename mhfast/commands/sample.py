@@ -41,7 +41,9 @@ def _span(text: str) -> tuple[int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="antiberty",
-                   help="'antiberty' (the model of the antiberty package) or a local HuggingFace *ForMaskedLM directory")
+                   help="'antiberty' (the model of the antiberty package), 'sapiens-h' / 'sapiens-l' (the Sapiens "
+                        "heavy/light-chain models), a fairseq masked_lm checkpoint (dict.txt beside it) or a local "
+                        "HuggingFace *ForMaskedLM directory")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--length", type=int, help="unconditional sampling of this many tokens (default 10 when no "
                       "--init/--init-file)")
@@ -160,8 +162,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = _check(args)
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
-        raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', a local "
-                                "HuggingFace model directory or a hub id)")
+        raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', 'sapiens-h', "
+                                "'sapiens-l', a fairseq checkpoint, a local HuggingFace model directory or a hub id)")
     world = distributed.world(device=args.device)  # torchrun: inputs shared over ranks, rank 0 prints
     if world.backend == "nccl":
         args.device = str(world.device)
