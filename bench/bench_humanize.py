@@ -143,7 +143,7 @@ def report(results: list[dict], args: argparse.Namespace, minutes: float) -> str
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["## Humanization: MH vs BioPhi's Sapiens argmax (bench/bench_humanize.py)", "",
              f"Run {now}, {minutes:.0f} min, 1 torch thread. Machine: {results_md.machine_description()}.", "",
-             f"Parents and drugs: {SOURCE}. Kabat CDRs (Martin's sequence rules) kept fixed; every other residue "
+             f"Parents and their humanized sequences (experimental.fa): {SOURCE}. Kabat CDRs (Martin's sequence rules) kept fixed; every other residue "
              f"free. Energy of every row: Sapiens E_local + {args.hamming:g} x mutations from the parent (E_local = "
              "minus the pseudo-log-likelihood: lower is more human to the model). BioPhi argmax: our "
              "re-implementation of BioPhi's Sapiens humanization (framework residues set to the model's argmax of "
