@@ -219,3 +219,19 @@ def test_cli_sample_and_score_a_checkpoint_and_refuse_a_damaged_one(tiny_base, t
         run = _cli(*command, "--model", str(bad))
         assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
         assert str(bad) in run.stderr and "not a readable torch checkpoint" in run.stderr
+
+
+def test_missing_fairseq_names_the_install_command():
+    """Without fairseq, importing the adapter works and loading raises ImportError naming the install (a fresh
+    interpreter in which ``import fairseq`` fails, so this session's fairseq stays loaded)."""
+    code = ("import sys; sys.modules['fairseq'] = None\n"
+            "import mhfast.models.fairseq_mlm as m, mhfast.models.sapiens as s\n"
+            "for load in (lambda: m.load_fairseq_mlm('x.pt'), lambda: s.load_sapiens('H')):\n"
+            "    try:\n"
+            "        load()\n"
+            "    except ImportError as e:\n"
+            "        print('IMPORT-ERROR:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("IMPORT-ERROR:")]
+    assert len(lines) == 2 and all("pip install --no-build-isolation fairseq-fixed==0.12.3.1" in line.replace(
+        "env -u CUDA_HOME ", "") for line in lines), out.stdout + out.stderr
