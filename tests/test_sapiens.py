@@ -192,3 +192,26 @@ def test_cli_score_and_sample_by_name():
     lm = load_sapiens("L")
     want = -float(mhfast.energy(lm, [lm.encode(MOUSE_4D5_VL)]).e_local[0])
     assert abs(float(run.stdout.split()[0]) - want) < 1e-3 and int(run.stdout.split()[2]) == len(MOUSE_4D5_VL)
+
+
+def test_score_over_two_torchrun_ranks_writes_the_bytes_of_one_process(tmp_path):
+    """``torchrun -m mhfast score --model sapiens-h``: the file of one process (gloo over loopback, 2 ranks)."""
+    import os
+    import socket
+
+    src = tmp_path / "heavy.txt"
+    src.write_text("\n".join([MOUSE_4D5_VH, TRASTUZUMAB_VH[:60], MOUSE_4D5_VH[:40], "EVQLV"]) + "\n")
+    argv = ["score", "--model", "sapiens-h", "-i", str(src), "-q", "--batch-size", "1", "--per-token"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), OMP_NUM_THREADS="1",
+               MHFAST_DIST_TIMEOUT="60")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    one, two = tmp_path / "one.tsv", tmp_path / "two.tsv"
+    subprocess.run([sys.executable, "-m", "mhfast", *argv, "-o", str(one)], env=env, check=True, timeout=300,
+                   capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(port), "-m", "mhfast", *argv, "-o", str(two)], env=env, timeout=300,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert two.read_bytes() == one.read_bytes() and len(one.read_text().splitlines()) == 4
