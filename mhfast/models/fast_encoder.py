@@ -69,6 +69,13 @@ class LastEncoderLayerAtMask:
             setattr(self, a, getattr(lm, a))
         self.output_layer = lm.output_layer
 
+    def compiled_blocks(self) -> Any:
+        """The optional hook of :func:`mhfast.models.compiled_blocks.compiled_blocks`: every encoder layer but the
+        last (which runs here in pieces, at the read positions) compiled while inside."""
+        from .compiled_blocks import repeated_blocks, swapped_in
+
+        return swapped_in(repeated_blocks(self.model, skip=(self.last,)))
+
     def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
                       context_index: torch.Tensor | None = None) -> torch.Tensor:
         return self.output_layer(self.masked_features(tokens, positions, context, context_index))
