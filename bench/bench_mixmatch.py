@@ -486,7 +486,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (" + (
             "on a GPU its sub-batches are 65536 tokens" if cuda else "on CPU its sub-batches, sized from the model's "
             f"width and this CPU's {cpu_info.l2_bytes() >> 10} KiB of L2 per core, are "
-            + (budgets_text(128, "Sapiens") if setup.get("model") == "sapiens-h" else budgets_text()))
+            + ("65536 tokens for Sapiens (its width is not read from a fairseq model: the default of models "
+               "without one)" if setup.get("model") == "sapiens-h" else budgets_text()))
         + " (mhfast.sampler.runner."
         "default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
         "its counted FLOPs, those of full rows, overstate its rate by up to ~10%). mhfast rows / proposal = "

@@ -185,7 +185,7 @@ def test_load_errors_name_what_is_missing(monkeypatch):
         load_sapiens("H")
 
 
-def test_cli_score_and_sample_by_name():
+def test_cli_score_by_name():
     run = subprocess.run([sys.executable, "-m", "mhfast", "score", "--model", "sapiens-l", "-q"], input=MOUSE_4D5_VL
                          + "\n", capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr

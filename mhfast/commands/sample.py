@@ -25,7 +25,7 @@ from ..sampler import options
 from . import _energy_terms
 
 NAME = "sample"
-HELP = "sample sequences from a masked LM (AntiBERTy or a HuggingFace model directory) with MH"
+HELP = "sample sequences from a masked LM (AntiBERTy, Sapiens, a fairseq checkpoint or a HuggingFace model) with MH"
 DESCRIPTION = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " ")
 
 
