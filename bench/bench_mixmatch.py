@@ -1,4 +1,4 @@
-"""mhfast.sample against a re-implementation of the mixmatch MH loop, side by side, on AntiBERTy.
+"""mhfast.sample against a re-implementation of the mixmatch MH loop, side by side, on AntiBERTy (or Sapiens).
 
 The baseline re-implements, from its description, the batched MH loop of mixmatch (Mireshghallah, Goyal
 & Berg-Kirkpatrick, "Mix and Match", ACL 2022; github.com/mireshghallah/mixmatch, ``batched_MH``): per
@@ -38,6 +38,8 @@ mhfast alone at T=32 and 16 chains for a few ``max_tokens_per_batch`` values.
     python3 bench/bench_mixmatch.py --lengths 16 --chains 1 5 --repeats 1 --no-write   # a few minutes
     python3 bench/bench_mixmatch.py --device cuda --model antiberty-random --starts random --no-write  # on a GPU
 
+``--model sapiens-h`` runs both loops on the Sapiens heavy-chain model (a fairseq RoBERTa, 4 layers, d=128, through
+mhfast.models.sapiens; the baseline's full forward is fairseq's ``model(rows)[0]``).
 ``--device cuda`` runs both loops' model calls on the GPU (timings between synchronizations); ``--model
 antiberty-random`` is a randomly initialized BERT of AntiBERTy's shape, for machines without the antiberty package
 (scripts/gpu_check.sh uses it: the package's weights do not travel to the GPU machine).
@@ -73,11 +75,20 @@ GOALS = {"float32": 2.5, "bfloat16": 4.0}  # issue 14: at every T=32 size
 
 
 # ---------------------------------------------------------------------------- the baseline
+def full_logits(lm) -> "Callable[[torch.Tensor], torch.Tensor]":
+    """The model's whole forward, the LM head at every position: rows Long[N, T] -> logits [N, T, V] (a
+    transformers model's ``.logits``, a fairseq RoBERTa's first output)."""
+    if hasattr(lm.model, "config"):
+        return lambda rows: lm.model(input_ids=rows).logits
+    return lambda rows: lm.model(rows)[0]
+
+
 def _forward(model, rows: torch.Tensor, dtype: torch.dtype, max_tokens: int) -> torch.Tensor:
-    """Full logits [N, T, V] of ``rows``, in sub-batches of at most ``max_tokens`` tokens (as mhfast)."""
+    """Full logits [N, T, V] of ``rows`` by ``model`` (:func:`full_logits`), in sub-batches of at most
+    ``max_tokens`` tokens (as mhfast)."""
     step = max(1, max_tokens // rows.shape[1])
     with torch.no_grad(), torch.autocast(rows.device.type, dtype=dtype, enabled=dtype != torch.float32):
-        return torch.cat([model(input_ids=rows[s:s + step]).logits.float() for s in range(0, len(rows), step)])
+        return torch.cat([model(rows[s:s + step]).float() for s in range(0, len(rows), step)])
 
 
 def _energies(model, x: torch.Tensor, positions: torch.Tensor, mask_id: int, dtype, max_tokens: int
@@ -103,7 +114,7 @@ def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch
         {'rows': 650, 'proposals': 10, 'acceptance': 0.6}
     """
     g = torch.Generator().manual_seed(seed)
-    model, mask_id = lm.model, lm.mask_id
+    model, mask_id = full_logits(lm), lm.mask_id
     dev = lm.device
     g_dev = g if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(seed)
     special = torch.zeros(lm.vocab_size, dtype=torch.bool, device=dev)
@@ -188,6 +199,8 @@ ANTIBERTY_CONFIG = dict(vocab_size=25, hidden_size=512, num_hidden_layers=8, num
                         layer_norm_eps=1e-12, pad_token_id=0, position_embedding_type="absolute")
 ANTIBERTY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"ACDEFGHIKLMNPQRSTVWY"]
 MODELS = {"antiberty": "AntiBERTy (antiberty==0.1.3 through `mhfast.models.antiberty`; 8 layers, d=512, V=25)",
+          "sapiens-h": "Sapiens, heavy chain (sapiens==1.0.5 through `mhfast.models.sapiens`: a fairseq RoBERTa, 4 "
+                       "layers, d=128, V=25)",
           "antiberty-random": "a randomly initialized BERT of AntiBERTy's exact shape and vocabulary (8 layers, "
                               "d=512, V=25; seed 0): the same cost per row, but its conditionals are near uniform, "
                               "so nearly every proposal changes the state (mhfast's worst case) from any start"}
@@ -201,6 +214,9 @@ def load_model(name: str, device: str) -> "mhfast.models.antiberty.AntiBERTyMask
         25
     """
     from mhfast.models.antiberty import AntiBERTyMaskedLM, load_antiberty
+    if name == "sapiens-h":
+        from mhfast.models.sapiens import load_sapiens
+        return load_sapiens("H", device=device)
     if name == "antiberty":
         return load_antiberty(device=device)
     import transformers
@@ -215,10 +231,31 @@ def flops_per_row(lm, width: int, head_positions: int) -> float:
     the encoder once per token (2*params*tokens: Q, K, V, O, the two FFN matrices), QK^T and AV
     (4*width^2*d per layer), and the MLM head (transform d x d + decoder d x V) at ``head_positions``
     tokens. Biases, LayerNorm, softmax, GELU and embeddings are not counted."""
-    cfg = lm.model.config
-    d, f, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, lm.vocab_size
+    d, f, L = model_shape(lm)
+    V = lm.vocab_size
     per_token = L * (4 * d * d + 2 * d * f)
     return 2.0 * per_token * width + L * 4.0 * width * width * d + 2.0 * (d * d + d * V) * head_positions
+
+
+def model_shape(lm) -> tuple[int, int, int]:
+    """(d, feed-forward width, layers) of a BERT (transformers config) or a fairseq RoBERTa (its args)."""
+    cfg = getattr(lm.model, "config", None)
+    if cfg is not None:
+        return cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    args = lm.model.args
+    return args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_layers
+
+
+#: (d, feed-forward width, layers) of each model of MODELS, for the report's words (the FLOPs use the loaded model).
+SHAPES = {"antiberty": (512, 2048, 8), "antiberty-random": (512, 2048, 8), "sapiens-h": (128, 256, 4)}
+
+
+def flops_text(model: str) -> str:
+    """How the report counts a row's FLOPs, with the numbers of ``model`` (a key of MODELS)."""
+    d, f, L = SHAPES[model]
+    weights = L * (4 * d * d + 2 * d * f) / 1e6
+    return (f"2 x {weights:.2f}M encoder weights x W (Q, K, V, O and both FFN matrices of {L} layers) + {L} x 4 x "
+            f"W^2 x {d} (QK^T and AV) + the MLM head (2 x ({d}^2 + {d} x 25))")
 
 
 def matmul_peak(dtype: torch.dtype, device: str = "cpu", n: int = 2048, reps: int = 3) -> float:
@@ -238,11 +275,11 @@ def matmul_peak(dtype: torch.dtype, device: str = "cpu", n: int = 2048, reps: in
     return 2.0 * n ** 3 / best / 1e9
 
 
-def budgets_text() -> str:
-    """mhfast's default CPU sub-batches for AntiBERTy's width on this machine, in words."""
+def budgets_text(width: int = ANTIBERTY_CONFIG["hidden_size"], name: str = "AntiBERTy") -> str:
+    """mhfast's default CPU sub-batches for a model of ``width`` on this machine, in words."""
     from mhfast.sampler.runner import cpu_max_tokens
-    fp32, bf16 = (cpu_max_tokens(ANTIBERTY_CONFIG["hidden_size"], dt) for dt in (torch.float32, torch.bfloat16))
-    return f"{fp32} tokens for AntiBERTy in fp32 and {bf16} in bf16"
+    fp32, bf16 = (cpu_max_tokens(width, dt) for dt in (torch.float32, torch.bfloat16))
+    return f"{fp32} tokens for {name} in fp32 and {bf16} in bf16"
 
 
 def cpu_features() -> list[str]:
@@ -448,7 +485,9 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         "the median of the per-repeat ratios (each in brackets). mixmatch forwards a step's rows in one batch "
         f"(<= {DEFAULT_MAX_TOKENS} tokens), mhfast with its default options (" + (
             "on a GPU its sub-batches are 65536 tokens" if cuda else "on CPU its sub-batches, sized from the model's "
-            f"width and this CPU's {cpu_info.l2_bytes() >> 10} KiB of L2 per core, are {budgets_text()}")
+            f"width and this CPU's {cpu_info.l2_bytes() >> 10} KiB of L2 per core, are "
+            + ("65536 tokens for Sapiens (its width is not read from a fairseq model: the default of models "
+               "without one)" if setup.get("model") == "sapiens-h" else budgets_text()))
         + " (mhfast.sampler.runner."
         "default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
         "its counted FLOPs, those of full rows, overstate its rate by up to ~10%). mhfast rows / proposal = "
@@ -457,8 +496,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         + "best of 3 before each case of this run): "
         f"fp32 {peaks['float32']:.0f} GFLOP/s, "
         f"bf16 {peaks['bfloat16']:.0f} GFLOP/s. Model FLOPs counted per row of W = T+2 tokens as "
-        "2 x 3.15M encoder weights x W (Q, K, V, O and both FFN matrices of 8 layers) + 8 x 4 x W^2 x 512 "
-        "(QK^T and AV) + the MLM head (2 x (512^2 + 512 x 25)) at W positions (mixmatch's full logits) or at one "
+        + flops_text(setup.get("model", "antiberty")) +
+        " at W positions (mixmatch's full logits) or at one "
         "(mhfast); biases, LayerNorm, softmax, GELU not counted. GFLOP/s = counted FLOPs / the loop's whole time "
         "(the sampler's own work included).", ""]
     lines += table(rows, peaks)
@@ -591,7 +630,14 @@ def main() -> None:
     text = report(args, rows, peaks, sweep, load, minutes, machine, setup)
     print(text)
     if not args.no_write:
-        results_md.write_section(START, END, "## mhfast vs the mixmatch MH loop (bench/bench_mixmatch.py)\n\n" + text)
+        model = setup.get("model", "antiberty")
+        if model == "sapiens-h":  # a section of its own: the AntiBERTy section stays
+            results_md.write_section(START.replace(":", "_sapiens:"), END.replace(":", "_sapiens:"),
+                                     "## mhfast vs the mixmatch MH loop on Sapiens (bench/bench_mixmatch.py --model "
+                                     "sapiens-h)\n\n" + text)
+        else:
+            results_md.write_section(START, END, "## mhfast vs the mixmatch MH loop (bench/bench_mixmatch.py)\n\n"
+                                     + text)
 
 
 if __name__ == "__main__":

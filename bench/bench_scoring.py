@@ -10,7 +10,9 @@ reduces with the ``gather_energies`` op. Both forward the same rows in sub-batch
 order, best of ``--reps``), and their PLLs are compared (max |difference| reported).
 
 Models: AntiBERTy (trained, V=25) and a randomly initialized BERT-base config (12 layers, d=768,
-12 heads, V=30522; no download). Sequences: random residues (AntiBERTy) or random word-piece ids
+12 heads, V=30522; no download); with ``--model sapiens`` the Sapiens heavy- and light-chain models (fairseq
+RoBERTa, 4 layers, d=128, V=25; the baseline's full forward is fairseq's ``model(rows)[0]``), written to a
+section of their own (``bench_scoring_sapiens``). Sequences: random residues (AntiBERTy) or random word-piece ids
 (BERT), fixed seed, lengths ``--length``; throughput = scored tokens per second.
 
 Results go to bench/RESULTS.md between ``<!-- bench_scoring:start -->`` and ``<!-- bench_scoring:end -->``.
@@ -73,7 +75,8 @@ def minicons_pll(lm: HFMaskedLM, tokens: torch.Tensor, max_tokens: int) -> torch
         for s in range(0, len(targets), step):
             batch = copies[s:s + step].to(device)
             pos = targets[s:s + step].to(device)
-            logits = lm.model(input_ids=batch, attention_mask=torch.ones_like(batch)).logits
+            logits = (lm.model(input_ids=batch, attention_mask=torch.ones_like(batch)).logits
+                      if hasattr(lm.model, "config") else lm.model(batch)[0])  # a fairseq RoBERTa: (logits, extra)
             logits = logits[torch.arange(len(pos), device=device), pos]
             logp = logits.log_softmax(-1).gather(1, row.to(device)[pos][:, None])
             total += logp.double().sum().cpu()
@@ -149,19 +152,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md alone")
+    p.add_argument("--model", default="antiberty", choices=("antiberty", "sapiens"),
+                   help="antiberty: AntiBERTy and a BERT-base config; sapiens: the Sapiens heavy and light chain models")
     args = p.parse_args(argv)
     if args.quick:
         args.sequences, args.length = 8, 24
     if args.threads:
         torch.set_num_threads(args.threads)
-    from mhfast.models.antiberty import load_antiberty
+    if args.model == "sapiens":
+        from mhfast.models.sapiens import load_sapiens
 
-    rows = [measure("AntiBERTy", load_antiberty(device=args.device), args, args.sequences),
-            measure("BERT-base config, random weights", bert_base(args.device), args, max(1, args.sequences // 4 + 1))]
-    text = table(rows, args, args.device)
+        rows = [measure(f"Sapiens {c}", load_sapiens(c, device=args.device), args, args.sequences) for c in "HL"]
+        text = table(rows, args, args.device).replace("(bench/bench_scoring.py)", "on Sapiens (bench/bench_scoring.py "
+                                                                                   "--model sapiens)")
+        marks = (START.replace(":", "_sapiens:"), END.replace(":", "_sapiens:"))
+    else:
+        from mhfast.models.antiberty import load_antiberty
+
+        rows = [measure("AntiBERTy", load_antiberty(device=args.device), args, args.sequences),
+                measure("BERT-base config, random weights", bert_base(args.device), args,
+                        max(1, args.sequences // 4 + 1))]
+        text, marks = table(rows, args, args.device), (START, END)
     print(text)
     if not args.no_write:
-        results_md.write_section(START, END, text)
+        results_md.write_section(*marks, text)
     return 0
 
 

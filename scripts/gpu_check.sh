@@ -28,12 +28,17 @@
 #      the sampler's path, AntiBERTy's shape, random weights) against eager, fp32 and bf16: compile time, ms per row
 #      (issue 14's "compile=True where it pays": not on CPU, 0.93-1.03x on a Xeon and an AMD EPYC; off by
 #      default until a GPU shows what it does there). Skipped on CPU with --quick.
+#  11. the real-model sampling check (with the sapiens package, from .whl/ on the GPU machine): Sapiens, the BioPhi
+#      heavy-chain model (a fairseq RoBERTa through mhfast.models.sapiens), on the device: bench/sapiens_check.py
+#      (masked logits equal the CPU's, forward fast and full give the same chains, proposals/s from a real parent at
+#      T=120, fp32 and bf16; exit 1 otherwise), then bench/bench_mixmatch.py --model sapiens-h (mhfast vs the
+#      mixmatch loop on the real model). Skipped, and said so, without the package.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
-# compile; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
+# compile, sapiens; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
 # plan is three calls,
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,compile
-#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixmatch
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixmatch,sapiens
 # (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine).
 #
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
@@ -48,10 +53,14 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #     fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3
 #   (antlr4-python3-runtime==4.9.3 is source-only: `pip wheel --no-deps antlr4-python3-runtime==4.9.3 -w .whl`)
+#   For step 11 also the sapiens wheel (pure Python, 7 MB with the weights; not in /work/shared/wheels/gpu-cp312):
+#     python3 -m pip download --no-deps --only-binary=:all: sapiens==1.0.5 -d .whl
+#   (installed with --no-deps like the others: mhfast reads its checkpoints without importing it, so pandas is
+#   not needed there).
 # The files that come back from the device tool are at most 8: this script writes 8 or fewer.
 set -uo pipefail
 
-ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile"
+ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens"
 usage() { echo "usage: $0 OUTDIR [--quick] [--only STEP,STEP,... (of $ALL_STEPS)]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 OUTDIR=$1
@@ -233,6 +242,32 @@ if wanted compile && { [ "$DEV" = cuda ] || [ "$QUICK" = 0 ]; }; then
     --device $DEV --model antiberty-random --no-write $CR
 fi
 
+# 11. The real model: Sapiens on this device (needs the sapiens and fairseq wheels on the GPU machine).
+HAVE_SAPIENS=0
+$PY -c 'import importlib.util as u; assert u.find_spec("sapiens") and u.find_spec("fairseq")' >/dev/null 2>&1 && HAVE_SAPIENS=1
+if wanted sapiens && [ "$HAVE_SAPIENS" = 1 ]; then
+  SQ=""
+  [ "$QUICK" = 1 ] && SQ="--quick"
+  # shellcheck disable=SC2086
+  run_step "Sapiens real-model check ($DEV)" "$OUTDIR/bench.log" timeout 300 $PY bench/sapiens_check.py --device $DEV $SQ
+  grep -A40 "^Sapiens heavy chain on" "$OUTDIR/bench.log" | grep "^Sapiens\|^|" >"$OUTDIR/sapiens.md" 2>/dev/null
+  if [ "$QUICK" = 0 ]; then  # --quick (CI): the check above only
+    if [ "$DEV" = cuda ]; then
+      SM="--lengths 32 64 120 --chains 1 5 16 --dtypes float32 bfloat16 --repeats 3"
+    else
+      SM="--lengths 32 --chains 1 5 --dtypes float32 --repeats 1"
+    fi
+    # shellcheck disable=SC2086
+    run_step "mhfast vs mixmatch loop on Sapiens ($DEV)" "$OUTDIR/bench.log" timeout 300 $PY bench/bench_mixmatch.py \
+      --device $DEV --model sapiens-h --starts random parent $SM --json "$OUTDIR/mixmatch_sapiens.json" --no-write
+    [ -f "$OUTDIR/mixmatch_sapiens.json" ] && $PY bench/bench_mixmatch.py --render "$OUTDIR/mixmatch_sapiens.json" \
+      --starts random parent --no-write >>"$OUTDIR/sapiens.md" 2>&1
+    rm -f "$OUTDIR/mixmatch_sapiens.json"
+  fi
+elif wanted sapiens; then
+  STEPS+=("| Sapiens real-model check | skipped: no sapiens package (put its wheel in .whl/, see the header) | 0 s | - |")
+fi
+
 # Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).
 {
   echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
@@ -252,7 +287,7 @@ fi
   grep -hs "op sweep on" "$OUTDIR/sanitizer.log" | tail -3
   grep -hs "ERROR SUMMARY" "$OUTDIR/sanitizer.log" | tail -3
   grep -hs "^torch.compile on the sampler's path\|^Weight casts" "$OUTDIR/bench.log" | tail -3
-  for md in ops_floor.md sampler_e2e.md mixmatch.md; do
+  for md in ops_floor.md sampler_e2e.md mixmatch.md sapiens.md; do
     if [ -f "$OUTDIR/$md" ]; then
       echo
       cat "$OUTDIR/$md"

@@ -40,6 +40,14 @@ if ! "$PY" -c "import fairseq" >/dev/null 2>&1; then
   "$PY" -m pip uninstall -y -q torchaudio >&2 || true
 fi
 
+# Sapiens (the BioPhi antibody MLMs, mhfast.models.sapiens): its metadata pins torch<2.5, which pip would satisfy
+# by replacing torch, so it goes in without its dependencies; pandas (its import needs it) and fairseq (above)
+# are what it uses.
+if ! "$PY" -c "import importlib.util as u; assert u.find_spec('sapiens')" >/dev/null 2>&1; then
+  pip_install pandas
+  pip_install --no-deps sapiens
+fi
+
 # The compiled core: the same path as a user's `pip install .` (pyproject.toml's in-tree backend
 # compiles against the torch installed above and never fetches one), as an editable install so
 # that the tests and scripts import this checkout (mhfast/_C*.so is built in place).

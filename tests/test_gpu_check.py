@@ -9,6 +9,7 @@ Example:
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -36,6 +37,8 @@ def test_quick_run_passes_and_reports_every_step(quick_run):
     assert "Overall: PASS" in summary
     for step in ("tests (-k", "ops vs reference and floor", "sampler end to end", "mhfast vs mixmatch loop"):
         assert step in summary, f"{step!r} missing from the summary:\n{summary}"
+    if importlib.util.find_spec("sapiens") is not None:  # the real-model check (step 11) and its table
+        assert "Sapiens real-model check" in summary and "the same chains" in summary, summary
     for op in ("masked_copies", "gather_energies", "propose", "mh_accept_"):
         assert f"| {op} |" in summary  # the floor table folded into the summary
     assert "| random | float32 | 8 | 2 |" in summary  # the mixmatch comparison's table too
@@ -72,5 +75,6 @@ def test_an_unknown_step_is_refused_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"{SCRIPT}: --only: unknown step 'sanitiser' (steps: tests,sanitizer,ops,e2e,decoder,mixmatch,compile)"]
+        f"{SCRIPT}: --only: unknown step 'sanitiser' (steps: tests,sanitizer,ops,e2e,decoder,mixmatch,compile,"
+        "sapiens)"]
     assert not (tmp_path / "summary.md").exists()

@@ -26,7 +26,7 @@ from ..sampler import options
 from . import _diagnostics, _energy_terms
 
 NAME = "sample"
-HELP = "sample sequences from a masked LM (AntiBERTy or a HuggingFace model directory) with MH"
+HELP = "sample sequences from a masked LM (AntiBERTy, Sapiens, a fairseq checkpoint or a HuggingFace model) with MH"
 DESCRIPTION = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " ")
 
 
@@ -42,7 +42,9 @@ def _span(text: str) -> tuple[int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="antiberty",
-                   help="'antiberty' (the model of the antiberty package) or a local HuggingFace *ForMaskedLM directory")
+                   help="'antiberty' (the model of the antiberty package), 'sapiens-h' / 'sapiens-l' (the Sapiens "
+                        "heavy/light-chain models), a fairseq masked_lm checkpoint (dict.txt beside it) or a local "
+                        "HuggingFace *ForMaskedLM directory")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--length", type=int, help="unconditional sampling of this many tokens (default 10 when no "
                       "--init/--init-file)")
@@ -235,8 +237,8 @@ def _prepare(args: argparse.Namespace, world: Any) -> _Job:
 
     cfg = _check(args)
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
-        raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', a local "
-                                "HuggingFace model directory or a hub id)")
+        raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', 'sapiens-h', "
+                                "'sapiens-l', a fairseq checkpoint, a local HuggingFace model directory or a hub id)")
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
     inputs = _inputs(lm, args)

@@ -60,8 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     "a tokenizer), specials included")
     io.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
     sc = p.add_argument_group("model and scoring")
-    sc.add_argument("--model", default="antiberty", help="'antiberty', 'bundled' (De->En CMLM, target side), a "
-                    "local HuggingFace model directory or a hub id")
+    sc.add_argument("--model", default="antiberty", help="'antiberty', 'sapiens-h', 'sapiens-l', 'bundled' (De->En "
+                    "CMLM, target side), a fairseq masked_lm checkpoint (dict.txt beside it), a local HuggingFace "
+                    "model directory or a hub id")
     sc.add_argument("--metric", choices=METRICS, default="original",
                     help="original: one masked copy per token; within_word_l2r: a word's later pieces masked too")
     sc.add_argument("--batch-size", type=int, default=64, help="input lines per model batch (and per write)")
@@ -85,10 +86,18 @@ def _model_files(args: argparse.Namespace) -> dict[str, str]:
 
         return {f: str(BUNDLE_DIR / f) for f in BUNDLE_FILES}
     folder = args.model
+    if os.path.isfile(args.model):  # a fairseq checkpoint: it and the dict.txt beside it
+        beside = os.path.join(os.path.dirname(os.path.abspath(args.model)), "dict.txt")
+        return {os.path.basename(args.model): args.model, **({"dict.txt": beside} if os.path.isfile(beside) else {})}
     if args.model.lower() == "antiberty" and not os.path.exists(args.model):
         from ..models.antiberty import antiberty_dir
 
         folder = antiberty_dir()
+    elif args.model.lower() in ("sapiens-h", "sapiens-l") and not os.path.exists(args.model):
+        from ..models.sapiens import CHECKPOINTS, chain_name, sapiens_dir
+
+        root = sapiens_dir()
+        return {f: os.path.join(root, f) for f in ("dict.txt", CHECKPOINTS[chain_name(args.model[-1])])}
     elif not os.path.isdir(args.model):
         from ..models.loading import resolve_hub_id
 

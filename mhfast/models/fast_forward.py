@@ -159,10 +159,13 @@ class LastLayerAtMask:
 
 def fast_forward_model(lm: Any) -> Any:
     """``lm`` wrapped in its fast forward when one is exact for it, else ``lm`` itself: BERT-family HF models
-    in :class:`LastLayerAtMask`, fairseq CMLMs in :class:`mhfast.models.fast_decoder.FastCMLMDecoder`."""
+    in :class:`LastLayerAtMask`, fairseq masked LMs in :class:`mhfast.models.fast_encoder.LastEncoderLayerAtMask`,
+    fairseq CMLMs in :class:`mhfast.models.fast_decoder.FastCMLMDecoder`."""
     last = _last_layer(lm)
     if last is not None:
         return LastLayerAtMask(lm, last)
     from .fast_decoder import fast_decoder_model  # fairseq adapters only; imports nothing of fairseq itself
+    from .fast_encoder import fast_encoder_model
 
-    return fast_decoder_model(lm)
+    fast = fast_encoder_model(lm)  # fairseq masked LMs (RoBERTa, Sapiens)
+    return fast if fast is not lm else fast_decoder_model(lm)

@@ -3,7 +3,9 @@
 It lives apart from the adapters so that each adapter imports only what it wraps (``antiberty``
 builds on ``hf``; this module imports both; neither imports it): no import cycles.
 
-Names: ``"antiberty"``, a local HuggingFace model directory, or a HuggingFace hub id
+Names: ``"antiberty"``, ``"sapiens-h"`` / ``"sapiens-l"`` (the Sapiens heavy/light-chain models of the sapiens
+package), a fairseq masked_lm checkpoint file (its ``dict.txt`` beside it), a local HuggingFace model directory,
+or a HuggingFace hub id
 (``"bert-base-cased"``, ``"facebook/esm2_t6_8M_UR50D"``). A hub id resolves as ``from_pretrained``
 resolves it: through the local HuggingFace cache (``HF_HUB_CACHE`` / ``HF_HOME``) first, then the
 network unless ``HF_HUB_OFFLINE=1``; when it is neither cached nor downloadable, one
@@ -18,6 +20,9 @@ from typing import Any
 from .antiberty import load_antiberty
 from .base import MaskedLM
 from .hf import HFMaskedLM, _load_tokenizer, _transformers
+
+#: Model names load_masked_lm knows (besides paths and hub ids), lower case.
+SAPIENS_NAMES = {"sapiens-h": "H", "sapiens-l": "L"}
 
 #: The files a masked LM needs from a hub repository (weights in either format, config, tokenizer).
 _HUB_FILES = ["config.json", "*.safetensors", "pytorch_model.bin", "*.json", "*.txt", "*.model"]
@@ -35,7 +40,8 @@ def resolve_hub_id(name: str, cache_dir: str | os.PathLike | None = None, option
         '/root/.cache/huggingface/hub/models--bert-base-cased/snapshots/cd5ef92a9fb2f889e972770a36d4ed042daf221e'
     """
     if not _HUB_ID.match(name) or ".." in name:
-        raise FileNotFoundError(f"{option}: {name!r} is not an existing path, 'antiberty', nor a HuggingFace hub id")
+        raise FileNotFoundError(f"{option}: {name!r} is not an existing path, 'antiberty', 'sapiens-h', 'sapiens-l', "
+                                "nor a HuggingFace hub id")
     try:
         from huggingface_hub import constants, snapshot_download
     except ImportError:  # pragma: no cover - installed with transformers
@@ -80,8 +86,10 @@ def load_masked_lm(model: Any, **kwargs: Any) -> Any:
     Accepts: an object already implementing :class:`mhfast.models.base.MaskedLM` (returned as is),
     a ``transformers`` ``*ForMaskedLM`` model object (its tokenizer is looked up where it was
     loaded from, ``model.name_or_path``), a local HuggingFace model directory, a HuggingFace hub
-    id (see :func:`resolve_hub_id`), or the name ``"antiberty"`` (the model shipped in the
-    antiberty package). ``kwargs`` go to :class:`HFMaskedLM`.
+    id (see :func:`resolve_hub_id`), the name ``"antiberty"`` (the model shipped in the antiberty
+    package), ``"sapiens-h"`` / ``"sapiens-l"`` (:func:`mhfast.models.sapiens.load_sapiens`), or a fairseq
+    masked_lm checkpoint file with its ``dict.txt`` beside it (:func:`mhfast.models.fairseq_mlm.load_fairseq_mlm`).
+    ``kwargs`` go to :class:`HFMaskedLM` (``device``/``dtype`` to every loader).
 
     Example:
         >>> lm = load_masked_lm("antiberty")      # doctest: +SKIP
@@ -91,6 +99,14 @@ def load_masked_lm(model: Any, **kwargs: Any) -> Any:
     if isinstance(model, (str, os.PathLike)):
         if isinstance(model, str) and model.lower() == "antiberty" and not os.path.exists(model):
             return load_antiberty(**kwargs)
+        if isinstance(model, str) and model.lower() in SAPIENS_NAMES and not os.path.exists(model):
+            from .sapiens import load_sapiens  # fairseq is imported only when a fairseq model is asked for
+
+            return load_sapiens(SAPIENS_NAMES[model.lower()], **kwargs)
+        if os.path.isfile(model):  # a file, not a model directory: a fairseq checkpoint
+            from .fairseq_mlm import load_fairseq_mlm
+
+            return load_fairseq_mlm(model, **kwargs)
         if isinstance(model, str) and not os.path.exists(model):
             return HFMaskedLM(resolve_hub_id(model), **kwargs)
         return HFMaskedLM(model, **kwargs)
@@ -104,4 +120,5 @@ def load_masked_lm(model: Any, **kwargs: Any) -> Any:
         return model
     raise TypeError(f"model: unsupported {type(model).__name__}; expected an object implementing "
                     "mhfast.models.base.MaskedLM, a transformers *ForMaskedLM model, a local HuggingFace "
-                    "model directory, a HuggingFace hub id, or 'antiberty'")
+                    "model directory, a fairseq masked_lm checkpoint file, a HuggingFace hub id, 'antiberty', "
+                    "'sapiens-h' or 'sapiens-l'")

@@ -1,0 +1,373 @@
+"""fairseq RoBERTa-family masked LMs (task ``masked_lm``) as mhfast energy networks.
+
+:func:`load_fairseq_mlm` loads a checkpoint written by ``fairseq-train --task masked_lm --arch roberta_*``
+(RoBERTa, and models built the same way such as the Sapiens antibody models, :mod:`mhfast.models.sapiens`) and
+its ``dict.txt``, and returns a :class:`FairseqMaskedLM` implementing :class:`mhfast.models.base.FeatureMaskedLM`:
+``masked_features`` runs the encoder (``encoder.sentence_encoder``) and returns the d-wide features at the
+masked positions only; ``output_layer`` is the model's own LM head (``encoder.lm_head``, the dense + activation
++ layer norm + tied projection of RoBERTa), applied by the sampler only where it needs a distribution. The
+last encoder layer at the masked positions only (``forward="fast"``) is :mod:`mhfast.models.fast_encoder`.
+
+What the checkpoint names is checked by name, before any weight is read:
+
+* the task must be ``masked_lm`` (a model fine-tuned for another task has an LM head no loss trained);
+* the criterion must be a masked-LM loss: ``masked_lm``, ``legacy_masked_lm_loss`` or Sapiens'
+  ``smooth_masked_lm`` (label smoothing: a training-time change of the loss, not of the model); another is
+  refused by name, since its LM head may not be a masked-LM head;
+* the architecture must build a ``RobertaModel`` (``roberta``, ``roberta_base``, ``roberta_large``, ``xlm``,
+  ``roberta_prenorm``, any arch a plugin registered for the ``roberta`` model). ``roberta_small`` (Sapiens'
+  4 layers, d=128, registered by the sapiens package) is built here without the package, from the sizes the
+  checkpoint itself stores; any other unregistered name is refused naming it (import the plugin that registers
+  it first).
+
+The mask symbol is ``<mask>``, which fairseq's masked_lm task appends to ``dict.txt``; the checkpoint stores
+``args`` (an ``argparse.Namespace``) or ``cfg``: it is unpickled with ``torch.load(weights_only=False)``, so
+load only checkpoints you trust.
+
+Example (a checkpoint and the dict.txt beside it)::
+
+    >>> from mhfast.models.fairseq_mlm import load_fairseq_mlm        # doctest: +SKIP
+    >>> lm = load_fairseq_mlm("roberta/model.pt")                     # dict.txt from roberta/  # doctest: +SKIP
+    >>> lm.masked_logits(lm.frame(4)[None], torch.tensor([2])).shape  # doctest: +SKIP
+    torch.Size([1, 50265])
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from .base import check_reads
+from .fairseq_cmlm import INSTALL_COMMAND, _first_line
+
+_INSTALL_HINT = "mhfast.models.fairseq_mlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): " + INSTALL_COMMAND
+
+#: Training criteria that are masked-LM losses: the model they trained is an MLM whatever else they change.
+MLM_CRITERIA = ("masked_lm", "legacy_masked_lm_loss", "smooth_masked_lm")
+#: Architectures of the ``roberta`` model that fairseq itself does not register, built here by name: the sizes
+#: their registering package would default to (the checkpoint's own values win, as fairseq's arch functions do).
+KNOWN_ARCHS = {
+    # sapiens/roberta.py (Prihoda et al. 2022) registers it; the Sapiens checkpoints also store these values
+    "roberta_small": dict(encoder_layers=4, encoder_embed_dim=128, encoder_ffn_embed_dim=256,
+                          encoder_attention_heads=8),
+}
+
+
+def _fairseq() -> Any:
+    """Import fairseq's RoBERTa model and masked_lm task lazily (mhfast works without fairseq)."""
+    import logging
+
+    logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+    root_level = logging.getLogger().level
+    try:
+        import fairseq  # noqa: F401
+        import fairseq.models.roberta  # noqa: F401  (registers the roberta archs)
+        import fairseq.tasks.masked_lm  # noqa: F401
+    except ImportError as e:
+        raise ImportError(_INSTALL_HINT) from e
+    finally:
+        logging.getLogger().setLevel(root_level)  # fairseq's import sets the root logger to DEBUG
+    return fairseq
+
+
+class FairseqMaskedLM:
+    """A fairseq ``RobertaModel`` trained with ``masked_lm`` behind mhfast's ``FeatureMaskedLM`` protocol.
+
+    Build it with :func:`load_fairseq_mlm`, or from a fairseq model and its dictionary (``<mask>`` included).
+    Rows are ``<s> tokens </s>`` right-padded with ``<pad>``; the model runs in eval mode without autograd.
+
+    Attributes:
+        vocab_size, mask_id (``<mask>``), pad_id, bos_id (``<s>``), eos_id (``</s>``): from the dictionary.
+        special_ids: pad, bos, eos, unk, mask and fairseq's ``madeupword`` fillers (never sampled).
+        max_length: the most positions a row may have (the model's ``max_positions``).
+        symbols: the dictionary's symbols, in id order.
+    """
+
+    def __init__(self, model: Any, dictionary: Any, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        _fairseq()
+        self.model = model.eval()
+        if device is not None or dtype is not None:
+            self.model.to(device=device, dtype=dtype)
+        self.dictionary = dictionary
+        self.symbols = list(dictionary.symbols)
+        if "<mask>" not in dictionary.indices:
+            raise ValueError("dictionary: has no <mask> symbol (fairseq's masked_lm task adds it to dict.txt)")
+        self.vocab_size = len(dictionary)
+        self.mask_id = dictionary.index("<mask>")
+        self.pad_id, self.bos_id, self.eos_id = dictionary.pad(), dictionary.bos(), dictionary.eos()
+        fillers = [i for i, s in enumerate(self.symbols) if s.startswith("madeupword")]
+        self.special_ids = tuple(sorted({self.pad_id, self.bos_id, self.eos_id, dictionary.unk(), self.mask_id,
+                                         *fillers}))
+        self.encoder = self.model.encoder.sentence_encoder
+        self.max_length = int(self.model.encoder.max_positions())
+        self._static_inputs: bool | None = None  #: see static_inputs: None = test each call's rows
+
+    # -- protocol -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def masked_features_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                           context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Encoder features at ``positions[n]`` of row ``row_index[n]``, one forward per row: float[N, d]."""
+        tokens = self._prepare(tokens, context, context_index)
+        if self._static_inputs is None:
+            check_reads(row_index, positions, tokens.shape[0], tokens.shape[1])
+        row_index, positions = row_index.to(tokens.device), positions.to(tokens.device)
+        if row_index.numel() == 0:
+            return torch.zeros(0, self.width, device=self.device, dtype=self.dtype)
+        hidden = self.encoder(tokens)["encoder_out"][0]  # [T, R, d]
+        return hidden[positions, row_index]
+
+    def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                        context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Encoder features at ``positions[n]`` of row ``n``: Long[N, T], Long[N] -> float[N, d]."""
+        if not isinstance(positions, torch.Tensor) or not isinstance(tokens, torch.Tensor) \
+                or positions.shape != tokens.shape[:1]:
+            raise ValueError(f"positions: expected Long[{getattr(tokens, 'shape', (0,))[0]}], one per row, got "
+                             f"{tuple(getattr(positions, 'shape', ()))}")
+        return self.masked_features_at(tokens, torch.arange(tokens.shape[0]), positions, context, context_index)
+
+    @torch.no_grad()
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        """The model's LM head (``encoder.lm_head``): float[M, d] -> float[M, V]."""
+        if not isinstance(features, torch.Tensor) or features.dim() != 2:
+            raise ValueError(f"features: expected [M, d], got shape {tuple(getattr(features, 'shape', ()))}")
+        return self.model.encoder.lm_head(features.to(device=self.device, dtype=self.dtype))
+
+    def masked_logits(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
+                      context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits at ``positions[n]`` of row ``n`` (LM head only there): float[N, V]."""
+        return self.output_layer(self.masked_features(tokens, positions, context, context_index))
+
+    def masked_logits_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,
+                         context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits at ``positions[n]`` of row ``row_index[n]`` (several reads of a row from one forward)."""
+        return self.output_layer(self.masked_features_at(tokens, row_index, positions, context, context_index))
+
+    @torch.no_grad()
+    def position_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The LM head at EVERY position of the rows as given, nothing masked: Long[N, T] -> float[N, T, V].
+
+        What ``sapiens.predict_scores`` (and BioPhi's humanization) reads: each position's prediction with
+        its own residue visible. Not an energy term (those mask the position they read)."""
+        tokens = self._prepare(tokens, None, None)
+        return self.model.encoder.lm_head(self.encoder(tokens)["encoder_out"][0].transpose(0, 1))
+
+    # -- sampler hooks and conveniences -------------------------------------------------------------
+    def frame(self, length: int) -> torch.Tensor:
+        """``<s> + <mask> * length + </s>``: the template of an unconditional sample."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"length: expected an int >= 1, got {length!r}")
+        if length + 2 > self.max_length:
+            raise ValueError(f"length: {length} (+2 for <s> and </s>) exceeds the model's {self.max_length} "
+                             "positions")
+        return torch.tensor([self.bos_id] + [self.mask_id] * length + [self.eos_id], dtype=torch.long)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """``<s>`` + the ids of the whitespace-separated symbols of ``text`` + ``</s>``: Long[T]. A symbol not in
+        the dictionary is a ValueError naming it (a BPE model needs its BPE applied first)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected a str of space-separated symbols, got {type(text).__name__}")
+        ids = [self.bos_id]
+        for k, sym in enumerate(text.split()):
+            if sym not in self.dictionary.indices:
+                raise ValueError(f"text: symbol {sym!r} (number {k + 1}) is not in the model's dictionary")
+            ids.append(self.dictionary.index(sym))
+        return torch.tensor(ids + [self.eos_id], dtype=torch.long)
+
+    def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
+        """The symbols of ``ids`` without specials, space-separated (``<mask>`` shown as ``<mask>``)."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return " ".join(self.symbols[i] for i in ids if i == self.mask_id or i not in self.special_ids)
+
+    @contextlib.contextmanager
+    def static_inputs(self, has_pad: bool) -> Iterator[None]:
+        """Inside: the caller vouches for its rows and read indices (no value checks, no host syncs); the
+        protocol's optional hook (mhfast.models.base). fairseq builds its padding mask on the device."""
+        before, self._static_inputs = self._static_inputs, bool(has_pad)
+        try:
+            yield
+        finally:
+            self._static_inputs = before
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def width(self) -> int:
+        """d, the encoder's feature width."""
+        return int(self.model.encoder.lm_head.dense.in_features)
+
+    def _prepare(self, tokens: Any, context: Any, context_index: Any) -> torch.Tensor:
+        """Checks the rows (Long[R, T], at most max_length wide) and moves them to the model's device."""
+        if context is not None or context_index is not None:
+            raise ValueError("context: fairseq masked LMs are unconditional; pass context=None")
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens: expected a Long[N, T] tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}"
+                             f" {tuple(getattr(tokens, 'shape', ()))}")
+        if tokens.shape[1] > self.max_length:
+            raise ValueError(f"tokens: rows of {tokens.shape[1]} positions exceed the model's {self.max_length}")
+        tokens = tokens.to(self.device)
+        if self._static_inputs is None and tokens.numel() and \
+                (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size})")
+        return tokens
+
+
+# ---------------------------------------------------------------------------- loading
+def _read(checkpoint: str) -> dict:
+    """The unpickled checkpoint; a damaged or foreign file is a ValueError naming it."""
+    try:
+        with open(checkpoint, "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=False)  # fairseq stores argparse/omegaconf
+    except MemoryError:
+        raise
+    except Exception as e:  # a damaged pickle raises nearly anything (EOFError, UnpicklingError, RuntimeError...)
+        raise ValueError(f"checkpoint: {checkpoint} is not a readable torch checkpoint (truncated or corrupt?): "
+                         f"{type(e).__name__}: {_first_line(e)}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or \
+            (state.get("args") is None and state.get("cfg") is None):
+        keys = repr(sorted(map(str, state))[:6]) if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"checkpoint: {checkpoint} is not a fairseq checkpoint (expected a dict with 'model' and "
+                         f"'args' or 'cfg', got {keys})")
+    return state
+
+
+def _section(cfg: Any, name: str) -> Any:
+    """``cfg[name]`` of a new-style checkpoint config (a dict or an omegaconf DictConfig), or None."""
+    try:
+        return cfg[name] if name in cfg else None
+    except TypeError:
+        return getattr(cfg, name, None)
+
+
+def checkpoint_args(checkpoint: str, state: dict) -> argparse.Namespace:
+    """The model's arguments (a copy) with ``task`` and ``criterion`` set, from either checkpoint layout: old
+    (``args``, a Namespace) or new (``cfg``, whose ``model`` is a Namespace or a dict with ``_name``)."""
+    if state.get("args") is not None:
+        if not isinstance(state["args"], argparse.Namespace):
+            raise ValueError(f"checkpoint: {checkpoint}: 'args' is a {type(state['args']).__name__}, not a Namespace")
+        return copy.deepcopy(state["args"])
+    cfg = state["cfg"]
+    model, task, criterion = (_section(cfg, k) for k in ("model", "task", "criterion"))
+    if isinstance(model, argparse.Namespace):
+        args = copy.deepcopy(model)
+    elif model is not None:
+        items = {k: model[k] for k in model}
+        args = argparse.Namespace(**items)
+        args.arch = items.get("arch") or items.get("_name")
+    else:
+        raise ValueError(f"checkpoint: {checkpoint}: its config has no model section")
+    name = lambda s: getattr(s, "_name", None) if not hasattr(s, "keys") else s.get("_name")  # noqa: E731
+    args.task = name(task) if task is not None else getattr(args, "task", None)
+    args.criterion = name(criterion) if criterion is not None else getattr(args, "criterion", None)
+    return args
+
+
+def _model_class(checkpoint: str, args: argparse.Namespace) -> Any:
+    """The RobertaModel (sub)class of ``args.arch``, after its arch function has filled in ``args``; by name,
+    a ValueError for a task, criterion or architecture this adapter cannot stand behind."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    from fairseq.models.roberta import RobertaModel
+    from fairseq.models.roberta.model import base_architecture
+
+    task, criterion, arch = getattr(args, "task", None), getattr(args, "criterion", None), getattr(args, "arch", None)
+    if task != "masked_lm":
+        raise ValueError(f"checkpoint: {checkpoint} was trained with task {task!r}; this adapter loads masked_lm "
+                         "checkpoints (its LM head is what the energies read)")
+    if criterion not in MLM_CRITERIA:
+        raise ValueError(f"checkpoint: {checkpoint} was trained with criterion {criterion!r}, not a masked-LM loss "
+                         f"({', '.join(MLM_CRITERIA)}): its LM head may not predict masked tokens")
+    if arch in ARCH_MODEL_REGISTRY:
+        klass = ARCH_MODEL_REGISTRY[arch]
+        if not (isinstance(klass, type) and issubclass(klass, RobertaModel)):
+            raise ValueError(f"checkpoint: {checkpoint} has architecture {arch!r} of model {klass.__name__}, not "
+                             "a RoBERTa-family model")
+        ARCH_CONFIG_REGISTRY[arch](args)
+        return klass
+    if arch in KNOWN_ARCHS:
+        for key, value in KNOWN_ARCHS[arch].items():
+            if not hasattr(args, key):
+                setattr(args, key, value)
+        base_architecture(args)
+        return RobertaModel
+    raise ValueError(f"checkpoint: {checkpoint} names architecture {arch!r}, which fairseq does not know: import "
+                     "the package that registers it first (a fairseq --user-dir plugin)")
+
+
+def read_dictionary(path: str, option: str = "dictionary") -> Any:
+    """A fairseq ``dict.txt`` with ``<mask>`` appended (as the masked_lm task does); a ValueError naming the file
+    (and ``option``) when it is missing or not a fairseq dictionary."""
+    from fairseq.data import Dictionary
+
+    if not os.path.isfile(path):
+        raise ValueError(f"{option}: {path} not found (the dict.txt the checkpoint was trained with)")
+    try:
+        dictionary = Dictionary.load(path)
+    except (ValueError, RuntimeError, UnicodeDecodeError, IndexError, OSError) as e:
+        raise ValueError(f"{option}: {path} is not a fairseq dictionary ({_first_line(e)})") from None
+    dictionary.add_symbol("<mask>")
+    return dictionary
+
+
+def build_model(checkpoint: str, state: dict, dictionary: Any, dictionary_path: str) -> Any:
+    """The RobertaModel of ``state`` with its weights loaded, or a ValueError naming the file that does not fit."""
+    from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
+
+    args = checkpoint_args(checkpoint, state)
+    klass = _model_class(checkpoint, args)
+    if not hasattr(args, "max_positions"):
+        args.max_positions = getattr(args, "tokens_per_sample", 512)
+    weights = state["model"]
+    embed = next((v for k, v in weights.items() if k.endswith("sentence_encoder.embed_tokens.weight")), None)
+    if embed is not None and embed.shape[0] != len(dictionary):
+        raise ValueError(f"dictionary: {dictionary_path} has {len(dictionary)} symbols with <mask> and the specials, "
+                         f"but {checkpoint}'s embeddings have {embed.shape[0]} rows: not its dictionary")
+    # the task adds <mask> again: add_symbol of a symbol it has returns its id, no new entry
+    task = MaskedLMTask(MaskedLMConfig(data="", tokens_per_sample=args.max_positions), dictionary)
+    try:
+        model = klass.build_model(args, task)
+        model.load_state_dict(copy.copy(weights), strict=True)
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:  # weights that do not fit
+        raise ValueError(f"checkpoint: {checkpoint}: its weights do not fit its config and dictionary "
+                         f"({type(e).__name__}: {_first_line(e)})") from None
+    return model
+
+
+def load_fairseq_mlm(checkpoint: str | os.PathLike, dictionary: str | os.PathLike | None = None,
+                     device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                     adapter: Callable[..., FairseqMaskedLM] = FairseqMaskedLM) -> FairseqMaskedLM:
+    """Load a fairseq masked_lm checkpoint as a :class:`FairseqMaskedLM`.
+
+    Args:
+        checkpoint: the checkpoint file (``checkpoint_best.pt``, ``model.pt``). Unpickled with
+            ``torch.load(weights_only=False)`` (fairseq stores its config objects in it): trusted files only.
+        dictionary: its ``dict.txt`` (or the folder holding it); default: the dict.txt beside the checkpoint.
+        device, dtype: where and in which precision to put the model (default: CPU, as saved).
+        adapter: the class to build (a subclass such as :class:`mhfast.models.sapiens.SapiensMaskedLM`).
+
+    A missing, truncated or foreign checkpoint or dictionary is a ValueError naming the argument and the file.
+
+    Example::
+
+        >>> lm = load_fairseq_mlm("checkpoints/checkpoint_best.pt", "data-bin/dict.txt")   # doctest: +SKIP
+    """
+    _fairseq()
+    checkpoint = os.fspath(checkpoint)
+    if not os.path.isfile(checkpoint):
+        raise ValueError(f"checkpoint: file not found: {checkpoint}")
+    path = os.fspath(dictionary) if dictionary is not None else os.path.dirname(os.path.abspath(checkpoint))
+    if os.path.isdir(path):
+        path = os.path.join(path, "dict.txt")
+    vocab = read_dictionary(path)
+    state = _read(checkpoint)
+    model = build_model(checkpoint, state, vocab, path)
+    return adapter(model, vocab, device=device, dtype=dtype)
