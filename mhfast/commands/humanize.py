@@ -16,10 +16,10 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
+from ..files import stdout_print
 from ..sampler import options
 from .sample import _span
 
@@ -76,13 +76,12 @@ def run(args: argparse.Namespace) -> int:
         kwargs = {k: v for k, v in options.as_kwargs(cfg, cli_only=True).items() if k != "energy"}
         h = humanize(lm, parent, args.cdr, hamming=args.hamming, max_mutations=args.max_mutations, top=args.top,
                      energy=cfg.energy, **kwargs)
-    out = sys.stdout
     if not args.quiet:
-        print(f"# parent E_local={h.parent_e_local:.3f} E_raw={h.parent_e_raw:.3f}; {len(h.framework)} framework "
-              f"residues free; {args.method}" + (f", acceptance {h.acceptance_rate:.3f}" if args.method == "mh" else "")
-              + f"; {time.perf_counter() - t0:.0f} s", file=out)
-        print("# rank\tenergy\tE_local\tE_raw\tmutations\tsequence\tmutation list", file=out)
+        acceptance = f", acceptance {h.acceptance_rate:.3f}" if args.method == "mh" else ""
+        stdout_print(f"# parent E_local={h.parent_e_local:.3f} E_raw={h.parent_e_raw:.3f}; {len(h.framework)} "
+                     f"framework residues free; {args.method}{acceptance}; {time.perf_counter() - t0:.0f} s")
+        stdout_print("# rank\tenergy\tE_local\tE_raw\tmutations\tsequence\tmutation list")
     for k, v in enumerate(h.variants, 1):
-        print(f"{k}\t{v.energy:.3f}\t{v.e_local:.3f}\t{v.e_raw:.3f}\t{len(v.mutations)}\t{v.sequence}\t"
-              f"{' '.join(v.mutations) or '-'}", file=out)
+        stdout_print(f"{k}\t{v.energy:.3f}\t{v.e_local:.3f}\t{v.e_raw:.3f}\t{len(v.mutations)}\t{v.sequence}\t"
+                     f"{' '.join(v.mutations) or '-'}")
     return 0

@@ -37,8 +37,10 @@ from ..energy_terms import check_extra_energy
 from .precision import NAMES as DTYPE_NAMES
 from .precision import parse as parse_dtype
 from .kernels import KERNELS
-from .starts import STARTS
 
+#: where the chains start (option start=): defined here, with the other choices of the spec, and explained in
+#: mhfast.sampler.starts, which draws them
+STARTS = ("greedy", "sampled", "random")
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 

@@ -36,10 +36,9 @@ from typing import Any
 import torch
 
 from . import rng
+from .options import STARTS  # noqa: F401 - the option's choices, re-exported where they are explained
 from .runner import ModelRunner
 from .state import warm_start
-
-STARTS = ("greedy", "sampled", "random")
 
 
 def _err(msg: str) -> ValueError:
