@@ -36,7 +36,6 @@ from typing import Any
 import torch
 
 from . import rng
-from .options import STARTS  # noqa: F401 - the option's choices, re-exported where they are explained
 from .runner import ModelRunner
 from .state import warm_start
 
