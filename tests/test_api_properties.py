@@ -228,6 +228,7 @@ OTHER_VALUE = {
     "max_tokens_per_batch": 2, "forward": "full", "dtype": "bfloat16", "capture": "static", "memo": 2,
     "compile": True, "length_beam": 2, "record": "final", "select": "energy",
     "extra_energy": [(lambda tokens: (tokens == 0).sum(dim=1).float(), 0.7)],
+    "start": "random", "trace_every": 2, "until_rhat": 1.5, "min_ess": 1.0,
 }
 #: Options whose other value returns the same chains by design (their own tests check that): they may act
 #: without changing anything here, so only a crash counts.
@@ -237,7 +238,7 @@ SAME_BY_DESIGN = {
     "memo": "same chains; 2 entries may save the rows 8 do",
 }
 FIELDS = ("tokens", "energy", "energy_raw", "energy_local", "best_tokens", "best_energy", "acceptance_rate",
-          "novel_rate", "target_temperature", "history", "terms")
+          "novel_rate", "target_temperature", "history", "terms", "traces", "converged")
 
 
 def _fingerprint(r) -> list:

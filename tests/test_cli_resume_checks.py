@@ -34,6 +34,9 @@ class Slow:
     def __init__(self, translator, seconds: float = 0.0, interrupt_at: int | None = None):
         self.inner, self.seconds, self.interrupt_at, self.calls = translator, seconds, interrupt_at, 0
 
+    def __getattr__(self, name):  # everything else is the translator's own (source_ids, cmlm, ...)
+        return getattr(self.inner, name)
+
     def translate(self, *args, **kwargs):
         self.calls += 1
         if self.calls == self.interrupt_at:
