@@ -367,7 +367,7 @@ def load_fairseq_mlm(checkpoint: str | os.PathLike, dictionary: str | os.PathLik
     path = os.fspath(dictionary) if dictionary is not None else os.path.dirname(os.path.abspath(checkpoint))
     if os.path.isdir(path):
         path = os.path.join(path, "dict.txt")
+    state = _read(checkpoint)  # first: a file that is no checkpoint is named as such, not by its missing dict.txt
     vocab = read_dictionary(path)
-    state = _read(checkpoint)
     model = build_model(checkpoint, state, vocab, path)
     return adapter(model, vocab, device=device, dtype=dtype)
