@@ -300,8 +300,10 @@ def _score_batches(args: argparse.Namespace, model: Any, lines: list[str], sourc
     from .. import distributed
     from ..scoring import score
 
-    # every line encoded and checked before the first batch: a bad line stops the run before any work
-    encoded = _encode_lines(model, lines[start:], start, args, name, None if sources is None else sources[start:])
+    # every line encoded and checked before the first batch: a bad line stops the run before any work; every rank
+    # encodes every line alike, so the ranks agree and rank 0 alone reports it
+    with distributed.together(world):
+        encoded = _encode_lines(model, lines[start:], start, args, name, None if sources is None else sources[start:])
 
     def work(first: int) -> tuple[int, list]:
         chunk = encoded[first - start:first - start + args.batch_size]
