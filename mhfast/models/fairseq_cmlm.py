@@ -53,26 +53,33 @@ _LENGTH_CLASSES = 256
 _LENGTH_OFFSET = 128
 
 
-def _fairseq() -> Any:
-    """Import fairseq lazily so mhfast works without it; a clear message names the install."""
+def import_fairseq(modules: tuple[str, ...], install_hint: str) -> Any:
+    """Import fairseq and ``modules`` (which register the tasks and architectures a loader needs) lazily, so
+    mhfast works without it; a missing fairseq is an ImportError carrying ``install_hint``."""
+    import importlib
     import logging
 
     # Importing fairseq registers every task; the speech tasks log an INFO line asking for tensorboardX.
     logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
     root_level = logging.getLogger().level
     try:
-        import fairseq  # noqa: F401
-        import fairseq.checkpoint_utils  # noqa: F401
-        import fairseq.models.nat  # noqa: F401  (registers cmlm_transformer)
-        import fairseq.tasks.translation_lev  # noqa: F401  (registers translation_lev)
+        import fairseq
+        for module in modules:
+            importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(_INSTALL_HINT) from e
+        raise ImportError(install_hint) from e
     finally:
         # fairseq's import sets the ROOT logger to DEBUG (logging.basicConfig in one of its modules), which would
         # send every library's debug lines to stderr (filelock's, 148 of them in a --compile run); the level is
         # the application's to choose
         logging.getLogger().setLevel(root_level)
     return fairseq
+
+
+def _fairseq() -> Any:
+    # checkpoint_utils loads; models.nat registers cmlm_transformer; tasks.translation_lev its task
+    return import_fairseq(("fairseq.checkpoint_utils", "fairseq.models.nat", "fairseq.tasks.translation_lev"),
+                          _INSTALL_HINT)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .base import check_reads
-from .fairseq_cmlm import INSTALL_COMMAND, _first_line
+from .fairseq_cmlm import INSTALL_COMMAND, _first_line, import_fairseq
 
 _INSTALL_HINT = "mhfast.models.fairseq_mlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): " + INSTALL_COMMAND
 
@@ -59,19 +59,7 @@ KNOWN_ARCHS = {
 
 def _fairseq() -> Any:
     """Import fairseq's RoBERTa model and masked_lm task lazily (mhfast works without fairseq)."""
-    import logging
-
-    logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
-    root_level = logging.getLogger().level
-    try:
-        import fairseq  # noqa: F401
-        import fairseq.models.roberta  # noqa: F401  (registers the roberta archs)
-        import fairseq.tasks.masked_lm  # noqa: F401
-    except ImportError as e:
-        raise ImportError(_INSTALL_HINT) from e
-    finally:
-        logging.getLogger().setLevel(root_level)  # fairseq's import sets the root logger to DEBUG
-    return fairseq
+    return import_fairseq(("fairseq.models.roberta", "fairseq.tasks.masked_lm"), _INSTALL_HINT)
 
 
 class FairseqMaskedLM:
