@@ -159,17 +159,20 @@ def test_fused_step_gives_the_unfused_chains(monkeypatch, case, device):
     bit for bit (tokens, energies, acceptance counts), on each device (the fused kernels on CUDA too)."""
     import dataclasses
 
-    from mhfast.sampler import moves
+    from mhfast.sampler.kernels import mh
+    from mhfast.sampler.moves import block, site_propose
 
     kw = dict(case, memo=0)  # (the memo skips rows in both; its own tests are tests/test_proposal_memo.py's)
     fused = _sample(kw.pop("energy"), device, **dict(kw))
 
-    def unfused_commit(ctx, state, ch, ch_host, pos, prop, lf, lr, known, beta, epoch, step):
-        return moves.evaluate_and_accept(ctx, state, ch, ch_host, pos[:, None], prop[:, None], lf, lr, known, beta,
-                                         epoch, step)
+    def unfused_commit(ctx, state, tested, scored, beta, epoch, step):  # scored: the tested proposals, unscored
+        p = tested.proposal
+        return block.evaluate_and_accept(ctx, state, p.ch, tested.chains_host, p.pos[:, None], p.proposed[:, None],
+                                         p.logq_forward, p.logq_reverse, tested.known_logits, beta, epoch, step)
 
-    monkeypatch.setattr(moves, "can_fuse_propose", lambda ctx, state: False)
-    monkeypatch.setattr(moves, "site_evaluate_and_accept", unfused_commit)
+    monkeypatch.setattr(site_propose, "can_fuse_propose", lambda ctx, state: False)
+    monkeypatch.setattr(mh, "score_sites", lambda ctx, state, tested, memo: None)
+    monkeypatch.setattr(mh, "commit_sites", unfused_commit)
     unfused = _sample(case["energy"], device, **dict(kw))
     for f in dataclasses.fields(fused):
         a, b = getattr(fused, f.name), getattr(unfused, f.name)

@@ -20,7 +20,7 @@ import torch
 
 import mhfast
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
-from mhfast.sampler import moves
+from mhfast.sampler.moves import site_commit
 from mhfast.sampler.kernels.mh import SingleSiteMH
 from mhfast.sampler.backend import get_backend
 from mhfast.sampler.memo import ProposalMemo
@@ -72,13 +72,13 @@ def test_rows_are_te_minus_one_per_changed_proposal_the_memo_did_not_know(monkey
     hit that was accepted (its rows forwarded for the cache)."""
     T, chains = 5, 6
     model = TabularMLM.random(num_tokens=4, length=T, seed=3)
-    accepted_hits, real_refresh = [], moves._refresh_rows
+    accepted_hits, real_refresh = [], site_commit.refresh_rows
 
-    def refresh(*args):  # (ctx, state, ch, ch_host, pos, accepted)
-        accepted_hits.append(int(args[-1].sum()))
-        return real_refresh(*args)
+    def refresh(ctx, state, **kw):  # the memo's hits, those that were accepted
+        accepted_hits.append(int(kw["accepted"].sum()))
+        return real_refresh(ctx, state, **kw)
 
-    monkeypatch.setattr(moves, "_refresh_rows", refresh)
+    monkeypatch.setattr(site_commit, "refresh_rows", refresh)
     r = mhfast.sample(model, T, chains=chains, epochs=20, burn_in=2, seed=5, target_temperature=0.5, memo=ON)
     changed = int(r.chain_proposals.sum() - r.chain_accepted.sum() + r.chain_novel.sum())  # tested proposals
     assert r.memo_hits > 0 and sum(accepted_hits) > 0
@@ -90,11 +90,11 @@ def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
     proposal that was accepted were forwarded (the test counts such refreshes)."""
     model = TabularMLM.random(num_tokens=4, length=5, seed=3, features=True)
     refreshed, checked = [], []
-    real_refresh, real_step = moves._refresh_rows, SingleSiteMH.step
+    real_refresh, real_step = site_commit.refresh_rows, SingleSiteMH.step
 
-    def refresh(*args):  # (ctx, state, ch, ch_host, pos, accepted)
-        refreshed.append(int(args[-1].sum()))
-        return real_refresh(*args)
+    def refresh(ctx, state, **kw):  # the memo's hits, those that were accepted
+        refreshed.append(int(kw["accepted"].sum()))
+        return real_refresh(ctx, state, **kw)
 
     def step(self, state, epoch, move):
         state, info = real_step(self, state, epoch, move)
@@ -105,7 +105,7 @@ def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
         checked.append(1)
         return state, info
 
-    monkeypatch.setattr(moves, "_refresh_rows", refresh)
+    monkeypatch.setattr(site_commit, "refresh_rows", refresh)
     monkeypatch.setattr(SingleSiteMH, "step", step)
     r = mhfast.sample(model, 5, chains=6, epochs=20, burn_in=2, seed=5, target_temperature=0.7, memo=ON)
     assert r.memo_hits > 0 and sum(refreshed) > 0 and len(checked) == 20 * 5

@@ -23,9 +23,9 @@ def for_sampler(sampler: str, **kw) -> dict:
     from mhfast.sampler.kernels import KERNELS
     from mhfast.sampler.options import ACCEPTANCE_OPTIONS
 
-    kernel = KERNELS[sampler]
-    drop = ({"block_schedule"} if not kernel.uses_blocks else set()) | \
-        (set(ACCEPTANCE_OPTIONS) if kernel.always_accepts else set())
+    caps = KERNELS[sampler].capabilities
+    drop = ({"block_schedule"} if not caps.blocks else set()) | \
+        (set(ACCEPTANCE_OPTIONS) if caps.always_accepts else set())
     return {**{name: v for name, v in kw.items() if name not in drop}, "sampler": sampler}
 
 

@@ -16,7 +16,9 @@ from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler import options
 from mhfast.sampler.backend import get_backend
 from mhfast.sampler.graphed import STEP_FIELDS, StaticSiteSteps
-from mhfast.sampler.moves import single_site_mh
+from mhfast.sampler.kernels.mh import SingleSiteMH
+from mhfast.sampler.moves.site_types import SiteMove
+from mhfast.sampler.schedules import Epoch
 from mhfast.sampler.runner import ModelRunner
 from mhfast.sampler.state import ChainCounts, ChainState, rescore
 from mhfast.sampler.step import StepContext
@@ -266,7 +268,7 @@ def test_static_step_makes_no_host_sync(has_pad, fast, monkeypatch):
     assert accepted.shape == changed.shape == (4,) and accepted.device.type == "meta"
     steps._body(act, act_host, pos, None)  # forced acceptance too
     with pytest.raises(NotImplementedError, match="meta"):
-        single_site_mh(ctx, state, act, act_host, pos, 1.0, 0, 0)
+        SingleSiteMH(ctx).step(state, Epoch(0, 1.0, 1.0, True), SiteMove(0, act, act_host, pos))
 
 
 class NaNAfter:

@@ -29,6 +29,7 @@ from . import driver, options, precision, schedules, starts
 from .adaptive import RunMonitor
 from .backend import get_backend
 from .kernels import KERNELS
+from .memo import NO_MEMO
 from .problem import build_problem, check_model
 from .result import SampleResult, assemble
 from .rng import seed_from_generator
@@ -107,7 +108,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
                                       after_epoch=runner.raise_deferred, monitor=monitor)
     result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
-    result.memo_hits = kernel.memo.hits if getattr(kernel, "memo", None) is not None else 0
+    result.memo_hits = getattr(kernel, "memo", NO_MEMO).hits
     return result
 
 
@@ -171,13 +172,15 @@ def _check_problem(cfg, problem) -> None:
     elif cfg.select != options.OPTIONS["select"].default and cfg.length_beam == 1:
         raise ValueError(f"mhfast.sample: select ({cfg.select!r}) has no effect with length_beam 1 (one length "
                          "candidate per source: nothing to choose)")
-    if problem.terms is not None and not KERNELS[cfg.sampler].supports_extra_energy:
+    caps = KERNELS[cfg.sampler].capabilities
+    extra_terms = problem.terms is not None and bool(problem.terms.terms)
+    if problem.terms is not None and not caps.extra_energy:
         raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
                          "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
-    if cfg.capture != "none" and problem.terms is not None and problem.terms.terms:
+    if cfg.capture != "none" and extra_terms:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
-    if cfg.memo not in ("auto", 0) and problem.terms is not None and problem.terms.terms:
+    if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms):  # (options: sampler, capture)
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
                          "the MLM's energy terms only); use memo=0")
     if (cfg.until_rhat is not None or cfg.min_ess is not None) and not hasattr(KERNELS[cfg.sampler], "restrict"):

@@ -20,7 +20,12 @@ a quarter (bench/RESULTS.md).
 The table of an input has ``slots x chains-of-the-input`` entries (rounded up to whole buckets of
 :data:`WAYS`), least recently used first out; it holds the sequences (L tokens) and their raw and local terms,
 not the model's output rows (``T x D`` per entry). A remembered proposal that is *accepted* therefore forwards
-its rows then, for the state's cache (:func:`mhfast.sampler.moves.single_site_mh`).
+its rows then, for the state's cache (:func:`mhfast.sampler.moves.site_commit.refresh_remembered_rows`).
+
+The step sees the memo through two hooks, :meth:`ProposalMemo.pick` (before any model row: which of the step's
+proposals meet the MH test, those it knows last) and :meth:`ProposalMemo.completed` (once the misses' rows are
+scored: store their terms, hand back every tested proposal's); :data:`NO_MEMO` has the same hooks and remembers
+nothing, so a step without the memo runs the same code.
 
 It is on by default where it can act (option ``memo="auto"``: 8 entries per chain for single-site MH with
 capture none and no extra energy terms; ``memo=0`` turns it off). Its lookup and its store are one compiled op
@@ -42,6 +47,8 @@ from __future__ import annotations
 import torch
 
 from .backend import Backend, get_backend
+from .moves.changed import changed_picked, misses_then_hits
+from .moves.site_types import Picked, SiteDraw, SiteMove
 
 WAYS = 8  #: entries per bucket of a table: a lookup compares at most this many hashes
 
@@ -63,10 +70,11 @@ def chain_groups(inputs: torch.Tensor, energy_mask: torch.Tensor, ctx_index: tor
 class ProposalMemo:
     """The chains' evaluated proposals per input, with their energy terms (see the module doc).
 
-    Per step: ``lookup`` before the model call (it reserves entries for the misses, and keeps the step's proposals
-    and entries), ``store`` once the misses' terms are known, ``terms`` for the hits (one op each for the first two:
-    ``mh_memo_lookup_``, ``mh_memo_store_`` of ``backend``, the compiled ops by default); ``hits`` counts the
-    proposals answered from the memo (the caller adds them: it knows their number on the host).
+    The step's hooks are :meth:`pick` and :meth:`completed`; under them, per step: ``lookup`` before the model
+    call (it reserves entries for the misses, and keeps the step's proposals and entries), ``store`` once the
+    misses' terms are known, ``terms`` for the hits (one op each for the first two: ``mh_memo_lookup_``,
+    ``mh_memo_store_`` of ``backend``, the compiled ops by default); ``hits`` counts the proposals answered from
+    the memo.
     """
 
     def __init__(self, group: torch.Tensor, slots: int, length: int, device: torch.device | str,
@@ -86,6 +94,24 @@ class ProposalMemo:
         self.step = -1  # the step counter of the stamps (lookup advances it)
         self._chains = self._slot = torch.zeros(0, dtype=torch.long, device=device)  # the last lookup's
         self.hits = 0
+
+    def pick(self, tokens: torch.Tensor, move: SiteMove, draw: SiteDraw) -> Picked:
+        """Before any model row: the proposals of ``move`` that change their chain (they meet the MH test), those
+        whose X' the memo knows last (their terms need no rows). Makes the step's one host sync."""
+        return misses_then_hits(self.lookup(tokens, move.chains, move.pos, draw.proposed, draw.changed))
+
+    def completed(self, picked: Picked, raw: torch.Tensor, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """After the misses' rows: their terms ``raw``/``local`` (f32[misses, T]) into the memo, and the terms of
+        every picked proposal (the misses', then the hits' remembered ones)."""
+        m = picked.misses
+        if picked.hits == 0:  # (no slicing: each slice would be one more dispatched op in every step)
+            self.store(picked.index, raw, local, m)
+            return raw, local
+        if m:  # first: a hit may be a miss of this very step (the same X' proposed by two chains)
+            self.store(picked.index[:m], raw, local, m)
+        raw_h, local_h = self.terms(picked.index[m:])
+        self.hits += picked.hits
+        return torch.cat([raw, raw_h]), torch.cat([local, local_h])
 
     def lookup(self, tokens: torch.Tensor, chains: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
                changed: torch.Tensor) -> torch.Tensor:
@@ -122,3 +148,29 @@ class ProposalMemo:
         g = self.group.index_select(0, self._chains.index_select(0, sel))
         slot = self._slot.index_select(0, sel)
         return self.raw[g, slot], self.local[g, slot]
+
+
+class NoMemo:
+    """The memo that remembers nothing (option memo 0, or where the memo cannot act): the same hooks as
+    :class:`ProposalMemo`, so the step has one path.
+
+    Example:
+        >>> NO_MEMO.pick(None, None, SiteDraw(*[None] * 3, torch.tensor([False, True]), None)).index.tolist()
+        [1]
+    """
+
+    hits = 0
+
+    def pick(self, tokens: torch.Tensor, move: SiteMove, draw: SiteDraw) -> Picked:
+        """The proposals that change their chain; none known."""
+        return changed_picked(draw.changed)
+
+    def completed(self, picked: Picked, raw: torch.Tensor, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The terms as the model rows gave them."""
+        return raw, local
+
+    def select(self, keep: torch.Tensor) -> "NoMemo":
+        return self
+
+
+NO_MEMO = NoMemo()

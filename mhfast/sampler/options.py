@@ -245,7 +245,7 @@ def resolved_uniform_mix(cfg: Any, vocab_size: int = 0) -> float:
     """
     if cfg.uniform_mix != "auto":
         return float(cfg.uniform_mix)
-    if cfg.top_p < 1 and KERNELS[cfg.sampler].hastings:
+    if cfg.top_p < 1 and KERNELS[cfg.sampler].capabilities.hastings:
         return max(AUTO_UNIFORM_MIX, vocab_size * FINEST_SHARE)
     return 0.0
 
@@ -267,8 +267,9 @@ def _memo(v: Any) -> Any:
 
 
 def resolved_memo(cfg: Any, extra_terms: bool = False) -> int:
-    """The proposal memo's entries per chain: ``auto`` -> :data:`AUTO_MEMO` where the memo can act (sampler mh,
-    capture none, no extra energy terms: ``extra_terms``), else 0; an int as given.
+    """The proposal memo's entries per chain: ``auto`` -> :data:`AUTO_MEMO` where the memo can act (the kernel's
+    :meth:`~mhfast.sampler.kernels.base.Capabilities.memo_acts`, with ``extra_terms``: whether the run has extra
+    energy terms), else 0; an int as given (the checks have refused it where the memo cannot act).
 
     Example:
         >>> resolved_memo(config_from_kwargs({})), resolved_memo(config_from_kwargs({"sampler": "gibbs"}))
@@ -276,7 +277,7 @@ def resolved_memo(cfg: Any, extra_terms: bool = False) -> int:
     """
     if cfg.memo != "auto":
         return int(cfg.memo)
-    return AUTO_MEMO if cfg.sampler == "mh" and cfg.capture == "none" and not extra_terms else 0
+    return AUTO_MEMO if KERNELS[cfg.sampler].capabilities.memo_acts(cfg.capture, extra_terms) else 0
 
 
 # ---------------------------------------------------------------------------- CLI parsers
@@ -483,18 +484,19 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
             if not 1.0 / FLOAT32_MAX <= values[name] <= FLOAT32_MAX:
                 raise OptionError(f"{name_of(name)} ({values[name]}) must be in [{1 / FLOAT32_MAX:.3g}, "
                                   f"{FLOAT32_MAX:.3g}]: it and 1 / it must fit in float32")
-    if values["uniform_mix"] not in ("auto", 0.0) and not KERNELS[values["sampler"]].hastings:
+    caps = KERNELS[values["sampler"]].capabilities
+    if values["uniform_mix"] not in ("auto", 0.0) and not caps.hastings:
         raise OptionError(f"{name_of('uniform_mix')} ({values['uniform_mix']}) must be 0 or 'auto' with "
                           f"{name_of('sampler')} {values['sampler']}: it always accepts (no Hastings correction), "
                           "so a uniform share would change what it samples (use mh or block-mh)")
-    if values["capture"] != "none" and values["sampler"] != "mh":
-        raise OptionError(f"{name_of('capture')} {values['capture']} needs {name_of('sampler')} mh (the static "
-                          f"step is single-site MH's), got {values['sampler']}")
+    if values["capture"] != "none" and not caps.capture:
+        raise OptionError(f"{name_of('capture')} {values['capture']} needs {name_of('sampler')} "
+                          f"{_kernels_that('capture')} (the static step is single-site MH's), got {values['sampler']}")
     if values["capture"] == "cuda-graph" and values["backend"] != "compiled":
         raise OptionError(f"{name_of('capture')} cuda-graph needs {name_of('backend')} compiled (the reference "
                           "ops check values on the host, which a captured graph cannot do)")
-    if values["memo"] not in ("auto", 0) and (values["sampler"] != "mh" or values["capture"] != "none"):
-        raise OptionError(f"{name_of('memo')} {values['memo']} needs {name_of('sampler')} mh and "
+    if values["memo"] not in ("auto", 0) and not caps.memo_acts(values["capture"], extra_terms=False):
+        raise OptionError(f"{name_of('memo')} {values['memo']} needs {name_of('sampler')} {_kernels_that('memo')} and "
                           f"{name_of('capture')} none (the memo serves the dynamic single-site step), got "
                           f"{values['sampler']} and {values['capture']}")
     if values["compile"] and values["capture"] == "cuda-graph":
@@ -523,20 +525,25 @@ def _shown(value: Any) -> str:
     return "a callable" if callable(value) else str(value)
 
 
+def _kernels_that(capability: str, value: bool = True, join: str = " or ") -> str:
+    """The samplers whose kernels declare ``capability`` (as ``value``), for messages: e.g. ``mh or block-mh``."""
+    return join.join(n for n, k in KERNELS.items() if getattr(k.capabilities, capability) == value)
+
+
 def _no_effect_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) -> None:
     """An option set to a value that another option makes ineffective is an error naming both: silently
     ignoring what the caller asked for would hide a mistake (e.g. a block size for single-site MH)."""
     sampler = values["sampler"]
-    kernel = KERNELS[sampler]
-    if _is_set(values, "block_schedule") and not kernel.uses_blocks:
+    caps = KERNELS[sampler].capabilities
+    if _is_set(values, "block_schedule") and not caps.blocks:
         raise OptionError(f"{name_of('block_schedule')} ({_shown(values['block_schedule'])}) has no effect with "
-                          f"{name_of('sampler')} {sampler}: only "
-                          f"{' and '.join(n for n, k in KERNELS.items() if k.uses_blocks)} propose blocks")
+                          f"{name_of('sampler')} {sampler}: only {_kernels_that('blocks', join=' and ')} propose "
+                          "blocks")
     for name in ACCEPTANCE_OPTIONS:
-        if kernel.always_accepts and _is_set(values, name):
+        if caps.always_accepts and _is_set(values, name):
             raise OptionError(f"{name_of(name)} ({values[name]}) has no effect with {name_of('sampler')} "
                               f"{sampler}: it accepts every proposal, so no acceptance test uses it (use "
-                              f"{' or '.join(n for n, k in KERNELS.items() if not k.always_accepts)})")
+                              f"{_kernels_that('always_accepts', False)})")
     if _is_set(values, "min_target_temperature") and values["anneal"] == 0:
         raise OptionError(f"{name_of('min_target_temperature')} ({values['min_target_temperature']}) has no effect "
                           f"without {name_of('anneal')} > 0: it is the floor of the annealed temperature (a fixed "

@@ -1,6 +1,6 @@
 """The single-site MH step with static shapes and no host sync: the step a CUDA graph can capture.
 
-The dynamic step (:func:`mhfast.sampler.moves.single_site_mh`) reads which chains' proposals
+The dynamic step (:meth:`mhfast.sampler.kernels.mh.SingleSiteMH.step`) reads which chains' proposals
 changed their state (one device->host sync) and forwards only those chains' rows, so its shapes
 depend on data. This step forwards the rows of every moving chain, changed or not (``T_e - 1``
 each, counted on the host from ``num_energy_host``), and then puts back, for the chains whose
@@ -28,12 +28,12 @@ Example:
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
-from . import rng
-from .moves import propose_sites, site_terms
+from ..op_types import SiteProposal, SiteRows, SiteTerms
+from .moves.site_commit import commit
+from .moves.site_propose import propose_sites
+from .moves.site_score import model_terms
 from .runner import sum_terms
 from .state import ChainState
 from .step import StepContext
@@ -51,30 +51,31 @@ def static_single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor
     terms are not supported (their values would be recomputed for unchanged chains; the caller
     refuses them).
     """
-    prop, logq_f, logq_r, changed, logits = propose_sites(ctx, state, act, pos, epoch, step)
-    known = logits if logits is not None else state.cache[act, pos]
-    x_new, raw_new, local_new, seq, q, outputs = site_terms(ctx, state, act, act_host, pos, prop, known, num_rows)
+    draw = propose_sites(ctx, state, chains=act, pos=pos, epoch=epoch, step=step)
+    changed = draw.changed
+    known = draw.logits if draw.logits is not None else state.cache[act, pos]
+    _, raw_new, local_new, rows = model_terms(ctx, state, chains=act, chains_host=act_host, pos=pos,
+                                              proposed=draw.proposed, known_logits=known, num_rows=num_rows)
     keep_row = changed[:, None]
     raw_new = torch.where(keep_row, raw_new, state.raw_terms.index_select(0, act))
     local_new = torch.where(keep_row, local_new, state.local_terms.index_select(0, act))
     e_raw_new = torch.where(changed, sum_terms(raw_new), state.e_raw.index_select(0, act))
     e_local_new = torch.where(changed, sum_terms(local_new), state.e_local.index_select(0, act))
     target_new = e_raw_new if state.energy == "raw" else e_local_new
-    outputs = _unchanged_rows_kept(state.cache, act, changed, seq, q, outputs)
-    tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
-        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, state.target, state.cache,
-        state.rng_keys, act, pos, prop, logq_f, logq_r, raw_new, local_new, e_raw_new, e_local_new, target_new,
-        seq, q, outputs, beta, epoch, step, rng.ACCEPT)
-    state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local)
+    rows = rows._replace(outputs=_unchanged_rows_kept(state.cache, act, changed, rows))
+    proposal = SiteProposal(ch=act, pos=pos, proposed=draw.proposed, logq_forward=draw.logq_forward,
+                            logq_reverse=draw.logq_reverse)
+    terms = SiteTerms(raw=raw_new, local=local_new, e_raw=e_raw_new, e_local=e_local_new, target=target_new)
+    state, accepted = commit(ctx, state, proposal, terms, rows, beta=beta, epoch=epoch, step=step)
     return state, accepted, changed
 
 
-def _unchanged_rows_kept(cache: torch.Tensor, act: torch.Tensor, changed: torch.Tensor, seq: torch.Tensor,
-                         q: torch.Tensor, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _unchanged_rows_kept(cache: torch.Tensor, act: torch.Tensor, changed: torch.Tensor, rows: SiteRows
+                         ) -> list[torch.Tensor]:
     """The model's output chunks with the rows of unchanged chains replaced by their cached rows (the op writes
     an accepted chain's rows into the cache: an unchanged chain's must stay the ones it has)."""
-    kept, start = [], 0
-    for out in outputs:
+    kept, start, seq, q = [], 0, rows.seq, rows.q
+    for out in rows.outputs:
         end = start + out.shape[0]
         s, p = seq[start:end], q[start:end]
         kept.append(torch.where(changed.index_select(0, s)[:, None], out.to(cache.dtype),

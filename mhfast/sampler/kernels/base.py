@@ -6,13 +6,15 @@ A kernel (models: blackjax, numpyro) is one Markov transition family of the pape
 kernel it runs. Annealing and forced acceptance are schedules (:class:`mhfast.sampler.schedules.Epoch`),
 not kernel branches: a kernel reads the epoch's ``beta`` (``None``: accept every proposal).
 
+What a kernel supports (extra energy terms, the Hastings ratio, blocks, ``capture=``, the proposal memo) it
+declares in one place, its :class:`Capabilities`; the option checks (:mod:`mhfast.sampler.options`) and the
+sampler API read them there, so each rule ("the memo serves single-site MH without capture or extra terms") is
+written once, and a new kernel gets the right errors by declaring what it can do.
+
 Example (a do-nothing kernel that satisfies the protocol):
     >>> class Frozen:
     ...     name = "frozen"
-    ...     supports_extra_energy = False
-    ...     hastings = False
-    ...     always_accepts = True
-    ...     uses_blocks = False
+    ...     capabilities = Capabilities(extra_energy=False, hastings=False, always_accepts=True)
     ...     def __init__(self, ctx): self.ctx = ctx
     ...     def init(self, state): return state
     ...     def sweep(self, state, epoch): return []
@@ -22,13 +24,46 @@ Example (a do-nothing kernel that satisfies the protocol):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..schedules import Epoch
 from ..state import ChainState
 from ..step import NO_STEP, StepContext, StepInfo
 
-__all__ = ["Kernel", "StepContext", "StepInfo", "NO_STEP"]
+__all__ = ["Capabilities", "Kernel", "StepContext", "StepInfo", "NO_STEP"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a kernel supports; every option check that depends on the sampler reads it here.
+
+    Example:
+        >>> mh = Capabilities(capture=True, memo=True)
+        >>> mh.memo_acts(capture="none", extra_terms=False), mh.memo_acts(capture="static", extra_terms=False)
+        (True, False)
+    """
+
+    #: its acceptance includes extra energy terms (option extra_energy)
+    extra_energy: bool = True
+    #: its acceptance test has the Hastings ratio of the proposal (then any proposal with full support is exact,
+    #: e.g. a uniform_mix share; Gibbs kernels accept every proposal)
+    hastings: bool = True
+    #: it accepts every proposal (no MH test): the target temperature, its annealing and forced acceptance then
+    #: have nothing to act on (the option spec rejects them)
+    always_accepts: bool = False
+    #: it proposes blocks of positions (then ``block_schedule`` sets their sizes)
+    blocks: bool = False
+    #: it has a static-shape step (``capture="static"`` / ``"cuda-graph"``, :mod:`mhfast.sampler.graphed`)
+    capture: bool = False
+    #: the proposal memo (:mod:`mhfast.sampler.memo`) can serve its dynamic step
+    memo: bool = False
+
+    def memo_acts(self, capture: str, extra_terms: bool) -> bool:
+        """Whether the proposal memo acts in a run with option ``capture`` and (``extra_terms``) extra energy terms:
+        it serves the dynamic step only (a static step forwards every row anyway) and keeps the model's terms
+        only (an extra term's value is not in it). The one statement of the memo's rule."""
+        return self.memo and capture == "none" and not extra_terms
 
 
 @runtime_checkable
@@ -36,15 +71,7 @@ class Kernel(Protocol):
     """A sampler kernel; ``KERNELS[name](ctx)`` builds one (see :mod:`mhfast.sampler.kernels`)."""
 
     name: str
-    supports_extra_energy: bool  #: whether the kernel's acceptance includes extra energy terms
-    #: whether the acceptance test has the Hastings ratio of the proposal (then any proposal with
-    #: full support is exact, e.g. a uniform_mix share; Gibbs kernels accept every proposal)
-    hastings: bool
-    #: whether every proposal is accepted (no MH test): the target temperature, its annealing and forced
-    #: acceptance then have nothing to act on (the option spec rejects them)
-    always_accepts: bool
-    #: whether the kernel proposes blocks of positions (then ``block_schedule`` sets their sizes)
-    uses_blocks: bool
+    capabilities: Capabilities  #: what it supports (a class attribute)
 
     def init(self, state: ChainState) -> ChainState:
         """The state the first epoch starts from (e.g. energies and cache computed)."""

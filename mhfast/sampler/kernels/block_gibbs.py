@@ -9,6 +9,7 @@ Example:
 """
 from __future__ import annotations
 
+from .base import Capabilities
 from .block_mh import BlockMH
 
 
@@ -17,6 +18,5 @@ class BlockGibbs(BlockMH):
 
     name = "block-gibbs"
     gibbs = True
-    supports_extra_energy = False  # always accepts: it cannot honour energy terms
-    hastings = False  # uniform_mix must be 0
-    always_accepts = True
+    # always accepts: it cannot honour energy terms, nor a proposal other than block MH's (uniform_mix must be 0)
+    capabilities = Capabilities(extra_energy=False, hastings=False, always_accepts=True, blocks=True)

@@ -16,11 +16,12 @@ from typing import Any
 
 import torch
 
-from ..block_moves import block_move
+from ..moves.block import block_move
 from ..schedules import (BlockStep, Epoch, block_step_plan, clamp_to_free, epoch_order, oversized_block,
                          requested_block_sizes, steps_per_epoch, uses_single_site)
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
+from .base import Capabilities
 from ..subset import select_chains
 
 RESCORE = "rescore"
@@ -42,10 +43,7 @@ class BlockMH:
 
     name = "block-mh"
     gibbs = False
-    supports_extra_energy = True  #: block Gibbs (a subclass) turns it off
-    hastings = True  #: likewise
-    always_accepts = False  #: likewise
-    uses_blocks = True
+    capabilities = Capabilities(blocks=True)  # no static step, no memo (block moves forward all T_e rows of X')
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx

@@ -17,21 +17,21 @@ from typing import Any
 
 import torch
 
-from ..moves import single_site_gibbs
+from ..moves.gibbs import single_site_gibbs
+from ..moves.site_types import SiteMove
 from ..schedules import Epoch, active_chains, epoch_order
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
 from ..subset import select_chains
+from .base import Capabilities
 
 RESCORE = "rescore"  #: the last move of a Gibbs epoch: energies for the statistics
 
 
 class DegenerateGibbs:
     name = "gibbs"
-    supports_extra_energy = False  # always accepts: it cannot honour energy terms
-    hastings = False  # nor a proposal other than the MLM conditional (uniform_mix must be 0)
-    always_accepts = True
-    uses_blocks = False
+    # always accepts: it cannot honour energy terms, nor a proposal other than the MLM conditional (uniform_mix 0)
+    capabilities = Capabilities(extra_energy=False, hastings=False, always_accepts=True)
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -44,7 +44,8 @@ class DegenerateGibbs:
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
         order = epoch_order(state.rng_keys, state.free, epoch.index, self.ctx.config.order,
                             self.ctx.backend.counter_uniforms)
-        return [(k, act, act_host, order[act, k]) for k, (act, act_host) in enumerate(self._active)] + [RESCORE]
+        return [SiteMove(k, act, act_host, order[act, k]) for k, (act, act_host) in enumerate(self._active)] + [
+            RESCORE]
 
     def restrict(self, state: ChainState, keep: torch.Tensor) -> ChainState:
         """Only the chains ``keep`` go on (inputs that left the batch), with the moves they had."""
@@ -55,5 +56,4 @@ class DegenerateGibbs:
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         if move == RESCORE:  # one T_e-row pass per epoch
             return rescore(state, self.ctx.runner, self.ctx.backend), StepInfo(0, 0, 0, scored=True)
-        k, act, act_host, pos = move
-        return single_site_gibbs(self.ctx, state, act, act_host, pos, epoch.index, k)
+        return single_site_gibbs(self.ctx, state, move, epoch.index)
