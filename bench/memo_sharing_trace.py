@@ -33,7 +33,7 @@ import bench_mixmatch  # noqa: E402
 
 import mhfast  # noqa: E402
 from mhfast import reference  # noqa: E402
-from mhfast.sampler import moves  # noqa: E402
+from mhfast.sampler.kernels import mh  # noqa: E402
 from mhfast.sampler.memo import WAYS  # noqa: E402
 
 SLOTS = 8
@@ -43,12 +43,13 @@ def traced_run(lm, kind: str, T: int, chains: int, epochs: int) -> list[tuple[in
     """(step, chain, X, X', accepted) of every state-changing proposal of one run with memo=0, in the order
     evaluated (step: the number of the step-evaluating call)."""
     log: list[tuple[int, int, bytes, bytes, bool]] = []
-    real = moves.site_evaluate_and_accept
+    real = mh.commit_sites
     calls = [0]
 
-    def logged(ctx, state, ch, ch_host, pos, prop, *args, **kw):
+    def logged(ctx, state, tested, scored, **kw):  # the single-site step's accept-and-commit phase
+        ch, pos, prop = tested.proposal.ch, tested.proposal.pos, tested.proposal.proposed
         before = state.tokens.index_select(0, ch)
-        after_state, k = real(ctx, state, ch, ch_host, pos, prop, *args, **kw)
+        after_state, k = real(ctx, state, tested, scored, **kw)
         moved = (after_state.tokens.index_select(0, ch) != before).any(1)
         for j in range(ch.shape[0]):
             x_new = before[j].clone()
@@ -59,11 +60,11 @@ def traced_run(lm, kind: str, T: int, chains: int, epochs: int) -> list[tuple[in
 
     start, positions = bench_mixmatch.make_start(lm, T, kind)
     _, free = bench_mixmatch.evenly_spaced_sites(start, positions, positions.numel())
-    moves.site_evaluate_and_accept = logged
+    mh.commit_sites = logged
     try:
         mhfast.sample(lm, init=start, free_positions=free, chains=chains, epochs=epochs, burn_in=1, seed=0, memo=0)
     finally:
-        moves.site_evaluate_and_accept = real
+        mh.commit_sites = real
     return log
 
 

@@ -56,8 +56,10 @@ class SampleResult:
         compiled_blocks: the model blocks ``compile=True`` compiled (0 without it).
         compile_seconds: the run's time spent compiling them (first calls and recompiles for new
             shapes, by torch's compile callbacks; 0.0 without ``compile``): part of the run's wall time.
-        memo_hits: proposals decided from the proposal memo (option ``memo``): proposals a chain had rejected
-            before from the same state, whose ``T_e - 1`` rows were therefore not forwarded again.
+        memo_hits: proposals decided from the proposal memo (option ``memo``; :mod:`mhfast.sampler.memo`): proposals
+            X' that a chain of the same input had evaluated before (in an earlier step, or earlier in the same
+            step), whose ``T_e - 1`` rows were therefore not forwarded (an accepted one forwards them afterwards,
+            for the cache).
         traces: f32[B, C, D, S] each chain's traced summaries after each of D traced sweeps (option
             ``trace_every``; :mod:`mhfast.sampler.traces`), NaN after its input left the batch (``until_rhat``).
         trace_names: the S summaries' names: ``e_raw``, ``e_local``, the extra terms', ``proj_0``, ...
