@@ -32,8 +32,8 @@ import results_md  # noqa: E402
 
 import mhfast  # noqa: E402
 from mhfast.models.fast_decoder import FastCMLMDecoder, fast_decoder_model  # noqa: E402
-from mhfast.sampler import cpu_info  # noqa: E402
-from mhfast.sampler.runner import ModelRunner, default_max_tokens  # noqa: E402
+from mhfast.runtime import cpu_info  # noqa: E402
+from mhfast.runtime.runner import ModelRunner, default_max_tokens  # noqa: E402
 
 START, END = "<!-- bench_decoder:start -->", "<!-- bench_decoder:end -->"
 BUNDLE = Path(mhfast.__file__).resolve().parent / "data" / "multi30k_de_en"

@@ -2,7 +2,7 @@
 
 The sampler forwards masked rows in sub-batches of ``max_tokens_per_batch // T`` rows. This bench times the
 forward of the same ``--rows`` masked rows (random residues, one mask each, length T) through the sampler's
-own runner (:class:`mhfast.sampler.runner.ModelRunner`) for every budget of ``--budgets``, with
+own runner (:class:`mhfast.runtime.runner.ModelRunner`) for every budget of ``--budgets``, with
 ``forward="full"`` (the whole model) and ``forward="fast"`` (the last layer only at the masked position), in
 fp32 and, where the CPU has native bf16 (AVX512-BF16 / AMX), bf16. Runs alternate within a round (every
 budget and mode once per round); each figure is the median over ``--repeats`` rounds, in ms per row. Also the
@@ -35,8 +35,8 @@ from bench_mixmatch import load_model, matmul_peak, sync  # noqa: E402
 
 from mhfast.models.compiled_blocks import compiled_blocks  # noqa: E402
 from mhfast.models.fast_forward import fast_forward_model  # noqa: E402
-from mhfast.sampler import cpu_info, precision  # noqa: E402
-from mhfast.sampler.runner import ModelRunner, default_max_tokens  # noqa: E402
+from mhfast.runtime import cpu_info, precision  # noqa: E402
+from mhfast.runtime.runner import ModelRunner, default_max_tokens  # noqa: E402
 
 START, END = "<!-- bench_forward:start -->", "<!-- bench_forward:end -->"
 

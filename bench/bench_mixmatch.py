@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_md  # noqa: E402
 
 import mhfast  # noqa: E402
-from mhfast.sampler import cpu_info, precision  # noqa: E402
+from mhfast.runtime import cpu_info, precision  # noqa: E402
 
 START, END = "<!-- bench_mixmatch:start -->", "<!-- bench_mixmatch:end -->"
 DEFAULT_MAX_TOKENS = 65536  # the baseline's batch cap: mixmatch forwards a step's rows in one batch
@@ -277,7 +277,7 @@ def matmul_peak(dtype: torch.dtype, device: str = "cpu", n: int = 2048, reps: in
 
 def budgets_text(width: int = ANTIBERTY_CONFIG["hidden_size"], name: str = "AntiBERTy") -> str:
     """mhfast's default CPU sub-batches for a model of ``width`` on this machine, in words."""
-    from mhfast.sampler.runner import cpu_max_tokens
+    from mhfast.runtime.runner import cpu_max_tokens
     fp32, bf16 = (cpu_max_tokens(width, dt) for dt in (torch.float32, torch.bfloat16))
     return f"{fp32} tokens for {name} in fp32 and {bf16} in bf16"
 
@@ -488,7 +488,7 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
             f"width and this CPU's {cpu_info.l2_bytes() >> 10} KiB of L2 per core, are "
             + ("65536 tokens for Sapiens (its width is not read from a fairseq model: the default of models "
                "without one)" if setup.get("model") == "sapiens-h" else budgets_text()))
-        + " (mhfast.sampler.runner."
+        + " (mhfast.runtime.runner."
         "default_max_tokens), and forward='fast' runs the last layer only at the masked position, so "
         "its counted FLOPs, those of full rows, overstate its rate by up to ~10%). mhfast rows / proposal = "
         "`SampleResult.rows_per_proposal` (T-1 per proposal that changes the state, 0 otherwise); mixmatch 2T+1.", "",

@@ -91,7 +91,7 @@ def recording(lm: Any) -> tuple[RecordingModel, dict]:
     not look for another) and the sub-batch size the sampler picks for ``lm`` (it cannot read the width of
     the recorder)."""
     from mhfast.models.fast_forward import fast_forward_model
-    from mhfast.sampler.runner import default_max_tokens
+    from mhfast.runtime.runner import default_max_tokens
 
     return RecordingModel(fast_forward_model(lm), lm), dict(forward="full",
                                                           max_tokens_per_batch=default_max_tokens(lm, "cpu"))

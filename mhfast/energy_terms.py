@@ -126,11 +126,11 @@ def _load_classifier(path: str) -> Any:
     """``AutoModelForSequenceClassification`` from a local directory; a ValueError naming it when the
     files are damaged or the checkpoint has no classification head (a randomly initialized head
     would steer toward noise, silently)."""
-    from .models.hf import _quiet_transformers, _transformers
+    from .models.hf import import_transformers, quiet_transformers
 
     try:
-        with _quiet_transformers():
-            model, info = _transformers().AutoModelForSequenceClassification.from_pretrained(
+        with quiet_transformers():
+            model, info = import_transformers().AutoModelForSequenceClassification.from_pretrained(
                 path, local_files_only=True, output_loading_info=True)
     except (MemoryError, KeyboardInterrupt):
         raise
@@ -168,7 +168,7 @@ class HFClassifier:
 
     def __init__(self, model: Any, label: int | str = 0, token_map: Any = None, pad_id: int = 0):
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-            from .models.hf import _transformers
+            from .models.hf import import_transformers
 
             model = _load_classifier(os.fspath(model) if not isinstance(model, bytes) else model.decode())
         self.model = model.eval()

@@ -24,6 +24,7 @@ import math
 import torch
 
 from . import _validate
+from .counter_hash import U64, absorb, i64, mix_int, to_uniform
 
 
 def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torch.Tensor,
@@ -147,71 +148,20 @@ def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top
 
 
 # ---------------------------------------------------------------------------- counter-based uniforms
-def _i64(x: int) -> int:
-    """An unsigned 64-bit constant as the signed int64 with the same bits."""
-    return x - (1 << 64) if x >= (1 << 63) else x
-
-
-_GOLDEN = _i64(0x9E3779B97F4A7C15)
-_M1 = _i64(0xBF58476D1CE4E5B9)
-_M2 = _i64(0x94D049BB133111EB)
-
-
-def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift on int64 (torch's >> is arithmetic): clear the sign-extended bits."""
-    return (x >> k) & ((1 << (64 - k)) - 1)
-
-
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finalizer; int64 multiplication wraps modulo 2**64 like uint64."""
-    x = (x ^ _shr(x, 30)) * _M1
-    x = (x ^ _shr(x, 27)) * _M2
-    return x ^ _shr(x, 31)
-
-
-_U64 = (1 << 64) - 1
-
-
-def _mix_int(x: int) -> int:
-    """:func:`_mix` on a Python int (unsigned 64-bit arithmetic)."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
-    return x ^ (x >> 31)
-
-
-def _golden_times(c: torch.Tensor | int, plus: int = 0) -> torch.Tensor | int:
-    """``(c + plus) * GOLDEN`` modulo 2**64 as int64: a tensor (widened to int64 first) on its device, a Python
-    int folded on the host."""
-    if isinstance(c, torch.Tensor):
-        return (c.to(torch.int64) + plus) * _GOLDEN
-    return _i64(((int(c) + plus) * 0x9E3779B97F4A7C15) & _U64)
-
-
-def _absorb(h: torch.Tensor, c: torch.Tensor | int) -> torch.Tensor:
-    """One counter into the hash state: mix(h + GOLDEN * (c + 1)), a Python int counter folded on the host."""
-    return _mix(h + _golden_times(c, 1))
-
-
-def _to_uniform(h: torch.Tensor) -> torch.Tensor:
-    # top 23 bits: (k + 0.5) / 2**23 is exact in float32, never 0 (log(u) is finite) and never 1
-    k = _shr(h, 64 - 23)
-    return ((k.double() + 0.5) * (1.0 / (1 << 23))).float()
-
-
 def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int,
                      lanes: torch.Tensor | None = None) -> torch.Tensor:
     """One float32 uniform in (0, 1) per key: the counter hash (csrc/counter_hash.h) of the key
     absorbed with ``epoch``, ``step``, ``stream`` and ``lanes`` (0 when None).
 
-    ``keys``/``lanes``: Long tensors of one shape (a chain's key: :func:`mhfast.sampler.rng.chain_keys`).
+    ``keys``/``lanes``: Long tensors of one shape (a chain's key: :func:`mhfast.runtime.rng.chain_keys`).
     Each counter c enters as ``h = mix(h + GOLDEN * (c + 1))`` (splitmix64's finalizer, wrapping
     uint64 arithmetic on int64 bits); the result is ``(k + 0.5) / 2**23`` for the top 23 bits k.
     """
     _validate.counter_uniforms(keys, epoch, step, stream, lanes)
     h = keys
     for counter in (epoch, step, stream):
-        h = _absorb(h, counter)
-    return _to_uniform(_absorb(h, lanes if lanes is not None else 0))
+        h = absorb(h, counter)
+    return to_uniform(absorb(h, lanes if lanes is not None else 0))
 
 
 def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor,
@@ -364,8 +314,8 @@ def memo_hash(seq: list[int]) -> int:
     """
     h = 0xCBF29CE484222325
     for tok in seq:
-        h = ((h ^ (tok & _U64)) * 0x100000001B3) & _U64
-    return _i64(_mix_int(h))
+        h = ((h ^ (tok & U64)) * 0x100000001B3) & U64
+    return i64(mix_int(h))
 
 
 def memo_lookup_one(stamp: list[int], hashes: list[int], stored: list[list[int]], seq: list[int], ways: int,
@@ -379,7 +329,7 @@ def memo_lookup_one(stamp: list[int], hashes: list[int], stored: list[list[int]]
         ((0, False), (0, True))
     """
     h = memo_hash(seq)
-    base = ((h & _U64) % (len(stamp) // ways)) * ways
+    base = ((h & U64) % (len(stamp) // ways)) * ways
     live = lambda st: st >= 0 or st == -(step + 2)  # noqa: E731
     empty = oldest = -1
     for s in range(base, base + ways):

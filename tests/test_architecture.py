@@ -69,7 +69,7 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join(anchor + ([base] if base else []))
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             for t in targets:
-                while t and t not in modules:  # "import mhfast.sampler.rng as r" -> that module
+                while t and t not in modules:  # "import mhfast.runtime.rng as r" -> that module
                     t = t.rpartition(".")[0]
                 if t and t != mod:
                     graph[mod].add(t)
@@ -154,3 +154,97 @@ def test_both_commands_reject_a_bad_value_with_the_same_message(flag, value, mes
 def test_docs_options_table_is_generated_from_the_spec():
     text = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
     assert text == options.options_page(), "docs/options.md is stale: regenerate it (command in its first lines)"
+
+
+# ---------------------------------------------------------------------------- who may import what (issue 32)
+def _unit(module: str) -> str:
+    """The unit whose private names a module may import: its subpackage of mhfast (``mhfast.sampler``), or a
+    top-level module itself (``mhfast.reference``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def private_imports(sources: dict[str, str], modules: set[str]) -> list[str]:
+    """``from M import _name`` where ``_name`` is no module and the importer is outside ``M``'s unit (a private name
+    is free to change: another package that reaches it breaks silently). ``sources``: module -> its text, with
+    ``.__init__`` appended to a package's name."""
+    found = []
+    for key, text in sources.items():
+        is_package = key.endswith(".__init__")
+        mod = key.removesuffix(".__init__")
+        package = mod if is_package else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and f"{base}.{alias.name}" not in modules and _unit(base) != _unit(mod):
+                    found.append(f"{mod}:{node.lineno} imports {base}.{alias.name}")
+    return found
+
+
+def _sources() -> dict[str, str]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        out[".".join(parts)] = path.read_text(encoding="utf-8")
+    return out
+
+
+def test_private_imports_finds_one():  # the checker itself can fail
+    sources = {"mhfast.scoring.api": "from ..sampler.options import _device, OPTIONS\nfrom .. import _validate",
+               "mhfast.sampler.api": "from .options import _device"}
+    modules = {"mhfast._validate", "mhfast.sampler.options", "mhfast.scoring.api", "mhfast.sampler.api"}
+    assert private_imports(sources, modules) == ["mhfast.scoring.api:1 imports mhfast.sampler.options._device"]
+
+
+def test_no_private_name_is_imported_across_packages():
+    found = private_imports(_sources(), set(_modules()))
+    assert not found, "make these public (or move them into the package that uses them): " + ", ".join(found)
+
+
+def _imports_of(prefix: str) -> dict[str, set[str]]:
+    return {m: deps for m, deps in import_graph().items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def test_the_runtime_imports_nothing_above_it():
+    """mhfast.runtime (model runner, ops backend, counter RNG, CPU facts, precision) serves the sampler and scoring:
+    it may import the ops, the op bundles, the counter hash and the models' protocols, nothing that uses it."""
+    allowed = {"mhfast.ops", "mhfast.reference", "mhfast.counter_hash", "mhfast.op_types", "mhfast._validate",
+               "mhfast._C", "mhfast.models.base"}
+    graph = _imports_of("mhfast.runtime")
+    assert "mhfast.runtime.rng" in graph  # the package is where this test looks
+    bad = {m: sorted(d - allowed) for m, d in graph.items() if {x for x in d if not x.startswith("mhfast.runtime")}
+           - allowed}
+    assert not bad, f"mhfast.runtime imports from above it: {bad}"
+
+
+def test_the_counter_hash_and_the_op_bundles_import_no_mhfast_module():
+    graph = import_graph()
+    for leaf in ("mhfast.counter_hash", "mhfast.op_types"):
+        assert graph[leaf] == set(), f"{leaf} imports {graph[leaf]}: both ops and runtime import it"
+
+
+def test_moves_import_no_kernel_and_nothing_above():
+    """The moves are what kernels are built from: they never reach up to a kernel, the driver or the API."""
+    above = ("mhfast.sampler.kernels", "mhfast.sampler.driver", "mhfast.sampler.api", "mhfast.sampler.options",
+             "mhfast.sampler.adaptive", "mhfast.scoring", "mhfast.commands")
+    bad = {m: sorted(d for d in deps if d.startswith(above)) for m, deps in _imports_of("mhfast.sampler.moves").items()}
+    assert not {m: d for m, d in bad.items() if d}, bad
+
+
+def test_kernels_are_chosen_by_their_capabilities_not_their_names():
+    """Each kernel declares what it supports in one Capabilities; no check compares the sampler's name."""
+    import re
+
+    from mhfast.sampler.kernels import KERNELS
+    from mhfast.sampler.kernels.base import Capabilities
+
+    assert all(isinstance(k.capabilities, Capabilities) for k in KERNELS.values())
+    by_name = re.compile(r"""sampler["'\]]*\s*[!=]=\s*["'](mh|gibbs|block-mh|block-gibbs)["']""")
+    found = [f"{p.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}" for p in PACKAGE.rglob("*.py")
+             for text in [p.read_text(encoding="utf-8")] for m in by_name.finditer(text)]
+    assert not found, "sampler chosen by name (declare a capability instead): " + ", ".join(found)

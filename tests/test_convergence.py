@@ -289,7 +289,7 @@ def _start_tokens(model, cfg_kwargs, n: int):
     """The starts of n chains of one all-mask input (no step: the function the sampler calls)."""
     from mhfast.sampler.options import config_from_kwargs
     from mhfast.sampler.problem import build_problem
-    from mhfast.sampler.runner import ModelRunner
+    from mhfast.runtime.runner import ModelRunner
 
     cfg = config_from_kwargs({"chains": n, **cfg_kwargs})
     problem = build_problem(model, cfg, length=2)

@@ -1,10 +1,10 @@
-"""The CPU facts read at run time (mhfast.sampler.cpu_info) and the CPU sub-batch size derived from them."""
+"""The CPU facts read at run time (mhfast.runtime.cpu_info) and the CPU sub-batch size derived from them."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mhfast.sampler import cpu_info, precision, runner
+from mhfast.runtime import cpu_info, precision, runner
 
 
 def _sysfs(root, caches):

@@ -34,4 +34,4 @@ def test_examples_run(name, one_torch_thread):
 
 
 def test_the_modules_are_found():
-    assert "mhfast.sampler.rng" in MODULES and "mhfast.allocator" in MODULES and len(MODULES) > 40
+    assert "mhfast.runtime.rng" in MODULES and "mhfast.allocator" in MODULES and len(MODULES) > 40

@@ -22,7 +22,7 @@ import mhfast
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler.moves import site_commit
 from mhfast.sampler.kernels.mh import SingleSiteMH
-from mhfast.sampler.backend import get_backend
+from mhfast.runtime.backend import get_backend
 from mhfast.sampler.memo import ProposalMemo
 from mhfast.sampler.state import rescore
 

@@ -12,7 +12,7 @@ import mhfast
 from hf_tiny_models import BERT_IDS, tiny_model
 from mhfast.models.fast_forward import fast_forward_model
 from mhfast.models.hf import HFMaskedLM
-from mhfast.sampler.runner import ModelRunner
+from mhfast.runtime.runner import ModelRunner
 
 
 class WeightCasts(TorchDispatchMode):

@@ -349,7 +349,7 @@ def test_bad_inputs_raise_value_error_naming_them(device):
 
 
 def test_counter_rng_is_uniform_and_a_pure_function_of_its_counters():
-    from mhfast.sampler import rng
+    from mhfast.runtime import rng
 
     chains = torch.arange(20000)
     u = rng.uniforms(3, torch.zeros_like(chains), chains, 0, 0, rng.PROPOSE)

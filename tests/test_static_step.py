@@ -14,12 +14,12 @@ import torch
 import mhfast
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler import options
-from mhfast.sampler.backend import get_backend
+from mhfast.runtime.backend import get_backend
 from mhfast.sampler.graphed import STEP_FIELDS, StaticSiteSteps
 from mhfast.sampler.kernels.mh import SingleSiteMH
 from mhfast.sampler.moves.site_types import SiteMove
 from mhfast.sampler.schedules import Epoch
-from mhfast.sampler.runner import ModelRunner
+from mhfast.runtime.runner import ModelRunner
 from mhfast.sampler.state import ChainCounts, ChainState, rescore
 from mhfast.sampler.step import StepContext
 

@@ -78,9 +78,9 @@ def classifier_term(args: argparse.Namespace, pad_id: int, decode: Callable[[tor
     label: Any = int(args.classifier_label) if args.classifier_label.isdigit() else args.classifier_label
     token_map = None
     if decode is not None and os.path.isfile(os.path.join(args.classifier, "tokenizer_config.json")):
-        from ..models.hf import _transformers
+        from ..models.hf import import_transformers
 
-        tokenizer = _transformers().AutoTokenizer.from_pretrained(args.classifier, local_files_only=True)
+        tokenizer = import_transformers().AutoTokenizer.from_pretrained(args.classifier, local_files_only=True)
         token_map = text_token_map(tokenizer, decode)
     return (HFClassifier(args.classifier, label=label, token_map=token_map, pad_id=pad_id), float(args.classifier_weight))
 

@@ -182,10 +182,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.output is not None and os.path.isdir(args.output):
         raise ValueError(f"--output: {args.output!r} is a directory")
     if args.device is not None:
-        from ..sampler.options import OptionError, _device
+        from ..sampler.options import OptionError, check_device
 
         try:
-            _device(args.device)
+            check_device(args.device)
         except OptionError as e:
             raise ValueError(f"--device {e}") from None
 

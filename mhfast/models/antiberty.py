@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from .hf import HFMaskedLM, _loader_threads_joined, _quiet_transformers, _transformers
+from .hf import HFMaskedLM, _loader_threads_joined, import_transformers, quiet_transformers
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 _CHECKPOINT = "AntiBERTy_md_smooth"
@@ -96,10 +96,10 @@ class AntiBERTyMaskedLM(HFMaskedLM):
 
 def load_antiberty(device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> AntiBERTyMaskedLM:
     """AntiBERTy's masked LM from the installed antiberty package, on ``device`` (default CPU)."""
-    transformers = _transformers()
+    transformers = import_transformers()
     root = antiberty_dir()
     vocab = read_vocab(os.path.join(root, "vocab.txt"))
-    with _quiet_transformers(), _loader_threads_joined():
+    with quiet_transformers(), _loader_threads_joined():
         model, info = transformers.BertForMaskedLM.from_pretrained(
             os.path.join(root, _CHECKPOINT), local_files_only=True, output_loading_info=True)
     missing = [k for k in info.get("missing_keys", ()) if "position_ids" not in k]

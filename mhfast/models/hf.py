@@ -55,7 +55,9 @@ _HEADS: dict[str, Callable[[Any], Callable[[torch.Tensor], torch.Tensor]]] = {
 _PADDING_OFFSET_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
 
 
-def _transformers():
+def import_transformers():
+    """The transformers package, imported on first use (the core runs without it); else an ImportError with the
+    install hint."""
     try:
         import transformers
     except ImportError as e:  # pragma: no cover - transformers is installed in CI
@@ -64,9 +66,9 @@ def _transformers():
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """Silence transformers' load report and progress bars; missing weights are checked by us."""
-    tf_logging = _transformers().utils.logging
+    tf_logging = import_transformers().utils.logging
     verbosity = tf_logging.get_verbosity()
     tf_logging.set_verbosity_error()
     bars = tf_logging.is_progress_bar_enabled()
@@ -99,12 +101,12 @@ def _loader_threads_joined(timeout: float = 10.0):
 
 def _load_from_dir(path: str) -> Any:
     """``AutoModelForMaskedLM.from_pretrained(path)`` offline, failing loudly on missing weights."""
-    transformers = _transformers()
+    transformers = import_transformers()
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model_or_path: no such model directory: {path!r}")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model_or_path: {path!r} has no config.json (not a HuggingFace model directory)")
-    with _quiet_transformers(), _loader_threads_joined():
+    with quiet_transformers(), _loader_threads_joined():
         try:
             model, info = transformers.AutoModelForMaskedLM.from_pretrained(
                 path, local_files_only=True, output_loading_info=True)
@@ -125,8 +127,8 @@ def _load_from_dir(path: str) -> Any:
 
 def _load_tokenizer(path: str) -> Any | None:
     """The tokenizer saved next to a model, or None when there is none (ids then come from kwargs/config)."""
-    transformers = _transformers()
-    with _quiet_transformers():
+    transformers = import_transformers()
+    with quiet_transformers():
         try:
             return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, TypeError, KeyError):
@@ -159,7 +161,7 @@ class HFMaskedLM:
                  dtype: torch.dtype | None = None, mask_id: int | None = None, pad_id: int | None = None,
                  special_ids: Sequence[int] | None = None, bos_id: int | None = None,
                  eos_id: int | None = None) -> None:
-        transformers = _transformers()
+        transformers = import_transformers()
         if isinstance(model_or_path, (str, os.PathLike)):
             path = os.fspath(model_or_path)
             model = _load_from_dir(path)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .antiberty import load_antiberty
 from .base import MaskedLM
-from .hf import HFMaskedLM, _load_tokenizer, _transformers
+from .hf import HFMaskedLM, _load_tokenizer, import_transformers
 
 #: Model names load_masked_lm knows (besides paths and hub ids), lower case.
 SAPIENS_NAMES = {"sapiens-h": "H", "sapiens-l": "L"}
@@ -111,7 +111,7 @@ def load_masked_lm(model: Any, **kwargs: Any) -> Any:
             return HFMaskedLM(resolve_hub_id(model), **kwargs)
         return HFMaskedLM(model, **kwargs)
     try:
-        transformers = _transformers()
+        transformers = import_transformers()
     except ImportError:
         transformers = None
     if transformers is not None and isinstance(model, transformers.PreTrainedModel):

@@ -87,7 +87,7 @@ class RunMonitor:
     @classmethod
     def of(cls, cfg: Any, problem: Any, vocab_size: int) -> "RunMonitor":
         """The monitor of a run of ``cfg`` on ``problem`` (a :class:`~mhfast.sampler.problem.Problem`)."""
-        from .backend import get_backend
+        from ..runtime.backend import get_backend
 
         names = problem.terms.names if problem.terms is not None else None
         return cls(cfg, problem.rows.shape[0], problem.rows.shape[1], vocab_size, names,

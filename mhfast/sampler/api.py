@@ -25,15 +25,16 @@ import torch
 
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
-from . import driver, options, precision, schedules, starts
+from ..runtime import precision
+from . import driver, options, schedules, starts
 from .adaptive import RunMonitor
-from .backend import get_backend
+from ..runtime.backend import get_backend
 from .kernels import KERNELS
 from .memo import NO_MEMO
 from .problem import build_problem, check_model
 from .result import SampleResult, assemble
-from .rng import seed_from_generator
-from .runner import ModelRunner, default_max_tokens
+from ..runtime.rng import seed_from_generator
+from ..runtime.runner import ModelRunner, default_max_tokens
 from .state import ChainState
 from .step import StepContext
 

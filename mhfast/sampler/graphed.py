@@ -10,7 +10,7 @@ So the step runs as a *body* over buffers this class owns:
   (already updated in place by the commit op);
 * the positions of the step (``pos`` buffer, one per moving-chain count), and the epoch and step
   counters as 0-d device tensors, folded into the chains' keys on the device by
-  :func:`~mhfast.sampler.rng.counters_into_keys`, so the ops draw with epoch = step = 0 exactly the
+  :func:`~mhfast.runtime.rng.counters_into_keys`, so the ops draw with epoch = step = 0 exactly the
   numbers the dynamic step draws (the chains stay the same);
 * the MH test's outcome (accepted, changed), copied out of the graph after each replay.
 
@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import rng
+from ..runtime import rng
 from .state import ChainState
 from .static_step import static_single_site_mh
 from .step import StepContext, StepInfo

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from .backend import Backend, get_backend
+from ..runtime.backend import Backend, get_backend
 from .moves.changed import changed_picked, misses_then_hits
 from .moves.site_types import Picked, SiteDraw, SiteMove
 

@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from ..energy_terms import check_extra_energy
-from .precision import NAMES as DTYPE_NAMES
-from .precision import parse as parse_dtype
+from ..runtime.precision import NAMES as DTYPE_NAMES
+from ..runtime.precision import parse as parse_dtype
 from .kernels import KERNELS
 
 #: where the chains start (option start=): defined here, with the other choices of the spec, and explained in
@@ -144,8 +144,14 @@ def _block_schedule(v: Any) -> Any:
 
 
 @_described("`cpu`, `cuda`, `cuda:N`")
-def _device(v: Any) -> Any:
-    """None (the model's device), or a device that exists and mhfast was built for."""
+def check_device(v: Any) -> Any:
+    """The ``device`` option's check (the scorers' ``--device`` uses it too): None (the model's device), or a device
+    that exists and mhfast was built for; else an :class:`OptionError` (the caller names the option).
+
+    Example:
+        >>> check_device("cpu"), check_device(None)
+        ('cpu', None)
+    """
     if v is None:
         return None
     try:
@@ -377,7 +383,7 @@ SPEC: tuple[Option, ...] = (
            "block-mh)", "App. F", "int"),
     Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers (mhfast.sample: or "
            "generator=, not both)", "-", "int"),
-    Option("device", None, _device, "where the chains live: cpu, cuda, cuda:N (default: the model's device)",
+    Option("device", None, check_device, "where the chains live: cpu, cuda, cuda:N (default: the model's device)",
            "-", "str", metavar="DEVICE"),
     Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),

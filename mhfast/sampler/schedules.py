@@ -29,7 +29,7 @@ from typing import Callable, Sequence, Union
 
 import torch
 
-from . import rng
+from ..runtime import rng
 
 BlockSchedule = Union[None, int, Sequence[int], Callable[[int], int]]
 

@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from . import rng
-from .runner import ModelRunner
+from ..runtime import rng
+from ..runtime.runner import ModelRunner
 from .state import warm_start
 
 

@@ -3,7 +3,7 @@
 ``M = B * chains`` chains are stored flat (chain ``m`` belongs to input ``m // chains``).
 Energies are kept as per-position terms ``raw_terms``/``local_terms`` f32[M, T] (zero at
 positions outside the energy): ``E(X) = sum_t term_t`` (paper, sections 2.1-2.2), summed in
-float64 by :func:`mhfast.sampler.runner.sum_terms`. Keeping the terms lets a single-site
+float64 by :func:`mhfast.runtime.runner.sum_terms`. Keeping the terms lets a single-site
 step reuse every term it does not change, and makes the energy of a chain independent of
 what else is in its batch.
 
@@ -16,7 +16,7 @@ donates buffers): a state that has been passed to ``step`` must not be used agai
 Example:
     >>> import torch
     >>> from mhfast.models.tabular import TabularMLM
-    >>> from mhfast.sampler.runner import ModelRunner
+    >>> from mhfast.runtime.runner import ModelRunner
     >>> model = TabularMLM.random(num_tokens=3, length=2, seed=0)
     >>> runner = ModelRunner(model, None, 65536)
     >>> warm = warm_start(runner, torch.full((1, 2), model.mask_id), torch.ones(1, 2, dtype=torch.bool), None)
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import rng
-from .runner import ModelRunner, sum_terms
+from ..runtime import rng
+from ..runtime.runner import ModelRunner, sum_terms
 from .site_counts import SiteCounts
 
 

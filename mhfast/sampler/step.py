@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .runner import ModelRunner
+from ..runtime.runner import ModelRunner
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class StepContext:
     """The constants every step needs: the validated options, the ops backend and the model runner."""
 
     config: Any  #: mhfast.sampler.options.SamplerConfig
-    backend: Any  #: mhfast.sampler.backend.Backend
+    backend: Any  #: mhfast.runtime.backend.Backend
     runner: ModelRunner
     #: the uniform share of every proposal, ``auto`` resolved (mhfast.sampler.options.resolved_uniform_mix):
     #: q = (1 - uniform_mix) q_nucleus + uniform_mix / n over the proposable tokens

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import rng
+from ..runtime import rng
 
 PROJECTIONS = 3  #: random projections traced per chain
 PROJECTION_SEED = 0x7A11_5EED  #: fixed: a projection is the same function in every run

@@ -23,9 +23,9 @@ from typing import Any, Sequence
 import torch
 
 from ..models.base import check_rows_fit
-from ..sampler.backend import get_backend
+from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, checked_positions, run_device
-from ..sampler.runner import ModelRunner, sum_terms
+from ..runtime.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
 from .terms import masked_terms

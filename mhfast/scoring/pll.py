@@ -28,7 +28,7 @@ import torch
 
 from ..models.base import check_length
 from ..sampler.problem import check_devices
-from ..sampler.runner import sum_terms
+from ..runtime.runner import sum_terms
 from .api import as_model, check_options, compute_terms, energy_positions
 from .text import Encoded, encode
 

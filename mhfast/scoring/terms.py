@@ -1,7 +1,7 @@
 """Per-position PLL terms of whole sequences, chunked to a memory budget.
 
 One masked copy per scored position (the paper's section 2; Salazar et al. 2020's PLL), built by
-the backend's ``masked_copies`` op, forwarded by the sampler's :class:`~mhfast.sampler.runner.ModelRunner`
+the backend's ``masked_copies`` op, forwarded by the sampler's :class:`~mhfast.runtime.runner.ModelRunner`
 (LM head only at the masked position when the model has the feature/head split) and reduced by the
 ``gather_energies`` op: exactly the path :func:`mhfast.sampler.state.score_states` takes, so the
 energies equal what :func:`mhfast.sample` reports. Unlike ``score_states`` the masked copies are
@@ -14,8 +14,8 @@ word is scored, the later pieces of the same word are masked too.
 Example:
     >>> import torch
     >>> from mhfast.models.tabular import TabularMLM
-    >>> from mhfast.sampler.backend import get_backend
-    >>> from mhfast.sampler.runner import ModelRunner
+    >>> from mhfast.runtime.backend import get_backend
+    >>> from mhfast.runtime.runner import ModelRunner
     >>> m = TabularMLM.random(3, 2, seed=0)
     >>> raw, local = masked_terms(ModelRunner(m, None, 64), get_backend("reference"),
     ...                           torch.tensor([[0, 2]]), torch.ones(1, 2, dtype=torch.bool), max_tokens=64)
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..sampler.runner import ModelRunner
+from ..runtime.runner import ModelRunner
 
 
 def later_pieces(word_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import rng
+from ...runtime import rng
 from ..state import ChainState
 from ..step import StepContext
 

@@ -32,8 +32,8 @@ import dataclasses
 
 import torch
 
-from .. import rng
-from ..runner import sum_terms
+from ...runtime import rng
+from ...runtime.runner import sum_terms
 from ..schedules import BlockStep
 from ..state import ChainState
 from ..step import StepContext, StepInfo

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from .. import rng
+from ...runtime import rng
 from ..state import ChainState
 from ..step import StepContext, StepInfo
 from .accept import accept

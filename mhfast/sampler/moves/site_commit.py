@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ...op_types import ChainRows, SiteProposal, SiteRows, SiteTerms
-from .. import rng
+from ...runtime import rng
 from ..state import ChainState
 from ..step import StepContext
 from .changed import changed_chains

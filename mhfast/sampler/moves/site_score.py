@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ...op_types import SiteProposal, SiteRows, SiteTerms
-from ..runner import sum_terms
+from ...runtime.runner import sum_terms
 from ..state import ChainState
 from ..step import StepContext
 from .site_types import ExtraTerms, Picked, ScoredSites, SiteDraw, SiteMove, TestedSites

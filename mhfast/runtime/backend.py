@@ -4,7 +4,7 @@ The algorithm code calls ``backend.masked_copies(...)`` etc. and never knows whi
 with the same seed both give identical chains (the reference is the specification).
 
 Example:
-    >>> from mhfast.sampler.backend import get_backend
+    >>> from mhfast.runtime.backend import get_backend
     >>> get_backend("reference").name
     'reference'
 """

@@ -3,8 +3,8 @@
 The machines mhfast runs on differ (an Intel Xeon with AMX-BF16 and 2 MiB of L2 per core, an AMD EPYC with
 AVX512-BF16, no AMX and 1 MiB, AVX2-only EPYCs), so nothing here is assumed: the flags come from
 ``/proc/cpuinfo``, the cache from sysfs (or glibc's ``sysconf``), each with a fallback when unreadable.
-Used by :mod:`mhfast.sampler.precision` (is a bf16 forward native here?) and by
-:func:`mhfast.sampler.runner.default_max_tokens` (how large a CPU sub-batch keeps its activations in cache).
+Used by :mod:`mhfast.runtime.precision` (is a bf16 forward native here?) and by
+:func:`mhfast.runtime.runner.default_max_tokens` (how large a CPU sub-batch keeps its activations in cache).
 
 Example:
     >>> l2_bytes() >= 64 * 1024

@@ -7,7 +7,7 @@ the work is split into sub-batches (``max_tokens_per_batch``), and on either bac
 
 Example:
     >>> import torch
-    >>> from mhfast.sampler.rng import uniforms, PROPOSE
+    >>> from mhfast.runtime.rng import uniforms, PROPOSE
     >>> u = uniforms(0, torch.tensor([0, 0]), torch.tensor([0, 1]), epoch=3, step=2, stream=PROPOSE)
     >>> bool(((u > 0) & (u < 1)).all())
     True
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..reference import _GOLDEN, _U64, _absorb, _golden_times, _i64, _mix_int, _shr, counter_uniforms
+from ..counter_hash import GOLDEN, U64, absorb, golden_times, i64, mix_int, shr
+from ..reference import counter_uniforms
 
 # Stream ids keep the numbers of different decisions independent.
 PROPOSE = 1  #: inverse-CDF uniform of a proposal (lane = slot inside a block)
@@ -32,9 +33,9 @@ def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.T
     A chain's key is fixed for the whole run, so the sampler computes it once and every draw
     only absorbs (epoch, step, stream, lane): :func:`uniforms_from_keys`.
     """
-    h = _i64(_mix_int(((seed % (1 << 64)) + 0x9E3779B97F4A7C15) & _U64))
+    h = i64(mix_int(((seed % (1 << 64)) + 0x9E3779B97F4A7C15) & U64))
     h = torch.full((), h, dtype=torch.int64, device=inputs.device)
-    return _absorb(_absorb(h, inputs), chains)
+    return absorb(absorb(h, inputs), chains)
 
 
 def uniforms(seed: int, inputs: torch.Tensor, chains: torch.Tensor, epoch: int, step: int, stream: int,
@@ -73,21 +74,21 @@ def seed_from_generator(generator: torch.Generator) -> int:
 
 
 # The inverses of splitmix64's two multipliers modulo 2^64 (both odd), for :func:`_unmix`.
-_M1_INV = _i64(pow(0xBF58476D1CE4E5B9, -1, 1 << 64))
-_M2_INV = _i64(pow(0x94D049BB133111EB, -1, 1 << 64))
+_M1_INV = i64(pow(0xBF58476D1CE4E5B9, -1, 1 << 64))
+_M2_INV = i64(pow(0x94D049BB133111EB, -1, 1 << 64))
 
 
 def _unxorshift(y: torch.Tensor, k: int) -> torch.Tensor:
     """The x with ``x ^ (x >>> k) == y`` (logical shift): y ^ (y >>> k) ^ (y >>> 2k) ^ ..."""
     x, shifted = y, y
     for _ in range(1, 64 // k + 1):
-        shifted = _shr(shifted, k)
+        shifted = shr(shifted, k)
         x = x ^ shifted
     return x
 
 
 def _unmix(x: torch.Tensor) -> torch.Tensor:
-    """The inverse of the hash's finalizer (:func:`mhfast.reference._mix`): ``_unmix(_mix(x)) == x``."""
+    """The inverse of the hash's finalizer (:func:`mhfast.counter_hash.mix`): ``_unmix(_mix(x)) == x``."""
     x = _unxorshift(x, 31) * _M2_INV
     x = _unxorshift(x, 27) * _M1_INV
     return _unxorshift(x, 30)
@@ -112,4 +113,4 @@ def counters_into_keys(keys: torch.Tensor, epoch: int | torch.Tensor, step: int 
         ...             counter_uniforms(keys, 5, 7, ACCEPT))
         True
     """
-    return _unmix(_absorb(keys, epoch) + _golden_times(step)) - _GOLDEN
+    return _unmix(absorb(keys, epoch) + golden_times(step)) - GOLDEN
