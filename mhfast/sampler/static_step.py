@@ -31,10 +31,10 @@ from __future__ import annotations
 import torch
 
 from ..op_types import SiteProposal, SiteRows, SiteTerms
+from ..runtime.runner import sum_terms
 from .moves.site_commit import commit
 from .moves.site_propose import propose_sites
 from .moves.site_score import model_terms
-from ..runtime.runner import sum_terms
 from .state import ChainState
 from .step import StepContext
 

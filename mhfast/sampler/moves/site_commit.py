@@ -40,8 +40,8 @@ def commit(ctx: StepContext, state: ChainState, proposal: SiteProposal, terms: S
            beta: Any, epoch: Any, step: Any) -> tuple[ChainState, torch.Tensor]:
     """The MH test of ``proposal`` scored as ``terms`` and the state with the accepted ones (their ``rows`` into
     the cache, in place): ``(state, accepted Bool[n])``. ``beta``: passed on as given (None: accept all)."""
-    tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
-        *chain_rows(state), *proposal, *terms, *rows, beta, epoch, step, rng.ACCEPT)
+    tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(chain_rows(state), proposal, terms, rows,
+                                                                               beta, epoch, step, rng.ACCEPT)
     return dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw,
                                e_local=e_local), accepted
 
