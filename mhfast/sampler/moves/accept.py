@@ -19,12 +19,13 @@ from ..step import StepContext
 
 def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions: torch.Tensor,
            proposed: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
-           logq_reverse: torch.Tensor, beta: float | None, epoch: int, step: int
+           logq_reverse: torch.Tensor, beta: float | torch.Tensor | None, epoch: int, step: int
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """mh_accept_ on the chains ``chains``: returns ``(new tokens Long[M, T], accepted Bool[n])``.
 
-    ``beta=None`` accepts always: the same op with beta = 0 and logq_reverse = logq_forward, so
-    log_alpha = 0 > log(u) for every u in (0, 1).
+    ``beta``: one inverse temperature for every chain, or a tensor [M] of one per chain row (read at ``chains``,
+    rounded to float32 as a number is). ``beta=None`` accepts always: the same op with beta = 0 and logq_reverse =
+    logq_forward, so log_alpha = 0 > log(u) for every u in (0, 1).
     """
     n = chains.shape[0]
     dev = state.tokens.device
@@ -34,6 +35,8 @@ def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions:
         beta_t = torch.zeros(n, device=dev)
         energy_proposed = energy.clone()
         logq_reverse = logq_forward
+    elif isinstance(beta, torch.Tensor):
+        beta_t = beta.index_select(0, chains).float()
     else:
         beta_t = torch.full((n,), float(beta), device=dev)
     u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT,

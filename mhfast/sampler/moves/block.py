@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 import torch
 
@@ -59,20 +60,21 @@ def _block_logits(ctx: StepContext, state: ChainState, plan: BlockStep, pos: tor
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torch.Tensor, beta: float | None,
-               epoch: int, step: int, gibbs: bool) -> tuple[ChainState, StepInfo]:
-    """One block step: the chains and columns of ``order`` (Long[M, T]) given by ``plan``.
+class BlockDraw(NamedTuple):
+    """The proposals of one block step, one row per moving chain (``A``), ``plan.width`` slots (-1: unused)."""
 
-    ``gibbs=True``: accept always and skip the energy of X' (block Gibbs; ``scored=False``).
-    ``beta=None`` (force-accept epochs): accept always but keep energies (and the cache) exact.
-    """
-    be = ctx.backend
-    dev = state.tokens.device
-    act, A = plan.chains, plan.chains.shape[0]
-    if A == 0:
-        return state, StepInfo(0, 0, 0, scored=not gibbs)
-    if state.counts is not None:
-        state.counts.proposed(plan.chains_host)
+    positions: torch.Tensor  #: Long[A, K] the block's positions
+    proposed: torch.Tensor  #: Long[A, K] the proposed tokens
+    logq_forward: torch.Tensor  #: f32[A] sum over the block of log q(X'_i)
+    logq_reverse: torch.Tensor  #: f32[A] sum over the block of log q(X_i)
+    changed: torch.Tensor  #: Bool[A] X' != X
+    logits: torch.Tensor  #: [entries, V] the proposal rows (the single-site ones first)
+
+
+def propose_blocks(ctx: StepContext, state: ChainState, plan: BlockStep, order: torch.Tensor, epoch: int,
+                   step: int) -> BlockDraw:
+    """Each chain of ``plan`` proposes its block (columns of ``order``, Long[M, T]) from one row, per position."""
+    be, dev, A = ctx.backend, state.tokens.device, plan.chains.shape[0]
     r, slot = plan.entry, plan.entry_slot
     pos = order[plan.entry_chain, plan.entry_col]
     if state.counts is not None:
@@ -91,26 +93,49 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     positions[r, slot] = pos
     proposed = torch.full_like(positions, -1)
     proposed[r, slot] = prop
-    local, local_host = changed_chains(diff > 0)
-    ch_host = plan.chains_host.index_select(0, local_host)
+    return BlockDraw(positions, proposed, lf, lr, diff > 0, logits)
+
+
+def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torch.Tensor, beta: Any,
+               epoch: int, step: int, gibbs: bool) -> tuple[ChainState, StepInfo]:
+    """One block step: the chains and columns of ``order`` (Long[M, T]) given by ``plan``.
+
+    ``gibbs=True``: accept always and skip the energy of X' (block Gibbs; ``scored=False``).
+    ``beta=None`` (force-accept epochs): accept always but keep energies (and the cache) exact.
+    """
+    act, A = plan.chains, plan.chains.shape[0]
+    if A == 0:
+        return state, StepInfo(0, 0, 0, scored=not gibbs)
+    if state.counts is not None:
+        state.counts.proposed(plan.chains_host)
+    draw = propose_blocks(ctx, state, plan, order, epoch, step)
+    picked, picked_host = changed_chains(draw.changed)
+    ch_host = plan.chains_host.index_select(0, picked_host)
     n = ch_host.shape[0]
     if n == 0:  # X' = X: accepted with probability 1
         return state, StepInfo(A, A, 0, scored=not gibbs)
-    ch = act.index_select(0, local)
-    pos_ch, prop_ch = positions.index_select(0, local), proposed.index_select(0, local)
-    lf_ch = lf.index_select(0, local)
+    ch = act.index_select(0, picked)
+    pos_ch, prop_ch = draw.positions.index_select(0, picked), draw.proposed.index_select(0, picked)
+    lf_ch = draw.logq_forward.index_select(0, picked)
     if gibbs:
-        zeros = torch.zeros(n, device=dev)
-        tokens, _ = accept(ctx, state, ch, pos_ch, prop_ch, zeros, lf_ch, lf_ch, None, epoch, step)
-        if state.counts is not None:
-            state.counts.taken(ch)
-            state.counts.taken_at(ch, pos_ch, proposed=prop_ch, current=state.tokens)
-        return dataclasses.replace(state, tokens=tokens), StepInfo(A, A, n, scored=False)
-    n_single = int((local_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
-    state, accepted = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch, lr.index_select(0, local),
-                                          logits.index_select(0, local[:n_single]), beta, epoch, step)
+        return _take_blocks(ctx, state, ch, pos_ch, prop_ch, lf_ch, epoch, step), StepInfo(A, A, n, scored=False)
+    n_single = int((picked_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
+    state, accepted = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch,
+                                          draw.logq_reverse.index_select(0, picked),
+                                          draw.logits.index_select(0, picked[:n_single]), beta, epoch, step)
     k = accepted.sum()
     return state, StepInfo(A, A - n + k, k, scored=True)
+
+
+def _take_blocks(ctx: StepContext, state: ChainState, ch: torch.Tensor, positions: torch.Tensor,
+                 proposed: torch.Tensor, logq_forward: torch.Tensor, epoch: int, step: int) -> ChainState:
+    """Block Gibbs: the chains ``ch`` take their proposals (no energies: ``scored=False`` until the epoch's end)."""
+    zeros = torch.zeros(ch.shape[0], device=state.tokens.device)
+    tokens, _ = accept(ctx, state, ch, positions, proposed, zeros, logq_forward, logq_forward, None, epoch, step)
+    if state.counts is not None:
+        state.counts.taken(ch)
+        state.counts.taken_at(ch, positions, proposed=proposed, current=state.tokens)
+    return dataclasses.replace(state, tokens=tokens)
 
 
 def _commit(state: ChainState, tokens: torch.Tensor, chains: torch.Tensor, accepted: torch.Tensor,
