@@ -64,8 +64,9 @@ def model_terms(ctx: StepContext, state: ChainState, *, chains: torch.Tensor, ch
     else:
         outputs = []
     r_i, l_i = runner.terms_from_logits(be, known_logits, proposed)  # position i: the cached row
-    raw_new.scatter_(1, pos[:, None], r_i[:, None])
-    local_new.scatter_(1, pos[:, None], l_i[:, None])
+    at = pos[:, None]
+    raw_new.scatter_(1, at, r_i[:, None])
+    local_new.scatter_(1, at, l_i[:, None])
     return x_new, raw_new, local_new, SiteRows(seq, q, outputs)
 
 
