@@ -102,7 +102,9 @@ def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms,
         _validate.commit_site_types(chains, proposal, terms, rows, beta)
         if _needs_python_checks(validate, chains.tokens):
             _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, values=True)
-    return _ops.mh_commit_site_(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch, step, stream))
+    # (.default: the one overload, without the packet's overload resolution, ~10 us a call on CPU)
+    return _ops.mh_commit_site_.default(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch,
+                                                                      step, stream))
 
 
 def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: torch.Tensor,
@@ -127,7 +129,8 @@ def mh_memo_lookup_(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, p
     if validate:
         _validate.mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step,
                                   values=_needs_python_checks(validate, tokens))
-    return _ops.mh_memo_lookup_(*op_types.memo_lookup_op_args(table, tokens, act, pos, proposed, changed, ways, step))
+    return _ops.mh_memo_lookup_.default(*op_types.memo_lookup_op_args(table, tokens, act, pos, proposed, changed,
+                                                                      ways, step))
 
 
 def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor,
@@ -137,7 +140,8 @@ def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel:
     if validate:
         _validate.mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step,
                                  values=_needs_python_checks(validate, act))
-    _ops.mh_memo_store_(*op_types.memo_store_op_args(table, act, slot, sel, raw_new, local_new, num_misses, step))
+    _ops.mh_memo_store_.default(*op_types.memo_store_op_args(table, act, slot, sel, raw_new, local_new, num_misses,
+                                                             step))
 
 
 # ---------------------------------------------------------------------------------------------
