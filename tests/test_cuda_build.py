@@ -73,7 +73,7 @@ def test_every_op_has_one_file_per_backend():
     and csrc/cuda/<op>_cuda.cpp (its kernels: csrc/cuda/*_kernel.cu); no central registration file."""
     schema = (ROOT / "csrc" / "mhfast.cpp").read_text()
     ops = [op for op in re.findall(r'm\.def\(\s*"(\w+)\(', schema) if not op.endswith("_check")]
-    assert len(ops) == 10, ops
+    assert {"masked_copies", "propose", "mh_commit_site_", "mh_memo_lookup_", "mh_memo_store_"} <= set(ops), ops
     for backend, key in (("cpu", "CPU"), ("cuda", "CUDA")):
         for op in ops:
             path = ROOT / "csrc" / backend / f"{op.rstrip('_')}_{backend}.cpp"
