@@ -57,13 +57,12 @@ void define_row_ops(torch::Library& m) {
 
 // The fused phases of a single-site MH step (mhfast/sampler/moves.py).
 void define_site_ops(torch::Library& m) {
-  // The accept + commit phase of a single-site MH step in one call: MH test of the chains ch
-  // (uniforms from the counter hash of keys[ch]; beta a number, or beta_rows Double[M]: chain row m tests at
-  // beta_rows[m]; neither: forced accept), then for the accepted
-  // ones the new token, per-position terms and energies (returned as new state tensors) and the
-  // model rows (seq, q) of X' written into the cache in place. Returns (tokens, raw_terms,
-  // local_terms, e_raw, e_local, accepted).
-  // The bundles of mhfast/op_types.py as lists (chains: ChainRows without its cache, which is written in place;
+  // The accept + commit phase of a single-site MH step in one call: MH test of the chains proposal.ch
+  // (uniforms from the counter hash of their keys; beta a number, or beta_rows Double[M]: chain row m tests
+  // at beta_rows[m]; neither: forced accept), then for the accepted ones the new token, per-position terms
+  // and energies (returned as new state tensors) and the model rows (seq, q) of X' written into the cache
+  // in place. Returns (tokens, raw_terms, local_terms, e_raw, e_local, accepted). The bundles of
+  // mhfast/op_types.py come as lists (chains: ChainRows without its cache, which is written in place;
   // proposal: SiteProposal; terms: SiteTerms), unpacked in csrc/op_args.h.
   m.def(
       "mh_commit_site_(Tensor[] chains, Tensor(a!) cache, Tensor[] proposal, Tensor[] terms, Tensor seq, Tensor q,"

@@ -532,8 +532,8 @@ __device__ __forceinline__ RowSource<T> row_source(const T* logits, const Propos
   return RowSource<T>{logits + m * s.cache_stride0 + t * s.cache_stride1, s.tokens(m, t), u, true};
 }
 
-// The drawn token (the first crossing, else the last kept one: the top token is always kept) and whether the
-// nucleus keeps it.
+// The drawn token (the first crossing, else the last kept one: the top token is always kept) and, for mixtures,
+// whether the nucleus keeps it.
 struct RowPick {
   int64_t token;
   bool kept;
@@ -601,7 +601,9 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
   const MixQ mx{a.mix, a.mix_a, a.mix ? a.mix_eps / sup.n : 0.0f};
   const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, mx, rank0, src.u, sh);
   if (threadIdx.x == 0) {
-    const RowPick pk{first >= 0 ? first : sup.last, first >= 0 ? sh.pick_kept != 0 : sup.last_kept};
+    // (sh.pick_kept is read for mixtures only: find_crossing sets it for them)
+    const bool kept = a.mix && (first >= 0 ? sh.pick_kept != 0 : sup.last_kept);
+    const RowPick pk{first >= 0 ? first : sup.last, kept};
     write_row<T, SITE>(a, b, row, M, log_sum, logf(K), pk, sup.n, cur, cur_valid, cur_kept);
   }
 }
