@@ -137,7 +137,8 @@ def extension():
     print(f"mhfast: CUDA archs {archs} ({source})", flush=True)
     # Explicit -gencode flags: torch then skips its GPU query (it skips when a flag mentions 'arch').
     args["nvcc"] = opt + ["-std=c++17", "--expt-relaxed-constexpr"] + gencode_flags(archs)
-    return CUDAExtension("mhfast._C", sources + rel("csrc/cuda/*.cu"), extra_compile_args=args,
+    # csrc/cuda: the ops' entry points (*_cuda.cpp, host code with ATen) and their kernels (*_kernel.cu, nvcc).
+    return CUDAExtension("mhfast._C", sources + rel("csrc/cuda/*.cpp") + rel("csrc/cuda/*.cu"), extra_compile_args=args,
                          extra_link_args=["-fopenmp"], define_macros=[("WITH_CUDA", None)])
 
 

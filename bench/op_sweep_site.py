@@ -5,7 +5,7 @@
 * ``mh_propose_site`` (the propose kernel in its SITE mode: rows gathered from a [M, T, V] cache,
   blocked ids, counter-hash uniforms) against the reference and, bit for bit, against the unfused
   op sequence; out-of-range ``act`` / ``pos`` under ``validate=False``: the CUDA kernel reads no row
-  and proposes 0 with NaN log q and ``changed = False`` (csrc/cuda/propose_cuda.cu, write_bad_row),
+  and proposes 0 with NaN log q and ``changed = False`` (csrc/cuda/propose_kernel.cu, write_bad_row),
   the CPU kernel raises ValueError naming the argument;
 * ``mh_commit_site_`` (one launch per output chunk) against the reference, bit for bit, cache included:
   MH test, forced accept (``beta=None``), several output sub-batches (an empty one among them),

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 namespace mhfast {
@@ -159,101 +160,118 @@ void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& token
                     ": cache must have at least one entry in dim 2 (vocabulary size 0)");
 }
 
-void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta,
-                               const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
-                               int64_t stream) {
-  const char* op = "mh_commit_site_";
-  using Named = std::pair<const char*, const at::Tensor*>;
-  const auto half_or_float = {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16};
-  const bool two_d = a.tokens.dim() == 2;
-  const int64_t M = two_d ? a.tokens.size(0) : 0, T = two_d ? a.tokens.size(1) : 0;
-  const int64_t n = a.ch.dim() == 1 ? a.ch.size(0) : 0, R = a.seq.dim() == 1 ? a.seq.size(0) : 0;
-  check_dtype(op, "cache", a.cache, half_or_float);
-  for (const Named& x : {Named{"tokens", &a.tokens}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
-                         {"proposed", &a.proposed}, {"seq", &a.seq}, {"q", &a.q}}) {
+namespace {
+
+using Named = std::pair<const char*, const at::Tensor*>;
+constexpr const char* kCommit = "mh_commit_site_";
+
+void check_commit_dtypes(const CommitSiteTensors& a) {
+  const char* op = kCommit;
+  check_dtype(op, "chains.cache", a.cache, {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16});
+  for (const Named& x : {Named{"chains.tokens", &a.tokens}, {"chains.keys", &a.keys}, {"proposal.ch", &a.ch},
+                         {"proposal.pos", &a.pos}, {"proposal.proposed", &a.proposed}, {"rows.seq", &a.seq},
+                         {"rows.q", &a.q}}) {
     check_dtype(op, x.first, *x.second, {kLong});
   }
-  const Named per_position[] = {{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms},
-                                {"raw_new", &a.raw_new}, {"local_new", &a.local_new}};
-  const Named per_chain[] = {{"e_raw", &a.e_raw}, {"e_local", &a.e_local}, {"target", &a.target}};
-  const Named per_move[] = {{"logq_forward", &a.logq_forward}, {"logq_reverse", &a.logq_reverse},
-                            {"e_raw_new", &a.e_raw_new}, {"e_local_new", &a.e_local_new},
-                            {"target_new", &a.target_new}};
-  for (const auto& x : per_position) check_dtype(op, x.first, *x.second, {kFloat});
-  for (const auto& x : per_chain) check_dtype(op, x.first, *x.second, {kFloat});
-  for (const auto& x : per_move) check_dtype(op, x.first, *x.second, {kFloat});
-  check_dim(op, "tokens", a.tokens, 2);
-  check_dim(op, "cache", a.cache, 3);
-  for (const auto& x : per_position) {
-    check_dim(op, x.first, *x.second, 2);
-    check_size(op, x.first, *x.second, 1, T, "positions: dim 1 of tokens");
+  for (const Named& x : {Named{"chains.raw_terms", &a.raw_terms}, {"chains.local_terms", &a.local_terms},
+                         {"terms.raw", &a.raw_new}, {"terms.local", &a.local_new}, {"chains.e_raw", &a.e_raw},
+                         {"chains.e_local", &a.e_local}, {"chains.target", &a.target},
+                         {"proposal.logq_forward", &a.logq_forward}, {"proposal.logq_reverse", &a.logq_reverse},
+                         {"terms.e_raw", &a.e_raw_new}, {"terms.e_local", &a.e_local_new},
+                         {"terms.target", &a.target_new}}) {
+    check_dtype(op, x.first, *x.second, {kFloat});
   }
-  check_size(op, "raw_terms", a.raw_terms, 0, M, "chains: rows of tokens");
-  check_size(op, "local_terms", a.local_terms, 0, M, "chains: rows of tokens");
-  check_size(op, "raw_new", a.raw_new, 0, n, "len(ch)");
-  check_size(op, "local_new", a.local_new, 0, n, "len(ch)");
-  check_size(op, "cache", a.cache, 0, M, "chains: rows of tokens");
-  check_size(op, "cache", a.cache, 1, T, "positions: dim 1 of tokens");
-  for (const Named& x : {Named{"keys", &a.keys}, per_chain[0], per_chain[1], per_chain[2]}) {
-    check_dim(op, x.first, *x.second, 1);
-    check_size(op, x.first, *x.second, 0, M, "chains: rows of tokens");
-  }
-  for (const Named& x : {Named{"ch", &a.ch}, {"pos", &a.pos}, {"proposed", &a.proposed}, per_move[0],
-                         per_move[1], per_move[2], per_move[3], per_move[4]}) {
-    check_dim(op, x.first, *x.second, 1);
-    check_size(op, x.first, *x.second, 0, n, "len(ch)");
-  }
-  check_dim(op, "seq", a.seq, 1);
-  check_dim(op, "q", a.q, 1);
-  check_size(op, "q", a.q, 0, R, "len(seq)");
-  int64_t rows = 0;
-  for (const at::Tensor& o : a.outputs) {
-    check_dtype(op, "outputs", o, half_or_float);
-    check_dim(op, "outputs", o, 2);
-    check_size(op, "outputs", o, 1, a.cache.size(2), "dim 2 of cache");
-    check_same_device(op, "tokens", a.tokens, "outputs", o);
-    rows += o.size(0);
-  }
-  TORCH_CHECK_VALUE(rows == R, "mhfast.", op, ": outputs hold ", rows, " rows in all, expected ", R,
-                    " (len(seq))");
-  for (const Named& x : {Named{"raw_terms", &a.raw_terms}, {"local_terms", &a.local_terms},
-                         {"e_raw", &a.e_raw}, {"e_local", &a.e_local}, {"target", &a.target},
-                         {"cache", &a.cache}, {"keys", &a.keys}, {"ch", &a.ch}, {"pos", &a.pos},
-                         {"proposed", &a.proposed},
-                         {"logq_forward", &a.logq_forward}, {"logq_reverse", &a.logq_reverse},
-                         {"raw_new", &a.raw_new}, {"local_new", &a.local_new}, {"e_raw_new", &a.e_raw_new},
-                         {"e_local_new", &a.e_local_new}, {"target_new", &a.target_new}, {"seq", &a.seq},
-                         {"q", &a.q}}) {
-    check_same_device(op, "tokens", a.tokens, x.first, *x.second);
-  }
-  TORCH_CHECK_VALUE(!beta.has_value() || std::isfinite(*beta), "mhfast.", op,
-                    ": beta must be a finite number or None, got ", beta.value_or(0.0));
-  if (beta_rows.has_value()) {
-    TORCH_CHECK_VALUE(!beta.has_value(), "mhfast.", op,
-                      ": beta is given twice (a number and a tensor, beta_rows); give one of them");
-    check_dtype(op, "beta", *beta_rows, {at::ScalarType::Double});
-    check_dim(op, "beta", *beta_rows, 1);
-    check_size(op, "beta", *beta_rows, 0, M, "chains: rows of tokens");
-    check_same_device(op, "tokens", a.tokens, "beta", *beta_rows);
-  }
-  TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
-                    ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
 }
 
-void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
-                             const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
-                             const at::Tensor& cache, const at::Tensor& keys, const at::Tensor& ch,
-                             const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
-                             const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
-                             const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
-                             const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
-                             at::TensorList outputs, c10::optional<double> beta,
-                             const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
-                             int64_t stream) {
-  check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed,
-                             logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new,
-                             seq, q, outputs},
-                            beta, beta_rows, epoch, step, stream);
+// Ranks and sizes: the state's [M, T] / [M], the moves' [n, T] / [n], the rows' [R].
+void check_commit_shapes(const CommitSiteTensors& a) {
+  const char* op = kCommit;
+  check_dim(op, "chains.tokens", a.tokens, 2);
+  check_dim(op, "chains.cache", a.cache, 3);
+  check_dim(op, "proposal.ch", a.ch, 1);
+  check_dim(op, "rows.seq", a.seq, 1);
+  const int64_t M = a.tokens.size(0), T = a.tokens.size(1), n = a.ch.size(0);
+  const char* chains = "chains: rows of chains.tokens";
+  const char* moves = "len(proposal.ch)";
+  for (const auto& [name, t, rows, what] : {std::tuple<const char*, const at::Tensor*, int64_t, const char*>{
+                                                "chains.raw_terms", &a.raw_terms, M, chains},
+                                            {"chains.local_terms", &a.local_terms, M, chains},
+                                            {"terms.raw", &a.raw_new, n, moves},
+                                            {"terms.local", &a.local_new, n, moves}}) {
+    check_dim(op, name, *t, 2);
+    check_size(op, name, *t, 0, rows, what);
+    check_size(op, name, *t, 1, T, "positions: dim 1 of chains.tokens");
+  }
+  check_size(op, "chains.cache", a.cache, 0, M, chains);
+  check_size(op, "chains.cache", a.cache, 1, T, "positions: dim 1 of chains.tokens");
+  for (const Named& x : {Named{"chains.keys", &a.keys}, {"chains.e_raw", &a.e_raw}, {"chains.e_local", &a.e_local},
+                         {"chains.target", &a.target}}) {
+    check_dim(op, x.first, *x.second, 1);
+    check_size(op, x.first, *x.second, 0, M, chains);
+  }
+  for (const Named& x : {Named{"proposal.pos", &a.pos}, {"proposal.proposed", &a.proposed},
+                         {"proposal.logq_forward", &a.logq_forward}, {"proposal.logq_reverse", &a.logq_reverse},
+                         {"terms.e_raw", &a.e_raw_new}, {"terms.e_local", &a.e_local_new},
+                         {"terms.target", &a.target_new}}) {
+    check_dim(op, x.first, *x.second, 1);
+    check_size(op, x.first, *x.second, 0, n, moves);
+  }
+  check_dim(op, "rows.q", a.q, 1);
+  check_size(op, "rows.q", a.q, 0, a.seq.size(0), "len(rows.seq)");
+}
+
+void check_commit_outputs(const CommitSiteTensors& a) {
+  const char* op = kCommit;
+  int64_t rows = 0;
+  for (const at::Tensor& o : a.outputs) {
+    check_dtype(op, "rows.outputs", o, {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16});
+    check_dim(op, "rows.outputs", o, 2);
+    check_size(op, "rows.outputs", o, 1, a.cache.size(2), "dim 2 of chains.cache");
+    check_same_device(op, "chains.tokens", a.tokens, "rows.outputs", o);
+    rows += o.size(0);
+  }
+  TORCH_CHECK_VALUE(rows == a.seq.size(0), "mhfast.", op, ": rows.outputs hold ", rows, " rows in all, expected ",
+                    a.seq.size(0), " (len(rows.seq))");
+}
+
+void check_commit_devices(const CommitSiteTensors& a) {
+  for (const Named& x : {Named{"chains.raw_terms", &a.raw_terms}, {"chains.local_terms", &a.local_terms},
+                         {"chains.e_raw", &a.e_raw}, {"chains.e_local", &a.e_local}, {"chains.target", &a.target},
+                         {"chains.cache", &a.cache}, {"chains.keys", &a.keys}, {"proposal.ch", &a.ch},
+                         {"proposal.pos", &a.pos}, {"proposal.proposed", &a.proposed},
+                         {"proposal.logq_forward", &a.logq_forward}, {"proposal.logq_reverse", &a.logq_reverse},
+                         {"terms.raw", &a.raw_new}, {"terms.local", &a.local_new}, {"terms.e_raw", &a.e_raw_new},
+                         {"terms.e_local", &a.e_local_new}, {"terms.target", &a.target_new}, {"rows.seq", &a.seq},
+                         {"rows.q", &a.q}}) {
+    check_same_device(kCommit, "chains.tokens", a.tokens, x.first, *x.second);
+  }
+}
+
+void check_commit_scalars(const CommitSiteTensors& a) {
+  const char* op = kCommit;
+  TORCH_CHECK_VALUE(!a.beta.has_value() || std::isfinite(*a.beta), "mhfast.", op,
+                    ": beta must be a finite number or None, got ", a.beta.value_or(0.0));
+  if (a.beta_rows.has_value()) {
+    const at::Tensor& b = *a.beta_rows;
+    TORCH_CHECK_VALUE(!a.beta.has_value(), "mhfast.", op,
+                      ": beta is given twice (a number and a tensor, beta_rows); give one of them");
+    check_dtype(op, "beta", b, {at::ScalarType::Double});
+    check_dim(op, "beta", b, 1);
+    check_size(op, "beta", b, 0, a.tokens.size(0), "chains: rows of chains.tokens");
+    check_same_device(op, "chains.tokens", a.tokens, "beta", b);
+  }
+  TORCH_CHECK_VALUE(a.epoch >= 0 && a.step >= 0 && a.stream >= 0, "mhfast.", op,
+                    ": epoch, step and stream must be >= 0, got ", a.epoch, ", ", a.step, ", ", a.stream);
+}
+
+}  // namespace
+
+void check_mh_commit_site_args(const CommitSiteTensors& a) {
+  check_commit_dtypes(a);
+  check_commit_shapes(a);
+  check_commit_outputs(a);
+  check_commit_devices(a);
+  check_commit_scalars(a);
 }
 
 void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,
@@ -289,95 +307,87 @@ void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_
                     "] (len(ch) * (T - 1)), got ", num_rows);
 }
 
-void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes, const at::Tensor& stored,
-                               const at::Tensor& tokens, const at::Tensor& group, const at::Tensor& act,
-                               const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& changed,
-                               int64_t ways, int64_t step) {
+void check_mh_memo_lookup_args(const MemoLookupTensors& a) {
   const char* op = "mh_memo_lookup_";
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"hashes", &hashes},
-                                {"stored", &stored}, {"tokens", &tokens}, {"group", &group}, {"act", &act},
-                                {"pos", &pos}, {"proposed", &proposed}}) {
-    check_dtype(op, name, *t, {kLong});
+  for (const Named& x : {Named{"table.stamp", &a.stamp}, {"table.hashes", &a.hashes}, {"table.stored", &a.stored},
+                         {"tokens", &a.tokens}, {"table.group", &a.group}, {"act", &a.act}, {"pos", &a.pos},
+                         {"proposed", &a.proposed}}) {
+    check_dtype(op, x.first, *x.second, {kLong});
   }
-  check_dtype(op, "changed", changed, {at::ScalarType::Bool});
-  check_dim(op, "stamp", stamp, 2);
-  check_dim(op, "tokens", tokens, 2);
-  const int64_t G = stamp.size(0), S = stamp.size(1), L = tokens.size(1);
-  check_dim(op, "hashes", hashes, 2);
-  check_size(op, "hashes", hashes, 0, G, "groups: dim 0 of stamp");
-  check_size(op, "hashes", hashes, 1, S, "entries: dim 1 of stamp");
-  check_dim(op, "stored", stored, 3);
-  check_size(op, "stored", stored, 0, G, "groups: dim 0 of stamp");
-  check_size(op, "stored", stored, 1, S, "entries: dim 1 of stamp");
-  check_size(op, "stored", stored, 2, L, "positions: dim 1 of tokens");
-  check_dim(op, "group", group, 1);
-  check_size(op, "group", group, 0, tokens.size(0), "chains: dim 0 of tokens");
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"act", &act}, {"pos", &pos},
-                                {"proposed", &proposed}, {"changed", &changed}}) {
-    check_dim(op, name, *t, 1);
-    check_size(op, name, *t, 0, act.size(0), "len(act)");
+  check_dtype(op, "changed", a.changed, {at::ScalarType::Bool});
+  check_dim(op, "table.stamp", a.stamp, 2);
+  check_dim(op, "tokens", a.tokens, 2);
+  const int64_t G = a.stamp.size(0), S = a.stamp.size(1), L = a.tokens.size(1);
+  check_dim(op, "table.hashes", a.hashes, 2);
+  check_size(op, "table.hashes", a.hashes, 0, G, "groups: dim 0 of table.stamp");
+  check_size(op, "table.hashes", a.hashes, 1, S, "entries: dim 1 of table.stamp");
+  check_dim(op, "table.stored", a.stored, 3);
+  check_size(op, "table.stored", a.stored, 0, G, "groups: dim 0 of table.stamp");
+  check_size(op, "table.stored", a.stored, 1, S, "entries: dim 1 of table.stamp");
+  check_size(op, "table.stored", a.stored, 2, L, "positions: dim 1 of tokens");
+  check_dim(op, "table.group", a.group, 1);
+  check_size(op, "table.group", a.group, 0, a.tokens.size(0), "chains: dim 0 of tokens");
+  for (const Named& x : {Named{"act", &a.act}, {"pos", &a.pos}, {"proposed", &a.proposed}, {"changed", &a.changed}}) {
+    check_dim(op, x.first, *x.second, 1);
+    check_size(op, x.first, *x.second, 0, a.act.size(0), "len(act)");
   }
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"hashes", &hashes},
-                                {"stored", &stored}}) {
-    check_contiguous_out(op, name, *t);
+  for (const Named& x : {Named{"table.stamp", &a.stamp}, {"table.hashes", &a.hashes}, {"table.stored", &a.stored}}) {
+    check_contiguous_out(op, x.first, *x.second);
   }
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"hashes", &hashes}, {"stored", &stored},
-                                {"tokens", &tokens}, {"group", &group}, {"act", &act}, {"pos", &pos},
-                                {"proposed", &proposed}, {"changed", &changed}}) {
-    check_same_device(op, "stamp", stamp, name, *t);
+  for (const Named& x : {Named{"table.hashes", &a.hashes}, {"table.stored", &a.stored}, {"tokens", &a.tokens},
+                         {"table.group", &a.group}, {"act", &a.act}, {"pos", &a.pos}, {"proposed", &a.proposed},
+                         {"changed", &a.changed}}) {
+    check_same_device(op, "table.stamp", a.stamp, x.first, *x.second);
   }
-  TORCH_CHECK_VALUE(ways >= 1, "mhfast.", op, ": ways must be an int >= 1, got ", ways);
-  TORCH_CHECK_VALUE(S >= ways && S % ways == 0, "mhfast.", op, ": stamp must have a positive multiple of ways (",
-                    ways, ") entries per group (dim 1), got ", S);
-  TORCH_CHECK_VALUE(step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", step);
+  TORCH_CHECK_VALUE(a.ways >= 1, "mhfast.", op, ": ways must be an int >= 1, got ", a.ways);
+  TORCH_CHECK_VALUE(S >= a.ways && S % a.ways == 0, "mhfast.", op,
+                    ": table.stamp must have a positive multiple of ways (", a.ways,
+                    ") entries per group (dim 1), got ", S);
+  TORCH_CHECK_VALUE(a.step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", a.step);
 }
 
-void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, const at::Tensor& local,
-                              const at::Tensor& group, const at::Tensor& act, const at::Tensor& slot,
-                              const at::Tensor& sel, const at::Tensor& raw_new, const at::Tensor& local_new,
-                              int64_t num_misses, int64_t step) {
+void check_mh_memo_store_args(const MemoStoreTensors& a) {
   const char* op = "mh_memo_store_";
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"group", &group},
-                                {"act", &act}, {"slot", &slot}, {"sel", &sel}}) {
-    check_dtype(op, name, *t, {kLong});
+  for (const Named& x : {Named{"table.stamp", &a.stamp}, {"table.group", &a.group}, {"act", &a.act},
+                         {"slot", &a.slot}, {"sel", &a.sel}}) {
+    check_dtype(op, x.first, *x.second, {kLong});
   }
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
-                                {"raw_new", &raw_new}, {"local_new", &local_new}}) {
-    check_dtype(op, name, *t, {kFloat});
+  for (const Named& x : {Named{"table.raw", &a.raw}, {"table.local", &a.local}, {"raw_new", &a.raw_new},
+                         {"local_new", &a.local_new}}) {
+    check_dtype(op, x.first, *x.second, {kFloat});
   }
-  check_dim(op, "stamp", stamp, 2);
-  const int64_t G = stamp.size(0), S = stamp.size(1);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local}}) {
-    check_dim(op, name, *t, 3);
-    check_size(op, name, *t, 0, G, "groups: dim 0 of stamp");
-    check_size(op, name, *t, 1, S, "entries: dim 1 of stamp");
-    check_size(op, name, *t, 2, raw.size(2), "positions: dim 2 of raw");
+  check_dim(op, "table.stamp", a.stamp, 2);
+  check_dim(op, "table.raw", a.raw, 3);
+  const int64_t G = a.stamp.size(0), S = a.stamp.size(1), L = a.raw.size(2);
+  for (const Named& x : {Named{"table.raw", &a.raw}, {"table.local", &a.local}}) {
+    check_dim(op, x.first, *x.second, 3);
+    check_size(op, x.first, *x.second, 0, G, "groups: dim 0 of table.stamp");
+    check_size(op, x.first, *x.second, 1, S, "entries: dim 1 of table.stamp");
+    check_size(op, x.first, *x.second, 2, L, "positions: dim 2 of table.raw");
   }
-  check_dim(op, "group", group, 1);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"act", &act}, {"slot", &slot}}) {
-    check_dim(op, name, *t, 1);
-    check_size(op, name, *t, 0, act.size(0), "len(act)");
+  check_dim(op, "table.group", a.group, 1);
+  for (const Named& x : {Named{"act", &a.act}, {"slot", &a.slot}}) {
+    check_dim(op, x.first, *x.second, 1);
+    check_size(op, x.first, *x.second, 0, a.act.size(0), "len(act)");
   }
-  check_dim(op, "sel", sel, 1);
-  const int64_t n = sel.size(0);
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw_new", &raw_new},
-                                {"local_new", &local_new}}) {
-    check_dim(op, name, *t, 2);
-    check_size(op, name, *t, 0, n, "len(sel)");
-    check_size(op, name, *t, 1, raw.size(2), "positions: dim 2 of raw");
+  check_dim(op, "sel", a.sel, 1);
+  const int64_t n = a.sel.size(0);
+  for (const Named& x : {Named{"raw_new", &a.raw_new}, {"local_new", &a.local_new}}) {
+    check_dim(op, x.first, *x.second, 2);
+    check_size(op, x.first, *x.second, 0, n, "len(sel)");
+    check_size(op, x.first, *x.second, 1, L, "positions: dim 2 of table.raw");
   }
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"stamp", &stamp}, {"raw", &raw},
-                                {"local", &local}}) {
-    check_contiguous_out(op, name, *t);
+  for (const Named& x : {Named{"table.stamp", &a.stamp}, {"table.raw", &a.raw}, {"table.local", &a.local}}) {
+    check_contiguous_out(op, x.first, *x.second);
   }
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"raw", &raw}, {"local", &local},
-                                {"group", &group}, {"act", &act}, {"slot", &slot}, {"sel", &sel},
-                                {"raw_new", &raw_new}, {"local_new", &local_new}}) {
-    check_same_device(op, "stamp", stamp, name, *t);
+  for (const Named& x : {Named{"table.raw", &a.raw}, {"table.local", &a.local}, {"table.group", &a.group},
+                         {"act", &a.act}, {"slot", &a.slot}, {"sel", &a.sel}, {"raw_new", &a.raw_new},
+                         {"local_new", &a.local_new}}) {
+    check_same_device(op, "table.stamp", a.stamp, x.first, *x.second);
   }
-  TORCH_CHECK_VALUE(num_misses >= 0 && num_misses <= n, "mhfast.", op, ": num_misses must be in [0, ", n,
-                    "] (len(sel)), got ", num_misses);
-  TORCH_CHECK_VALUE(step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", step);
+  TORCH_CHECK_VALUE(a.num_misses >= 0 && a.num_misses <= n, "mhfast.", op, ": num_misses must be in [0, ", n,
+                    "] (len(sel)), got ", a.num_misses);
+  TORCH_CHECK_VALUE(a.step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", a.step);
 }
 
 }  // namespace mhfast

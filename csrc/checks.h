@@ -16,6 +16,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "op_args.h"
+
 namespace mhfast {
 
 inline void check_dtype(const char* op, const char* name, const at::Tensor& t,
@@ -84,50 +86,23 @@ void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_
                              const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos,
                              const at::Tensor& proposed, int64_t num_rows);
 
-// mh_commit_site_: the state (tokens Long[M, T], raw/local_terms f32[M, T], e_raw/e_local/target
-// f32[M], cache [M, T, D] float/half/bf16, keys Long[M]), the n moving chains' proposals (ch, pos,
-// proposed Long[n], logq_forward/reverse f32[n]) and X' terms (raw/local_new f32[n, T],
-// e_raw/e_local/target_new f32[n]), the R model rows (seq, q Long[R], outputs: chunks [R_k, D] of
-// float/half/bf16 with sum R_k = R).
-struct CommitSiteArgs {
-  const at::Tensor &tokens, &raw_terms, &local_terms, &e_raw, &e_local, &target, &cache, &keys;
-  const at::Tensor &ch, &pos, &proposed, &logq_forward, &logq_reverse;
-  const at::Tensor &raw_new, &local_new, &e_raw_new, &e_local_new, &target_new;
-  const at::Tensor &seq, &q;
-  at::TensorList outputs;  // the R rows in consecutive chunks (the model's sub-batches: no concatenation)
-};
-// beta: a finite number, or beta_rows Double[M] (one per chain row; its values are checked by the CPU kernel and
-// mhfast/_validate.py), or neither (forced accept); not both.
-void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta,
-                               const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
-                               int64_t stream);
-// The same with the op's flat argument list (torch.ops.mhfast.mh_commit_site__check).
-void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
-                             const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
-                             const at::Tensor& cache, const at::Tensor& keys, const at::Tensor& ch,
-                             const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
-                             const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
-                             const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
-                             const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
-                             at::TensorList outputs, c10::optional<double> beta,
-                             const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
-                             int64_t stream);
+// mh_commit_site_ (op_args.h): the state (chains.tokens Long[M, T], raw/local_terms f32[M, T], e_raw/e_local/target
+// f32[M], cache [M, T, D] float/half/bf16, keys Long[M]), the n moving chains' proposals (proposal.ch, pos,
+// proposed Long[n], logq_forward/reverse f32[n]) and X' terms (terms.raw/local f32[n, T], e_raw/e_local/target
+// f32[n]), the R model rows (rows.seq, q Long[R], outputs: chunks [R_k, D] of float/half/bf16 with sum R_k = R);
+// beta a finite number, or beta_rows Double[M] (one per chain row; its values are checked by the CPU kernel and
+// mhfast/_validate.py), or neither (forced accept), not both.
+void check_mh_commit_site_args(const CommitSiteTensors& a);
 
-// mh_memo_lookup_: the memo's tables (stamp/hashes Long[G, S], stored Long[G, S, L], contiguous: written
-// in place; S a positive multiple of ways), the chains' tokens Long[M, L] and group Long[M], the step's
-// proposals act/pos/proposed Long[A], changed Bool[A]; ways >= 1, step >= 0 (csrc/memo_table.h).
-void check_mh_memo_lookup_args(const at::Tensor& stamp, const at::Tensor& hashes, const at::Tensor& stored,
-                               const at::Tensor& tokens, const at::Tensor& group, const at::Tensor& act,
-                               const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& changed,
-                               int64_t ways, int64_t step);
+// mh_memo_lookup_: the memo's tables (table.stamp/hashes Long[G, S], stored Long[G, S, L], contiguous: written in
+// place; S a positive multiple of ways), the chains' tokens Long[M, L] and group Long[M], the step's proposals
+// act/pos/proposed Long[A], changed Bool[A]; ways >= 1, step >= 0 (csrc/memo_table.h).
+void check_mh_memo_lookup_args(const MemoLookupTensors& a);
 
-// mh_memo_store_: stamp Long[G, S] and the terms raw/local f32[G, S, L] (contiguous: written in place), the
-// chains' group Long[M], the lookup's proposals act and entries slot Long[A], the n proposals sel Long[n] whose
+// mh_memo_store_: table.stamp Long[G, S] and the terms table.raw/local f32[G, S, L] (contiguous: written in place),
+// the chains' group Long[M], the lookup's proposals act and entries slot Long[A], the n proposals sel Long[n] whose
 // terms are raw_new/local_new f32[n, L], num_misses in [0, n], step >= 0.
-void check_mh_memo_store_args(const at::Tensor& stamp, const at::Tensor& raw, const at::Tensor& local,
-                              const at::Tensor& group, const at::Tensor& act, const at::Tensor& slot,
-                              const at::Tensor& sel, const at::Tensor& raw_new, const at::Tensor& local_new,
-                              int64_t num_misses, int64_t step);
+void check_mh_memo_store_args(const MemoStoreTensors& a);
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
                                  const c10::optional<at::Tensor>& lanes);

@@ -1,8 +1,8 @@
 // Operator schemas of mhfast: the single TORCH_LIBRARY block.
 //
-// Kernels are registered per backend in csrc/cpu/register_cpu.cpp and
-// csrc/cuda/register_cuda.cu; fake (meta) kernels are registered from Python
-// in mhfast/ops.py. The pure-PyTorch twin of every op is in mhfast/reference.py.
+// Each op's kernels register themselves, one file per op per backend (csrc/cpu/<op>_cpu.cpp,
+// csrc/cuda/<op>_cuda.cpp); fake (meta) kernels are registered from Python in mhfast/ops.py. The
+// pure-PyTorch twin of every op is in mhfast/reference.py.
 //
 // Validate once: the tensor-metadata checks of each op (csrc/checks.cpp) are written once, run
 // by every backend's kernel at the op boundary, and exposed as `<op>_check` ops (one kernel for
@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include "checks.h"
+#include "op_args.h"
 
 // MHFAST_NO_PYTHON: plain C++ shared library (CMakeLists.txt), no Python module entry point.
 #ifndef MHFAST_NO_PYTHON
@@ -29,7 +30,10 @@ PyObject* PyInit__C(void) {
 }
 #endif  // MHFAST_NO_PYTHON
 
-TORCH_LIBRARY(mhfast, m) {
+namespace {
+
+// The ops on whole rows, usable one by one.
+void define_row_ops(torch::Library& m) {
   // Row n = tokens[seq_index[n]] with column pos_index[n] set to mask_id.
   m.def("masked_copies(Tensor tokens, Tensor seq_index, Tensor pos_index, int mask_id) -> Tensor");
   // (e_raw[num_seqs], e_local[num_seqs], token_logp[N]), fp32 accumulation.
@@ -49,18 +53,20 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor uniforms) -> Tensor");
   // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
   m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
-  // The accept + commit phase of a single-site MH step in one call: MH test of the chains ch
-  // (uniforms from the counter hash of keys[ch]; beta a number, or beta_rows Double[M]: chain row m tests at
-  // beta_rows[m]; neither: forced accept), then for the accepted
-  // ones the new token, per-position terms and energies (returned as new state tensors) and the
-  // model rows (seq, q) of X' written into the cache in place. Returns (tokens, raw_terms,
-  // local_terms, e_raw, e_local, accepted).
+}
+
+// The fused phases of a single-site MH step (mhfast/sampler/moves.py).
+void define_site_ops(torch::Library& m) {
+  // The accept + commit phase of a single-site MH step in one call: MH test of the chains proposal.ch
+  // (uniforms from the counter hash of their keys; beta a number, or beta_rows Double[M]: chain row m tests
+  // at beta_rows[m]; neither: forced accept), then for the accepted ones the new token, per-position terms
+  // and energies (returned as new state tensors) and the model rows (seq, q) of X' written into the cache
+  // in place. Returns (tokens, raw_terms, local_terms, e_raw, e_local, accepted). The bundles of
+  // mhfast/op_types.py come as lists (chains: ChainRows without its cache, which is written in place;
+  // proposal: SiteProposal; terms: SiteTerms), unpacked in csrc/op_args.h.
   m.def(
-      "mh_commit_site_(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
-      " Tensor target, Tensor(a!) cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
-      " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
-      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta, Tensor? beta_rows,"
-      " int epoch, int step, int stream)"
+      "mh_commit_site_(Tensor[] chains, Tensor(a!) cache, Tensor[] proposal, Tensor[] terms, Tensor seq, Tensor q,"
+      " Tensor[] outputs, float? beta, Tensor? beta_rows, int epoch, int step, int stream)"
       " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
   // the blocked ids at -inf, current = tokens[act[a], pos[a]], u = counter_uniforms(keys[act[a]],
@@ -79,24 +85,31 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_site_rows(Tensor tokens, Tensor energy_mask, Tensor raw_terms, Tensor local_terms, Tensor ch,"
       " Tensor pos, Tensor proposed, int num_rows, int mask_id)"
       " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
 
+// The proposal memo's two ops (mhfast/sampler/memo.py).
+void define_memo_ops(torch::Library& m) {
   // The proposal memo's lookup (mhfast/sampler/memo.py, csrc/memo_table.h), in place: for each changed
   // proposal a in order, X' = tokens[act[a]] with X'[pos[a]] = proposed[a] is looked up in the table of
   // group[act[a]]; a hit returns its entry, a miss reserves one for mh_memo_store_ (or -1: none free).
   // Returns (order Bool[2A]: changed & !hit, then changed & hit, so that one nonzero lists the misses
   // before the hits; slot Long[A]: the entry, -1 where unchanged or not reserved).
+  // table: what the lookup writes of mhfast.op_types.MemoTable (stamp, hashes, stored), in place.
   m.def(
-      "mh_memo_lookup_(Tensor(a!) stamp, Tensor(b!) hashes, Tensor(c!) stored, Tensor tokens, Tensor group,"
-      " Tensor act, Tensor pos, Tensor proposed, Tensor changed, int ways, int step) -> (Tensor, Tensor)");
+      "mh_memo_lookup_(Tensor(a!)[] table, Tensor group, Tensor tokens, Tensor act, Tensor pos, Tensor proposed,"
+      " Tensor changed, int ways, int step) -> (Tensor, Tensor)");
   // The terms of the step's misses into the entries their lookup reserved: act and slot are the lookup's
   // proposals and result, sel[j] the proposal whose terms are raw_new/local_new[j]. For j < num_misses with
   // e = slot[sel[j]] reserved in this step in the table g of group[act[sel[j]]], raw/local[g, e] =
   // raw_new/local_new[j] and the entry is ready (stamp = step); other j change nothing.
+  // table: what the store writes of MemoTable (stamp, raw, local), in place.
   m.def(
-      "mh_memo_store_(Tensor(a!) stamp, Tensor(b!) raw, Tensor(c!) local, Tensor group, Tensor act, Tensor slot,"
-      " Tensor sel, Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()");
+      "mh_memo_store_(Tensor(a!)[] table, Tensor group, Tensor act, Tensor slot, Tensor sel, Tensor raw_new,"
+      " Tensor local_new, int num_misses, int step) -> ()");
+}
 
-  // The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
+// The ops' metadata checks alone: raise ValueError/TypeError naming the argument, else return.
+void define_check_ops(torch::Library& m) {
   m.def("masked_copies_check(Tensor tokens, Tensor seq_index, Tensor pos_index) -> ()",
         &mhfast::check_masked_copies_args);
   m.def("gather_energies_check(Tensor logits, Tensor targets, Tensor seq_index, int num_seqs) -> ()",
@@ -115,25 +128,31 @@ TORCH_LIBRARY(mhfast, m) {
       " Tensor blocked, int epoch, int step, int stream, float temperature, float top_p) -> ()",
       &mhfast::check_mh_propose_site_args);
   m.def(
-      "mh_commit_site__check(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
-      " Tensor target, Tensor cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
-      " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
-      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta, Tensor? beta_rows,"
-      " int epoch, int step, int stream) -> ()",
-      &mhfast::check_mh_commit_site_op);
+      "mh_commit_site__check(Tensor[] chains, Tensor cache, Tensor[] proposal, Tensor[] terms, Tensor seq, Tensor q,"
+      " Tensor[] outputs, float? beta, Tensor? beta_rows, int epoch, int step, int stream) -> ()",
+      &mhfast::check_commit_site_op);
   m.def(
       "mh_site_rows_check(Tensor tokens, Tensor energy_mask, Tensor raw_terms, Tensor local_terms, Tensor ch,"
       " Tensor pos, Tensor proposed, int num_rows) -> ()",
       &mhfast::check_mh_site_rows_args);
   m.def(
-      "mh_memo_lookup__check(Tensor stamp, Tensor hashes, Tensor stored, Tensor tokens, Tensor group, Tensor act,"
-      " Tensor pos, Tensor proposed, Tensor changed, int ways, int step) -> ()",
-      &mhfast::check_mh_memo_lookup_args);
+      "mh_memo_lookup__check(Tensor[] table, Tensor group, Tensor tokens, Tensor act, Tensor pos, Tensor proposed,"
+      " Tensor changed, int ways, int step) -> ()",
+      &mhfast::check_memo_lookup_op);
   m.def(
-      "mh_memo_store__check(Tensor stamp, Tensor raw, Tensor local, Tensor group, Tensor act, Tensor slot,"
-      " Tensor sel, Tensor raw_new, Tensor local_new, int num_misses, int step) -> ()",
-      &mhfast::check_mh_memo_store_args);
+      "mh_memo_store__check(Tensor[] table, Tensor group, Tensor act, Tensor slot, Tensor sel, Tensor raw_new,"
+      " Tensor local_new, int num_misses, int step) -> ()",
+      &mhfast::check_memo_store_op);
   m.def(
       "counter_uniforms_check(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> ()",
       &mhfast::check_counter_uniforms_args);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mhfast, m) {
+  define_row_ops(m);
+  define_site_ops(m);
+  define_memo_ops(m);
+  define_check_ops(m);
 }

@@ -205,11 +205,10 @@ def mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step, *, v
     bundle(op, "table", table, MemoTable)
     tensors(op, tokens=tokens, act=act, pos=pos, proposed=proposed, changed=changed)
     ints(op, ways=ways, step=step)
-    _ops.mh_memo_lookup__check(table.stamp, table.hashes, table.stored, tokens, table.group, act, pos, proposed,
-                               changed, ways, step)
+    _ops.mh_memo_lookup__check(*op_types.memo_lookup_op_args(table, tokens, act, pos, proposed, changed, ways, step))
     if values:
         in_range(op, "act", act, 0, tokens.shape[0])
-        in_range(op, "group", table.group, 0, table.stamp.shape[0])
+        in_range(op, "table.group", table.group, 0, table.stamp.shape[0])
         in_range(op, "pos", pos, 0, tokens.shape[1])
 
 
@@ -219,8 +218,8 @@ def mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step, 
     tensors(op, act=act, slot=slot, sel=sel, raw_new=raw_new, local_new=local_new)
     ints(op, num_misses=num_misses, step=step)
     stamp, group = table.stamp, table.group
-    _ops.mh_memo_store__check(stamp, table.raw, table.local, group, act, slot, sel, raw_new, local_new, num_misses,
-                              step)
+    _ops.mh_memo_store__check(*op_types.memo_store_op_args(table, act, slot, sel, raw_new, local_new, num_misses,
+                                                           step))
     if not values or num_misses == 0:
         return
     misses = sel[:num_misses]
@@ -228,7 +227,7 @@ def mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step, 
     chains = act.index_select(0, misses)
     in_range(op, "act", chains, 0, group.shape[0])
     in_range(op, "slot", slot.index_select(0, misses), 0, stamp.shape[1], allow=-1)
-    in_range(op, "group", group.index_select(0, chains), 0, stamp.shape[0])
+    in_range(op, "table.group", group.index_select(0, chains), 0, stamp.shape[0])
 
 
 def bundle(op: str, name: str, b: object, kind: type) -> None:
@@ -273,11 +272,11 @@ def mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, *,
         return
     M, T = chains.tokens.shape
     ch = proposal.ch
-    in_range(op, "ch", ch, 0, M)
-    distinct(op, "ch", ch)
-    in_range(op, "pos", proposal.pos, 0, T)
-    in_range(op, "seq", rows.seq, 0, ch.shape[0])
-    in_range(op, "q", rows.q, 0, T)
+    in_range(op, "proposal.ch", ch, 0, M)
+    distinct(op, "proposal.ch", ch)
+    in_range(op, "proposal.pos", proposal.pos, 0, T)
+    in_range(op, "rows.seq", rows.seq, 0, ch.shape[0])
+    in_range(op, "rows.q", rows.q, 0, T)
     if isinstance(beta, torch.Tensor) and beta.numel() and not bool(torch.isfinite(beta).all()):
         bad = int((~torch.isfinite(beta)).nonzero()[0, 0])
         raise ValueError(f"mhfast.{op}: beta must be finite, got {float(beta[bad])} in row {bad}")

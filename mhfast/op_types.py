@@ -78,22 +78,26 @@ class MemoTable(NamedTuple):
 
 def commit_site_op_args(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms, rows: SiteRows,
                         beta: float | torch.Tensor | None, epoch: int, step: int, stream: int) -> tuple:
-    """The compiled ``torch.ops.mhfast.mh_commit_site_``'s arguments for :func:`mhfast.ops.mh_commit_site_`'s bundles: the
-    four bundles as they come, then beta as the schema has it (``float? beta, Tensor? beta_rows``: a float, a
-    per-row tensor, or neither for "accept every proposal")."""
+    """The compiled ``torch.ops.mhfast.mh_commit_site_``'s arguments for :func:`mhfast.ops.mh_commit_site_`'s: each
+    bundle as a list (``chains`` without its cache, which the op writes in place and the schema says so), beta as
+    the schema has it (``float? beta, Tensor? beta_rows``: a number, a per-row tensor, or neither for "accept every
+    proposal")."""
     per_row = isinstance(beta, torch.Tensor)
-    return (*chains, *proposal, *terms, rows.seq, rows.q, list(rows.outputs),
-            None if beta is None or per_row else float(beta), beta if per_row else None,
-            int(epoch), int(step), int(stream))
+    c = chains
+    return ([c.tokens, c.raw_terms, c.local_terms, c.e_raw, c.e_local, c.target, c.keys], c.cache, list(proposal),
+            list(terms), rows.seq, rows.q, list(rows.outputs), None if beta is None or per_row else float(beta),
+            beta if per_row else None, int(epoch), int(step), int(stream))
 
 
 def memo_lookup_op_args(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, pos: torch.Tensor,
                         proposed: torch.Tensor, changed: torch.Tensor, ways: int, step: int) -> tuple:
-    """The compiled ``torch.ops.mhfast.mh_memo_lookup_``'s arguments for :func:`mhfast.ops.mh_memo_lookup_`'s."""
-    return (table.stamp, table.hashes, table.stored, tokens, table.group, act, pos, proposed, changed, ways, step)
+    """The compiled ``torch.ops.mhfast.mh_memo_lookup_``'s arguments for :func:`mhfast.ops.mh_memo_lookup_`'s: the
+    tables it writes as one list, then the chains' groups."""
+    return ([table.stamp, table.hashes, table.stored], table.group, tokens, act, pos, proposed, changed, ways, step)
 
 
 def memo_store_op_args(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor,
                        raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int, step: int) -> tuple:
-    """The compiled ``torch.ops.mhfast.mh_memo_store_``'s arguments for :func:`mhfast.ops.mh_memo_store_`'s."""
-    return (table.stamp, table.raw, table.local, table.group, act, slot, sel, raw_new, local_new, num_misses, step)
+    """The compiled ``torch.ops.mhfast.mh_memo_store_``'s arguments for :func:`mhfast.ops.mh_memo_store_`'s: the
+    tables it writes as one list, then the chains' groups."""
+    return ([table.stamp, table.raw, table.local], table.group, act, slot, sel, raw_new, local_new, num_misses, step)

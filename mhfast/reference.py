@@ -269,7 +269,8 @@ def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms,
 
     Example:
         >>> z = lambda *s: torch.zeros(*s)
-        >>> chains = ChainRows(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3), torch.tensor([5]))
+        >>> chains = ChainRows(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3),
+        ...                    torch.tensor([5]))
         >>> proposal = SiteProposal(torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), z(1), z(1))
         >>> terms = SiteTerms(torch.ones(1, 2), torch.ones(1, 2), *[torch.full((1,), 2.0)] * 3)
         >>> rows = SiteRows(torch.tensor([0]), torch.tensor([0]), [torch.ones(1, 3)])

@@ -4,13 +4,15 @@
 * the import graph of ``mhfast`` (every ``import``, also those inside functions) has no cycle;
 * ``mhfast sample --help`` and ``mhfast translate --help`` list every sampler option with the
   spec's default, and the two commands reject a bad value with the same message;
-* ``docs/options.md`` holds the table generated from the spec.
+* ``docs/options.md`` holds the table generated from the spec;
+* every C++/CUDA function in ``csrc/`` is at most 50 lines (signature to closing brace).
 """
 from __future__ import annotations
 
 import ast
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -248,3 +250,73 @@ def test_kernels_are_chosen_by_their_capabilities_not_their_names():
     found = [f"{p.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}" for p in PACKAGE.rglob("*.py")
              for text in [p.read_text(encoding="utf-8")] for m in by_name.finditer(text)]
     assert not found, "sampler chosen by name (declare a capability instead): " + ", ".join(found)
+
+
+MAX_CXX_FUNCTION_LINES = 50
+_NOT_FUNCTIONS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof"}
+
+
+def _cxx_code(text: str) -> str:
+    """C++ source without comments and string/char literals (newlines kept, so line numbers hold)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r"'(?:\\.|[^'\\\n])*'", "''", re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text))
+
+
+def _cxx_function_start(code: str, brace: int) -> tuple[str, int] | None:
+    """(name, offset where its declaration starts) of the function whose body opens at ``code[brace]``, or None for
+    another block (control statement, class, namespace, lambda, initializer)."""
+    j = brace - 1
+    while j >= 0 and code[j] != ")":  # qualifiers, a trailing return type or a constructor's initializers
+        if code[j] in ";{}=":
+            return None
+        j -= 1
+    if j < 0 or re.search(r"\b(?:struct|class|namespace|enum)\b", code[j:brace]):
+        return None
+    depth = 0
+    for j in range(j, -1, -1):  # the matching "("
+        depth += {")": 1, "(": -1}.get(code[j], 0)
+        if depth == 0:
+            break
+    m = re.search(r"([\w:~]+)\s*(?:<[^<>]*>)?\s*$", code[:j])
+    if not m or m.group(1).split("::")[-1] in _NOT_FUNCTIONS:
+        return None
+    k = m.start()
+    while k > 0 and code[k - 1] not in ";{}":
+        k -= 1
+    while k < m.start() and (code[k].isspace() or code[k] == "#"):  # blank and preprocessor lines before it
+        k = code.index("\n", k) + 1 if code[k] == "#" else k + 1
+    return m.group(1).split("::")[-1], k
+
+
+def cxx_functions(path: Path) -> list[tuple[str, int, int]]:
+    """(name, first line, lines) of every function body in a C++/CUDA file, by brace matching (a function inside
+    a function, e.g. a lambda, counts as part of it)."""
+    code = _cxx_code(path.read_text(encoding="utf-8"))
+    found, stack = [], []
+    for i, c in enumerate(code):
+        if c == "{":
+            start = None if any(s is not None for s in stack) else _cxx_function_start(code, i)
+            stack.append(start)
+        elif c == "}" and stack:
+            start = stack.pop()
+            if start is not None:
+                first = code.count("\n", 0, start[1]) + 1
+                found.append((start[0], first, code.count("\n", 0, i) + 2 - first))
+    return found
+
+
+def test_cxx_function_lengths_are_measured(tmp_path):  # the scanner itself can fail
+    path = tmp_path / "probe.cpp"
+    path.write_text("namespace a {\n// f() {\nint f(int x) {\n  if (x) {\n    return [&]() { return 1; }();\n  }\n"
+                    "  return 0;\n}\nstruct S {\n  int g() const { return 1; }\n};\n}\n")
+    assert cxx_functions(path) == [("f", 3, 6), ("g", 10, 1)]
+
+
+def test_no_cxx_function_longer_than_50_lines():
+    too_long = []
+    for path in sorted(p for ext in ("*.cpp", "*.cu", "*.h", "*.cuh") for p in (ROOT / "csrc").rglob(ext)):
+        for name, line, n in cxx_functions(path):
+            if n > MAX_CXX_FUNCTION_LINES:
+                too_long.append(f"{path.relative_to(ROOT)}:{line} {name} ({n} lines)")
+    assert not too_long, "C++ functions over 50 lines: " + ", ".join(too_long)

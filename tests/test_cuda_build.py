@@ -1,8 +1,10 @@
-"""Compile-only check of the CUDA kernels: every csrc/cuda/*.cu must compile with nvcc.
+"""Compile-only check of the CUDA backend: every csrc/cuda/*.cu (the kernels) and csrc/cuda/*.cpp (the ops' CUDA
+entry points, host code that includes ATen) must compile.
 
 CI has no GPU, so the CUDA sources are never built by ``pip install`` there; this test is what
 turns CI red on a CUDA syntax or type error. It compiles each file to an object with the flags
-setup.py gives nvcc (plus the defines torch's CUDAExtension adds), two files at a time.
+setup.py gives nvcc (plus the defines torch's CUDAExtension adds), two files at a time; nvcc hands a .cpp to
+the host compiler with the CUDA include paths, as the extension's build does.
 
 A CPU-only torch wheel lacks ``c10/cuda/impl/cuda_cmake_macros.h`` (generated at torch's build);
 the test writes a one-line stand-in into a temporary include folder searched after torch's own,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -26,7 +29,8 @@ import torch
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).resolve().parents[1]
-CUDA_SOURCES = sorted(glob.glob(str(ROOT / "csrc" / "cuda" / "*.cu")))
+CUDA_SOURCES = sorted(glob.glob(str(ROOT / "csrc" / "cuda" / "*.cu")) +
+                      glob.glob(str(ROOT / "csrc" / "cuda" / "*.cpp")))
 
 # setup.py: args["nvcc"] = opt + ["-std=c++17", "--expt-relaxed-constexpr"], opt = ["-O3"].
 SETUP_NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
@@ -64,10 +68,22 @@ def compile_one(nvcc: str, source: str, out_dir: Path, shim: Path) -> tuple[str,
     return source, 0 if ok else (proc.returncode or 1), proc.stdout + proc.stderr, elapsed
 
 
-def test_cuda_sources_exist():
-    names = {Path(p).name for p in CUDA_SOURCES}
-    assert {"masked_copies_cuda.cu", "gather_energies_cuda.cu", "propose_cuda.cu", "mh_accept_cuda.cu",
-            "register_cuda.cu"} <= names, names
+def test_every_op_has_one_file_per_backend():
+    """Each op of the schema (csrc/mhfast.cpp) is one file per backend that registers it: csrc/cpu/<op>_cpu.cpp
+    and csrc/cuda/<op>_cuda.cpp (its kernels: csrc/cuda/*_kernel.cu); no central registration file."""
+    schema = (ROOT / "csrc" / "mhfast.cpp").read_text()
+    ops = [op for op in re.findall(r'm\.def\(\s*"(\w+)\(', schema) if not op.endswith("_check")]
+    assert {"masked_copies", "propose", "mh_commit_site_", "mh_memo_lookup_", "mh_memo_store_"} <= set(ops), ops
+    for backend, key in (("cpu", "CPU"), ("cuda", "CUDA")):
+        for op in ops:
+            path = ROOT / "csrc" / backend / f"{op.rstrip('_')}_{backend}.cpp"
+            assert path.is_file(), path
+            text = path.read_text()
+            assert f"TORCH_LIBRARY_IMPL(mhfast, {key}, m)" in text and f'm.impl("{op}"' in text, path
+        registering = [p.name for p in (ROOT / "csrc" / backend).glob("*.c*")
+                       if f"TORCH_LIBRARY_IMPL(mhfast, {key}, m)" in p.read_text(errors="replace")]
+        assert len(registering) == len(ops), registering
+    assert all(Path(s).name.endswith(("_kernel.cu", "_cuda.cpp")) for s in CUDA_SOURCES), CUDA_SOURCES
 
 
 def test_every_cuda_source_compiles(tmp_path):
@@ -77,9 +93,8 @@ def test_every_cuda_source_compiles(tmp_path):
     shim = tmp_path / "shim"
     (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
     (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text(SHIM_HEADER)
-    # The file that includes ATen (register_cuda.cu, ~5x the others) starts first, so the light
-    # kernel files compile beside it on the second core.
-    sources = sorted(CUDA_SOURCES, key=lambda s: Path(s).name != "register_cuda.cu")
+    # The entry points (which include ATen: ~10 s each, the kernels ~5 s) start first, two at a time.
+    sources = sorted(CUDA_SOURCES, key=lambda s: not s.endswith(".cpp"))
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda s: compile_one(nvcc, s, tmp_path, shim), sources))
     for source, rc, _, elapsed in results:

@@ -171,8 +171,8 @@ def test_bad_input(device):
     raises_everywhere("mh_commit_site_", (*bad(0, cache=chains.cache.long()), *s), "cache")
     raises_everywhere("mh_commit_site_", (*bad(0, keys=chains.keys[1:]), *s), "keys")
     raises_everywhere("mh_commit_site_", (*bad(1, pos=proposal.pos[1:]), *s), "pos")
-    raises_everywhere("mh_commit_site_", (*bad(2, local=terms.local[1:]), *s), "local_new")
-    raises_everywhere("mh_commit_site_", (*bad(2, target=terms.target[:, None]), *s), "target_new")
+    raises_everywhere("mh_commit_site_", (*bad(2, local=terms.local[1:]), *s), "terms.local")
+    raises_everywhere("mh_commit_site_", (*bad(2, target=terms.target[:, None]), *s), "terms.target")
     raises_everywhere("mh_commit_site_", (*bad(3, seq=rows.seq, q=rows.q[1:]), *s), "q")
     raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, float("nan"), 0, 0, 2), "beta")
     raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, 1.0, -1, 0, 2), "epoch")
@@ -216,8 +216,15 @@ def test_bad_bundles_and_beta(device):
         beta[4] = v
         raises_everywhere("mh_commit_site_", (*args, beta, 0, 0, 2), f"beta must be finite, got {v} in row 4",
                           raw=device == "cpu")
+    raw = list(op_types.commit_site_op_args(*args, good, 0, 0, 2))
+    raw[7] = 1.0  # float? beta too
     with pytest.raises(ValueError, match="beta is given twice"):
-        torch.ops.mhfast.mh_commit_site_(*op_types.commit_site_op_args(*args, good, 0, 0, 2)[:21], 1.0, good, 0, 0, 2)
+        torch.ops.mhfast.mh_commit_site_(*raw)
+    for i, name, count in ((0, "chains", 7), (2, "proposal", 5), (3, "terms", 5)):  # a bundle of the wrong length
+        short = list(op_types.commit_site_op_args(*args, 1.0, 0, 0, 2))
+        short[i] = short[i][:-1]
+        with pytest.raises(ValueError, match=f"{name} must hold {count} tensors"):
+            torch.ops.mhfast.mh_commit_site_(*short)
 
 
 def _sample(energy: str, device: str, **kw):

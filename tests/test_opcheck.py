@@ -7,9 +7,9 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
-from mhfast.op_types import commit_site_op_args
+from mhfast.op_types import commit_site_op_args, memo_lookup_op_args, memo_store_op_args
 from test_mh_commit_site import betas, commit_inputs
-from test_mh_memo_ops import lookup_args, memo_tables
+from test_mh_memo_ops import lookup_args, lookup_call, memo_tables, store_call
 from test_mh_site_rows import site_rows_inputs
 
 
@@ -48,14 +48,18 @@ def sample_inputs(device: str):
                                                 betas(6, 2, device), 0, 3, 2)],  # a beta per chain row
         "mh_site_rows": [(*site_rows_inputs(5, 6, 3, seed=0, device=device), 9),
                          (*site_rows_inputs(4, 3, 0, seed=1, device=device), 2)],
-        "mh_memo_lookup_": [lookup_args(device), (*memo_tables(2, 8, 3, device)[:3], *lookup_args(device)[3:5],
-                                                  *d(torch.zeros(0).long(), torch.zeros(0).long(),
-                                                     torch.zeros(0).long(), torch.zeros(0).bool(), 8, 3))],
-        "mh_memo_store_": [(torch.tensor([[-1, -3, -1, -1], [-3, -1, -1, -1]], device=device),  # reserved at step 1
-                            *memo_tables(2, 4, 3, device)[3:], *d(torch.tensor([0, 1, 1]), torch.tensor([1, 0, 2]),
-                                                                 torch.tensor([0, 1, -1]), torch.tensor([0, 1, 2]),
-                                                                 torch.randn(3, 3, generator=g),
-                                                                 torch.randn(3, 3, generator=g), 2, 1))],
+        "mh_memo_lookup_": [memo_lookup_op_args(*lookup_call(lookup_args(device))),
+                            memo_lookup_op_args(*lookup_call((*memo_tables(2, 8, 3, device)[:3],
+                                                              *lookup_args(device)[3:5],
+                                                              *d(torch.zeros(0).long(), torch.zeros(0).long(),
+                                                                 torch.zeros(0).long(), torch.zeros(0).bool(), 8,
+                                                                 3))))],
+        "mh_memo_store_": [memo_store_op_args(*store_call((
+            torch.tensor([[-1, -3, -1, -1], [-3, -1, -1, -1]], device=device),  # reserved at step 1
+            *memo_tables(2, 4, 3, device)[3:], *d(torch.tensor([0, 1, 1]), torch.tensor([1, 0, 2]),
+                                                  torch.tensor([0, 1, -1]), torch.tensor([0, 1, 2]),
+                                                  torch.randn(3, 3, generator=g), torch.randn(3, 3, generator=g), 2,
+                                                  1))))],
     }
 
 

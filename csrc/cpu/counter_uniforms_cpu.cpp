@@ -9,6 +9,8 @@
 #include "../counter_hash.h"
 #include "ops_cpu.h"
 
+#include <torch/library.h>
+
 namespace mhfast {
 namespace cpu {
 
@@ -38,3 +40,5 @@ at::Tensor counter_uniforms_cpu(const at::Tensor& keys, int64_t epoch, int64_t s
 
 }  // namespace cpu
 }  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) { m.impl("counter_uniforms", &mhfast::cpu::counter_uniforms_cpu); }

@@ -20,6 +20,8 @@
 #include "ops_cpu.h"
 #include "row_math.h"
 
+#include <torch/library.h>
+
 namespace mhfast {
 namespace cpu {
 namespace {
@@ -90,6 +92,29 @@ bool small_rows_kernel(const at::Tensor& logits, const int64_t* targets, float* 
   return any_bad.load();
 }
 
+// The per-sequence sums, serial and in row order: they do not depend on how rows were split among threads. A run
+// of rows of one sequence is summed in registers (the same additions in the same order).
+void sum_per_sequence(const at::Tensor& seq, const float* tl, const float* lp, int64_t num_seqs, float* er,
+                      float* el) {
+  std::fill(er, er + num_seqs, 0.0f);
+  std::fill(el, el + num_seqs, 0.0f);
+  const int64_t N = seq.size(0);
+  const int64_t* seq_p = seq.const_data_ptr<int64_t>();
+  for (int64_t n = 0; n < N;) {
+    const int64_t s = seq_p[n];
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_seqs)) {
+      check_in_range("gather_energies", "seq_index", seq, 0, num_seqs);  // throws, naming the first bad entry
+    }
+    float raw = er[s], local = el[s];
+    for (; n < N && seq_p[n] == s; ++n) {
+      raw += -tl[n];
+      local += -lp[n];
+    }
+    er[s] = raw;
+    el[s] = local;
+  }
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Tensor& logits_in,
@@ -121,28 +146,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Ten
       }
     });
   }
-  // Serial, in row order: the sums do not depend on how rows were split among threads. A run of
-  // rows of one sequence is summed in registers (the same additions in the same order).
-  float* er = e_raw.mutable_data_ptr<float>();
-  float* el = e_local.mutable_data_ptr<float>();
-  std::fill(er, er + num_seqs, 0.0f);
-  std::fill(el, el + num_seqs, 0.0f);
-  const int64_t* seq_p = seq.const_data_ptr<int64_t>();
-  for (int64_t n = 0; n < N;) {
-    const int64_t s = seq_p[n];
-    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_seqs)) {
-      check_in_range(op, "seq_index", seq, 0, num_seqs);  // throws, naming the first bad entry
-    }
-    float raw = er[s], local = el[s];
-    for (; n < N && seq_p[n] == s; ++n) {
-      raw += -tl[n];
-      local += -lp[n];
-    }
-    er[s] = raw;
-    el[s] = local;
-  }
+  sum_per_sequence(seq, tl, lp, num_seqs, e_raw.mutable_data_ptr<float>(), e_local.mutable_data_ptr<float>());
   return {e_raw, e_local, token_logp};
 }
 
 }  // namespace cpu
 }  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) { m.impl("gather_energies", &mhfast::cpu::gather_energies_cpu); }

@@ -9,6 +9,8 @@
 #include "../checks.h"
 #include "ops_cpu.h"
 
+#include <torch/library.h>
+
 namespace mhfast {
 namespace cpu {
 
@@ -48,3 +50,5 @@ at::Tensor masked_copies_cpu(const at::Tensor& tokens, const at::Tensor& seq_ind
 
 }  // namespace cpu
 }  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) { m.impl("masked_copies", &mhfast::cpu::masked_copies_cpu); }

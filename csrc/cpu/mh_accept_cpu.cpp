@@ -14,6 +14,8 @@
 #include "../checks.h"
 #include "ops_cpu.h"
 
+#include <torch/library.h>
+
 namespace mhfast {
 namespace cpu {
 
@@ -69,3 +71,5 @@ at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const 
 
 }  // namespace cpu
 }  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) { m.impl("mh_accept_", &mhfast::cpu::mh_accept_cpu); }

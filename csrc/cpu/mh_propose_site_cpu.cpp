@@ -21,6 +21,8 @@
 #include "propose_row.h"
 #include "row_math.h"
 
+#include <torch/library.h>
+
 namespace mhfast {
 namespace cpu {
 namespace {
@@ -57,6 +59,18 @@ void propose_site_rows(const scalar_t* cache, const SiteRows& r, int64_t A, floa
   });
 }
 
+// Serial pre-pass: the current tokens tokens[act, pos] (into cur) and the uniforms of keys[act] (into u).
+void current_and_uniforms(const at::Tensor& tokens, const at::Tensor& keys, const int64_t* ap, const int64_t* pp,
+                          int64_t A, int64_t epoch, int64_t step, int64_t stream, int64_t* cur, float* u) {
+  const int64_t* tok = tokens.const_data_ptr<int64_t>();
+  const int64_t* kp = keys.const_data_ptr<int64_t>();
+  for (int64_t a = 0; a < A; ++a) {
+    cur[a] = tok[ap[a] * tokens.stride(0) + pp[a] * tokens.stride(1)];
+    u[a] = counter_uniform(static_cast<uint64_t>(kp[ap[a] * keys.stride(0)]), static_cast<uint64_t>(epoch),
+                           static_cast<uint64_t>(step), static_cast<uint64_t>(stream), 0);
+  }
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cpu(
@@ -73,19 +87,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cpu(
   check_in_range(op, "pos", pos, 0, T);
   const int64_t* ap = act.const_data_ptr<int64_t>();
   const int64_t* pp = pos.const_data_ptr<int64_t>();
-  // Serial pre-pass: current tokens (checked like propose's `current`) and the uniforms.
   at::Tensor current = at::empty({A}, act.options());
   at::Tensor uniforms = at::empty({A}, act.options().dtype(at::kFloat));
   int64_t* cur = current.mutable_data_ptr<int64_t>();
   float* u = uniforms.mutable_data_ptr<float>();
-  const int64_t* tok = tokens.const_data_ptr<int64_t>();
-  const int64_t* kp = keys.const_data_ptr<int64_t>();
-  for (int64_t a = 0; a < A; ++a) {
-    cur[a] = tok[ap[a] * tokens.stride(0) + pp[a] * tokens.stride(1)];
-    u[a] = counter_uniform(static_cast<uint64_t>(kp[ap[a] * keys.stride(0)]), static_cast<uint64_t>(epoch),
-                           static_cast<uint64_t>(step), static_cast<uint64_t>(stream), 0);
-  }
-  check_in_range(op, "tokens[act, pos]", current, 0, V);
+  current_and_uniforms(tokens, keys, ap, pp, A, epoch, step, stream, cur, u);
+  check_in_range(op, "tokens[act, pos]", current, 0, V);  // checked like propose's `current`
 
   at::Tensor proposed = at::empty({A}, act.options());
   const auto f32 = act.options().dtype(at::kFloat);
@@ -113,3 +120,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cpu(
 
 }  // namespace cpu
 }  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) { m.impl("mh_propose_site", &mhfast::cpu::mh_propose_site_cpu); }

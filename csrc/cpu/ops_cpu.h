@@ -1,4 +1,5 @@
-// CPU kernels of mhfast's ops (registered in register_cpu.cpp) and the helpers they share.
+// The helpers the CPU kernels of mhfast's ops share (each op is one file, csrc/cpu/<op>_cpu.cpp, that registers
+// itself with TORCH_LIBRARY_IMPL(mhfast, CPU, m)).
 //
 // Every kernel first runs the shared metadata checks (csrc/checks.h), then the value-range
 // checks below in a cheap serial pre-pass, so that bad input raises a Python ValueError naming
@@ -12,57 +13,6 @@
 
 namespace mhfast {
 namespace cpu {
-
-at::Tensor masked_copies_cpu(const at::Tensor& tokens, const at::Tensor& seq_index,
-                             const at::Tensor& pos_index, int64_t mask_id);
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_energies_cpu(const at::Tensor& logits,
-                                                                   const at::Tensor& targets,
-                                                                   const at::Tensor& seq_index,
-                                                                   int64_t num_seqs);
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& logits,
-                                                           const at::Tensor& current,
-                                                           double temperature, double top_p,
-                                                           const at::Tensor& uniforms,
-                                                           double uniform_mix);
-
-at::Tensor mh_accept_cpu(at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& proposed,
-                         const at::Tensor& energy, const at::Tensor& energy_proposed,
-                         const at::Tensor& logq_forward, const at::Tensor& logq_reverse,
-                         const at::Tensor& beta, const at::Tensor& uniforms);
-
-at::Tensor counter_uniforms_cpu(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
-                                const c10::optional<at::Tensor>& lanes);
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_propose_site_cpu(
-    const at::Tensor& cache, const at::Tensor& tokens, const at::Tensor& keys, const at::Tensor& act,
-    const at::Tensor& pos, const at::Tensor& blocked, int64_t epoch, int64_t step, int64_t stream,
-    double temperature, double top_p);
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_commit_site_cpu(
-    const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms, const at::Tensor& e_raw,
-    const at::Tensor& e_local, const at::Tensor& target, at::Tensor& cache, const at::Tensor& keys,
-    const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed, const at::Tensor& logq_forward,
-    const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
-    const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
-    const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs, c10::optional<double> beta,
-    const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step, int64_t stream);
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_site_rows_cpu(
-    const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,
-    const at::Tensor& local_terms, const at::Tensor& ch, const at::Tensor& pos, const at::Tensor& proposed,
-    int64_t num_rows, int64_t mask_id);
-
-std::tuple<at::Tensor, at::Tensor> mh_memo_lookup_cpu(at::Tensor& stamp, at::Tensor& hashes, at::Tensor& stored,
-                                                      const at::Tensor& tokens, const at::Tensor& group,
-                                                      const at::Tensor& act, const at::Tensor& pos,
-                                                      const at::Tensor& proposed, const at::Tensor& changed,
-                                                      int64_t ways, int64_t step);
-
-void mh_memo_store_cpu(at::Tensor& stamp, at::Tensor& raw, at::Tensor& local, const at::Tensor& group,
-                       const at::Tensor& act, const at::Tensor& slot, const at::Tensor& sel,
-                       const at::Tensor& raw_new, const at::Tensor& local_new, int64_t num_misses, int64_t step);
 
 // Raises ValueError "mhfast.<op>: <name> contains <v>, outside [low, high)" unless v lies in
 // [low, high) (or is -1 with `allow_minus_one`): check_in_range's test of one value, for kernels

@@ -22,6 +22,8 @@
 #include "propose_row.h"
 #include "row_math.h"
 
+#include <torch/library.h>
+
 namespace mhfast {
 namespace cpu {
 namespace {
@@ -74,6 +76,122 @@ inline int bin_of(float logp) {
   return b < kBins - 1 ? b : kBins - 1;
 }
 
+// log_softmax as torch computes it: (x - max) - log(sum exp(x - max)).
+struct LogProbs {
+  const float* x;
+  float m, log_sum;
+  float operator()(int64_t i) const { return (x[i] - m) - log_sum; }
+};
+
+// top_p == 1: the nucleus is every token of nonzero probability; its mass is 1 (up to rounding), so log q =
+// log p and the inverse CDF compares the running mass with u directly.
+RowOut full_support_row(const float* x, const float* p, int64_t V, const LogProbs& logp_of, double eps,
+                        int64_t current, float u) {
+  if (eps > 0.0) {
+    return mixture_row(
+        x, p, V, 1.0, [&](int64_t i) { return logp_of(i) > kLogMinPositive; }, logp_of, eps, current, u);
+  }
+  double cum = 0.0;
+  int64_t last = -1, pick = -1;
+  for (int64_t i = 0; i < V; ++i) {
+    const float lp = logp_of(i);
+    if (!(lp > kLogMinPositive)) continue;
+    last = i;
+    cum += p[i];
+    if (cum > u) {
+      pick = i;
+      break;
+    }
+  }
+  RowOut out;
+  out.proposed = pick >= 0 ? pick : last;
+  out.logq_proposed = logp_of(out.proposed);
+  const float lc = logp_of(current);
+  out.logq_current = lc > kLogMinPositive ? lc : -kInf;
+  return out;
+}
+
+// The nucleus of top_p < 1: tokens of bins before `cross` are in, after it out; in bin `cross` those up to
+// (p_thr, id_thr) in the order (p desc, id asc). z is the nucleus mass.
+struct Nucleus {
+  int cross = 0;
+  float p_thr = kInf;
+  int64_t id_thr = -1;
+  double z = 0.0;
+};
+
+// The first bin after which the mass (tokens by decreasing p, binned by log p) reaches top_p: bins before it are
+// wholly in the nucleus (their tokens have mass_before < top_p), bins after it wholly out.
+Nucleus crossing_bin(const float* p, int64_t V, const LogProbs& logp_of, double top_p, double* mass) {
+  std::fill(mass, mass + kBins, 0.0);
+  for (int64_t i = 0; i < V; ++i) {
+    const float lp = logp_of(i);
+    if (lp > kLogMinPositive) mass[bin_of(lp)] += p[i];
+  }
+  Nucleus nu;
+  double before = 0.0;
+  for (; nu.cross < kBins; ++nu.cross) {
+    if (before + mass[nu.cross] >= top_p) break;
+    before += mass[nu.cross];
+  }
+  nu.z = before;
+  return nu;
+}
+
+// The crossing bin's tokens in the reference's order (p desc, id asc), kept while the mass before them is
+// < top_p; (p_thr, id_thr) is the last kept one.
+void cut_crossing_bin(const float* p, int64_t V, const LogProbs& logp_of, double top_p, Scratch& s, Nucleus& nu) {
+  if (nu.cross >= kBins) return;
+  s.cand.clear();
+  for (int64_t i = 0; i < V; ++i) {
+    const float lp = logp_of(i);
+    if (lp > kLogMinPositive && bin_of(lp) == nu.cross) s.cand.emplace_back(p[i], i);
+  }
+  std::sort(s.cand.begin(), s.cand.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  for (const auto& [pc, ic] : s.cand) {
+    // The most probable token is always kept (mass_before = 0 < top_p).
+    if (!(nu.z < top_p) && nu.id_thr >= 0) break;
+    nu.z += pc;
+    nu.p_thr = pc;
+    nu.id_thr = ic;
+  }
+}
+
+// top_p < 1: the inverse-CDF draw over the nucleus (or the mixture with eps / n).
+RowOut nucleus_row(const float* x, const float* p, int64_t V, const LogProbs& logp_of, const Nucleus& nu,
+                   double eps, int64_t current, float u) {
+  auto kept = [&](int64_t i) {
+    const float lp = logp_of(i);
+    if (!(lp > kLogMinPositive)) return false;
+    const int b = bin_of(lp);
+    return b < nu.cross || (b == nu.cross && (p[i] > nu.p_thr || (p[i] == nu.p_thr && i <= nu.id_thr)));
+  };
+  const float log_z = static_cast<float>(std::log(nu.z));
+  if (eps > 0.0) {
+    return mixture_row(
+        x, p, V, 1.0 / nu.z, kept, [&](int64_t i) { return logp_of(i) - log_z; }, eps, current, u);
+  }
+  const double target = static_cast<double>(u) * nu.z;
+  double cum = 0.0;
+  int64_t last = -1, pick = -1;
+  for (int64_t i = 0; i < V; ++i) {
+    if (!kept(i)) continue;
+    last = i;
+    cum += p[i];
+    if (cum > target) {
+      pick = i;
+      break;
+    }
+  }
+  RowOut out;
+  out.proposed = pick >= 0 ? pick : last;
+  out.logq_proposed = logp_of(out.proposed) - log_z;
+  out.logq_current = kept(current) ? logp_of(current) - log_z : -kInf;
+  return out;
+}
+
 }  // namespace
 
 void Scratch::resize(int64_t V, double top_p) {
@@ -95,103 +213,14 @@ RowOut propose_scaled_row(int64_t V, double top_p, double eps, int64_t current, 
     out.status = kNoFinite;
     return out;
   }
-  // log_softmax as torch computes it: (x - max) - log(sum exp(x - max)).
-  const float log_sum = std::log(sum_exp_shifted(x, V, m));
-  auto logp_of = [&](int64_t i) { return (x[i] - m) - log_sum; };
+  const LogProbs logp_of{x, m, std::log(sum_exp_shifted(x, V, m))};
   // fp32 probabilities, p[i] = exp(logp_of(i)) (vectorized; same argument rounding).
   float* p = s.p.data();
-  exp_shifted_store(x, V, m, log_sum, p);
-
-  if (top_p >= 1.0) {
-    // Nucleus = all tokens with nonzero probability; its mass is 1 (up to rounding), so
-    // log q = log p and the inverse CDF compares the running mass with u directly.
-    if (eps > 0.0) {
-      return mixture_row(
-          x, p, V, 1.0, [&](int64_t i) { return logp_of(i) > kLogMinPositive; }, logp_of, eps, current, u);
-    }
-    double cum = 0.0;
-    int64_t last = -1, pick = -1;
-    for (int64_t i = 0; i < V; ++i) {
-      const float lp = logp_of(i);
-      if (!(lp > kLogMinPositive)) continue;
-      last = i;
-      cum += p[i];
-      if (cum > u) {
-        pick = i;
-        break;
-      }
-    }
-    out.proposed = pick >= 0 ? pick : last;
-    out.logq_proposed = logp_of(out.proposed);
-    const float lc = logp_of(current);
-    out.logq_current = lc > kLogMinPositive ? lc : -kInf;
-    return out;
-  }
-
-  // top_p < 1: probability of every token and mass per log-probability bin.
-  double* mass = s.bin_mass.data();
-  std::fill(mass, mass + kBins, 0.0);
-  for (int64_t i = 0; i < V; ++i) {
-    const float lp = logp_of(i);
-    if (lp > kLogMinPositive) mass[bin_of(lp)] += p[i];
-  }
-  // First bin after which the mass (tokens by decreasing p) reaches top_p. Bins before it are
-  // wholly in the nucleus (their tokens have mass_before < top_p), bins after it wholly out.
-  double before = 0.0;
-  int cross = 0;
-  for (; cross < kBins; ++cross) {
-    if (before + mass[cross] >= top_p) break;
-    before += mass[cross];
-  }
-  // Tokens of the crossing bin, in the reference's order (p desc, id asc), kept while the mass
-  // before them is < top_p; (p_thr, id_thr) is the last kept one.
-  float p_thr = kInf;
-  int64_t id_thr = -1;
-  double z = before;
-  if (cross < kBins) {
-    s.cand.clear();
-    for (int64_t i = 0; i < V; ++i) {
-      const float lp = logp_of(i);
-      if (lp > kLogMinPositive && bin_of(lp) == cross) s.cand.emplace_back(p[i], i);
-    }
-    std::sort(s.cand.begin(), s.cand.end(), [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    });
-    for (const auto& [pc, ic] : s.cand) {
-      // The most probable token is always kept (mass_before = 0 < top_p).
-      if (!(z < top_p) && id_thr >= 0) break;
-      z += pc;
-      p_thr = pc;
-      id_thr = ic;
-    }
-  }
-  auto kept = [&](int64_t i) {
-    const float lp = logp_of(i);
-    if (!(lp > kLogMinPositive)) return false;
-    const int b = bin_of(lp);
-    return b < cross || (b == cross && (p[i] > p_thr || (p[i] == p_thr && i <= id_thr)));
-  };
-  const float log_z = static_cast<float>(std::log(z));
-  if (eps > 0.0) {
-    return mixture_row(
-        x, p, V, 1.0 / z, kept, [&](int64_t i) { return logp_of(i) - log_z; }, eps, current, u);
-  }
-  const double target = static_cast<double>(u) * z;
-  double cum = 0.0;
-  int64_t last = -1, pick = -1;
-  for (int64_t i = 0; i < V; ++i) {
-    if (!kept(i)) continue;
-    last = i;
-    cum += p[i];
-    if (cum > target) {
-      pick = i;
-      break;
-    }
-  }
-  out.proposed = pick >= 0 ? pick : last;
-  out.logq_proposed = logp_of(out.proposed) - log_z;
-  out.logq_current = kept(current) ? logp_of(current) - log_z : -kInf;
-  return out;
+  exp_shifted_store(x, V, m, logp_of.log_sum, p);
+  if (top_p >= 1.0) return full_support_row(x, p, V, logp_of, eps, current, u);
+  Nucleus nu = crossing_bin(p, V, logp_of, top_p, s.bin_mass.data());
+  cut_crossing_bin(p, V, logp_of, top_p, s, nu);
+  return nucleus_row(x, p, V, logp_of, nu, eps, current, u);
 }
 
 namespace {
@@ -267,3 +296,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> propose_cpu(const at::Tensor& log
 
 }  // namespace cpu
 }  // namespace mhfast
+
+TORCH_LIBRARY_IMPL(mhfast, CPU, m) { m.impl("propose", &mhfast::cpu::propose_cpu); }

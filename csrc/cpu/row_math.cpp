@@ -187,6 +187,25 @@ MHFAST_AVX2_F16C inline float lanes_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// logsumexp of a row held in NV registers (-inf in the unused lanes): NaN if any entry is NaN, +-inf for an
+// infinite max (+inf if any +inf; -inf if every entry is -inf).
+template <int NV>
+MHFAST_AVX2_F16C inline float registers_lse(const __m256 (&v)[NV]) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  __m256 mx = v[0], nan = _mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q);
+  for (int k = 1; k < NV; ++k) {
+    mx = _mm256_max_ps(mx, v[k]);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(nan) != 0) return kNaN;
+  mx = all_lanes_max(mx);
+  const float m = _mm256_cvtss_f32(mx);
+  if (m == kInf || m == -kInf) return m;
+  __m256 acc = exp_nonpos_avx2(_mm256_sub_ps(v[0], mx));  // -inf lanes add exactly 0
+  for (int k = 1; k < NV; ++k) acc = _mm256_add_ps(acc, exp_nonpos_avx2(_mm256_sub_ps(v[k], mx)));
+  return m + std::log(lanes_sum(acc));
+}
+
 template <int NV, typename scalar_t>
 MHFAST_AVX2_F16C void small_rows_avx2(const scalar_t* base, const scalar_t* data_end, int64_t s0, int64_t V,
                                       const int64_t* targets, int64_t begin, int64_t end,
@@ -208,11 +227,6 @@ MHFAST_AVX2_F16C void small_rows_avx2(const scalar_t* base, const scalar_t* data
     } else {
       v[NV - 1] = load_tail(row + 8 * (NV - 1), tail, tail_mask);
     }
-    __m256 mx = v[0], nan = _mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q);
-    for (int k = 1; k < NV; ++k) {
-      mx = _mm256_max_ps(mx, v[k]);
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
-    }
     const int64_t t = targets[n];
     if (static_cast<uint64_t>(t) >= static_cast<uint64_t>(V)) {  // never read outside the row
       bad = true;
@@ -220,22 +234,8 @@ MHFAST_AVX2_F16C void small_rows_avx2(const scalar_t* base, const scalar_t* data
       continue;
     }
     const float target = to_float(row[t]);
-    float lse;
-    if (_mm256_movemask_ps(nan) != 0) {
-      lse = kNaN;
-    } else {
-      mx = all_lanes_max(mx);
-      const float m = _mm256_cvtss_f32(mx);
-      if (m == kInf || m == -kInf) {
-        lse = m;  // +inf if any +inf; -inf if every entry is -inf
-      } else {
-        __m256 acc = exp_nonpos_avx2(_mm256_sub_ps(v[0], mx));  // -inf lanes add exactly 0
-        for (int k = 1; k < NV; ++k) acc = _mm256_add_ps(acc, exp_nonpos_avx2(_mm256_sub_ps(v[k], mx)));
-        lse = m + std::log(lanes_sum(acc));
-      }
-    }
     target_logit[n] = target;
-    token_logp[n] = target - lse;
+    token_logp[n] = target - registers_lse<NV>(v);
   }
   if (bad) *bad_target = true;
 }

@@ -1,14 +1,15 @@
 // CUDA launchers of mhfast's ops: raw pointers + strides in, one stream; errors are thrown.
 //
-// Why raw pointers and not at::Tensor: the kernel files (*_cuda.cu) then include only CUDA, CUB
-// and c10's small CUDA error header, and compile in seconds instead of ~35 s with ATen's
-// headers; only register_cuda.cu (tensor checks, allocation, device guard, stream,
-// registration) pays for ATen. The launchers never synchronize with the host. Every launch is
-// followed at once by C10_CUDA_KERNEL_LAUNCH_CHECK() (and every runtime call by
-// C10_CUDA_CHECK), so an error is reported at the launch that caused it, as a c10::Error.
-// Kernels see plain structs: the tensor checks were made once, at the op boundary.
+// Why raw pointers and not at::Tensor: the kernel files (*_kernel.cu) then include only CUDA, CUB
+// and c10's small CUDA error header, and compile in seconds instead of ~35 s with ATen's headers
+// through nvcc; the ops' entry points (csrc/cuda/<op>_cuda.cpp: tensor checks, allocation, device
+// guard, stream, registration) include ATen but are host code, compiled by the C++ compiler. The
+// launchers never synchronize with the host. Every launch is followed at once by
+// C10_CUDA_KERNEL_LAUNCH_CHECK() (and every runtime call by C10_CUDA_CHECK), so an error is
+// reported at the launch that caused it, as a c10::Error. Kernels see plain structs: the tensor
+// checks were made once, at the op boundary.
 //
-// Example (what register_cuda.cu does for masked_copies):
+// Example (what masked_copies_cuda.cpp does):
 //     mhfast::cuda::launch_masked_copies(tokens, seq, pos, N, mask_id, out, stream);
 #pragma once
 
@@ -112,7 +113,7 @@ struct MhAcceptArgs {
 };
 void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
 
-// mh_commit_site_ (see csrc/cuda/mh_commit_site_cuda.cu). tokens/raw_terms/local_terms are the
+// mh_commit_site_ (see csrc/cuda/mh_commit_site_kernel.cu). tokens/raw_terms/local_terms are the
 // contiguous [M, T] output copies, e_raw/e_local the contiguous [M] ones, written for accepted
 // chains; cache rows (strides in elements) get the rows of one chunk of outputs (contiguous
 // [rows, D], cache dtype, elem_size bytes each), which are rows [row0, row0 + rows) of seq / q.
@@ -145,7 +146,7 @@ void launch_mh_commit_site(const CommitSiteArgs& args, cudaStream_t stream);
 cudaError_t launch_counter_uniforms(const int64_t* keys, const int64_t* lanes, int64_t n, int64_t epoch,
                                     int64_t step, int64_t stream, float* out, cudaStream_t cuda_stream);
 
-// mh_site_rows (see csrc/cuda/mh_site_rows_cuda.cu): the n moving chains' X' rows and term copies
+// mh_site_rows (see csrc/cuda/mh_site_rows_kernel.cu): the n moving chains' X' rows and term copies
 // (x_new, raw_new, local_new: contiguous [n, T]) and per-chain counts of the rows to forward
 // (counts, contiguous [n]); then, from the inclusive prefix sums of counts (ends), the (seq, q,
 // targets) of those rows in row-major order (contiguous [num_rows], zero-filled by the caller).
@@ -167,7 +168,7 @@ struct SiteRowsArgs {
 void launch_site_rows_copy(const SiteRowsArgs& args, cudaStream_t stream);
 void launch_site_rows_index(const SiteRowsArgs& args, cudaStream_t stream);
 
-// mh_memo_lookup_ (see csrc/cuda/mh_memo_lookup_cuda.cu): the A proposals against their group's table
+// mh_memo_lookup_ (see csrc/cuda/mh_memo_lookup_kernel.cu): the A proposals against their group's table
 // (stamp/hashes Long[G, S], stored Long[G, S, L], contiguous, written in place; csrc/memo_table.h), from
 // the chains' contiguous tokens Long[M, L] and group Long[M]; order (contiguous Bool[2A]) and slot
 // (contiguous Long[A]) as on CPU; hash is scratch Long[A]. Invalid input (act[a] outside [0, M),
@@ -183,7 +184,7 @@ struct MemoLookupArgs {
 };
 void launch_mh_memo_lookup(const MemoLookupArgs& args, cudaStream_t stream);
 
-// mh_memo_store_ (see csrc/cuda/mh_memo_store_cuda.cu): the terms of the step's misses j < num_misses
+// mh_memo_store_ (see csrc/cuda/mh_memo_store_kernel.cu): the terms of the step's misses j < num_misses
 // (proposal sel[j] of the lookup's act / slot) into their reserved entries (stamp Long[G, S], raw/local
 // f32[G, S, L], contiguous). Invalid input (sel[j] outside [0, A), act outside [0, M), group outside
 // [0, G), slot outside [0, S), an entry not reserved in this step): miss j changes nothing.

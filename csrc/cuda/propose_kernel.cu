@@ -128,21 +128,45 @@ __device__ __forceinline__ void store_floats(float* dst, const float* a, int n) 
   }
 }
 
+// x = row[i] / temperature (-inf where blocked) into p[i] for this thread's i of [begin, end), one at a time.
+template <typename T, int BLOCK>
+__device__ __forceinline__ void scale_scalars(const T* row, int64_t begin, int64_t end, float temperature,
+                                              const bool* blocked, float* p, Lse& acc) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += BLOCK) {
+    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
+    p[i] = x;
+    lse_add(acc, &x, 1);
+  }
+}
+
+// The block's logsumexp state from its threads': merged in warp order (fixed: deterministic).
+template <int BLOCK>
+__device__ __forceinline__ Lse block_lse(Lse acc, BlockShared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int o = 16; o > 0; o >>= 1) {
+    const Lse other{__shfl_xor_sync(kFull, acc.m, o), __shfl_xor_sync(kFull, acc.s, o)};
+    acc = LseMerge{}(acc, other);
+  }
+  if (lane == 0) sh.lse[warp] = acc;
+  __syncthreads();
+  Lse total = sh.lse[0];
+  for (int w = 1; w < BLOCK / 32; ++w) total = LseMerge{}(total, sh.lse[w]);
+  __syncthreads();
+  return total;
+}
+
 // Step 1: x = row / temperature into p[0, V), and the block's logsumexp state of x.
 // blocked (contiguous Bool[V] or nullptr): those ids get x = -inf, as after a masked_fill.
+// Unaligned head and tail one entry at a time, the 16-byte-aligned body in vector loads.
 template <typename T, int BLOCK>
 __device__ __forceinline__ Lse load_row(const T* row, int64_t V, float temperature, const bool* blocked, float* p,
-                        BlockShared& sh) {
+                                        BlockShared& sh) {
   constexpr int W = VecWidth<T>::value;
   const int tid = threadIdx.x;
   Lse acc = lse_empty();
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
-  for (int64_t i = tid; i < head; i += BLOCK) {
-    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
-    p[i] = x;
-    lse_add(acc, &x, 1);
-  }
+  scale_scalars<T, BLOCK>(row, 0, head, temperature, blocked, p, acc);
   const int64_t nvec = (V - head) / W;
   const T* body = row + head;
   int64_t v = tid;
@@ -175,23 +199,8 @@ __device__ __forceinline__ Lse load_row(const T* row, int64_t V, float temperatu
     store_floats(p + head + v * W, a, W);
     lse_add(acc, a, W);
   }
-  for (int64_t i = head + nvec * W + tid; i < V; i += BLOCK) {
-    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
-    p[i] = x;
-    lse_add(acc, &x, 1);
-  }
-  // Block merge in warp order (fixed: deterministic).
-  const int warp = tid / 32, lane = tid % 32;
-  for (int o = 16; o > 0; o >>= 1) {
-    const Lse other{__shfl_xor_sync(kFull, acc.m, o), __shfl_xor_sync(kFull, acc.s, o)};
-    acc = LseMerge{}(acc, other);
-  }
-  if (lane == 0) sh.lse[warp] = acc;
-  __syncthreads();
-  Lse total = sh.lse[0];
-  for (int w = 1; w < BLOCK / 32; ++w) total = LseMerge{}(total, sh.lse[w]);
-  __syncthreads();
-  return total;
+  scale_scalars<T, BLOCK>(row, head + nvec * W, V, temperature, blocked, p, acc);
+  return block_lse<BLOCK>(acc, sh);
 }
 
 // Step 2: p = exp((x - M) - log_sum) in place; returns this thread's part of the total mass.
@@ -523,6 +532,36 @@ __device__ __forceinline__ RowSource<T> row_source(const T* logits, const Propos
   return RowSource<T>{logits + m * s.cache_stride0 + t * s.cache_stride1, s.tokens(m, t), u, true};
 }
 
+// The drawn token (the first crossing, else the last kept one: the top token is always kept) and, for mixtures,
+// whether the nucleus keeps it.
+struct RowPick {
+  int64_t token;
+  bool kept;
+};
+
+// Thread 0's outputs of row b: the pick and both log q (of the nucleus, or of the mixture with eps / n).
+template <typename T, bool SITE>
+__device__ __forceinline__ void write_row(const ProposeParams& a, int64_t b, const T* row, float M, float log_sum,
+                                          float log_k, RowPick pk, float n, int64_t cur, bool cur_valid,
+                                          bool cur_kept) {
+  const int64_t pick = pk.token;
+  a.proposed[b] = pick;
+  if (!a.mix) {
+    a.logq_proposed[b] = ((to_float(row[pick]) / a.temperature - M) - log_sum) - log_k;
+    a.logq_current[b] = !cur_valid ? kNaN
+                        : cur_kept ? ((to_float(row[cur]) / a.temperature - M) - log_sum) - log_k
+                                   : -kInf;
+  } else {
+    const float log_c = a.log_eps - logf(n);
+    a.logq_proposed[b] = mixture_logq(to_float(row[pick]) / a.temperature, pk.kept, M, log_sum, log_k,
+                                      a.log_a, log_c);
+    a.logq_current[b] = !cur_valid ? kNaN
+                                   : mixture_logq(to_float(row[cur]) / a.temperature, cur_kept, M, log_sum,
+                                                  log_k, a.log_a, log_c);
+  }
+  if (SITE) a.site.changed[b] = pick != cur;
+}
+
 // SITE: mh_propose_site (a template argument, so that plain propose compiles without the site code).
 template <typename T, int BLOCK, bool SITE>
 __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, ProposeParams a) {
@@ -562,24 +601,10 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
   const MixQ mx{a.mix, a.mix_a, a.mix ? a.mix_eps / sup.n : 0.0f};
   const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, mx, rank0, src.u, sh);
   if (threadIdx.x == 0) {
-    const float log_k = logf(K);
-    const int64_t pick = first >= 0 ? first : sup.last;  // last >= 0: the top token is kept
-    a.proposed[b] = pick;
-    if (!a.mix) {
-      a.logq_proposed[b] = ((to_float(row[pick]) / a.temperature - M) - log_sum) - log_k;
-      a.logq_current[b] = !cur_valid ? kNaN
-                          : cur_kept ? ((to_float(row[cur]) / a.temperature - M) - log_sum) - log_k
-                                     : -kInf;
-    } else {
-      const bool pick_kept = first >= 0 ? sh.pick_kept != 0 : sup.last_kept;
-      const float log_c = a.log_eps - logf(sup.n);
-      a.logq_proposed[b] = mixture_logq(to_float(row[pick]) / a.temperature, pick_kept, M, log_sum, log_k,
-                                        a.log_a, log_c);
-      a.logq_current[b] = !cur_valid ? kNaN
-                                     : mixture_logq(to_float(row[cur]) / a.temperature, cur_kept, M, log_sum,
-                                                    log_k, a.log_a, log_c);
-    }
-    if (SITE) a.site.changed[b] = pick != cur;
+    // (sh.pick_kept is read for mixtures only: find_crossing sets it for them)
+    const bool kept = a.mix && (first >= 0 ? sh.pick_kept != 0 : sup.last_kept);
+    const RowPick pk{first >= 0 ? first : sup.last, kept};
+    write_row<T, SITE>(a, b, row, M, log_sum, logf(K), pk, sup.n, cur, cur_valid, cur_kept);
   }
 }
 
