@@ -3,7 +3,7 @@
 The sampler's own cost per step (bench/bench_floor.py's NullMLM, so the model costs ~nothing), CPU time per
 marginal step (time.process_time: less sensitive to other jobs than wall time), the two versions alternating,
 median of the rounds. The "unfused" version is the rows phase as mhfast/sampler/moves.py ran it before the op
-(selects, scatters, nonzero_static, masked_copies, an index); both give the same chains (tests/test_golden.py).
+(selects, scatters, nonzero_static, masked_copies, an index); both give the same chains (tests/guards/test_golden.py).
 
     python3 bench/ab_site_rows.py [--rounds 4]
 """

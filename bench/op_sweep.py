@@ -68,7 +68,7 @@ def check_propose_nan_rows(device: str) -> str | None:
     logits[3] = float("-inf")
     current = torch.tensor([5, 6, 7, 8])
     if device == "cpu":
-        return None  # the CPU kernel raises instead (checked in tests/test_propose.py)
+        return None  # the CPU kernel raises instead (checked in tests/ops/test_propose.py)
     prop, lp, lc = (t.cpu() for t in ops.propose(logits.to(device), current.to(device), 1.0, 0.9,
                                                     torch.full((4,), 0.5, device=device), validate=False))
     if not (torch.equal(prop[1:], current[1:]) and torch.isnan(lp[1:]).all() and torch.isnan(lc[1:]).all()):

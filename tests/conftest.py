@@ -83,7 +83,7 @@ def tiny_paths(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def cmlm(tiny_paths):
-    """The tiny fairseq CMLM behind mhfast's adapter (tests/test_fairseq_cmlm.py, tests/test_fast_decoder.py)."""
+    """The tiny fairseq CMLM behind mhfast's adapter (tests/models/test_fairseq_cmlm.py, tests/models/test_fast_decoder.py)."""
     from fairseq_tiny_cmlm import tokenize
     from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
 

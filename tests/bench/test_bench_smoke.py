@@ -5,7 +5,7 @@ It checks that the script runs and reports every op; it asserts nothing about sp
 measured in bench/, never asserted in tests).
 
 Example:
-    python3 -m pytest -q tests/test_bench_smoke.py
+    python3 -m pytest -q tests/bench/test_bench_smoke.py
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_ops_quick_runs_and_reports_every_op():
@@ -98,7 +98,7 @@ def test_bench_forward_compile_lines_on_a_tiny_bert(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "bench"))  # put back after the test, with what the script adds
     import torch
     import bench_forward
-    from test_compile_option import two_layer_bert
+    from exact_checks import two_layer_bert
 
     line = bench_forward.measure_compile(two_layer_bert(), 6, 1, torch.float32)
     assert line.startswith("torch.compile on the sampler's path (compile=True), float32, T=6: 1 encoder layers "

@@ -9,7 +9,7 @@ The tiny model is the session fixture ``tiny_paths`` of tests/conftest.py (share
 tests: trained once per pytest session, or reused from ``MHFAST_FAIRSEQ_CACHE``).
 
 Example:
-    python3 -m pytest -q tests/test_paper_experiments_smoke.py
+    python3 -m pytest -q tests/bench/test_paper_experiments_smoke.py
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import pytest
 import torch
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script():

@@ -1,7 +1,7 @@
 """bench/paper_stats.py on synthetic data with known answers (fast: no model).
 
 Example:
-    python3 -m pytest -q tests/test_paper_stats.py
+    python3 -m pytest -q tests/bench/test_paper_stats.py
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load():

@@ -22,7 +22,7 @@ from hf_tiny_models import save_tiny_bert_dir
 from mhfast.cli import main
 from mhfast.translation import BUNDLE_DIR
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = ["sample", "--model", "{bert}", "--length", "3", "--epochs", "2", "--burn-in", "0", "--chains", "2",
           "--quiet"]
 TRANSLATE = ["translate", "--input", "{one}", "--epochs", "2", "--burn-in", "0", "--chains", "1", "-q"]

@@ -2,7 +2,7 @@
 
 Each check runs in a fresh interpreter: the tuning is process-wide and cannot be undone.
 
-    python3 -m pytest -q tests/test_allocator.py
+    python3 -m pytest -q tests/cli/test_allocator.py
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 

@@ -25,7 +25,7 @@ import mhfast
 from mhfast.cli import main
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--chains", "2", "--epochs", "2", "--burn-in", "1"]
 
 

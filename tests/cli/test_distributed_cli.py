@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--input", "bundled", "--limit", "6", "--batch-size", "1", "--chains", "2", "--epochs", "3", "--burn-in",
         "1", "--quiet"]
 
@@ -171,7 +171,7 @@ def test_a_bad_line_in_another_ranks_batch_is_reported_once(tmp_path):
     """The bad line is in rank 1's batches only (the long first line goes to rank 0), but every line is checked
     before any work, on every rank alike: rank 0 prints the error once and rank 1 exits quietly (before: rank 1's
     error, then a 25-line "Connection closed by peer" traceback from rank 0). A failure in one rank's own share is
-    tests/test_distributed.py's (the failing rank reports, the other stops within an epoch)."""
+    tests/scoring/test_distributed.py's (the failing rank reports, the other stops within an epoch)."""
     from hf_tiny_models import save_tiny_bert_dir
 
     tiny = save_tiny_bert_dir(tmp_path / "bert")

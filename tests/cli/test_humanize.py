@@ -26,7 +26,7 @@ from mhfast.humanize import MutationCap, framework_positions, humanize, mutation
 from mhfast.models.sapiens import AMINO_ACIDS, load_sapiens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MOUSE_4D5_VL = "DIVMTQSHKFMSTSVGDRVSITCKASQDVNTAVAWYQQKPGHSPKLLIYSASFRYTGVPDRFTGNRSGTDFTFTISSVQAEDLAVYYCQQHYTTPPTFGGGTKVEIK"
 KABAT_CDRS = [(23, 34), (49, 56), (88, 97)]
 SHORT, SHORT_CDRS = MOUSE_4D5_VL[:40], [(23, 34)]

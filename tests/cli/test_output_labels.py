@@ -5,7 +5,7 @@ With an energy term on, ``mhfast sample``'s ``best:`` line and ``translate``'s `
 epochs when burn-in took every epoch. Here every energy a ``sample`` run prints is recomputed from
 the printed sequence and compared with the number under its label, with and without a term; the
 ``E-`` label, and the epochs each summary averages, are checked in ``translate`` and ``evaluate``.
-(``mhfast score``'s columns are recomputed the same way in tests/test_scoring_cli.py.)
+(``mhfast score``'s columns are recomputed the same way in tests/cli/test_scoring_cli.py.)
 """
 from __future__ import annotations
 

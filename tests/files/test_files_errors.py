@@ -1,6 +1,6 @@
 """I/O errors name the option and the path (issue 37): mhfast.files.errors, and the atomic write that removes its
 temporary file when it fails. Disk-full is simulated deterministically (a patched ``os.write``/``os.fsync``), never
-by filling a disk. The commands' side of the class is in tests/test_adversarial_cli.py."""
+by filling a disk. The commands' side of the class is in tests/cli/test_adversarial_cli.py."""
 from __future__ import annotations
 
 import errno

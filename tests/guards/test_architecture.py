@@ -18,7 +18,7 @@ import pytest
 from mhfast.cli import build_parser, main
 from mhfast.sampler import options
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "mhfast"
 MAX_FUNCTION_LINES = 80
 # The sampler options the commands must offer (issue 10's list), whatever the spec says.

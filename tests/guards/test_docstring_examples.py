@@ -3,7 +3,7 @@
 Examples marked ``# doctest: +SKIP`` need a model or a GPU that tests do not have; the fairseq CMLM's
 runs where fairseq is installed (it loads the bundled model).
 
-    python3 -m pytest -q tests/test_docstring_examples.py
+    python3 -m pytest -q tests/guards/test_docstring_examples.py
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ or never waited for) and each process-wide setting a test leaves changed; and it
 down without waiting rather than blaming it.
 
 Example:
-    python3 -m pytest -q tests/test_leak_guard.py
+    python3 -m pytest -q tests/guards/test_leak_guard.py
 """
 from __future__ import annotations
 

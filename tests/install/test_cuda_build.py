@@ -9,7 +9,7 @@ the test writes a one-line stand-in into a temporary include folder searched aft
 so a CUDA torch uses its real header.
 
 Example:
-    python3 -m pytest -q tests/test_cuda_build.py
+    python3 -m pytest -q tests/install/test_cuda_build.py
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_SOURCES = sorted(glob.glob(str(ROOT / "csrc" / "cuda" / "*.cu")))
 
 # setup.py: args["nvcc"] = opt + ["-std=c++17", "--expt-relaxed-constexpr"], opt = ["-O3"].

@@ -5,7 +5,7 @@ On a GPU machine the same test runs the CUDA half (build for the GPU found, -k c
 sanitizers, benchmarks); it asserts only that the script passed and reported each step.
 
 Example:
-    python3 -m pytest -q tests/test_gpu_check.py
+    python3 -m pytest -q tests/install/test_gpu_check.py
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 

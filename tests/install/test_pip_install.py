@@ -13,7 +13,7 @@ test checks it the way a user meets it, in one bounded run (~3-5 min on 2 cores,
    package, whose compiled op matches the pure-PyTorch reference; the console script runs.
 
 Example:
-    python3 -m pytest -q tests/test_pip_install.py
+    python3 -m pytest -q tests/install/test_pip_install.py
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Not copied: build outputs and caches (a prebuilt mhfast/_C*.so must not stand in for the build).
 IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "*.so", "*.o", "__pycache__",
                                 ".hypothesis", ".pytest_cache", "cmake-build*", ".whl", ".gl")

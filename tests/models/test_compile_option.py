@@ -6,7 +6,7 @@ model's own blocks back after the run however it ends, clear errors where there 
 Each compiled run costs seconds of inductor compiling (a C++ compiler on the CPU), so the runs are few and small.
 
 Example:
-    python3 -m pytest -q tests/test_compile_option.py
+    python3 -m pytest -q tests/models/test_compile_option.py
 """
 from __future__ import annotations
 
@@ -17,22 +17,10 @@ import mhfast
 from mhfast.models.compiled_blocks import CompileReport, compiled_blocks, repeated_blocks
 from mhfast.models.fast_forward import fast_forward_model
 from mhfast.models.tabular import TabularMLM
+from exact_checks import two_layer_bert
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def two_layer_bert(layers: int = 2):
-    """test_sampler_exact's tiny BERT (words 5, 6, 7; sharpened head) with ``layers`` layers."""
-    from mhfast.models.hf import HFMaskedLM
-
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=16, pad_token_id=0)
-    model = transformers.BertForMaskedLM(config).eval()
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(4.0)
-    return HFMaskedLM(model, pad_id=0, mask_id=4, bos_id=2, eos_id=3, special_ids=(0, 1, 2, 3, 4))
 
 
 def layer_objects(lm) -> list:
@@ -84,7 +72,7 @@ def test_full_forward_compiles_every_layer():
 
 def test_compiled_bert_matches_enumeration():
     """MH with compile=True is exact for the model (compiled logits differ from eager by float rounding only)."""
-    from test_sampler_exact import empirical, local_target, tv_and_bound
+    from exact_checks import empirical, local_target, tv_and_bound
 
     lm = two_layer_bert()
     template = lm.frame(3)

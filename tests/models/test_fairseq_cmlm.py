@@ -1,7 +1,7 @@
 """The fairseq CMLM adapter and Mask-Predict, on a tiny cmlm_transformer trained in this session.
 
 The model is trained once per session by fairseq-train (conftest.py's ``tiny_paths`` fixture, shared
-with tests/test_cli_translate.py; ~1 min on 2 cores) on a Multi30k slice from ``../shared`` beside
+with tests/cli/test_cli_translate.py; ~1 min on 2 cores) on a Multi30k slice from ``../shared`` beside
 the repository; set MHFAST_FAIRSEQ_CACHE to a directory to reuse it across sessions. fairseq itself
 is installed by scripts/install.sh: these tests fail (they do not skip) without it.
 """
@@ -246,7 +246,7 @@ def test_missing_fairseq_names_the_install_command():
         "except ImportError as e:\n"
         "    print('IMPORT-ERROR:', e)\n"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "IMPORT-ERROR:" in out.stdout

@@ -22,7 +22,7 @@ from mhfast.models.fast_encoder import LastEncoderLayerAtMask, fast_encoder_mode
 from mhfast.models.fast_forward import fast_forward_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARCHS = ["roberta_base", "roberta_prenorm"]  # post-norm (RoBERTa, Sapiens) and pre-norm with a final layer norm
 
 

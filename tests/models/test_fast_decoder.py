@@ -4,7 +4,7 @@ float rounding, the same chains, clear errors, and the plain adapter wherever th
 The ``cmlm`` and ``sources`` fixtures (the tiny fairseq CMLM, held-out sources) are conftest.py's.
 
 Example:
-    python3 -m pytest -q tests/test_fast_decoder.py
+    python3 -m pytest -q tests/models/test_fast_decoder.py
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
   (:mod:`mhfast.models.fast_forward`): the same outputs up to float rounding, so the same chains.
 
 Example:
-    python3 -m pytest -q tests/test_fast_forward.py
+    python3 -m pytest -q tests/models/test_fast_forward.py
 """
 from __future__ import annotations
 

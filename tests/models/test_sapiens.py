@@ -8,14 +8,14 @@
 * the fast forward (last layer at the masked positions) gives the same chains as the full forward;
 * MH is exact on an enumerable restriction of the real model: two free residues of a real heavy-chain fragment,
   three allowed amino acids each (AllowedTokens), 9 states; the empirical distribution of n independent chains
-  is within the total-variation bound of tests/test_sampler_exact.py (3 x the expected TV of n draws from the
+  is within the total-variation bound of tests/sampler/test_sampler_exact.py (3 x the expected TV of n draws from the
   target; McDiarmid: a false failure has probability < 1e-6 at this n);
 * load errors name what is missing.
 
 Sequences (real antibodies; the Hu-mAb 25 pairs of Marks et al., Bioinformatics 2021, as distributed with the
 BioPhi publication, github.com/Merck/BioPhi-2021-publication, data/tasks/humab_25_pairs/pairs/): the mouse 4D5
 parent of trastuzumab (Herceptin) VH and VL (parental.fa), and the humanized VH and VL that experimental.fa lists
-for Herceptin (the VH is trastuzumab's, as in tests/test_antiberty.py).
+for Herceptin (the VH is trastuzumab's, as in tests/models/test_antiberty.py).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from mhfast.models.fast_forward import fast_forward_model
 from mhfast.models.sapiens import AMINO_ACIDS, SapiensMaskedLM, chain_name, load_sapiens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MOUSE_4D5_VH = "QVQLQQSGPELVKPGASLKLSCTASGFNIKDTYIHWVKQRPEQGLEWIGRIYPTNGYTRYDPKFQDKATITADTSSNTAYLQVSRLTSEDTAVYYCSRWGGDGFYAMDYWGQGASVTVSS"
 MOUSE_4D5_VL = "DIVMTQSHKFMSTSVGDRVSITCKASQDVNTAVAWYQQKPGHSPKLLIYSASFRYTGVPDRFTGNRSGTDFTFTISSVQAEDLAVYYCQQHYTTPPTFGGGTKVEIK"
 TRASTUZUMAB_VH = "EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSVKGRFTISADTSKNTAYLQMNSLRAEDTAVYYCSRWGGDGFYAMDYWGQGTLVTVSS"

@@ -1,5 +1,5 @@
 """counter_uniforms: the compiled counter-based RNG equals its PyTorch twin bit for bit (so moving the
-sampler's randomness into the op left every chain unchanged: see tests/test_golden.py)."""
+sampler's randomness into the op left every chain unchanged: see tests/guards/test_golden.py)."""
 from __future__ import annotations
 
 import pytest

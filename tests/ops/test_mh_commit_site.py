@@ -161,7 +161,7 @@ def test_fused_step_gives_the_unfused_chains(monkeypatch, case, device):
 
     from mhfast.sampler import moves
 
-    kw = dict(case, memo=0)  # (the memo skips rows in both; its own tests are tests/test_proposal_memo.py's)
+    kw = dict(case, memo=0)  # (the memo skips rows in both; its own tests are tests/sampler/test_proposal_memo.py's)
     fused = _sample(kw.pop("energy"), device, **dict(kw))
 
     def unfused_commit(ctx, state, ch, ch_host, pos, prop, lf, lr, known, beta, epoch, step):

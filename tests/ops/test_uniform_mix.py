@@ -4,7 +4,7 @@
   shapes, dtypes, temperatures, top_p), draws follow the mixture (chi-square), -inf logits are
   never proposed, bad uniform_mix is rejected naming it;
 * the sampler: exact by enumeration with eps > 0 and top_p < 1 (single-site and block MH; the
-  machinery and the tolerance of tests/test_sampler_exact.py); a model that top_p < 1 makes
+  machinery and the tolerance of tests/sampler/test_sampler_exact.py); a model that top_p < 1 makes
   reducible: with eps = 0 the chains never leave the class they start in (TV ~0.5), with eps > 0
   they reach the enumerated target; gibbs/block-gibbs reject eps > 0 ("auto" gives them 0).
 """
@@ -21,7 +21,7 @@ from mhfast.models.tabular import TabularMLM
 from mhfast.sampler import options
 from op_checks import raises_everywhere
 from test_propose import P_MARGIN, U_MARGIN, ambiguous_current, mass_before_sorted, random_logits
-from test_sampler_exact import masks, nucleus_connected, run_and_compare
+from exact_checks import agreeing_pair, masks, nucleus_connected, run_and_compare
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -157,22 +157,6 @@ def test_mixture_matches_enumeration(name, kwargs, device):
                                         uniform_mix=0.3, **kwargs)
     assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
     assert 0 < float(result.novel_rate[-5:].mean()) <= float(result.acceptance_rate[-5:].mean()) <= 1
-
-
-def agreeing_pair() -> TabularMLM:
-    """T = 2, tokens a = 0, b = 1 (mask 2, pad 3): each position repeats its neighbour with probability
-    0.8 (a masked neighbour: 0.5 / 0.5). Target (local energy) pi(x) ~ p(x1 | x2) p(x2 | x1): .47 on aa
-    and bb, .03 on ab and ba. With top_p = 0.5 the nucleus holds the neighbour's token only (a for a
-    masked neighbour: ties go to the lower id), so MH never leaves {aa} or {bb}: reducible."""
-    V = 4
-    table = torch.full((V ** 2, 2, V), float("-inf"))
-    agree = torch.tensor([[0.8, 0.2], [0.2, 0.8]]).log()
-    for x1 in range(V):
-        for x2 in range(V):
-            code = x1 * V + x2
-            table[code, 0, :2] = agree[x2] if x2 < 2 else torch.tensor([0.5, 0.5]).log()
-            table[code, 1, :2] = agree[x1] if x1 < 2 else torch.tensor([0.5, 0.5]).log()
-    return TabularMLM({2: table}, mask_id=2, pad_id=3)
 
 
 REDUCIBLE = [("mh", {}), ("block-mh", dict(sampler="block-mh", block_schedule=lambda e: 1 + e % 2))]

@@ -3,7 +3,7 @@
 its length and the model's limit (:func:`mhfast.models.base.check_length`), before any model call: never
 transformers' "expanded size of the tensor ... must match" from inside the forward. Integer ranges: a token id or
 input id beyond 64 bits is a ValueError naming the argument and the range, never torch's "Overflow when unpacking
-long long". The command-line side of both is in tests/test_adversarial_cli.py.
+long long". The command-line side of both is in tests/cli/test_adversarial_cli.py.
 """
 from __future__ import annotations
 

@@ -26,8 +26,7 @@ from scipy import stats
 import mhfast
 from mhfast.models.tabular import TabularMLM
 from mhfast.sampler import diagnostics, starts, traces
-from test_sampler_exact import energies, enumerate_states, masks
-from test_uniform_mix import agreeing_pair
+from exact_checks import agreeing_pair, energies, enumerate_states, masks
 
 from arviz_stats.base import array_stats  # noqa: E402 - installed by scripts/install.sh: missing, these tests fail
 
@@ -150,7 +149,7 @@ def test_mcse_interval_covers_the_exact_mean_energy():
 
 # ---------------------------------------------------------------------------- chains that cannot mix
 def test_reducible_nucleus_is_flagged_and_never_converges():
-    """agreeing_pair with top_p = 0.5 and uniform_mix = 0: {aa} and {bb} are closed classes (tests/test_uniform_mix.py).
+    """agreeing_pair with top_p = 0.5 and uniform_mix = 0: {aa} and {bb} are closed classes (tests/ops/test_uniform_mix.py).
     Two chains start in each (per-chain init); they never move, so every projection's R-hat is infinite (chains
     constant and different) while aa and bb have the same energy (its R-hat is NaN: no variance at all)."""
     model = agreeing_pair()

@@ -1,6 +1,6 @@
 """Product-of-experts sampling: ``extra_energy`` terms are sampled exactly (checked by enumeration).
 
-The bound is the one of tests/test_sampler_exact.py (TV < 3 x the expected TV of n independent
+The bound is the one of tests/sampler/test_sampler_exact.py (TV < 3 x the expected TV of n independent
 draws from the target; see its docstring). The power check samples the same model WITHOUT the
 term and shows that the comparison with the term's target then fails, so the test can detect a
 term dropped from the MH ratio.
@@ -13,7 +13,7 @@ import torch
 import mhfast
 from mhfast.energy_terms import AllowedTokens, Hamming, HFClassifier
 from mhfast.models.tabular import TabularMLM
-from test_sampler_exact import empirical, energies, enumerate_states, masks, tv_and_bound
+from exact_checks import empirical, energies, enumerate_states, masks, tv_and_bound
 
 N = 3000
 V_ORD = 3  # ordinary tokens 0..2; mask 3, pad 4

@@ -9,7 +9,7 @@ forwards its rows); MH with the memo matches enumeration on a tiny BERT with man
 input, within a step too, least recently used out, unfilled reservations forgotten); option errors.
 
 Example:
-    python3 -m pytest -q tests/test_proposal_memo.py
+    python3 -m pytest -q tests/sampler/test_proposal_memo.py
 """
 from __future__ import annotations
 
@@ -114,8 +114,8 @@ def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
 def test_mh_with_the_memo_matches_enumeration():
     """Exactness with the memo on a real network: a tiny BERT at a low target temperature, where the chains
     stay put and repeat many proposals (hits are counted), against the enumerated target."""
-    from test_compile_option import two_layer_bert
-    from test_sampler_exact import empirical, tv_and_bound
+    from exact_checks import two_layer_bert
+    from exact_checks import empirical, tv_and_bound
 
     lm = two_layer_bert()
     template = lm.frame(3)
@@ -123,7 +123,7 @@ def test_mh_with_the_memo_matches_enumeration():
     r = mhfast.sample(lm, init=template[None], chains=n, energy="local", epochs=15, burn_in=3, seed=5,
                       target_temperature=tau, memo=ON)
     assert r.memo_hits > n // 4  # hundreds of proposals were repeats (858 here)
-    from test_sampler_exact import local_target
+    from exact_checks import local_target
     states, p = local_target(lm, template)
     p_tau = torch.softmax(torch.log(p) / tau, dim=0)  # exp(-E/tau) from exp(-E)
     tv, bound = tv_and_bound(p_tau, empirical(states, r.tokens[0]), n)
@@ -131,7 +131,7 @@ def test_mh_with_the_memo_matches_enumeration():
 
 
 def test_a_real_network_gives_the_same_tokens_with_fewer_rows():
-    from test_compile_option import two_layer_bert
+    from exact_checks import two_layer_bert
 
     lm = two_layer_bert()
     kw = dict(chains=8, epochs=8, burn_in=1, seed=7, energy="local", target_temperature=0.2)

@@ -9,7 +9,7 @@ import torch
 import mhfast
 from mhfast import reference
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
-from test_sampler_exact import sample  # the device-checking wrapper of mhfast.sample
+from exact_checks import sample  # the device-checking wrapper of mhfast.sample
 
 SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
 
@@ -406,7 +406,7 @@ def test_rows_per_proposal_is_reported():
 
 def test_bfloat16_chains_match_enumeration_of_the_bf16_model():
     """dtype=bfloat16: MH is exact for the model as evaluated in bf16 (target from bf16 logits)."""
-    from test_sampler_exact import empirical, local_target, tiny_bert, tv_and_bound
+    from exact_checks import empirical, local_target, tiny_bert, tv_and_bound
 
     model = tiny_bert()
     template = model.frame(3)

@@ -113,7 +113,7 @@ def test_static_step_gives_the_dynamic_chains_on_random_problems(case):
 def test_exact_on_an_enumerable_network(device):
     """MH with the static step (CPU) or its CUDA graph (GPU) samples the tiny BERT's exp(-E): the empirical
     distribution of 2000 chains is within the bound derived from the sample size (test_sampler_exact's)."""
-    from test_sampler_exact import run_and_compare, tiny_bert
+    from exact_checks import run_and_compare, tiny_bert
 
     model = tiny_bert(device)
     template = model.frame(3)
@@ -167,7 +167,7 @@ def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
     torch.fx standing in for the CUDA graph: the tiny BERT's chains and row counts equal the dynamic step's, with
     inputs whose free positions differ (two moving-chain counts, so two graphs per beta)."""
     import mhfast.sampler.kernels.mh as mh_kernel
-    from test_sampler_exact import tiny_bert
+    from exact_checks import tiny_bert
 
     name = request.node.callspec.id
     model = tiny_bert()
@@ -219,7 +219,7 @@ def test_replayed_captures_on_the_bundled_translation_model(monkeypatch):
 def _tiny_bert_state(has_pad: bool, fast: bool):
     """A scored state of 4 chains of a tiny BERT on CPU, then the same state and model on the meta device."""
     from mhfast.models.fast_forward import fast_forward_model
-    from test_sampler_exact import tiny_bert
+    from exact_checks import tiny_bert
 
     lm = tiny_bert()
     M, T = 4, 6
@@ -341,7 +341,7 @@ def test_cuda_graph_replays_the_static_step():
     """On a GPU: the captured graphs give the eager static step's chains bit for bit (same kernels, same shapes),
     counting the same model rows; annealing re-captures per epoch and stays equal; bf16; and, where fairseq is
     installed, the bundled translation model."""
-    from test_sampler_exact import tiny_bert
+    from exact_checks import tiny_bert
 
     model = tiny_bert("cuda")
     for kwargs in ({}, {"target_temperature": 0.7, "anneal": 0.1}, {"force_accept_epochs": 1, "dtype": "bfloat16"}):

@@ -19,7 +19,7 @@ import mhfast
 import mhfast.distributed as dist
 from mhfast.models.tabular import TabularMLM
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shard_balances_by_cost_and_covers_every_item():

@@ -1,6 +1,6 @@
 """mhfast.score against minicons itself (optional: skipped when minicons is not installed).
 
-The main correctness tests (tests/test_scoring.py) re-derive minicons' definitions and do not need it;
+The main correctness tests (tests/scoring/test_scoring.py) re-derive minicons' definitions and do not need it;
 this one runs minicons' own ``MaskedLMScorer`` (PLL_metric "original" and "within_word_l2r") on
 real AntiBERTy sequences and on word-piece sentences, and compares the summed PLLs.
 Install it without touching torch: ``pip install --no-deps minicons wonderwords``.
