@@ -12,7 +12,7 @@
 #   4. tests: the op tests (uniform_mix and the fused single-site ops mh_propose_site /
 #      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda);
 #      AntiBERTy's tests and the HF fast-forward tests (CPU only) are not run (their weights do not travel)
-#   5. compute-sanitizer memcheck, racecheck, synccheck over bench/op_sweep.py --small (odd shapes;
+#   5. compute-sanitizer memcheck, racecheck, synccheck over bench/sweeps/op_sweep.py --small (odd shapes;
 #      every kernel of the run is instrumented, torch's included: no name filter to get wrong)
 #   6. bench/ops_floor.py: each op against its reference and its memory-traffic floor
 #   7. bench/sampler_e2e.py: mhfast.sample end to end (bundled De->En CMLM, BERT-base-sized random
@@ -186,7 +186,7 @@ else
 fi
 
 # 5. Sanitizers (GPU) / the same sweep on the CPU kernels.
-SWEEP="bench/op_sweep.py --device $DEV --small"
+SWEEP="bench/sweeps/op_sweep.py --device $DEV --small"
 [ "$QUICK" = 1 ] && SWEEP="$SWEEP --tiny"
 if ! wanted sanitizer; then
   :

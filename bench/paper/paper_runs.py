@@ -1,7 +1,7 @@
 """One sampler configuration of the paper's experiments, run over several seeds, kept per sentence.
 
 :func:`run_sampler` calls :func:`mhfast.sample` once per seed (``record="epoch"``) and keeps what the
-statistics of ``bench/paper_stats.py`` need: sacreBLEU's per-sentence BLEU and chrF statistics of every
+statistics of ``bench/paper/paper_stats.py`` need: sacreBLEU's per-sentence BLEU and chrF statistics of every
 chain's end-of-epoch state after burn-in (one group per seed, epoch and chain: averaging the groups' corpus
 scores is the paper's "averaged statistics over chains"), of each seed's lowest-energy state (best-of), and
 the raw / local energy of every distinct end-of-epoch state, recomputed here by scoring its masked copies
@@ -133,7 +133,7 @@ def score_energies(model: Any, context: Any, rows: torch.Tensor, source: int, ch
     return raw.numpy(), local.numpy()
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: What a cached run keeps of its SampleResult (all that the statistics read).
 #: (from the cache, computed) counts of the (configuration, seed) runs of this process, for the report.
 CACHE_COUNTS = {"cached": 0, "computed": 0}

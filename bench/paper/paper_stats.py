@@ -1,6 +1,6 @@
 """Statistics of the paper's experiments: bootstrap CIs over sentences, paired bootstrap, rank correlation, verdicts.
 
-Every experiment of ``bench/paper_experiments.py`` scores a handful to a few hundred sentences, so each number
+Every experiment of ``bench/paper/paper_experiments.py`` scores a handful to a few hundred sentences, so each number
 it prints comes with a 95% confidence interval from the bootstrap over sentences (resample the sentences with
 replacement, recompute the statistic; Koehn 2004, as sacreBLEU's ``--confidence``), and every A-vs-B finding
 with a *paired* bootstrap (the same resampled sentences for A and B; the CI and p-value of the difference).

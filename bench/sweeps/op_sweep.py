@@ -3,7 +3,7 @@
 Made to run under compute-sanitizer (memcheck, racecheck, synccheck) on a GPU: small but awkward
 sizes (V = 1, odd V, V not a multiple of the vector width, unaligned row strides, the propose
 shared-memory edge V ~ 11.7k-12.3k, a V that needs the global scratch row, ties, -inf columns,
-NaN rows under validate=False), fp32/fp16/bf16; then the ops added later (bench/op_sweep_site.py):
+NaN rows under validate=False), fp32/fp16/bf16; then the ops added later (bench/sweeps/op_sweep_site.py):
 propose with uniform_mix > 0, mh_propose_site (incl. out-of-range act/pos under validate=False),
 mh_commit_site_ (forced accept, several output sub-batches) and the proposal memo's two ops. Every output is
 checked against mhfast.reference (exact for indices, 1e-4 for floats, away from fp32 boundaries where the two may
@@ -12,7 +12,7 @@ legitimately differ by rounding). On CPU it runs the same sweep on the CPU kerne
 Exit code 0 iff every case matched. Prints one line per case.
 
 Example:
-    compute-sanitizer --tool memcheck python3 bench/op_sweep.py --device cuda --small
+    compute-sanitizer --tool memcheck python3 bench/sweeps/op_sweep.py --device cuda --small
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import mhfast.ops as ops  # noqa: E402
 import mhfast.reference as reference  # noqa: E402

@@ -1,4 +1,4 @@
-"""The op sweep's checks of the ops added after it was written (bench/op_sweep.py runs them).
+"""The op sweep's checks of the ops added after it was written (bench/sweeps/op_sweep.py runs them).
 
 * propose with ``uniform_mix > 0`` (the mixture path: -inf entries stored as -0, the count n of
   proposable tokens, the eps / n share added in the walk) against the reference;
@@ -17,7 +17,7 @@
 Each check returns None when it matched, else a message.
 
 Example:
-    >>> import sys, torch; sys.path.insert(0, "bench")
+    >>> import sys, torch; sys.path.insert(0, "bench/sweeps")
     >>> from op_sweep_site import check_commit_site
     >>> check_commit_site(9, 6, 5, 5, torch.float32, 1.0, 3, "cpu") is None
     True

@@ -1,4 +1,4 @@
-"""Smoke run of bench/paper_experiments.py on the tiny fairseq CMLM (tests/fairseq_tiny_cmlm.py).
+"""Smoke run of bench/paper/paper_experiments.py on the tiny fairseq CMLM (tests/fairseq_tiny_cmlm.py).
 
 Runs Figure 1 and Table 5 end to end (2 sentences, 2 chains, 3 epochs, 2 seeds) into ``tmp_path`` and checks that
 the Markdown sections and PNG figures are written, that every section names its n and its 95% CIs and
@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def _load_script():
     if "paper_experiments" in sys.modules:
         return sys.modules["paper_experiments"]
-    spec = importlib.util.spec_from_file_location("paper_experiments", ROOT / "bench" / "paper_experiments.py")
+    spec = importlib.util.spec_from_file_location("paper_experiments", ROOT / "bench" / "paper" / "paper_experiments.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["paper_experiments"] = module  # dataclasses look their module up while the class is built
     path = list(sys.path)
     try:
         spec.loader.exec_module(module)
-    finally:  # the script puts bench/ on sys.path for its own imports, done by now: not for the rest of the suite
+    finally:  # the script puts bench/paper/ on sys.path for its own imports, done by now: not for the rest of the suite
         sys.path[:] = path
     return module
 
@@ -81,7 +81,7 @@ def test_fig1_and_table5_write_markdown_and_figures(tiny_paths, tmp_path):
         m = re.search(rf"<!-- paper:{name}:start -->(.*?)<!-- paper:{name}:end -->", md, re.S)
         assert m, f"no {name} section in experiments.md"
         section = m.group(1)
-        assert "Command: `python3 bench/paper_experiments.py " + name in section
+        assert "Command: `python3 bench/paper/paper_experiments.py " + name in section
         assert re.search(r"Wall time: \d+ s", section)
         # every section names its n and its CIs, and states verdicts only in the CI-driven vocabulary
         assert re.search(r"n = 2 sentences x 2 chains x 2 post-burn-in epochs x 2 seed\(s\)", section)
@@ -149,7 +149,7 @@ def test_select_sentences_keeps_the_first_short_ones():
 
 
 def test_rescored_energies_match_the_samplers_and_runs_keep_their_groups(tiny_paths):
-    """bench/paper_runs.py rescores every end-of-epoch state itself (for per-sentence energies and the
+    """bench/paper/paper_runs.py rescores every end-of-epoch state itself (for per-sentence energies and the
     energy-quality correlation): its mean must be the sampler's own per-epoch E_local / E_raw."""
     script = _load_script()
     argv = ["fig1", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),

@@ -1,4 +1,4 @@
-"""bench/paper_stats.py on synthetic data with known answers (fast: no model).
+"""bench/paper/paper_stats.py on synthetic data with known answers (fast: no model).
 
 Example:
     python3 -m pytest -q tests/bench/test_paper_stats.py
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _load():
     if "paper_stats" in sys.modules:
         return sys.modules["paper_stats"]
-    spec = importlib.util.spec_from_file_location("paper_stats", ROOT / "bench" / "paper_stats.py")
+    spec = importlib.util.spec_from_file_location("paper_stats", ROOT / "bench" / "paper" / "paper_stats.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["paper_stats"] = module
     spec.loader.exec_module(module)
@@ -148,9 +148,9 @@ def test_no_verdict_below_the_minimum_number_of_sentences():
 
 
 def test_one_configuration_spelled_two_ways_shares_a_cache_key(monkeypatch):
-    """bench/paper_runs.options_key drops options left at mhfast.sample's defaults (Tables 1-3 each ran the
+    """bench/paper/paper_runs.options_key drops options left at mhfast.sample's defaults (Tables 1-3 each ran the
     default single-site local MH under a different spelling, and computed it three times)."""
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "paper"))
     import paper_runs
 
     base = {"sampler": "mh", "energy": "local"}
