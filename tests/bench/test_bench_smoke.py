@@ -1,5 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
-ab_static_step.py and bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
+bench_floor.py --compare capture and bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot
+unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -81,10 +82,12 @@ def test_bench_memo_compares_the_memo_off_and_on():
     assert 0 <= float(cells[8]) <= float(cells[7]) <= 7, row  # rows / proposal: on <= off <= T-1
 
 
-def test_ab_static_step_compares_both_steps():
-    """bench/ab_static_step.py, one tiny size: both steps timed, the static one forwards every moving chain's rows."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "ab_static_step.py"), "--sizes", "3x6", "--rounds", "1",
-                           "--repeats", "1", "--no-write"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_bench_floor_compares_both_steps():
+    """bench/bench_floor.py --compare capture, one tiny size: both steps timed, the static one forwards every moving
+    chain's rows."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_floor.py"), "--compare", "capture", "--sizes",
+                           "3x6", "--rounds", "1", "--repeats", "1", "--no-write"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| 3 | 6 |"))
     rows_none, rows_static = (float(x) for x in row.split("|")[6].split(","))
