@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -26,6 +28,7 @@ def test_bench_ops_quick_runs_and_reports_every_op():
     assert "wrote" not in proc.stdout  # --no-write leaves bench/RESULTS.md alone
 
 
+@pytest.mark.slow  # 20 s on the 2-core CI machine
 def test_bench_decoder_quick_runs_and_checks_the_chains():
     """bench/bench_decoder.py on the bundled CMLM, tiny sizes: it runs, reports both forwards, and the fast
     decoder's chains equal fairseq's (the script exits 1 otherwise)."""
@@ -38,6 +41,7 @@ def test_bench_decoder_quick_runs_and_checks_the_chains():
     assert "| 512 | 4096 |" in proc.stdout and "Fastest:" in proc.stdout, proc.stdout[-3000:]
 
 
+@pytest.mark.slow  # 23-199 s on the 2-core CI machine
 def test_bench_sampler_records_and_replays_the_default_forward():
     """bench/bench_sampler.py, one small AntiBERTy case: the sampler runs through the recorder of its default
     (fast) forward, the e1 run's calls are a prefix of the e2 run's (the script asserts it), the replay runs, and
@@ -53,6 +57,7 @@ def test_bench_sampler_records_and_replays_the_default_forward():
     assert "wrote" not in proc.stdout
 
 
+@pytest.mark.slow  # 15 s on the 2-core CI machine
 def test_bench_mixmatch_runs_a_small_case_on_antiberty_s_shape():
     """bench/bench_mixmatch.py, one small case on the random model of AntiBERTy's shape (what the GPU check runs, where
     the antiberty package is missing): both loops make the same proposals, mixmatch forwards 2T+1 rows per proposal,
@@ -71,6 +76,7 @@ def test_bench_mixmatch_runs_a_small_case_on_antiberty_s_shape():
     assert "wrote" not in proc.stdout
 
 
+@pytest.mark.slow  # 15-21 s on the 2-core CI machine
 def test_bench_memo_compares_the_memo_off_and_on():
     """bench/bench_memo.py, one tiny case: both runs, the memo's rows at most those without it."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_memo.py"), "--model", "antiberty-random",
@@ -95,6 +101,7 @@ def test_bench_floor_compares_both_steps():
     assert "wrote" not in proc.stdout
 
 
+@pytest.mark.slow  # 18-21 s on the 2-core CI machine
 def test_bench_forward_compile_lines_on_a_tiny_bert(monkeypatch):
     """bench/bench_forward.py's measure_compile (gpu_check's step 10 on a GPU) on a tiny 2-layer BERT: it compiles
     through mhfast.models.compiled_blocks, times both modes and writes its line."""
@@ -109,6 +116,7 @@ def test_bench_forward_compile_lines_on_a_tiny_bert(monkeypatch):
     assert "16 chain(s) (80 rows)" in line and "largest output difference" in line, line
 
 
+@pytest.mark.slow  # 10 s on the 2-core CI machine
 def test_bench_ess_quick_reports_every_sampler():
     """bench/bench_ess.py on the tabular toy, tiny sizes: it runs and reports ESS for the four samplers."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_ess.py"), "--quick", "--no-write", "--cases",

@@ -107,6 +107,7 @@ def test_bad_options_print_one_line_and_exit_2(capsys, tiny_dir, argv, message):
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
 
 
+@pytest.mark.slow  # 13 s on the 2-core CI machine
 def test_python_dash_m_entry_point(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, "-m", "mhfast", "sample", "--init-file", str(tmp_path / "missing")],

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # torchrun with 2-3 ranks: 27-245 s per test
+
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--input", "bundled", "--limit", "6", "--batch-size", "1", "--chains", "2", "--epochs", "3", "--burn-in",
         "1", "--quiet"]

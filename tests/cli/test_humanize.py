@@ -62,6 +62,7 @@ def test_biophi_argmax_equals_the_packages_predict_scores(lm, iterations):
     assert len(h.variants[0].mutations) > 5  # a mouse framework: many residues the human model would change
 
 
+@pytest.mark.slow  # 18 s on the 2-core CI machine
 def test_humanize_keeps_cdrs_respects_the_cap_and_scores_its_variants(lm):
     cap, w = 3, 0.5
     h = humanize(lm, SHORT, SHORT_CDRS, hamming=w, max_mutations=cap, top=50, chains=6, epochs=3, burn_in=1,
@@ -94,6 +95,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow  # 61 s on the 2-core CI machine
 def test_cli(lm):
     run = _cli("--chain", "L", "--parent", SHORT, "--cdr", "23:34", "--max-mutations", "2", "--chains", "2",
                "--epochs", "2", "--burn-in", "1", "--top", "3")

@@ -70,6 +70,7 @@ def test_cuda_sources_exist():
             "register_cuda.cu"} <= names, names
 
 
+@pytest.mark.slow  # 39-140 s on the 2-core CI machine
 def test_every_cuda_source_compiles(tmp_path):
     nvcc = find_nvcc()
     if nvcc is None:

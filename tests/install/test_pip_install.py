@@ -26,7 +26,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.slow  # a fresh venv and a full build: 1.7-5 min on the 2-core CI machine
 
 ROOT = Path(__file__).resolve().parents[2]
 # Not copied: build outputs and caches (a prebuilt mhfast/_C*.so must not stand in for the build).

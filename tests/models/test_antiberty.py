@@ -15,6 +15,8 @@ from mhfast.models import hf
 from mhfast.models.antiberty import AMINO_ACIDS, load_antiberty
 from mhfast.models.base import has_features
 
+pytestmark = pytest.mark.slow  # loads AntiBERTy's weights: ~45 s
+
 # Adalimumab (HUMIRA, fully human) heavy-chain variable domain, 121 residues; trastuzumab VH, 120;
 # the first 34 residues of adalimumab's light chain; a short CDR-H3-like peptide.
 ADALIMUMAB_VH = ("EVQLVESGGGLVQPGRSLRLSCAASGFTFDDYAMHWVRQAPGKGLEWVSAITWNSGHIDYADSVEGRFTISRDNAKNSLYLQMNSLRAEDTAVYYCAK"

@@ -54,6 +54,7 @@ def test_bundled_test_files_are_the_raw_multi30k_pair():
         assert len(raw) == 1000
 
 
+@pytest.mark.slow  # 26 s on the 2-core CI machine
 def test_mask_predict_bleu_on_a_test_prefix(translator):
     sources = BUNDLED_TEST_SOURCE.read_text(encoding="utf-8").splitlines()[:PREFIX]
     refs = BUNDLED_TEST_REFERENCE.read_text(encoding="utf-8").splitlines()[:PREFIX]

@@ -39,6 +39,7 @@ def compiled_run():
     return lm, before, eager, compiled
 
 
+@pytest.mark.slow  # its compiled_run fixture: 16 s on the 2-core CI machine
 def test_compiled_chains_are_the_eager_chains_and_the_time_is_reported(compiled_run):
     lm, before, eager, compiled = compiled_run
     assert torch.equal(compiled.tokens, eager.tokens)  # rounding (~1e-6) flips no decision of this short run

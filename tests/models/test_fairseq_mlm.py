@@ -197,6 +197,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow  # 25-39 s on the 2-core CI machine
 def test_cli_sample_and_score_a_checkpoint_and_refuse_a_damaged_one(tiny_base, tmp_path):
     tiny = tiny_base
     out = _cli("sample", "--model", str(tiny), "--init", "a b c d e", "--free", "1:3", "--chains", "2", "--epochs",

@@ -144,6 +144,7 @@ def test_fast_and_full_forwards_give_the_same_chains(lm, chain):
     assert runs[0].model_rows == runs[1].model_rows and float(runs[0].novel_rate.mean()) > 0
 
 
+@pytest.mark.slow  # 29 s on the 2-core CI machine
 def test_mh_is_exact_on_an_enumerable_restriction():
     """Two free residues of a real VH fragment, three amino acids allowed at each: 9 states, enumerated."""
     lm = load_sapiens("H")
@@ -185,6 +186,7 @@ def test_load_errors_name_what_is_missing(monkeypatch):
         load_sapiens("H")
 
 
+@pytest.mark.slow  # 17 s on the 2-core CI machine
 def test_cli_score_by_name():
     run = subprocess.run([sys.executable, "-m", "mhfast", "score", "--model", "sapiens-l", "-q"], input=MOUSE_4D5_VL
                          + "\n", capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -194,6 +196,7 @@ def test_cli_score_by_name():
     assert abs(float(run.stdout.split()[0]) - want) < 1e-3 and int(run.stdout.split()[2]) == len(MOUSE_4D5_VL)
 
 
+@pytest.mark.slow  # 40 s on the 2-core CI machine
 def test_score_over_two_torchrun_ranks_writes_the_bytes_of_one_process(tmp_path):
     """``torchrun -m mhfast score --model sapiens-h``: the file of one process (gloo over loopback, 2 ranks)."""
     import os

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 
@@ -32,6 +33,7 @@ def token_logp(tmp_path, portable: bool) -> torch.Tensor:
     return torch.load(path)
 
 
+@pytest.mark.slow  # 11 s on the 2-core CI machine
 def test_portable_path_matches_reference(tmp_path):
     env = dict(os.environ, MHFAST_CPU_PORTABLE="1")
     select = ("cpu and not bad_input and (test_special_values or random_cpu or large_vocab or chi_square"

@@ -121,6 +121,7 @@ def coverage_consistent(k: int, n: int, low: float = 0.92, high: float = 0.97, a
     return stats.binom.cdf(k, n, low) > alpha and stats.binom.sf(k - 1, n, high) > alpha
 
 
+@pytest.mark.slow  # 14 s on the 2-core CI machine
 def test_mcse_interval_covers_the_exact_mean_energy():
     """n = 400 inputs of one call are 400 independent replicates (the counter RNG keys every draw by its input),
     each with 4 chains from random starts, 100 post-burn-in sweeps. Per replicate, mean +- 1.96 MCSE of E_local
@@ -186,6 +187,7 @@ SAMPLERS = [dict(), dict(memo=0), dict(capture="static"), dict(sampler="block-mh
             dict(sampler="gibbs"), dict(sampler="block-gibbs", block_schedule=2)]
 
 
+@pytest.mark.slow  # 3-11 s on the 2-core CI machine
 @pytest.mark.parametrize("kwargs", SAMPLERS, ids=["mh", "mh-memo0", "mh-static", "block-mh", "gibbs", "block-gibbs"])
 def test_until_rhat_stops_each_input_early_with_the_same_chains(kwargs):
     """Four inputs (two lengths, padding) leave the batch at their own epochs; each one's tokens, best sample,

@@ -111,6 +111,7 @@ def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
     assert r.memo_hits > 0 and sum(refreshed) > 0 and len(checked) == 20 * 5
 
 
+@pytest.mark.slow  # 48 s on the 2-core CI machine
 def test_mh_with_the_memo_matches_enumeration():
     """Exactness with the memo on a real network: a tiny BERT at a low target temperature, where the chains
     stay put and repeat many proposals (hits are counted), against the enumerated target."""
@@ -130,6 +131,7 @@ def test_mh_with_the_memo_matches_enumeration():
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
 
 
+@pytest.mark.slow  # 24 s on the 2-core CI machine
 def test_a_real_network_gives_the_same_tokens_with_fewer_rows():
     from exact_checks import two_layer_bert
 
@@ -218,6 +220,7 @@ def test_a_memo_with_extra_terms_is_refused():
                       extra_energy=[(Hamming(torch.tensor([[0, 1]])), 0.5)])
 
 
+@pytest.mark.slow  # 19 s on the 2-core CI machine
 def test_the_cli_flag(capsys, tmp_path):
     """``--memo`` on ``mhfast sample``: 8 runs with it (fewer rows, the same samples), as does the default (auto) and
     ``--memo auto``; a bad value is one line and exit 2."""

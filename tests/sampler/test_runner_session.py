@@ -74,6 +74,7 @@ def test_session_keeps_the_autocast_state_and_is_a_no_op_in_fp32():
     assert isinstance(fp32.session(), contextlib.nullcontext)
 
 
+@pytest.mark.slow  # 5-18 s on the 2-core CI machine
 @pytest.mark.parametrize("sampler", ["mh", "block-mh", "gibbs"])
 def test_sample_in_bf16_gives_the_same_chains_with_and_without_the_session(monkeypatch, sampler):
     model = HFMaskedLM(tiny_model("bert"), **BERT_IDS)

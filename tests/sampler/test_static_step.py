@@ -110,6 +110,7 @@ def test_static_step_gives_the_dynamic_chains_on_random_problems(case):
     assert same_result(a, b) == [], kwargs
 
 
+@pytest.mark.slow  # 13 s on the 2-core CI machine
 def test_exact_on_an_enumerable_network(device):
     """MH with the static step (CPU) or its CUDA graph (GPU) samples the tiny BERT's exp(-E): the empirical
     distribution of 2000 chains is within the bound derived from the sample size (test_sampler_exact's)."""
@@ -160,6 +161,7 @@ class FxReplayedSteps(StaticSiteSteps):
 @pytest.mark.parametrize("kwargs", [{}, {"energy": "local", "top_p": 0.9}, {"target_temperature": 0.6, "anneal": 0.1},
                                     {"force_accept_epochs": 2}, {"dtype": "bfloat16"}],
                          ids=["default", "local-nucleus", "annealed", "forced", "bf16"])
+@pytest.mark.slow  # 11-20 s on the 2-core CI machine
 def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
     """The capture-and-replay logic of capture='cuda-graph' (first step of a (chains, beta) pair eager, the second
     captured, every later one replayed; counters folded into the keys on the device; positions copied into a
@@ -194,6 +196,7 @@ def test_replayed_captures_give_the_same_chains(kwargs, request, monkeypatch):
     assert b.model_rows == steps_static.model_rows  # replays counted like eager steps
 
 
+@pytest.mark.slow  # 62 s on the 2-core CI machine
 def test_replayed_captures_on_the_bundled_translation_model(monkeypatch):
     """The bundled De->En CMLM (fast decoder, conditional rows, padded sources) through the same stand-in capture:
     make_fx raises at any host read, so its fast decoder under ``static_inputs`` has none (no bounds checks, every

@@ -73,6 +73,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # 11 s on the 2-core CI machine
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_sharded_sample_over_ranks_equals_one_process(tmp_path, ranks):
     script = tmp_path / "run.py"
