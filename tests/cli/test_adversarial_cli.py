@@ -374,6 +374,7 @@ def test_a_closed_stdout_is_refused_before_any_work(template, redirect, needle, 
     _one_error_line(proc.stderr, (needle, hint))
 
 
+@pytest.mark.slow  # 14 s on the 2-core CI machine
 def test_a_closed_stdout_is_fine_when_the_results_go_to_output(paths, tmp_path):
     out = tmp_path / "scores.tsv"
     proc = _run(["score", "--input", paths["one"], "--model", paths["bert"], "-q", "--output", str(out)],
@@ -434,6 +435,7 @@ def test_a_full_disk_names_the_file_and_leaves_no_temp_file(template, suffix, ne
     MASK_PREDICT,
     ["evaluate", "--hyp", "{one}", "--ref", "{one}"],
 ], ids=["sample", "score", "translate", "evaluate"])
+@pytest.mark.slow  # 13 s per command on the 2-core CI machine
 def test_a_full_stdout_names_stdout(template, paths):
     proc = _run(_argv(template, paths), shell_suffix=" >/dev/full", timeout=120)
     assert proc.returncode == 2, proc.stderr

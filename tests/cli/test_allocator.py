@@ -75,6 +75,7 @@ print(json.dumps([r.tokens.tolist(), r.energy.tolist(), r.best_tokens.tolist()])
 """
 
 
+@pytest.mark.slow  # 30 s on the 2-core CI machine
 @pytest.mark.skipif(not GLIBC, reason="mallopt thresholds are glibc's")
 def test_chains_are_bit_identical_with_and_without_the_tuning():
     plain = json.loads(_python(CHAINS.replace("sys.argv[-1]", "'plain'")))

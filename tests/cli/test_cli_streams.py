@@ -40,6 +40,7 @@ def cli(tiny_paths, translator, monkeypatch, capsys):
     return run
 
 
+@pytest.mark.slow  # 19 s on the 2-core CI machine
 def test_one_output_line_per_input_line(cli, translator, tiny_paths, tmp_path):
     words = tiny_paths["valid_de"].read_text(encoding="utf-8").split("\n")[0].split()
     lines = [f"{words[0]}{sep}{' '.join(words[1:])}" for sep in SEPARATORS] + [" ".join(words)]
