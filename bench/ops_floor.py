@@ -31,6 +31,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "sweeps"))  # op_sweep_site
 import mhfast.ops as ops  # noqa: E402
 import mhfast.reference as reference  # noqa: E402
 from op_sweep_site import bundled, commit_inputs  # noqa: E402

@@ -5,7 +5,7 @@
 // finalizer as mix, all in wrapping uint64 arithmetic. The uniform is the top 23 bits k of the
 // final hash as (k + 0.5) / 2^23, exact in float32, never 0 and never 1. This header is the one
 // C++ definition, used by the CPU and CUDA kernels; mhfast/reference.py has the PyTorch twin and
-// tests/test_counter_uniforms.py holds them equal bit for bit.
+// tests/ops/test_counter_uniforms.py holds them equal bit for bit.
 #pragma once
 
 #include <cstdint>

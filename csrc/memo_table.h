@@ -1,5 +1,5 @@
 // The proposal memo's table (mhfast/sampler/memo.py), one C++ definition for the CPU and CUDA
-// kernels; mhfast/reference.py has the Python twin and tests/test_mh_memo_ops.py holds them equal.
+// kernels; mhfast/reference.py has the Python twin and tests/ops/test_mh_memo_ops.py holds them equal.
 //
 // One table per group of chains (the chains of one input: same context, same energy positions),
 // S entries in S / ways buckets of `ways` entries. Entry s holds the sequence X' (stored[s], L

@@ -9,7 +9,7 @@ through the sampler's runner (one thread, T=32, an Intel Xeon): 7,000-100,000 mi
 model call, and removing them makes a row 1.07-1.09x cheaper in fp32 and 1.13-1.19x in bf16 at 31-496 rows
 per call, and ``mhfast.sample``'s fp32 steady state 1.07x faster (T=32, 5 chains); bf16 sampling and the bundled
 translation model showed no clear change, glibc's adaptive threshold catching most of their faults already
-(``bench/ab_malloc.py``, ``bench/RESULTS.md``). The numbers computed are the same (only where memory comes
+(``bench/HISTORY.md``: the retired bench/ab_malloc.py). The numbers computed are the same (only where memory comes
 from changes), so chains are bit-identical.
 
 :func:`tune_cpu_allocator` raises glibc's mmap threshold to 1 GiB (32 MiB where the C library refuses more)

@@ -12,7 +12,7 @@
 #   4. tests: the op tests (uniform_mix and the fused single-site ops mh_propose_site /
 #      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda);
 #      AntiBERTy's tests and the HF fast-forward tests (CPU only) are not run (their weights do not travel)
-#   5. compute-sanitizer memcheck, racecheck, synccheck over bench/op_sweep.py --small (odd shapes;
+#   5. compute-sanitizer memcheck, racecheck, synccheck over bench/sweeps/op_sweep.py --small (odd shapes;
 #      every kernel of the run is instrumented, torch's included: no name filter to get wrong)
 #   6. bench/ops_floor.py: each op against its reference and its memory-traffic floor
 #   7. bench/sampler_e2e.py: mhfast.sample end to end (bundled De->En CMLM, BERT-base-sized random
@@ -23,7 +23,7 @@
 #      randomly initialized model of AntiBERTy's shape (the antiberty package's 100 MB of weights do not travel):
 #      T 16/32/64 x 1/5/16 chains, fp32 and bf16, random start, 3 alternating repeats; mhfast both as it is
 #      (capture=none) and with its step captured as CUDA graphs (capture=cuda-graph), each against the same
-#      mixmatch run (tests/test_static_step.py, in step 4, checks the graphs' chains first)
+#      mixmatch run (tests/sampler/test_static_step.py, in step 4, checks the graphs' chains first)
 #  10. bench/bench_forward.py --compile-only on the device: compile=True (torch.compile of the encoder layers on
 #      the sampler's path, AntiBERTy's shape, random weights) against eager, fp32 and bf16: compile time, ms per row
 #      (issue 14's "compile=True where it pays": not on CPU, 0.93-1.03x on a Xeon and an AMD EPYC; off by
@@ -44,7 +44,7 @@
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
 # the CPU kernels instead of the sanitizer, the benchmarks on CPU), says so in the summary, and
 # exits 0 when they pass. --quick: tiny sizes, a short test subset, and the existing build reused
-# when it is newer than every source (what tests/test_gpu_check.py runs in CI).
+# when it is newer than every source (what tests/install/test_gpu_check.py runs in CI).
 #
 # Wheels needed on the GPU machine beyond its own packages (Python 3.12, x86-64), for the bundled
 # model only; copy them into .whl/ of the repository and carry that folder:
@@ -166,17 +166,19 @@ $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$O
 # 4. Tests on this device ("cuda" / "cpu" are the ids of the device fixture's parameters).
 # The fused single-site ops and uniform_mix: every op test takes the `device` fixture; their -k cuda
 # selection leaves out only the device-free option / CLI checks of test_uniform_mix.py.
-OP_TESTS="tests/test_masked_copies.py tests/test_gather_energies.py tests/test_propose.py tests/test_mh_accept.py
-  tests/test_opcheck.py tests/test_cpu_portable_path.py tests/test_uniform_mix.py tests/test_mh_propose_site.py
-  tests/test_mh_commit_site.py tests/test_mh_site_rows.py tests/test_mh_memo_ops.py tests/test_counter_uniforms.py"
-SAMPLER_TESTS="tests/test_sampler_exact.py tests/test_sampler_api.py tests/test_static_step.py tests/test_proposal_memo.py"
+OP_TESTS="tests/ops/test_masked_copies.py tests/ops/test_gather_energies.py tests/ops/test_propose.py
+  tests/ops/test_mh_accept.py tests/ops/test_opcheck.py tests/ops/test_cpu_portable_path.py tests/ops/test_uniform_mix.py
+  tests/ops/test_mh_propose_site.py tests/ops/test_mh_commit_site.py tests/ops/test_mh_site_rows.py
+  tests/ops/test_mh_memo_ops.py tests/ops/test_counter_uniforms.py"
+SAMPLER_TESTS="tests/sampler/test_sampler_exact.py tests/sampler/test_sampler_api.py tests/sampler/test_static_step.py
+  tests/sampler/test_proposal_memo.py"
 if ! wanted tests; then
   :
 elif [ "$QUICK" = 1 ]; then
   # shellcheck disable=SC2086
   run_step "tests (-k $DEV, quick subset)" "$OUTDIR/tests.log" \
-    $PY -m pytest -q -x -p no:cacheprovider tests/test_masked_copies.py tests/test_mh_accept.py \
-    tests/test_mh_propose_site.py -k "$DEV"
+    $PY -m pytest -q -x -p no:cacheprovider tests/ops/test_masked_copies.py tests/ops/test_mh_accept.py \
+    tests/ops/test_mh_propose_site.py -k "$DEV"
 else
   # shellcheck disable=SC2086
   run_step "tests (-k $DEV)" "$OUTDIR/tests.log" \
@@ -184,7 +186,7 @@ else
 fi
 
 # 5. Sanitizers (GPU) / the same sweep on the CPU kernels.
-SWEEP="bench/op_sweep.py --device $DEV --small"
+SWEEP="bench/sweeps/op_sweep.py --device $DEV --small"
 [ "$QUICK" = 1 ] && SWEEP="$SWEEP --tiny"
 if ! wanted sanitizer; then
   :

@@ -13,7 +13,7 @@ Kill points (--mode):
   instant  after a random wall-clock delay within the run's duration (forked)
   process  fresh ``python -m mhfast translate`` processes killed after a random delay (slow, realistic)
 
-The suite's bounded version is tests/test_cli_resume_kill.py (same harness: tests/resume_harness.py).
+The suite's bounded version is tests/cli/test_cli_resume_kill.py (same harness: tests/resume_harness.py).
 
 Examples:
     $ python3 scripts/resume_kill_stress.py --mode event --trials 200            # tiny CMLM (trained once)

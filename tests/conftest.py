@@ -30,6 +30,18 @@ def pytest_configure(config):
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
+# Needs the tiny fairseq CMLM, trained once per session (1-2 min on 2 cores without MHFAST_FAIRSEQ_CACHE).
+SLOW_FIXTURES = {"tiny_paths"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` (pyproject.toml) also on every test that needs a fixture of SLOW_FIXTURES, so that a quick run
+    (``-m "not slow"``) never trains the tiny CMLM; the other slow tests carry the marker themselves."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_threads_or_processes():
     """Fails (at teardown) the test that leaves a Python thread or a child process behind, naming them
@@ -83,7 +95,7 @@ def tiny_paths(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def cmlm(tiny_paths):
-    """The tiny fairseq CMLM behind mhfast's adapter (tests/test_fairseq_cmlm.py, tests/test_fast_decoder.py)."""
+    """The tiny fairseq CMLM behind mhfast's adapter (tests/models/test_fairseq_cmlm.py, tests/models/test_fast_decoder.py)."""
     from fairseq_tiny_cmlm import tokenize
     from mhfast.models.fairseq_cmlm import load_fairseq_cmlm
 

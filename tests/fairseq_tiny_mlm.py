@@ -4,7 +4,7 @@ The checkpoint holds ``args`` (an argparse.Namespace: task ``masked_lm``, the cr
 and ``model`` (the state dict), beside a ``dict.txt`` of 8 symbols, the layout of a real fairseq masked_lm
 checkpoint (the Sapiens ones are the same), so the adapter is tested without the sapiens package. The weights
 are fairseq's initialization scaled up (std 0.02 gives near-uniform conditionals; x25 gives peaked ones, so
-MH rejects often and the tests have power). Used by tests/test_fairseq_mlm.py.
+MH rejects often and the tests have power). Used by tests/models/test_fairseq_mlm.py.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each case runs ``mhfast.sample`` (or the CLI) with fixed seeds and reduces what 
 JSON: every token of every chain, every energy (float32 values, exact in JSON), the per-epoch
 statistics and the model-row counts. ``tests/golden/sampler.json`` and ``tests/golden/cli.json``
 hold the values taken at commit cd47560 (before the sampler was split into kernels and a driver);
-``tests/test_golden.py`` recomputes them and requires equality (for the CLI's printed decimals, up to 2 units
+``tests/guards/test_golden.py`` recomputes them and requires equality (for the CLI's printed decimals, up to 2 units
 in the last digit: fp32 rounds differently on other CPUs). A golden is regenerated only when a
 commit fixes a bug that changes it, and that commit says which case and why::
 

@@ -1,5 +1,5 @@
 """Kill ``mhfast translate`` at random points and resume it: the harness of the resume property test
-(tests/test_cli_resume_kill.py, bounded) and of scripts/resume_kill_stress.py (long).
+(tests/cli/test_cli_resume_kill.py, bounded) and of scripts/resume_kill_stress.py (long).
 
 Runs are forked from a process that has loaded the model once (``translate._load`` is replaced in
 the child only), so a run starts translating at once and a kill costs milliseconds. Two kinds of

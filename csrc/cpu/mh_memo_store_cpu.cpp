@@ -2,7 +2,7 @@
 // csrc/mhfast.cpp for the contract, csrc/op_args.h for the arguments, mhfast/reference.py for the specification).
 //
 // It runs in every step with misses, so it allocates nothing and dispatches no op: the index checks
-// read the few entries in place (the step's own cost is ~0.25 ms, bench/ab_memo_floor.py).
+// read the few entries in place (the step's own cost is ~0.25 ms, bench/bench_floor.py --compare memo).
 #include <ATen/core/Tensor.h>
 
 #include <torch/library.h>

@@ -10,5 +10,5 @@
   bf16 is native).
 
 It imports the ops, their bundles (:mod:`mhfast.op_types`), the counter hash and the models' protocols
-(:mod:`mhfast.models.base`), and nothing that uses it (tests/test_architecture.py).
+(:mod:`mhfast.models.base`), and nothing that uses it (tests/guards/test_architecture.py).
 """

@@ -49,7 +49,7 @@ def get_backend(name: str, where: str = "mhfast.sample") -> Backend:
             functools.partial(ops.mh_propose_site, validate=False),
             functools.partial(ops.mh_commit_site_, validate=False),
             # The op whose wrapper only passes its arguments on: its overload directly (one Python layer less,
-            # ~0.7 us per call; it runs in every step, bench/ab_memo_floor.py)
+            # ~0.7 us per call; it runs in every step, bench/bench_floor.py --compare memo)
             torch.ops.mhfast.mh_site_rows.default,
             functools.partial(ops.mh_memo_lookup_, validate=False),
             functools.partial(ops.mh_memo_store_, validate=False),

@@ -24,7 +24,7 @@ checks and ``torch.unique``): the host syncs a step would otherwise make. A mode
 syncs cannot be captured: the capture's error is re-raised naming the model.
 
 With ``capture="static"`` (any device) the same body runs eagerly at every step: that is how the
-CPU tests check what the graph replays (tests/test_static_step.py).
+CPU tests check what the graph replays (tests/sampler/test_static_step.py).
 
 Example:
     >>> import mhfast
@@ -165,7 +165,7 @@ class StaticSiteSteps:
         tensors at each replay.
 
         (A test may replace this method by another capture with the same contract: Python runs once, at
-        capture; the buffers are read and written at each replay; tests/test_static_step.py does so with
+        capture; the buffers are read and written at each replay; tests/sampler/test_static_step.py does so with
         ``torch.fx`` on CPU.)
         """
         graph = torch.cuda.CUDAGraph()

@@ -7,7 +7,7 @@ input that proposes a sequence evaluated before can meet the MH test without a m
 one table per input (the chains with the same input, context and energy positions), keyed by the whole sequence
 X'. It is exact: it hands back the numbers computed for this X' (the same numbers, not an approximation; with a
 model whose rows do not depend on the rest of their batch, the chains equal those without the memo bit for bit,
-tests/test_proposal_memo.py).
+tests/sampler/test_proposal_memo.py).
 
 Where it pays: once chains sit near a mode, most proposals are either X itself (free: no rows) or rejected, and
 a rejected chain draws from the same conditional at its next visit of position i, so it often proposes the same

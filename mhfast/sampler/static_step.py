@@ -11,7 +11,7 @@ keeps its state bit for bit, as in the dynamic step, and every other chain sees 
 (the random numbers are counter-based, per chain: who else is in the batch changes nothing).
 With a model whose output rows do not depend on the rest of their batch (e.g.
 :class:`~mhfast.models.tabular.TabularMLM`) the chains equal the dynamic step's exactly
-(tests/test_static_step.py); a real network's matmuls may round differently at other batch sizes.
+(tests/sampler/test_static_step.py); a real network's matmuls may round differently at other batch sizes.
 
 The price: rows of unchanged chains are forwarded for nothing (the proposals that keep their state,
 ``1 - P(X' != X)`` of them). It pays where a step's launch and sync overheads dominate, i.e.

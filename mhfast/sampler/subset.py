@@ -4,7 +4,7 @@
 Every per-chain field of :class:`~mhfast.sampler.state.ChainState` has the chains on its first dimension, and a
 chain's moves depend only on its own fields and random numbers (:mod:`mhfast.runtime.rng`), so the kept chains
 go on exactly as they would have in the whole batch (with a model whose rows do not depend on the rest of their
-batch, bit for bit; tests/test_convergence.py).
+batch, bit for bit; tests/sampler/test_convergence.py).
 
 Example:
     >>> import torch

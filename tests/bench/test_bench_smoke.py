@@ -1,0 +1,127 @@
+"""Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
+bench_floor.py --compare capture and bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot
+unnoticed.
+
+It checks that the script runs and reports every op; it asserts nothing about speed (speed is
+measured in bench/, never asserted in tests).
+
+Example:
+    python3 -m pytest -q tests/bench/test_bench_smoke.py
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_ops_quick_runs_and_reports_every_op():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_ops.py"), "--quick", "--no-write",
+                           "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for op in ("masked_copies", "gather_energies", "propose", "mh_accept_", "one MH step (4 ops)"):
+        assert f"{op} [cpu]" in proc.stdout, f"{op} missing from the report:\n{proc.stdout[-3000:]}"
+    assert "wrote" not in proc.stdout  # --no-write leaves bench/RESULTS.md alone
+
+
+@pytest.mark.slow  # 20 s on the 2-core CI machine
+def test_bench_decoder_quick_runs_and_checks_the_chains():
+    """bench/bench_decoder.py on the bundled CMLM, tiny sizes: it runs, reports both forwards, and the fast
+    decoder's chains equal fairseq's (the script exits 1 otherwise)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_decoder.py"), "--sentences", "2", "--epochs",
+                           "2", "--repeats", "1", "--rows", "16", "--lengths", "8", "--budgets", "512", "4096",
+                           "--budget-length", "8", "--no-write"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| 8 |" in proc.stdout and "same chains: yes" in proc.stdout, proc.stdout[-3000:]
+    assert "| 512 | 4096 |" in proc.stdout and "Fastest:" in proc.stdout, proc.stdout[-3000:]
+
+
+@pytest.mark.slow  # 23-199 s on the 2-core CI machine
+def test_bench_sampler_records_and_replays_the_default_forward():
+    """bench/bench_sampler.py, one small AntiBERTy case: the sampler runs through the recorder of its default
+    (fast) forward, the e1 run's calls are a prefix of the e2 run's (the script asserts it), the replay runs, and
+    the case forwarded rows."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_sampler.py"), "--models", "antiberty",
+                           "--lengths", "16", "--chains", "5", "--steps", "2", "--epochs", "1", "2", "--alg1-steps",
+                           "1", "2", "--reps", "1", "--memory-epochs", "20", "--budget", "10000", "--no-write"],  # budget: no Algorithm 1
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| antiberty | 16 | 5 |"))
+    rows_per_proposal = float(row.split("|")[10])
+    assert rows_per_proposal > 0, row
+    assert "wrote" not in proc.stdout
+
+
+@pytest.mark.slow  # 15 s on the 2-core CI machine
+def test_bench_mixmatch_runs_a_small_case_on_antiberty_s_shape():
+    """bench/bench_mixmatch.py, one small case on the random model of AntiBERTy's shape (what the GPU check runs, where
+    the antiberty package is missing): both loops make the same proposals, mixmatch forwards 2T+1 rows per proposal,
+    mhfast at most T-1, and the report names the model."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_mixmatch.py"), "--model", "antiberty-random",
+                           "--lengths", "8", "--chains", "2", "--dtypes", "float32", "--starts", "random", "--budget",
+                           "16", "--repeats", "1", "--captures", "none", "static", "--no-write"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for start in ("random", "random, capture=static"):  # mhfast as it is, and its static step, against one mixmatch
+        row = next(line for line in proc.stdout.splitlines() if line.startswith(f"| {start} | float32 | 8 | 2 |"))
+        cells = [c.strip() for c in row.split("|")]
+        assert cells[5] == "2 (2 x 1)" and cells[6] == "17", row  # C x n proposals; 2T+1 rows
+        assert 0 < float(cells[7].split(";")[1]) <= 7, row  # mhfast's timed rows per proposal: T-1 when it changes
+    assert "randomly initialized BERT of AntiBERTy's exact shape" in proc.stdout
+    assert "wrote" not in proc.stdout
+
+
+@pytest.mark.slow  # 15-21 s on the 2-core CI machine
+def test_bench_memo_compares_the_memo_off_and_on():
+    """bench/bench_memo.py, one tiny case: both runs, the memo's rows at most those without it."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_memo.py"), "--model", "antiberty-random",
+                           "--lengths", "8", "--chains", "2", "--epochs", "3", "--starts", "random", "--repeats", "1",
+                           "--no-write"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| random | 8 | 2 | 3 |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert 0 <= float(cells[8]) <= float(cells[7]) <= 7, row  # rows / proposal: on <= off <= T-1
+
+
+def test_bench_floor_compares_both_steps():
+    """bench/bench_floor.py --compare capture, one tiny size: both steps timed, the static one forwards every moving
+    chain's rows."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_floor.py"), "--compare", "capture", "--sizes",
+                           "3x6", "--rounds", "1", "--repeats", "1", "--no-write"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 3 | 6 |"))
+    rows_none, rows_static = (float(x) for x in row.split("|")[6].split(","))
+    assert rows_static == 3 * 5 and rows_none <= rows_static, row  # A x (T - 1) rows per static step
+    assert "wrote" not in proc.stdout
+
+
+@pytest.mark.slow  # 18-21 s on the 2-core CI machine
+def test_bench_forward_compile_lines_on_a_tiny_bert(monkeypatch):
+    """bench/bench_forward.py's measure_compile (gpu_check's step 10 on a GPU) on a tiny 2-layer BERT: it compiles
+    through mhfast.models.compiled_blocks, times both modes and writes its line."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # put back after the test, with what the script adds
+    import torch
+    import bench_forward
+    from exact_checks import two_layer_bert
+
+    line = bench_forward.measure_compile(two_layer_bert(), 6, 1, torch.float32)
+    assert line.startswith("torch.compile on the sampler's path (compile=True), float32, T=6: 1 encoder layers "
+                           "compiled"), line
+    assert "16 chain(s) (80 rows)" in line and "largest output difference" in line, line
+
+
+@pytest.mark.slow  # 10 s on the 2-core CI machine
+def test_bench_ess_quick_reports_every_sampler():
+    """bench/bench_ess.py on the tabular toy, tiny sizes: it runs and reports ESS for the four samplers."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_ess.py"), "--quick", "--no-write", "--cases",
+                           "toy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for sampler in ("mh", "block-mh", "gibbs", "block-gibbs"):
+        assert f"| toy | {sampler} | " in proc.stdout, proc.stdout[-3000:]
+    assert "wrote" not in proc.stdout

@@ -1,0 +1,117 @@
+"""The ``mhfast sample`` command line on a tiny random BERT directory and on AntiBERTy."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from hf_tiny_models import save_tiny_bert_dir
+from mhfast.cli import main
+from mhfast.models.antiberty import AMINO_ACIDS
+
+WORDS = set("abcdefg")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_bert_dir(tmp_path_factory.mktemp("cli") / "tiny_bert")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["sample", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def sample_lines(out: str, energy: str) -> list[tuple[str, float, float]]:
+    """(sequence, E_raw, E_local) of every printed chain of the ``energy`` run."""
+    lines, current = [], None
+    for line in out.splitlines():
+        if line.startswith(f"[{energy}] input"):
+            current = energy
+        elif line.startswith("["):
+            current = None
+        elif current and line.startswith("  ") and not line.strip().startswith("best:"):
+            seq, raw, local = line.strip().split("\t")
+            lines.append((seq, float(raw.split("=")[1]), float(local.split("=")[1])))
+    return lines
+
+
+def test_unconditional_both_energies_on_tiny_bert(capsys, tiny_dir):
+    code, out, err = run_cli(capsys, "--model", tiny_dir, "--length", "5", "--energy", "both", "--chains", "3",
+                             "--epochs", "3", "--burn-in", "1", "--seed", "4")
+    assert code == 0, err
+    for energy in ("raw", "local"):
+        chains = sample_lines(out, energy)
+        assert len(chains) == 3
+        for seq, _, _ in chains:
+            assert len(seq.split()) == 5 and set(seq.split()) <= WORDS
+        assert re.search(rf"\[{energy}\] acceptance [01]\.\d+  novel [01]\.\d+", out)
+    assert out.count("epoch   3/3") == 2  # progress lines of both runs
+
+
+def test_infilling_keeps_fixed_tokens(capsys, tiny_dir):
+    code, out, err = run_cli(capsys, "--model", tiny_dir, "--init", "a b c d e f", "g g g", "--free", "1:3",
+                             "--chains", "4", "--epochs", "3", "--burn-in", "0", "--quiet")
+    assert code == 0, err
+    chains = sample_lines(out, "raw")
+    assert len(chains) == 8
+    for seq, _, _ in chains[:4]:
+        words = seq.split()
+        assert words[0] == "a" and words[3:] == ["d", "e", "f"]
+    for seq, _, _ in chains[4:]:
+        assert seq.split()[0] == "g"
+    assert "  epoch " not in out and "# model" not in out  # --quiet: no progress, no headers
+
+
+def test_init_file_fasta_on_antiberty(capsys, tmp_path):
+    fasta = tmp_path / "in.fasta"
+    fasta.write_text(">h1\nEVQLVESGG\nGLVQPG\n>h2\nQVQLQESG_PG\n")
+    code, out, err = run_cli(capsys, "--init-file", str(fasta), "--free", "6:9", "--chains", "2", "--epochs", "1",
+                             "--burn-in", "0", "--energy", "local", "--backend", "reference")
+    assert code == 0, err
+    chains = sample_lines(out, "local")
+    assert len(chains) == 4
+    for seq, _, e_local in chains:
+        assert set(seq) <= set(AMINO_ACIDS) and e_local > 0
+    for seq, _, _ in chains[:2]:
+        assert len(seq) == 15 and seq[:6] == "EVQLVE" and seq[9:] == "GLVQPG"
+    for seq, _, _ in chains[2:]:
+        assert len(seq) == 11 and seq[:6] == "QVQLQE" and seq[9:] == "PG"  # the '_' at 8 was filled
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--chains", "0"], "--chains must be an int >= 1, got 0"),
+    (["--burn-in", "9", "--epochs", "2"], "--epochs (2) must be >= --burn-in (9)"),
+    (["--model", "/does/not/exist"], "--model: no such model directory"),
+    (["--init", "a", "--length", "3"], "not allowed with argument"),
+    (["--init", "a", "--free", "3:1"], "START < END"),
+    (["--init-file", "/does/not/exist.txt"], "no such file"),
+    (["--energy", "bogus"], "invalid choice"),
+    (["--length", "4", "--free", "0:2"], "--free needs --init"),
+    (["--init", "a b", "--free", "0:5"], "has only 2 tokens"),
+    (["--top-p", "1.5", "--length", "3"], "--top-p must be in (0, 1]"),
+])
+def test_bad_options_print_one_line_and_exit_2(capsys, tiny_dir, argv, message):
+    if "--model" not in argv:
+        argv = ["--model", tiny_dir, *argv]
+    try:
+        code = main(["sample", *argv])
+    except SystemExit as e:  # argparse errors exit from inside parse_args
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.slow  # 13 s on the 2-core CI machine
+def test_python_dash_m_entry_point(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([sys.executable, "-m", "mhfast", "sample", "--init-file", str(tmp_path / "missing")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("mhfast sample: error: --init-file: no such file")
+    assert proc.stderr.count("\n") == 1

@@ -1,0 +1,111 @@
+"""Humanization (mhfast.humanize, mhfast humanize) on the real Sapiens light-chain model.
+
+* ``sapiens_argmax`` (the re-implementation of BioPhi's Sapiens humanization) equals the argmax of the sapiens
+  package's own ``predict_scores`` over the framework, CDRs from the parent, for 1 and 2 iterations;
+* ``humanize`` never changes a CDR residue, never exceeds ``max_mutations`` in any recorded state, and reports
+  each variant's energy as an independent ``mhfast.energy`` call computes it (E_local + hamming x mutations),
+  its mutations as the differences from the parent, lowest energy first;
+* the command prints that, and refuses bad spans in one line (exit 2).
+
+The parent is the mouse 4D5 light chain (trastuzumab's parent; Hu-mAb 25 pairs of Marks et al., Bioinformatics
+2021, from github.com/Merck/BioPhi-2021-publication, data/tasks/humab_25_pairs/pairs/parental.fa), cut to its
+first 40 residues for speed in the sampling tests (CDR-L1 = residues 23-33, Kabat).
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.humanize import MutationCap, framework_positions, humanize, mutations, sapiens_argmax
+from mhfast.models.sapiens import AMINO_ACIDS, load_sapiens
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ROOT = Path(__file__).resolve().parents[2]
+MOUSE_4D5_VL = "DIVMTQSHKFMSTSVGDRVSITCKASQDVNTAVAWYQQKPGHSPKLLIYSASFRYTGVPDRFTGNRSGTDFTFTISSVQAEDLAVYYCQQHYTTPPTFGGGTKVEIK"
+KABAT_CDRS = [(23, 34), (49, 56), (88, 97)]
+SHORT, SHORT_CDRS = MOUSE_4D5_VL[:40], [(23, 34)]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return load_sapiens("L")
+
+
+def test_helpers():
+    assert mutations("QVQL", "EVQL") == ["Q1E"] and framework_positions(5, [(1, 3)]) == [0, 3, 4]
+    with pytest.raises(ValueError, match="cdrs: span 3:9"):
+        framework_positions(5, [(3, 9)])
+    with pytest.raises(ValueError, match="variant"):
+        mutations("QV", "Q")
+    with pytest.raises(ValueError, match="max_mutations"):
+        MutationCap(torch.zeros(1, 3, dtype=torch.long), -1)
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_biophi_argmax_equals_the_packages_predict_scores(lm, iterations):
+    import sapiens
+
+    seq = MOUSE_4D5_VL
+    frame = set(framework_positions(len(seq), KABAT_CDRS))
+    for _ in range(iterations):  # BioPhi's loop, on the package's own scores
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            best = "".join(sapiens.predict_scores(seq, "L").idxmax(axis=1).values)
+        seq = "".join(b if i in frame else p for i, (p, b) in enumerate(zip(MOUSE_4D5_VL, best)))
+    h = sapiens_argmax(lm, MOUSE_4D5_VL, KABAT_CDRS, iterations=iterations)
+    assert h.variants[0].sequence == seq
+    assert len(h.variants[0].mutations) > 5  # a mouse framework: many residues the human model would change
+
+
+@pytest.mark.slow  # 18 s on the 2-core CI machine
+def test_humanize_keeps_cdrs_respects_the_cap_and_scores_its_variants(lm):
+    cap, w = 3, 0.5
+    h = humanize(lm, SHORT, SHORT_CDRS, hamming=w, max_mutations=cap, top=50, chains=6, epochs=3, burn_in=1,
+                 seed=0, proposal_temperature=1.5)
+    assert h.framework == tuple(framework_positions(len(SHORT), SHORT_CDRS))
+    variants = h.variants
+    assert len(variants) >= 3 and sum(v.seen for v in variants) <= 6 * 2  # chains x post-burn-in epochs
+    assert [v.energy for v in variants] == sorted(v.energy for v in variants)
+    e = mhfast.energy(lm, [lm.encode(v.sequence) for v in variants]).e_local
+    for v, e_local in zip(variants, e.tolist()):
+        assert v.sequence[23:34] == SHORT[23:34] and set(v.sequence) <= set(AMINO_ACIDS)
+        assert list(v.mutations) == mutations(SHORT, v.sequence) and len(v.mutations) <= cap
+        assert abs(v.e_local - e_local) < 1e-4 and abs(v.energy - (e_local + w * len(v.mutations))) < 1e-4
+    assert any(v.mutations for v in variants)  # the chains moved
+    assert abs(h.parent_e_local - float(mhfast.energy(lm, [lm.encode(SHORT)]).e_local[0])) < 1e-4
+
+
+def test_the_cap_holds_in_every_state(lm):
+    ids = lm.encode(SHORT)[None]
+    free = torch.zeros_like(ids, dtype=torch.bool)
+    free[0, 1:16] = True
+    r = mhfast.sample(lm, init=ids, free_positions=free, chains=6, epochs=2, burn_in=0, seed=1, energy="local",
+                      proposal_temperature=3.0, record="epoch", extra_energy=[(MutationCap(ids, 2, lm.pad_id), 1.0)])
+    distance = (r.history[:, 0] != ids).sum(-1)
+    assert int(distance.max()) == 2  # the chains reach the cap (hot proposals) and never pass it
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mhfast", "humanize", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+@pytest.mark.slow  # 61 s on the 2-core CI machine
+def test_cli(lm):
+    run = _cli("--chain", "L", "--parent", SHORT, "--cdr", "23:34", "--max-mutations", "2", "--chains", "2",
+               "--epochs", "2", "--burn-in", "1", "--top", "3")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# parent E_local=") and lines[1].startswith("# rank")
+    rows = [line.split("\t") for line in lines[2:]]
+    assert 1 <= len(rows) <= 3 and [r[0] for r in rows] == [str(k) for k in range(1, len(rows) + 1)]
+    for r in rows:
+        assert r[5][23:34] == SHORT[23:34] and int(r[4]) <= 2
+        assert (r[6] == "-") == (int(r[4]) == 0) and (r[6] == "-" or r[6].split() == mutations(SHORT, r[5]))
+    bad = _cli("--chain", "L", "--parent", SHORT, "--cdr", "23:99")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "23:99" in bad.stderr, bad.stderr

@@ -1,0 +1,178 @@
+"""The tools of the exactness tests: enumerate every sequence of a tiny model, compute the target by
+enumeration with the reference ops, run n independent chains and compare (total variation against the bound
+that tests/sampler/test_sampler_exact.py derives), and the tiny models these checks run on.
+
+Used by the exactness tests of every layer (tests/sampler/, tests/ops/test_uniform_mix.py,
+tests/models/test_compile_option.py, tests/bench/test_bench_smoke.py).
+
+Example:
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> template, free = masks(agreeing_pair(), 2)
+    >>> enumerate_states(agreeing_pair(), template, free).tolist()
+    [[0, 0], [0, 1], [1, 0], [1, 1]]
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+import mhfast
+from mhfast import reference
+from mhfast.models.tabular import TabularMLM
+
+
+def sample(device: str, *args, **kwargs) -> mhfast.SampleResult:
+    """``mhfast.sample(*args, device=device, **kwargs)`` with its tensors moved to the CPU, where the
+    assertions compare them; checks first that the chains lived on ``device``."""
+    result = mhfast.sample(*args, device=device, **kwargs)
+    assert result.tokens.device.type == device, f"chains on {result.tokens.device}, asked for {device}"
+    return dataclasses.replace(result, **{f.name: getattr(result, f.name).cpu() for f in dataclasses.fields(result)
+                                          if isinstance(getattr(result, f.name), torch.Tensor)})
+
+N_CHAINS = 3000
+
+
+def ordinary_tokens(model) -> list[int]:
+    special = set(int(i) for i in model.special_ids) | {model.mask_id, model.pad_id}
+    return [t for t in range(model.vocab_size) if t not in special]
+
+
+def enumerate_states(model, template: torch.Tensor, free: torch.Tensor):
+    """All sequences that agree with ``template`` outside ``free``: Long[K, T]."""
+    words = ordinary_tokens(model)
+    free_pos = free.nonzero().squeeze(1).tolist()
+    states = []
+    for combo in itertools.product(words, repeat=len(free_pos)):
+        x = template.clone()
+        x[free_pos] = torch.tensor(combo)
+        states.append(x)
+    return torch.stack(states)
+
+
+def energies(model, states: torch.Tensor, energy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E_raw, E_local) of each state with the reference ops: one masked row per energy position."""
+    K = states.shape[0]
+    seq, pos = energy_mask.expand(K, -1).nonzero(as_tuple=True)
+    rows = reference.masked_copies(states, seq, pos, model.mask_id)
+    with torch.no_grad():
+        logits = model.masked_logits(rows, pos).float().cpu()
+    e_raw, e_local, _ = reference.gather_energies(logits, states[seq, pos], seq, K)
+    return e_raw.double(), e_local.double()
+
+
+def target_distribution(model, states, energy_mask, energy: str, tau: float) -> torch.Tensor:
+    e_raw, e_local = energies(model, states, energy_mask)
+    e = e_raw if energy == "raw" else e_local
+    return torch.softmax(-e / tau, dim=0)
+
+
+def empirical(states: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+    """Frequencies of ``samples`` [n, T] over the enumerated ``states`` [K, T] (every sample must be one)."""
+    match = (samples[:, None, :] == states[None, :, :]).all(dim=2)  # [n, K]
+    assert bool((match.sum(dim=1) == 1).all()), "a sample is outside the enumerated state space"
+    return match.double().mean(dim=0)
+
+
+def local_target(model, template: torch.Tensor, dtype: torch.dtype | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states that agree with ``template`` outside its masks and the local-energy target over them, from the
+    model's logits as evaluated (under CPU autocast to ``dtype`` when given): (states Long[K, T], p f64[K])."""
+    free = template == model.mask_id
+    states = enumerate_states(model, template, free)
+    K = states.shape[0]
+    seq, pos = free.expand(K, -1).nonzero(as_tuple=True)
+    rows = reference.masked_copies(states, seq, pos, model.mask_id)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        logits = model.masked_logits(rows, pos)
+    _, e_local, _ = reference.gather_energies(logits, states[seq, pos], seq, K)
+    return states, torch.softmax(-e_local.double(), dim=0)
+
+
+def tv_and_bound(p: torch.Tensor, p_hat: torch.Tensor, n: int) -> tuple[float, float]:
+    tv = 0.5 * float((p - p_hat).abs().sum())
+    mean_bound = 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
+    return tv, 3 * mean_bound
+
+
+def run_and_compare(device, model, template, free, *, energy, tau=1.0, n=N_CHAINS, **kwargs):
+    energy_mask = ~torch.isin(template, torch.tensor(sorted(set(model.special_ids) - {model.mask_id})))
+    states = enumerate_states(model, template, free)
+    p = target_distribution(model, states, energy_mask, energy, tau)
+    start_tau = kwargs.pop("start_tau", tau)  # annealed runs start hotter and end at tau
+    result = sample(device, model, init=template[None], free_positions=free[None], chains=n, energy=energy,
+                    target_temperature=start_tau, **kwargs)
+    p_hat = empirical(states, result.tokens[0])
+    return (*tv_and_bound(p, p_hat, n), result)
+
+
+def nucleus_connected(model, template, free, proposal_temperature, top_p) -> bool:
+    """Whether single-site moves inside the nucleus connect every state (else MH is reducible)."""
+    states = enumerate_states(model, template, free)
+    K = states.shape[0]
+    special = torch.zeros(model.vocab_size, dtype=torch.bool)
+    special[list(model.special_ids)] = True
+    adj = torch.zeros(K, K, dtype=torch.bool)
+    for i in free.nonzero().squeeze(1).tolist():
+        rows = states.clone()
+        rows[:, i] = model.mask_id
+        logits = model.masked_logits(rows, torch.full((K,), i)).masked_fill(special, float("-inf"))
+        inside = torch.isfinite(reference.nucleus_log_probs(logits, proposal_temperature, top_p))  # [K, V]
+        same_ctx = (rows[:, None, :] == rows[None, :, :]).all(dim=2)
+        ok_from = inside.gather(1, states[:, i:i + 1]).squeeze(1)
+        adj |= same_ctx & ok_from[:, None] & ok_from[None, :]
+    reach = torch.zeros(K, dtype=torch.bool)
+    reach[0] = True
+    for _ in range(K):
+        reach = reach | (adj & reach[:, None]).any(dim=0)
+    return bool(reach.all())
+
+
+def masks(model, T):
+    return torch.full((T,), model.mask_id, dtype=torch.long), torch.ones(T, dtype=torch.bool)
+
+
+def tiny_bert(device: str = "cpu"):
+    transformers = pytest.importorskip("transformers")
+    from mhfast.models.hf import HFMaskedLM
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16, pad_token_id=0)
+    model = transformers.BertForMaskedLM(config).eval()
+    with torch.no_grad():  # random init is nearly uniform: sharpen the conditionals a little
+        model.get_output_embeddings().weight.mul_(4.0)
+    # vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK] then words 5, 6, 7
+    return HFMaskedLM(model, device=device, pad_id=0, mask_id=4, bos_id=2, eos_id=3, special_ids=(0, 1, 2, 3, 4))
+
+
+def two_layer_bert(layers: int = 2):
+    """tiny_bert (words 5, 6, 7; sharpened head) with ``layers`` layers."""
+    transformers = pytest.importorskip("transformers")
+    from mhfast.models.hf import HFMaskedLM
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16, pad_token_id=0)
+    model = transformers.BertForMaskedLM(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(4.0)
+    return HFMaskedLM(model, pad_id=0, mask_id=4, bos_id=2, eos_id=3, special_ids=(0, 1, 2, 3, 4))
+
+
+def agreeing_pair() -> TabularMLM:
+    """T = 2, tokens a = 0, b = 1 (mask 2, pad 3): each position repeats its neighbour with probability
+    0.8 (a masked neighbour: 0.5 / 0.5). Target (local energy) pi(x) ~ p(x1 | x2) p(x2 | x1): .47 on aa
+    and bb, .03 on ab and ba. With top_p = 0.5 the nucleus holds the neighbour's token only (a for a
+    masked neighbour: ties go to the lower id), so MH never leaves {aa} or {bb}: reducible."""
+    V = 4
+    table = torch.full((V ** 2, 2, V), float("-inf"))
+    agree = torch.tensor([[0.8, 0.2], [0.2, 0.8]]).log()
+    for x1 in range(V):
+        for x2 in range(V):
+            code = x1 * V + x2
+            table[code, 0, :2] = agree[x2] if x2 < 2 else torch.tensor([0.5, 0.5]).log()
+            table[code, 1, :2] = agree[x1] if x1 < 2 else torch.tensor([0.5, 0.5]).log()
+    return TabularMLM({2: table}, mask_id=2, pad_id=3)

@@ -1,0 +1,78 @@
+"""The bundled Multi30k De->En CMLM (``mhfast/data/multi30k_de_en/``): complete, small, half precision, it
+translates, and its test files are the raw Multi30k test_2016_flickr pair.
+
+The BLEU floor below is a regression guard for the shipped weights (the full test-set numbers are in
+training/README.md): Mask-Predict with the paper's settings (10 iterations, length beam 3) on the first
+``PREFIX`` test sentences must stay at or above ``BLEU_FLOOR``. A broken export (wrong dictionary, fp16
+overflow, mismatched SentencePiece model, optimizer state instead of weights) lands near 0.
+"""
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import sacrebleu
+import torch
+
+from fairseq_tiny_cmlm import require_multi30k
+from mhfast.translation import (BUNDLE_DIR, BUNDLE_FILES, BUNDLED_TEST_REFERENCE, BUNDLED_TEST_SOURCE,
+                                load_bundled_model)
+
+PREFIX = 100
+BLEU_FLOOR = 20.0
+MAX_BUNDLE_MIB = 40
+
+
+@pytest.fixture(scope="module")
+def translator():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2-core CI: one thread is faster than two spinning against each other
+    yield load_bundled_model()
+    torch.set_num_threads(before)
+
+
+def test_bundle_is_complete_and_small():
+    for name in (*BUNDLE_FILES, BUNDLED_TEST_SOURCE.name, BUNDLED_TEST_REFERENCE.name):
+        assert (BUNDLE_DIR / name).is_file(), f"{name} missing from {BUNDLE_DIR}"
+    size = sum(p.stat().st_size for p in BUNDLE_DIR.iterdir() if p.is_file())
+    assert size < MAX_BUNDLE_MIB * 2**20, f"bundle is {size / 2**20:.1f} MiB"
+
+
+def test_bundle_weights_are_half_precision_without_optimizer_state():
+    ckpt = torch.load(BUNDLE_DIR / "model.pt", map_location="cpu", weights_only=False)  # our own file
+    floats = [v for v in ckpt["model"].values() if v.is_floating_point()]
+    assert floats and all(v.dtype == torch.float16 for v in floats)
+    assert all(torch.isfinite(v).all() for v in floats)
+    assert not ckpt.get("last_optimizer_state")
+
+
+def test_bundled_test_files_are_the_raw_multi30k_pair():
+    for bundled, lang in ((BUNDLED_TEST_SOURCE, "de"), (BUNDLED_TEST_REFERENCE, "en")):
+        with gzip.open(require_multi30k() / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            raw = f.read().splitlines()
+        assert bundled.read_text(encoding="utf-8").splitlines() == raw
+        assert len(raw) == 1000
+
+
+@pytest.mark.slow  # 26 s on the 2-core CI machine
+def test_mask_predict_bleu_on_a_test_prefix(translator):
+    sources = BUNDLED_TEST_SOURCE.read_text(encoding="utf-8").splitlines()[:PREFIX]
+    refs = BUNDLED_TEST_REFERENCE.read_text(encoding="utf-8").splitlines()[:PREFIX]
+    out = translator.translate(sources, method="mask-predict", iterations=10, length_beam=3)
+    hyps = [h.text for h in out.hypotheses]
+    assert all(hyps)
+    bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    assert bleu.score >= BLEU_FLOOR, f"{bleu} (first {PREFIX} sentences of test_2016_flickr)"
+
+
+def test_mh_translation_beats_its_warm_start(translator):
+    """Raw-energy MH with annealing lowers the energy of the greedy fill it starts from (section 8)."""
+    sources = BUNDLED_TEST_SOURCE.read_text(encoding="utf-8").splitlines()[:3]
+    out = translator.translate(sources, method="mh", input_ids=range(3), sampler_options=dict(
+        energy="raw", chains=2, epochs=4, burn_in=1, anneal=0.2, seed=0))
+    assert all(h.text for h in out.hypotheses)
+    first, last = out.epochs[0], out.epochs[-1]
+    assert last["e_raw"] < first["e_raw"]
+    # each sentence's own post-burn-in rates (of its kept length candidate's chains)
+    rates = [(h.details["acceptance_rate"], h.details["novel_rate"]) for h in out.hypotheses]
+    assert all(0.0 <= novel <= acc <= 1.0 for acc, novel in rates), rates

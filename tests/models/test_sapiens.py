@@ -1,0 +1,220 @@
+"""The real Sapiens models (sapiens==1.0.5, heavy and light chain) through mhfast's fairseq masked-LM adapter.
+
+* the adapter's masked logits equal the RobertaModel the sapiens package loads itself (same files, fairseq's hub
+  loader), and its vocabulary order is the package's;
+* ``sapiens.predict_scores`` (the package's own per-position probabilities, what BioPhi humanizes with) is
+  reproduced through the adapter, unmasked and with masked residues;
+* E_local (mhfast.energy) equals a direct computation (one masked forward per residue, float64 sums);
+* the fast forward (last layer at the masked positions) gives the same chains as the full forward;
+* MH is exact on an enumerable restriction of the real model: two free residues of a real heavy-chain fragment,
+  three allowed amino acids each (AllowedTokens), 9 states; the empirical distribution of n independent chains
+  is within the total-variation bound of tests/sampler/test_sampler_exact.py (3 x the expected TV of n draws from the
+  target; McDiarmid: a false failure has probability < 1e-6 at this n);
+* load errors name what is missing.
+
+Sequences (real antibodies; the Hu-mAb 25 pairs of Marks et al., Bioinformatics 2021, as distributed with the
+BioPhi publication, github.com/Merck/BioPhi-2021-publication, data/tasks/humab_25_pairs/pairs/): the mouse 4D5
+parent of trastuzumab (Herceptin) VH and VL (parental.fa), and the humanized VH and VL that experimental.fa lists
+for Herceptin (the VH is trastuzumab's, as in tests/models/test_antiberty.py).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.energy_terms import AllowedTokens
+from mhfast.models.fast_forward import fast_forward_model
+from mhfast.models.sapiens import AMINO_ACIDS, SapiensMaskedLM, chain_name, load_sapiens
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ROOT = Path(__file__).resolve().parents[2]
+MOUSE_4D5_VH = "QVQLQQSGPELVKPGASLKLSCTASGFNIKDTYIHWVKQRPEQGLEWIGRIYPTNGYTRYDPKFQDKATITADTSSNTAYLQVSRLTSEDTAVYYCSRWGGDGFYAMDYWGQGASVTVSS"
+MOUSE_4D5_VL = "DIVMTQSHKFMSTSVGDRVSITCKASQDVNTAVAWYQQKPGHSPKLLIYSASFRYTGVPDRFTGNRSGTDFTFTISSVQAEDLAVYYCQQHYTTPPTFGGGTKVEIK"
+TRASTUZUMAB_VH = "EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSVKGRFTISADTSKNTAYLQMNSLRAEDTAVYYCSRWGGDGFYAMDYWGQGTLVTVSS"
+HUMANIZED_4D5_VL = "DIQMTQSPSSLSASVGDRVTITCRASQDVNTAVAWYQQKPGKAPKLLIYSASFLESGVPSRFSGSRSGTDFTLTISSLQPEDFATYYCQQHYTTPTTFGQGTKVEIK"
+SEQUENCES = {"H": [MOUSE_4D5_VH, TRASTUZUMAB_VH], "L": [MOUSE_4D5_VL, HUMANIZED_4D5_VL]}
+
+
+@pytest.fixture(scope="module", params=["H", "L"])
+def chain(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def lm(chain) -> SapiensMaskedLM:
+    return load_sapiens(chain)
+
+
+def predict_scores(seq: str, chain: str):
+    import sapiens
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        return sapiens.predict_scores(seq, chain)
+
+
+def package_model(chain: str):
+    """The RobertaModel inside the sapiens package's loaded model (cached by the package)."""
+    from sapiens.predict import get_model_path, load_cached_model
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        model = load_cached_model(get_model_path("v1"), {"H": "checkpoint_vh.pt", "L": "checkpoint_vl.pt"}[chain])
+    return model.interface
+
+
+def test_vocabulary_is_the_packages(lm, chain):
+    hub = package_model(chain)
+    assert lm.symbols == list(hub.task.target_dictionary.symbols) == list(hub.task.source_dictionary.symbols)
+    assert lm.vocab_size == 25 and lm.special_ids == (0, 1, 2, 3, 24) and lm.mask_id == 24
+    assert lm.chain == chain and lm.max_length == hub.model.encoder.max_positions() == {"H": 144, "L": 128}[chain]
+    assert lm.decode(lm.encode(SEQUENCES[chain][0])) == SEQUENCES[chain][0]
+    assert lm.decode(lm.encode("ev*ql_x")) == "EV_QL__"
+    with pytest.raises(ValueError, match="'B' at position 2"):
+        lm.encode("EVBQL")
+    with pytest.raises(ValueError, match="variable region"):
+        lm.encode("A" * 143)
+
+
+def test_masked_logits_equal_the_packages_model(lm, chain):
+    model = package_model(chain).model.eval()
+    encoded = [lm.encode(s) for s in SEQUENCES[chain]]
+    width = max(len(e) for e in encoded)
+    g = torch.Generator().manual_seed(0)
+    rows, positions, lengths = [], [], []
+    for e in encoded:
+        for p in torch.randint(1, len(e) - 1, (6,), generator=g).tolist():
+            row = torch.full((width,), lm.pad_id)
+            row[:len(e)] = e
+            row[p] = lm.mask_id
+            rows.append(row)
+            positions.append(p)
+            lengths.append(len(e))
+    rows, positions = torch.stack(rows), torch.tensor(positions)
+    logits = lm.masked_logits(rows, positions)
+    fast = fast_forward_model(lm).masked_logits(rows, positions)
+    for n, L in enumerate(lengths):
+        with torch.no_grad():
+            want = model(rows[n:n + 1, :L])[0][0, positions[n]]
+        torch.testing.assert_close(logits[n], want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fast[n], want, atol=1e-5, rtol=1e-5)
+
+
+def test_predict_scores_reproduced(lm, chain):
+    columns = [lm.vocab[a] for a in AMINO_ACIDS]
+    for seq in (SEQUENCES[chain][0], SEQUENCES[chain][1][:40] + "**" + SEQUENCES[chain][1][42:]):
+        df = predict_scores(seq, chain)
+        assert list(df.columns) == list(AMINO_ACIDS)
+        ids = lm.encode(seq)
+        probs = lm.position_logits(ids[None])[0].softmax(-1)[1:-1][:, columns]  # <s>/</s> dropped, as it does
+        torch.testing.assert_close(probs, torch.tensor(df.values), atol=1e-6, rtol=1e-5)
+    # The masked rows' predictions are the adapter's masked_logits (several masks of one row, one forward).
+    at = lm.masked_logits_at(ids[None], torch.tensor([0, 0]), torch.tensor([41, 42])).softmax(-1)[:, columns]
+    torch.testing.assert_close(at, torch.tensor(df.values[40:42]), atol=1e-6, rtol=1e-5)
+
+
+def test_energy_equals_a_direct_masked_computation(lm, chain):
+    model = package_model(chain).model.eval()
+    got = mhfast.energy(lm, [lm.encode(s) for s in SEQUENCES[chain]])
+    for b, seq in enumerate(SEQUENCES[chain]):
+        ids = lm.encode(seq)
+        T = len(seq)
+        rows = ids.repeat(T, 1)
+        rows[torch.arange(T), torch.arange(1, T + 1)] = lm.mask_id
+        with torch.no_grad():
+            logits = model(rows)[0][torch.arange(T), torch.arange(1, T + 1)].double()
+        picked = logits.gather(1, ids[1:-1, None]).squeeze(1)
+        e_local = -float((picked - logits.logsumexp(1)).sum())
+        assert abs(float(got.e_local[b]) - e_local) <= 1e-4 * max(1.0, abs(e_local)), (b, got.e_local[b], e_local)
+        assert abs(float(got.e_raw[b]) + float(picked.sum())) <= 1e-4 * max(1.0, float(picked.abs().sum()))
+
+
+def test_fast_and_full_forwards_give_the_same_chains(lm, chain):
+    init = lm.encode(SEQUENCES[chain][0][:24])[None]
+    free = torch.zeros_like(init, dtype=torch.bool)
+    free[0, 3:20] = True
+    runs = [mhfast.sample(lm, init=init, free_positions=free, chains=3, epochs=2, burn_in=0, seed=2,
+                          energy="local", proposal_temperature=1.5, forward=f) for f in ("fast", "full")]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert runs[0].model_rows == runs[1].model_rows and float(runs[0].novel_rate.mean()) > 0
+
+
+@pytest.mark.slow  # 29 s on the 2-core CI machine
+def test_mh_is_exact_on_an_enumerable_restriction():
+    """Two free residues of a real VH fragment, three amino acids allowed at each: 9 states, enumerated."""
+    lm = load_sapiens("H")
+    init = lm.encode(TRASTUZUMAB_VH[25:33])[None]  # GFNIKDTY: the start of CDR-H1 with its framework flank
+    free_pos, options = [3, 5], ["NQS", "KRT"]  # N and K of the parent, and two others each
+    allowed = torch.ones(init.shape[1], lm.vocab_size, dtype=torch.bool)
+    for p, aas in zip(free_pos, options):
+        allowed[p] = False
+        allowed[p, [lm.vocab[a] for a in aas]] = True
+    states = init.repeat(9, 1)
+    for k, (a, b) in enumerate(itertools.product(*options)):
+        states[k, free_pos] = torch.tensor([lm.vocab[a], lm.vocab[b]])
+    p = torch.softmax(-mhfast.energy(lm, states, energy="local").e_local.double(), 0)
+    free = torch.zeros_like(init, dtype=torch.bool)
+    free[0, free_pos] = True
+    # 20 epochs: from the parent, every chain's start, the TV of the epochs' states fell 0.39, 0.15 (6), 0.07 (11),
+    # 0.02-0.03 from epoch 16 on (1200 chains): the conditionals the proposals come from are far from the joint
+    n = 1000
+    r = mhfast.sample(lm, init=init, free_positions=free, chains=n, epochs=20, burn_in=2, seed=3, energy="local",
+                      extra_energy=AllowedTokens(allowed))
+    match = (r.tokens[0][:, None, :] == states[None]).all(-1)
+    assert bool((match.sum(1) == 1).all()), "a chain left the allowed set"
+    p_hat = match.double().mean(0)
+    tv = 0.5 * float((p - p_hat).abs().sum())
+    bound = 3 * 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}; p={p.tolist()}, p_hat={p_hat.tolist()}"
+    assert float(p.max()) < 0.99  # the target is not one state: the test has power
+
+
+def test_load_errors_name_what_is_missing(monkeypatch):
+    with pytest.raises(ValueError, match="chain: expected 'H'"):
+        load_sapiens("X")
+    assert chain_name("kappa") == "L" and chain_name("vh") == "H"
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sapiens" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install --no-deps sapiens==1.0.5 pandas"):
+        load_sapiens("H")
+
+
+@pytest.mark.slow  # 17 s on the 2-core CI machine
+def test_cli_score_by_name():
+    run = subprocess.run([sys.executable, "-m", "mhfast", "score", "--model", "sapiens-l", "-q"], input=MOUSE_4D5_VL
+                         + "\n", capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lm = load_sapiens("L")
+    want = -float(mhfast.energy(lm, [lm.encode(MOUSE_4D5_VL)]).e_local[0])
+    assert abs(float(run.stdout.split()[0]) - want) < 1e-3 and int(run.stdout.split()[2]) == len(MOUSE_4D5_VL)
+
+
+@pytest.mark.slow  # 40 s on the 2-core CI machine
+def test_score_over_two_torchrun_ranks_writes_the_bytes_of_one_process(tmp_path):
+    """``torchrun -m mhfast score --model sapiens-h``: the file of one process (gloo over loopback, 2 ranks)."""
+    import os
+    import socket
+
+    src = tmp_path / "heavy.txt"
+    src.write_text("\n".join([MOUSE_4D5_VH, TRASTUZUMAB_VH[:60], MOUSE_4D5_VH[:40], "EVQLV"]) + "\n")
+    argv = ["score", "--model", "sapiens-h", "-i", str(src), "-q", "--batch-size", "1", "--per-token"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), OMP_NUM_THREADS="1",
+               MHFAST_DIST_TIMEOUT="60")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    one, two = tmp_path / "one.tsv", tmp_path / "two.tsv"
+    subprocess.run([sys.executable, "-m", "mhfast", *argv, "-o", str(one)], env=env, check=True, timeout=300,
+                   capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(port), "-m", "mhfast", *argv, "-o", str(two)], env=env, timeout=300,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert two.read_bytes() == one.read_bytes() and len(one.read_text().splitlines()) == 4

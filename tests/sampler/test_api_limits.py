@@ -1,0 +1,137 @@
+"""Limits in the Python API (issue 37). The model's position limit: ``mhfast.score``, ``mhfast.energy`` and
+``mhfast.sample`` refuse a sequence longer than the model's position table with a ValueError naming the sequence,
+its length and the model's limit (:func:`mhfast.models.base.check_length`), before any model call: never
+transformers' "expanded size of the tensor ... must match" from inside the forward. Integer ranges: a token id or
+input id beyond 64 bits is a ValueError naming the argument and the range, never torch's "Overflow when unpacking
+long long". The command-line side of both is in tests/cli/test_adversarial_cli.py.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import mhfast
+from hf_tiny_models import ids_for, save_tiny_bert_dir, tiny_model
+from mhfast.models.base import check_length, position_limit
+from mhfast.models.hf import HFMaskedLM
+
+KINDS = ["bert", "roberta", "distilbert", "electra", "albert"]  # absolute positions: a limit (esm: rotary, none)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def lm(request) -> HFMaskedLM:
+    return HFMaskedLM(tiny_model(request.param), **ids_for(request.param))
+
+
+def _row(lm: HFMaskedLM, words: int) -> torch.Tensor:
+    """``[bos] + words ordinary tokens + [eos]``: Long[words + 2]."""
+    return torch.tensor([lm.bos_id] + [5 + i % 7 for i in range(words)] + [lm.eos_id])
+
+
+def _message(name: str, length: int, limit: int) -> str:
+    return rf"{re.escape(name)} has {length} tokens \(special tokens included\), more than the model's maximum of " \
+           rf"{limit} positions"
+
+
+def test_the_limit_is_the_models_own(lm):
+    assert position_limit(lm) == lm.max_length is not None
+    assert position_limit(object()) is None
+    check_length(lm, lm.max_length, "a row that just fits")
+
+
+def test_energy_refuses_a_row_longer_than_the_positions(lm):
+    limit = lm.max_length
+    fits, long = _row(lm, limit - 2), _row(lm, limit - 1)
+    assert mhfast.energy(lm, [fits]).e_raw.shape == (1,)
+    with pytest.raises(ValueError, match=_message("mhfast.energy: tokens row 1", limit + 1, limit)):
+        mhfast.energy(lm, [fits, long])
+
+
+def test_score_refuses_a_sequence_longer_than_the_positions(lm):
+    limit = lm.max_length
+    with pytest.raises(ValueError, match=_message("mhfast.score: sequences[2]", limit + 5, limit)):
+        mhfast.score(lm, [_row(lm, 3).tolist(), _row(lm, limit - 2).tolist(), _row(lm, limit + 3).tolist()])
+
+
+def test_score_refuses_a_text_longer_than_the_positions(tmp_path):
+    directory = save_tiny_bert_dir(tmp_path / "bert")
+    with pytest.raises(ValueError, match=_message("mhfast.score: sequences[1]", 62, 40)):
+        mhfast.score(directory, ["a b", "a " * 60])
+
+
+def test_sample_refuses_init_rows_longer_than_the_positions(lm):
+    limit = lm.max_length
+    init = torch.full((2, limit + 2), lm.pad_id, dtype=torch.long)
+    init[0, :5], init[1] = _row(lm, 3), _row(lm, limit)
+    with pytest.raises(ValueError, match=_message("mhfast.sample: init row 1", limit + 2, limit)):
+        mhfast.sample(lm, init=init, chains=1, epochs=1, burn_in=0)
+
+
+def test_sample_refuses_a_length_beyond_the_positions(lm):
+    limit = lm.max_length
+    with pytest.raises(ValueError, match=_message(f"length {limit - 1} (+2 special tokens)", limit + 1, limit)):
+        mhfast.sample(lm, limit - 1, chains=1, epochs=1, burn_in=0)
+
+
+def test_the_model_itself_refuses_a_wider_row(lm):
+    """The adapter's own guard (any caller, e.g. a custom loop): a ValueError, not transformers' RuntimeError."""
+    rows = _row(lm, lm.max_length)[None]
+    with pytest.raises(ValueError, match="tokens: a row has"):
+        lm.masked_logits(rows, torch.tensor([1]))
+
+
+def test_a_translator_checks_targets_and_sources():
+    """The bundled CMLM: target rows against its target positions, sources against its source positions."""
+    from mhfast.translation import load_bundled_model
+
+    translator = load_bundled_model()
+    limit = position_limit(translator)
+    assert limit == translator.cmlm.max_target_positions
+    long = " ".join(["dog"] * (limit + 10))
+    with pytest.raises(ValueError, match=r"mhfast.score: sequences\[0\] has \d+ tokens .* maximum of 1024 positions"):
+        mhfast.score(translator, [long], sources=["ein Hund"])
+    with pytest.raises(ValueError, match=r"mhfast.score: sources\[1\] has \d+ tokens .* 1024 source positions"):
+        mhfast.score(translator, ["a dog", "a dog"], sources=["ein Hund", " ".join(["Hund"] * 1100)])
+
+
+# -------------------------------------------------------------------- ids beyond 64 bits
+def test_ids_beyond_int64_name_the_argument_and_the_range():
+    from mhfast.models.tabular import TabularMLM
+
+    model = TabularMLM.random(num_tokens=3, length=3, seed=0)  # vocabulary [0, 5)
+    huge = 2 ** 70
+    with pytest.raises(ValueError, match=rf"mhfast.energy: tokens\[1\]: token id {huge} is outside the vocabulary "
+                                         r"\[0, 5\)"):
+        mhfast.energy(model, [[0, 1, 2], [0, 1, huge]])
+    with pytest.raises(ValueError, match=rf"mhfast.score: sequences\[0\]: token id {huge} is outside the vocabulary"):
+        mhfast.score(model, [[0, huge, 2]])
+    with pytest.raises(ValueError, match=rf"mhfast.sample: input_ids: value {huge} is outside \[0, "):
+        mhfast.sample(model, 3, input_ids=[huge], chains=1, epochs=1, burn_in=0)
+    with pytest.raises(ValueError, match=r"mhfast.sample: input_ids must be >= 0"):
+        mhfast.sample(model, 3, input_ids=[-huge], chains=1, epochs=1, burn_in=0)
+
+
+# -------------------------------------------------------------------- chains x inputs x length against memory
+def test_the_state_estimate_counts_the_masked_copies_and_the_cache(lm):
+    from mhfast.sampler.problem import BYTES_PER_SLOT, state_bytes
+
+    one = state_bytes(lm, 1, 1, 12)
+    assert one > 12 * (BYTES_PER_SLOT + 8 * 12 + 4 * 16)  # state + a masked copy per position + d=16 features each
+    assert state_bytes(lm, 2, 5, 12) == 10 * one  # linear in inputs x chains
+    assert state_bytes(lm, 1, 5, 40) < 2 ** 20  # the paper's chains at the model's longest rows: well under 1 MiB
+
+
+def test_chains_beyond_the_available_memory_are_refused_before_allocating(lm, monkeypatch):
+    from mhfast.sampler import problem, state
+
+    monkeypatch.setattr(problem, "available_memory", lambda device: 2 ** 30)
+    monkeypatch.setattr(state.ChainState, "create", lambda *a, **k: pytest.fail("allocated before the check"))
+    with pytest.raises(ValueError, match=r"mhfast.sample: length x chains: 1 input\(s\) x 10000000 chains x \d+ "
+                                         r"positions = \d+ token slots need about [\d.]+ GiB .* more than the "
+                                         r"1.0 GiB available on cpu: lower chains"):
+        mhfast.sample(lm, 3, chains=10 ** 7, epochs=1, burn_in=0)
+    init = torch.stack([_row(lm, 3), _row(lm, 3)])
+    with pytest.raises(ValueError, match=r"mhfast.sample: init x chains: 2 input\(s\) x 5000000 chains"):
+        mhfast.sample(lm, init=init, chains=5 * 10 ** 6, epochs=1, burn_in=0)

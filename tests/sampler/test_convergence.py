@@ -1,0 +1,406 @@
+"""Did the chains mix? Traces, ArviZ diagnostics, dispersed starts and runs that stop when converged (issue 33).
+
+* the diagnostics are ArviZ's on the same arrays (array_stats on ``result.traces``), and R-hat is the
+  rank-normalized split R-hat of Vehtari et al. (2021), recomputed here by hand from its definition;
+* the 95% interval ``mean +- 1.96 MCSE`` of the mean local energy covers the exact mean (enumeration) at close to
+  the nominal rate over many independent replicates; the bound is binomial in their number (see the test); an
+  MCSE that ignores autocorrelation fails the same check;
+* chains that cannot mix are flagged: the reducible nucleus model (uniform_mix=0) with chains started in its two
+  closed classes, and a strongly coupled two-mode model whose modes have equal energy (its energy traces mix, its
+  projections do not): R-hat well above 1.01, and until_rhat never declares them converged;
+* until_rhat on a mixing toy stops early, per input, and the chains are bit for bit those of a run without the
+  option up to each input's stop (every kernel, the memo, the static step);
+* per-position tallies agree with the per-chain counts; traces are what they say; dispersed starts follow
+  their distributions (chi-square); bad input is a ValueError naming the argument.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import mhfast
+from mhfast.models.tabular import TabularMLM
+from mhfast.sampler import diagnostics, starts, traces
+from exact_checks import agreeing_pair, energies, enumerate_states, masks
+
+from arviz_stats.base import array_stats  # noqa: E402 - installed by scripts/install.sh: missing, these tests fail
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def mixing_toy(**kw) -> TabularMLM:
+    return TabularMLM.random(num_tokens=3, length=3, seed=11, **kw)
+
+
+def coupled_modes(T: int = 6, J: float = 1.5) -> TabularMLM:
+    """Two tokens a = 0, b = 1 (mask 2, pad 3) on T positions; a position's conditional given the rest is
+    ``softmax(J * (#a, #b among the other unmasked positions))``: symmetric under a <-> b, so all-a and all-b are
+    two modes of equal energy. A chain flips single positions inside its mode, but reaching the other mode means
+    crossing the half-a half-b states, which single-site MH at J = 1.5 practically never does."""
+    V = 4
+    codes = torch.arange(V ** T)
+    digits = torch.stack([(codes // V ** (T - 1 - t)) % V for t in range(T)], dim=1)
+    table = torch.full((V ** T, T, V), float("-inf"))
+    for t in range(T):
+        others = torch.cat([digits[:, :t], digits[:, t + 1:]], dim=1)
+        table[:, t, :2] = torch.log_softmax(J * torch.stack([(others == 0).sum(1), (others == 1).sum(1)], 1).float(), 1)
+    return TabularMLM({T: table}, mask_id=2, pad_id=3)
+
+
+def post_burn_in(r, b: int) -> np.ndarray:
+    keep = (r.trace_epochs >= r.burn_in) & (r.trace_epochs < int(r.epochs_run[b]))
+    return r.traces[b][:, keep].double().numpy()
+
+
+# ---------------------------------------------------------------------------- the diagnostics are ArviZ's
+def hand_rank_rhat(x: np.ndarray) -> float:
+    """Rank-normalized split R-hat (Vehtari et al. 2021, eqs. 1-4 and section 4), from its definition: split
+    each chain in halves, replace the draws by normal scores of their pooled ranks (Blom: (r - 3/8) / (n + 1/4)),
+    classic R-hat; the same of the folded draws |x - median|; the larger of the two."""
+    def split(a):
+        half = a.shape[1] // 2
+        return np.vstack([a[:, :half], a[:, a.shape[1] - half:]])
+
+    def z(a):
+        r = stats.rankdata(a, method="average").reshape(a.shape)
+        return stats.norm.ppf((r - 0.375) / (a.size + 0.25))
+
+    def rhat(a):
+        n = a.shape[1]
+        w = a.var(axis=1, ddof=1).mean()
+        b = n * a.mean(axis=1).var(ddof=1)
+        return math.sqrt(((n - 1) / n * w + b / n) / w)
+
+    s = split(x)
+    return max(rhat(z(s)), rhat(z(np.abs(s - np.median(s)))))
+
+
+def test_diagnostics_equal_arviz_on_the_traces():
+    model = mixing_toy()
+    template, _ = masks(model, 3)
+    r = mhfast.sample(model, init=template[None].repeat(3, 1), chains=4, epochs=70, burn_in=10, seed=5,
+                      start="random", energy="local")
+    assert r.trace_names == ["e_raw", "e_local", "proj_0", "proj_1", "proj_2"]
+    assert tuple(r.traces.shape) == (3, 4, 70, 5) and r.trace_epochs.tolist() == list(range(70))
+    for b, diag in enumerate(r.diagnostics):
+        x = post_burn_in(r, b)
+        assert x.shape == (4, 60, 5)
+        for s, name in enumerate(r.trace_names):
+            a = x[:, :, s]
+            assert diag["rhat"][name] == float(array_stats.rhat(a, method="rank"))
+            assert diag["ess_bulk"][name] == float(array_stats.ess(a, method="bulk"))
+            assert diag["ess_tail"][name] == float(array_stats.ess(a, method="tail", prob=(0.05, 0.95)))
+            assert diag["mcse_mean"][name] == float(array_stats.mcse(a, method="mean"))
+            assert diag["rhat"][name] == pytest.approx(hand_rank_rhat(a), rel=1e-12)
+            # MCSE of the mean is sd / sqrt(ESS of the mean), the ESS ArviZ computes for it
+            assert diag["mcse_mean"][name] == pytest.approx(a.std(ddof=1) / math.sqrt(
+                float(array_stats.ess(a, method="mean"))), rel=1e-12)
+
+
+def test_rhat_by_hand_sees_the_chain_axis():
+    """The hand formula itself can fail: chains with different means give a large R-hat, and swapping the chain
+    and draw axes changes it."""
+    g = np.random.default_rng(0)
+    x = g.normal(size=(4, 100)) + np.array([0, 0, 3, 3])[:, None]
+    assert hand_rank_rhat(x) > 1.5 and hand_rank_rhat(x) == pytest.approx(float(array_stats.rhat(x)), rel=1e-12)
+    assert hand_rank_rhat(x.T[:4]) != pytest.approx(hand_rank_rhat(x))
+
+
+# ---------------------------------------------------------------------------- MCSE covers the exact mean
+Z95 = 1.959964
+
+
+def coverage_consistent(k: int, n: int, low: float = 0.92, high: float = 0.97, alpha: float = 1e-3) -> bool:
+    """Whether ``k`` covers out of ``n`` are consistent with a true coverage in [low, high]: not below the
+    ``alpha`` quantile of Binomial(n, low) nor above the ``1 - alpha`` quantile of Binomial(n, high)."""
+    return stats.binom.cdf(k, n, low) > alpha and stats.binom.sf(k - 1, n, high) > alpha
+
+
+@pytest.mark.slow  # 14 s on the 2-core CI machine
+def test_mcse_interval_covers_the_exact_mean_energy():
+    """n = 400 inputs of one call are 400 independent replicates (the counter RNG keys every draw by its input),
+    each with 4 chains from random starts, 100 post-burn-in sweeps. Per replicate, mean +- 1.96 MCSE of E_local
+    (ArviZ's MCSE, as result.diagnostics reports it) should cover the exact E_pi[E_local] (enumeration) 95% of the
+    time; MCSE is itself estimated (ESS ~170 of 400 draws), so the true coverage sits a little under 0.95. The
+    check: the number of covers k is consistent with a coverage in [0.92, 0.97] (binomial, alpha = 1e-3 on each
+    side): a sampler at 0.95 fails it with probability < 1e-3 * 2 (P(Bin(400, .95) <= the .92 bound) is ~1e-5).
+    The same data with a naive MCSE (sd / sqrt(draws), autocorrelation ignored) covers ~75% and must fail."""
+    model = mixing_toy()
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    _, e_local = energies(model, states, free)
+    exact = float((torch.softmax(-e_local, 0) * e_local).sum())
+    n = 400
+    r = mhfast.sample(model, init=template[None].repeat(n, 1), chains=4, epochs=120, burn_in=20, seed=3,
+                      start="random", energy="local")
+    covered = naive = 0
+    for b in range(n):
+        x = post_burn_in(r, b)[:, :, 1]
+        mcse = r.diagnostics[b]["mcse_mean"]["e_local"]
+        covered += abs(x.mean() - exact) <= Z95 * mcse
+        naive += abs(x.mean() - exact) <= Z95 * x.std(ddof=1) / math.sqrt(x.size)
+    assert coverage_consistent(covered, n), f"MCSE interval covers {covered}/{n}"
+    assert not coverage_consistent(naive, n), f"the naive interval covers {naive}/{n}: the check cannot fail"
+
+
+# ---------------------------------------------------------------------------- chains that cannot mix
+def test_reducible_nucleus_is_flagged_and_never_converges():
+    """agreeing_pair with top_p = 0.5 and uniform_mix = 0: {aa} and {bb} are closed classes (tests/ops/test_uniform_mix.py).
+    Two chains start in each (per-chain init); they never move, so every projection's R-hat is infinite (chains
+    constant and different) while aa and bb have the same energy (its R-hat is NaN: no variance at all)."""
+    model = agreeing_pair()
+    init = torch.tensor([[0, 0], [0, 0], [1, 1], [1, 1]])[None]
+    kw = dict(chains=4, epochs=60, burn_in=5, seed=0, energy="local", top_p=0.5, uniform_mix=0.0)
+    r = mhfast.sample(model, init=init, **kw)
+    assert torch.equal(r.tokens, init), "the chains must stay in their classes"
+    rhat = r.diagnostics[0]["rhat"]
+    assert all(rhat[f"proj_{j}"] > 10 for j in range(traces.PROJECTIONS)), rhat
+    stopped = mhfast.sample(model, init=init, until_rhat=1.01, **kw)
+    assert stopped.converged.tolist() == [False] and stopped.epochs_run.tolist() == [60]
+    # every chain at the same (greedy) start: nothing varies at all; R-hat NaN is not converged either
+    same = mhfast.sample(model, 2, until_rhat=1.01, **kw)
+    assert all(math.isnan(v) for v in same.diagnostics[0]["rhat"].values())
+    assert same.converged.tolist() == [False] and same.epochs_run.tolist() == [60]
+
+
+def test_two_equal_energy_modes_are_flagged_by_the_projections():
+    model = coupled_modes()
+    init = torch.tensor([[0] * 6] * 2 + [[1] * 6] * 2)[None]
+    kw = dict(chains=4, epochs=300, burn_in=10, seed=0, energy="local")
+    r = mhfast.sample(model, init=init, **kw)
+    mostly_a = (r.tokens[0] == 0).float().mean(dim=1).tolist()
+    assert mostly_a[0] > 0.5 and mostly_a[1] > 0.5 and mostly_a[2] < 0.5 and mostly_a[3] < 0.5, "chains crossed"
+    rhat = r.diagnostics[0]["rhat"]
+    assert rhat["e_local"] < 1.05, f"the energy traces mix (both modes have the same energies): {rhat}"
+    assert min(rhat[f"proj_{j}"] for j in range(traces.PROJECTIONS)) > 2, rhat
+    stopped = mhfast.sample(model, init=init, until_rhat=1.01, **kw)
+    assert stopped.converged.tolist() == [False] and stopped.epochs_run.tolist() == [300]
+
+
+# ---------------------------------------------------------------------------- until_rhat stops early, same chains
+SAMPLERS = [dict(), dict(memo=0), dict(capture="static"), dict(sampler="block-mh", block_schedule=2),
+            dict(sampler="gibbs"), dict(sampler="block-gibbs", block_schedule=2)]
+
+
+@pytest.mark.slow  # 3-11 s on the 2-core CI machine
+@pytest.mark.parametrize("kwargs", SAMPLERS, ids=["mh", "mh-memo0", "mh-static", "block-mh", "gibbs", "block-gibbs"])
+def test_until_rhat_stops_each_input_early_with_the_same_chains(kwargs):
+    """Four inputs (two lengths, padding) leave the batch at their own epochs; each one's tokens, best sample,
+    traces and tallies equal, bit for bit, a run without the options of exactly that many epochs."""
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=0.5)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p], [m, m, m, m], [m, m, m, p]])
+    base = dict(chains=4, epochs=400, burn_in=5, seed=1, start="random", energy="local", **kwargs)
+    r = mhfast.sample(model, init=init, until_rhat=1.03, min_ess=80, **base)
+    assert r.converged.all() and bool((r.epochs_run < 400).all()), r.epochs_run
+    assert len(set(r.epochs_run.tolist())) > 1, "inputs should stop at different epochs"
+    assert len(r.e_raw) == int(r.epochs_run.max())
+    for b in range(4):
+        e = int(r.epochs_run[b])
+        d = r.diagnostics[b]
+        assert diagnostics.meets(d, 1.03, 80), d
+        plain = mhfast.sample(model, init=init, **{**base, "epochs": e})
+        assert torch.equal(plain.tokens[b], r.tokens[b]) and torch.equal(plain.best_tokens[b], r.best_tokens[b])
+        assert torch.equal(plain.traces[b], r.traces[b, :, :e]) and bool(r.traces[b, :, e:].isnan().all())
+        for key in ("position_proposals", "position_accepted", "position_changed"):
+            assert torch.equal(getattr(plain, key)[b], getattr(r, key)[b]), key
+        assert torch.equal(plain.chain_proposals[:, b], r.chain_proposals[:e, b])
+        assert int(r.chain_proposals[e:, b].sum()) == 0, "a stopped input made proposals"
+
+
+def test_until_rhat_alone_and_min_ess_alone():
+    model = mixing_toy(scale=0.3)
+    r = mhfast.sample(model, 3, chains=4, epochs=300, burn_in=5, seed=0, start="random", until_rhat=1.05)
+    assert r.converged.tolist() == [True] and int(r.epochs_run[0]) < 300
+    assert all(v < 1.05 for v in r.diagnostics[0]["rhat"].values())
+    r = mhfast.sample(model, 3, chains=4, epochs=300, burn_in=5, seed=0, start="random", min_ess=200)
+    assert r.converged.tolist() == [True] and int(r.epochs_run[0]) < 300
+    assert all(v >= 200 for key in ("ess_bulk", "ess_tail") for v in r.diagnostics[0][key].values())
+    unbounded = mhfast.sample(model, 3, chains=4, epochs=30, burn_in=5, seed=0, start="random", min_ess=1e9)
+    assert unbounded.converged.tolist() == [False] and unbounded.epochs_run.tolist() == [30]
+    assert mhfast.sample(model, 3, chains=2, epochs=3, burn_in=1).converged is None  # no criteria: no verdict
+
+
+def test_length_beam_keeps_the_chosen_candidates_diagnostics():
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3, 4), num_sources=3, seed=5)
+    r = mhfast.sample(model, source=[0, 1, 2], length_beam=2, chains=3, epochs=40, burn_in=5, seed=0,
+                      until_rhat=1.1)
+    assert r.traces.shape[:2] == (3, 3) and r.epochs_run.shape == (3,) and r.converged.shape == (3,)
+    assert len(r.diagnostics) == 3 and r.position_proposals.shape[:2] == (3, 3)
+
+
+# ---------------------------------------------------------------------------- traces and tallies
+def test_traces_are_the_states_summaries():
+    model = mixing_toy()
+    r = mhfast.sample(model, 3, chains=3, epochs=9, burn_in=2, seed=4, trace_every=3, start="sampled")
+    assert r.trace_epochs.tolist() == [2, 5, 8] and r.traces.shape == (1, 3, 3, 5)
+    last = r.traces[0, :, -1]
+    assert torch.equal(last[:, 0], r.energy_raw[0]) and torch.equal(last[:, 1], r.energy_local[0])
+    assert torch.equal(last[:, 2:], traces.projections(r.tokens[0], torch.ones(3, 3, dtype=torch.bool), 5))
+
+
+def test_projections_are_fixed_functions_of_position_and_token():
+    x = torch.tensor([[0, 1, 2], [2, 1, 0], [0, 1, 2]])
+    free = torch.ones(3, 3, dtype=torch.bool)
+    p = traces.projections(x, free, 3)
+    assert torch.equal(p[0], p[2]) and not torch.equal(p[0], p[1])
+    # a sum over the free positions of one weight per (position, token): position by position, the same total
+    one_hot = torch.eye(3, dtype=torch.bool)
+    parts = torch.stack([traces.projections(x, one_hot[t].expand(3, 3), 3) for t in range(3)])
+    torch.testing.assert_close(parts.sum(0), p)
+    assert torch.equal(traces.projections(x, free, 3, mhfast.reference.counter_uniforms), p)  # either backend's op
+    g = torch.Generator().manual_seed(0)  # standard normal weights: many random one-token sequences
+    many = traces.projections(torch.randint(0, 1000, (20000, 1), generator=g), torch.ones(20000, 1, dtype=torch.bool),
+                              1000)
+    assert abs(float(many.mean())) < 0.05 and abs(float(many.std()) - 1) < 0.05
+
+
+@pytest.mark.parametrize("sampler", ["mh", "gibbs", "block-mh", "block-gibbs"])
+def test_position_tallies_agree_with_the_chain_counts(sampler):
+    model = TabularMLM.random(4, (3, 5), seed=11, scale=1.5)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m, m], [0, m, 2, m, 1], [m, 1, m, p, p]])
+    free = torch.tensor([[True] * 5, [False, True, True, True, False], [True, True, True, False, False]])
+    kw = dict(block_schedule=2) if sampler.startswith("block") else {}
+    r = mhfast.sample(model, init=init, free_positions=free, sampler=sampler, chains=3, epochs=12, burn_in=4, seed=2,
+                      **kw)
+    post = 12 - 4
+    # every free position is proposed once per sweep, in every kernel; nothing else is
+    assert torch.equal(r.position_proposals, free[:, None, :].expand(-1, 3, -1).long() * post)
+    assert bool((r.position_changed <= r.position_accepted).all() and (r.position_accepted <= r.position_proposals).all())
+    chain = lambda counts: counts[4:].permute(1, 2, 0).sum(-1)  # noqa: E731  Long[B, C] after burn-in
+    if sampler in ("mh", "gibbs"):  # one position per proposal: the per-position sums are the chain counts
+        assert torch.equal(r.position_accepted.sum(-1), chain(r.chain_accepted))
+        assert torch.equal(r.position_changed.sum(-1), chain(r.chain_novel))
+    if sampler.endswith("gibbs"):
+        assert torch.equal(r.position_accepted, r.position_proposals)
+    acc, changed = r.position_rates()
+    assert acc.shape == (3, 5) and bool(acc[~free].isnan().all()) and bool((changed[free] <= acc[free]).all())
+
+
+# ---------------------------------------------------------------------------- dispersed starts
+def _start_tokens(model, cfg_kwargs, n: int):
+    """The starts of n chains of one all-mask input (no step: the function the sampler calls)."""
+    from mhfast.sampler.options import config_from_kwargs
+    from mhfast.sampler.problem import build_problem
+    from mhfast.runtime.runner import ModelRunner
+
+    cfg = config_from_kwargs({"chains": n, **cfg_kwargs})
+    problem = build_problem(model, cfg, length=2)
+    return starts.initial_tokens(ModelRunner(model, None, 65536), problem, cfg, mhfast.reference.counter_uniforms)
+
+
+def test_random_and_sampled_starts_follow_their_distributions():
+    model = TabularMLM.random(num_tokens=4, length=2, seed=3, scale=2.0)
+    n = 8000
+    greedy = _start_tokens(model, {}, 5)
+    assert bool((greedy == greedy[0]).all()), "greedy: every chain at the same start"
+    for start in ("random", "sampled"):
+        x = _start_tokens(model, {"start": start, "proposal_temperature": 0.7}, n)
+        assert bool((x < 4).all()), "a special id was drawn"
+        for t in range(2):
+            if start == "random":
+                expected = torch.full((4,), 0.25)
+            else:  # the warm start's conditional (all masks), at the proposal temperature
+                logits = model.masked_logits(torch.full((1, 2), model.mask_id), torch.tensor([t]))[0, :4]
+                expected = torch.softmax(logits.double() / 0.7, 0)
+            counts = torch.bincount(x[:, t], minlength=4).double()
+            _, pval = stats.chisquare(counts.numpy(), (expected.double() * n).numpy())
+            assert pval > 1e-4, f"{start} start, position {t}: chi-square p = {pval:.2e}"
+
+
+def test_per_chain_init_and_sampled_masks():
+    model = agreeing_pair()  # reducible at top_p 0.5: chains stay where they start
+    init = torch.tensor([[0, 0], [1, 1], [0, 0], [1, 1]])[None]
+    r = mhfast.sample(model, init=init, chains=4, epochs=3, burn_in=0, top_p=0.5, uniform_mix=0.0)
+    assert torch.equal(r.tokens, init)
+    m = model.mask_id
+    masked = torch.tensor([[0, m], [1, m], [m, m], [m, m]])[None]
+    r = mhfast.sample(model, init=masked, chains=4, epochs=1, burn_in=0, start="sampled", seed=0)
+    assert r.tokens.shape == (1, 4, 2) and bool((r.tokens < 2).all())
+
+
+# ---------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(until_rhat=1.0), "until_rhat must be a finite number > 1, got 1.0"),
+    (dict(until_rhat=float("nan")), "until_rhat must be"),
+    (dict(until_rhat="1.01"), "until_rhat must be"),
+    (dict(min_ess=-1), "min_ess must be a finite number >= 0, got -1"),
+    (dict(trace_every=0), "trace_every must be an int >= 1, got 0"),
+    (dict(trace_every=1.5), "trace_every must be an int >= 1"),
+    (dict(start="dispersed"), "start must be one of 'greedy', 'sampled', 'random'"),
+    (dict(until_rhat=1.01, chains=1), "until_rhat needs chains >= 2"),
+    (dict(min_ess=10, chains=1), "min_ess needs chains >= 2"),
+    (dict(until_rhat=1.01, anneal=0.1), "until_rhat needs a fixed target"),
+    (dict(until_rhat=1.01, force_accept_epochs=3, burn_in=2), "until_rhat needs force_accept_epochs"),
+])
+def test_bad_options_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match="mhfast.sample: " + message.replace("(", "\\(").replace(")", "\\)")
+                       .replace("[", "\\[").replace("]", "\\]").replace("+", "\\+")):
+        mhfast.sample(mixing_toy(), 3, **{"chains": 2, "epochs": 4, "burn_in": 2, **kwargs})
+
+
+def test_bad_per_chain_init_names_init():
+    model = TabularMLM.random(4, (3, 4), seed=2)
+    m, p = model.mask_id, model.pad_id
+    sample = lambda init, **kw: mhfast.sample(model, init=init, chains=2, epochs=2, burn_in=1, **kw)  # noqa: E731
+    with pytest.raises(ValueError, match=r"init of shape \[B, C, T\] must have .* C = chains \(2\)"):
+        sample(torch.full((1, 3, 4), m))
+    with pytest.raises(ValueError, match=r"init must have shape \[B, T\] \(one start per input\) or \[B, chains, T\]"):
+        sample(torch.full((1, 2, 3, 4), m))
+    with pytest.raises(ValueError, match=r"init must have shape \[B, T\]"):
+        sample(torch.full((4,), m))
+    with pytest.raises(ValueError, match="chain 1 of input 0 has its padding elsewhere"):
+        sample(torch.tensor([[[m, m, m, m], [m, m, m, p]]]))
+    with pytest.raises(ValueError, match="chain 1 of input 0 differs from chain 0 at a fixed position"):
+        sample(torch.tensor([[[0, 1, m, m], [1, 1, m, m]]]), free_positions=torch.tensor([[False, False, True, True]]))
+    with pytest.raises(ValueError, match="contains token id 9"):
+        sample(torch.tensor([[[0, 1, m, m], [0, 9, m, m]]]))
+    with pytest.raises(ValueError, match="start='random' .* cannot be combined with a per-chain init"):
+        sample(torch.full((1, 2, 4), m), start="random")
+    with pytest.raises(TypeError, match="init must be int64"):
+        sample(torch.full((1, 2, 4), float(m)))
+
+
+def test_diagnostics_need_two_chains():
+    r = mhfast.sample(mixing_toy(), 3, chains=1, epochs=10, burn_in=2)
+    with pytest.raises(ValueError, match="diagnostics need chains >= 2"):
+        r.diagnostics
+    with pytest.raises(ValueError, match="diagnostics need chains >= 2"):
+        r.summary()
+
+
+def test_without_arviz_stats_the_error_names_the_extra(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_arviz(name, *args, **kwargs):
+        if name.startswith("arviz"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_arviz)
+    r = mhfast.sample(mixing_toy(), 3, chains=2, epochs=6, burn_in=1)
+    with pytest.raises(ImportError, match=r"pip install \"mhfast\[diagnostics\]\""):
+        r.diagnostics
+    with pytest.raises(ValueError, match=r"until_rhat .*mhfast\[diagnostics\]"):
+        mhfast.sample(mixing_toy(), 3, chains=2, epochs=6, burn_in=1, until_rhat=1.01)
+    with pytest.raises(ImportError, match=r"to_arviz needs ArviZ and xarray: pip install \"mhfast\[arviz\]\""):
+        r.to_arviz()
+
+
+def test_arviz_dict_holds_the_post_burn_in_traces():
+    r = mhfast.sample(mixing_toy(), init=torch.full((2, 3), 3), chains=3, epochs=8, burn_in=3, seed=1)
+    d = r.arviz_dict()
+    assert set(d["posterior"]) == set(r.trace_names) and d["coords"] == {"input": [0, 1]}
+    assert d["posterior"]["e_local"].shape == (3, 5, 2)  # chain, draw, input
+    assert np.array_equal(d["posterior"]["e_local"][:, :, 1], r.traces[1, :, 3:, 1].double().numpy())
+    acc = d["sample_stats"]["acceptance_rate"]
+    assert acc.shape == (3, 5, 2) and np.allclose(
+        acc[:, :, 0], (r.chain_accepted[3:, 0] / r.chain_proposals[3:, 0]).T.double().numpy())

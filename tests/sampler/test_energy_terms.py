@@ -1,0 +1,276 @@
+"""Product-of-experts sampling: ``extra_energy`` terms are sampled exactly (checked by enumeration).
+
+The bound is the one of tests/sampler/test_sampler_exact.py (TV < 3 x the expected TV of n independent
+draws from the target; see its docstring). The power check samples the same model WITHOUT the
+term and shows that the comparison with the term's target then fails, so the test can detect a
+term dropped from the MH ratio.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.energy_terms import AllowedTokens, Hamming, HFClassifier
+from mhfast.models.tabular import TabularMLM
+from exact_checks import empirical, energies, enumerate_states, masks, tv_and_bound
+
+N = 3000
+V_ORD = 3  # ordinary tokens 0..2; mask 3, pad 4
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def model3(**kw) -> TabularMLM:
+    return TabularMLM.random(num_tokens=V_ORD, length=3, seed=11, scale=0.5, **kw)
+
+
+class TableTerm:
+    """A random tabular energy term: f(X) = table[code(X)] over the 5**3 codes of length-3 rows."""
+
+    name = "table"
+
+    def __init__(self, seed: int, scale: float = 1.5):
+        g = torch.Generator().manual_seed(seed)
+        self.table = torch.randn(5 ** 3, generator=g) * scale
+        self.rows_seen = 0
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.rows_seen += tokens.shape[0]
+        code = (tokens * torch.tensor([25, 5, 1], device=tokens.device)).sum(dim=1)
+        return self.table.to(tokens.device)[code]
+
+
+def term_target(model, states, energy: str, extra: torch.Tensor) -> torch.Tensor:
+    e_raw, e_local = energies(model, states, torch.ones(3, dtype=torch.bool))
+    return torch.softmax(-((e_raw if energy == "raw" else e_local) + extra.double()), dim=0)
+
+
+CASES = [("mh", "raw"), ("mh", "local"), ("block-mh", "raw"), ("block-mh", "local")]
+
+
+@pytest.mark.parametrize("sampler,energy", CASES)
+def test_tabular_term_matches_enumeration(sampler, energy):
+    model = model3(features=sampler == "mh", row_hooks=sampler == "block-mh")
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    term = TableTerm(seed=3)
+    p = term_target(model, states, energy, 0.7 * term(states))
+    r = mhfast.sample(model, init=template[None], chains=N, epochs=30, burn_in=5, seed=1, energy=energy,
+                      sampler=sampler, block_schedule=2 if sampler == "block-mh" else None,
+                      extra_energy=[(term, 0.7)])
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    assert tv < bound, f"{sampler}/{energy}: TV {tv:.4f} >= bound {bound:.4f}"
+    # the reported energy is the target's: MLM energy + weighted term; the term's value is reported
+    e_mlm = r.energy_raw if energy == "raw" else r.energy_local
+    assert torch.allclose(r.energy, e_mlm + 0.7 * r.terms[..., 0], atol=1e-5)
+    assert torch.allclose(r.terms[..., 0], term(r.tokens[0]).float()[None], atol=1e-6)
+    assert r.terms_per_epoch.shape == (30, 1, N, 1) and r.term_names == ["table"]
+
+
+@pytest.mark.parametrize("sampler", ["mh", "block-mh"])
+def test_dropping_the_term_is_detected(sampler):
+    """Power: chains of the plain MLM energy are far (TV > bound) from the product-of-experts target."""
+    model = model3()
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    p = term_target(model, states, "local", 0.7 * TableTerm(seed=3)(states))
+    r = mhfast.sample(model, init=template[None], chains=N, epochs=30, burn_in=5, seed=1, energy="local",
+                      sampler=sampler, block_schedule=2 if sampler == "block-mh" else None)
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    assert tv > 2 * bound, f"TV {tv:.4f} vs bound {bound:.4f}: the check could not see a missing term"
+
+
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_hamming_and_allowed_tokens_match_enumeration(energy):
+    """A Hamming penalty to a parent plus a hard constraint (token 2 never at position 1), from the parent."""
+    model = model3()
+    parent = torch.tensor([0, 1, 0])
+    allowed = torch.ones(3, model.vocab_size, dtype=torch.bool)
+    allowed[1, 2] = False
+    template, free = parent.clone(), torch.ones(3, dtype=torch.bool)
+    states = enumerate_states(model, template, free)
+    states = states[states[:, 1] != 2]  # the constraint's support
+    p = term_target(model, states, energy, 1.2 * (states != parent).sum(dim=1).double())
+    r = mhfast.sample(model, init=parent[None], chains=N, epochs=30, burn_in=5, seed=2, energy=energy,
+                      extra_energy=[(Hamming(parent), 1.2), AllowedTokens(allowed)])
+    assert not bool((r.tokens[0, :, 1] == 2).any())
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
+
+
+def test_term_with_input_index_and_batched_inputs():
+    """A term declaring input_index gets each row's input (row of init): two inputs, two references."""
+    model = model3()
+    refs = torch.tensor([[0, 0, 0], [2, 2, 2]])
+    seen = []
+
+    def near(tokens, input_index):
+        seen.append(input_index.clone())
+        return (tokens != refs[input_index]).sum(dim=1).float()
+
+    m = model.mask_id
+    r = mhfast.sample(model, init=torch.tensor([[m, m, m], [m, m, m]]), chains=200, epochs=8, burn_in=2, seed=4,
+                      extra_energy=[(near, 4.0)])
+    assert set(torch.cat(seen).tolist()) == {0, 1}
+    # a strong pull: most chains sit on their own input's reference
+    assert float((r.tokens[0] == refs[0]).all(dim=1).float().mean()) > 0.5
+    assert float((r.tokens[1] == refs[1]).all(dim=1).float().mean()) > 0.5
+
+
+def test_terms_are_never_evaluated_for_no_op_proposals():
+    model = model3()
+    term = TableTerm(seed=5)
+    C = 40
+    r = mhfast.sample(model, 3, chains=C, epochs=6, burn_in=1, seed=6, extra_energy=[term])
+    warm, init_rows = 3, 3 * C  # warm start: 3 rows (one per mask); initial energies: 3 rows per chain
+    changed = (r.model_rows - warm - init_rows) // 2  # a changed single-site proposal forwards T_e - 1 = 2 rows
+    assert term.rows_seen == C + changed
+    assert changed < 6 * 3 * C  # some proposals were no-ops (the count above excludes them)
+
+
+def test_compiled_and_reference_chains_are_identical_with_terms():
+    model = model3()
+    kw = dict(chains=6, epochs=4, burn_in=1, seed=8, extra_energy=[(TableTerm(seed=1), 0.5)], record="epoch")
+    a = mhfast.sample(model, 3, backend="compiled", **kw)
+    b = mhfast.sample(model, 3, backend="reference", **kw)
+    assert torch.equal(a.history, b.history) and torch.equal(a.terms, b.terms)
+
+
+@pytest.mark.parametrize("fn,exc,match", [
+    (lambda t: torch.zeros(t.shape[0] + 1), ValueError, "shape"),
+    (lambda t: torch.zeros(t.shape[0], dtype=torch.long), TypeError, "dtype"),
+    (lambda t: [0.0] * t.shape[0], TypeError, "list"),
+    (lambda t: torch.full((t.shape[0],), float("nan")), ValueError, "NaN"),
+    (lambda t: torch.full((t.shape[0],), float("inf")), ValueError, "infinite"),
+    (lambda t: torch.zeros(t.shape[0], device="meta"), ValueError, "device"),
+])
+def test_bad_terms_get_an_error_naming_the_term(fn, exc, match):
+    def bad_term(tokens):
+        return fn(tokens)
+
+    with pytest.raises(exc, match=f"'bad_term'.*{match}"):
+        mhfast.sample(model3(), 3, chains=2, epochs=2, burn_in=0, extra_energy=bad_term)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(sampler="gibbs", extra_energy=lambda t: t.sum(1).float()), "gibbs"),
+    (dict(sampler="block-gibbs", extra_energy=lambda t: t.sum(1).float()), "block-gibbs"),
+    (dict(extra_energy=3), "extra_energy"),
+    (dict(extra_energy=[(len, float("nan"))]), "finite"),
+    (dict(extra_energy=[AllowedTokens(torch.ones(2, 5, dtype=torch.bool))]), "AllowedTokens mask has shape"),
+])
+def test_bad_extra_energy_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        mhfast.sample(model3(), 3, chains=2, epochs=2, burn_in=0, **kwargs)
+
+
+def test_allowed_tokens_must_leave_a_choice_and_allow_the_start():
+    model = model3()
+    none_left = torch.ones(3, model.vocab_size, dtype=torch.bool)
+    none_left[0, :V_ORD] = False
+    with pytest.raises(ValueError, match="no ordinary token at free position 0"):
+        mhfast.sample(model, 3, chains=2, epochs=1, burn_in=0, extra_energy=AllowedTokens(none_left))
+    no_two = torch.ones(3, model.vocab_size, dtype=torch.bool)
+    no_two[1, 2] = False
+    with pytest.raises(ValueError, match="forbids token 2"):
+        mhfast.sample(model, init=torch.tensor([[0, 2, 1]]), chains=2, epochs=1, burn_in=0,
+                      extra_energy=AllowedTokens(no_two))
+
+
+def test_hf_classifier_term_steers_toward_its_label():
+    """Controlled generation with a classifier term on a tiny random BERT MLM: the label's probability rises."""
+    transformers = pytest.importorskip("transformers")
+    from hf_tiny_models import tiny_model
+    from mhfast.models.hf import HFMaskedLM
+
+    lm = HFMaskedLM(tiny_model("bert", seed=0), mask_id=4, pad_id=0, special_ids=(0, 1, 2, 3, 4))
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(vocab_size=lm.vocab_size, hidden_size=16, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=16, num_labels=2, initializer_range=1.0)
+    clf = HFClassifier(transformers.BertForSequenceClassification(cfg).eval(), label=1)
+    kw = dict(chains=16, epochs=6, burn_in=2, seed=3)
+    plain = mhfast.sample(lm, 6, **kw)
+    steered = mhfast.sample(lm, 6, extra_energy=[(clf, 3.0)], **kw)
+    nll = lambda r: float(clf(r.tokens[0]).mean())  # noqa: E731
+    assert nll(steered) < nll(plain)
+    assert torch.allclose(steered.terms[0, :, 0], clf(steered.tokens[0]), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- CLI flags
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from hf_tiny_models import save_tiny_bert_dir
+
+    return save_tiny_bert_dir(tmp_path_factory.mktemp("terms") / "bert")
+
+
+def _cli(capsys, *argv):
+    from mhfast.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sample_hamming_flag_keeps_infills_close_to_the_init(capsys, tiny_dir):
+    base = ["sample", "--model", tiny_dir, "--init", "a b c d e f", "--chains", "6", "--epochs", "4", "--burn-in", "1",
+            "--quiet"]
+    dist = []
+    for extra in ([], ["--hamming", "20"]):
+        code, out, err = _cli(capsys, *base, *extra)
+        assert code == 0, err
+        seqs = [line.split("\t")[0].split() for line in out.splitlines() if line.startswith("  ")
+                and not line.strip().startswith("best")]
+        dist.append(sum(sum(a != b for a, b in zip(s, "a b c d e f".split())) for s in seqs))
+    assert dist[1] < dist[0] and dist[1] == 0  # weight 20: leaving the init costs e^-20 per token
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sample", "--length", "3", "--hamming", "1"], "--hamming needs --hamming-reference"),
+    (["sample", "--length", "3", "--hamming-reference", "x.txt"], "no such file"),
+    (["sample", "--length", "3", "--hamming", "-1"], "--hamming must be a finite number >= 0"),
+    (["sample", "--length", "3", "--classifier", "/no/such/dir"], "--classifier: no such directory"),
+    (["sample", "--length", "3", "--classifier-weight", "nan"], "--classifier-weight must be a finite number"),
+    (["translate", "--input", "bundled", "--limit", "1", "--hamming", "1"], "--hamming needs --hamming-reference"),
+])
+def test_energy_term_flag_errors_are_one_line(capsys, tiny_dir, argv, needle):
+    if argv[0] == "sample":
+        argv = [argv[0], "--model", tiny_dir, *argv[1:]]
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_mhfast_energy_reports_the_same_terms_as_sample():
+    model = model3()
+    term = TableTerm(seed=3)
+    r = mhfast.sample(model, 3, chains=5, epochs=3, burn_in=1, seed=2, energy="local",
+                      extra_energy=[(term, 0.7), Hamming(torch.tensor([0, 1, 2]))])
+    e = mhfast.energy(model, r.tokens[0], extra_energy=[(term, 0.7), Hamming(torch.tensor([0, 1, 2]))])
+    assert e.term_names == r.term_names == ["table", "hamming"]
+    assert torch.equal(e.terms, r.terms[0])
+    assert torch.allclose(e.e_local + e.e_extra, r.energy[0], atol=1e-5)
+    with pytest.raises(ValueError, match="mhfast.energy: extra_energy"):
+        mhfast.energy(model, r.tokens[0], extra_energy=3)
+
+
+def test_a_hamming_reference_of_another_length_is_refused():
+    """Issue 37: a reference shorter or longer than its sequence would count padding and specials as
+    differences; mhfast.sample and mhfast.energy refuse it before any work, naming it and both lengths."""
+    model = TabularMLM.random(num_tokens=V_ORD, length=[3, 4], seed=1)
+    init = torch.tensor([[0, 1, 2, 4], [0, 1, 2, 0]])  # lengths 3 and 4 (pad 4)
+    fits = Hamming(torch.tensor([[1, 1, 1, 4], [2, 2, 2, 2]]), pad_id=4)
+    assert mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[fits]).terms.shape == (2, 1, 1)
+    short = Hamming(torch.tensor([[1, 1, 1], [2, 2, 2]]), pad_id=4)
+    with pytest.raises(ValueError, match=r"mhfast.sample: extra_energy: Hamming reference row 1 has 3 tokens, the "
+                                         r"sequence it is compared with 4"):
+        mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[short])
+    with pytest.raises(ValueError, match=r"mhfast.sample: extra_energy: Hamming reference row 0 has 4 tokens, "
+                                         r"the sequence it is compared with 3"):
+        mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0,
+                      extra_energy=[(Hamming(torch.tensor([0, 1, 2, 0])), 1.0)])
+    named = Hamming(torch.tensor([[1, 1], [2, 2]]), names=["ref.txt line 1", "ref.txt line 2"])
+    with pytest.raises(ValueError, match=r"mhfast.energy: extra_energy: ref.txt line 1 has 2 tokens, the sequence it "
+                                         r"is compared with 3"):
+        mhfast.energy(model, init, extra_energy=[named])

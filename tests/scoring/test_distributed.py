@@ -1,0 +1,158 @@
+"""mhfast.distributed: sharding by cost, ordered gathers, and sharded sampling equal to one process.
+
+Multi-rank tests start real processes on one machine (gloo over loopback, a free port, bounded in
+time): 2 and 3 ranks give the one-process chains bit for bit.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import mhfast
+import mhfast.distributed as dist
+from mhfast.models.tabular import TabularMLM
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shard_balances_by_cost_and_covers_every_item():
+    costs = [9, 1, 4, 4, 1, 16, 1, 1]
+    parts = dist.shard(costs, 3)
+    assert sorted(i for p in parts for i in p) == list(range(8))
+    loads = [sum(costs[i] for i in p) for p in parts]
+    assert sorted(loads) == [10, 11, 16]  # LPT: 16 | 9+1+1 | 4+4+1+1
+    assert dist.shard(costs, 3) == parts  # deterministic
+    assert dist.shard([], 2) == [[], []]
+    with pytest.raises(ValueError, match="num_ranks"):
+        dist.shard([1], 0)
+
+
+def test_single_process_world_and_gather():
+    w = dist.world()
+    assert (w.rank, w.size) == (0, 1) and w.is_main
+    assert dist.gather({1: "b", 0: "a"}, 2, w) == ["a", "b"]
+    with pytest.raises(RuntimeError, match="no rank returned"):
+        dist.gather({0: "a"}, 2, w)
+
+
+def test_sample_in_one_process_equals_mhfast_sample():
+    model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m], [m, m, p], [0, m, 1], [m, 2, m]])
+    kw = dict(chains=3, epochs=4, burn_in=1, seed=4)
+    out = dist.sample(model, init=init, **kw)
+    ref = mhfast.sample(model, init=init, **kw)
+    assert torch.equal(out["tokens"], ref.tokens) and torch.equal(out["best_energy"], ref.best_energy)
+    assert torch.equal(out["chain_accepted"], ref.chain_accepted) and torch.equal(out["chain_novel"], ref.chain_novel)
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, torch, mhfast.distributed as dist
+    from mhfast.models.tabular import TabularMLM
+    w = dist.world(timeout_s=60)
+    model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m], [m, m, p], [0, m, 1], [m, 2, m], [1, m, p], [m, m, m], [2, 2, m]])
+    out = dist.sample(model, init=init, chains=3, epochs=4, burn_in=1, seed=4, world=w)
+    if w.is_main:
+        torch.save({k: v for k, v in out.items() if k != "rows_per_rank"}, sys.argv[1])
+        print("rows per rank", out["rows_per_rank"])
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # 11 s on the 2-core CI machine
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_sharded_sample_over_ranks_equals_one_process(tmp_path, ranks):
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    out_file = tmp_path / "out.pt"
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(out_file)], env=dict(env, RANK=str(r),
+                              LOCAL_RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(ranks)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert f"rows per rank" in outs[0][0]
+    got = torch.load(out_file)
+    model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m], [m, m, p], [0, m, 1], [m, 2, m], [1, m, p], [m, m, m], [2, 2, m]])
+    ref = mhfast.sample(model, init=init, chains=3, epochs=4, burn_in=1, seed=4)
+    for key in ("tokens", "best_tokens", "best_energy", "energy_raw", "energy_local", "chain_proposals",
+                "chain_accepted", "chain_novel"):
+        assert torch.equal(got[key], getattr(ref, key)), key
+
+
+EXIT_SCRIPT = textwrap.dedent("""
+    import atexit, torch, torch.distributed as td, mhfast.distributed as dist
+    # atexit runs last-registered first: this check runs after mhfast's own exit handler.
+    atexit.register(lambda: print("group alive at exit:", td.is_initialized(), flush=True))
+    w = dist.world(timeout_s=60)
+    print("gathered", dist.gather({w.rank: w.rank * 10}, w.size, w), flush=True)
+""")
+
+
+def test_the_process_group_is_destroyed_before_the_interpreter_exits(tmp_path):
+    """world() destroys the group it created at exit: a gloo group left to the interpreter's teardown
+    made a rank die with SIGABRT after its work was done (an intermittent non-zero exit)."""
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert "gathered [0, 10]" in out, out
+        assert "group alive at exit: False" in out, out
+        assert "terminate called" not in err, err[-2000:]
+
+
+AGREE_SCRIPT = textwrap.dedent("""
+    import sys, torch, mhfast.distributed as dist
+    from mhfast.models.tabular import TabularMLM
+    w = dist.world(timeout_s=60)
+    model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
+    m = model.mask_id
+    init = torch.tensor([[m, m, m], [0, 9, m]])  # row 1 (rank 1's share) holds a token outside the vocabulary
+    epochs = []
+    try:
+        dist.sample(model, init=init, chains=3, epochs=2000, burn_in=0, world=w,
+                    progress=lambda e, s: epochs.append(e))
+    except Exception as e:
+        print(type(e).__name__, "|", e, "|", len(epochs), flush=True)
+""")
+
+
+def test_a_rank_that_fails_makes_the_others_stop_quietly_within_an_epoch(tmp_path):
+    """mhfast.distributed.sample with a bad row on rank 1: rank 1 raises its own ValueError, rank 0 (2000 epochs
+    to go) stops at its next epoch with PeerFailed naming rank 1's error: no "Connection closed by peer"."""
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    kind0, message0, epochs0 = outs[0][0].strip().split(" | ")
+    kind1, message1, _ = outs[1][0].strip().split(" | ")
+    assert (kind1, kind0) == ("ValueError", "PeerFailed"), outs
+    assert "init contains token id 9" in message1 and message0 == f"rank 1 failed: ValueError: {message1}"
+    assert int(epochs0) < 20, f"rank 0 ran {epochs0} epochs after its peer failed"
