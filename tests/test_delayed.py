@@ -165,29 +165,29 @@ def test_exact_window_accepts_as_plain_mh():
     assert abs(a - b) < 6 * (a * (1 - a) / n) ** 0.5 * 2 ** 0.5 * 3, (a, b)  # x3: steps of a chain correlate
 
 
-def _tensor_beta(monkeypatch, rows: int, value: float | None = None) -> None:
-    """The epoch schedule with every beta as a float64 tensor [rows] (parallel tempering's form)."""
+def _tensor_beta(monkeypatch, rows: int, value: float | None = None, device: str = "cpu") -> None:
+    """The epoch schedule with every beta as a float64 tensor [rows] on ``device`` (parallel tempering's form)."""
     original = schedules.epoch_schedule
 
     def per_row(cfg):
         return [e if e.beta is None else schedules.Epoch(e.index, e.target_temperature, torch.full(
-            (rows,), e.beta if value is None else value, dtype=torch.float64), e.post_burn_in) for e in original(cfg)]
+            (rows,), e.beta if value is None else value, dtype=torch.float64, device=device), e.post_burn_in) for e in original(cfg)]
 
     monkeypatch.setattr(schedules, "epoch_schedule", per_row)
 
 
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
-def test_tensor_beta_passes_through(monkeypatch, backend):
+def test_tensor_beta_passes_through(monkeypatch, backend, device):
     """beta as a tensor [M] equal to the number gives the same chains bit for bit; beta 0 on every row makes stage
     2 accept every survivor (exp(-0 (dE - dE~)) = 1) while stage 1 still applies the Hastings ratio."""
     model = TabularMLM.random(num_tokens=4, length=8, seed=3, scale=1.0)
     kw = dict(chains=6, epochs=4, burn_in=0, seed=2, energy="raw", delayed="window:1", backend=backend,
-              target_temperature=0.7)
+              target_temperature=0.7, device=device)
     number = mhfast.sample(model, 8, **kw)
-    _tensor_beta(monkeypatch, 6)
+    _tensor_beta(monkeypatch, 6, device=device)
     rows = mhfast.sample(model, 8, **kw)
     assert torch.equal(number.tokens, rows.tokens) and number.delayed_accepted == rows.delayed_accepted
-    _tensor_beta(monkeypatch, 6, 0.0)
+    _tensor_beta(monkeypatch, 6, 0.0, device=device)
     cold = mhfast.sample(model, 8, **kw)
     assert cold.delayed_tested > cold.delayed_passed == cold.delayed_accepted > 0
 
