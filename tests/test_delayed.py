@@ -243,3 +243,19 @@ def test_conditional_model_sub_batches_and_backends_give_the_same_chains():
     for r in runs[1:]:
         assert torch.equal(r.tokens, runs[0].tokens) and torch.equal(r.energy, runs[0].energy)
         assert r.delayed_rows_saved == runs[0].delayed_rows_saved > 0
+
+
+def test_auto_acts_only_where_the_memo_would_not():
+    """delayed='auto' (options.resolved_window): off where the memo acts (the same chains as delayed=None), window:2
+    with memo=0 or with extra energy terms, on an input with more than 8 energy rows per proposal."""
+    from test_sampler_exact import tiny_bert
+
+    model = tiny_bert()
+    kw = dict(length=10, chains=3, epochs=3, burn_in=0, seed=4, energy="local")
+    off, plain = mhfast.sample(model, delayed="auto", **kw), mhfast.sample(model, **kw)
+    assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows
+    no_memo = mhfast.sample(model, delayed="auto", memo=0, **kw)
+    window2 = mhfast.sample(model, delayed="window:2", memo=0, **kw)
+    assert no_memo.delayed_tested > 0 and torch.equal(no_memo.tokens, window2.tokens)
+    with_terms = mhfast.sample(model, delayed="auto", extra_energy=[_term], **kw)
+    assert with_terms.delayed_tested > 0

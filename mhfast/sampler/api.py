@@ -203,11 +203,11 @@ def _kernel(cfg, runner: ModelRunner, problem):
     (:func:`mhfast.sampler.options.resolved_window`, from the longest input's energy positions)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
+    extra_terms = problem.terms is not None and bool(problem.terms.terms)
     window = None
     if cfg.delayed is not None:
-        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()))
-    memo = options.resolved_memo(cfg, extra_terms=problem.terms is not None and bool(problem.terms.terms),
-                                 delayed=window is not None)
+        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()), extra_terms)
+    memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
     return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo,
                                             window))
 
