@@ -170,8 +170,10 @@ def _tensor_beta(monkeypatch, rows: int, value: float | None = None, device: str
     original = schedules.epoch_schedule
 
     def per_row(cfg):
-        return [e if e.beta is None else schedules.Epoch(e.index, e.target_temperature, torch.full(
-            (rows,), e.beta if value is None else value, dtype=torch.float64, device=device), e.post_burn_in) for e in original(cfg)]
+        def beta(e):
+            return torch.full((rows,), e.beta if value is None else value, dtype=torch.float64, device=device)
+        return [e if e.beta is None else schedules.Epoch(e.index, e.target_temperature, beta(e), e.post_burn_in)
+                for e in original(cfg)]
 
     monkeypatch.setattr(schedules, "epoch_schedule", per_row)
 
