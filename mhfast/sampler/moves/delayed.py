@@ -130,6 +130,8 @@ def _survivor_rows(first: SiteRows, passed: torch.Tensor, second: SiteRows) -> S
     if first.seq.numel() == 0:
         return second
     keep = passed.index_select(0, first.seq).nonzero().squeeze(1)
+    if keep.numel() == 0:  # no survivor had window rows (no empty chunk for the op)
+        return second
     renumber = torch.cumsum(passed.long(), 0) - 1
     seq = renumber.index_select(0, first.seq.index_select(0, keep))
     outputs = torch.cat(first.outputs).index_select(0, keep)
