@@ -130,6 +130,9 @@ class BatchOutput:
         compile_seconds: the batch's time spent compiling (MH with ``compile=True``; 0.0 otherwise).
         memo_hits: the batch's proposals decided by the proposal memo (single-site MH with the memo on, as by default;
             0 otherwise).
+        delayed: delayed acceptance's counters of the batch (option delayed; SampleResult's ``delayed_tested``,
+            ``delayed_passed``, ``delayed_accepted``, ``delayed_rows_saved`` without the prefix); empty when it did
+            not act.
     """
 
     hypotheses: list[Hypothesis]
@@ -138,6 +141,7 @@ class BatchOutput:
     acceptance: float | None
     compile_seconds: float = 0.0
     memo_hits: int = 0
+    delayed: dict = field(default_factory=dict)
 
 
 class Translator:
@@ -246,8 +250,9 @@ class Translator:
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
                    "target_temperature": float(res.target_temperature[e])} for e in range(len(res.e_raw))]
+        delayed = {k: getattr(res, "delayed_" + k) for k in ("tested", "passed", "accepted", "rows_saved")}
         return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()), res.compile_seconds,
-                           res.memo_hits)
+                           res.memo_hits, delayed if delayed["tested"] else {})
 
 
 def _reports(result: Any, energy: str) -> list[dict]:

@@ -318,6 +318,7 @@ def _sample_part(lm: Any, inputs: dict, ids: list[int], cfg: Any, say_epoch: Any
     return {"ids": ids, "tokens": r.tokens.cpu(), "energy_raw": r.energy_raw.cpu(), "energy_local": r.energy_local.cpu(),
             "best_tokens": r.best_tokens.cpu(), "best_energy": r.best_energy.cpu(), "model_rows": r.model_rows,
             "compile_seconds": r.compile_seconds, "memo_hits": r.memo_hits, "epochs": epochs,
+            **{k: getattr(r, k) for k in DELAYED_COUNTS},
             "with_terms": r.term_names is not None,
             "diagnostics": _reports(r, cfg.energy) if diagnostics else None, "epochs_run": r.epochs_run,
             "converged": r.converged}
@@ -354,9 +355,31 @@ def _combine(parts: list[dict], args: argparse.Namespace, energy: str, say: Any)
         model_rows=sum(p["model_rows"] for p in parts),
         compile_seconds=max(p["compile_seconds"] for p in parts),  # the ranks compile at the same time
         memo_hits=sum(p["memo_hits"] for p in parts), with_terms=parts[0]["with_terms"],
+        **{k: sum(p[k] for p in parts) for k in DELAYED_COUNTS},
         diagnostics=[p["diagnostics"][j] for _, p, j in order] if parts[0]["diagnostics"] is not None else None,
         epochs_run=pick("epochs_run"), converged=pick("converged") if parts[0]["converged"] is not None else None,
         **{k: torch.tensor(v, dtype=torch.float32) for k, v in rates.items()})
+
+
+#: SampleResult's delayed-acceptance counters (option delayed), summed over ranks
+DELAYED_COUNTS = ("delayed_tested", "delayed_passed", "delayed_accepted", "delayed_rows_saved")
+
+
+def delayed_stats(result: Any) -> str:
+    """The stats line's delayed-acceptance part: each stage's acceptance and the rows saved ('' without it).
+
+    Example:
+        >>> import types
+        >>> delayed_stats(types.SimpleNamespace(delayed_tested=10, delayed_passed=4, delayed_accepted=3,
+        ...                                     delayed_rows_saved=90))
+        '  delayed: stage 1 4/10 (0.400), stage 2 3/4 (0.750), rows saved 90'
+    """
+    tested, passed = getattr(result, "delayed_tested", 0), getattr(result, "delayed_passed", 0)
+    if not tested:
+        return ""
+    accepted = result.delayed_accepted
+    return (f"  delayed: stage 1 {passed}/{tested} ({passed / tested:.3f}), stage 2 {accepted}/{passed} "
+            f"({accepted / max(passed, 1):.3f}), rows saved {result.delayed_rows_saved}")
 
 
 def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, seconds: float) -> None:
@@ -379,6 +402,7 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
                          f"{int(result.epochs_run[b])} epochs")
     stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over {which})  "
                  f"model rows {result.model_rows}"
-                 + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + f"  {seconds:.1f} s"
+                 + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + delayed_stats(result)
+                 + f"  {seconds:.1f} s"
                  + (f" (compiling {result.compile_seconds:.1f} s)" if getattr(args, "compile", False) else ""),
                  flush=True)

@@ -474,7 +474,8 @@ class ChunkWork:
                 "stats": {"start": first, "end": first + len(chunk), "sentences": result.sentences,
                           "epochs": result.epochs,
                           **({"compile_seconds": result.compile_seconds} if getattr(args, "compile", False) else {}),
-                          "memo_hits": result.memo_hits, **_convergence_stats(args, result.hypotheses)},
+                          "memo_hits": result.memo_hits, **({"delayed": result.delayed} if result.delayed else {}),
+                          **_convergence_stats(args, result.hypotheses)},
                 "acceptance": result.acceptance, "sentences": result.sentences,
                 "diagnostics": [h.details.get("diagnostics") for h in result.hypotheses]}
 

@@ -25,6 +25,8 @@ ACCEPT = 2  #: Metropolis-Hastings accept/reject uniform
 ORDER = 3  #: random sort keys of the epoch's position order (lane = position)
 PROJECT = 4  #: the traces' random projections (key: projection index; lane = position * V + token)
 START = 5  #: dispersed starts (option ``start``): a chain's random or sampled token (lane = position)
+DELAYED_FIRST = 6  #: delayed acceptance (option ``delayed``): the first (surrogate) stage's uniform
+DELAYED_SECOND = 7  #: delayed acceptance: the second (correcting) stage's uniform
 
 
 def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:

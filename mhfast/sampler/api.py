@@ -110,6 +110,10 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = getattr(kernel, "memo", NO_MEMO).hits
+    delayed = getattr(kernel, "delayed", None)
+    if delayed is not None:
+        result.delayed_tested, result.delayed_passed = delayed.tested, delayed.passed
+        result.delayed_accepted, result.delayed_rows_saved = int(delayed.accepted), delayed.rows_saved
     return result
 
 
@@ -195,11 +199,17 @@ def _check_problem(cfg, problem) -> None:
 def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
     uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
-    (:func:`mhfast.sampler.options.resolved_memo`)."""
+    (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to the window of delayed acceptance
+    (:func:`mhfast.sampler.options.resolved_window`, from the longest input's energy positions)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
-    memo = options.resolved_memo(cfg, extra_terms=problem.terms is not None and bool(problem.terms.terms))
-    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo))
+    extra_terms = problem.terms is not None and bool(problem.terms.terms)
+    window = None
+    if cfg.delayed is not None:
+        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()), extra_terms)
+    memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
+    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo,
+                                            window))
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

@@ -60,6 +60,12 @@ class SampleResult:
             X' that a chain of the same input had evaluated before (in an earlier step, or earlier in the same
             step), whose ``T_e - 1`` rows were therefore not forwarded (an accepted one forwards them afterwards,
             for the cache).
+        delayed_tested, delayed_passed, delayed_accepted: with delayed acceptance (option ``delayed``;
+            :mod:`mhfast.sampler.moves.delayed`): proposals X' != X that met its first (surrogate) test, those that
+            passed it, and those the second (exact) test then accepted (0 without it; forced-accept epochs test
+            nothing). Stage-1 acceptance = passed / tested, stage-2 = accepted / passed.
+        delayed_rows_saved: the model rows the first test's rejections did not forward (each rejected proposal's
+            ``T_e - 1`` rows but its window's).
         traces: f32[B, C, D, S] each chain's traced summaries after each of D traced sweeps (option
             ``trace_every``; :mod:`mhfast.sampler.traces`), NaN after its input left the batch (``until_rhat``).
         trace_names: the S summaries' names: ``e_raw``, ``e_local``, the extra terms', ``proj_0``, ...
@@ -103,6 +109,10 @@ class SampleResult:
     compiled_blocks: int = 0
     compile_seconds: float = 0.0
     memo_hits: int = 0
+    delayed_tested: int = 0
+    delayed_passed: int = 0
+    delayed_accepted: int = 0
+    delayed_rows_saved: int = 0
     traces: torch.Tensor | None = None
     trace_names: list[str] | None = None
     trace_epochs: torch.Tensor | None = None

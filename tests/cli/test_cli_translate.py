@@ -190,6 +190,22 @@ def test_translate_memo_reports_its_hits(tiny, sources, tmp_path, capsys):
     assert all(h == 0 for h in hits[0]) and hits[1] == hits[2] and all(isinstance(h, int) for h in hits[1])
 
 
+def test_translate_delayed_reports_its_stages(tiny, sources, tmp_path, capsys):
+    """--delayed window:1 on the CMLM (a conditional model): it runs, and --stats-out has each batch's two stages
+    (passed <= tested, accepted <= passed) and rows saved; without it the batches have no such entry."""
+    src = write_input(tmp_path / "src.txt", sources[-2:])  # the longest: more rows than a window
+    found = []
+    for i, extra in enumerate((["--delayed", "window:1", "--memo", "0"], [])):
+        stats = tmp_path / f"stats{i}.json"
+        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
+                                  *FAST, "--epochs", "4", *extra], capsys)
+        assert code == 0, err
+        found.append([b.get("delayed") for b in json.loads(stats.read_text())["batches"]])
+    d = found[0][0]
+    assert 0 < d["passed"] <= d["tested"] and d["accepted"] <= d["passed"] and d["rows_saved"] > 0, d
+    assert all(x is None for x in found[1])
+
+
 def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path, capsys):
     """--compile: the same translations as without it here, the seconds spent compiling in --stats-out."""
     src = write_input(tmp_path / "src.txt", sources[:2])

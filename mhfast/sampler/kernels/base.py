@@ -58,6 +58,8 @@ class Capabilities:
     capture: bool = False
     #: the proposal memo (:mod:`mhfast.sampler.memo`) can serve its dynamic step
     memo: bool = False
+    #: its dynamic step has delayed acceptance (option delayed; :mod:`mhfast.sampler.moves.delayed`)
+    delayed: bool = False
 
     def memo_acts(self, capture: str, extra_terms: bool) -> bool:
         """Whether the proposal memo acts in a run with option ``capture`` and (``extra_terms``) extra energy terms:

@@ -10,6 +10,10 @@ named values (:mod:`mhfast.sampler.moves.site_types`):
 3. score (:mod:`..moves.site_score`): the terms of X' from the model rows (or the memo), plus extra terms;
 4. accept and commit (:mod:`..moves.site_commit`): the MH test and the new state in one fused op.
 
+With option ``delayed`` (:mod:`..moves.delayed`) phases 3 and 4 are delayed acceptance's two stages: the window's
+rows and a surrogate test first, the other rows and the correcting test (through the same commit op) for the
+survivors only.
+
 With ``capture="static"`` / ``"cuda-graph"`` the step is the static-shape one of :mod:`..graphed`.
 
 Example:
@@ -24,6 +28,7 @@ import torch
 
 from ..graphed import StaticSiteSteps
 from ..memo import NO_MEMO, NoMemo, ProposalMemo, chain_groups
+from ..moves.delayed import DelayedAcceptance, delayed_commit
 from ..moves.site_commit import commit_sites, refresh_remembered_rows
 from ..moves.site_propose import propose_sites
 from ..moves.site_score import score_sites, tested_sites
@@ -39,13 +44,15 @@ class SingleSiteMH:
     """``init`` scores the start and builds the per-position cache; ``step`` is one position per chain."""
 
     name = "mh"
-    capabilities = Capabilities(capture=True, memo=True)
+    capabilities = Capabilities(capture=True, memo=True, delayed=True)
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
         self._active: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
         self.memo: ProposalMemo | NoMemo = NO_MEMO  # the evaluated proposals per input (ctx.memo_slots > 0)
+        #: option delayed resolved (capture none, memo off: options.py checks it); None: off
+        self.delayed = DelayedAcceptance(ctx.delayed_window) if ctx.delayed_window is not None else None
 
     def init(self, state: ChainState) -> ChainState:
         self._active = active_chains(state.num_free_host, state.tokens.device)
@@ -94,9 +101,13 @@ class SingleSiteMH:
         if picked.index_host.shape[0] == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
             return state, StepInfo(A, A, 0, scored=True)
         tested = tested_sites(state, move, draw, picked)
-        scored = score_sites(self.ctx, state, tested, self.memo)
-        state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,
-                                       step=move.index)
-        refresh_remembered_rows(self.ctx, state, tested, accepted)
+        if self.delayed is not None and epoch.beta is not None:  # (forced acceptance: nothing to screen)
+            state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, beta=epoch.beta,
+                                             epoch=epoch.index, step=move.index)
+        else:
+            scored = score_sites(self.ctx, state, tested, self.memo)
+            state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,
+                                           step=move.index)
+            refresh_remembered_rows(self.ctx, state, tested, accepted)
         novel = accepted.sum()
         return state, StepInfo(A, A - picked.index_host.shape[0] + novel, novel, scored=True)

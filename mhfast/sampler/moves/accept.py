@@ -17,6 +17,19 @@ from ..state import ChainState
 from ..step import StepContext
 
 
+def beta_rows(beta: float | torch.Tensor, chains: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """f32[n] the inverse temperature of each of the ``chains``: ``beta`` one number for all, or a tensor [M] of
+    one per chain row (read at ``chains``); rounded to float32 either way, as the ops do.
+
+    Example:
+        >>> beta_rows(torch.tensor([0.5, 2.0], dtype=torch.float64), torch.tensor([1, 0]), "cpu").tolist()
+        [2.0, 0.5]
+    """
+    if isinstance(beta, torch.Tensor):
+        return beta.index_select(0, chains).float()
+    return torch.full((chains.shape[0],), float(beta), device=device)
+
+
 def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions: torch.Tensor,
            proposed: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
            logq_reverse: torch.Tensor, beta: float | torch.Tensor | None, epoch: int, step: int
@@ -35,10 +48,8 @@ def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions:
         beta_t = torch.zeros(n, device=dev)
         energy_proposed = energy.clone()
         logq_reverse = logq_forward
-    elif isinstance(beta, torch.Tensor):
-        beta_t = beta.index_select(0, chains).float()
     else:
-        beta_t = torch.full((n,), float(beta), device=dev)
+        beta_t = beta_rows(beta, chains, dev)
     u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT,
                                op=ctx.backend.counter_uniforms)
     accepted = ctx.backend.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,

@@ -37,16 +37,17 @@ def chain_rows(state: ChainState) -> ChainRows:
 
 
 def commit(ctx: StepContext, state: ChainState, proposal: SiteProposal, terms: SiteTerms, rows: SiteRows, *,
-           beta: Any, epoch: Any, step: Any) -> tuple[ChainState, torch.Tensor]:
+           beta: Any, epoch: Any, step: Any, stream: int = rng.ACCEPT) -> tuple[ChainState, torch.Tensor]:
     """The MH test of ``proposal`` scored as ``terms`` and the state with the accepted ones (their ``rows`` into
-    the cache, in place): ``(state, accepted Bool[n])``. ``beta``: passed on as given (None: accept all)."""
+    the cache, in place): ``(state, accepted Bool[n])``. ``beta``: passed on as given (None: accept all);
+    ``stream``: the test's uniforms (delayed acceptance's second stage has its own)."""
     tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(chain_rows(state), proposal, terms, rows,
-                                                                               beta, epoch, step, rng.ACCEPT)
+                                                                               beta, epoch, step, stream)
     return dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw,
                                e_local=e_local), accepted
 
 
-def _with_extra(state: ChainState, old: ChainState, chains: torch.Tensor, accepted: torch.Tensor,
+def with_extra(state: ChainState, old: ChainState, chains: torch.Tensor, accepted: torch.Tensor,
                 extra: ExtraTerms) -> ChainState:
     """``state`` with the extra-term values of the chains that accepted (the op does not carry them: optional)."""
     pick = lambda new, before: before.index_copy(0, chains, torch.where(  # noqa: E731
@@ -60,7 +61,7 @@ def commit_sites(ctx: StepContext, state: ChainState, tested: TestedSites, score
     """:func:`commit` of the tested proposals, with their extra-term values and counts: ``(state, accepted)``."""
     new, accepted = commit(ctx, state, tested.proposal, scored.terms, scored.rows, beta=beta, epoch=epoch, step=step)
     if scored.extra is not None:
-        new = _with_extra(new, state, tested.proposal.ch, accepted, scored.extra)
+        new = with_extra(new, state, tested.proposal.ch, accepted, scored.extra)
     if state.counts is not None:
         state.counts.tested(tested.proposal.ch, accepted)
         state.counts.tested_at(tested.proposal.ch, tested.proposal.pos, accepted)

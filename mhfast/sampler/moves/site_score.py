@@ -43,18 +43,20 @@ def tested_sites(state: ChainState, move: SiteMove, draw: SiteDraw, picked: Pick
 
 
 def model_terms(ctx: StepContext, state: ChainState, *, chains: torch.Tensor, chains_host: torch.Tensor,
-                pos: torch.Tensor, proposed: torch.Tensor, known_logits: torch.Tensor, num_rows: int | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, SiteRows]:
+                pos: torch.Tensor, proposed: torch.Tensor, known_logits: torch.Tensor, num_rows: int | None = None,
+                energy_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, SiteRows]:
     """The per-position terms of X' for the distinct ``chains`` proposing ``proposed`` at ``pos``, from the model:
     ``(x_new Long[n, T], raw f32[n, T], local f32[n, T], rows)``, ``rows`` the forwarded rows and the model's
     outputs for them (a list of sub-batches, for the cache). ``num_rows``: their number, if the caller has counted
-    it (else counted here from the host counts: no sync)."""
+    it (else counted here from the host counts: no sync). ``energy_mask``: Bool[M, T] the positions whose rows to
+    forward (default the state's energy mask: all; delayed acceptance forwards a part, then the rest), with
+    ``num_rows`` counted by the caller; the terms elsewhere stay the state's."""
     runner, be = ctx.runner, ctx.backend
     n = chains.shape[0]
     if num_rows is None:
         num_rows = int(state.num_energy_host.index_select(0, chains_host).sum()) - n
     x_new, raw_new, local_new, seq, q, rows, targets = be.mh_site_rows(
-        state.tokens, state.energy_mask, state.raw_terms, state.local_terms, chains, pos, proposed, num_rows,
+        state.tokens, state.energy_mask if energy_mask is None else energy_mask, state.raw_terms, state.local_terms, chains, pos, proposed, num_rows,
         runner.mask_id)
     if num_rows:
         ci = state.ctx_of(chains.index_select(0, seq)) if state.ctx_index is not None else None

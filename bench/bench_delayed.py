@@ -1,0 +1,107 @@
+"""Delayed acceptance (option delayed, issue 34) against plain single-site MH: rows, time and ESS per row.
+
+Runs ``mhfast.sample`` on the same case with the same seeds under several settings, interleaved per seed (so the
+shared machine's load hits them alike), and reports per setting: rows per proposal (model rows after the initial
+scoring / proposals), rows per accepted change (the same rows / accepted proposals with X' != X), wall and CPU
+seconds of the call, ArviZ's bulk-ESS of E_local over the post-burn-in sweeps (summed over inputs) per 1,000
+rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance and rows saved.
+
+Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
+cannot help), ``delayed-w2`` / ``delayed-w4`` (option delayed window:2 / window:4; the memo is off with it).
+
+Case ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8 free,
+energy local, 4 chains starting from the parent; ``toy`` a tabular MLM (seconds, for a smoke run).
+
+    python3 bench/bench_delayed.py --epochs 40 --seeds 0 1        # ~5-10 min on a loaded 2-core machine
+    python3 bench/bench_delayed.py --case toy                     # seconds
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mhfast  # noqa: E402
+
+SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, "delayed-w2": {"delayed": "window:2"},
+            "delayed-w4": {"delayed": "window:4"}}
+
+
+def case_inputs(name: str, epochs: int) -> tuple:
+    """(model, inputs, options, description) of case ``name``."""
+    if name == "toy":
+        from mhfast.models.tabular import TabularMLM
+
+        model = TabularMLM.random(num_tokens=3, length=8, seed=11, scale=0.5)
+        return (model, {"init": torch.full((1, 8), model.mask_id)},
+                dict(chains=4, epochs=epochs, burn_in=max(1, epochs // 8), energy="local", start="random"),
+                "tabular MLM, 3 tokens, T=8, energy local, random starts")
+    from bench_ess import antiberty_case
+
+    case = antiberty_case("infill", False)
+    return (case["model"], case["inputs"], {**case["options"], "epochs": epochs, "burn_in": max(1, epochs // 8)},
+            case["what"])
+
+
+def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict:
+    cpu, wall = time.process_time(), time.perf_counter()
+    r = mhfast.sample(model, **inputs, **options, **SETTINGS[setting], seed=seed)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    rows = r.model_rows - r.init_rows
+    changes = int(r.chain_novel.sum())
+    ess = sum(d["ess_bulk"]["e_local"] for d in r.diagnostics)
+    return {"rows": rows, "proposals": r.proposals, "changes": changes, "cpu": cpu, "wall": wall, "ess": ess,
+            "accept": float(r.acceptance_rate[r.burn_in:].mean()), "tested": r.delayed_tested,
+            "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved}
+
+
+def summary(runs: list[dict]) -> dict:
+    """Sums over the seeds, then the ratios (ESS summed: the seeds are independent runs)."""
+    s = {k: sum(r[k] for r in runs) for k in runs[0]}
+    return {"rows/proposal": s["rows"] / s["proposals"], "rows/change": s["rows"] / max(s["changes"], 1),
+            "accept": statistics.mean(r["accept"] for r in runs), "ESS": s["ess"],
+            "ESS/1k rows": 1000 * s["ess"] / max(s["rows"], 1), "ESS/CPU s": s["ess"] / s["cpu"],
+            "wall s": s["wall"], "CPU s": s["cpu"], "rows": s["rows"],
+            "stage 1": s["passed"] / s["tested"] if s["tested"] else None,
+            "stage 2": s["accepted"] / s["passed"] if s["passed"] else None, "rows saved": s["saved"]}
+
+
+def table(results: dict[str, dict]) -> str:
+    cols = ["rows", "rows/proposal", "rows/change", "accept", "ESS", "ESS/1k rows", "ESS/CPU s", "wall s", "CPU s",
+            "stage 1", "stage 2", "rows saved"]
+    fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) and v < 10 else  # noqa: E731
+                                           f"{v:.1f}" if isinstance(v, float) else str(v))
+    lines = ["| setting | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name, s in results.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(s[c]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default="antiberty-infill", choices=("antiberty-infill", "toy"))
+    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model, inputs, options, what = case_inputs(args.case, args.epochs)
+    runs: dict[str, list[dict]] = {s: [] for s in args.settings}
+    t0 = time.perf_counter()
+    for seed in args.seeds:  # interleaved: every setting of a seed before the next seed
+        for setting in args.settings:
+            runs[setting].append(one_run(model, inputs, options, setting, seed))
+            print(f"# seed {seed} {setting}: {runs[setting][-1]}", file=sys.stderr, flush=True)
+    print(f"{what}; {options}; seeds {args.seeds}; {time.perf_counter() - t0:.0f} s in all\n")
+    print(table({s: summary(r) for s, r in runs.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""Which cheap first stage could delayed-acceptance MH use? (issue 34's first measurement)
+
+Delayed-acceptance MH (Christen & Fox 2005) screens a proposal X -> X' with a cheap surrogate energy change
+dE~ first (stage 1: accept with min(1, exp(-dE~) q(X|X')/q(X'|X))) and pays the exact change dE only for the
+survivors (stage 2: accept with min(1, exp(-(dE - dE~)))); the chain keeps the exact target. What it saves
+depends on how well dE~ predicts dE on the proposals the sampler really makes. This script measures that on
+AntiBERTy with the local energy (E_local = -sum_t log p(X_t | X without t)), on real single-site proposals
+drawn from the model's masked conditionals (as mhfast proposes), at states taken from mhfast chains after a
+few sweeps, for these surrogates of the change at position i:
+
+* ``own``: the change of position i's own term, log p(x_i | X_-i) - log p(x'_i | X_-i); free (the proposal's
+  row, which X and X' share, already holds it);
+* ``window k``: own, plus the exact changes of the k nearest positions on each side (their rows of X'); the
+  other terms taken as unchanged. Costs 2k rows, which stage 2 reuses (it then forwards T-1-2k more);
+* ``maskless``: the change of -sum_t log p_unmasked(X_t | X) (one unmasked forward of X', nothing masked;
+  X's cached); 1 row;
+* ``maskless+own``: the maskless change at every position but i, plus the exact own term; 1 row.
+
+For each: the correlation of dE~ with dE over the proposals that change the state, the stage-1 and overall
+acceptance (expected values, from the probabilities, not from draws), and the expected rows per proposal and
+per accepted change, against exact MH (T-1 rows per changed proposal, acceptance E[alpha]). Rows per accepted
+change is the cost that matters when the accepted moves are what mixes; the DA chain also rejects more
+(alpha1 * alpha2 <= alpha), which the row count per accepted change includes.
+
+    python3 bench/delayed_surrogates.py                 # both starts, ~10 min of one core
+    python3 bench/delayed_surrogates.py --quick         # T=8, seconds
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mhfast  # noqa: E402
+
+WINDOWS = (1, 2, 4, 8)
+
+
+def term_matrix(lm, x: torch.Tensor, positions: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """-log p(x_t | x without t) for every row of ``x`` [N, L] and energy position t: f64 [N, T]."""
+    N, T = x.shape[0], positions.numel()
+    if N == 0:
+        return torch.zeros(0, T, dtype=torch.float64)
+    rows = x.repeat_interleave(T, dim=0)
+    pos = positions.repeat(N)
+    rows[torch.arange(N * T), pos] = lm.mask_id
+    target = x.repeat_interleave(T, dim=0)[torch.arange(N * T), pos]
+    out = []
+    with torch.no_grad():
+        for s in range(0, N * T, chunk):
+            logits = lm.masked_logits(rows[s:s + chunk], pos[s:s + chunk]).double()
+            out.append(-torch.log_softmax(logits, -1).gather(1, target[s:s + chunk, None])[:, 0])
+    return torch.cat(out).view(N, T)
+
+
+def maskless_terms(lm, x: torch.Tensor, positions: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """-log p_unmasked(x_t | x) at the energy positions (one forward per row, nothing masked): f64 [N, T]."""
+    full = (lambda r: lm.model(input_ids=r).logits) if hasattr(lm.model, "config") else (lambda r: lm.model(r)[0])
+    out = []
+    with torch.no_grad():
+        for s in range(0, x.shape[0], chunk):
+            logp = torch.log_softmax(full(x[s:s + chunk]).double(), -1)[:, positions]
+            out.append(-logp.gather(2, x[s:s + chunk, positions, None])[..., 0])
+    return torch.cat(out)
+
+
+def proposals(lm, states: torch.Tensor, positions: torch.Tensor, gen: torch.Generator, draws: int = 1) -> dict:
+    """``draws`` proposals per state and free position, drawn from the masked conditional (special tokens excluded,
+    as mhfast's proposal): the proposals that change the state, with log q forward/reverse."""
+    states = states.repeat_interleave(draws, dim=0)  # (a proposal's state index below counts the copies)
+    S, T = states.shape[0], positions.numel()
+    rows = states.repeat_interleave(T, dim=0)
+    at = positions.repeat(S)
+    rows[torch.arange(S * T), at] = lm.mask_id
+    with torch.no_grad():
+        logits = lm.masked_logits(rows, at).double()
+    logits[:, list(lm.special_ids)] = float("-inf")
+    logq = torch.log_softmax(logits, -1)
+    new = torch.multinomial(logq.exp(), 1, generator=gen)[:, 0]
+    old = states.repeat_interleave(T, dim=0)[torch.arange(S * T), at]
+    keep = new != old
+    idx = torch.arange(S * T)[keep]
+    return {"state": idx // T // draws, "i": idx % T, "new": new[keep], "logq_f": logq[idx, new[keep]],
+            "logq_r": logq[idx, old[keep]], "made": S * T}
+
+
+def summarize(m: dict) -> list[dict]:
+    dE, lh, T = m["dE"], m["log_hastings"], m["T"]
+    n = dE.numel()
+    alpha = torch.clamp(torch.exp(-dE + lh), max=1.0)
+    exact_rows_acc = (T - 1) / alpha.mean().item()
+    out = [{"name": "exact MH", "corr": 1.0, "mae": 0.0, "a1": alpha.mean().item(), "a": alpha.mean().item(),
+            "rows": T - 1, "rows_acc": exact_rows_acc, "saving": 1.0}]
+    for name, (dS, c1) in m["surrogates"].items():
+        a1 = torch.clamp(torch.exp(-dS + lh), max=1.0)
+        a2 = torch.clamp(torch.exp(-(dE - dS)), max=1.0)
+        c1 = torch.as_tensor(c1, dtype=torch.float64).expand(n)
+        # a window's rows are rows of X' that stage 2 needs anyway (it forwards the other T-1-2k); the maskless
+        # row is not one of them: stage 2 still forwards all T-1
+        reused = torch.zeros_like(c1) if name.startswith("maskless") else c1
+        rows = (c1 + a1 * (T - 1 - reused)).mean().item()
+        acc = (a1 * a2).mean().item()
+        corr = torch.corrcoef(torch.stack([dS, dE]))[0, 1].item() if n > 1 else float("nan")
+        out.append({"name": name, "corr": corr, "mae": (dS - dE).abs().mean().item(), "a1": a1.mean().item(),
+                    "a": acc, "rows": rows, "rows_acc": rows / acc if acc > 0 else math.inf,
+                    "saving": exact_rows_acc / (rows / acc) if acc > 0 else 0.0})
+    return out
+
+
+def states_of(lm, kind: str, T: int, chains: int, epochs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chain states after ``epochs`` sweeps of mhfast (single-site MH, local energy) from the case's start."""
+    import bench_mixmatch
+
+    start, positions = bench_mixmatch.make_start(lm, T, "parent" if kind == "infill" else "random")
+    free = torch.zeros_like(start, dtype=torch.bool)
+    free[0, positions[-8:] if kind == "infill" else positions] = True
+    r = mhfast.sample(lm, init=start, free_positions=free, chains=chains, epochs=epochs, burn_in=0, energy="local",
+                      seed=seed)
+    states = r.tokens[0]
+    free_pos = positions[-8:] if kind == "infill" else positions
+    return states, positions, free_pos
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", nargs="+", default=["random", "infill"], choices=["random", "infill"])
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from mhfast.models.antiberty import load_antiberty
+
+    lm = load_antiberty()
+    T = 8 if args.quick else 32
+    # (from the parent, AntiBERTy mostly proposes the residue already there: many draws per position are needed
+    # to see enough proposals that change the state)
+    cases = [(kind, chains, epochs, draws) for kind, chains, epochs, draws in
+             (("random", 4, 2, 1), ("infill", 4, 6, 32)) if kind in args.cases]
+    t0 = time.perf_counter()
+    for kind, chains, epochs, draws in cases:
+        rows_all = []
+        for seed in args.seeds:
+            states, positions, free_pos = states_of(lm, kind, T, chains, 1 if args.quick else epochs, seed)
+            m = measure(lm, states, positions, free_pos, seed, draws)
+            rows_all.append((m, summarize(m)))
+        print(f"\n### AntiBERTy, T={T}, {'random start, all positions free' if kind == 'random' else 'infilling the last 8 of adalimumab VH'}"
+              f" ({chains} chains after {epochs} sweeps, seeds {args.seeds}; "
+              f"{sum(m['dE'].numel() for m, _ in rows_all)} changing proposals of {sum(m['made'] for m, _ in rows_all)})")
+        print("| first stage | corr(dE~, dE) | mean abs error | stage-1 accept | overall accept | rows / proposal "
+              "| rows / accepted change | vs exact |")
+        print("|---|---|---|---|---|---|---|---|")
+        names = [r["name"] for r in rows_all[0][1]]
+        for j, name in enumerate(names):
+            vals = [rows[j] for _, rows in rows_all]
+            fmt = lambda key, f: " / ".join(f.format(v[key]) for v in vals)  # noqa: E731
+            print(f"| {name} | {fmt('corr', '{:.3f}')} | {fmt('mae', '{:.2f}')} | {fmt('a1', '{:.3f}')} | "
+                  f"{fmt('a', '{:.3f}')} | {fmt('rows', '{:.1f}')} | {fmt('rows_acc', '{:.1f}')} | "
+                  f"{fmt('saving', '{:.2f}x')} |")
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+
+
+def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.Tensor, seed: int,
+            draws: int = 1) -> dict:
+    """Exact and surrogate energy changes of real proposals at ``states`` [S, L]: proposals at the free positions
+    ``free_pos``, the energy over every energy position ``positions`` (both Long, positions in the row)."""
+    gen = torch.Generator().manual_seed(seed)
+    col = {int(p): j for j, p in enumerate(positions.tolist())}
+    p = proposals(lm, states, free_pos, gen, draws)
+    i = torch.tensor([col[int(free_pos[k])] for k in p["i"].tolist()], dtype=torch.long)
+    p["i"] = i
+    e_x = term_matrix(lm, states, positions)
+    u_x = maskless_terms(lm, states, positions)
+    x_new = states[p["state"]].clone()
+    x_new[torch.arange(len(i)), positions[i]] = p["new"]
+    e_new = term_matrix(lm, x_new, positions)  # all T terms of X' (the sampler forwards T-1: i's row is shared)
+    u_new = maskless_terms(lm, x_new, positions)
+    diff = e_new - e_x[p["state"]]  # [n, T] per-position term changes
+    n, T = diff.shape
+    own = diff[torch.arange(n), i]
+    dist = (torch.arange(T)[None, :] - i[:, None]).abs()
+    surrogates = {"own": (own, 0.0)}
+    for k in WINDOWS:
+        if k < T:
+            near = (dist <= k).double()
+            surrogates[f"window {k}"] = ((diff * near).sum(1), near.sum(1) - 1)
+    mdiff = u_new - u_x[p["state"]]
+    surrogates["maskless"] = (mdiff.sum(1), 1.0)
+    surrogates["maskless+own"] = (mdiff.sum(1) - mdiff[torch.arange(n), i] + own, 1.0)
+    return {"dE": diff.sum(1), "log_hastings": p["logq_r"] - p["logq_f"], "surrogates": surrogates, "T": T,
+            "made": p["made"]}
+
+
+if __name__ == "__main__":
+    main()

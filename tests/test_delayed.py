@@ -1,0 +1,263 @@
+"""Delayed-acceptance MH (option delayed; mhfast.sampler.moves.delayed) samples the exact target.
+
+Checks: (1) enumeration on tabular models (the TV bound of tests/test_sampler_exact.py) for both energies, with an
+extra energy term, annealed, with a poor surrogate (window 0: the proposed position's own term only, which under
+the local energy the Hastings ratio cancels exactly, so stage 1 passes everything; window 1 on a strongly coupled
+model) and with an exact one (a window covering every position: stage 2 accepts every survivor, and the acceptance
+matches plain MH's); (2) the two-stage probability of every move from one state at one position, computed by hand
+from the model's conditionals, against the empirical one-step transition of many chains; (3) beta as a tensor [M]
+(parallel tempering's form, passed through opaquely); forced-accept epochs; the options' errors.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.models.tabular import TabularMLM
+from mhfast.sampler import schedules
+
+from hf_tiny_models import save_tiny_bert_dir
+from test_sampler_exact import N_CHAINS, empirical, enumerate_states, masks, ordinary_tokens, run_and_compare, \
+    tv_and_bound
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CASES = [
+    # id, model kwargs, sample kwargs
+    ("raw-window1", dict(), dict(energy="raw", delayed="window:1")),
+    ("local-window1", dict(features=True), dict(energy="local", delayed="window:1")),
+    ("raw-window0-poor", dict(), dict(energy="raw", delayed="window:0")),
+    ("local-window0-poor", dict(), dict(energy="local", delayed="window:0")),
+    ("raw-window1-coupled", dict(scale=1.2), dict(energy="raw", delayed="window:1", tau=2.0)),
+    ("local-window1-annealed", dict(), dict(energy="local", delayed="window:1", tau=0.5, start_tau=1.0, anneal=0.1,
+                                            min_target_temperature=0.5)),
+    ("raw-exact-window", dict(), dict(energy="raw", delayed="window:4")),
+    ("local-auto-off", dict(), dict(energy="local", delayed="auto")),  # T = 4: auto is off (plain MH, no memo)
+]
+
+
+@pytest.mark.parametrize("name,model_kwargs,kwargs", CASES, ids=[c[0] for c in CASES])
+def test_delayed_matches_enumeration(name, model_kwargs, kwargs, device):
+    model = TabularMLM.random(num_tokens=3, length=4, seed=11, **{"scale": 0.5, **model_kwargs})
+    template, free = masks(model, 4)
+    tv, bound, result = run_and_compare(device, model, template, free, epochs=30, burn_in=5, seed=1, **kwargs)
+    assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
+    if kwargs["delayed"] == "auto":
+        assert result.delayed_tested == 0 and result.memo_hits > 0  # off, and the memo back on
+        return
+    assert 0 < result.delayed_accepted <= result.delayed_passed <= result.delayed_tested
+    if name == "local-window0-poor":  # the own term is cancelled by the Hastings ratio: no screen at all
+        assert result.delayed_passed == result.delayed_tested and result.delayed_rows_saved == 0
+    if "window1" in name:  # a real screen: some proposals stopped at stage 1, their other rows never forwarded
+        assert result.delayed_passed < result.delayed_tested and result.delayed_rows_saved > 0
+
+
+def _term(tokens: torch.Tensor) -> torch.Tensor:
+    """An extra energy term coupling the ends (outside each other's window of 1)."""
+    return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
+
+
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_delayed_with_extra_energy_matches_enumeration(energy, device):
+    model = TabularMLM.random(num_tokens=3, length=4, seed=7, scale=0.5)
+    template, free = masks(model, 4)
+    states = enumerate_states(model, template, free)
+    p_model = _enumerated_target(model, states, energy)
+    weight = torch.softmax(torch.log(p_model) - _term(states).double(), 0)
+    result = mhfast.sample(model, init=template[None], free_positions=free[None], chains=N_CHAINS, energy=energy,
+                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[_term], device=device)
+    tv, bound = tv_and_bound(weight, empirical(states, result.tokens[0].cpu()), N_CHAINS)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
+    assert result.delayed_passed < result.delayed_tested
+
+
+def _enumerated_target(model, states: torch.Tensor, energy: str) -> torch.Tensor:
+    e_raw, e_local = _terms(model, states)
+    return torch.softmax(-(e_raw if energy == "raw" else e_local).sum(1).double(), 0)
+
+
+def _terms(model, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position (raw, local) terms of each state [K, T] by hand: -logit and -log_softmax of its masked rows."""
+    K, T = states.shape
+    raw, local = torch.zeros(K, T, dtype=torch.float64), torch.zeros(K, T, dtype=torch.float64)
+    for j in range(T):
+        rows = states.clone()
+        rows[:, j] = model.mask_id
+        logits = model.masked_logits(rows, torch.full((K,), j)).double()
+        raw[:, j] = -logits.gather(1, states[:, j:j + 1]).squeeze(1)
+        local[:, j] = -torch.log_softmax(logits, 1).gather(1, states[:, j:j + 1]).squeeze(1)
+    return raw, local
+
+
+def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) -> tuple[torch.Tensor, ...]:
+    """By hand: the probability of each token y at position i after one delayed-acceptance step from ``x``
+    (q(y | x) alpha1 alpha2, the rest on x_i), the same for plain MH (two f64[V] vectors), and stage 1's
+    (sum over y != x_i of q(y) alpha1(y), sum of q(y))."""
+    words = ordinary_tokens(model)
+    row = x.clone()[None]
+    row[0, i] = model.mask_id
+    logits = model.masked_logits(row, torch.tensor([i]))[0].double()
+    logq = torch.full_like(logits, float("-inf"))
+    logq[words] = torch.log_softmax(logits[words], 0)
+    ys = torch.stack([x.clone() for _ in words])
+    ys[:, i] = torch.tensor(words)
+    raw, local = _terms(model, torch.cat([x[None], ys]))
+    terms = raw if energy == "raw" else local
+    window = (torch.arange(x.shape[0]) - i).abs() <= k
+    d_exact = terms[1:].sum(1) - terms[0].sum()
+    d_sur = terms[1:, window].sum(1) - terms[0, window].sum()
+    hastings = logq[x[i]] - logq[words]
+    a1 = torch.clamp(torch.exp(-d_sur / tau + hastings), max=1.0)
+    a2 = torch.clamp(torch.exp(-(d_exact - d_sur) / tau), max=1.0)
+    a_mh = torch.clamp(torch.exp(-d_exact / tau + hastings), max=1.0)
+    other = torch.tensor(words) != x[i]
+    q_words = torch.exp(logq[words])
+    stage1 = ((q_words * a1)[other].sum(), q_words[other].sum())
+    out = []
+    for a in (a1 * a2, a_mh):
+        p = torch.zeros_like(logits)
+        p[words] = torch.exp(logq[words]) * a
+        p[x[i]] = 0.0
+        p[x[i]] = 1.0 - p.sum()
+        out.append(p)
+    return out[0], out[1], stage1
+
+
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_two_stage_probability_of_every_move(energy):
+    """One step at one position (only it is free) from one state, 20000 chains: the empirical distribution of the
+    new token matches q alpha1 alpha2 computed by hand, and differs from plain MH's (the test has power)."""
+    model = TabularMLM.random(num_tokens=5, length=6, seed=4, scale=1.5)
+    x, i, n, tau = torch.tensor([5, 6, 7, 5, 8, 6]) % model.vocab_size, 2, 20000, 0.8
+    words = ordinary_tokens(model)
+    x = torch.tensor([words[int(t) % len(words)] for t in x])
+    free = torch.zeros(6, dtype=torch.bool)
+    free[i] = True
+    r = mhfast.sample(model, init=x[None], free_positions=free[None], chains=n, epochs=1, burn_in=0, seed=9,
+                      energy=energy, target_temperature=tau, delayed="window:1")
+    got = torch.bincount(r.tokens[0, :, i], minlength=model.vocab_size).double() / n
+    want, mh, stage1 = _two_stage(model, x, i, 1, energy, tau)
+    bound = 5 * torch.sqrt(want * (1 - want) / n) + 1e-9
+    assert bool(((got - want).abs() <= bound).all()), f"{got.tolist()} vs {want.tolist()}"
+    assert float((mh - want).abs().max()) > 10 * float(bound.max()), "plain MH's kernel must differ here"
+    # stage 1's pass rate among the changed proposals, by hand: sum_y q(y) alpha1(y) / sum_y q(y) over y != x_i
+    rate, changed = r.delayed_passed / r.delayed_tested, r.delayed_tested / n
+    want_rate = float(stage1[0] / stage1[1])
+    assert abs(changed - float(stage1[1])) < 5 * (changed * (1 - changed) / n) ** 0.5, (changed, float(stage1[1]))
+    assert abs(rate - want_rate) <= 5 * (want_rate * (1 - want_rate) / r.delayed_tested) ** 0.5 + 1e-12, (rate,
+                                                                                                       want_rate)
+
+
+def test_exact_window_accepts_as_plain_mh():
+    """A window covering every position: dE~ = dE exactly, so stage 2 accepts every survivor and the acceptance
+    rate is plain MH's (the same kernel with another stream of uniforms)."""
+    model = TabularMLM.random(num_tokens=4, length=5, seed=2, scale=0.8)
+    kw = dict(chains=2000, epochs=8, burn_in=0, seed=5, energy="local", memo=0)
+    plain = mhfast.sample(model, 5, **kw)
+    exact = mhfast.sample(model, 5, delayed="window:5", **kw)
+    assert exact.delayed_accepted == exact.delayed_passed > 0 and exact.delayed_rows_saved == 0
+    n = plain.proposals
+    a, b = float(plain.acceptance_rate.mean()), float(exact.acceptance_rate.mean())
+    assert abs(a - b) < 6 * (a * (1 - a) / n) ** 0.5 * 2 ** 0.5 * 3, (a, b)  # x3: steps of a chain correlate
+
+
+def _tensor_beta(monkeypatch, rows: int, value: float | None = None, device: str = "cpu") -> None:
+    """The epoch schedule with every beta as a float64 tensor [rows] on ``device`` (parallel tempering's form)."""
+    original = schedules.epoch_schedule
+
+    def per_row(cfg):
+        def beta(e):
+            return torch.full((rows,), e.beta if value is None else value, dtype=torch.float64, device=device)
+        return [e if e.beta is None else schedules.Epoch(e.index, e.target_temperature, beta(e), e.post_burn_in)
+                for e in original(cfg)]
+
+    monkeypatch.setattr(schedules, "epoch_schedule", per_row)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_tensor_beta_passes_through(monkeypatch, backend, device):
+    """beta as a tensor [M] equal to the number gives the same chains bit for bit; beta 0 on every row makes stage
+    2 accept every survivor (exp(-0 (dE - dE~)) = 1) while stage 1 still applies the Hastings ratio."""
+    model = TabularMLM.random(num_tokens=4, length=8, seed=3, scale=1.0)
+    kw = dict(chains=6, epochs=4, burn_in=0, seed=2, energy="raw", delayed="window:1", backend=backend,
+              target_temperature=0.7, device=device)
+    number = mhfast.sample(model, 8, **kw)
+    _tensor_beta(monkeypatch, 6, device=device)
+    rows = mhfast.sample(model, 8, **kw)
+    assert torch.equal(number.tokens, rows.tokens) and number.delayed_accepted == rows.delayed_accepted
+    _tensor_beta(monkeypatch, 6, 0.0, device=device)
+    cold = mhfast.sample(model, 8, **kw)
+    assert cold.delayed_tested > cold.delayed_passed == cold.delayed_accepted > 0
+
+
+def test_forced_accept_epochs_skip_both_tests():
+    model = TabularMLM.random(num_tokens=4, length=8, seed=3)
+    r = mhfast.sample(model, 8, chains=3, epochs=2, burn_in=0, force_accept_epochs=2, delayed="window:1")
+    assert r.delayed_tested == 0 and float(r.acceptance_rate.min()) == 1.0
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(delayed="window:x"), ["delayed", "window:K"]),
+    (dict(delayed="window:-1"), ["delayed", "window:K"]),
+    (dict(delayed="maskless"), ["delayed", "'maskless'"]),
+    (dict(delayed=2), ["delayed", "2"]),
+    (dict(delayed="window:1", sampler="gibbs"), ["delayed", "sampler", "gibbs"]),
+    (dict(delayed="window:1", sampler="block-mh"), ["delayed", "sampler", "block-mh"]),
+    (dict(delayed="auto", capture="static"), ["delayed", "capture", "static"]),
+    (dict(delayed="window:2", memo=4), ["delayed", "memo", "4"]),
+])
+def test_bad_options_are_clear_errors(kwargs, words):
+    model = TabularMLM.random(num_tokens=3, length=3, seed=0)
+    with pytest.raises(ValueError) as err:
+        mhfast.sample(model, 3, chains=2, epochs=1, burn_in=0, **kwargs)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+
+
+def test_cli_flag_and_stats_line(tmp_path):
+    """--delayed is a flag of mhfast sample (from the option spec); a bad value is one line, exit 2; the stats line
+    reports both stages and the rows saved."""
+    pytest.importorskip("transformers")
+    bert = save_tiny_bert_dir(tmp_path / "bert")
+    cmd = [sys.executable, "-m", "mhfast", "sample", "--model", bert, "--length", "12", "--epochs", "3", "--burn-in",
+           "0", "--chains", "2", "--seed", "1"]
+    bad = subprocess.run(cmd + ["--delayed", "window:z"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--delayed" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    ok = subprocess.run(cmd + ["--delayed", "window:1"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    stats = ok.stdout.strip().splitlines()[-1]
+    assert "delayed: stage 1 " in stats and "stage 2 " in stats and "rows saved " in stats, stats
+
+
+def test_conditional_model_sub_batches_and_backends_give_the_same_chains():
+    """A conditional model (per-source context rows), rows forwarded one per sub-batch or all at once, compiled or
+    reference ops: the same chains (the window's and the survivors' rows reach the cache alike)."""
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    cond = ConditionalTabularMLM.random(num_tokens=3, lengths=(5, 6), num_sources=2, seed=5)
+    kw = dict(source=torch.tensor([0, 1]), chains=3, epochs=4, burn_in=0, delayed="window:1", seed=2)
+    runs = [mhfast.sample(cond, **kw, **extra) for extra in (
+        {}, {"backend": "reference"}, {"max_tokens_per_batch": 6}, {"max_tokens_per_batch": 6, "backend": "reference"})]
+    for r in runs[1:]:
+        assert torch.equal(r.tokens, runs[0].tokens) and torch.equal(r.energy, runs[0].energy)
+        assert r.delayed_rows_saved == runs[0].delayed_rows_saved > 0
+
+
+def test_auto_acts_only_where_the_memo_would_not():
+    """delayed='auto' (options.resolved_window): off where the memo acts (the same chains as delayed=None), window:2
+    with memo=0 or with extra energy terms, on an input with more than 8 energy rows per proposal."""
+    from test_sampler_exact import tiny_bert
+
+    model = tiny_bert()
+    kw = dict(length=10, chains=3, epochs=3, burn_in=0, seed=4, energy="local")
+    off, plain = mhfast.sample(model, delayed="auto", **kw), mhfast.sample(model, **kw)
+    assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows
+    no_memo = mhfast.sample(model, delayed="auto", memo=0, **kw)
+    window2 = mhfast.sample(model, delayed="window:2", memo=0, **kw)
+    assert no_memo.delayed_tested > 0 and torch.equal(no_memo.tokens, window2.tokens)
+    with_terms = mhfast.sample(model, delayed="auto", extra_energy=[_term], **kw)
+    assert with_terms.delayed_tested > 0
