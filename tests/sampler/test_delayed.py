@@ -1,6 +1,6 @@
 """Delayed-acceptance MH (option delayed; mhfast.sampler.moves.delayed) samples the exact target.
 
-Checks: (1) enumeration on tabular models (the TV bound of tests/test_sampler_exact.py) for both energies, with an
+Checks: (1) enumeration on tabular models (the TV bound of tests/sampler/test_sampler_exact.py) for both energies, with an
 extra energy term, annealed, with a poor surrogate (window 0: the proposed position's own term only, which under
 the local energy the Hastings ratio cancels exactly, so stage 1 passes everything; window 1 on a strongly coupled
 model) and with an exact one (a window covering every position: stage 2 accepts every survivor, and the acceptance
@@ -21,7 +21,7 @@ from mhfast.models.tabular import TabularMLM
 from mhfast.sampler import schedules
 
 from hf_tiny_models import save_tiny_bert_dir
-from test_sampler_exact import N_CHAINS, empirical, enumerate_states, masks, ordinary_tokens, run_and_compare, \
+from exact_checks import N_CHAINS, empirical, enumerate_states, masks, ordinary_tokens, run_and_compare, \
     tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
