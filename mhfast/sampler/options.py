@@ -315,8 +315,9 @@ def resolved_window(cfg: Any, num_energy: int, extra_terms: bool = False) -> int
     positions (``extra_terms``: whether it has extra energy terms), or None (delayed acceptance off):
     ``window:K`` -> K; ``auto`` -> :data:`AUTO_WINDOW` where the proposal memo would not act (``memo=0``, or extra
     energy terms) and ``num_energy - 1 > 2 AUTO_WINDOW + AUTO_MIN_SAVED``, else off. Why: on AntiBERTy infilling
-    (bench/RESULTS_delayed.md) window:2 forwarded 1.5x fewer rows per accepted change than plain MH without the
-    memo, but 1.25x more than with it (delayed acceptance turns the memo off), so auto keeps the memo where it acts.
+    (bench/RESULTS.md, "Delayed acceptance") window:2 forwarded 1.5x fewer rows per accepted change than plain MH
+    without the memo, but 1.25x more than with it (delayed acceptance turns the memo off), so auto keeps the memo
+    where it acts.
 
     Example:
         >>> resolved_window(config_from_kwargs({"delayed": "window:3"}), 32)
