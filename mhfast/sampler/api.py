@@ -25,7 +25,7 @@ import torch
 
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
-from . import driver, options, precision, schedules, starts
+from . import driver, options, precision, schedules, starts, tempering
 from .adaptive import RunMonitor
 from .backend import get_backend
 from .kernels import KERNELS
@@ -105,7 +105,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
             state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                                       progress=progress, counters=lambda: {"model_rows": runner.model_rows},
                                       after_epoch=runner.raise_deferred, monitor=monitor)
-    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor)
+    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor, kernel)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = kernel.memo.hits if getattr(kernel, "memo", None) is not None else 0
     return result
@@ -195,7 +195,8 @@ def _kernel(cfg, runner: ModelRunner, problem):
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     memo = options.resolved_memo(cfg, extra_terms=problem.terms is not None and bool(problem.terms.terms))
-    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo))
+    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo))
+    return tempering.wrap(kernel, cfg)  # parallel tempering: the kernel on replicas of every chain, and swaps
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

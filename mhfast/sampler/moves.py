@@ -40,7 +40,7 @@ from .state import ChainState
 
 def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions: torch.Tensor,
            proposed: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
-           logq_reverse: torch.Tensor, beta: float | None, epoch: int, step: int
+           logq_reverse: torch.Tensor, beta: float | torch.Tensor | None, epoch: int, step: int
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """mh_accept_ on the chains ``chains``: returns ``(new tokens Long[M, T], accepted Bool[n])``.
 
@@ -55,6 +55,8 @@ def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions:
         beta_t = torch.zeros(n, device=dev)
         energy_proposed = energy.clone()
         logq_reverse = logq_forward
+    elif isinstance(beta, torch.Tensor):  # one beta per chain row (parallel tempering: f64[M])
+        beta_t = beta.index_select(0, chains).float()
     else:
         beta_t = torch.full((n,), float(beta), device=dev)
     u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT,

@@ -24,6 +24,7 @@ ACCEPT = 2  #: Metropolis-Hastings accept/reject uniform
 ORDER = 3  #: random sort keys of the epoch's position order (lane = position)
 PROJECT = 4  #: the traces' random projections (key: projection index; lane = position * V + token)
 START = 5  #: dispersed starts (option ``start``): a chain's random or sampled token (lane = position)
+SWAP = 6  #: parallel tempering: the swap test of a pair of replicas (key: the colder replica's; step 0)
 
 
 def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:
