@@ -17,14 +17,14 @@ measured: while the hottest replica's MH acceptance rate (of proposals that chan
 (then the rungs are spread geometrically again, since the old rejection rates say nothing about the new range).
 
 Example:
-    >>> geometric(1.0, 8.0, 4).tolist()           # temperatures
+    >>> [round(t, 9) for t in geometric(1.0, 8.0, 4).tolist()]           # temperatures
     [1.0, 2.0, 4.0, 8.0]
     >>> check_tempering([1, 2, 4]), check_tempering(3), check_tempering(None)
     ([1.0, 2.0, 4.0], 3, None)
     >>> import torch
     >>> b = torch.tensor([[1.0, 0.5, 0.25]])
-    >>> retuned(b, torch.tensor([[0.9, 0.1]])).tolist()    # most rejection between the cold pair: rungs move closer
-    [[1.0, 0.5833333333333334, 0.25]]
+    >>> [round(x, 4) for x in retuned(b, torch.tensor([[0.9, 0.1]]))[0].tolist()]   # the cold pair rejected most:
+    [1.0, 0.7222, 0.25]
 """
 from __future__ import annotations
 
