@@ -26,6 +26,8 @@ from test_sampler_exact import empirical, enumerate_states, masks, target_distri
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 N = 2000
+#: the commands' sampler in the CLI tests
+SAMPLER_FLAGS = ["--sampler", "block-mh", "--block-schedule", "2"]
 
 
 def _model(**kw) -> TabularMLM:
@@ -253,3 +255,33 @@ def test_until_rhat_with_tempering_stops_inputs_with_the_same_chains(kwargs):
         assert torch.equal(r.tokens[b], alone.tokens[b]), b
         assert torch.equal(r.best_tokens[b], alone.best_tokens[b]), b
         assert torch.equal(r.round_trips[b], alone.round_trips[b]) and torch.equal(r.ladder[b], alone.ladder[b])
+
+
+# ---------------------------------------------------------------------------- the commands
+def test_cli_sample_prints_the_tempering_counters(capsys, tmp_path):
+    from hf_tiny_models import save_tiny_bert_dir
+
+    model_dir = save_tiny_bert_dir(tmp_path / "tiny_bert")
+    code = main(["sample", "--model", str(model_dir), "--length", "4", "--chains", "2", "--epochs", "6",
+                 "--burn-in", "2", "--tempering", "3", "--seed", "1", *SAMPLER_FLAGS])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    line = next(t for t in out.splitlines() if "tempering:" in t)
+    assert line.startswith("  tempering: ladder 1,") and "swap rates" in line and "round trips" in line, line
+    assert len(line.split("round trips ")[1].split()[0].split(",")) == 2  # one count per chain
+
+
+def test_cli_translate_writes_the_tempering_counters(tiny_paths, tmp_path, capsys):
+    import json
+
+    src = tmp_path / "src.txt"
+    src.write_text(min(tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines(), key=len) + "\n")
+    stats = tmp_path / "stats.json"
+    code = main(["translate", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+                 "--tokenizer", "none", "--input", str(src), "--stats-out", str(stats), "--chains", "2", "--epochs",
+                 "4", "--burn-in", "2", "--tempering", "1,2,4", *SAMPLER_FLAGS])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    tempering = json.loads(stats.read_text())["batches"][0]["tempering"][0]
+    assert tempering["ladder"] == [1.0, 2.0, 4.0] and len(tempering["swap_rate"]) == 2
+    assert len(tempering["round_trips"]) == 2
