@@ -252,10 +252,13 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
         extra = (values, ctx.terms.weighted(values))
         target_new = target_new + extra[1]
+    target = state.target
+    if isinstance(beta, torch.Tensor):  # one beta per chain row (tempering): the test of beta * E at beta 1
+        target, target_new, beta = target * beta.to(target.dtype), target_new * beta.index_select(0, ch), 1.0
     tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
-        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, state.target, state.cache,
+        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, target, state.cache,
         state.rng_keys, ch, pos, prop, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
-        target_new, seq, q, outputs, beta, epoch, step, rng.ACCEPT)
+        target_new.to(target.dtype), seq, q, outputs, beta, epoch, step, rng.ACCEPT)
     more = {}
     if extra is not None:  # the extra terms' values of accepted chains (not in the op: optional, rare)
         pick = lambda new, old: old.index_copy(0, ch, torch.where(  # noqa: E731
