@@ -159,7 +159,7 @@ def sweep_site_ops(device: str, vs: list[int], dtypes: tuple, tiny: bool) -> lis
                                                               (16, 8, 1001, 16, 4))
     for M, T, D, n, chunks in shapes:
         for dtype in dtypes:
-            for beta in (1.0, None):
+            for beta in (1.0, None, "rows"):  # "rows": a beta per chain row (parallel tempering's ladder)
                 results.append((f"mh_commit_site_ M={M} T={T} D={D} n={n} chunks={chunks} {dtype} beta={beta}",
                                 check_commit_site(M, T, D, n, dtype, beta, chunks, device)))
     memo_shapes = ((1, 1, 1, 1, 1), (2, 8, 4, 6, 5)) + (() if tiny else ((3, 24, 40, 300, 200),))

@@ -30,6 +30,7 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
+from mhfast.op_types import ChainRows, MemoTable, SiteProposal, SiteRows, SiteTerms
 
 U_MARGIN = 1e-4  # a uniform this close to a CDF boundary may legitimately land either side (fp32 vs fp64)
 P_MARGIN = 1e-5  # a token's mass-before this close to top_p may legitimately be in or out of the nucleus
@@ -158,8 +159,9 @@ def check_propose_site_out_of_range(device: str) -> str | None:
 
 
 def commit_inputs(M: int, T: int, D: int, n: int, dtype: torch.dtype, chunks: int, seed: int) -> list:
-    """The 20 tensors and the output chunks of mh_commit_site_: n distinct chains, each with T - 1 model rows
-    (the positions other than the moved one), the rows split into ``chunks`` sub-batches, one of them empty."""
+    """The 20 tensors and the output chunks of mh_commit_site_, flat (:func:`bundled` makes its bundles): n distinct
+    chains, each with T - 1 model rows (the positions other than the moved one), the rows split into ``chunks``
+    sub-batches, one of them empty."""
     g = torch.Generator().manual_seed(seed)
     f = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     tokens = torch.randint(0, 9, (M, T), generator=g)
@@ -180,15 +182,24 @@ def commit_inputs(M: int, T: int, D: int, n: int, dtype: torch.dtype, chunks: in
             local_new.sum(1), target[ch] + f(n), seq, q, outputs]
 
 
-def check_commit_site(M: int, T: int, D: int, n: int, dtype: torch.dtype, beta: float | None, chunks: int,
+def bundled(args: list) -> tuple[ChainRows, SiteProposal, SiteTerms, SiteRows]:
+    """:func:`commit_inputs`' flat list as mh_commit_site_'s four bundles (mhfast.op_types)."""
+    return ChainRows(*args[:8]), SiteProposal(*args[8:13]), SiteTerms(*args[13:18]), SiteRows(*args[18:21])
+
+
+def check_commit_site(M: int, T: int, D: int, n: int, dtype: torch.dtype, beta: float | str | None, chunks: int,
                       device: str) -> str | None:
-    """mh_commit_site_ vs the reference, bit for bit (outputs, and the cache updated in place)."""
+    """mh_commit_site_ vs the reference, bit for bit (outputs, and the cache updated in place); ``beta="rows"``: a
+    float64 beta per chain row."""
     args = commit_inputs(M, T, D, n, dtype, chunks, seed=M + T + D + n)
+    if beta == "rows":
+        beta = torch.linspace(0.0, 1.3, M, dtype=torch.float64)
     clone = lambda a, dev: [o.to(dev, copy=True) for o in a] if isinstance(a, list) else a.to(dev, copy=True)  # noqa
     mine = [clone(a, device) for a in args]
     theirs = [clone(a, "cpu") for a in args]
-    got = [t.cpu() for t in ops.mh_commit_site_(*mine, beta, 2, 7, 2)]
-    want = reference.mh_commit_site_(*theirs, beta, 2, 7, 2)
+    per_row = isinstance(beta, torch.Tensor)
+    got = [t.cpu() for t in ops.mh_commit_site_(*bundled(mine), beta.to(device) if per_row else beta, 2, 7, 2)]
+    want = reference.mh_commit_site_(*bundled(theirs), beta, 2, 7, 2)
     names = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "accepted")
     for name, a, b in zip(names, got, want):
         if not (a.dtype == b.dtype and torch.equal(a, b)):
@@ -218,16 +229,16 @@ def check_memo_ops(G: int, S: int, L: int, M: int, A: int, steps: int, device: s
         act = torch.randint(0, M, (A,), generator=g).to(device)
         pos, prop = torch.randint(0, L, (A,), generator=g).to(device), torch.randint(0, V, (A,), generator=g).to(device)
         changed = (torch.rand(A, generator=g) < 0.9).to(device)
-        args = (tokens, group, act, pos, prop, changed, ways, step)
-        got = ops.mh_memo_lookup_(*tables[0][:3], *args, validate=False)
-        want = reference.mh_memo_lookup_(*tables[1][:3], *args)
+        args = (tokens, act, pos, prop, changed, ways, step)
+        got = ops.mh_memo_lookup_(MemoTable(*tables[0], group), *args, validate=False)
+        want = reference.mh_memo_lookup_(MemoTable(*tables[1], group), *args)
         if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(got, want)):
             return f"lookup differs from the reference at step {step}"
         misses = got[0][:A].nonzero().squeeze(1)
         terms = torch.randn(misses.numel(), L, generator=g).to(device)
-        store = (group, act, got[1], misses, terms, -terms, misses.numel(), step)
-        ops.mh_memo_store_(tables[0][0], *tables[0][3:], *store, validate=False)
-        reference.mh_memo_store_(tables[1][0], *tables[1][3:], *store)
+        store = (act, got[1], misses, terms, -terms, misses.numel(), step)
+        ops.mh_memo_store_(MemoTable(*tables[0], group), *store, validate=False)
+        reference.mh_memo_store_(MemoTable(*tables[1], group), *store)
         if not all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)):
             return f"the tables differ from the reference after step {step}"
     return None
@@ -246,14 +257,13 @@ def check_memo_out_of_range(device: str) -> str | None:
     group = torch.tensor([0, 5, 1], device=device)  # chain 1's group is out of range
     act, pos, prop = (torch.tensor(v, device=device) for v in ([0, -1, 1, 3, 2], [0, 0, 0, 0, 1], [2, 2, 2, 2, 1]))
     changed = torch.ones(5, dtype=torch.bool, device=device)
-    lookup = lambda: ops.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, prop, changed,  # noqa: E731
-                                         8, 0, validate=False)
+    table = MemoTable(stamp, hashes, stored, raw, local, group)
+    lookup = lambda: ops.mh_memo_lookup_(table, tokens, act, pos, prop, changed, 8, 0, validate=False)  # noqa: E731
     # store's proposals: chain 0 (valid), act 4, slot 9, chain 1 (group 5), sel 7: all but the first invalid
     ch, slot = torch.tensor([0, 4, 2, 1, 0], device=device), torch.tensor([0, 0, 9, 0, 0], device=device)
     sel = torch.tensor([0, 1, 2, 3, 7], device=device)
     terms = torch.ones(5, L, device=device)
-    store = lambda: ops.mh_memo_store_(stamp, raw, local, group, ch, slot, sel, terms, terms, 5, 0,  # noqa: E731
-                                       validate=False)
+    store = lambda: ops.mh_memo_store_(table, ch, slot, sel, terms, terms, 5, 0, validate=False)  # noqa: E731
     if device == "cpu":
         return cpu_raises_naming([("act", lookup), ("sel", store)])
     order, slots = lookup()

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import mhfast.ops as ops  # noqa: E402
 import mhfast.reference as reference  # noqa: E402
-from op_sweep_site import commit_inputs  # noqa: E402
+from op_sweep_site import bundled, commit_inputs  # noqa: E402
 
 ROTATE = 4
 
@@ -119,9 +119,9 @@ def commit_site_case(M: int, T: int, D: int, dtype: torch.dtype, chunks: int, de
     outputs = list(torch.randn(R, D, device=device).to(dtype).split([o.shape[0] for o in small[20]]))
     es = caches[0].element_size()
     nbytes = 2 * R * D * es + 2 * M * T * (8 + 4 + 4) + 2 * 2 * M * 4 + M * (2 * T * 4 + 8 * 8) + R * 16
-    comp = lambda i: ops.mh_commit_site_(*args[:6], caches[i], *args[7:20], outputs, None, 0, 1, 2,
+    comp = lambda i: ops.mh_commit_site_(*bundled([*args[:6], caches[i], *args[7:20], outputs]), None, 0, 1, 2,
                                          validate=False)
-    ref = lambda i: reference.mh_commit_site_(*args[:6], caches[i], *args[7:20], outputs, None, 0, 1, 2)
+    ref = lambda i: reference.mh_commit_site_(*bundled([*args[:6], caches[i], *args[7:20], outputs]), None, 0, 1, 2)
     return comp, ref, nbytes
 
 

@@ -159,8 +159,9 @@ void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& token
                     ": cache must have at least one entry in dim 2 (vocabulary size 0)");
 }
 
-void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta, int64_t epoch,
-                               int64_t step, int64_t stream) {
+void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta,
+                               const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
+                               int64_t stream) {
   const char* op = "mh_commit_site_";
   using Named = std::pair<const char*, const at::Tensor*>;
   const auto half_or_float = {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16};
@@ -227,6 +228,14 @@ void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<doub
   }
   TORCH_CHECK_VALUE(!beta.has_value() || std::isfinite(*beta), "mhfast.", op,
                     ": beta must be a finite number or None, got ", beta.value_or(0.0));
+  if (beta_rows.has_value()) {
+    TORCH_CHECK_VALUE(!beta.has_value(), "mhfast.", op,
+                      ": beta is given twice (a number and a tensor, beta_rows); give one of them");
+    check_dtype(op, "beta", *beta_rows, {at::ScalarType::Double});
+    check_dim(op, "beta", *beta_rows, 1);
+    check_size(op, "beta", *beta_rows, 0, M, "chains: rows of tokens");
+    check_same_device(op, "tokens", a.tokens, "beta", *beta_rows);
+  }
   TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
                     ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
 }
@@ -238,12 +247,13 @@ void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_ter
                              const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
                              const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
                              const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
-                             at::TensorList outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             at::TensorList outputs, c10::optional<double> beta,
+                             const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
                              int64_t stream) {
   check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed,
                              logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new,
                              seq, q, outputs},
-                            beta, epoch, step, stream);
+                            beta, beta_rows, epoch, step, stream);
 }
 
 void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,

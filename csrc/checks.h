@@ -96,8 +96,11 @@ struct CommitSiteArgs {
   const at::Tensor &seq, &q;
   at::TensorList outputs;  // the R rows in consecutive chunks (the model's sub-batches: no concatenation)
 };
-void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta, int64_t epoch,
-                               int64_t step, int64_t stream);
+// beta: a finite number, or beta_rows Double[M] (one per chain row; its values are checked by the CPU kernel and
+// mhfast/_validate.py), or neither (forced accept); not both.
+void check_mh_commit_site_args(const CommitSiteArgs& a, const c10::optional<double>& beta,
+                               const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
+                               int64_t stream);
 // The same with the op's flat argument list (torch.ops.mhfast.mh_commit_site__check).
 void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_terms, const at::Tensor& local_terms,
                              const at::Tensor& e_raw, const at::Tensor& e_local, const at::Tensor& target,
@@ -106,7 +109,8 @@ void check_mh_commit_site_op(const at::Tensor& tokens, const at::Tensor& raw_ter
                              const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
                              const at::Tensor& e_raw_new, const at::Tensor& e_local_new,
                              const at::Tensor& target_new, const at::Tensor& seq, const at::Tensor& q,
-                             at::TensorList outputs, c10::optional<double> beta, int64_t epoch, int64_t step,
+                             at::TensorList outputs, c10::optional<double> beta,
+                             const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step,
                              int64_t stream);
 
 // mh_memo_lookup_: the memo's tables (stamp/hashes Long[G, S], stored Long[G, S, L], contiguous: written

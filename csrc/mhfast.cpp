@@ -50,7 +50,8 @@ TORCH_LIBRARY(mhfast, m) {
   // Counter-based uniforms (csrc/counter_hash.h): keys absorbed with (epoch, step, stream, lane).
   m.def("counter_uniforms(Tensor keys, int epoch, int step, int stream, Tensor? lanes=None) -> Tensor");
   // The accept + commit phase of a single-site MH step in one call: MH test of the chains ch
-  // (uniforms from the counter hash of keys[ch]; beta None: forced accept), then for the accepted
+  // (uniforms from the counter hash of keys[ch]; beta a number, or beta_rows Double[M]: chain row m tests at
+  // beta_rows[m]; neither: forced accept), then for the accepted
   // ones the new token, per-position terms and energies (returned as new state tensors) and the
   // model rows (seq, q) of X' written into the cache in place. Returns (tokens, raw_terms,
   // local_terms, e_raw, e_local, accepted).
@@ -58,7 +59,7 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_commit_site_(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
       " Tensor target, Tensor(a!) cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
       " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
-      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta, Tensor? beta_rows,"
       " int epoch, int step, int stream)"
       " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The propose phase of a single-site MH step in one call: row a is cache[act[a], pos[a]] with
@@ -117,7 +118,7 @@ TORCH_LIBRARY(mhfast, m) {
       "mh_commit_site__check(Tensor tokens, Tensor raw_terms, Tensor local_terms, Tensor e_raw, Tensor e_local,"
       " Tensor target, Tensor cache, Tensor keys, Tensor ch, Tensor pos, Tensor proposed,"
       " Tensor logq_forward, Tensor logq_reverse, Tensor raw_new, Tensor local_new, Tensor e_raw_new,"
-      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta,"
+      " Tensor e_local_new, Tensor target_new, Tensor seq, Tensor q, Tensor[] outputs, float? beta, Tensor? beta_rows,"
       " int epoch, int step, int stream) -> ()",
       &mhfast::check_mh_commit_site_op);
   m.def(

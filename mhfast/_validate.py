@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 
 from ._C_loader import load_library
+from . import op_types
+from .op_types import ChainRows, MemoTable, SiteProposal, SiteRows, SiteTerms
 
 load_library()
 _ops = torch.ops.mhfast
@@ -198,26 +200,27 @@ def mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed,
                          "other than pos")
 
 
-def mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step, *,
-                    values: bool) -> None:
+def mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step, *, values: bool) -> None:
     op = "mh_memo_lookup_"
-    tensors(op, stamp=stamp, hashes=hashes, stored=stored, tokens=tokens, group=group, act=act, pos=pos,
-            proposed=proposed, changed=changed)
+    bundle(op, "table", table, MemoTable)
+    tensors(op, tokens=tokens, act=act, pos=pos, proposed=proposed, changed=changed)
     ints(op, ways=ways, step=step)
-    _ops.mh_memo_lookup__check(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step)
+    _ops.mh_memo_lookup__check(table.stamp, table.hashes, table.stored, tokens, table.group, act, pos, proposed,
+                               changed, ways, step)
     if values:
         in_range(op, "act", act, 0, tokens.shape[0])
-        in_range(op, "group", group, 0, stamp.shape[0])
+        in_range(op, "group", table.group, 0, table.stamp.shape[0])
         in_range(op, "pos", pos, 0, tokens.shape[1])
 
 
-def mh_memo_store_(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step, *,
-                   values: bool) -> None:
+def mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step, *, values: bool) -> None:
     op = "mh_memo_store_"
-    tensors(op, stamp=stamp, raw=raw, local=local, group=group, act=act, slot=slot, sel=sel, raw_new=raw_new,
-            local_new=local_new)
+    bundle(op, "table", table, MemoTable)
+    tensors(op, act=act, slot=slot, sel=sel, raw_new=raw_new, local_new=local_new)
     ints(op, num_misses=num_misses, step=step)
-    _ops.mh_memo_store__check(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step)
+    stamp, group = table.stamp, table.group
+    _ops.mh_memo_store__check(stamp, table.raw, table.local, group, act, slot, sel, raw_new, local_new, num_misses,
+                              step)
     if not values or num_misses == 0:
         return
     misses = sel[:num_misses]
@@ -228,9 +231,16 @@ def mh_memo_store_(stamp, raw, local, group, act, slot, sel, raw_new, local_new,
     in_range(op, "group", group.index_select(0, chains), 0, stamp.shape[0])
 
 
-COMMIT_TENSORS = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "target", "cache", "keys", "ch", "pos",
-                  "proposed", "logq_forward", "logq_reverse", "raw_new", "local_new", "e_raw_new", "e_local_new",
-                  "target_new", "seq", "q")
+def bundle(op: str, name: str, b: object, kind: type) -> None:
+    """TypeError unless ``b`` is the NamedTuple ``kind`` (:mod:`mhfast.op_types`) holding tensors (a list of them
+    for ``SiteRows.outputs``), naming the field (``chains.cache``) that is not."""
+    if not isinstance(b, kind):
+        raise TypeError(f"mhfast.{op}: {name} must be a mhfast.op_types.{kind.__name__}, got {type(b).__name__}")
+    for field, t in zip(b._fields, b):
+        if field == "outputs":
+            tensor_list(op, f"{name}.outputs", t)
+        elif not isinstance(t, torch.Tensor):
+            raise TypeError(f"mhfast.{op}: {name}.{field} must be a torch.Tensor, got {type(t).__name__}")
 
 
 def tensor_list(op: str, name: str, ts: object) -> None:
@@ -239,24 +249,35 @@ def tensor_list(op: str, name: str, ts: object) -> None:
         raise TypeError(f"mhfast.{op}: {name} must be a list of torch.Tensor, got {type(ts).__name__}")
 
 
-def mh_commit_site_(*args, values: bool) -> None:
-    """Checks of mh_commit_site_'s 20 tensors (named as in :data:`COMMIT_TENSORS`), the ``outputs`` chunks,
-    beta, epoch, step and stream."""
+def commit_site_types(chains, proposal, terms, rows, beta) -> None:
+    """TypeError naming the first of mh_commit_site_'s bundles, their fields, or ``beta`` (None, a number or a
+    tensor) of the wrong type."""
     op = "mh_commit_site_"
-    t = dict(zip(COMMIT_TENSORS, args[:20]))
-    outputs = args[20]
-    beta, epoch, step, stream = args[21:]
-    tensors(op, **t)
-    tensor_list(op, "outputs", outputs)
-    if beta is not None:
-        number(op, "beta", beta)
+    for name, b, kind in (("chains", chains, ChainRows), ("proposal", proposal, SiteProposal),
+                          ("terms", terms, SiteTerms), ("rows", rows, SiteRows)):
+        bundle(op, name, b, kind)
+    if beta is not None and not isinstance(beta, torch.Tensor) and (
+            isinstance(beta, bool) or not isinstance(beta, (int, float))):
+        raise TypeError(f"mhfast.{op}: beta must be None, a number or a float64 tensor (one per chain row), "
+                        f"got {type(beta).__name__}")
+
+
+def mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, *, values: bool) -> None:
+    """Checks of mh_commit_site_'s bundles (:mod:`mhfast.op_types`), beta (None, a number, or Double[M]: one
+    per chain row), epoch, step and stream."""
+    op = "mh_commit_site_"
+    commit_site_types(chains, proposal, terms, rows, beta)
     counters(op, epoch, step, stream)
-    _ops.mh_commit_site__check(*args[:20], list(outputs), None if beta is None else float(beta), epoch, step, stream)
+    _ops.mh_commit_site__check(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch, step, stream))
     if not values:
         return
-    M, T = t["tokens"].shape
-    in_range(op, "ch", t["ch"], 0, M)
-    distinct(op, "ch", t["ch"])
-    in_range(op, "pos", t["pos"], 0, T)
-    in_range(op, "seq", t["seq"], 0, t["ch"].shape[0])
-    in_range(op, "q", t["q"], 0, T)
+    M, T = chains.tokens.shape
+    ch = proposal.ch
+    in_range(op, "ch", ch, 0, M)
+    distinct(op, "ch", ch)
+    in_range(op, "pos", proposal.pos, 0, T)
+    in_range(op, "seq", rows.seq, 0, ch.shape[0])
+    in_range(op, "q", rows.q, 0, T)
+    if isinstance(beta, torch.Tensor) and beta.numel() and not bool(torch.isfinite(beta).all()):
+        bad = int((~torch.isfinite(beta)).nonzero()[0, 0])
+        raise ValueError(f"mhfast.{op}: beta must be finite, got {float(beta[bad])} in row {bad}")

@@ -29,9 +29,9 @@ class ChainRows(NamedTuple):
     tokens: torch.Tensor  #: Long[M, T]
     raw_terms: torch.Tensor  #: f32[M, T] per-position -logit terms
     local_terms: torch.Tensor  #: f32[M, T] per-position -log p terms
-    e_raw: torch.Tensor  #: f64[M]
-    e_local: torch.Tensor  #: f64[M]
-    target: torch.Tensor  #: f64[M] the energy the MH test reads (one of the two, plus extra terms)
+    e_raw: torch.Tensor  #: f32[M] (summed in float64, stored as float32)
+    e_local: torch.Tensor  #: f32[M] (summed in float64, stored as float32)
+    target: torch.Tensor  #: f32[M] the energy the MH test reads (one of the two, plus extra terms)
     cache: torch.Tensor  #: [M, T, D] per-position model outputs, written in place
     keys: torch.Tensor  #: Long[M] the chains' counter-RNG keys
 
@@ -51,9 +51,9 @@ class SiteTerms(NamedTuple):
 
     raw: torch.Tensor  #: f32[n, T]
     local: torch.Tensor  #: f32[n, T]
-    e_raw: torch.Tensor  #: f64[n]
-    e_local: torch.Tensor  #: f64[n]
-    target: torch.Tensor  #: f64[n] the MH test's energy of X'
+    e_raw: torch.Tensor  #: f32[n]
+    e_local: torch.Tensor  #: f32[n]
+    target: torch.Tensor  #: f32[n] the MH test's energy of X'
 
 
 class SiteRows(NamedTuple):
@@ -74,3 +74,26 @@ class MemoTable(NamedTuple):
     raw: torch.Tensor
     local: torch.Tensor
     group: torch.Tensor
+
+
+def commit_site_op_args(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms, rows: SiteRows,
+                        beta: float | torch.Tensor | None, epoch: int, step: int, stream: int) -> tuple:
+    """The compiled ``torch.ops.mhfast.mh_commit_site_``'s arguments for :func:`mhfast.ops.mh_commit_site_`'s bundles: the
+    four bundles as they come, then beta as the schema has it (``float? beta, Tensor? beta_rows``: a float, a
+    per-row tensor, or neither for "accept every proposal")."""
+    per_row = isinstance(beta, torch.Tensor)
+    return (*chains, *proposal, *terms, rows.seq, rows.q, list(rows.outputs),
+            None if beta is None or per_row else float(beta), beta if per_row else None,
+            int(epoch), int(step), int(stream))
+
+
+def memo_lookup_op_args(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, pos: torch.Tensor,
+                        proposed: torch.Tensor, changed: torch.Tensor, ways: int, step: int) -> tuple:
+    """The compiled ``torch.ops.mhfast.mh_memo_lookup_``'s arguments for :func:`mhfast.ops.mh_memo_lookup_`'s."""
+    return (table.stamp, table.hashes, table.stored, tokens, table.group, act, pos, proposed, changed, ways, step)
+
+
+def memo_store_op_args(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor,
+                       raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int, step: int) -> tuple:
+    """The compiled ``torch.ops.mhfast.mh_memo_store_``'s arguments for :func:`mhfast.ops.mh_memo_store_`'s."""
+    return (table.stamp, table.raw, table.local, table.group, act, slot, sel, raw_new, local_new, num_misses, step)

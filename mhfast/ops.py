@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _validate
+from . import _validate, op_types
+from .op_types import ChainRows, MemoTable, SiteProposal, SiteRows, SiteTerms
 from ._C_loader import load_library
 
 load_library()
@@ -92,25 +93,16 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
                                 float(temperature), float(top_p))
 
 
-def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
-                    e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
-                    ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
-                    logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
-                    e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
-                    q: torch.Tensor, outputs: list[torch.Tensor], beta: float | None, epoch: int, step: int,
-                    stream: int, *, validate: bool = True
+def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms, rows: SiteRows,
+                    beta: float | torch.Tensor | None, epoch: int, step: int, stream: int, *, validate: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.mh_commit_site_` (one kernel: MH test, state copies with the
     accepted moves, cache rows in place)."""
-    tensors = (tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos, proposed, logq_forward,
-               logq_reverse, raw_new, local_new, e_raw_new, e_local_new, target_new, seq, q)
-    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
-        _validate.tensors("mh_commit_site_", **dict(zip(_validate.COMMIT_TENSORS, tensors)))
-        _validate.tensor_list("mh_commit_site_", "outputs", outputs)
-        if _needs_python_checks(validate, tokens):
-            _validate.mh_commit_site_(*tensors, outputs, beta, epoch, step, stream, values=True)
-    return _ops.mh_commit_site_(*tensors, list(outputs), None if beta is None else float(beta), int(epoch), int(step),
-                                int(stream))
+    if validate:  # a bundle, tensor or beta of the wrong type: TypeError naming it (isinstance checks only)
+        _validate.commit_site_types(chains, proposal, terms, rows, beta)
+        if _needs_python_checks(validate, chains.tokens):
+            _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, values=True)
+    return _ops.mh_commit_site_(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch, step, stream))
 
 
 def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: torch.Tensor,
@@ -127,34 +119,25 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
     return _ops.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id)
 
 
-def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Tensor, tokens: torch.Tensor,
-                    group: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
-                    changed: torch.Tensor, ways: int, step: int, *, validate: bool = True
+def mh_memo_lookup_(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, pos: torch.Tensor,
+                    proposed: torch.Tensor, changed: torch.Tensor, ways: int, step: int, *, validate: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.mh_memo_lookup_` (the proposal memo's lookup, in place: one pass over the
     step's proposals)."""
-    args = (stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step)
     if validate:
-        _validate.tensors("mh_memo_lookup_", stamp=stamp, hashes=hashes, stored=stored, tokens=tokens, group=group,
-                          act=act, pos=pos, proposed=proposed, changed=changed)
-        _validate.ints("mh_memo_lookup_", ways=ways, step=step)
-    if _needs_python_checks(validate, stamp):
-        _validate.mh_memo_lookup_(*args, values=True)
-    return _ops.mh_memo_lookup_(*args)
+        _validate.mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step,
+                                  values=_needs_python_checks(validate, tokens))
+    return _ops.mh_memo_lookup_(*op_types.memo_lookup_op_args(table, tokens, act, pos, proposed, changed, ways, step))
 
 
-def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor,
-                   act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor, raw_new: torch.Tensor,
-                   local_new: torch.Tensor, num_misses: int, step: int, *, validate: bool = True) -> None:
+def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor,
+                   raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int, step: int, *,
+                   validate: bool = True) -> None:
     """Compiled :func:`mhfast.reference.mh_memo_store_` (the terms of the step's misses into the memo, in place)."""
-    args = (stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step)
     if validate:
-        _validate.tensors("mh_memo_store_", stamp=stamp, raw=raw, local=local, group=group, act=act, slot=slot,
-                          sel=sel, raw_new=raw_new, local_new=local_new)
-        _validate.ints("mh_memo_store_", num_misses=num_misses, step=step)
-    if _needs_python_checks(validate, stamp):
-        _validate.mh_memo_store_(*args, values=True)
-    _ops.mh_memo_store_(*args)
+        _validate.mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step,
+                                 values=_needs_python_checks(validate, act))
+    _ops.mh_memo_store_(*op_types.memo_store_op_args(table, act, slot, sel, raw_new, local_new, num_misses, step))
 
 
 # ---------------------------------------------------------------------------------------------

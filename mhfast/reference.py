@@ -24,6 +24,7 @@ import math
 import torch
 
 from . import _validate
+from .op_types import ChainRows, MemoTable, SiteProposal, SiteRows, SiteTerms
 
 
 def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torch.Tensor,
@@ -299,59 +300,59 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
             masked_copies(x_new, seq, q, mask_id), x_new[seq, q])
 
 
-def mh_commit_site_(tokens: torch.Tensor, raw_terms: torch.Tensor, local_terms: torch.Tensor, e_raw: torch.Tensor,
-                    e_local: torch.Tensor, target: torch.Tensor, cache: torch.Tensor, keys: torch.Tensor,
-                    ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
-                    logq_reverse: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor,
-                    e_raw_new: torch.Tensor, e_local_new: torch.Tensor, target_new: torch.Tensor, seq: torch.Tensor,
-                    q: torch.Tensor, outputs: list[torch.Tensor], beta: float | None, epoch: int, step: int,
-                    stream: int
+def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms, rows: SiteRows,
+                    beta: float | torch.Tensor | None, epoch: int, step: int, stream: int
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The accept + commit phase of a single-site MH step (the distinct chains ``ch`` move to
-    ``proposed`` at ``pos``) in one call.
+    """The accept + commit phase of a single-site MH step (the distinct chains ``proposal.ch`` move to
+    ``proposal.proposed`` at ``proposal.pos``) in one call; the bundles are :mod:`mhfast.op_types`'.
 
-    MH test as :func:`mh_accept_` with ``energy = target[ch]``, ``energy_proposed = target_new`` and
-    uniforms ``counter_uniforms(keys[ch], epoch, step, stream)``; ``beta=None`` accepts (beta 0,
-    energy_proposed = energy, logq_reverse = logq_forward: log_alpha = 0). Accepted chain ``ch[i]``
-    gets its token, the term rows ``raw_new[i]``/``local_new[i]`` and energies ``e_raw_new[i]``/
-    ``e_local_new[i]``; its model rows ``r`` (``seq[r] == i``) are written to ``cache[ch[i], q[r]]``
-    **in place** (``outputs.to(cache.dtype)``), ``outputs`` being the R rows as a list of chunks
-    ``[R_k, D]`` (the model's sub-batches, so the caller need not concatenate them). Shapes: state
-    [M, T] / [M], cache [M, T, D], moves [n] (terms [n, T]), rows [R]. Returns new ``(tokens, raw_terms, local_terms, e_raw,
+    MH test as :func:`mh_accept_` with ``energy = chains.target[ch]``, ``energy_proposed = terms.target`` and
+    uniforms ``counter_uniforms(chains.keys[ch], epoch, step, stream)``. ``beta``: a number (every chain), a
+    float64 tensor ``[M]`` (chain row ``m`` tests with ``beta[m]``, rounded to float32 as a number is: chains at
+    different temperatures in one call), or ``None``: accept (beta 0, energy_proposed = energy, logq_reverse =
+    logq_forward: log_alpha = 0). Accepted chain ``ch[i]`` gets its token, the term rows ``terms.raw[i]``/
+    ``terms.local[i]`` and energies ``terms.e_raw[i]``/``terms.e_local[i]``; its model rows ``r``
+    (``rows.seq[r] == i``) are written to ``chains.cache[ch[i], rows.q[r]]`` **in place**
+    (``outputs.to(cache.dtype)``), ``rows.outputs`` being the R rows as a list of chunks ``[R_k, D]`` (the model's
+    sub-batches, so the caller need not concatenate them). Returns new ``(tokens, raw_terms, local_terms, e_raw,
     e_local)`` and ``accepted`` Bool[n].
 
     Example:
         >>> z = lambda *s: torch.zeros(*s)
-        >>> out = mh_commit_site_(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3),
-        ...     torch.tensor([5]), torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), z(1), z(1),
-        ...     torch.ones(1, 2), torch.ones(1, 2), torch.full((1,), 2.0), torch.full((1,), 2.0), torch.full((1,), 2.0),
-        ...     torch.tensor([0]), torch.tensor([0]), [torch.ones(1, 3)], None, 0, 0, 2)
-        >>> out[0].tolist(), out[3].tolist(), out[5].tolist()
-        ([[0, 2]], [2.0], [True])
+        >>> chains = ChainRows(torch.tensor([[0, 1]]), z(1, 2), z(1, 2), z(1), z(1), z(1), z(1, 2, 3), torch.tensor([5]))
+        >>> proposal = SiteProposal(torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), z(1), z(1))
+        >>> terms = SiteTerms(torch.ones(1, 2), torch.ones(1, 2), *[torch.full((1,), 2.0)] * 3)
+        >>> rows = SiteRows(torch.tensor([0]), torch.tensor([0]), [torch.ones(1, 3)])
+        >>> out = mh_commit_site_(chains, proposal, terms, rows, None, 0, 0, 2)
+        >>> out[0].tolist(), out[3].tolist(), out[5].tolist(), chains.cache[0, 0].tolist()
+        ([[0, 2]], [2.0], [True], [1.0, 1.0, 1.0])
     """
-    _validate.mh_commit_site_(tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
-                              proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
-                              target_new, seq, q, outputs, beta, epoch, step, stream, values=True)
+    _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, values=True)
+    tokens, cache, ch = chains.tokens, chains.cache, proposal.ch
     n, dev = ch.shape[0], tokens.device
-    energy = target.index_select(0, ch)
+    energy = chains.target.index_select(0, ch)
+    logq_forward, logq_reverse, energy_new = proposal.logq_forward, proposal.logq_reverse, terms.target
     if beta is None:
         beta_t, energy_new, logq_reverse = torch.zeros(n, device=dev), energy.clone(), logq_forward
+    elif isinstance(beta, torch.Tensor):
+        beta_t = beta.index_select(0, ch).float()  # the float64 -> float32 rounding of float(beta) below
     else:
-        beta_t, energy_new = torch.full((n,), float(beta), device=dev), target_new
-    u = counter_uniforms(keys.index_select(0, ch), epoch, step, stream, None)
+        beta_t = torch.full((n,), float(beta), device=dev)
+    u = counter_uniforms(chains.keys.index_select(0, ch), epoch, step, stream, None)
     moved = tokens.index_select(0, ch)
-    accepted = mh_accept_(moved, pos, proposed, energy, energy_new, logq_forward, logq_reverse, beta_t, u)
+    accepted = mh_accept_(moved, proposal.pos, proposal.proposed, energy, energy_new, logq_forward, logq_reverse,
+                          beta_t, u)
 
     def pick(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
         keep = accepted[:, None] if new.dim() == 2 else accepted
         return old.index_copy(0, ch, torch.where(keep, new, old.index_select(0, ch)))
 
-    if seq.numel():
-        rows = ch.index_select(0, seq)
-        new = torch.cat(outputs).to(cache.dtype)
-        cache[rows, q] = torch.where(accepted.index_select(0, seq)[:, None], new, cache[rows, q])
-    return (tokens.index_copy(0, ch, moved), pick(raw_new, raw_terms), pick(local_new, local_terms),
-            pick(e_raw_new, e_raw), pick(e_local_new, e_local), accepted)
+    if rows.seq.numel():
+        at = ch.index_select(0, rows.seq)
+        new = torch.cat(rows.outputs).to(cache.dtype)
+        cache[at, rows.q] = torch.where(accepted.index_select(0, rows.seq)[:, None], new, cache[at, rows.q])
+    return (tokens.index_copy(0, ch, moved), pick(terms.raw, chains.raw_terms), pick(terms.local, chains.local_terms),
+            pick(terms.e_raw, chains.e_raw), pick(terms.e_local, chains.e_local), accepted)
 
 
 def memo_hash(seq: list[int]) -> int:
@@ -399,9 +400,9 @@ def memo_lookup_one(stamp: list[int], hashes: list[int], stored: list[list[int]]
     return v, False
 
 
-def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Tensor, tokens: torch.Tensor,
-                    group: torch.Tensor, act: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
-                    changed: torch.Tensor, ways: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def mh_memo_lookup_(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, pos: torch.Tensor,
+                    proposed: torch.Tensor, changed: torch.Tensor, ways: int, step: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The proposal memo's lookup (:mod:`mhfast.sampler.memo`), in place on the tables.
 
     One table per group of chains: entry ``s`` of group ``g`` holds a sequence ``stored[g, s]`` (Long[L]), its
@@ -424,14 +425,15 @@ def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Ten
 
     Example:
         >>> stamp, hashes, stored = torch.full((1, 2), -1), torch.zeros(1, 2).long(), torch.zeros(1, 2, 3).long()
-        >>> tokens, group = torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([0, 0])
+        >>> table = MemoTable(stamp, hashes, stored, torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.tensor([0, 0]))
+        >>> tokens = torch.tensor([[1, 2, 3], [1, 2, 3]])
         >>> args = (torch.tensor([0, 1]), torch.tensor([1, 1]), torch.tensor([4, 4]), torch.tensor([True, True]))
-        >>> order, slot = mh_memo_lookup_(stamp, hashes, stored, tokens, group, *args, 2, 0)
+        >>> order, slot = mh_memo_lookup_(table, tokens, *args, 2, 0)
         >>> order.tolist(), slot.tolist(), stamp.tolist(), stored[0, slot[0]].tolist()  # chain 1: same X' as 0
         ([True, False, False, True], [0, 0], [[-2, -1]], [1, 4, 3])
     """
-    _validate.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, proposed, changed, ways, step,
-                              values=True)
+    _validate.mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step, values=True)
+    stamp, hashes, stored, group = table.stamp, table.hashes, table.stored, table.group
     A = act.shape[0]
     st, hs, sd = stamp.tolist(), hashes.tolist(), stored.tolist()
     toks, grp = tokens.tolist(), group.tolist()
@@ -452,8 +454,7 @@ def mh_memo_lookup_(stamp: torch.Tensor, hashes: torch.Tensor, stored: torch.Ten
     return torch.tensor(order, dtype=torch.bool, device=dev), torch.tensor(slot, dtype=torch.long, device=dev)
 
 
-def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, group: torch.Tensor,
-                   act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor, raw_new: torch.Tensor,
+def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor, raw_new: torch.Tensor,
                    local_new: torch.Tensor, num_misses: int, step: int) -> None:
     """The terms of a step's misses into the entries :func:`mh_memo_lookup_` reserved for them, in place
     (:mod:`mhfast.sampler.memo`).
@@ -466,14 +467,16 @@ def mh_memo_store_(stamp: torch.Tensor, raw: torch.Tensor, local: torch.Tensor, 
     act/slot [A], sel [n], raw_new/local_new f32[n, L].
 
     Example:
-        >>> stamp, raw, local = torch.tensor([[-2, -1]]), torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
-        >>> mh_memo_store_(stamp, raw, local, torch.tensor([0]), torch.tensor([0]), torch.tensor([0]),
-        ...                torch.tensor([0]), torch.ones(1, 3), 2 * torch.ones(1, 3), 1, 0)
+        >>> stamp, local = torch.tensor([[-2, -1]]), torch.zeros(1, 2, 3)
+        >>> table = MemoTable(stamp, torch.zeros(1, 2).long(), torch.zeros(1, 2, 3).long(), torch.zeros(1, 2, 3),
+        ...                   local, torch.tensor([0]))
+        >>> mh_memo_store_(table, torch.tensor([0]), torch.tensor([0]), torch.tensor([0]), torch.ones(1, 3),
+        ...                2 * torch.ones(1, 3), 1, 0)
         >>> stamp.tolist(), local[0, 0].tolist()
         ([[0, -1]], [2.0, 2.0, 2.0])
     """
-    _validate.mh_memo_store_(stamp, raw, local, group, act, slot, sel, raw_new, local_new, num_misses, step,
-                             values=True)
+    _validate.mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step, values=True)
+    stamp, raw, local, group = table.stamp, table.raw, table.local, table.group
     for j in range(num_misses):
         s = int(slot[sel[j]])
         g = int(group[act[sel[j]]])

@@ -28,7 +28,7 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check -c scripts/c
 # torch first, alone: the version pinned in constraints.txt is a CPU wheel on local disk here.
 pip_install torch
 pip_install numpy scipy pytest pytest-timeout hypothesis expecttest ninja tqdm \
-  transformers antiberty sacrebleu sacremoses sentencepiece matplotlib arviz-stats
+  transformers antiberty sacrebleu sacremoses sentencepiece matplotlib arviz-stats arviz-base xarray xarray-einstats
 
 # fairseq (optional; the CMLM adapter and its tests): only the fairseq-fixed fork builds on Python
 # 3.11. It compiles Cython extensions against the installed torch/numpy (~4.5 min on 2 cores), so

@@ -15,14 +15,32 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
+from mhfast import op_types
+
+
+# The ops whose Python face takes bundles (mhfast.op_types): their arguments as the raw torch.ops op takes them.
+RAW_ARGS = {"mh_commit_site_": op_types.commit_site_op_args, "mh_memo_lookup_": op_types.memo_lookup_op_args,
+            "mh_memo_store_": op_types.memo_store_op_args}
 
 
 def callables(op: str, raw: bool = True):
     """(name, function) pairs: the typed wrapper, the reference, and the raw torch.ops op."""
     out = [("ops", getattr(ops, op)), ("reference", getattr(reference, op))]
     if raw:
-        out.append(("torch.ops", getattr(torch.ops.mhfast, op)))
+        fn = getattr(torch.ops.mhfast, op)
+        out.append(("torch.ops", (lambda *a: fn(*RAW_ARGS[op](*a))) if op in RAW_ARGS else fn))
     return out
+
+
+def cloned(a):
+    """A copy of one argument: tensors cloned, also inside bundles and lists (in-place ops write nothing back)."""
+    if isinstance(a, torch.Tensor):
+        return a.clone()
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return type(a)(*(cloned(x) for x in a))
+    if isinstance(a, list):
+        return [cloned(x) for x in a]
+    return a
 
 
 def raises_everywhere(op: str, args: tuple, match: str, raw: bool = True) -> None:
@@ -33,9 +51,8 @@ def raises_everywhere(op: str, args: tuple, match: str, raw: bool = True) -> Non
     the Python wrappers make: the CUDA kernels skip them to avoid a device sync).
     """
     for name, fn in callables(op, raw):
-        cloned = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         try:
-            fn(*cloned)
+            fn(*(cloned(a) for a in args))
         except (ValueError, TypeError) as e:
             assert re.search(match, str(e)), f"{name}.{op}: error {e!r} does not name {match!r}"
         else:

@@ -12,6 +12,7 @@ import pytest
 
 from hf_tiny_models import save_tiny_bert_dir
 from mhfast.cli import main
+from mhfast.sampler.diagnostics import format_rhat
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -105,6 +106,14 @@ def test_translate_diagnostics_lines_stats_and_plot(capsys, tiny_paths, tmp_path
         assert d["draws"] == 6 and d["epochs_run"] == 8 and d["converged"] is None
         assert set(d["rhat"]) == {"e_raw", "e_local", "proj_0", "proj_1", "proj_2"}
     assert png.read_bytes()[:8] == PNG
+    # evaluate --stats summarises the same figures: the worst R-hat over the two sentences, and where it is
+    code, out, err = run(capsys, "evaluate", "--stats", str(stats))
+    assert code == 0, err
+    worst = {j: max(figures[j]["rhat"].values()) for j in (0, 2)}
+    j = max(worst, key=worst.get)
+    assert "convergence of 2 sentences" in out
+    assert f"worst {format_rhat(worst[j])} (sentence {j}); below 1.01: {sum(v < 1.01 for v in worst.values())} of 2" \
+        in out
     code, out, err = run(capsys, "translate", *model, "--input", str(src), *fast, "--until-rhat", "1.5", "--stats-out",
                          str(stats))
     assert code == 0, err
@@ -112,3 +121,20 @@ def test_translate_diagnostics_lines_stats_and_plot(capsys, tiny_paths, tmp_path
     runs = [e for b in batches for e in b["epochs_run"]]
     assert runs[1] is None and all(3 <= e <= 8 for e in (runs[0], runs[2]))
     assert "diagnostics" not in batches[0]
+    conv = [c for b in batches for c in b["converged"]]
+    code, out, err = run(capsys, "evaluate", "--stats", str(stats))
+    assert code == 0, err
+    assert "convergence of" not in out  # no --diagnostics figures in this file
+    assert (f"converged (--until-rhat / --min-ess): {sum(bool(c) for c in conv if c is not None)} of 2 sentences, "
+            f"epochs run: mean {(runs[0] + runs[2]) / 2:.1f}, max {max(runs[0], runs[2])}") in out
+
+
+@pytest.mark.parametrize("bad", [{"diagnostics": "x"}, {"diagnostics": [{"rhat": {"e_raw": "high"}}]},
+                                 {"converged": [True], "epochs_run": ["many"]}])
+def test_evaluate_refuses_malformed_convergence_figures(capsys, tmp_path, bad):
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"method": "mh", "burn_in": 0, "batches": [{"start": 0, "sentences": 1,
+                                                                          "epochs": [], **bad}]}))
+    code, out, err = run(capsys, "evaluate", "--stats", str(stats))
+    assert code == 2 and out == ""
+    assert err.strip().endswith("is not a statistics file of 'mhfast translate --stats-out'"), err

@@ -7,15 +7,17 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
+from mhfast import op_types
+from mhfast.op_types import ChainRows, SiteProposal, SiteRows, SiteTerms
 from op_checks import raises_everywhere
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def commit_inputs(M: int, T: int, D: int, n: int, seed: int, cache_dtype=torch.float32, device="cpu",
-                  rows_per_chain: int | None = None):
-    """The 20 tensors and the outputs chunks of mh_commit_site_: n distinct chains, each with up to T - 1
-    model rows, the rows split into random chunks (as the model's sub-batches)."""
+                  rows_per_chain: int | None = None) -> tuple[ChainRows, SiteProposal, SiteTerms, SiteRows]:
+    """mh_commit_site_'s four bundles: n distinct chains, each with up to T - 1 model rows, the rows split into
+    random chunks (as the model's sub-batches)."""
     g = torch.Generator().manual_seed(seed)
     f = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     tokens = torch.randint(0, 9, (M, T), generator=g)
@@ -39,29 +41,43 @@ def commit_inputs(M: int, T: int, D: int, n: int, seed: int, cache_dtype=torch.f
     R = seq.shape[0]
     cuts = sorted(torch.randint(0, R + 1, (2,), generator=g).tolist())
     outputs = [o.to(device) for o in f(R, D).split([cuts[0], cuts[1] - cuts[0], R - cuts[1]])]
-    ts = (tokens, raw, local, e_raw, e_local, target, cache, keys, ch, pos, proposed, logq_f, logq_r, raw_new,
-          local_new, e_raw_new, e_local_new, target_new, seq, q)
-    return (*(t.to(device) for t in ts), outputs)
+    d = lambda *ts: [t.to(device) for t in ts]  # noqa: E731
+    return (ChainRows(*d(tokens, raw, local, e_raw, e_local, target, cache, keys)),
+            SiteProposal(*d(ch, pos, proposed, logq_f, logq_r)),
+            SiteTerms(*d(raw_new, local_new, e_raw_new, e_local_new, target_new)), SiteRows(*d(seq, q), outputs))
 
 
-def cloned(args):
-    return tuple([o.clone() for o in a] if isinstance(a, list) else a.clone() for a in args)
+def betas(M: int, seed: int, device="cpu") -> torch.Tensor:
+    """Double[M]: a per-row beta as parallel tempering has it (a ladder in (0, 1], and one row at 0)."""
+    g = torch.Generator().manual_seed(seed)
+    b = torch.rand(M, generator=g, dtype=torch.float64) * 1.5
+    b[0] = 0.0
+    return b.to(device)
+
+
+def cloned(bundles):
+    """A deep copy of bundles (and of SiteRows' chunk list)."""
+    copy = lambda x: [o.clone() for o in x] if isinstance(x, list) else x.clone()  # noqa: E731
+    return tuple(type(b)(*(copy(x) for x in b)) for b in bundles)
 
 
 def run_both(args, beta, epoch=3, step=5, stream=2):
     a, b = cloned(args), cloned(args)
     got = ops.mh_commit_site_(*a, beta, epoch, step, stream)
     want = reference.mh_commit_site_(*b, beta, epoch, step, stream)
-    return got, want, a[6], b[6]
+    return got, want, a[0].cache, b[0].cache
+
+
+SHAPES = [(9, 6, 5, 5, None), (3, 4, 33, 3, 0), (40, 12, 7, 17, 3), (1, 1, 2, 1, 0)]
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("beta", [1.0, 0.3, None])
+@pytest.mark.parametrize("beta", [1.0, 0.3, None, "rows"])
 def test_matches_reference_bit_for_bit(device, cache_dtype, beta):
-    for seed, (M, T, D, n, k) in enumerate([(9, 6, 5, 5, None), (3, 4, 33, 3, 0), (40, 12, 7, 17, 3),
-                                            (1, 1, 2, 1, 0)]):
+    for seed, (M, T, D, n, k) in enumerate(SHAPES):
         args = commit_inputs(M, T, D, n, seed, cache_dtype, device, k)
-        got, want, cache_got, cache_want = run_both(args, beta)
+        b = betas(M, seed, device) if beta == "rows" else beta
+        got, want, cache_got, cache_want = run_both(args, b)
         for x, y in zip(got, want):
             assert x.dtype == y.dtype and torch.equal(x, y)
         assert torch.equal(cache_got, cache_want)
@@ -69,75 +85,139 @@ def test_matches_reference_bit_for_bit(device, cache_dtype, beta):
             assert got[5].all()
         acc = got[5]
         if 0 < int(acc.sum()) < n:  # both branches taken: the unaccepted chains kept their state
-            ch = args[8]
-            assert torch.equal(got[0][ch[~acc]], args[0][ch[~acc]])
-            assert torch.equal(got[1][ch[acc]], args[13][acc])
+            ch = args[1].ch
+            assert torch.equal(got[0][ch[~acc]], args[0].tokens[ch[~acc]])
+            assert torch.equal(got[1][ch[acc]], args[2].raw[acc])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_beta_per_row_matches_reference_over_random_shapes(device, seed):
+    """A beta per chain row against the reference over random shapes, cache dtypes and ladders; and a ladder of
+    equal values is the number itself, bit for bit (the same float64 -> float32 rounding)."""
+    g = torch.Generator().manual_seed(100 + seed)
+    M = int(torch.randint(1, 30, (1,), generator=g))
+    T, D = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(1, 40, (1,), generator=g))
+    n = int(torch.randint(0, M + 1, (1,), generator=g))
+    dtype = (torch.float32, torch.bfloat16, torch.float16)[seed % 3]
+    args = commit_inputs(M, T, D, n, seed, dtype, device)
+    got, want, cache_got, cache_want = run_both(args, betas(M, seed, device), epoch=seed, step=2 * seed)
+    assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(got, want))
+    assert torch.equal(cache_got, cache_want)
+    beta = 0.1 + 0.7 * seed / 11  # not a float32 number: the rounding matters
+    same = run_both(args, torch.full((M,), beta, dtype=torch.float64, device=device))
+    number = run_both(args, beta)
+    assert all(torch.equal(x, y) for x, y in zip(same[0], number[0])) and torch.equal(same[2], number[2])
+
+
+def test_beta_per_row_is_each_rows_own():
+    """Each chain row tests at its own beta: at beta 0 every move is accepted whatever its energy, at a huge beta
+    every uphill move is rejected; in one call."""
+    M = 8
+    chains, proposal, terms, rows = commit_inputs(M, 3, 2, M, seed=4)
+    ch = proposal.ch
+    proposal = proposal._replace(logq_forward=torch.zeros(M), logq_reverse=torch.zeros(M))
+    terms = terms._replace(target=chains.target.index_select(0, ch) + 5.0)  # every move uphill by 5
+    beta = torch.where(torch.arange(M) % 2 == 0, 0.0, 1e6).double()
+    accepted = ops.mh_commit_site_(chains, proposal, terms, rows, beta, 0, 0, 2)[5]
+    assert torch.equal(accepted, beta.index_select(0, ch) == 0)
 
 
 def test_inputs_unchanged_except_cache(device):
     args = commit_inputs(8, 5, 4, 6, seed=7, device=device)
     before = cloned(args)
-    ops.mh_commit_site_(*args, 1.0, 0, 0, 2)
-    for i, (x, y) in enumerate(zip(args, before)):
-        if i == 20:
-            assert all(torch.equal(a, b) for a, b in zip(x, y))
-        elif i != 6:
-            assert torch.equal(x, y)
+    ops.mh_commit_site_(*args, betas(8, 7, device), 0, 0, 2)
+    for bundle, old in zip(args, before):
+        for field, x, y in zip(bundle._fields, bundle, old):
+            if field == "outputs":
+                assert all(torch.equal(a, b) for a, b in zip(x, y))
+            elif field != "cache":
+                assert torch.equal(x, y), field
 
 
 def test_strided_views_and_no_moves(device):
-    args = list(commit_inputs(7, 5, 6, 4, seed=3, device=device))
+    chains, proposal, terms, rows = commit_inputs(7, 5, 6, 4, seed=3, device=device)
     wide = torch.zeros(7, 5, 12, device=device)
-    wide[:, :, ::2] = args[6]
-    args_strided = list(args)
-    args_strided[6] = wide[:, :, ::2]  # cache with dim-2 stride 2, updated in place through the view
-    args_strided[13] = args[13].t().contiguous().t()  # column-major raw_new
-    got = ops.mh_commit_site_(*args_strided, 0.8, 1, 2, 2)
-    want = reference.mh_commit_site_(*cloned(args), 0.8, 1, 2, 2)
+    wide[:, :, ::2] = chains.cache
+    strided = (chains._replace(cache=wide[:, :, ::2]), proposal,  # cache with dim-2 stride 2, written through the view
+               terms._replace(raw=terms.raw.t().contiguous().t()), rows)  # column-major raw_new
+    beta = torch.stack([betas(7, 3, device)] * 2, 1)[:, 1]  # (stride 2)
+    got = ops.mh_commit_site_(*strided, beta, 1, 2, 2)
+    ref = cloned((chains, proposal, terms, rows))
+    want = reference.mh_commit_site_(*ref, beta.contiguous(), 1, 2, 2)
     for x, y in zip(got, want):
         assert torch.equal(x, y)
-    ref_cache = args[6].clone()
-    reference.mh_commit_site_(*(args[:6] + [ref_cache] + args[7:]), 0.8, 1, 2, 2)
-    assert torch.equal(wide[:, :, ::2], ref_cache)
-    empty = [t[:0] if 8 <= i < 20 else t for i, t in enumerate(args[:20])] + [[]]
-    out = ops.mh_commit_site_(*empty, 1.0, 0, 0, 2)
-    assert torch.equal(out[0], args[0]) and out[5].shape == (0,)
+    assert torch.equal(wide[:, :, ::2], ref[0].cache)
+    none = proposal._replace(**{f: t[:0] for f, t in proposal._asdict().items()})
+    out = ops.mh_commit_site_(chains, none, terms._replace(**{f: t[:0] for f, t in terms._asdict().items()}),
+                              SiteRows(rows.seq[:0], rows.q[:0], []), 1.0, 0, 0, 2)
+    assert torch.equal(out[0], chains.tokens) and out[5].shape == (0,)
 
 
 def test_bad_input(device):
-    args = commit_inputs(6, 4, 3, 3, seed=1, device=device)
+    chains, proposal, terms, rows = commit_inputs(6, 4, 3, 3, seed=1, device=device)
     s = (1.0, 0, 0, 2)
     raw_values = device == "cpu"
 
-    def swap(i, x):
-        return tuple(x if j == i else t for j, t in enumerate(args))
+    def bad(i, **fields):
+        """The four bundles with fields of bundle i replaced."""
+        return tuple(b._replace(**fields) if j == i else b for j, b in enumerate((chains, proposal, terms, rows)))
 
-    raises_everywhere("mh_commit_site_", (*swap(0, args[0].int()), *s), "tokens")
-    raises_everywhere("mh_commit_site_", (*swap(1, args[1][:, :2]), *s), "raw_terms")
-    raises_everywhere("mh_commit_site_", (*swap(5, args[5].double()), *s), "target")
-    raises_everywhere("mh_commit_site_", (*swap(6, args[6][:, :, :2]), *s), "outputs")
-    raises_everywhere("mh_commit_site_", (*swap(20, [torch.cat(args[20])[1:]]), *s), "outputs")
-    raises_everywhere("mh_commit_site_", (*swap(20, [o.long() for o in args[20]]), *s), "outputs")
-    raises_everywhere("mh_commit_site_", (*swap(6, args[6].long()), *s), "cache")
-    raises_everywhere("mh_commit_site_", (*swap(7, args[7][1:]), *s), "keys")
-    raises_everywhere("mh_commit_site_", (*swap(9, args[9][1:]), *s), "pos")
-    raises_everywhere("mh_commit_site_", (*swap(14, args[14][1:]), *s), "local_new")
-    raises_everywhere("mh_commit_site_", (*swap(17, args[17][:, None]), *s), "target_new")
-    raises_everywhere("mh_commit_site_", (*swap(19, args[19][1:]), *s), "q")
-    raises_everywhere("mh_commit_site_", (*args, float("nan"), 0, 0, 2), "beta")
-    raises_everywhere("mh_commit_site_", (*args, 1.0, -1, 0, 2), "epoch")
-    for i, name, bad in ((8, "ch", 6), (8, "ch", -1), (9, "pos", 4), (18, "seq", 3), (19, "q", -2)):
-        x = args[i].clone()
-        x[0] = bad
-        raises_everywhere("mh_commit_site_", (*swap(i, x), *s), name, raw=raw_values)
-    twice = args[8].clone()
+    raises_everywhere("mh_commit_site_", (*bad(0, tokens=chains.tokens.int()), *s), "tokens")
+    raises_everywhere("mh_commit_site_", (*bad(0, raw_terms=chains.raw_terms[:, :2]), *s), "raw_terms")
+    raises_everywhere("mh_commit_site_", (*bad(0, target=chains.target.double()), *s), "target")
+    raises_everywhere("mh_commit_site_", (*bad(0, cache=chains.cache[:, :, :2]), *s), "outputs")
+    raises_everywhere("mh_commit_site_", (*bad(3, outputs=[torch.cat(rows.outputs)[1:]]), *s), "outputs")
+    raises_everywhere("mh_commit_site_", (*bad(3, outputs=[o.long() for o in rows.outputs]), *s), "outputs")
+    raises_everywhere("mh_commit_site_", (*bad(0, cache=chains.cache.long()), *s), "cache")
+    raises_everywhere("mh_commit_site_", (*bad(0, keys=chains.keys[1:]), *s), "keys")
+    raises_everywhere("mh_commit_site_", (*bad(1, pos=proposal.pos[1:]), *s), "pos")
+    raises_everywhere("mh_commit_site_", (*bad(2, local=terms.local[1:]), *s), "local_new")
+    raises_everywhere("mh_commit_site_", (*bad(2, target=terms.target[:, None]), *s), "target_new")
+    raises_everywhere("mh_commit_site_", (*bad(3, seq=rows.seq, q=rows.q[1:]), *s), "q")
+    raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, float("nan"), 0, 0, 2), "beta")
+    raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, 1.0, -1, 0, 2), "epoch")
+    for name, t, at in (("ch", proposal.ch, 6), ("ch", proposal.ch, -1), ("pos", proposal.pos, 4),
+                        ("seq", rows.seq, 3), ("q", rows.q, -2)):
+        x = t.clone()
+        x[0] = at
+        raises_everywhere("mh_commit_site_", (*bad(1 if name in ("ch", "pos") else 3, **{name: x}), *s), name,
+                          raw=raw_values)
+    twice = proposal.ch.clone()
     twice[1] = twice[0]
-    raises_everywhere("mh_commit_site_", (*swap(8, twice), *s), "ch", raw=raw_values)
-    for bad in (torch.cat(args[20]), [o.tolist() for o in args[20]]):
-        with pytest.raises(TypeError, match="outputs"):
-            ops.mh_commit_site_(*args[:20], bad, *s)
-        with pytest.raises(TypeError, match="outputs"):
-            reference.mh_commit_site_(*args[:20], bad, *s)
+    raises_everywhere("mh_commit_site_", (*bad(1, ch=twice), *s), "ch", raw=raw_values)
+    for outputs in (torch.cat(rows.outputs), [o.tolist() for o in rows.outputs]):
+        for impl in (ops, reference):
+            with pytest.raises(TypeError, match="rows.outputs"):
+                impl.mh_commit_site_(*bad(3, outputs=outputs), *s)
+
+
+def test_bad_bundles_and_beta(device):
+    """A bundle of the wrong kind or with a field that is no tensor, and a per-row beta of the wrong dtype, shape,
+    device or value: errors naming it."""
+    args = commit_inputs(6, 4, 3, 3, seed=1, device=device)
+    chains, proposal, terms, rows = args
+    for impl in (ops, reference):
+        with pytest.raises(TypeError, match="proposal must be a mhfast.op_types.SiteProposal, got tuple"):
+            impl.mh_commit_site_(chains, tuple(proposal), terms, rows, 1.0, 0, 0, 2)
+        with pytest.raises(TypeError, match="terms must be a mhfast.op_types.SiteTerms, got SiteRows"):
+            impl.mh_commit_site_(chains, proposal, rows, terms, 1.0, 0, 0, 2)
+        with pytest.raises(TypeError, match="chains.keys must be a torch.Tensor, got list"):
+            impl.mh_commit_site_(chains._replace(keys=chains.keys.tolist()), proposal, terms, rows, 1.0, 0, 0, 2)
+        for beta in ("1.0", True, [1.0] * 6):
+            with pytest.raises(TypeError, match="beta must be None, a number or a float64 tensor"):
+                impl.mh_commit_site_(*args, beta, 0, 0, 2)
+    good = betas(6, 1, device)
+    for beta, match in ((good.float(), "beta must be Double, got Float"), (good[1:], "beta has size 5 in dim 0"),
+                        (good[:, None], "beta must be 1-D"), (good.cpu() if device != "cpu" else good.to("meta"),
+                                                               "beta is on")):
+        raises_everywhere("mh_commit_site_", (*args, beta, 0, 0, 2), match)
+    for v in (float("nan"), float("inf")):
+        beta = good.clone()
+        beta[4] = v
+        raises_everywhere("mh_commit_site_", (*args, beta, 0, 0, 2), f"beta must be finite, got {v} in row 4",
+                          raw=device == "cpu")
+    with pytest.raises(ValueError, match="beta is given twice"):
+        torch.ops.mhfast.mh_commit_site_(*op_types.commit_site_op_args(*args, good, 0, 0, 2)[:21], 1.0, good, 0, 0, 2)
 
 
 def _sample(energy: str, device: str, **kw):

@@ -8,6 +8,7 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
+from mhfast.op_types import MemoTable
 from op_checks import raises_everywhere
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -18,6 +19,22 @@ def memo_tables(G: int, S: int, L: int, device="cpu"):
     return (torch.full((G, S), -1, dtype=torch.long, device=device), torch.zeros(G, S, dtype=torch.long, device=device),
             torch.zeros(G, S, L, dtype=torch.long, device=device), torch.zeros(G, S, L, device=device),
             torch.zeros(G, S, L, device=device))
+
+
+def lookup_call(flat: tuple) -> tuple:
+    """mh_memo_lookup_'s arguments (a :class:`MemoTable` first) from the flat list (stamp, hashes, stored, tokens,
+    group, act, pos, proposed, changed, ways, step); the table's terms, which the lookup never reads, empty."""
+    stamp, hashes, stored, tokens, group, *rest = flat
+    none = torch.zeros(0)
+    return (MemoTable(stamp, hashes, stored, none, none, group), tokens, *rest)
+
+
+def store_call(flat: tuple) -> tuple:
+    """mh_memo_store_'s arguments from the flat list (stamp, raw, local, group, act, slot, sel, raw_new, local_new,
+    num_misses, step); the table's hashes and sequences, which the store never reads, empty."""
+    stamp, raw, local, group, *rest = flat
+    none = torch.zeros(0, dtype=torch.long)
+    return (MemoTable(stamp, none, none, raw, local, group), *rest)
 
 
 def proposals(M: int, A: int, L: int, V: int, g: torch.Generator, device="cpu"):
@@ -39,7 +56,7 @@ def run_in_step(device, seed: int, steps: int, G: int, ways: int, buckets: int, 
     hits = 0
     for step in range(steps):
         act, pos, prop, changed = proposals(M, A, L, V, g, device)
-        out = [impl.mh_memo_lookup_(*t[:3], tokens, group, act, pos, prop, changed, ways, step)
+        out = [impl.mh_memo_lookup_(MemoTable(*t, group), tokens, act, pos, prop, changed, ways, step)
                for impl, t in zip((ops, reference), tables)]
         (order, slot), want = out
         assert order.dtype == torch.bool and order.shape == (2 * A,) and slot.dtype == torch.long
@@ -52,7 +69,7 @@ def run_in_step(device, seed: int, steps: int, G: int, ways: int, buckets: int, 
             continue
         terms = torch.randn(misses.numel(), L, generator=g).to(device)
         for impl, t in zip((ops, reference), tables):
-            impl.mh_memo_store_(t[0], t[3], t[4], group, act, slot, misses, terms, -terms, misses.numel(), step)
+            impl.mh_memo_store_(MemoTable(*t, group), act, slot, misses, terms, -terms, misses.numel(), step)
         assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(*tables)), step
     return hits
 
@@ -79,10 +96,11 @@ def test_hits_read_the_terms_stored_for_their_sequence(device):
     stamp, hashes, stored, raw, local = memo_tables(2, 16, 4, device)
     tokens = torch.randint(0, 3, (6, 4), generator=g).to(device)
     group = torch.tensor([0, 0, 0, 1, 1, 1], device=device)
+    table = MemoTable(stamp, hashes, stored, raw, local, group)
     truth: dict[tuple[int, tuple[int, ...]], float] = {}
     for step in range(60):
         act, pos, prop, changed = proposals(6, 5, 4, 3, g, device)
-        order, slot = ops.mh_memo_lookup_(stamp, hashes, stored, tokens, group, act, pos, prop, changed, 4, step)
+        order, slot = ops.mh_memo_lookup_(table, tokens, act, pos, prop, changed, 4, step)
         seqs = []
         for a in range(5):
             x = tokens[act[a]].tolist()
@@ -90,8 +108,8 @@ def test_hits_read_the_terms_stored_for_their_sequence(device):
             seqs.append((int(group[act[a]]), tuple(x)))
         misses = order[:5].nonzero().squeeze(1)
         values = torch.tensor([float(hash(seqs[j]) % 1000) for j in misses.tolist()], device=device)
-        ops.mh_memo_store_(stamp, raw, local, group, act, slot, misses, values[:, None].expand(-1, 4),
-                           values[:, None].expand(-1, 4), misses.numel(), step)
+        ops.mh_memo_store_(table, act, slot, misses, values[:, None].expand(-1, 4), values[:, None].expand(-1, 4),
+                           misses.numel(), step)
         for j in misses.tolist():
             truth[seqs[j]] = float(hash(seqs[j]) % 1000)
         for a in order[5:].nonzero().squeeze(1).tolist():
@@ -107,15 +125,15 @@ def test_strided_inputs(device):
     act, pos, prop, changed = proposals(6, 7, 5, 4, g, device)
     every_other = lambda t: torch.stack([t, t], 1)[:, 0]  # noqa: E731  (stride 2)
     a, b = [t.clone() for t in tables], [t.clone() for t in tables]
-    want = ops.mh_memo_lookup_(*a[:3], tokens, group, act, pos, prop, changed, 4, 0)
-    got = ops.mh_memo_lookup_(*b[:3], tokens.t().contiguous().t(), every_other(group), every_other(act),
+    want = ops.mh_memo_lookup_(MemoTable(*a, group), tokens, act, pos, prop, changed, 4, 0)
+    got = ops.mh_memo_lookup_(MemoTable(*b, every_other(group)), tokens.t().contiguous().t(), every_other(act),
                               every_other(pos), every_other(prop), every_other(changed), 4, 0)
     assert all(torch.equal(x, y) for x, y in zip(got, want)) and all(torch.equal(x, y) for x, y in zip(a, b))
     misses = want[0][:7].nonzero().squeeze(1)
     terms = torch.randn(5, misses.numel(), device=device)
-    ops.mh_memo_store_(a[0], a[3], a[4], group, act, want[1], misses, terms.t(), 2 * terms.t(),
+    ops.mh_memo_store_(MemoTable(*a, group), act, want[1], misses, terms.t(), 2 * terms.t(),
                        misses.numel(), 0)  # transposed term rows
-    ops.mh_memo_store_(b[0], b[3], b[4], every_other(group), every_other(act), every_other(want[1]),
+    ops.mh_memo_store_(MemoTable(*b, every_other(group)), every_other(act), every_other(want[1]),
                        every_other(misses), terms.t().contiguous(), 2 * terms.t().contiguous(), misses.numel(), 0)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
@@ -125,10 +143,10 @@ def test_empty_steps(device):
     tokens, group = torch.zeros(4, 3, dtype=torch.long, device=device), torch.zeros(4, dtype=torch.long, device=device)
     e = torch.zeros(0, dtype=torch.long, device=device)
     before = [t.clone() for t in tables]
-    order, slot = ops.mh_memo_lookup_(*tables[:3], tokens, group, e, e, e, e.bool(), 8, 0)
+    order, slot = ops.mh_memo_lookup_(MemoTable(*tables, group), tokens, e, e, e, e.bool(), 8, 0)
     assert order.shape == (0,) and slot.shape == (0,)
     f = torch.zeros(0, 3, device=device)
-    ops.mh_memo_store_(tables[0], tables[3], tables[4], group, e, e, e, f, f, 0, 0)
+    ops.mh_memo_store_(MemoTable(*tables, group), e, e, e, f, f, 0, 0)
     assert all(torch.equal(x, y) for x, y in zip(before, tables))
 
 
@@ -143,12 +161,12 @@ def lookup_args(device):
 
 def test_lookup_bad_input(device):
     ok = lookup_args(device)
-    swap = lambda i, x: ok[:i] + (x,) + ok[i + 1:]  # noqa: E731
+    swap = lambda i, x: lookup_call(ok[:i] + (x,) + ok[i + 1:])  # noqa: E731
     op = "mh_memo_lookup_"
     raises_everywhere(op, swap(0, ok[0].int()), "stamp")
     raises_everywhere(op, swap(0, ok[0][0]), "stamp")
     six = (ok[0][:, :6].contiguous(), ok[1][:, :6].contiguous(), ok[2][:, :6].contiguous())
-    raises_everywhere(op, six + ok[3:], "stamp must have a positive multiple of ways")
+    raises_everywhere(op, lookup_call(six + ok[3:]), "stamp must have a positive multiple of ways")
     raises_everywhere(op, swap(0, ok[0].t().contiguous().t()), "stamp must be contiguous")
     raises_everywhere(op, swap(1, ok[1][:1]), "hashes")
     raises_everywhere(op, swap(2, ok[2][:, :, :2]), "stored")
@@ -166,9 +184,13 @@ def test_lookup_bad_input(device):
     raises_everywhere(op, swap(4, torch.tensor([0, 2, 1], device=device)), "group contains 2", raw=values)
     raises_everywhere(op, swap(6, torch.tensor([0, 3, 1], device=device)), "pos contains 3", raw=values)
     with pytest.raises(TypeError, match="ways"):
-        ops.mh_memo_lookup_(*ok[:9], 4.0, 0)
+        ops.mh_memo_lookup_(*swap(9, 4.0))
     with pytest.raises(TypeError, match="changed"):
-        ops.mh_memo_lookup_(*ok[:8], [True] * 3, 4, 0)
+        ops.mh_memo_lookup_(*swap(8, [True] * 3))
+    with pytest.raises(TypeError, match="table must be a mhfast.op_types.MemoTable"):
+        ops.mh_memo_lookup_(tuple(swap(0, ok[0])[0]), *swap(0, ok[0])[1:])
+    with pytest.raises(TypeError, match="table.hashes"):
+        ops.mh_memo_lookup_(*swap(1, None))
 
 
 def test_store_bad_input(device):
@@ -179,7 +201,7 @@ def test_store_bad_input(device):
     sel = torch.tensor([1, 0], device=device)  # proposal 1 (chain 1, entry 2) and proposal 0 (no entry)
     terms = torch.ones(2, 3, device=device)
     ok = (stamp, raw, local, group, act, slot, sel, terms, terms, 2, 0)
-    swap = lambda i, x: ok[:i] + (x,) + ok[i + 1:]  # noqa: E731
+    swap = lambda i, x: store_call(ok[:i] + (x,) + ok[i + 1:])  # noqa: E731
     op = "mh_memo_store_"
     raises_everywhere(op, swap(0, stamp.int()), "stamp")
     raises_everywhere(op, swap(0, stamp.t().contiguous().t()), "stamp must be contiguous")
@@ -199,8 +221,10 @@ def test_store_bad_input(device):
     raises_everywhere(op, swap(5, torch.tensor([8, 2, 5], device=device)), "slot contains 8", raw=values)
     raises_everywhere(op, swap(3, torch.tensor([0, 2, 1], device=device)), "group contains 2", raw=values)
     with pytest.raises(TypeError, match="num_misses"):
-        ops.mh_memo_store_(*ok[:9], 2.0, 0)
+        ops.mh_memo_store_(*swap(9, 2.0))
+    with pytest.raises(TypeError, match="table.raw"):
+        reference.mh_memo_store_(*swap(1, raw.tolist()))
     # good input: the reserved entry is filled and ready; the miss without an entry and the third proposal
     # (not among the misses) change nothing
-    ops.mh_memo_store_(*ok)
+    ops.mh_memo_store_(*store_call(ok))
     assert stamp[0, 2].item() == 0 and raw[0, 2].tolist() == [1.0] * 3 and int((stamp >= 0).sum()) == 1

@@ -7,7 +7,8 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
-from test_mh_commit_site import commit_inputs
+from mhfast.op_types import commit_site_op_args
+from test_mh_commit_site import betas, commit_inputs
 from test_mh_memo_ops import lookup_args, memo_tables
 from test_mh_site_rows import site_rows_inputs
 
@@ -40,9 +41,11 @@ def sample_inputs(device: str):
                             d(torch.randn(B, T, V, generator=g).bfloat16(), tokens, torch.arange(B),
                               torch.tensor([1]), torch.tensor([3]), torch.zeros(V, dtype=torch.bool), 0, 0, 1, 1.0,
                               0.7)],
-        "mh_commit_site_": [(*commit_inputs(5, 4, 3, 3, seed=0, device=device), 1.0, 1, 2, 2),
-                            (*commit_inputs(4, 3, 6, 2, seed=1, cache_dtype=torch.bfloat16, device=device), None, 0, 0,
-                             2)],
+        "mh_commit_site_": [commit_site_op_args(*commit_inputs(5, 4, 3, 3, seed=0, device=device), 1.0, 1, 2, 2),
+                            commit_site_op_args(*commit_inputs(4, 3, 6, 2, seed=1, cache_dtype=torch.bfloat16,
+                                                               device=device), None, 0, 0, 2),
+                            commit_site_op_args(*commit_inputs(6, 3, 4, 4, seed=2, device=device),
+                                                betas(6, 2, device), 0, 3, 2)],  # a beta per chain row
         "mh_site_rows": [(*site_rows_inputs(5, 6, 3, seed=0, device=device), 9),
                          (*site_rows_inputs(4, 3, 0, seed=1, device=device), 2)],
         "mh_memo_lookup_": [lookup_args(device), (*memo_tables(2, 8, 3, device)[:3], *lookup_args(device)[3:5],

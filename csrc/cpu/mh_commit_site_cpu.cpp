@@ -2,7 +2,7 @@
 //
 // Chain i of the n moving ones (m = ch[i], distinct): u = counter_uniform(keys[m], epoch, step,
 // stream, 0); log_alpha = beta * (target[m] - target_new[i]) + logq_reverse[i] - logq_forward[i] in
-// fp32, left to right (mh_accept_'s arithmetic); beta None (forced accept) evaluates
+// fp32, left to right (mh_accept_'s arithmetic), beta a number or beta_rows[m] (both rounded to fp32); neither (forced accept) evaluates
 // 0 * (target[m] - target[m]) + logq_forward[i] - logq_forward[i], as the sampler did with
 // mh_accept_. Accepted: tokens[m, pos[i]] = proposed[i], rows raw/local_terms[m] = raw/local_new[i],
 // e_raw/e_local[m] = e_raw/e_local_new[i] (in copies of the state tensors, returned), and every model
@@ -43,12 +43,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
     const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
     const at::Tensor& seq_in, const at::Tensor& q_in, at::TensorList outputs, c10::optional<double> beta,
-    int64_t epoch, int64_t step, int64_t stream) {
+    const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step, int64_t stream) {
   const char* op = "mh_commit_site_";
   check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch_in, pos_in,
                              proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
                              target_new, seq_in, q_in, outputs},
-                            beta, epoch, step, stream);
+                            beta, beta_rows, epoch, step, stream);
   check_device_type(op, "tokens", tokens, c10::DeviceType::CPU);
   const int64_t M = tokens.size(0), T = tokens.size(1), n = ch_in.size(0), R = seq_in.size(0);
   const at::Tensor ch = ch_in.contiguous(), pos = pos_in.contiguous(), seq = seq_in.contiguous(),
@@ -58,6 +58,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   check_in_range(op, "pos", pos, 0, T);
   check_in_range(op, "seq", seq, 0, n);
   check_in_range(op, "q", q, 0, T);
+  if (beta_rows.has_value()) check_finite(op, "beta", *beta_rows);
 
   const auto contiguous = at::MemoryFormat::Contiguous;
   at::Tensor out_tokens = tokens.clone(contiguous), out_raw = raw_terms.clone(contiguous),
@@ -71,13 +72,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const float* tn = target_new.const_data_ptr<float>();
   const float* lf = logq_forward.const_data_ptr<float>();
   const float* lr = logq_reverse.const_data_ptr<float>();
-  const float b = beta.has_value() ? static_cast<float>(*beta) : 0.0f;  // fp32 beta, as torch.full
+  const bool forced = !beta.has_value() && !beta_rows.has_value();
+  const float b_all = beta.has_value() ? static_cast<float>(*beta) : 0.0f;  // fp32 beta, as torch.full
   for (int64_t i = 0; i < n; ++i) {
     const int64_t m = cp[i];
+    // A chain row's own beta: the same float64 -> float32 rounding as a number's.
+    const float b = beta_rows.has_value()
+                        ? static_cast<float>(beta_rows->const_data_ptr<double>()[m * beta_rows->stride(0)])
+                        : b_all;
     const float e = tg[m * target.stride(0)];
-    const float e_new = beta.has_value() ? tn[i * target_new.stride(0)] : e;
+    const float e_new = !forced ? tn[i * target_new.stride(0)] : e;
     const float l_f = lf[i * logq_forward.stride(0)];
-    const float l_r = beta.has_value() ? lr[i * logq_reverse.stride(0)] : l_f;
+    const float l_r = !forced ? lr[i * logq_reverse.stride(0)] : l_f;
     const float log_alpha = b * (e - e_new) + l_r - l_f;
     const float u = counter_uniform(static_cast<uint64_t>(keys.const_data_ptr<int64_t>()[m * keys.stride(0)]),
                                     static_cast<uint64_t>(epoch), static_cast<uint64_t>(step),

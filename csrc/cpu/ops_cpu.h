@@ -47,7 +47,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
     const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
     const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs, c10::optional<double> beta,
-    int64_t epoch, int64_t step, int64_t stream);
+    const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step, int64_t stream);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> mh_site_rows_cpu(
     const at::Tensor& tokens, const at::Tensor& energy_mask, const at::Tensor& raw_terms,
@@ -79,6 +79,10 @@ void check_in_range(const char* op, const char* name, const at::Tensor& t, int64
 // Raises ValueError "mhfast.<op>: <name> contains <v> twice (chains must be distinct)" for the first
 // repeated element of t (entries already checked to lie in [0, high)).
 void check_distinct(const char* op, const char* name, const at::Tensor& t, int64_t high);
+
+// Raises ValueError "mhfast.<op>: <name> must be finite, got <v> in row <i>" for the first entry of the 1-D
+// Double tensor t that is NaN or infinite.
+void check_finite(const char* op, const char* name, const at::Tensor& t);
 
 }  // namespace cpu
 }  // namespace mhfast

@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <vector>
 
 namespace mhfast {
@@ -34,6 +35,15 @@ void check_distinct(const char* op, const char* name, const at::Tensor& t, int64
   for (int64_t i = 0; i < c.numel(); ++i) {
     TORCH_CHECK_VALUE(!seen[p[i]], "mhfast.", op, ": ", name, " contains ", p[i], " twice (chains must be distinct)");
     seen[p[i]] = 1;
+  }
+}
+
+void check_finite(const char* op, const char* name, const at::Tensor& t) {
+  const int64_t n = t.numel(), s = n > 0 ? t.stride(0) : 0;
+  const double* p = n > 0 ? t.const_data_ptr<double>() : nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK_VALUE(std::isfinite(p[i * s]), "mhfast.", op, ": ", name, " must be finite, got ", p[i * s],
+                      " in row ", i);
   }
 }
 

@@ -26,7 +26,8 @@ __device__ __forceinline__ bool accepts(const CommitSiteArgs& a, int64_t i) {
   const float e_new = a.forced ? e : a.target_new[i];
   const float l_f = a.logq_forward[i];
   const float l_r = a.forced ? l_f : a.logq_reverse[i];
-  const float log_alpha = __fsub_rn(__fadd_rn(__fmul_rn(a.beta, __fsub_rn(e, e_new)), l_r), l_f);
+  const float b = a.beta_rows.data != nullptr ? __double2float_rn(a.beta_rows[m]) : a.beta;
+  const float log_alpha = __fsub_rn(__fadd_rn(__fmul_rn(b, __fsub_rn(e, e_new)), l_r), l_f);
   const float u = counter_uniform(static_cast<uint64_t>(a.keys[m]), static_cast<uint64_t>(a.epoch),
                                   static_cast<uint64_t>(a.step), static_cast<uint64_t>(a.stream), 0);
   return logf(u) < log_alpha;  // NaN rejects

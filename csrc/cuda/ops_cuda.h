@@ -117,7 +117,7 @@ void launch_mh_accept(const MhAcceptArgs& args, cudaStream_t stream);
 // chains; cache rows (strides in elements) get the rows of one chunk of outputs (contiguous
 // [rows, D], cache dtype, elem_size bytes each), which are rows [row0, row0 + rows) of seq / q.
 // One launch per chunk: the first also runs the chain_blocks = n chain blocks, the others 0.
-// forced: beta None. Chains must be distinct (the op checks it on CPU; on CUDA validate=True
+// forced: beta None (no number, no beta_rows). Chains must be distinct (the op checks it on CPU; on CUDA validate=True
 // does). Invalid indices: the write is skipped.
 struct CommitSiteArgs {
   int64_t M, T, n, D;
@@ -133,7 +133,8 @@ struct CommitSiteArgs {
   Strided1<const float> e_raw_new, e_local_new, target_new;
   Strided1<const int64_t> seq, q;
   const void* outputs;
-  float beta;
+  float beta;                        // every chain's, unless beta_rows.data is set
+  Strided1<const double> beta_rows;  // chain row m's beta (fp64, rounded to fp32 as beta is), or data == nullptr
   bool forced;
   int64_t epoch, step, stream;
   bool* accepted;

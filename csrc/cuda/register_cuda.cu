@@ -198,11 +198,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& logq_reverse, const at::Tensor& raw_new, const at::Tensor& local_new,
     const at::Tensor& e_raw_new, const at::Tensor& e_local_new, const at::Tensor& target_new,
     const at::Tensor& seq, const at::Tensor& q, at::TensorList outputs_in, c10::optional<double> beta,
-    int64_t epoch, int64_t step, int64_t stream) {
+    const c10::optional<at::Tensor>& beta_rows, int64_t epoch, int64_t step, int64_t stream) {
   check_mh_commit_site_args({tokens, raw_terms, local_terms, e_raw, e_local, target, cache, keys, ch, pos,
                              proposed, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
                              target_new, seq, q, outputs_in},
-                            beta, epoch, step, stream);
+                            beta, beta_rows, epoch, step, stream);
   check_device_type("mh_commit_site_", "tokens", tokens, c10::DeviceType::CUDA);
   const c10::cuda::CUDAGuard guard(tokens.device());
   const auto contiguous = at::MemoryFormat::Contiguous;
@@ -242,7 +242,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   a.seq = view1<int64_t>(seq);
   a.q = view1<int64_t>(q);
   a.beta = beta.has_value() ? static_cast<float>(*beta) : 0.0f;
-  a.forced = !beta.has_value();
+  a.beta_rows = beta_rows.has_value() ? view1<double>(*beta_rows) : Strided1<const double>{nullptr, 0};
+  a.forced = !beta.has_value() && !beta_rows.has_value();
   a.epoch = epoch;
   a.step = step;
   a.stream = stream;

@@ -5,7 +5,9 @@ against --ref (raw references; ``--ref bundled`` = the bundled Multi30k test_201
 sacreBLEU's corpus BLEU and chrF, printing each score with its sacreBLEU signature. With --src the
 source file must have the same number of lines too. Differing line counts are an error.
 ``--stats F`` also prints the per-epoch sampler statistics that ``mhfast translate --stats-out F``
-wrote (acceptance rate, novel rate, E_raw, E_local: means over sentences, weighted by chunk size).
+wrote (acceptance rate, novel rate, E_raw, E_local: means over sentences, weighted by chunk size) and, when
+it was written with --diagnostics or --until-rhat/--min-ess, how many sentences' chains mixed: per sentence the
+worst R-hat and the lowest ESS over its traced summaries, summarised over the sentences.
 
 Examples:
     $ python3 -m mhfast evaluate --hyp test.hyp --ref bundled
@@ -81,7 +83,8 @@ def _read_stats(path: str) -> dict:
         if not isinstance(stats, dict) or not isinstance(stats.get("batches"), list):
             raise ValueError
         epoch_table(stats)  # the fields are there and numeric
-    except (ValueError, KeyError, TypeError):
+        convergence_rows(stats)
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"--stats: {path!r} is not a statistics file of 'mhfast translate --stats-out'") from None
     return stats
 
@@ -107,6 +110,65 @@ def print_stats(stats: dict) -> None:
     label = "post-burn-in mean" if first == burn_in else f"mean over {which}"
     stdout_print(f"{label}: accept {mean('acceptance_rate'):.4f}  novel {mean('novel_rate'):.4f}  "
                  f"E_raw {mean('e_raw'):.3f}  E_local {mean('e_local'):.3f}   (* = burn-in epoch)")
+
+
+def convergence_rows(stats: dict) -> list[dict]:
+    """One row per sentence that has convergence figures in a --stats-out file: ``sentence`` (its line index),
+    ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail`` (over its summaries; NaN where ArviZ could not compute one,
+    written as null), ``epochs_run``, ``converged`` (None without --until-rhat/--min-ess).
+
+    Example:
+        >>> d = {"rhat": {"e_raw": 1.2, "proj_0": None}, "ess_bulk": {"e_raw": 30.0}, "ess_tail": {"e_raw": 20.0}}
+        >>> convergence_rows({"batches": [{"start": 4, "diagnostics": [None, d], "converged": [None, False]}]})
+        [{'sentence': 5, 'max_rhat': nan, 'min_ess_bulk': 30.0, 'min_ess_tail': 20.0, 'epochs_run': None, 'converged': False}]
+    """
+    nan = float("nan")
+    num = lambda v: nan if v is None else float(v)  # noqa: E731
+    whole = lambda v: None if v is None else int(v)  # noqa: E731
+    worst = lambda vs, f: nan if any(v != v for v in vs) or not vs else f(vs)  # noqa: E731  (NaN is the worst)
+    rows = []
+    for batch in stats.get("batches", []):
+        diag, conv, ran = (batch.get(k) for k in ("diagnostics", "converged", "epochs_run"))
+        n = max(len(x) for x in (diag or [], conv or [], ran or [])) if (diag or conv or ran) else 0
+        for j in range(n):
+            d = diag[j] if diag else None
+            c = conv[j] if conv else None
+            if d is None and c is None:
+                continue  # an empty sentence, or no figures asked for
+            rhat, bulk, tail = ([num(v) for v in (d or {}).get(k, {}).values()] for k in ("rhat", "ess_bulk", "ess_tail"))
+            rows.append({"sentence": int(batch.get("start", 0)) + j, "max_rhat": worst(rhat, max) if d else nan,
+                         "min_ess_bulk": worst(bulk, min) if d else nan, "min_ess_tail": worst(tail, min) if d else nan,
+                         "epochs_run": whole(ran[j] if ran else (d or {}).get("epochs_run")),
+                         "converged": None if c is None else bool(c)})
+    return rows
+
+
+def print_convergence(stats: dict) -> None:
+    """The convergence lines of ``evaluate --stats`` (nothing when the file has no convergence figures)."""
+    import statistics
+
+    from ..sampler.diagnostics import RHAT_GOOD, format_rhat
+
+    rows = convergence_rows(stats)
+    with_diag = [r for r in rows if r["max_rhat"] == r["max_rhat"] or r["min_ess_bulk"] == r["min_ess_bulk"]]
+    if with_diag:
+        key = lambda r, k, big: float("inf") if r[k] != r[k] and big else (-1.0 if r[k] != r[k] else r[k])  # noqa: E731
+        hi = max(with_diag, key=lambda r: key(r, "max_rhat", True))
+        lo = min(with_diag, key=lambda r: key(r, "min_ess_bulk", False))
+        good = sum(r["max_rhat"] < RHAT_GOOD for r in with_diag)
+        med = lambda k: statistics.median(r[k] for r in with_diag)  # noqa: E731
+        stdout_print(f"convergence of {len(with_diag)} sentences (--diagnostics; per sentence the worst of its "
+                     "traced summaries):")
+        stdout_print(f"  max r_hat: median {format_rhat(med('max_rhat'))}, worst {format_rhat(hi['max_rhat'])} "
+                     f"(sentence {hi['sentence']}); below {RHAT_GOOD}: {good} of {len(with_diag)}")
+        stdout_print(f"  min ess_bulk: median {med('min_ess_bulk'):.0f}, lowest {lo['min_ess_bulk']:.0f} "
+                     f"(sentence {lo['sentence']});  min ess_tail: median {med('min_ess_tail'):.0f}")
+    stopped = [r for r in rows if r["converged"] is not None]
+    if stopped:
+        ran = [r["epochs_run"] for r in stopped if r["epochs_run"] is not None]
+        mean = f", epochs run: mean {sum(ran) / len(ran):.1f}, max {max(ran)}" if ran else ""
+        stdout_print(f"converged (--until-rhat / --min-ess): {sum(r['converged'] for r in stopped)} of "
+                     f"{len(stopped)} sentences{mean}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,4 +197,5 @@ def run(args: argparse.Namespace) -> int:
             stdout_print(f"  signature: {signature}")
     if stats is not None:
         print_stats(stats)
+        print_convergence(stats)
     return 0

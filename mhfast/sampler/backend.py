@@ -48,11 +48,11 @@ def get_backend(name: str, where: str = "mhfast.sample") -> Backend:
             ops.counter_uniforms,
             functools.partial(ops.mh_propose_site, validate=False),
             functools.partial(ops.mh_commit_site_, validate=False),
-            # The ops whose wrappers only pass their arguments on: their overloads directly (one Python layer less,
-            # ~0.7 us per call; these run in every step, bench/ab_memo_floor.py)
+            # The op whose wrapper only passes its arguments on: its overload directly (one Python layer less,
+            # ~0.7 us per call; it runs in every step, bench/ab_memo_floor.py)
             torch.ops.mhfast.mh_site_rows.default,
-            torch.ops.mhfast.mh_memo_lookup_.default,
-            torch.ops.mhfast.mh_memo_store_.default,
+            functools.partial(ops.mh_memo_lookup_, validate=False),
+            functools.partial(ops.mh_memo_store_, validate=False),
         )
     if name == "reference":
         from .. import reference

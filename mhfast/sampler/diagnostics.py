@@ -9,7 +9,9 @@ For each input and traced summary (:mod:`mhfast.sampler.traces`: ``e_raw``, ``e_
 * ``ess_bulk``: bulk effective sample size (rank-normalized split chains; ``method="bulk"``);
 * ``ess_tail``: tail ESS, the smaller ESS of the 5% and 95% quantile indicators (``method="tail"``,
   ``prob=(0.05, 0.95)``: Vehtari et al.'s definition, ArviZ 0.x's default; ArviZ 1.x's ``azs.ess(...,
-  method="tail")`` takes its quantiles from ``rcParams["stats.ci_prob"]``, 0.94 -> 3%/97%, instead);
+  method="tail")`` and ``azs.summary`` take them from ``rcParams["stats.ci_prob"]`` instead, 0.89 in
+  arviz-stats 0.8: the 11% and 89% quantiles; ``azs.ess(data, method="tail", prob=(0.05, 0.95))`` gives ours,
+  as tests/test_to_arviz.py checks);
 * ``mcse_mean``: Monte Carlo standard error of the mean, ``sd / sqrt(ESS_mean)`` (``array_stats.mcse``).
 
 Thresholds are ArviZ's (and the paper above's): R-hat below :data:`RHAT_GOOD` = 1.01, and bulk and tail ESS of

@@ -93,7 +93,7 @@ def arviz_dict(result: Any) -> dict[str, Any]:
         for key, counts in (("acceptance_rate", result.chain_accepted), ("novel_rate", result.chain_novel)):
             rate = torch.where(prop > 0, counts[epochs].double() / prop.clamp(min=1), float("nan"))
             stats[key] = rate.permute(2, 0, 1).numpy()  # [C, D, B]
-    return {"posterior": posterior, "sample_stats": stats, "dims": {name: ["input"] for name in posterior},
+    return {"posterior": posterior, "sample_stats": stats, "dims": {name: ["input"] for name in [*posterior, *stats]},
             "coords": {"input": list(range(B))}}
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 
+from ..op_types import MemoTable
 from .backend import Backend, get_backend
 
 WAYS = 8  #: entries per bucket of a table: a lookup compares at most this many hashes
@@ -94,8 +95,8 @@ class ProposalMemo:
         proposals and their entries are kept for :meth:`store` and :meth:`terms`, which name proposals by their
         index ``j`` here."""
         self.step += 1
-        order, self._slot = self.backend.mh_memo_lookup_(self.stamp, self.hashes, self.stored, tokens, self.group,
-                                                         chains, pos, proposed, changed, WAYS, self.step)
+        order, self._slot = self.backend.mh_memo_lookup_(self.table, tokens, chains, pos, proposed, changed, WAYS,
+                                                         self.step)
         self._chains = chains
         return order
 
@@ -103,8 +104,13 @@ class ProposalMemo:
         """The terms of this step's proposals ``sel[:num_misses]`` (misses) into the entries their lookup reserved.
         In place, no host sync; call it before reading any hit's :meth:`terms` (a hit may be an earlier miss of the
         same step)."""
-        self.backend.mh_memo_store_(self.stamp, self.raw, self.local, self.group, self._chains, self._slot, sel,
-                                    raw_new, local_new, num_misses, self.step)
+        self.backend.mh_memo_store_(self.table, self._chains, self._slot, sel, raw_new, local_new, num_misses,
+                                    self.step)
+
+    @property
+    def table(self) -> MemoTable:
+        """The tables as the memo ops take them (:class:`mhfast.op_types.MemoTable`; the same tensors)."""
+        return MemoTable(self.stamp, self.hashes, self.stored, self.raw, self.local, self.group)
 
     def select(self, keep: torch.Tensor) -> "ProposalMemo":
         """The memo of the chains ``keep`` (Long[M'], whole groups: inputs leave the batch with all their chains)

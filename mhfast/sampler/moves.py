@@ -31,6 +31,7 @@ import dataclasses
 
 import torch
 
+from ..op_types import ChainRows, SiteProposal, SiteRows, SiteTerms
 from . import rng
 from .step import StepContext, StepInfo
 from .runner import sum_terms
@@ -218,6 +219,12 @@ def site_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: t
     return x_new, raw_new, local_new, seq, q, outputs
 
 
+def chain_rows(state: ChainState) -> ChainRows:
+    """The state as the fused ops take it (:class:`mhfast.op_types.ChainRows`; the same tensors)."""
+    return ChainRows(state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, state.target,
+                     state.cache, state.rng_keys)
+
+
 def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
                              pos: torch.Tensor, prop: torch.Tensor, logq_forward: torch.Tensor,
                              logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
@@ -252,13 +259,10 @@ def site_evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tens
         values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
         extra = (values, ctx.terms.weighted(values))
         target_new = target_new + extra[1]
-    target = state.target
-    if isinstance(beta, torch.Tensor):  # one beta per chain row (tempering): the test of beta * E at beta 1
-        target, target_new, beta = target * beta.to(target.dtype), target_new * beta.index_select(0, ch), 1.0
     tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
-        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, target, state.cache,
-        state.rng_keys, ch, pos, prop, logq_forward, logq_reverse, raw_new, local_new, e_raw_new, e_local_new,
-        target_new.to(target.dtype), seq, q, outputs, beta, epoch, step, rng.ACCEPT)
+        chain_rows(state), SiteProposal(ch, pos, prop, logq_forward, logq_reverse),
+        SiteTerms(raw_new, local_new, e_raw_new, e_local_new, target_new), SiteRows(seq, q, outputs), beta, epoch,
+        step, rng.ACCEPT)
     more = {}
     if extra is not None:  # the extra terms' values of accepted chains (not in the op: optional, rare)
         pick = lambda new, old: old.index_copy(0, ch, torch.where(  # noqa: E731

@@ -32,8 +32,9 @@ import dataclasses
 
 import torch
 
+from ..op_types import SiteProposal, SiteRows, SiteTerms
 from . import rng
-from .moves import propose_sites, site_terms
+from .moves import chain_rows, propose_sites, site_terms
 from .runner import sum_terms
 from .state import ChainState
 from .step import StepContext
@@ -62,9 +63,9 @@ def static_single_site_mh(ctx: StepContext, state: ChainState, act: torch.Tensor
     target_new = e_raw_new if state.energy == "raw" else e_local_new
     outputs = _unchanged_rows_kept(state.cache, act, changed, seq, q, outputs)
     tokens, raw, local, e_raw, e_local, accepted = ctx.backend.mh_commit_site_(
-        state.tokens, state.raw_terms, state.local_terms, state.e_raw, state.e_local, state.target, state.cache,
-        state.rng_keys, act, pos, prop, logq_f, logq_r, raw_new, local_new, e_raw_new, e_local_new, target_new,
-        seq, q, outputs, beta, epoch, step, rng.ACCEPT)
+        chain_rows(state), SiteProposal(act, pos, prop, logq_f, logq_r),
+        SiteTerms(raw_new, local_new, e_raw_new, e_local_new, target_new), SiteRows(seq, q, outputs), beta, epoch,
+        step, rng.ACCEPT)
     state = dataclasses.replace(state, tokens=tokens, raw_terms=raw, local_terms=local, e_raw=e_raw, e_local=e_local)
     return state, accepted, changed
 
