@@ -11,6 +11,8 @@ Cases (``--cases``):
   second of the call; the largest rank-normalized split R-hat over the summaries; the tempering counters.
 * ``antiberty-random``: the same from T random residues, all free (``--random-length``; 32 in the issue; a
   sweep of 4 chains forwards ~4,000 rows at T = 32, so short chains only).
+* ``two-mode``: the coupled two-mode tabular model of tests/test_tempering.py, chains started in both modes
+  (cheap; shows the R-hat goal where plain MH provably does not cross).
 * ``cmlm``: the bundled De->En CMLM (``mhfast translate``'s model), the first test sentences, energy raw,
   5 chains: the lowest raw energy per token reached by the target chains (their traced E_raw) against the rows
   forwarded so far, for the paper's annealing (target temperature 1 - 0.08 per epoch, the main job's) and for
@@ -50,6 +52,19 @@ def antiberty_case(kind: str, T: int, chains: int) -> dict:
             f"AntiBERTy, T={T} random residues, all free") + f", energy local, {chains} chains from the start"
     return {"name": f"antiberty-{kind}", "model": lm, "what": what, "inputs": {"init": start, "free_positions": free},
             "options": dict(chains=chains, energy="local")}
+
+
+def two_mode_case(chains: int) -> dict:
+    """tests/test_tempering.py's coupled two-mode tabular model (T = 6, J = 2): all-a and all-b have equal energy;
+    half of the chains start in each mode, so R-hat sees whether they cross."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_tempering import coupled_modes
+
+    model = coupled_modes(J=2.0)
+    init = torch.tensor([[0] * 6] * (chains // 2) + [[1] * 6] * (chains - chains // 2))[None]
+    return {"name": "two-mode", "model": model, "inputs": {"init": init},
+            "what": f"tabular two-mode model (T=6, J=2), {chains} chains, half started in each mode, energy local, "
+                    "uniform_mix 0.2", "options": dict(chains=chains, energy="local", uniform_mix=0.2)}
 
 
 def ess_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> dict:
@@ -129,7 +144,7 @@ def machine() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="+", default=["antiberty-infill", "cmlm"],
-                    choices=["antiberty-infill", "antiberty-random", "cmlm"])
+                    choices=["two-mode", "antiberty-infill", "antiberty-random", "cmlm"])
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--burn-in", type=int, default=10)
     ap.add_argument("--rungs", type=int, default=4)
@@ -150,6 +165,13 @@ def main() -> int:
     lines = [f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: `python3 "
              f"bench/bench_tempering.py {' '.join(sys.argv[1:])}`."]
     ess: list[str] = []
+    if "two-mode" in args.cases:
+        case = two_mode_case(4)
+        epochs = 40 if args.quick else 1000
+        lines.append(f"- two-mode: {case['what']}; {epochs} epochs, burn-in {epochs // 10}, seeds {args.seeds}, "
+                     f"tempering={args.rungs} (tuned) against plain single-site MH.")
+        ess += ess_rows(case, [ess_run(case, epochs, epochs // 10, seed, t) for seed in args.seeds
+                               for t in (None, args.rungs)])
     for kind in ("infill", "random"):
         if f"antiberty-{kind}" not in args.cases:
             continue
