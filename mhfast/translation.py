@@ -246,6 +246,10 @@ class Translator:
                 "acceptance_rate": float(acceptance[j]), "novel_rate": float(novel[j]),
                 **({} if res.converged is None else {"epochs_run": int(res.epochs_run[j]),
                                                      "converged": bool(res.converged[j])}),
+                **({} if res.ladder is None else {"tempering": {  # after burn-in (mhfast.sampler.tempering)
+                    "ladder": res.ladder[j].tolist(),
+                    "swap_rate": [None if r != r else r for r in res.swap_rate[j].tolist()],  # NaN: none proposed
+                    "round_trips": res.round_trips[j].tolist()}}),
                 **({} if reports is None else {"diagnostics": reports[j]})})
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),

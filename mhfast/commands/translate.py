@@ -482,7 +482,8 @@ class ChunkWork:
 
 def _convergence_stats(args: argparse.Namespace, hypotheses: list) -> dict:
     """--stats-out's per-sentence convergence figures of a chunk (None for an empty sentence): with --diagnostics
-    R-hat, ESS, MCSE per summary, draws, epochs run, converged; with --until-rhat/--min-ess epochs run and converged.
+    R-hat, ESS, MCSE per summary, draws, epochs run, converged; with --until-rhat/--min-ess epochs run and converged;
+    with --tempering the ladder, swap rates and round trips.
     NaN (a diagnostic ArviZ cannot compute) is written as null."""
     out: dict = {}
     if args.method != "mh":
@@ -495,6 +496,8 @@ def _convergence_stats(args: argparse.Namespace, hypotheses: list) -> dict:
     if args.until_rhat is not None or args.min_ess is not None:
         out["epochs_run"] = [h.details.get("epochs_run") for h in hypotheses]
         out["converged"] = [h.details.get("converged") for h in hypotheses]
+    if args.tempering is not None:  # per sentence: final ladder, swap rate per pair, round trips per chain
+        out["tempering"] = [h.details.get("tempering") for h in hypotheses]
     return out
 
 

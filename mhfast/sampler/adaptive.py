@@ -96,7 +96,7 @@ class RunMonitor:
     def start(self, state: ChainState) -> ChainState:
         """The first state, with per-position tallies attached to its counts."""
         if state.counts is not None:
-            state.counts.sites = SiteCounts(self.M, self.T, state.tokens.device)
+            state.counts.sites = SiteCounts(state.tokens.shape[0], self.T, state.tokens.device)  # auxiliary rows too
         return state
 
     def view(self, state: ChainState) -> ChainState:
@@ -107,17 +107,22 @@ class RunMonitor:
         counts = _FullCounts(self._counts, self.rows, state.counts) if state.counts is not None else None
         return dataclasses.replace(merged, counts=counts)
 
-    def after_epoch(self, kernel: Any, state: ChainState, epoch: Any) -> ChainState:
-        """Tallies and traces of the epoch; with the options, the inputs that converged leave the batch."""
+    def after_epoch(self, kernel: Any, state: ChainState, epoch: Any, samples: ChainState | None = None
+                    ) -> ChainState:
+        """Tallies and traces of the epoch; with the options, the inputs that converged leave the batch.
+
+        ``samples``: the chains of ``state`` that sample the target (``kernel.samples``; None: all of them): what
+        is traced; ``kernel.restrict`` gets indices among them."""
+        full_state, state = state, (samples if samples is not None else state)
         self.epochs_run[self.running] = epoch.index + 1
         if epoch.index + 1 == self.cfg.burn_in and state.counts is not None:
             self._sites_base = self.site_totals(state)
         recorded = self.recorder.record(state, self.rows, epoch.index)
         if not (self.adaptive and recorded and epoch.post_burn_in):
-            return state
+            return full_state
         newly = [b for b in self.running.nonzero().flatten().tolist() if self._converged(b)]
         if not newly:
-            return state
+            return full_state
         self.converged[newly] = True
         self.running[newly] = False
         self.full = self.view(state)  # the leaving chains' final states, before they are dropped
@@ -126,12 +131,12 @@ class RunMonitor:
             self._sites = self.site_totals(state)
         if not bool(self.running.any()):
             self.finished = True
-            return state
+            return full_state
         rows = self.rows if self.rows is not None else torch.arange(self.M)
         keep = self.running.repeat_interleave(self.C)[rows.cpu()].nonzero().flatten()  # among the current chains
-        state = kernel.restrict(state, keep)
+        full_state = kernel.restrict(full_state, keep)
         self.rows = rows.cpu()[keep]
-        return state
+        return full_state
 
     def _converged(self, b: int) -> bool:
         draws = self.recorder.input_draws(b, self.cfg.burn_in).numpy()

@@ -26,7 +26,7 @@ import torch
 from ..models.compiled_blocks import CompileReport, compiled_blocks
 from ..models.fast_forward import fast_forward_model
 from ..runtime import precision
-from . import driver, options, schedules, starts
+from . import driver, options, schedules, starts, tempering
 from .adaptive import RunMonitor
 from ..runtime.backend import get_backend
 from .kernels import KERNELS
@@ -107,7 +107,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
             state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                                       progress=progress, counters=lambda: {"model_rows": runner.model_rows},
                                       after_epoch=runner.raise_deferred, monitor=monitor)
-    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor)
+    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor, kernel)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = getattr(kernel, "memo", NO_MEMO).hits
     delayed = getattr(kernel, "delayed", None)
@@ -208,8 +208,9 @@ def _kernel(cfg, runner: ModelRunner, problem):
     if cfg.delayed is not None:
         window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()), extra_terms)
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
-    return KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms, memo,
-                                            window))
+    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
+                                              memo, window))
+    return tempering.wrap(kernel, cfg)  # parallel tempering: the kernel on replicas of every chain, and swaps
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

@@ -51,11 +51,14 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
     ``progress(epoch, stats)`` is called after every epoch with the trace's last entries plus
     ``counters()`` (e.g. the model rows forwarded so far). ``after_epoch()`` runs after each epoch's
     steps, before anything reads the state (e.g. the model runner's deferred output check, which raises).
+    A kernel with auxiliary chains (parallel tempering: :mod:`mhfast.sampler.tempering`) says which chains are the
+    samples with ``kernel.samples(state)``: only those are traced, recorded and returned.
     ``monitor`` (:class:`mhfast.sampler.adaptive.RunMonitor`) watches every epoch's end: it records the
     traces and may let converged inputs leave the batch (then the trace and the result still see every
     chain, through ``monitor.view``), or end the run once every input has left.
     """
     trace = Trace()
+    samples = getattr(kernel, "samples", None) or (lambda s: s)  # a kernel with auxiliary chains: the others
     if monitor is not None:
         state = monitor.start(state)
     for epoch in schedule:
@@ -67,13 +70,13 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
                 state = state.with_best()
         if after_epoch is not None:
             after_epoch()
-        _append(trace, state if monitor is None else monitor.view(state), info, epoch, record, progress, counters)
+        view = samples(state)
+        _append(trace, view if monitor is None else monitor.view(view), info, epoch, record, progress, counters)
         if monitor is not None:
-            state = monitor.after_epoch(kernel, state, epoch)
+            state = monitor.after_epoch(kernel, state, epoch, view)
             if monitor.finished:
                 break
-    if monitor is not None:
-        state = monitor.finish(state)
+    state = samples(state) if monitor is None else monitor.finish(samples(state))
     if not any(e.post_burn_in for e in schedule):  # no post-burn-in epoch: the best state is the final one
         state = state.with_best()
     return state, trace

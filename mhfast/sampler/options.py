@@ -37,6 +37,7 @@ from ..energy_terms import check_extra_energy
 from ..runtime.precision import NAMES as DTYPE_NAMES
 from ..runtime.precision import parse as parse_dtype
 from .kernels import KERNELS
+from .ladder import check_tempering
 
 #: where the chains start (option start=): defined here, with the other choices of the spec, and explained in
 #: mhfast.sampler.starts, which draws them
@@ -233,6 +234,13 @@ def _uniform_mix(v: Any) -> Any:
     return float(v)
 
 
+@_described("None (off), an int K >= 2 (a ladder tuned in burn-in), or K >= 2 increasing temperatures "
+           "from target_temperature (fixed)")
+def _tempering(v: Any) -> Any:
+    """None, K rungs, or the temperatures of a fixed ladder (:func:`mhfast.sampler.ladder.check_tempering`)."""
+    return _as_option_error(check_tempering, v)
+
+
 #: The smallest per-token uniform share the sampler's fp32 uniforms realize to ~12% (8 of their 2^23 levels).
 FINEST_SHARE = 2.0 ** -20
 
@@ -359,6 +367,22 @@ def _parse_auto_or(convert: Callable[[str], Any], what: str) -> Callable[[str], 
     return parse
 
 
+def _parse_tempering(text: str) -> Any:
+    """'4' -> 4 (rungs), '1,2,4,8' -> [1.0, 2.0, 4.0, 8.0] (temperatures), 'none' -> None.
+
+    Example:
+        >>> _parse_tempering("4"), _parse_tempering("1,2.5"), _parse_tempering("none")
+        (4, [1.0, 2.5], None)
+    """
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text) if "," not in text else [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of rungs or comma-separated temperatures, got "
+                                         f"{text!r}") from None
+
+
 def _parse_block_schedule(text: str) -> Any:
     """'4' -> 4, '4,3,2,1' -> [4, 3, 2, 1] (one per epoch)."""
     try:
@@ -389,7 +413,8 @@ class Option:
 
     def parser(self) -> Callable[[str], Any]:
         return {"int": int, "float": float, "schedule": _parse_block_schedule,
-                "mix": _parse_auto_or(float, "a number"), "memo": _parse_auto_or(int, "an int")}.get(self.type, str)
+                "mix": _parse_auto_or(float, "a number"), "memo": _parse_auto_or(int, "an int"),
+                "ladder": _parse_tempering}.get(self.type, str)
 
 
 SAMPLERS = tuple(KERNELS)
@@ -434,6 +459,14 @@ SPEC: tuple[Option, ...] = (
            "float"),
     Option("min_target_temperature", 0.05, _float(0.0, strict=True), "floor of the annealed target temperature "
            "(needs anneal > 0: a fixed target temperature is used as given)", "8", "float"),
+    Option("tempering", None, _tempering, "parallel tempering (replica exchange): K replicas of every chain on a "
+           "ladder of temperatures from target_temperature up, stepped in the same batch, swapping states between "
+           "neighbouring rungs after every sweep (non-reversible even/odd scheme, exact acceptance; swaps cost no "
+           "model rows); only the target's replicas are samples. K: a geometric ladder tuned during burn-in (equal "
+           "swap rejection between neighbours; hot end raised while the hottest replica does not mix), fixed after "
+           "it; a list of temperatures (CLI: 1,2,4,8): used as given. Costs K times the rows per sweep; for chains "
+           "stuck in separate modes. mh and block-mh, anneal 0, capture none (mhfast.sampler.tempering)", "-",
+           "ladder", metavar="K|T1,T2,..."),
     Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs (N <= epochs; mh, "
            "block-mh)", "App. F", "int"),
     Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers (mhfast.sample: or "
@@ -573,6 +606,7 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
                           "compile inside a graph capture is not supported here; capture already removes the "
                           "launch overhead that compiling would)")
     _diagnostics_checks(values, name_of)
+    _tempering_checks(values, name_of)
     schedule = values["block_schedule"]
     if isinstance(schedule, list) and len(schedule) != values["epochs"]:
         raise OptionError(f"{name_of('block_schedule')} has {len(schedule)} entries, expected one per epoch "
@@ -637,6 +671,30 @@ def _no_effect_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) 
     for name in ("classifier_label", "classifier_weight"):  # CLI-only flags of the --classifier term
         if _is_set(values, name) and values["classifier"] is None:
             raise OptionError(f"{name_of(name)} ({values[name]}) has no effect without {name_of('classifier')} DIR")
+
+
+def _tempering_checks(values: dict, name_of: Callable[[str], str]) -> None:
+    """tempering: a kernel with an MH test (the rungs differ only in it), a fixed target (annealing moves the target
+    itself: the ladder would have to move with it), the dynamic step, and a ladder that starts at the target."""
+    ladder = values["tempering"]
+    if ladder is None:
+        return
+    name = name_of("tempering")
+    if KERNELS[values["sampler"]].always_accepts:
+        raise OptionError(f"{name} has no effect with {name_of('sampler')} {values['sampler']}: it accepts every "
+                          "proposal, so every rung would run the same chain (use mh or block-mh)")
+    if values["anneal"] > 0:
+        raise OptionError(f"{name} cannot be combined with {name_of('anneal')} > 0: the replicas sample fixed "
+                          "tempered targets around a fixed target temperature (anneal the target or temper it)")
+    if values["capture"] != "none":
+        raise OptionError(f"{name} needs {name_of('capture')} none, got {values['capture']} (the static step's "
+                          "buffers are not swapped between replicas yet)")
+    if isinstance(ladder, list):
+        if ladder[0] != float(values["target_temperature"]):
+            raise OptionError(f"{name} ({ladder}) must start at {name_of('target_temperature')} "
+                              f"({values['target_temperature']}): rung 0 is the target, whose chains are the samples")
+        if not all(1.0 / FLOAT32_MAX <= t <= FLOAT32_MAX for t in ladder):
+            raise OptionError(f"{name} ({ladder}): every temperature and 1 / it must fit in float32")
 
 
 def _diagnostics_checks(values: dict, name_of: Callable[[str], str]) -> None:

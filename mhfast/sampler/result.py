@@ -77,6 +77,13 @@ class SampleResult:
         epochs_run: Long[B] epochs each input ran (``epochs`` unless ``until_rhat``/``min_ess`` stopped it).
         converged: Bool[B] whether each input met ``until_rhat``/``min_ess`` (None without them;
             :mod:`mhfast.sampler.adaptive` says what it does and does not guarantee).
+        ladder: f64[B, K] the temperatures of each input's ladder at the end (option ``tempering``; None without):
+            rung 0 is the target, whose chains are the samples above; :mod:`mhfast.sampler.tempering`.
+        swap_rate: f64[B, K-1] after burn-in, the share of accepted swaps between rungs k and k+1 (NaN: none
+            proposed). With tempering the pooled ``acceptance_rate``/``novel_rate``, ``proposals`` and
+            ``model_rows`` count every replica's moves; ``chain_*`` and ``position_*`` the target chains'.
+        round_trips: Long[B, C] after burn-in, per chain, how many times a replica's state went from the target
+            rung to the hottest and back (how often the hot replicas' exploration reaches the samples).
         diagnostics: (property) per input, ArviZ's R-hat, bulk/tail ESS and MCSE of the mean of every traced
             summary (:mod:`mhfast.sampler.diagnostics`); also :meth:`summary`, :meth:`to_arviz`.
     """
@@ -122,6 +129,9 @@ class SampleResult:
     position_changed: torch.Tensor | None = None
     epochs_run: torch.Tensor | None = None
     converged: torch.Tensor | None = None
+    ladder: torch.Tensor | None = None
+    swap_rate: torch.Tensor | None = None
+    round_trips: torch.Tensor | None = None
     _diagnostics: list | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -230,11 +240,12 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
 
 
 #: the per-input fields of :meth:`mhfast.sampler.adaptive.RunMonitor.result_fields` (a kept candidate's are kept)
-PER_INPUT = ("traces", "position_proposals", "position_accepted", "position_changed", "epochs_run", "converged")
+PER_INPUT = ("traces", "position_proposals", "position_accepted", "position_changed", "epochs_run", "converged",
+             "ladder", "swap_rate", "round_trips")  # and the tempering kernel's (tempering.Tempered.result_fields)
 
 
 def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows: int, model_calls: int,
-             init_rows: int = 0, monitor: Any = None) -> SampleResult:
+             init_rows: int = 0, monitor: Any = None, kernel: Any = None) -> SampleResult:
     """The :class:`SampleResult` of a finished run (best chain per input; best candidate per source)."""
     B, T = problem.rows.shape
     C = cfg.chains
@@ -262,6 +273,8 @@ def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows:
         result["terms_per_epoch"] = torch.stack([v.view(B, C, K) for v in trace.term_values])
     if monitor is not None:
         result.update(monitor.result_fields())
+    if hasattr(kernel, "result_fields"):  # parallel tempering: its ladder and counters
+        result.update(kernel.result_fields())
     chosen = _choose_candidates(problem, result, cfg.select) if problem.candidate_lengths is not None else None
     f32 = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
     return SampleResult(

@@ -1,0 +1,215 @@
+"""Parallel tempering against plain MH (issue 38): effective samples per 1,000 model rows and per CPU second, and
+the lowest energy reached per row budget against annealing.
+
+Cases (``--cases``):
+
+* ``antiberty-infill``: AntiBERTy, T = 32 residues of adalimumab's VH (bench_mixmatch.PARENT), the last 8 free,
+  energy local, 4 chains from the parent (bench/bench_ess.py's case), single-site MH with today's defaults,
+  plain against ``tempering=K`` (a ladder tuned in burn-in), the same seeds and epochs. Figures: bulk-ESS of
+  E_local and the smallest bulk-ESS of the traced random projections (ArviZ, ``result.diagnostics``) over the
+  post-burn-in sweeps of the target chains, per 1,000 forwarded rows (every replica's rows counted) and per CPU
+  second of the call; the largest rank-normalized split R-hat over the summaries; the tempering counters.
+* ``antiberty-random``: the same from T random residues, all free (``--random-length``; 32 in the issue; a
+  sweep of 4 chains forwards ~4,000 rows at T = 32, so short chains only).
+* ``two-mode``: the coupled two-mode tabular model of tests/sampler/test_tempering.py, chains started in both modes
+  (cheap; shows the R-hat goal where plain MH provably does not cross).
+* ``cmlm``: the bundled De->En CMLM (``mhfast translate``'s model), the first test sentences, energy raw,
+  5 chains: the lowest raw energy per token reached by the target chains (their traced E_raw) against the rows
+  forwarded so far, for the paper's annealing (target temperature 1 - 0.08 per epoch, the main job's) and for
+  tempering at a fixed target temperature (``--cmlm-temperature``) with K rungs.
+
+One torch thread (the shared machine's cores spin against each other otherwise); CPU seconds by
+``time.process_time``. Prints a markdown section (``--out`` writes it to a file).
+
+    python3 bench/bench_tempering.py --quick                       # a smoke run (a minute)
+    python3 bench/bench_tempering.py --cases antiberty-infill --epochs 60 --out /tmp/infill.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mhfast  # noqa: E402
+
+
+def antiberty_case(kind: str, T: int, chains: int) -> dict:
+    import bench_mixmatch
+    from mhfast.models.antiberty import load_antiberty
+
+    lm = load_antiberty()
+    start, positions = bench_mixmatch.make_start(lm, T, "parent" if kind == "infill" else "random")
+    free = torch.zeros_like(start, dtype=torch.bool)
+    free[0, positions[-8:] if kind == "infill" else positions] = True
+    what = (f"AntiBERTy, T={T} residues of adalimumab's VH, the last 8 free" if kind == "infill" else
+            f"AntiBERTy, T={T} random residues, all free") + f", energy local, {chains} chains from the start"
+    return {"name": f"antiberty-{kind}", "model": lm, "what": what, "inputs": {"init": start, "free_positions": free},
+            "options": dict(chains=chains, energy="local")}
+
+
+def two_mode_case(chains: int) -> dict:
+    """tests/sampler/test_tempering.py's coupled two-mode tabular model (T = 6, J = 2): all-a and all-b have equal
+    energy; half of the chains start in each mode, so R-hat sees whether they cross."""
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    sys.path[:0] = [str(tests), str(tests / "sampler")]  # the test module and the shared helpers it imports
+    from test_tempering import coupled_modes
+
+    model = coupled_modes(J=2.0)
+    init = torch.tensor([[0] * 6] * (chains // 2) + [[1] * 6] * (chains - chains // 2))[None]
+    return {"name": "two-mode", "model": model, "inputs": {"init": init},
+            "what": f"tabular two-mode model (T=6, J=2), {chains} chains, half started in each mode, energy local, "
+                    "uniform_mix 0.2", "options": dict(chains=chains, energy="local", uniform_mix=0.2)}
+
+
+def ess_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> dict:
+    """One run's figures (module doc)."""
+    cpu = time.process_time()
+    r = mhfast.sample(case["model"], **case["inputs"], **case["options"], epochs=epochs, burn_in=burn_in, seed=seed,
+                      tempering=tempering)
+    cpu = time.process_time() - cpu
+    d = r.diagnostics[0]
+    ess_e = d["ess_bulk"]["e_local"]
+    ess_p = min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_"))
+    out = {"tempering": tempering, "seed": seed, "rows": r.model_rows, "cpu": cpu, "ess_e": ess_e, "ess_p": ess_p,
+           # NaN R-hat: a summary that never varied (e.g. chains sitting in modes of equal energy): left out of the max
+           "rhat": max((v for v in d["rhat"].values() if v == v), default=float("nan")), "rhat_e": d["rhat"]["e_local"],
+           "accept": float(r.novel_rate[burn_in:].mean())}
+    if r.ladder is not None:
+        out.update(ladder=[round(t, 2) for t in r.ladder[0].tolist()],
+                   swap=[round(x, 2) for x in r.swap_rate[0].tolist()], trips=r.round_trips[0].tolist())
+    print(f"  {case['name']} {out}", flush=True)
+    return out
+
+
+def ess_rows(case: dict, runs: list[dict]) -> list[str]:
+    rows = []
+    for x in runs:
+        per_k = lambda v: 1000 * v / max(x["rows"], 1)  # noqa: E731
+        extra = (f"ladder {x['ladder']}, swap rates {x['swap']}, round trips {x['trips']}" if "ladder" in x else "")
+        rows.append(f"| {case['name']} | {x['tempering'] or 'plain MH'} | {x['seed']} | {x['rows']} | {x['cpu']:.0f} | "
+                    f"{x['accept']:.3f} | {x['ess_e']:.1f} | {x['ess_p']:.1f} | {per_k(x['ess_e']):.2f} | "
+                    f"{per_k(x['ess_p']):.2f} | {x['ess_e'] / x['cpu']:.3f} | {x['rhat_e']:.3f} | {x['rhat']:.3f} | "
+                    f"{extra} |")
+    return rows
+
+
+ESS_HEADER = ("| case | sampler | seed | model rows | CPU s | novel rate | ESS E_local | min ESS proj | "
+              "ESS E_local / 1k rows | min ESS proj / 1k rows | ESS E_local / CPU s | R-hat E_local | "
+              "max R-hat (not NaN) | tempering counters |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def cmlm_run(sentences: int, epochs: int, tempering, temperature: float, anneal: float, seed: int) -> dict:
+    """Lowest E_raw per token of the target chains by the rows forwarded up to each epoch."""
+    from mhfast.translation import bundled_test_file, load_bundled_model
+
+    tr = load_bundled_model()
+    lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:sentences]
+    rows: list[int] = []
+    cpu = time.process_time()
+    r = mhfast.sample(tr.cmlm, source=[tr.source_ids(s) for s in lines], chains=5, epochs=epochs, burn_in=0,
+                      energy="raw", seed=seed, target_temperature=temperature, anneal=anneal,
+                      min_target_temperature=0.05 if anneal else mhfast.sampler.options.OPTIONS[
+                          "min_target_temperature"].default,
+                      tempering=tempering, progress=lambda e, s: rows.append(s["model_rows"]))
+    cpu = time.process_time() - cpu
+    e_raw = r.traces[:, :, :, r.trace_names.index("e_raw")]  # [B, C, D]
+    n_tok = (r.tokens[:, 0] != tr.cmlm.pad_id).sum(dim=1).clamp(min=1)  # length with specials: a fixed scale
+    best = (e_raw.amin(dim=1).cummin(dim=1).values / n_tok[:, None]).mean(dim=0)  # [D] mean over sentences
+    out = {"tempering": tempering, "anneal": anneal, "temperature": temperature, "rows": rows, "best": best.tolist(),
+           "cpu": cpu, "final_best": float((r.best_energy / n_tok).mean())}
+    print(f"  cmlm {tempering} anneal {anneal}: rows {rows[-1]}, best/token {out['final_best']:.3f}", flush=True)
+    return out
+
+
+def at_budget(run: dict, budget: int) -> str:
+    """The lowest energy per token reached once ``budget`` rows were forwarded (the last epoch within it)."""
+    within = [i for i, n in enumerate(run["rows"]) if n <= budget]
+    return f"{run['best'][within[-1]]:.3f}" if within else "-"
+
+
+def machine() -> str:
+    import os
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), "
+            f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", nargs="+", default=["antiberty-infill", "cmlm"],
+                    choices=["two-mode", "antiberty-infill", "antiberty-random", "cmlm"])
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--burn-in", type=int, default=10)
+    ap.add_argument("--rungs", type=int, default=4)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--random-length", type=int, default=32)
+    ap.add_argument("--random-epochs", type=int, default=6)
+    ap.add_argument("--cmlm-sentences", type=int, default=3)
+    ap.add_argument("--cmlm-epochs", type=int, default=12)
+    ap.add_argument("--cmlm-temperature", type=float, default=0.2)
+    ap.add_argument("--two-mode-epochs", type=int, default=3000)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=str, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    t0 = time.time()
+    if args.quick:
+        args.epochs, args.burn_in, args.random_length, args.random_epochs = 6, 2, 6, 4
+        args.cmlm_sentences, args.cmlm_epochs = 1, 4
+    lines = [f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: `python3 "
+             f"bench/bench_tempering.py {' '.join(sys.argv[1:])}`."]
+    ess: list[str] = []
+    if "two-mode" in args.cases:
+        case = two_mode_case(4)
+        epochs = 40 if args.quick else args.two_mode_epochs
+        lines.append(f"- two-mode: {case['what']}; {epochs} epochs, burn-in {epochs // 10}, seeds {args.seeds}, "
+                     f"tempering={args.rungs} (tuned) against plain single-site MH.")
+        ess += ess_rows(case, [ess_run(case, epochs, epochs // 10, seed, t) for seed in args.seeds
+                               for t in (None, args.rungs)])
+    for kind in ("infill", "random"):
+        if f"antiberty-{kind}" not in args.cases:
+            continue
+        case = antiberty_case(kind, 32 if kind == "infill" else args.random_length, 4)
+        epochs = args.epochs if kind == "infill" else args.random_epochs
+        burn = args.burn_in if kind == "infill" else max(1, epochs // 3)
+        lines.append(f"- {case['name']}: {case['what']}; {epochs} epochs, burn-in {burn}, seeds {args.seeds}, "
+                     f"tempering={args.rungs} (tuned) against plain single-site MH (defaults).")
+        runs = [ess_run(case, epochs, burn, seed, t) for seed in args.seeds for t in (None, args.rungs)]
+        ess += ess_rows(case, runs)
+    if ess:
+        lines += ["", ESS_HEADER, *ess]
+    if "cmlm" in args.cases:
+        K = args.rungs
+        ann = cmlm_run(args.cmlm_sentences, args.cmlm_epochs, None, 1.0, 0.08, 0)
+        pt = cmlm_run(args.cmlm_sentences, args.cmlm_epochs, K, args.cmlm_temperature, 0.0, 0)
+        budgets = sorted({ann["rows"][len(ann["rows"]) // 4], ann["rows"][len(ann["rows"]) // 2], ann["rows"][-1],
+                          pt["rows"][-1]})
+        lines += ["", f"- cmlm: bundled De->En CMLM, first {args.cmlm_sentences} test sentences, energy raw, 5 chains, "
+                  f"{args.cmlm_epochs} epochs, seed 0: annealing (target temperature 1, -0.08 per epoch, floor 0.05) "
+                  f"against tempering={K} at a fixed target temperature {args.cmlm_temperature}. Lowest E_raw per "
+                  "token (length with specials) of the target chains at the end of the last epoch within each row "
+                  "budget, mean over sentences:", "",
+                  "| sampler | " + " | ".join(f"{b} rows" for b in budgets) + " | CPU s |",
+                  "|---|" + "---|" * (len(budgets) + 1),
+                  f"| annealing | " + " | ".join(at_budget(ann, b) for b in budgets) + f" | {ann['cpu']:.0f} |",
+                  f"| tempering={K} at {args.cmlm_temperature} | " + " | ".join(at_budget(pt, b) for b in budgets)
+                  + f" | {pt['cpu']:.0f} |"]
+    lines += ["", f"Machine: {machine()}; {time.time() - t0:.0f} s in all."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The temperature ladder of parallel tempering (:mod:`mhfast.sampler.tempering`): its option, its default, and how
+it tunes itself during burn-in.
+
+A ladder is K inverse temperatures ``beta_0 > beta_1 > ... > beta_{K-1} > 0`` per input; rung 0 is the target
+(``beta_0 = 1 / target_temperature``), the others are auxiliary. Option ``tempering``:
+
+* ``K`` (an int >= 2): K rungs, geometric from the target temperature up to a hot end (:data:`HOT_START` times the
+  target to begin with), **tuned during burn-in** (:func:`retuned`) and fixed after it;
+* a list of K >= 2 temperatures, increasing, the first equal to ``target_temperature``: used as given (no tuning).
+
+Tuning (Syed, Bouchard-Cote, Deligiannidis & Doucet, JRSS-B 2022, section 5): the rejection rate r_k of swaps
+between rungs k and k+1 estimates the increment of the *communication barrier* Lambda over [beta_{k+1}, beta_k];
+interpolating the cumulative sums linearly in beta gives Lambda(beta), and the rungs are moved to equal steps of
+Lambda (equal rejection between all neighbours, the optimum of the non-reversible scheme). The hot end is
+measured: while the hottest replica's MH acceptance rate (of proposals that change its state) is below
+:data:`HOT_ACCEPT` and still rising by more than :data:`HOT_GAIN` with each doubling, its temperature is doubled
+(then the rungs are spread geometrically again, since the old rejection rates say nothing about the new range).
+
+Example:
+    >>> [round(t, 9) for t in geometric(1.0, 8.0, 4).tolist()]           # temperatures
+    [1.0, 2.0, 4.0, 8.0]
+    >>> check_tempering([1, 2, 4]), check_tempering(3), check_tempering(None)
+    ([1.0, 2.0, 4.0], 3, None)
+    >>> import torch
+    >>> b = torch.tensor([[1.0, 0.5, 0.25]])
+    >>> [round(x, 4) for x in retuned(b, torch.tensor([[0.9, 0.1]]))[0].tolist()]   # the cold pair rejected most:
+    [1.0, 0.7222, 0.25]
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+#: the hot end to begin with, as a multiple of the target temperature (then measured, see the module doc)
+HOT_START = 8.0
+#: the hottest replica mixes when this share of its proposals that change its state is accepted
+HOT_ACCEPT = 0.5
+#: ... or when doubling its temperature raised that share by less than this factor
+HOT_GAIN = 1.05
+#: the hot end is never taken above this multiple of the target temperature
+HOT_MAX = 2.0 ** 16
+#: the floor of a measured rejection rate in the barrier's interpolation (keeps it strictly increasing)
+MIN_REJECTION = 1e-3
+
+
+class LadderError(ValueError):
+    """A bad ``tempering`` value (the option spec adds the option's name)."""
+
+
+def check_tempering(v: Any) -> Any:
+    """None, an int K >= 2 or a list of K >= 2 increasing positive finite temperatures (floats); else LadderError."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {v!r}")
+    if isinstance(v, int):
+        if v < 2:
+            raise LadderError(f"needs at least 2 rungs (the target and one hotter), got {v}")
+        return v
+    if isinstance(v, torch.Tensor):
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {type(v).__name__}")
+    try:
+        temps = [float(t) for t in v]
+    except (TypeError, ValueError):
+        raise LadderError(f"must be a list of numbers (temperatures), got {v!r}") from None
+    if len(temps) < 2:
+        raise LadderError(f"needs at least 2 temperatures (the target and one hotter), got {temps}")
+    if not all(math.isfinite(t) and t > 0 for t in temps):
+        raise LadderError(f"temperatures must be finite and > 0, got {temps}")
+    if any(b <= a for a, b in zip(temps, temps[1:])):
+        raise LadderError(f"temperatures must be strictly increasing (target first), got {temps}")
+    return temps
+
+
+def rungs(v: Any) -> int:
+    """The number of rungs K of a checked ``tempering`` value (1: no tempering)."""
+    return 1 if v is None else (v if isinstance(v, int) else len(v))
+
+
+def geometric(cold: float, hot: float, k: int) -> torch.Tensor:
+    """``k`` temperatures from ``cold`` to ``hot`` in equal ratios (float64)."""
+    return cold * (hot / cold) ** (torch.arange(k, dtype=torch.float64) / (k - 1))
+
+
+def initial_betas(tempering: Any, target_temperature: float, num_inputs: int) -> torch.Tensor:
+    """f64[B, K] inverse temperatures of every input's ladder at the start (rung 0: the target)."""
+    if isinstance(tempering, int):
+        temps = geometric(target_temperature, target_temperature * HOT_START, tempering)
+    else:
+        temps = torch.tensor(tempering, dtype=torch.float64)
+    betas = 1.0 / temps
+    betas[0] = 1.0 / target_temperature  # exactly the epoch's beta
+    return betas.expand(num_inputs, -1).clone()
+
+
+def retuned(betas: torch.Tensor, rejection: torch.Tensor) -> torch.Tensor:
+    """f64[B, K] ladders with equal communication-barrier steps between rungs, ends kept (module doc).
+
+    ``betas`` f64[B, K] (decreasing), ``rejection`` f64[B, K-1]: the mean swap rejection probability of each
+    adjacent pair (NaN: not measured, then that input keeps its ladder)."""
+    out = betas.clone()
+    K = betas.shape[1]
+    for b in range(betas.shape[0]):
+        r = rejection[b]
+        if bool(torch.isnan(r).any()):
+            continue
+        # Lambda from the hot end (beta_{K-1}, Lambda 0) to the target (beta_0, Lambda total): increasing in beta
+        x = betas[b].flip(0)
+        lam = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(r.clamp(min=MIN_REJECTION).flip(0), 0)])
+        goal = lam[-1] * torch.arange(K, dtype=torch.float64) / (K - 1)
+        out[b] = _interp(goal, lam, x).flip(0)
+        out[b, 0], out[b, -1] = betas[b, 0], betas[b, -1]
+    return out
+
+
+def _interp(x: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor) -> torch.Tensor:
+    """Piecewise-linear interpolation (numpy.interp) of increasing ``xp`` -> ``fp`` at ``x``."""
+    i = torch.searchsorted(xp, x, right=True).clamp(1, xp.numel() - 1)
+    x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
+    return f0 + (f1 - f0) * (x - x0) / (x1 - x0)
+
+
+def barrier(rejection: torch.Tensor) -> torch.Tensor:
+    """f64[B]: the communication barrier Lambda estimated from the pairs' rejection rates (their sum); about
+    ``2 Lambda + 1`` rungs make swaps succeed half of the time (Syed et al. 2022, section 5.3)."""
+    return rejection.sum(dim=1)
+
+
+def heated(betas: torch.Tensor, hot_acceptance: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """Bool[B]: the inputs whose hot end doubles (module doc): their hottest replica's acceptance ``hot_acceptance``
+    f64[B] is below HOT_ACCEPT and (``previous``: the same before the last doubling, NaN: none) still rising, and
+    the hot end is below HOT_MAX times the target."""
+    rising = torch.isnan(previous) | (hot_acceptance > HOT_GAIN * previous)
+    room = betas[:, 0] / betas[:, -1] * 2 <= HOT_MAX
+    return (hot_acceptance < HOT_ACCEPT) & rising & room

@@ -1,0 +1,271 @@
+"""Parallel tempering (replica exchange; Swendsen & Wang 1986, Geyer 1991) over any kernel with an MH test, in the
+non-reversible even/odd scheme of Syed, Bouchard-Cote, Deligiannidis & Doucet (JRSS-B 2022).
+
+Every chain ``c`` of an input gets K replicas, one per rung of a temperature ladder (:mod:`mhfast.sampler.ladder`):
+replica k targets ``exp(-beta_k E)``, rung 0 the target (``beta_0 = 1 / target_temperature``). The replicas are
+just more chains of the same state, so one batched forward moves them all: the state holds, per input, its K rungs
+of C chains (row ``b * K * C + k * C + c``, chain id ``k * C + c``: rung 0 keeps the ids, hence the random
+numbers, of a run without tempering). The wrapped kernel steps every row with its own rung's beta
+(``Epoch.beta`` becomes an f64[M] tensor). After every sweep, the adjacent pairs (k, k+1) with ``k`` of the
+epoch's parity (even epochs: 0-1, 2-3, ...; odd epochs: 1-2, 3-4, ...) propose to swap their states, accepted with
+probability ``min(1, exp((beta_k - beta_{k+1}) (E_k - E_{k+1})))`` (E: the target energy, extra terms included).
+
+Why it is exact: each replica's sweep leaves its own tempered target invariant, and a swap is an MH move on the
+product of the K targets (it proposes a permutation, which is symmetric), so the product is invariant and its
+rung-0 marginal is the target. Alternating the even and odd pairs (deterministically, not at random) keeps every
+move exact and makes the replicas travel the ladder in long runs instead of a random walk. A swap costs no model
+rows: every replica's energy is in the state, and the swap exchanges the rows' tokens, energy terms and
+per-position cache. The ladder is tuned during burn-in only (:func:`mhfast.sampler.ladder.retuned`), so the chain
+after burn-in is a plain Markov chain with a fixed ladder.
+
+Only rung 0 is a sample (:meth:`Tempered.samples`: what the driver traces, records and returns); the
+others are auxiliary. Counters (:meth:`Tempered.result_fields`): the final ladder, each adjacent pair's swap
+acceptance rate after burn-in, and each chain's round trips after burn-in (a replica's state reaching the
+hottest rung from the target rung and coming back: how often information crosses the ladder).
+
+Example:
+    >>> import mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> r = mhfast.sample(TabularMLM.random(3, 3, seed=0), 3, chains=2, epochs=6, burn_in=2, tempering=3)
+    >>> r.tokens.shape, r.ladder.shape, r.swap_rate.shape, r.round_trips.shape
+    (torch.Size([1, 2, 3]), torch.Size([1, 3]), torch.Size([1, 2]), torch.Size([1, 2]))
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+
+from ..runtime import rng
+from . import ladder
+from .schedules import Epoch
+from .state import ChainCounts, ChainState
+from .step import StepInfo
+from .subset import select_chains
+
+SWAP = "swap"
+#: the fields a swap exchanges between two rows (a chain's state and what is cached about it)
+SWAPPED = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "term_values", "e_extra")
+
+
+def swap_log_alpha(beta_lo: torch.Tensor, beta_hi: torch.Tensor, e_lo: torch.Tensor, e_hi: torch.Tensor
+                   ) -> torch.Tensor:
+    """log of the acceptance ratio of swapping the states of a colder (``beta_lo``) and a hotter replica.
+
+    Example:
+        >>> swap_log_alpha(torch.tensor(1.0), torch.tensor(0.5), torch.tensor(3.0), torch.tensor(1.0)).item()
+        1.0
+    """
+    return (beta_lo - beta_hi) * (e_lo - e_hi)
+
+
+class Tempered:
+    """A kernel (:class:`~mhfast.sampler.kernels.base.Kernel`) that runs ``inner`` on K tempered replicas of every
+    chain and swaps neighbours after each sweep (module doc). ``samples(state)`` are the target's chains."""
+
+    def __init__(self, inner: Any, tempering: Any, chains: int, burn_in: int, target_temperature: float):
+        self.inner, self.C, self.burn_in = inner, int(chains), int(burn_in)
+        self.K = ladder.rungs(tempering)
+        self.tuned = isinstance(tempering, int)  # K rungs: tuned during burn-in; a list: used as given
+        self.tempering, self.target_temperature = tempering, float(target_temperature)
+        for name in ("name", "supports_extra_energy", "hastings", "always_accepts", "uses_blocks"):
+            setattr(self, name, getattr(inner, name))
+
+    @property
+    def memo(self) -> Any:
+        """The inner kernel's proposal memo (shared by the replicas of an input: it keys whole sequences)."""
+        return getattr(self.inner, "memo", None)
+
+    # --- the kernel protocol ---
+    def init(self, state: ChainState) -> ChainState:
+        """Every chain's start copied to its K replicas (chain ids ``k * C + c``), then the inner kernel's init."""
+        B = state.tokens.shape[0] // self.C
+        K, C = self.K, self.C
+        b, k, c = torch.meshgrid(torch.arange(B), torch.arange(K), torch.arange(C), indexing="ij")
+        rows = (b * C + c).flatten()
+        full = select_chains(dataclasses.replace(state, counts=None), rows)
+        dev = state.tokens.device
+        chain_ids = (k * C + c).flatten().to(dev)
+        full = dataclasses.replace(full, chain_ids=chain_ids, rng_keys=rng.chain_keys(state.seed, full.inputs,
+                                                                                      chain_ids),
+                                   counts=ChainCounts(B * K * C, dev))
+        self.inputs = torch.arange(B)  #: the original input index of each input still in the batch
+        self.betas = ladder.initial_betas(self.tempering, self.target_temperature, B)
+        self._betas_dev: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._ladder_all = 1.0 / self.betas
+        self.label = torch.arange(K * C).repeat(B, 1)  # which replica's state each row holds (per input)
+        self.last_end = torch.where(torch.arange(K * C) < C, 0, -1).repeat(B, 1)  # -1 none, 0 target, 1 hottest
+        self.swaps = torch.zeros(2, B, K - 1, dtype=torch.float64)  # post-burn-in (proposed, accepted)
+        self.round_trips = torch.zeros(B, C, dtype=torch.long)
+        self._round = torch.zeros(2, B, K - 1, dtype=torch.float64)  # this tuning round's (proposed, sum alpha)
+        self._hot_prev = torch.full((B,), float("nan"), dtype=torch.float64)
+        self._counts_at_round: torch.Tensor | None = None
+        return self.inner.init(full)
+
+    def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
+        return [*self.inner.sweep(state, self._tempered(epoch, state)), SWAP]
+
+    def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
+        if isinstance(move, str) and move == SWAP:
+            return self._swap(state, epoch), StepInfo(0, 0, 0, scored=True)
+        return self.inner.step(state, self._tempered(epoch, state), move)
+
+    def restrict(self, state: ChainState, keep: torch.Tensor) -> ChainState:
+        """Only the sample chains ``keep`` (whole inputs, indices among the current sample chains) go on, with
+        their replicas and ladders."""
+        kept = torch.unique(keep.cpu() // self.C)
+        self._save_ladder()
+        rows = (kept[:, None] * (self.K * self.C) + torch.arange(self.K * self.C)).flatten()
+        for name in ("inputs", "betas", "label", "last_end", "_hot_prev"):
+            setattr(self, name, getattr(self, name)[kept])
+        self._round = self._round[:, kept]
+        self._counts_at_round = None if self._counts_at_round is None else self._counts_at_round[:, rows]
+        return self.inner.restrict(state, rows.to(keep.device))
+
+    # --- what the driver and the result read ---
+    def samples(self, state: ChainState) -> ChainState:
+        """The chains at the target temperature (rung 0 of every input), without the cache: what is traced,
+        recorded and returned."""
+        B = state.tokens.shape[0] // (self.K * self.C)
+        rows = (torch.arange(B)[:, None] * (self.K * self.C) + torch.arange(self.C)).flatten()
+        return select_chains(dataclasses.replace(state, cache=None), rows)
+
+    def result_fields(self) -> dict[str, torch.Tensor]:
+        """Per input (every input of the run): ``ladder`` f64[B, K] the final temperatures, ``swap_rate``
+        f64[B, K-1] each adjacent pair's accepted share of swaps after burn-in (NaN: none proposed),
+        ``round_trips`` Long[B, C] each chain's round trips after burn-in."""
+        self._save_ladder()
+        proposed, accepted = self.swaps
+        rate = torch.where(proposed > 0, accepted / proposed.clamp(min=1), torch.full_like(proposed, float("nan")))
+        return {"ladder": self._ladder_all.clone(), "swap_rate": rate, "round_trips": self.round_trips.clone()}
+
+    # --- internals ---
+    def _tempered(self, epoch: Epoch, state: ChainState) -> Epoch:
+        """The epoch with each row's own beta (f64[M] on the chains' device); forced epochs stay forced."""
+        if epoch.beta is None:
+            return epoch
+        if self._betas_dev is None or self._betas_dev[0] is not self.betas:  # made again after a retune
+            betas = self.betas.repeat_interleave(self.C, dim=1).flatten()
+            self._betas_dev = (self.betas, betas.to(state.tokens.device))
+        return dataclasses.replace(epoch, beta=self._betas_dev[1])
+
+    def _pairs(self, state: ChainState, parity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows of the pairs (k, k+1), ``k`` of the parity, of every input and chain: (lo, hi) Long[P] and
+        the pairs' rung k Long[K']."""
+        B, K, C = self.betas.shape[0], self.K, self.C
+        ks = torch.arange(parity, K - 1, 2)
+        b, k, c = torch.meshgrid(torch.arange(B), ks, torch.arange(C), indexing="ij")
+        lo = (b * K * C + k * C + c).flatten()
+        return lo, lo + C, ks
+
+    def _swap(self, state: ChainState, epoch: Epoch) -> ChainState:
+        """The even/odd swaps of the epoch (none in forced epochs), the counters, and the tuning of the ladder."""
+        if epoch.beta is None or self.K < 2:
+            return state
+        lo, hi, ks = self._pairs(state, epoch.index % 2)
+        if lo.numel() == 0:
+            return state
+        B, C = self.betas.shape[0], self.C
+        dev = state.tokens.device
+        target = state.target.double().cpu()
+        b_lo = self.betas[:, ks].repeat_interleave(C, dim=1).flatten()
+        b_hi = self.betas[:, ks + 1].repeat_interleave(C, dim=1).flatten()
+        log_alpha = swap_log_alpha(b_lo, b_hi, target[lo], target[hi])
+        u = rng.uniforms_from_keys(state.rng_keys.index_select(0, lo.to(dev)), epoch.index, 0, rng.SWAP)
+        accepted = torch.log(u.double().cpu()) < log_alpha
+        self._count(epoch, ks, log_alpha, accepted)
+        perm = torch.arange(state.tokens.shape[0])
+        perm[lo[accepted]], perm[hi[accepted]] = hi[accepted], lo[accepted]
+        state = _permuted(state, perm)
+        self._follow(perm, epoch)
+        if self.tuned and not epoch.post_burn_in and self._tuning_round(epoch.index):
+            self._retune(state)
+        return state
+
+    def _count(self, epoch: Epoch, ks: torch.Tensor, log_alpha: torch.Tensor, accepted: torch.Tensor) -> None:
+        B, C = self.betas.shape[0], self.C
+        alpha = log_alpha.clamp(max=0).exp().view(B, -1, C).sum(dim=2)
+        self._round[0][:, ks] += C
+        self._round[1][:, ks] += alpha
+        if epoch.post_burn_in:
+            self.swaps[0][self.inputs[:, None], ks] += C
+            self.swaps[1][self.inputs[:, None], ks] += accepted.double().view(B, -1, C).sum(dim=2)
+
+    def _follow(self, perm: torch.Tensor, epoch: Epoch) -> None:
+        """Each replica's state follows its swaps; round trips (target -> hottest -> target) are counted."""
+        B, K, C = self.betas.shape[0], self.K, self.C
+        local = perm.view(B, K * C) - (torch.arange(B) * K * C)[:, None]
+        self.label = self.label.gather(1, local)
+        rung = torch.arange(K * C) // C
+        for where, end in ((rung == K - 1, 1), (rung == 0, 0)):
+            reps = self.label[:, where]  # [B, C] the replicas now at that end
+            last = self.last_end.gather(1, reps)
+            if end == 0 and epoch.post_burn_in:
+                self.round_trips[self.inputs] += (last == 1).long()
+            new = torch.where(last == 0, 1, last) if end == 1 else torch.zeros_like(last)
+            self.last_end.scatter_(1, reps, new)
+
+    def _tuning_round(self, index: int) -> bool:
+        """Tune after burn-in epochs 2, 4, 8, ... and after the last one (rounds of doubling length)."""
+        n = index + 1
+        return n == self.burn_in or (n >= 2 and n & (n - 1) == 0)
+
+    def _retune(self, state: ChainState) -> None:
+        """Move the rungs to equal barrier steps (or double the hot end while the hottest replica does not mix)."""
+        proposed, alpha = self._round
+        rejection = torch.where(proposed > 0, 1 - alpha / proposed.clamp(min=1), torch.full_like(alpha, float("nan")))
+        hot = self._hot_acceptance(state)
+        heat = ladder.heated(self.betas, hot, self._hot_prev)
+        new = ladder.retuned(self.betas, rejection)
+        if bool(heat.any()):
+            for b in heat.nonzero().flatten().tolist():
+                t0, hot_t = 1 / float(self.betas[b, 0]), 2 / float(self.betas[b, -1])
+                new[b] = 1 / ladder.geometric(t0, hot_t, self.K)
+                new[b, 0] = self.betas[b, 0]
+        self._hot_prev = torch.where(heat, hot, torch.full_like(hot, float("nan")))
+        self.betas = new
+        self._round.zero_()
+
+    def _hot_acceptance(self, state: ChainState) -> torch.Tensor:
+        """f64[B]: this round's share of accepted proposals among those that changed the state, pooled over the
+        rows at the hottest rung of each input (from the per-row counts)."""
+        B, K, C = self.betas.shape[0], self.K, self.C
+        if state.counts is None:
+            return torch.full((B,), float("nan"), dtype=torch.float64)
+        now = state.counts.snapshot().double()
+        before = self._counts_at_round if self._counts_at_round is not None else torch.zeros_like(now)
+        self._counts_at_round = now
+        proposals, accepted, novel = (now - before).view(3, B, K, C)[:, :, K - 1].sum(dim=2)
+        tested = proposals - (accepted - novel)
+        return torch.where(tested > 0, novel / tested.clamp(min=1), torch.full_like(tested, float("nan")))
+
+    def _save_ladder(self) -> None:
+        """The current ladders into the per-input record of every input of the run."""
+        self._ladder_all[self.inputs] = 1.0 / self.betas
+
+
+def _permuted(state: ChainState, perm: torch.Tensor) -> ChainState:
+    """The state with row ``i`` holding what row ``perm[i]`` held (the :data:`SWAPPED` fields, the cache in place)."""
+    moved = (perm != torch.arange(perm.numel())).nonzero().flatten()
+    if moved.numel() == 0:
+        return state
+    dev = state.tokens.device
+    p = perm.to(dev)
+    fields = {name: getattr(state, name).index_select(0, p) for name in SWAPPED}
+    if state.cache is not None:
+        m = moved.to(dev)
+        state.cache[m] = state.cache[p[m]]  # the cache is donated: rows exchanged in place
+    return dataclasses.replace(state, **fields)
+
+
+def wrap(kernel: Any, cfg: Any) -> Any:
+    """``kernel`` itself without tempering, else the :class:`Tempered` kernel over it."""
+    if cfg.tempering is None:
+        return kernel
+    return Tempered(kernel, cfg.tempering, cfg.chains, cfg.burn_in, cfg.target_temperature)
+
+
+def per_input_fields() -> Sequence[str]:
+    """The :class:`~mhfast.sampler.result.SampleResult` fields of :meth:`Tempered.result_fields` (inputs first)."""
+    return ("ladder", "swap_rate", "round_trips")

@@ -1,0 +1,288 @@
+"""Parallel tempering (option ``tempering``, :mod:`mhfast.sampler.tempering`): the target's replicas sample the
+target exactly, chains cross between modes where plain MH does not, the swap test is the textbook one, the ladder
+tunes itself in burn-in only, bad ladders are errors naming the option.
+
+Exactness is checked as in tests/sampler/test_sampler_exact.py (its enumeration, its TV bound from the number of chains):
+the final states of the rung-0 replicas of n independent chains against the enumerated target.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.cli import main
+from mhfast.models.tabular import TabularMLM
+from mhfast.runtime import rng
+from mhfast.sampler import ladder
+from mhfast.sampler.state import ChainState
+from mhfast.sampler.step import StepInfo
+from mhfast.sampler.tempering import Tempered, swap_log_alpha
+from test_energy_terms import TableTerm, term_target
+from exact_checks import empirical, enumerate_states, masks, target_distribution, tv_and_bound
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+N = 2000
+#: translate's sampler in its CLI test (sample's runs single-site MH)
+SAMPLER_FLAGS = ["--sampler", "block-mh", "--block-schedule", "2"]
+
+
+def _model(**kw) -> TabularMLM:
+    # scale 0.5 as in test_sampler_exact: peaked enough that MH rejects, flat enough that 30 epochs mix
+    return TabularMLM.random(num_tokens=3, length=3, seed=11, scale=0.5, **kw)
+
+
+EXACT_CASES = [
+    # id, sample kwargs (tau: the target temperature)
+    ("mh-local-fixed", dict(energy="local", tempering=[1.0, 2.0, 4.0])),
+    ("mh-raw-tuned-tau0.5", dict(energy="raw", tau=0.5, tempering=4)),
+    ("block-mh-raw-fixed", dict(energy="raw", sampler="block-mh", block_schedule=2, tempering=[1.0, 3.0])),
+    ("block-mh-local-tuned", dict(energy="local", sampler="block-mh", block_schedule=2, tempering=3)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", EXACT_CASES, ids=[c[0] for c in EXACT_CASES])
+def test_target_replicas_match_enumeration(name, kwargs):
+    model = _model(features=kwargs.get("sampler") is None, row_hooks=kwargs.get("sampler") == "block-mh")
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    tau = kwargs.pop("tau", 1.0)
+    if isinstance(kwargs["tempering"], list):
+        kwargs["tempering"] = [t * tau for t in kwargs["tempering"]]
+    p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), kwargs["energy"], tau)
+    r = mhfast.sample(model, init=template[None], chains=N, epochs=30, burn_in=8, seed=1, target_temperature=tau,
+                      **kwargs)
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
+    K = ladder.rungs(kwargs["tempering"])
+    assert r.tokens.shape == (1, N, 3) and r.ladder.shape == (1, K) and r.round_trips.shape == (1, N)
+    assert float(r.ladder[0, 0]) == tau and bool((r.ladder[0, 1:] > r.ladder[0, :-1]).all())
+    assert bool(((r.swap_rate > 0) & (r.swap_rate <= 1)).all()), r.swap_rate
+
+
+@pytest.mark.parametrize("sampler", ["mh", "block-mh"])
+def test_with_an_extra_energy_term_the_target_replicas_are_exact(sampler):
+    model = _model(features=sampler == "mh", row_hooks=sampler == "block-mh")
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    term = TableTerm(seed=3)
+    p = term_target(model, states, "local", 0.7 * term(states))
+    r = mhfast.sample(model, init=template[None], chains=N, epochs=30, burn_in=8, seed=2, energy="local",
+                      sampler=sampler, block_schedule=2 if sampler == "block-mh" else None,
+                      extra_energy=[(term, 0.7)], tempering=3)
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    assert tv < bound, f"{sampler}: TV {tv:.4f} >= bound {bound:.4f}"
+    assert torch.allclose(r.energy, r.energy_local + 0.7 * r.terms[..., 0], atol=1e-5)  # the target's energy
+
+
+# ---------------------------------------------------------------------------- crossing between modes
+def coupled_modes(T: int = 6, J: float = 1.5) -> TabularMLM:
+    """tests/sampler/test_convergence.py's two-mode model: all-a and all-b (tokens 0 and 1) are modes of equal energy,
+    separated by the half-a half-b states, which single-site MH at J = 1.5 practically never crosses."""
+    V = 4
+    codes = torch.arange(V ** T)
+    digits = torch.stack([(codes // V ** (T - 1 - t)) % V for t in range(T)], dim=1)
+    table = torch.full((V ** T, T, V), float("-inf"))
+    for t in range(T):
+        others = torch.cat([digits[:, :t], digits[:, t + 1:]], dim=1)
+        table[:, t, :2] = torch.log_softmax(J * torch.stack([(others == 0).sum(1), (others == 1).sum(1)], 1).float(), 1)
+    return TabularMLM({T: table}, mask_id=2, pad_id=3)
+
+
+def _modes_visited(r) -> torch.Tensor:
+    """Bool[C, 2]: whether each chain's recorded states were ever in mode a (>= 5 of 6 a's) and in mode b."""
+    a = (r.history[:, 0] == 0).sum(dim=2)  # [E, C]
+    return torch.stack([(a >= 5).any(dim=0), (a <= 1).any(dim=0)], dim=1)
+
+
+@pytest.mark.parametrize("sampler", ["mh", "block-mh"])
+def test_tempering_crosses_between_modes_where_plain_mh_stays(sampler):
+    model = coupled_modes(J=2.0)  # (at J = 1.5 plain block MH with a 20% uniform share crosses now and then)
+    init = torch.tensor([[0] * 6] * 2 + [[1] * 6] * 2)[None]  # two chains in each mode
+    kw = dict(chains=4, epochs=200, burn_in=20, seed=0, energy="local", record="epoch", sampler=sampler,
+              uniform_mix=0.2, block_schedule=2 if sampler == "block-mh" else None)
+    plain = _modes_visited(mhfast.sample(model, init=init, **kw))
+    assert plain.tolist() == [[True, False]] * 2 + [[False, True]] * 2, "plain MH crossed: the model is too easy"
+    tempered = mhfast.sample(model, init=init, tempering=6, **kw)
+    assert bool(_modes_visited(tempered).all()), _modes_visited(tempered)
+    assert int(tempered.round_trips.sum()) > 0
+
+
+# ---------------------------------------------------------------------------- the swap test itself
+class _Still:
+    """An inner kernel that does nothing (the swaps are all that moves)."""
+
+    name, supports_extra_energy, hastings, always_accepts, uses_blocks = "still", True, True, False, False
+
+    def init(self, state):
+        return state
+
+    def sweep(self, state, epoch):
+        return []
+
+    def step(self, state, epoch, move):
+        return state, StepInfo(0, 0, 0, scored=True)
+
+
+def test_swap_acceptance_is_min_1_exp_dbeta_de():
+    """C = 4000 chains of one input, K = 2 rungs at temperatures 1 and 4, every rung-0 replica at energy 3 and
+    every rung-1 replica at energy 1 + 2 * (chain is odd): the swap of an even chain is accepted with probability
+    exp((1 - 1/4) (3 - 1)) > 1 -> 1, of an odd chain exp(0.75 * 0) = 1, so all swap; at energies 1 (cold) and 3
+    (hot) it is exp(-1.5) = 0.223. Computed here from the definition, compared within 5 binomial sd."""
+    C = 4000
+    tokens = torch.arange(C)[:, None].repeat(1, 2) % 3
+    state = ChainState.create(tokens, torch.ones(C, 2, dtype=torch.bool), torch.ones(C, 2, dtype=torch.bool),
+                              torch.zeros(C, dtype=torch.long), torch.arange(C), None, "raw", seed=5)
+    kernel = Tempered(_Still(), [1.0, 4.0], chains=C, burn_in=0, target_temperature=1.0)
+    full = kernel.init(state)
+    assert full.tokens.shape[0] == 2 * C and full.chain_ids.tolist()[C:C + 2] == [C, C + 1]
+    marker = torch.arange(2 * C)[:, None].repeat(1, 2)  # which row a state started in
+    cache = marker[:, :, None].float()
+
+    def run(e_cold: float, e_hot: float) -> torch.Tensor:
+        s = dataclasses.replace(full, tokens=marker.clone(), cache=cache.clone(),
+                                e_raw=torch.tensor([e_cold] * C + [e_hot] * C))
+        epoch = mhfast.sampler.schedules.Epoch(0, 1.0, 1.0, True)
+        out = kernel.step(s, epoch, kernel.sweep(s, epoch)[-1])[0]
+        swapped = out.tokens[:C, 0] == marker[C:, 0]
+        assert torch.equal(out.tokens[:C][swapped], marker[C:][swapped])  # states exchanged, caches with them
+        assert torch.equal(out.cache[:, :, 0].long(), out.tokens) and torch.equal(out.e_raw[:C][swapped],
+                                                                                   torch.full((int(swapped.sum()),),
+                                                                                              e_hot))
+        return swapped.double().mean()
+
+    assert float(run(3.0, 1.0)) == 1.0
+    p = math.exp((1 - 0.25) * (1.0 - 3.0))
+    assert p == pytest.approx(math.exp(float(swap_log_alpha(torch.tensor(1.0), torch.tensor(0.25),
+                                                            torch.tensor(1.0), torch.tensor(3.0)))))
+    rate = float(run(1.0, 3.0))
+    assert abs(rate - p) < 5 * math.sqrt(p * (1 - p) / C), (rate, p)
+    # the uniforms are the counter RNG's swap stream of the colder replica
+    u = rng.uniforms_from_keys(full.rng_keys[:C], 0, 0, rng.SWAP)
+    assert rate == float((torch.log(u.double()) < (1 - 0.25) * (1.0 - 3.0)).double().mean())
+
+
+def test_only_even_pairs_swap_in_even_epochs_and_odd_pairs_in_odd_ones():
+    C, K = 3, 4
+    state = ChainState.create(torch.zeros(C, 1, dtype=torch.long), torch.ones(C, 1, dtype=torch.bool),
+                              torch.ones(C, 1, dtype=torch.bool), torch.zeros(C, dtype=torch.long), torch.arange(C),
+                              None, "raw", seed=0)
+    kernel = Tempered(_Still(), [1.0, 2.0, 3.0, 4.0], chains=C, burn_in=0, target_temperature=1.0)
+    full = kernel.init(state)
+    rung = torch.arange(K * C) // C
+    for index, moving in ((0, {0, 1, 2, 3}), (1, {1, 2})):
+        s = dataclasses.replace(full, tokens=rung[:, None].clone(), e_raw=-10.0 * rung.float())  # hot = low energy:
+        epoch = mhfast.sampler.schedules.Epoch(index, 1.0, 1.0, True)  # every proposed swap is accepted
+        out = kernel.step(s, epoch, "swap")[0]
+        changed = set(rung[out.tokens[:, 0] != rung].tolist())
+        assert changed == moving, (index, changed)
+
+
+# ---------------------------------------------------------------------------- the ladder
+def test_retuned_ladder_reaches_equal_barrier_steps():
+    """With swap rejection between beta' < beta equal to Lambda(beta) - Lambda(beta') for a known barrier
+    Lambda (here Lambda(beta) = 3 * beta^2 on [0.05, 1]), repeated tuning converges to rungs at equal steps of
+    Lambda, whatever the start."""
+    lam = lambda b: 3 * b ** 2  # noqa: E731
+    betas = torch.tensor([[1.0, 0.9, 0.8, 0.7, 0.05]], dtype=torch.float64)
+    for _ in range(30):
+        rejection = lam(betas[:, :-1]) - lam(betas[:, 1:])
+        betas = ladder.retuned(betas, rejection)
+    steps = lam(betas[0, :-1]) - lam(betas[0, 1:])
+    assert torch.allclose(steps, steps.mean().expand(4), rtol=1e-3), steps
+    assert float(betas[0, 0]) == 1.0 and float(betas[0, -1]) == 0.05
+    assert float(ladder.barrier(rejection)[0]) == pytest.approx(lam(1.0) - lam(0.05), rel=1e-6)
+
+
+def test_the_ladder_is_tuned_in_burn_in_and_fixed_after_it():
+    model = _model(features=True)
+    kw = dict(chains=8, burn_in=8, seed=3, energy="local")
+    short = mhfast.sample(model, 3, epochs=8, tempering=4, **kw)
+    long = mhfast.sample(model, 3, epochs=40, tempering=4, **kw)
+    assert torch.equal(short.ladder, long.ladder), "the ladder moved after burn-in"
+    start = 1.0 / ladder.initial_betas(4, 1.0, 1)
+    assert not torch.allclose(long.ladder, start), "the ladder was not tuned"
+    fixed = mhfast.sample(model, 3, epochs=40, tempering=[1.0, 1.5, 2.0, 9.0], **kw)
+    assert fixed.ladder.tolist() == [[1.0, 1.5, 2.0, 9.0]]
+
+
+def test_the_hot_end_doubles_while_the_hottest_replica_does_not_mix():
+    betas = torch.tensor([[1.0, 0.5, 0.125], [1.0, 0.5, 0.125], [1.0, 0.5, 0.125]], dtype=torch.float64)
+    nan = float("nan")
+    heat = ladder.heated(betas, torch.tensor([0.1, 0.9, 0.2], dtype=torch.float64),
+                         torch.tensor([nan, nan, 0.195], dtype=torch.float64))
+    assert heat.tolist() == [True, False, False]  # low and rising; mixes; no longer rising
+
+
+# ---------------------------------------------------------------------------- options and errors
+@pytest.mark.parametrize("value,message", [
+    ([2.0, 1.0], "strictly increasing"), ([1.0, 1.0], "strictly increasing"), ([1.0, -2.0], "> 0"),
+    ([0.0, 1.0], "> 0"), ([1.0], "at least 2"), (1, "at least 2"), (0, "at least 2"), (True, "an int >= 2"),
+    ([1.0, float("inf")], "finite"), ("hot", "an int >= 2 or a list"), ([2.0, 4.0], "must start at target"),
+])
+def test_bad_ladders_are_errors_naming_the_option(value, message):
+    with pytest.raises(ValueError, match=f"tempering .*{message}"):
+        mhfast.sample(_model(), 3, epochs=2, burn_in=0, tempering=value)
+
+
+@pytest.mark.parametrize("kwargs,other", [(dict(sampler="gibbs"), "sampler"), (dict(anneal=0.1), "anneal"),
+                                          (dict(capture="static"), "capture")])
+def test_tempering_with_what_it_cannot_act_on_is_an_error_naming_both(kwargs, other):
+    with pytest.raises(ValueError, match=f"tempering.*{other}"):
+        mhfast.sample(_model(), 3, epochs=2, burn_in=0, tempering=3, **kwargs)
+
+
+def test_cli_rejects_a_bad_ladder_in_one_line(capsys):
+    assert main(["sample", "--model", "none", "--length", "3", "--tempering", "2,1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tempering" in err and "increasing" in err, err
+
+
+# ---------------------------------------------------------------------------- until_rhat: inputs leave the batch
+@pytest.mark.parametrize("kwargs", [dict(), dict(sampler="block-mh", block_schedule=2)], ids=["mh", "block-mh"])
+def test_until_rhat_with_tempering_stops_inputs_with_the_same_chains(kwargs):
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=0.5)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p], [m, m, m, m]])
+    base = dict(chains=4, epochs=300, burn_in=6, seed=1, start="random", energy="local", tempering=3, **kwargs)
+    r = mhfast.sample(model, init=init, until_rhat=1.03, min_ess=80, **base)
+    assert r.converged.all() and bool((r.epochs_run < 300).all()), r.epochs_run
+    for b in range(3):
+        alone = mhfast.sample(model, init=init, **{**base, "epochs": int(r.epochs_run[b])})
+        assert torch.equal(r.tokens[b], alone.tokens[b]), b
+        assert torch.equal(r.best_tokens[b], alone.best_tokens[b]), b
+        assert torch.equal(r.round_trips[b], alone.round_trips[b]) and torch.equal(r.ladder[b], alone.ladder[b])
+
+
+# ---------------------------------------------------------------------------- the commands
+def test_cli_sample_prints_the_tempering_counters(capsys, tmp_path):
+    from hf_tiny_models import save_tiny_bert_dir
+
+    model_dir = save_tiny_bert_dir(tmp_path / "tiny_bert")
+    code = main(["sample", "--model", str(model_dir), "--length", "4", "--chains", "2", "--epochs", "6",
+                 "--burn-in", "2", "--tempering", "3", "--seed", "1"])  # single-site MH
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    line = next(t for t in out.splitlines() if "tempering:" in t)
+    assert line.startswith("  tempering: ladder 1,") and "swap rates" in line and "round trips" in line, line
+    assert len(line.split("round trips ")[1].split()[0].split(",")) == 2  # one count per chain
+
+
+def test_cli_translate_writes_the_tempering_counters(tiny_paths, tmp_path, capsys):
+    import json
+
+    src = tmp_path / "src.txt"
+    src.write_text(min(tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines(), key=len) + "\n")
+    stats = tmp_path / "stats.json"
+    code = main(["translate", "--model", str(tiny_paths["checkpoint"]), "--data", str(tiny_paths["data"]),
+                 "--tokenizer", "none", "--input", str(src), "--stats-out", str(stats), "--chains", "2", "--epochs",
+                 "4", "--burn-in", "2", "--tempering", "1,2,4", *SAMPLER_FLAGS])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    tempering = json.loads(stats.read_text())["batches"][0]["tempering"][0]
+    assert tempering["ladder"] == [1.0, 2.0, 4.0] and len(tempering["swap_rate"]) == 2
+    assert len(tempering["round_trips"]) == 2
