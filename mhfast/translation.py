@@ -241,15 +241,7 @@ class Translator:
             positions = max(int((~torch.isin(best[:L], special)).sum()), 1)
             hyps[i] = Hypothesis(self.processor.decode(toks), toks, -float(res.best_energy[j]) / positions, {
                 "energy": energy, "best_energy": float(res.best_energy[j]), "with_terms": res.term_names is not None,
-                "chains_raw": [float(x) for x in res.energy_raw[j]],
-                "chains_local": [float(x) for x in res.energy_local[j]],
-                "acceptance_rate": float(acceptance[j]), "novel_rate": float(novel[j]),
-                **({} if res.converged is None else {"epochs_run": int(res.epochs_run[j]),
-                                                     "converged": bool(res.converged[j])}),
-                **({} if res.ladder is None else {"tempering": {  # after burn-in (mhfast.sampler.tempering)
-                    "ladder": res.ladder[j].tolist(),
-                    "swap_rate": [None if r != r else r for r in res.swap_rate[j].tolist()],  # NaN: none proposed
-                    "round_trips": res.round_trips[j].tolist()}}),
+                **_chain_details(res, j, float(acceptance[j]), float(novel[j])),
                 **({} if reports is None else {"diagnostics": reports[j]})})
         epochs = [{"epoch": e, "acceptance_rate": float(res.acceptance_rate[e]), "novel_rate": float(res.novel_rate[e]),
                    "e_raw": float(res.e_raw[e]), "e_local": float(res.e_local[e]),
@@ -257,6 +249,21 @@ class Translator:
         delayed = {k: getattr(res, "delayed_" + k) for k in ("tested", "passed", "accepted", "rows_saved")}
         return BatchOutput(hyps, epochs, len(keep), float(res.acceptance_rate[first:].mean()), res.compile_seconds,
                            res.memo_hits, delayed if delayed["tested"] else {})
+
+
+def _chain_details(res: Any, j: int, acceptance: float, novel: float) -> dict:
+    """Input ``j``'s per-chain energies, its acceptance and novel rates and, where the run has them, its convergence
+    (until_rhat / min_ess) and tempering counters (after burn-in, :mod:`mhfast.sampler.tempering`), for a
+    hypothesis's details (in the order the stats files have always had)."""
+    out = {"chains_raw": [float(x) for x in res.energy_raw[j]], "chains_local": [float(x) for x in res.energy_local[j]],
+           "acceptance_rate": acceptance, "novel_rate": novel}
+    if res.converged is not None:
+        out.update(epochs_run=int(res.epochs_run[j]), converged=bool(res.converged[j]))
+    if res.ladder is not None:
+        out["tempering"] = {"ladder": res.ladder[j].tolist(),
+                            "swap_rate": [None if r != r else r for r in res.swap_rate[j].tolist()],  # NaN: none
+                            "round_trips": res.round_trips[j].tolist()}
+    return out
 
 
 def _reports(result: Any, energy: str) -> list[dict]:

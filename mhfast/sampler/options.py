@@ -680,7 +680,7 @@ def _tempering_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if ladder is None:
         return
     name = name_of("tempering")
-    if KERNELS[values["sampler"]].always_accepts:
+    if KERNELS[values["sampler"]].capabilities.always_accepts:
         raise OptionError(f"{name} has no effect with {name_of('sampler')} {values['sampler']}: it accepts every "
                           "proposal, so every rung would run the same chain (use mh or block-mh)")
     if values["anneal"] > 0:

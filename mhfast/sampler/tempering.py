@@ -69,13 +69,14 @@ class Tempered:
         self.K = ladder.rungs(tempering)
         self.tuned = isinstance(tempering, int)  # K rungs: tuned during burn-in; a list: used as given
         self.tempering, self.target_temperature = tempering, float(target_temperature)
-        for name in ("name", "supports_extra_energy", "hastings", "always_accepts", "uses_blocks"):
-            setattr(self, name, getattr(inner, name))
+        self.name, self.capabilities = inner.name, inner.capabilities
 
-    @property
-    def memo(self) -> Any:
-        """The inner kernel's proposal memo (shared by the replicas of an input: it keys whole sequences)."""
-        return getattr(self.inner, "memo", None)
+    def __getattr__(self, name: str) -> Any:
+        """What else the inner kernel has: its proposal memo (shared by the replicas of an input: it keys whole
+        sequences), its delayed-acceptance counters."""
+        if name == "inner":  # (not set yet: no recursion while unpickling or half-built)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     # --- the kernel protocol ---
     def init(self, state: ChainState) -> ChainState:

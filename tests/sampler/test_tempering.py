@@ -18,6 +18,7 @@ from mhfast.cli import main
 from mhfast.models.tabular import TabularMLM
 from mhfast.runtime import rng
 from mhfast.sampler import ladder
+from mhfast.sampler.kernels.base import Capabilities
 from mhfast.sampler.state import ChainState
 from mhfast.sampler.step import StepInfo
 from mhfast.sampler.tempering import Tempered, swap_log_alpha
@@ -116,7 +117,7 @@ def test_tempering_crosses_between_modes_where_plain_mh_stays(sampler):
 class _Still:
     """An inner kernel that does nothing (the swaps are all that moves)."""
 
-    name, supports_extra_energy, hastings, always_accepts, uses_blocks = "still", True, True, False, False
+    name, capabilities = "still", Capabilities()
 
     def init(self, state):
         return state
