@@ -37,6 +37,9 @@ CASES = [
                                             min_target_temperature=0.5)),
     ("raw-exact-window", dict(), dict(energy="raw", delayed="window:4")),
     ("local-auto-off", dict(), dict(energy="local", delayed="auto")),  # T = 4: auto is off (plain MH, no memo)
+    # parallel tempering: the rungs' betas (a tensor, one per chain row) reach both stages; rung 0 is the target
+    ("raw-window1-tempered", dict(scale=1.2), dict(energy="raw", delayed="window:1", tempering=[1.0, 2.5])),
+    ("local-window1-tempered-tuned", dict(), dict(energy="local", delayed="window:1", tempering=3)),
 ]
 
 
