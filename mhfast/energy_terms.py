@@ -168,8 +168,6 @@ class HFClassifier:
 
     def __init__(self, model: Any, label: int | str = 0, token_map: Any = None, pad_id: int = 0):
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-            from .models.hf import import_transformers
-
             model = _load_classifier(os.fspath(model) if not isinstance(model, bytes) else model.decode())
         self.model = model.eval()
         label2id = dict(getattr(model.config, "label2id", {}) or {})

@@ -54,7 +54,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from ..files import (PROGRESS_SUFFIX, PROGRESS_VERSION, check_input, describe, file_sha256, line_of, read_records,
+from ..files import (PROGRESS_VERSION, check_input, describe, file_sha256, line_of, read_records,
                      write_json_atomic)
 from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
 from ..files.lock import OutputLock, check_distinct

@@ -167,7 +167,7 @@ class Tempered:
         lo, hi, ks = self._pairs(state, epoch.index % 2)
         if lo.numel() == 0:
             return state
-        B, C = self.betas.shape[0], self.C
+        C = self.C
         dev = state.tokens.device
         target = state.target.double().cpu()
         b_lo = self.betas[:, ks].repeat_interleave(C, dim=1).flatten()
