@@ -1,6 +1,4 @@
 """``python3 -m mhfast ...`` runs the command line (:mod:`mhfast.cli`)."""
-import sys
+from .cli import entry
 
-from .cli import main
-
-sys.exit(main())
+entry()

@@ -122,8 +122,18 @@ def _check_stdout(args: argparse.Namespace) -> None:
         check_stdout("give --output FILE" if hasattr(args, "output") else "run it with stdout open (e.g. > FILE)")
 
 
+def entry() -> None:
+    """The ``mhfast`` console script and ``python3 -m mhfast``: :func:`main`, then exit with its status (a rank of
+    a torchrun job through :func:`mhfast.distributed.exit_rank`, which skips the C++ teardown that can abort a
+    finished rank)."""
+    code = main()
+    if distributed.made_group():
+        distributed.exit_rank(code)
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``mhfast`` console script; returns the exit status."""
+    """The command line: parses ``argv`` (default ``sys.argv[1:]``), runs the command, returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(attach_dash_values(parser, sys.argv[1:] if argv is None else argv))
     if getattr(args, "_run", None) is None:

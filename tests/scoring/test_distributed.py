@@ -156,3 +156,21 @@ def test_a_rank_that_fails_makes_the_others_stop_quietly_within_an_epoch(tmp_pat
     assert (kind1, kind0) == ("ValueError", "PeerFailed"), outs
     assert "init contains token id 9" in message1 and message0 == f"rank 1 failed: ValueError: {message1}"
     assert int(epochs0) < 20, f"rank 0 ran {epochs0} epochs after its peer failed"
+
+
+def test_exit_rank_runs_the_exit_handlers_flushes_and_keeps_the_status(tmp_path):
+    """exit_rank (a finished torchrun rank's exit, skipping the C++ teardown that could abort it): the atexit
+    handlers still run (they destroy the process group), buffered output still arrives, the status is kept."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "handler_ran"
+    code = ("import atexit, sys, mhfast.distributed as d\n"
+            f"atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
+            "sys.stdout.write('buffered, no newline')\n"
+            "d.exit_rank(3)\n"
+            "print('not reached')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "buffered, no newline"
+    assert marker.read_text() == "yes"
