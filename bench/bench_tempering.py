@@ -55,11 +55,10 @@ def antiberty_case(kind: str, T: int, chains: int) -> dict:
 
 
 def two_mode_case(chains: int) -> dict:
-    """tests/sampler/test_tempering.py's coupled two-mode tabular model (T = 6, J = 2): all-a and all-b have equal
+    """The tests' coupled two-mode tabular model (tests/exact_checks.py, T = 6, J = 2): all-a and all-b have equal
     energy; half of the chains start in each mode, so R-hat sees whether they cross."""
-    tests = Path(__file__).resolve().parents[1] / "tests"
-    sys.path[:0] = [str(tests), str(tests / "sampler")]  # the test module and the shared helpers it imports
-    from test_tempering import coupled_modes
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from exact_checks import coupled_modes
 
     model = coupled_modes(J=2.0)
     init = torch.tensor([[0] * 6] * (chains // 2) + [[1] * 6] * (chains - chains // 2))[None]

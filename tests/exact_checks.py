@@ -176,3 +176,18 @@ def agreeing_pair() -> TabularMLM:
             table[code, 0, :2] = agree[x2] if x2 < 2 else torch.tensor([0.5, 0.5]).log()
             table[code, 1, :2] = agree[x1] if x1 < 2 else torch.tensor([0.5, 0.5]).log()
     return TabularMLM({2: table}, mask_id=2, pad_id=3)
+
+
+def coupled_modes(T: int = 6, J: float = 1.5) -> TabularMLM:
+    """Two tokens a = 0, b = 1 (mask 2, pad 3) on T positions; a position's conditional given the rest is
+    ``softmax(J * (#a, #b among the other unmasked positions))``: symmetric under a <-> b, so all-a and all-b are
+    two modes of equal energy. A chain flips single positions inside its mode, but reaching the other mode means
+    crossing the half-a half-b states, which single-site MH at J = 1.5 practically never does."""
+    V = 4
+    codes = torch.arange(V ** T)
+    digits = torch.stack([(codes // V ** (T - 1 - t)) % V for t in range(T)], dim=1)
+    table = torch.full((V ** T, T, V), float("-inf"))
+    for t in range(T):
+        others = torch.cat([digits[:, :t], digits[:, t + 1:]], dim=1)
+        table[:, t, :2] = torch.log_softmax(J * torch.stack([(others == 0).sum(1), (others == 1).sum(1)], 1).float(), 1)
+    return TabularMLM({T: table}, mask_id=2, pad_id=3)

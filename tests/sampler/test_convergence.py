@@ -26,7 +26,7 @@ from scipy import stats
 import mhfast
 from mhfast.models.tabular import TabularMLM
 from mhfast.sampler import diagnostics, starts, traces
-from exact_checks import agreeing_pair, energies, enumerate_states, masks
+from exact_checks import agreeing_pair, coupled_modes, energies, enumerate_states, masks
 
 from arviz_stats.base import array_stats  # noqa: E402 - installed by scripts/install.sh: missing, these tests fail
 
@@ -35,21 +35,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def mixing_toy(**kw) -> TabularMLM:
     return TabularMLM.random(num_tokens=3, length=3, seed=11, **kw)
-
-
-def coupled_modes(T: int = 6, J: float = 1.5) -> TabularMLM:
-    """Two tokens a = 0, b = 1 (mask 2, pad 3) on T positions; a position's conditional given the rest is
-    ``softmax(J * (#a, #b among the other unmasked positions))``: symmetric under a <-> b, so all-a and all-b are
-    two modes of equal energy. A chain flips single positions inside its mode, but reaching the other mode means
-    crossing the half-a half-b states, which single-site MH at J = 1.5 practically never does."""
-    V = 4
-    codes = torch.arange(V ** T)
-    digits = torch.stack([(codes // V ** (T - 1 - t)) % V for t in range(T)], dim=1)
-    table = torch.full((V ** T, T, V), float("-inf"))
-    for t in range(T):
-        others = torch.cat([digits[:, :t], digits[:, t + 1:]], dim=1)
-        table[:, t, :2] = torch.log_softmax(J * torch.stack([(others == 0).sum(1), (others == 1).sum(1)], 1).float(), 1)
-    return TabularMLM({T: table}, mask_id=2, pad_id=3)
 
 
 def post_burn_in(r, b: int) -> np.ndarray:

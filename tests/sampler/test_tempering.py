@@ -23,7 +23,7 @@ from mhfast.sampler.state import ChainState
 from mhfast.sampler.step import StepInfo
 from mhfast.sampler.tempering import Tempered, swap_log_alpha
 from test_energy_terms import TableTerm, term_target
-from exact_checks import empirical, enumerate_states, masks, target_distribution, tv_and_bound
+from exact_checks import coupled_modes, empirical, enumerate_states, masks, target_distribution, tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -81,19 +81,6 @@ def test_with_an_extra_energy_term_the_target_replicas_are_exact(sampler):
 
 
 # ---------------------------------------------------------------------------- crossing between modes
-def coupled_modes(T: int = 6, J: float = 1.5) -> TabularMLM:
-    """tests/sampler/test_convergence.py's two-mode model: all-a and all-b (tokens 0 and 1) are modes of equal energy,
-    separated by the half-a half-b states, which single-site MH at J = 1.5 practically never crosses."""
-    V = 4
-    codes = torch.arange(V ** T)
-    digits = torch.stack([(codes // V ** (T - 1 - t)) % V for t in range(T)], dim=1)
-    table = torch.full((V ** T, T, V), float("-inf"))
-    for t in range(T):
-        others = torch.cat([digits[:, :t], digits[:, t + 1:]], dim=1)
-        table[:, t, :2] = torch.log_softmax(J * torch.stack([(others == 0).sum(1), (others == 1).sum(1)], 1).float(), 1)
-    return TabularMLM({T: table}, mask_id=2, pad_id=3)
-
-
 def _modes_visited(r) -> torch.Tensor:
     """Bool[C, 2]: whether each chain's recorded states were ever in mode a (>= 5 of 6 a's) and in mode b."""
     a = (r.history[:, 0] == 0).sum(dim=2)  # [E, C]
