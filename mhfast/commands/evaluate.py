@@ -122,10 +122,12 @@ def convergence_rows(stats: dict) -> list[dict]:
         >>> convergence_rows({"batches": [{"start": 4, "diagnostics": [None, d], "converged": [None, False]}]})
         [{'sentence': 5, 'max_rhat': nan, 'min_ess_bulk': 30.0, 'min_ess_tail': 20.0, 'epochs_run': None, 'converged': False}]
     """
+    from ..sampler.diagnostics import worst_item
+
     nan = float("nan")
     num = lambda v: nan if v is None else float(v)  # noqa: E731
     whole = lambda v: None if v is None else int(v)  # noqa: E731
-    worst = lambda vs, f: nan if any(v != v for v in vs) or not vs else f(vs)  # noqa: E731  (NaN is the worst)
+    worst = lambda vs, f: worst_item(enumerate(vs), largest=f is max)[1] if vs else nan  # noqa: E731
     rows = []
     for batch in stats.get("batches", []):
         diag, conv, ran = (batch.get(k) for k in ("diagnostics", "converged", "epochs_run"))
@@ -147,14 +149,13 @@ def print_convergence(stats: dict) -> None:
     """The convergence lines of ``evaluate --stats`` (nothing when the file has no convergence figures)."""
     import statistics
 
-    from ..sampler.diagnostics import RHAT_GOOD, format_rhat
+    from ..sampler.diagnostics import RHAT_GOOD, format_rhat, worst_item
 
     rows = convergence_rows(stats)
     with_diag = [r for r in rows if r["max_rhat"] == r["max_rhat"] or r["min_ess_bulk"] == r["min_ess_bulk"]]
     if with_diag:
-        key = lambda r, k, big: float("inf") if r[k] != r[k] and big else (-1.0 if r[k] != r[k] else r[k])  # noqa: E731
-        hi = max(with_diag, key=lambda r: key(r, "max_rhat", True))
-        lo = min(with_diag, key=lambda r: key(r, "min_ess_bulk", False))
+        hi = worst_item(((r, r["max_rhat"]) for r in with_diag), largest=True)[0]
+        lo = worst_item(((r, r["min_ess_bulk"]) for r in with_diag), largest=False)[0]
         good = sum(r["max_rhat"] < RHAT_GOOD for r in with_diag)
         med = lambda k: statistics.median(r[k] for r in with_diag)  # noqa: E731
         stdout_print(f"convergence of {len(with_diag)} sentences (--diagnostics; per sentence the worst of its "

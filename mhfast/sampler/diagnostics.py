@@ -31,7 +31,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -125,15 +125,27 @@ def verdict_line(label: str, diag: Mapping[str, Mapping[str, float]], draws: int
         >>> verdict_line("input 1", d, 200, 4, 210, False)
         'input 1: max r_hat 1.040 (proj_0)  min ess_bulk 350 (proj_0)  min ess_tail 420 (proj_0)  draws 200 x 4 chains  epochs 210  converged no'
     """
-    def worst(stat: str, largest: bool) -> tuple[str, float]:
-        bad = float("inf") if largest else -1.0  # NaN is the worst of all
-        key = lambda kv: bad if kv[1] != kv[1] else kv[1]  # noqa: E731
-        return (max if largest else min)(diag[stat].items(), key=key)
-
-    (rn, rv), (bn, bv), (tn, tv) = worst("rhat", True), worst("ess_bulk", False), worst("ess_tail", False)
+    (rn, rv), (bn, bv), (tn, tv) = (worst_item(diag["rhat"].items(), largest=True),
+                                    worst_item(diag["ess_bulk"].items(), largest=False),
+                                    worst_item(diag["ess_tail"].items(), largest=False))
     conv = "" if converged is None else f"  converged {'yes' if converged else 'no'}"
     return (f"{label}: max r_hat {format_rhat(rv)} ({rn})  min ess_bulk {bv:.0f} ({bn})  min ess_tail {tv:.0f} ({tn})  "
             f"draws {draws} x {chains} chains  epochs {epochs}{conv}")
+
+
+def worst_item(items: Iterable[tuple[Any, float]], largest: bool) -> tuple[Any, float]:
+    """The worst ``(key, value)`` pair: the largest value (R-hat, ``largest=True``) or the smallest (ESS), where a
+    NaN (a figure ArviZ could not compute) is worse than any number, so a summary that cannot be judged is never
+    hidden behind one that can.
+
+    Example:
+        >>> worst_item({"e_raw": 1.02, "proj_0": float("nan"), "e_local": 1.5}.items(), largest=True)
+        ('proj_0', nan)
+        >>> worst_item([(0, 300.0), (1, 20.0)], largest=False)
+        (1, 20.0)
+    """
+    bad = float("inf") if largest else float("-inf")
+    return (max if largest else min)(items, key=lambda kv: bad if kv[1] != kv[1] else kv[1])
 
 
 def format_rhat(value: float) -> str:
