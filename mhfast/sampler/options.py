@@ -283,8 +283,9 @@ def _memo(v: Any) -> Any:
 def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) -> int:
     """The proposal memo's entries per chain: ``auto`` -> :data:`AUTO_MEMO` where the memo can act (the kernel's
     :meth:`~mhfast.sampler.kernels.base.Capabilities.memo_acts`, with ``extra_terms``: whether the run has extra
-    energy terms) and delayed acceptance is off (``delayed``: it acts in this run), else 0; an int as given (the
-    checks have refused it where the memo cannot act).
+    energy terms; ``delayed``: delayed acceptance acts in this run, which evaluates the extra terms of every
+    tested X', so the memo may act with them), else 0; an int as given (the checks have refused it where the memo
+    cannot act).
 
     Example:
         >>> resolved_memo(config_from_kwargs({})), resolved_memo(config_from_kwargs({"sampler": "gibbs"}))
@@ -292,9 +293,7 @@ def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) ->
     """
     if cfg.memo != "auto":
         return int(cfg.memo)
-    if delayed:  # delayed acceptance turns the memo off (docs/delayed.md says why)
-        return 0
-    return AUTO_MEMO if KERNELS[cfg.sampler].capabilities.memo_acts(cfg.capture, extra_terms) else 0
+    return AUTO_MEMO if KERNELS[cfg.sampler].capabilities.memo_acts(cfg.capture, extra_terms, delayed) else 0
 
 
 #: The window's half-width under delayed="auto" (bench/delayed_surrogates.py on AntiBERTy: k = 2-4 gave the same
@@ -499,7 +498,8 @@ SPEC: tuple[Option, ...] = (
            "chain that proposes a sequence already evaluated, by itself or by another chain of the same input, "
            "earlier or in the same step, meets the MH test without forwarding its T-1 rows (the same numbers, so the "
            "same chains; mhfast.sampler.memo). Pays where chains sit near a mode or share a start. Acts in "
-           "single-site mh with capture none and no extra energy terms; auto = 8 there and off elsewhere; 0 = off. "
+           "single-site mh with capture none and no extra energy terms (with them too under delayed acceptance); "
+           "auto = 8 there and off elsewhere; 0 = off. "
            "Its bookkeeping is two op calls per step", "-", "memo", metavar="N"),
     Option("delayed", None, _delayed, "delayed-acceptance MH (Christen & Fox 2005; docs/delayed.md): each "
            "proposal first meets a cheap MH test against a surrogate energy, the exact terms of the K positions "
@@ -507,8 +507,8 @@ SPEC: tuple[Option, ...] = (
            "survivors forward their other rows for a second test that corrects to the exact target (the same "
            "target, a lower acceptance, fewer rows per proposal). window:K = that window; auto = window:2 where the "
            "memo would not act (memo 0, or extra energy terms: measured, the memo saves more) and an input has more "
-           "than 2*2+4 energy rows per proposal, else off; None = off. Single-site mh with capture none; turns memo "
-           "auto off (an explicit memo N > 0 is an error)", "-", "str", metavar="SURROGATE"),
+           "than 2*2+4 energy rows per proposal, else off; None = off. Single-site mh with capture none; the memo "
+           "composes with it (a remembered X' needs no rows in either stage)", "-", "str", metavar="SURROGATE"),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
            "dynamic shapes; mhfast.models.compiled_blocks) for the run; the compile time is reported "
            "(SampleResult.compile_seconds, seconds). Can pay where the layers' elementwise work and Python are a "
@@ -617,8 +617,8 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
 
 
 def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) -> None:
-    """delayed acts in the dynamic step of a kernel that declares it (single-site MH, capture none) and replaces
-    the memo (a kernel chosen per proposal by what the memo remembers would not be reversible: docs/delayed.md)."""
+    """delayed acts in the dynamic step of a kernel that declares it (single-site MH, capture none); the memo
+    composes with it (it supplies numbers to both stages, never the kernel: docs/delayed.md)."""
     shown = f"{name_of('delayed')} {values['delayed']}"
     if not KERNELS[values["sampler"]].capabilities.delayed:
         raise OptionError(f"{shown} has no effect with {name_of('sampler')} {values['sampler']}: only "
@@ -626,9 +626,6 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
     if values["capture"] != "none":
         raise OptionError(f"{shown} needs {name_of('capture')} none (the static step forwards every row), got "
                           f"{values['capture']}")
-    if values["memo"] not in ("auto", 0):
-        raise OptionError(f"{shown} cannot be combined with {name_of('memo')} {values['memo']}: delayed acceptance "
-                          "turns the memo off (docs/delayed.md says why); give memo auto or 0")
 
 
 #: What an always-accepting sampler (gibbs, block-gibbs) ignores: all of these act on the MH acceptance test.

@@ -43,20 +43,29 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,model_kwargs,kwargs", CASES, ids=[c[0] for c in CASES])
+#: each case with the memo off and on: on, it supplies numbers only (remembered proposals meet both stages
+#: without rows), so the kernel and the target are the same
+MEMO_CASES = [(f"{name}-memo{m}", mk, {**kw, "memo": m}) for name, mk, kw in CASES for m in (0, "auto")
+              if not (kw["delayed"] == "auto" and m == 0)]
+
+
+@pytest.mark.parametrize("name,model_kwargs,kwargs", MEMO_CASES, ids=[c[0] for c in MEMO_CASES])
 def test_delayed_matches_enumeration(name, model_kwargs, kwargs, device):
     model = TabularMLM.random(num_tokens=3, length=4, seed=11, **{"scale": 0.5, **model_kwargs})
     template, free = masks(model, 4)
     tv, bound, result = run_and_compare(device, model, template, free, epochs=30, burn_in=5, seed=1, **kwargs)
     assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
     if kwargs["delayed"] == "auto":
-        assert result.delayed_tested == 0 and result.memo_hits > 0  # off, and the memo back on
+        assert result.delayed_tested == 0 and result.memo_hits > 0  # off, and the memo on as always
         return
     assert 0 < result.delayed_accepted <= result.delayed_passed <= result.delayed_tested
-    if name == "local-window0-poor":  # the own term is cancelled by the Hastings ratio: no screen at all
+    assert (result.memo_hits > 0) == (kwargs["memo"] != 0)  # 81 states, 3,000 chains: the memo answers most
+    if "window0-poor" in name and "local" in name:  # the own term is cancelled by the Hastings ratio: no screen
         assert result.delayed_passed == result.delayed_tested and result.delayed_rows_saved == 0
-    if "window1" in name:  # a real screen: some proposals stopped at stage 1, their other rows never forwarded
-        assert result.delayed_passed < result.delayed_tested and result.delayed_rows_saved > 0
+    if "window1" in name:  # a real screen: some proposals stopped at stage 1
+        assert result.delayed_passed < result.delayed_tested
+        if kwargs["memo"] == 0:  # their other rows never forwarded (with the memo most had no rows to forward)
+            assert result.delayed_rows_saved > 0
 
 
 def _term(tokens: torch.Tensor) -> torch.Tensor:
@@ -64,18 +73,21 @@ def _term(tokens: torch.Tensor) -> torch.Tensor:
     return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
 
 
+@pytest.mark.parametrize("memo", [0, "auto"])
 @pytest.mark.parametrize("energy", ["raw", "local"])
-def test_delayed_with_extra_energy_matches_enumeration(energy, device):
+def test_delayed_with_extra_energy_matches_enumeration(energy, memo, device):
     model = TabularMLM.random(num_tokens=3, length=4, seed=7, scale=0.5)
     template, free = masks(model, 4)
     states = enumerate_states(model, template, free)
     p_model = _enumerated_target(model, states, energy)
     weight = torch.softmax(torch.log(p_model) - _term(states).double(), 0)
     result = mhfast.sample(model, init=template[None], free_positions=free[None], chains=N_CHAINS, energy=energy,
-                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[_term], device=device)
+                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[_term], memo=memo,
+                           device=device)
     tv, bound = tv_and_bound(weight, empirical(states, result.tokens[0].cpu()), N_CHAINS)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
     assert result.delayed_passed < result.delayed_tested
+    assert (result.memo_hits > 0) == (memo != 0)  # under delayed acceptance the memo acts with extra terms
 
 
 def _enumerated_target(model, states: torch.Tensor, energy: str) -> torch.Tensor:
@@ -211,7 +223,7 @@ def test_forced_accept_epochs_skip_both_tests():
     (dict(delayed="window:1", sampler="gibbs"), ["delayed", "sampler", "gibbs"]),
     (dict(delayed="window:1", sampler="block-mh"), ["delayed", "sampler", "block-mh"]),
     (dict(delayed="auto", capture="static"), ["delayed", "capture", "static"]),
-    (dict(delayed="window:2", memo=4), ["delayed", "memo", "4"]),
+    (dict(memo=4, extra_energy=[lambda t: t[:, 0].float()]), ["memo", "extra_energy", "delayed"]),
 ])
 def test_bad_options_are_clear_errors(kwargs, words):
     model = TabularMLM.random(num_tokens=3, length=3, seed=0)
