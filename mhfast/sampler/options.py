@@ -507,8 +507,9 @@ SPEC: tuple[Option, ...] = (
            "survivors forward their other rows for a second test that corrects to the exact target (the same "
            "target, a lower acceptance, fewer rows per proposal). window:K = that window; auto = window:2 where the "
            "memo would not act (memo 0, or extra energy terms: measured, the memo saves more) and an input has more "
-           "than 2*2+4 energy rows per proposal, else off; None = off. Single-site mh with capture none; the memo "
-           "composes with it (a remembered X' needs no rows in either stage)", "-", "str", metavar="SURROGATE"),
+           "than 2*2+4 energy rows per proposal, else off; None = off. Samplers mh and block-mh (the window: the "
+           "positions within K of any position of the block), capture none; the memo composes with it (a "
+           "remembered X' needs no rows in either stage)", "-", "str", metavar="SURROGATE"),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
            "dynamic shapes; mhfast.models.compiled_blocks) for the run; the compile time is reported "
            "(SampleResult.compile_seconds, seconds). Can pay where the layers' elementwise work and Python are a "
@@ -617,12 +618,12 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
 
 
 def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) -> None:
-    """delayed acts in the dynamic step of a kernel that declares it (single-site MH, capture none); the memo
-    composes with it (it supplies numbers to both stages, never the kernel: docs/delayed.md)."""
+    """delayed acts in the dynamic step of a kernel that declares it (single-site and block MH, capture none);
+    the memo composes with it (it supplies numbers to both stages, never the kernel: docs/delayed.md)."""
     shown = f"{name_of('delayed')} {values['delayed']}"
     if not KERNELS[values["sampler"]].capabilities.delayed:
         raise OptionError(f"{shown} has no effect with {name_of('sampler')} {values['sampler']}: only "
-                          f"{_kernels_that('delayed')} has a delayed-acceptance step")
+                          f"{_kernels_that('delayed')} have a delayed-acceptance step")
     if values["capture"] != "none":
         raise OptionError(f"{shown} needs {name_of('capture')} none (the static step forwards every row), got "
                           f"{values['capture']}")

@@ -221,7 +221,6 @@ def test_forced_accept_epochs_skip_both_tests():
     (dict(delayed="maskless"), ["delayed", "'maskless'"]),
     (dict(delayed=2), ["delayed", "2"]),
     (dict(delayed="window:1", sampler="gibbs"), ["delayed", "sampler", "gibbs"]),
-    (dict(delayed="window:1", sampler="block-mh"), ["delayed", "sampler", "block-mh"]),
     (dict(delayed="auto", capture="static"), ["delayed", "capture", "static"]),
     (dict(memo=4, extra_energy=[lambda t: t[:, 0].float()]), ["memo", "extra_energy", "delayed"]),
 ])
