@@ -14,11 +14,13 @@ Cases: ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues 
 free, energy local, 4 chains starting from the parent; ``cmlm-translate`` the main job (scripts/main.sh's
 ``mhfast translate`` sampler settings: the bundled De->En CMLM on the first 5 test sentences, energy raw, 5 chains,
 12 epochs, burn-in 2, anneal 0.08; through ``mhfast.sample`` with the same options: its ESS is not meaningful, the
-target moves each epoch, so compare rows per accepted change and the best energy); ``toy`` a tabular MLM
-(seconds, for a smoke run).
+target moves each epoch, so compare rows per accepted change and the best energy); ``cmlm-fixed`` bench_ess.py's
+``cmlm`` case (the first 2 sentences, energy raw, 5 chains, burn-in 2, a fixed temperature: its ESS is that of
+one target); ``toy`` a tabular MLM (seconds, for a smoke run).
 
     python3 bench/bench_delayed.py --epochs 100 --seeds 0 1        # ~30 min on a loaded 2-core machine
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings mh mh-nomemo delayed-w2
+    python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --seeds 0 1 --settings mh delayed-w1 delayed-w2
     python3 bench/bench_delayed.py --case toy                      # seconds
 """
 from __future__ import annotations
@@ -49,6 +51,11 @@ def case_inputs(name: str, epochs: int) -> tuple:
         return (model, {"init": torch.full((1, 8), model.mask_id)},
                 dict(chains=4, epochs=epochs, burn_in=max(1, epochs // 8), energy="local", start="random"),
                 "tabular MLM, 3 tokens, T=8, energy local, random starts")
+    if name == "cmlm-fixed":  # bench/bench_ess.py's cmlm case: a fixed target, so its ESS means something
+        from bench_ess import cmlm_case
+
+        case = cmlm_case(False)
+        return (case["model"], case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
     if name == "cmlm-translate":
         from mhfast.translation import bundled_test_file, load_bundled_model
 
@@ -103,7 +110,7 @@ def table(results: dict[str, dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="antiberty-infill", choices=("antiberty-infill", "cmlm-translate", "toy"))
+    ap.add_argument("--case", default="antiberty-infill", choices=("antiberty-infill", "cmlm-translate", "cmlm-fixed", "toy"))
     ap.add_argument("--epochs", type=int, default=None, help="default: 100 (cmlm-translate: 12, the main job's)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))

@@ -185,8 +185,8 @@ def _check_problem(cfg, problem) -> None:
     if cfg.capture != "none" and extra_terms:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
-    delayed = cfg.delayed is not None and options.resolved_window(
-        cfg, int(problem.energy_mask.sum(1).max()), extra_terms) is not None
+    num_energy = int(problem.energy_mask.sum(1).max())
+    delayed = cfg.delayed is not None and options.resolved_window(cfg, num_energy) is not None
     # (the options checked sampler and capture; what is left is the extra terms)
     if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms, delayed):
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
@@ -209,7 +209,7 @@ def _kernel(cfg, runner: ModelRunner, problem):
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
     window = None
     if cfg.delayed is not None:
-        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()), extra_terms)
+        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()))
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
                                               memo, window))

@@ -6,7 +6,9 @@ the local energy the Hastings ratio cancels exactly, so stage 1 passes everythin
 model) and with an exact one (a window covering every position: stage 2 accepts every survivor, and the acceptance
 matches plain MH's); (2) the two-stage probability of every move from one state at one position, computed by hand
 from the model's conditionals, against the empirical one-step transition of many chains; (3) beta as a tensor [M]
-(parallel tempering's form, passed through opaquely); forced-accept epochs; the options' errors.
+(parallel tempering's form, passed through opaquely); forced-accept epochs; the options' errors. Each enumeration
+case runs with the proposal memo off and on (it supplies remembered proposals' terms to both stages; its own checks:
+tests/sampler/test_delayed_memo.py; block MH: tests/sampler/test_delayed_block.py).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ CASES = [
     ("local-window1-annealed", dict(), dict(energy="local", delayed="window:1", tau=0.5, start_tau=1.0, anneal=0.1,
                                             min_target_temperature=0.5)),
     ("raw-exact-window", dict(), dict(energy="raw", delayed="window:4")),
-    ("local-auto-off", dict(), dict(energy="local", delayed="auto")),  # T = 4: auto is off (plain MH, no memo)
+    ("local-auto-off", dict(), dict(energy="local", delayed="auto")),  # T = 4: auto is off (plain MH)
     # parallel tempering: the rungs' betas (a tensor, one per chain row) reach both stages; rung 0 is the target
     ("raw-window1-tempered", dict(scale=1.2), dict(energy="raw", delayed="window:1", tempering=[1.0, 2.5])),
     ("local-window1-tempered-tuned", dict(), dict(energy="local", delayed="window:1", tempering=3)),
@@ -261,17 +263,19 @@ def test_conditional_model_sub_batches_and_backends_give_the_same_chains():
         assert r.delayed_rows_saved == runs[0].delayed_rows_saved > 0
 
 
-def test_auto_acts_only_where_the_memo_would_not():
-    """delayed='auto' (options.resolved_window): off where the memo acts (the same chains as delayed=None), window:2
-    with memo=0 or with extra energy terms, on an input with more than 8 energy rows per proposal."""
+def test_auto_is_window2_on_inputs_long_enough():
+    """delayed='auto' (options.resolved_window): window:2 (the same chains) on an input with more than 8 energy rows
+    per proposal, with the memo on or off and with extra energy terms (the memo composes with it); off on a
+    shorter input (the same chains as delayed=None)."""
     from test_sampler_exact import tiny_bert
 
     model = tiny_bert()
     kw = dict(length=10, chains=3, epochs=3, burn_in=0, seed=4, energy="local")
-    off, plain = mhfast.sample(model, delayed="auto", **kw), mhfast.sample(model, **kw)
+    for extra in ({}, {"memo": 0}, {"extra_energy": [_term]}):
+        auto, window2 = mhfast.sample(model, delayed="auto", **kw, **extra), mhfast.sample(model, delayed="window:2",
+                                                                                          **kw, **extra)
+        assert auto.delayed_tested > 0 and torch.equal(auto.tokens, window2.tokens), extra
+        assert auto.model_rows == window2.model_rows and auto.memo_hits == window2.memo_hits
+    short = {**kw, "length": 8}
+    off, plain = mhfast.sample(model, delayed="auto", **short), mhfast.sample(model, **short)
     assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows
-    no_memo = mhfast.sample(model, delayed="auto", memo=0, **kw)
-    window2 = mhfast.sample(model, delayed="window:2", memo=0, **kw)
-    assert no_memo.delayed_tested > 0 and torch.equal(no_memo.tokens, window2.tokens)
-    with_terms = mhfast.sample(model, delayed="auto", extra_energy=[_term], **kw)
-    assert with_terms.delayed_tested > 0
