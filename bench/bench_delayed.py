@@ -7,13 +7,21 @@ seconds of the call, ArviZ's bulk-ESS of E_local over the post-burn-in sweeps (s
 rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance and rows saved.
 
 Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
-cannot help), ``delayed-w2`` / ``delayed-w4`` (option delayed window:2 / window:4; the memo is off with it).
+cannot help), ``delayed-wK`` (option delayed window:K, the memo on as by default: it supplies remembered proposals'
+terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0).
 
-Case ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8 free,
-energy local, 4 chains starting from the parent; ``toy`` a tabular MLM (seconds, for a smoke run).
+Cases: ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8
+free, energy local, 4 chains starting from the parent; ``cmlm-translate`` the main job (scripts/main.sh's
+``mhfast translate`` sampler settings: the bundled De->En CMLM on the first 5 test sentences, energy raw, 5 chains,
+12 epochs, burn-in 2, anneal 0.08; through ``mhfast.sample`` with the same options: its ESS is not meaningful, the
+target moves each epoch, so compare rows per accepted change and the best energy); ``cmlm-fixed`` bench_ess.py's
+``cmlm`` case (the first 2 sentences, energy raw, 5 chains, burn-in 2, a fixed temperature: its ESS is that of
+one target); ``toy`` a tabular MLM (seconds, for a smoke run).
 
-    python3 bench/bench_delayed.py --epochs 40 --seeds 0 1        # ~5-10 min on a loaded 2-core machine
-    python3 bench/bench_delayed.py --case toy                     # seconds
+    python3 bench/bench_delayed.py --epochs 100 --seeds 0 1        # ~30 min on a loaded 2-core machine
+    python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings mh mh-nomemo delayed-w2
+    python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --seeds 0 1 --settings mh delayed-w1 delayed-w2
+    python3 bench/bench_delayed.py --case toy                      # seconds
 """
 from __future__ import annotations
 
@@ -29,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
 
-SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, "delayed-w2": {"delayed": "window:2"},
-            "delayed-w4": {"delayed": "window:4"}}
+SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
+            **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)}}
+DEFAULT_SETTINGS = ["mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"]
 
 
 def case_inputs(name: str, epochs: int) -> tuple:
@@ -42,6 +51,19 @@ def case_inputs(name: str, epochs: int) -> tuple:
         return (model, {"init": torch.full((1, 8), model.mask_id)},
                 dict(chains=4, epochs=epochs, burn_in=max(1, epochs // 8), energy="local", start="random"),
                 "tabular MLM, 3 tokens, T=8, energy local, random starts")
+    if name == "cmlm-fixed":  # bench/bench_ess.py's cmlm case: a fixed target, so its ESS means something
+        from bench_ess import cmlm_case
+
+        case = cmlm_case(False)
+        return (case["model"], case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
+    if name == "cmlm-translate":
+        from mhfast.translation import bundled_test_file, load_bundled_model
+
+        tr = load_bundled_model()
+        lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:5]
+        return (tr.cmlm, {"source": [tr.source_ids(s) for s in lines]},
+                dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=0.08),
+                "bundled De->En CMLM, the first 5 test sentences, scripts/main.sh's sampler settings")
     from bench_ess import antiberty_case
 
     case = antiberty_case("infill", False)
@@ -56,9 +78,11 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
     rows = r.model_rows - r.init_rows
     changes = int(r.chain_novel.sum())
     ess = sum(d["ess_bulk"]["e_local"] for d in r.diagnostics)
+    best = float(r.energy.min(1).values.double().mean())  # each input's lowest final energy, averaged
     return {"rows": rows, "proposals": r.proposals, "changes": changes, "cpu": cpu, "wall": wall, "ess": ess,
             "accept": float(r.acceptance_rate[r.burn_in:].mean()), "tested": r.delayed_tested,
-            "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved}
+            "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved,
+            "hits": r.memo_hits, "best": best}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -69,12 +93,13 @@ def summary(runs: list[dict]) -> dict:
             "ESS/1k rows": 1000 * s["ess"] / max(s["rows"], 1), "ESS/CPU s": s["ess"] / s["cpu"],
             "wall s": s["wall"], "CPU s": s["cpu"], "rows": s["rows"],
             "stage 1": s["passed"] / s["tested"] if s["tested"] else None,
-            "stage 2": s["accepted"] / s["passed"] if s["passed"] else None, "rows saved": s["saved"]}
+            "stage 2": s["accepted"] / s["passed"] if s["passed"] else None, "rows saved": s["saved"],
+            "memo hits": s["hits"], "best E": statistics.mean(r["best"] for r in runs)}
 
 
 def table(results: dict[str, dict]) -> str:
     cols = ["rows", "rows/proposal", "rows/change", "accept", "ESS", "ESS/1k rows", "ESS/CPU s", "wall s", "CPU s",
-            "stage 1", "stage 2", "rows saved"]
+            "stage 1", "stage 2", "rows saved", "memo hits", "best E"]
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) and v < 10 else  # noqa: E731
                                            f"{v:.1f}" if isinstance(v, float) else str(v))
     lines = ["| setting | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -85,11 +110,13 @@ def table(results: dict[str, dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="antiberty-infill", choices=("antiberty-infill", "toy"))
-    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--case", default="antiberty-infill", choices=("antiberty-infill", "cmlm-translate", "cmlm-fixed", "toy"))
+    ap.add_argument("--epochs", type=int, default=None, help="default: 100 (cmlm-translate: 12, the main job's)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     args = ap.parse_args()
+    if args.epochs is None:
+        args.epochs = 12 if args.case == "cmlm-translate" else 100
     torch.set_num_threads(1)
     model, inputs, options, what = case_inputs(args.case, args.epochs)
     runs: dict[str, list[dict]] = {s: [] for s in args.settings}

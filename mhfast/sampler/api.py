@@ -185,9 +185,12 @@ def _check_problem(cfg, problem) -> None:
     if cfg.capture != "none" and extra_terms:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
-    if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms):  # (options: sampler, capture)
+    num_energy = int(problem.energy_mask.sum(1).max())
+    delayed = cfg.delayed is not None and options.resolved_window(cfg, num_energy) is not None
+    # (the options checked sampler and capture; what is left is the extra terms)
+    if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms, delayed):
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
-                         "the MLM's energy terms only); use memo=0")
+                         "the MLM's energy terms only) unless delayed acceptance acts; use memo=0")
     if (cfg.until_rhat is not None or cfg.min_ess is not None) and not hasattr(KERNELS[cfg.sampler], "restrict"):
         raise ValueError(f"mhfast.sample: until_rhat/min_ess need a sampler whose chains can leave the batch; "
                          f"{cfg.sampler!r} cannot")
@@ -206,7 +209,7 @@ def _kernel(cfg, runner: ModelRunner, problem):
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
     window = None
     if cfg.delayed is not None:
-        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()), extra_terms)
+        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()))
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
                                               memo, window))

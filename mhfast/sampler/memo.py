@@ -133,6 +133,30 @@ class ProposalMemo:
         self.backend.mh_memo_store_(self.table, self._chains, self._slot, sel, raw_new, local_new, num_misses,
                                     self.step)
 
+    def read_by_hits(self, picked: Picked) -> torch.Tensor:
+        """Bool[misses]: the misses of this step whose entry a hit of this same step reads (two chains proposed
+        the same X', the first a miss that reserved the entry). Delayed acceptance stores a miss's terms only if
+        it forwarded all its rows; these must, whatever their first stage says, or the hit would read an entry
+        never filled. Call it after :meth:`lookup`, before :meth:`store` (a hit's entry still reserved, stamp <
+        0, is one of this step's misses; a ready one was stamped with the step).
+
+        Example:
+            >>> tokens, group = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, 3]]), torch.tensor([0, 0, 0])
+            >>> memo = ProposalMemo(group, slots=2, length=3, device="cpu")
+            >>> pos, prop, changed = torch.tensor([1, 1, 2]), torch.tensor([4, 4, 5]), torch.ones(3).bool()
+            >>> picked = misses_then_hits(memo.lookup(tokens, torch.tensor([0, 1, 2]), pos, prop, changed))
+            >>> picked.index.tolist(), picked.hits, memo.read_by_hits(picked).tolist()   # chain 1 reads 0's entry
+            ([0, 2, 1], 1, [True, False])
+        """
+        m = picked.misses
+        group = self.group.index_select(0, self._chains.index_select(0, picked.index))
+        slot = self._slot.index_select(0, picked.index)
+        g_h, s_h = group[m:], slot[m:]
+        pending = torch.zeros_like(self.stamp, dtype=torch.bool)
+        pending.index_put_((g_h, s_h), self.stamp[g_h, s_h] < 0)  # (all hits of one entry agree: one value)
+        s_m = slot[:m]
+        return pending[group[:m], s_m.clamp(min=0)] & (s_m >= 0)
+
     @property
     def table(self) -> MemoTable:
         """The tables as the memo ops take them (:class:`mhfast.op_types.MemoTable`; the same tensors)."""
@@ -174,6 +198,9 @@ class NoMemo:
     def completed(self, picked: Picked, raw: torch.Tensor, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The terms as the model rows gave them."""
         return raw, local
+
+    def store(self, sel: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int) -> None:
+        """Nothing to remember."""
 
     def select(self, keep: torch.Tensor) -> "NoMemo":
         return self

@@ -125,3 +125,15 @@ def test_bench_ess_quick_reports_every_sampler():
     for sampler in ("mh", "block-mh", "gibbs", "block-gibbs"):
         assert f"| toy | {sampler} | " in proc.stdout, proc.stdout[-3000:]
     assert "wrote" not in proc.stdout
+
+
+def test_bench_delayed_toy_reports_every_setting():
+    """bench/bench_delayed.py on the tabular toy: it runs every default setting and prints the table, with the
+    stages' rates for the delayed ones."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_delayed.py"), "--case", "toy", "--epochs", "8",
+                           "--seeds", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
+    for setting in ("mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"):
+        assert setting in rows, proc.stdout
+    assert rows["delayed-w2"][11].strip() != "-"  # stage 1's rate: delayed acceptance acted

@@ -6,7 +6,9 @@ the local energy the Hastings ratio cancels exactly, so stage 1 passes everythin
 model) and with an exact one (a window covering every position: stage 2 accepts every survivor, and the acceptance
 matches plain MH's); (2) the two-stage probability of every move from one state at one position, computed by hand
 from the model's conditionals, against the empirical one-step transition of many chains; (3) beta as a tensor [M]
-(parallel tempering's form, passed through opaquely); forced-accept epochs; the options' errors.
+(parallel tempering's form, passed through opaquely); forced-accept epochs; the options' errors. Each enumeration
+case runs with the proposal memo off and on (it supplies remembered proposals' terms to both stages; its own checks:
+tests/sampler/test_delayed_memo.py; block MH: tests/sampler/test_delayed_block.py).
 """
 from __future__ import annotations
 
@@ -36,27 +38,36 @@ CASES = [
     ("local-window1-annealed", dict(), dict(energy="local", delayed="window:1", tau=0.5, start_tau=1.0, anneal=0.1,
                                             min_target_temperature=0.5)),
     ("raw-exact-window", dict(), dict(energy="raw", delayed="window:4")),
-    ("local-auto-off", dict(), dict(energy="local", delayed="auto")),  # T = 4: auto is off (plain MH, no memo)
+    ("local-auto-off", dict(), dict(energy="local", delayed="auto")),  # T = 4: auto is off (plain MH)
     # parallel tempering: the rungs' betas (a tensor, one per chain row) reach both stages; rung 0 is the target
     ("raw-window1-tempered", dict(scale=1.2), dict(energy="raw", delayed="window:1", tempering=[1.0, 2.5])),
     ("local-window1-tempered-tuned", dict(), dict(energy="local", delayed="window:1", tempering=3)),
 ]
 
 
-@pytest.mark.parametrize("name,model_kwargs,kwargs", CASES, ids=[c[0] for c in CASES])
+#: each case with the memo off and on: on, it supplies numbers only (remembered proposals meet both stages
+#: without rows), so the kernel and the target are the same
+MEMO_CASES = [(f"{name}-memo{m}", mk, {**kw, "memo": m}) for name, mk, kw in CASES for m in (0, "auto")
+              if not (kw["delayed"] == "auto" and m == 0)]
+
+
+@pytest.mark.parametrize("name,model_kwargs,kwargs", MEMO_CASES, ids=[c[0] for c in MEMO_CASES])
 def test_delayed_matches_enumeration(name, model_kwargs, kwargs, device):
     model = TabularMLM.random(num_tokens=3, length=4, seed=11, **{"scale": 0.5, **model_kwargs})
     template, free = masks(model, 4)
     tv, bound, result = run_and_compare(device, model, template, free, epochs=30, burn_in=5, seed=1, **kwargs)
     assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
     if kwargs["delayed"] == "auto":
-        assert result.delayed_tested == 0 and result.memo_hits > 0  # off, and the memo back on
+        assert result.delayed_tested == 0 and result.memo_hits > 0  # off, and the memo on as always
         return
     assert 0 < result.delayed_accepted <= result.delayed_passed <= result.delayed_tested
-    if name == "local-window0-poor":  # the own term is cancelled by the Hastings ratio: no screen at all
+    assert (result.memo_hits > 0) == (kwargs["memo"] != 0)  # 81 states, 3,000 chains: the memo answers most
+    if "window0-poor" in name and "local" in name:  # the own term is cancelled by the Hastings ratio: no screen
         assert result.delayed_passed == result.delayed_tested and result.delayed_rows_saved == 0
-    if "window1" in name:  # a real screen: some proposals stopped at stage 1, their other rows never forwarded
-        assert result.delayed_passed < result.delayed_tested and result.delayed_rows_saved > 0
+    if "window1" in name:  # a real screen: some proposals stopped at stage 1
+        assert result.delayed_passed < result.delayed_tested
+        if kwargs["memo"] == 0:  # their other rows never forwarded (with the memo most had no rows to forward)
+            assert result.delayed_rows_saved > 0
 
 
 def _term(tokens: torch.Tensor) -> torch.Tensor:
@@ -64,18 +75,21 @@ def _term(tokens: torch.Tensor) -> torch.Tensor:
     return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
 
 
+@pytest.mark.parametrize("memo", [0, "auto"])
 @pytest.mark.parametrize("energy", ["raw", "local"])
-def test_delayed_with_extra_energy_matches_enumeration(energy, device):
+def test_delayed_with_extra_energy_matches_enumeration(energy, memo, device):
     model = TabularMLM.random(num_tokens=3, length=4, seed=7, scale=0.5)
     template, free = masks(model, 4)
     states = enumerate_states(model, template, free)
     p_model = _enumerated_target(model, states, energy)
     weight = torch.softmax(torch.log(p_model) - _term(states).double(), 0)
     result = mhfast.sample(model, init=template[None], free_positions=free[None], chains=N_CHAINS, energy=energy,
-                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[_term], device=device)
+                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[_term], memo=memo,
+                           device=device)
     tv, bound = tv_and_bound(weight, empirical(states, result.tokens[0].cpu()), N_CHAINS)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
     assert result.delayed_passed < result.delayed_tested
+    assert (result.memo_hits > 0) == (memo != 0)  # under delayed acceptance the memo acts with extra terms
 
 
 def _enumerated_target(model, states: torch.Tensor, energy: str) -> torch.Tensor:
@@ -209,9 +223,8 @@ def test_forced_accept_epochs_skip_both_tests():
     (dict(delayed="maskless"), ["delayed", "'maskless'"]),
     (dict(delayed=2), ["delayed", "2"]),
     (dict(delayed="window:1", sampler="gibbs"), ["delayed", "sampler", "gibbs"]),
-    (dict(delayed="window:1", sampler="block-mh"), ["delayed", "sampler", "block-mh"]),
     (dict(delayed="auto", capture="static"), ["delayed", "capture", "static"]),
-    (dict(delayed="window:2", memo=4), ["delayed", "memo", "4"]),
+    (dict(memo=4, extra_energy=[lambda t: t[:, 0].float()]), ["memo", "extra_energy", "delayed"]),
 ])
 def test_bad_options_are_clear_errors(kwargs, words):
     model = TabularMLM.random(num_tokens=3, length=3, seed=0)
@@ -250,17 +263,19 @@ def test_conditional_model_sub_batches_and_backends_give_the_same_chains():
         assert r.delayed_rows_saved == runs[0].delayed_rows_saved > 0
 
 
-def test_auto_acts_only_where_the_memo_would_not():
-    """delayed='auto' (options.resolved_window): off where the memo acts (the same chains as delayed=None), window:2
-    with memo=0 or with extra energy terms, on an input with more than 8 energy rows per proposal."""
+def test_auto_is_window2_on_inputs_long_enough():
+    """delayed='auto' (options.resolved_window): window:2 (the same chains) on an input with more than 8 energy rows
+    per proposal, with the memo on or off and with extra energy terms (the memo composes with it); off on a
+    shorter input (the same chains as delayed=None)."""
     from test_sampler_exact import tiny_bert
 
     model = tiny_bert()
     kw = dict(length=10, chains=3, epochs=3, burn_in=0, seed=4, energy="local")
-    off, plain = mhfast.sample(model, delayed="auto", **kw), mhfast.sample(model, **kw)
+    for extra in ({}, {"memo": 0}, {"extra_energy": [_term]}):
+        auto, window2 = mhfast.sample(model, delayed="auto", **kw, **extra), mhfast.sample(model, delayed="window:2",
+                                                                                          **kw, **extra)
+        assert auto.delayed_tested > 0 and torch.equal(auto.tokens, window2.tokens), extra
+        assert auto.model_rows == window2.model_rows and auto.memo_hits == window2.memo_hits
+    short = {**kw, "length": 8}
+    off, plain = mhfast.sample(model, delayed="auto", **short), mhfast.sample(model, **short)
     assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows
-    no_memo = mhfast.sample(model, delayed="auto", memo=0, **kw)
-    window2 = mhfast.sample(model, delayed="window:2", memo=0, **kw)
-    assert no_memo.delayed_tested > 0 and torch.equal(no_memo.tokens, window2.tokens)
-    with_terms = mhfast.sample(model, delayed="auto", extra_energy=[_term], **kw)
-    assert with_terms.delayed_tested > 0

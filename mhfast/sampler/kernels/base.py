@@ -61,11 +61,13 @@ class Capabilities:
     #: its dynamic step has delayed acceptance (option delayed; :mod:`mhfast.sampler.moves.delayed`)
     delayed: bool = False
 
-    def memo_acts(self, capture: str, extra_terms: bool) -> bool:
-        """Whether the proposal memo acts in a run with option ``capture`` and (``extra_terms``) extra energy terms:
-        it serves the dynamic step only (a static step forwards every row anyway) and keeps the model's terms
-        only (an extra term's value is not in it). The one statement of the memo's rule."""
-        return self.memo and capture == "none" and not extra_terms
+    def memo_acts(self, capture: str, extra_terms: bool, delayed: bool = False) -> bool:
+        """Whether the proposal memo acts in a run with option ``capture``, (``extra_terms``) extra energy terms
+        and (``delayed``) delayed acceptance on: it serves the dynamic step only (a static step forwards every row
+        anyway) and keeps the model's terms only (an extra term's value is not in it: the plain step evaluates
+        extra terms for its misses only, the delayed step for every tested X', so there it may act). The one
+        statement of the memo's rule."""
+        return self.memo and capture == "none" and (not extra_terms or delayed)
 
 
 @runtime_checkable

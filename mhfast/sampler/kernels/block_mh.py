@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..moves.block import block_move
+from ..moves.delayed import DelayedAcceptance
 from ..schedules import (BlockStep, Epoch, block_step_plan, clamp_to_free, epoch_order, oversized_block,
                          requested_block_sizes, steps_per_epoch, uses_single_site)
 from ..state import ChainState, rescore
@@ -43,7 +44,8 @@ class BlockMH:
 
     name = "block-mh"
     gibbs = False
-    capabilities = Capabilities(blocks=True)  # no static step, no memo (block moves forward all T_e rows of X')
+    # no static step, no memo (block moves forward all T_e rows of X'); delayed acceptance (moves.block_delayed)
+    capabilities = Capabilities(blocks=True, delayed=True)
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -51,6 +53,8 @@ class BlockMH:
         self._single_site = False
         self._plans: list[BlockStep] = []
         self._plans_for: torch.Tensor | None = None  # the block sizes ``_plans`` were made for
+        #: option delayed resolved (None: off); block Gibbs accepts every proposal, so it has none
+        self.delayed = DelayedAcceptance(ctx.delayed_window) if ctx.delayed_window is not None else None
 
     def init(self, state: ChainState) -> ChainState:
         cfg = self.ctx.config
@@ -92,4 +96,5 @@ class BlockMH:
             return rescore(state, self.ctx.runner, self.ctx.backend), StepInfo(0, 0, 0, scored=True)
         k, plan, order = move
         beta = None if self.gibbs else epoch.beta
-        return block_move(self.ctx, state, plan, order, beta, epoch.index, k, gibbs=self.gibbs)
+        return block_move(self.ctx, state, plan, order, beta, epoch.index, k, gibbs=self.gibbs,
+                          delayed=self.delayed)

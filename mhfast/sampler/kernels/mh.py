@@ -51,7 +51,7 @@ class SingleSiteMH:
         self._active: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
         self.memo: ProposalMemo | NoMemo = NO_MEMO  # the evaluated proposals per input (ctx.memo_slots > 0)
-        #: option delayed resolved (capture none, memo off: options.py checks it); None: off
+        #: option delayed resolved (capture none: options.py checks it; the memo supplies it numbers); None: off
         self.delayed = DelayedAcceptance(ctx.delayed_window) if ctx.delayed_window is not None else None
 
     def init(self, state: ChainState) -> ChainState:
@@ -102,7 +102,7 @@ class SingleSiteMH:
             return state, StepInfo(A, A, 0, scored=True)
         tested = tested_sites(state, move, draw, picked)
         if self.delayed is not None and epoch.beta is not None:  # (forced acceptance: nothing to screen)
-            state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, beta=epoch.beta,
+            state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, self.memo, beta=epoch.beta,
                                              epoch=epoch.index, step=move.index)
         else:
             scored = score_sites(self.ctx, state, tested, self.memo)

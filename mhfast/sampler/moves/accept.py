@@ -32,13 +32,14 @@ def beta_rows(beta: float | torch.Tensor, chains: torch.Tensor, device: torch.de
 
 def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions: torch.Tensor,
            proposed: torch.Tensor, energy_proposed: torch.Tensor, logq_forward: torch.Tensor,
-           logq_reverse: torch.Tensor, beta: float | torch.Tensor | None, epoch: int, step: int
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+           logq_reverse: torch.Tensor, beta: float | torch.Tensor | None, epoch: int, step: int,
+           stream: int = rng.ACCEPT) -> tuple[torch.Tensor, torch.Tensor]:
     """mh_accept_ on the chains ``chains``: returns ``(new tokens Long[M, T], accepted Bool[n])``.
 
     ``beta``: one inverse temperature for every chain, or a tensor [M] of one per chain row (read at ``chains``,
     rounded to float32 as a number is). ``beta=None`` accepts always: the same op with beta = 0 and logq_reverse =
-    logq_forward, so log_alpha = 0 > log(u) for every u in (0, 1).
+    logq_forward, so log_alpha = 0 > log(u) for every u in (0, 1). ``stream``: the uniforms' counter stream
+    (delayed acceptance's second stage has its own).
     """
     n = chains.shape[0]
     dev = state.tokens.device
@@ -50,7 +51,7 @@ def accept(ctx: StepContext, state: ChainState, chains: torch.Tensor, positions:
         logq_reverse = logq_forward
     else:
         beta_t = beta_rows(beta, chains, dev)
-    u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, rng.ACCEPT,
+    u = rng.uniforms_from_keys(state.rng_keys[chains], epoch, step, stream,
                                op=ctx.backend.counter_uniforms)
     accepted = ctx.backend.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
                                       logq_reverse, beta_t, u)

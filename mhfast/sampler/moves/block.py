@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -39,7 +40,9 @@ from ..schedules import BlockStep
 from ..state import ChainState
 from ..step import StepContext, StepInfo
 from .accept import accept
+from .block_delayed import BlockProposals, block_delayed_accept
 from .changed import changed_chains
+from .delayed import DelayedAcceptance
 
 
 def _block_logits(ctx: StepContext, state: ChainState, plan: BlockStep, pos: torch.Tensor) -> torch.Tensor:
@@ -97,11 +100,13 @@ def propose_blocks(ctx: StepContext, state: ChainState, plan: BlockStep, order: 
 
 
 def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torch.Tensor, beta: Any,
-               epoch: int, step: int, gibbs: bool) -> tuple[ChainState, StepInfo]:
+               epoch: int, step: int, gibbs: bool, delayed: DelayedAcceptance | None = None
+               ) -> tuple[ChainState, StepInfo]:
     """One block step: the chains and columns of ``order`` (Long[M, T]) given by ``plan``.
 
     ``gibbs=True``: accept always and skip the energy of X' (block Gibbs; ``scored=False``).
     ``beta=None`` (force-accept epochs): accept always but keep energies (and the cache) exact.
+    ``delayed``: delayed acceptance's window and counters (:mod:`.block_delayed`; not on forced-accept epochs).
     """
     act, A = plan.chains, plan.chains.shape[0]
     if A == 0:
@@ -120,9 +125,9 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     if gibbs:
         return _take_blocks(ctx, state, ch, pos_ch, prop_ch, lf_ch, epoch, step), StepInfo(A, A, n, scored=False)
     n_single = int((picked_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
-    state, accepted = evaluate_and_accept(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch,
-                                          draw.logq_reverse.index_select(0, picked),
-                                          draw.logits.index_select(0, picked[:n_single]), beta, epoch, step)
+    test = evaluate_and_accept if delayed is None or beta is None else functools.partial(delayed_evaluate, delayed)
+    state, accepted = test(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch, draw.logq_reverse.index_select(0, picked),
+                           draw.logits.index_select(0, picked[:n_single]), beta, epoch, step)
     k = accepted.sum()
     return state, StepInfo(A, A - n + k, k, scored=True)
 
@@ -182,6 +187,41 @@ def _score_proposals(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_h
     return raw_new, local_new, (seq, q, outputs)
 
 
+def _x_new(state: ChainState, ch: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
+    """X' of the chains ``ch``: unused slots (-1) repeat slot 0, so the scatter never writes two different values
+    to one cell."""
+    valid = positions >= 0
+    return state.tokens.index_select(0, ch).scatter_(1, torch.where(valid, positions, positions[:, :1]),
+                                                     torch.where(valid, proposed, proposed[:, :1]))
+
+
+def _extra_of(ctx: StepContext, state: ChainState, ch: torch.Tensor, x_new: torch.Tensor) -> tuple | None:
+    """(values, weighted) of the extra energy terms of X', batched over the chains; None without extra terms."""
+    if ctx.terms is None or not ctx.terms.terms:
+        return None
+    values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
+    return values, ctx.terms.weighted(values)
+
+
+def delayed_evaluate(da: DelayedAcceptance, ctx: StepContext, state: ChainState, ch: torch.Tensor,
+                     ch_host: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor,
+                     logq_forward: torch.Tensor, logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: Any,
+                     epoch: int, step: int) -> tuple[ChainState, torch.Tensor]:
+    """:func:`evaluate_and_accept` with delayed acceptance's two stages (:mod:`.block_delayed`)."""
+    x_new = _x_new(state, ch, positions, proposed)
+    extra = _extra_of(ctx, state, ch, x_new)
+    p = BlockProposals(ch, ch_host, positions, proposed, logq_forward, logq_reverse, known_logits, x_new)
+    tokens, accepted, done = block_delayed_accept(ctx, state, da, p, extra, beta=beta, epoch=epoch, step=step)
+    new_state = state
+    if done is not None:
+        surv, taken, raw, local, extra_s = done
+        new_state = _commit(state, tokens, ch.index_select(0, surv), taken, raw, local, extra_s)
+    if state.counts is not None:
+        state.counts.tested(ch, accepted)
+        state.counts.tested_at(ch, positions, accepted, proposed=proposed, current=state.tokens)
+    return new_state, accepted
+
+
 def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_host: torch.Tensor,
                         positions: torch.Tensor, proposed: torch.Tensor, logq_forward: torch.Tensor,
                         logq_reverse: torch.Tensor, known_logits: torch.Tensor, beta: float | None, epoch: int,
@@ -192,17 +232,12 @@ def evaluate_and_accept(ctx: StepContext, state: ChainState, ch: torch.Tensor, c
     ``known_logits``. With a cache, accepted chains store the new rows: the cache stays the
     current state's. Returns the new state and ``accepted`` (Bool[n]).
     """
-    # X': unused slots repeat slot 0, so the scatter never writes two different values to one cell.
-    valid = positions >= 0
-    x_new = state.tokens.index_select(0, ch).scatter_(1, torch.where(valid, positions, positions[:, :1]),
-                                                      torch.where(valid, proposed, proposed[:, :1]))
+    x_new = _x_new(state, ch, positions, proposed)
     raw_new, local_new, (seq, q, outputs) = _score_proposals(ctx, state, ch, ch_host, x_new, positions, proposed,
                                                              known_logits)
     target_new = sum_terms(raw_new if state.energy == "raw" else local_new)
-    extra = None
-    if ctx.terms is not None and ctx.terms.terms:  # extra energy terms of X', batched over the chains
-        values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, ch))
-        extra = (values, ctx.terms.weighted(values))
+    extra = _extra_of(ctx, state, ch, x_new)
+    if extra is not None:
         target_new = target_new + extra[1]
     tokens, accepted = accept(ctx, state, ch, positions, proposed, target_new, logq_forward, logq_reverse, beta,
                               epoch, step)

@@ -17,6 +17,14 @@ X' shifted to ``E(X) + dE - dE~`` and equal forward and reverse proposal terms, 
 second commit path to keep equal to it. The state's target is a property of the committed energies, so the
 shifted number is read by the test only.
 
+With the proposal memo (:mod:`mhfast.sampler.memo`) the kernel stays the same two-stage test for every proposal;
+the memo only supplies numbers (docs/delayed.md): a remembered X' (a *hit*) reads its window terms and its exact
+terms from the remembered full terms (no rows at all); a *miss* forwards its window rows, its other rows only if
+it passes stage 1, and only then are its full terms stored (a miss stopped at stage 1 has partial terms: its entry
+stays unfilled, and an unfilled reservation counts as empty at the next lookup). A hit of an X' that a miss of
+the same step reserved (two chains proposing one X') needs that miss's full terms, so such a miss forwards all
+its rows whatever its stage 1 says (:meth:`~mhfast.sampler.memo.ProposalMemo.read_by_hits`).
+
 Example:
     >>> import mhfast
     >>> from mhfast.models.tabular import TabularMLM
@@ -38,7 +46,7 @@ from ..state import ChainState
 from ..step import StepContext
 from .accept import beta_rows
 from .changed import changed_chains
-from .site_commit import commit, with_extra
+from .site_commit import commit, refresh_rows, with_extra
 from .site_score import extra_terms, model_terms
 from .site_types import ExtraTerms, TestedSites
 
@@ -51,7 +59,7 @@ class DelayedAcceptance:
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
-    rows_saved: int = 0  #: rows the first test's rejections did not forward
+    rows_saved: int = 0  #: rows the first test's rejections did not forward (a remembered proposal forwards none)
 
 
 class Window(NamedTuple):
@@ -62,15 +70,19 @@ class Window(NamedTuple):
     rows_host: torch.Tensor  #: CPU Long[n] ``inner``'s rows per proposal
 
 
-class Surrogate(NamedTuple):
-    """Stage 1's scores of X': the window's terms (the rest the state's), its model energy and extra terms."""
+class Screened(NamedTuple):
+    """Stage 1 of the ``n`` tested proposals (the memo's misses first, its hits last), and the terms it left."""
 
-    raw: torch.Tensor  #: f32[n, T]
-    local: torch.Tensor  #: f32[n, T]
-    model_energy: torch.Tensor  #: f32[n] E~ without the extra terms (raw or local, as the run's energy)
-    target: torch.Tensor  #: f32[n] E~ + the weighted extra terms: the first test's energy of X'
-    rows: SiteRows  #: the window's rows (for the cache of the chains that accept)
-    extra: ExtraTerms | None
+    surrogate: torch.Tensor  #: f32[n] E~ without the extra terms (raw or local, as the run's energy)
+    raw: torch.Tensor  #: f32[n, T] exact terms of X' where known (hits, forwarded misses), else the surrogate's
+    local: torch.Tensor  #: f32[n, T] the same, local
+    passed: torch.Tensor  #: Bool[n] stage 1's verdict
+    survivors: torch.Tensor  #: Long[s] ``passed``'s indices (device)
+    survivors_host: torch.Tensor  #: CPU Long[s] the same
+    forwarded: torch.Tensor  #: Long[f] the misses whose other rows were forwarded (device)
+    forwarded_host: torch.Tensor  #: CPU Long[f] the same
+    window_rows: SiteRows  #: the misses' window rows (numbered by miss)
+    outer_rows: SiteRows  #: the forwarded misses' other rows (numbered by ``forwarded``)
 
 
 def window_of(state: ChainState, proposal: SiteProposal, k: int) -> Window:
@@ -97,17 +109,52 @@ def _rows_mask(state: ChainState, chains: torch.Tensor, mask: torch.Tensor) -> t
     return torch.zeros_like(state.energy_mask).index_copy_(0, chains, mask)
 
 
-def surrogate_sites(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window) -> Surrogate:
-    """Stage 1's terms of every tested X': the window's rows forwarded, the rest the state's terms."""
+def _empty_rows(like: torch.Tensor) -> SiteRows:
+    none = like[:0]
+    return SiteRows(none, none, [])
+
+
+def _energy(state: ChainState, raw: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """The model energy of term rows, as the run's energy (raw or local)."""
+    return sum_terms(raw) if state.energy == "raw" else sum_terms(local)
+
+
+def _head(p: SiteProposal, m: int, whole: bool) -> SiteProposal:
+    """The first ``m`` proposals (``whole``: all of them, without a slice: each is one more dispatched op)."""
+    return p if whole else SiteProposal(*(v[:m] for v in p))
+
+
+def window_terms(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window
+                 ) -> tuple[torch.Tensor, torch.Tensor, SiteRows]:
+    """Stage 1's terms of the memo's misses (the first ``tested.picked.misses``): the window's rows forwarded, the
+    rest the state's terms: ``(raw f32[m, T], local f32[m, T], rows)``."""
+    m, whole = tested.picked.misses, tested.picked.hits == 0
+    if m == 0:
+        return state.raw_terms[:0], state.local_terms[:0], _empty_rows(tested.proposal.ch)
+    p = _head(tested.proposal, m, whole)
+    inner, rows_host = (window.inner, window.rows_host) if whole else (window.inner[:m], window.rows_host[:m])
+    _, raw, local, rows = model_terms(
+        ctx, state, chains=p.ch, chains_host=tested.chains_host[:m], pos=p.pos, proposed=p.proposed,
+        known_logits=tested.known_logits, num_rows=int(rows_host.sum()), energy_mask=_rows_mask(state, p.ch, inner))
+    return raw, local, rows
+
+
+def outer_terms(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, raw: torch.Tensor,
+                local: torch.Tensor, fwd: torch.Tensor, fwd_host: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, SiteRows]:
+    """The exact terms of the misses ``fwd`` (indices into the misses, whose window terms are ``raw``/``local``):
+    their rows outside the window forwarded, ``(raw f32[f, T], local f32[f, T], rows)``."""
     p = tested.proposal
-    x_new, raw, local, rows = model_terms(
-        ctx, state, chains=p.ch, chains_host=tested.chains_host, pos=p.pos, proposed=p.proposed,
-        known_logits=tested.known_logits, num_rows=int(window.rows_host.sum()),
-        energy_mask=_rows_mask(state, p.ch, window.inner))
-    model_energy = sum_terms(raw) if state.energy == "raw" else sum_terms(local)
-    extra = extra_terms(ctx, state, p.ch, x_new)
-    target = model_energy + extra.weighted if extra is not None else model_energy
-    return Surrogate(raw, local, model_energy, target, rows, extra)
+    ch, pos, proposed = p.ch.index_select(0, fwd), p.pos.index_select(0, fwd), p.proposed.index_select(0, fwd)
+    chains_host = tested.chains_host.index_select(0, fwd_host)
+    near = window.near.index_select(0, fwd)
+    outer = state.energy_mask.index_select(0, ch) & ~near
+    num_rows = (int(state.num_energy_host.index_select(0, chains_host).sum()) - fwd_host.shape[0]
+                - int(window.rows_host.index_select(0, fwd_host).sum()))
+    _, raw2, local2, rows = model_terms(ctx, state, chains=ch, chains_host=chains_host, pos=pos, proposed=proposed,
+                                        known_logits=tested.known_logits.index_select(0, fwd), num_rows=num_rows,
+                                        energy_mask=_rows_mask(state, ch, outer))
+    return torch.where(near, raw.index_select(0, fwd), raw2), torch.where(near, local.index_select(0, fwd), local2), rows
 
 
 def first_stage(ctx: StepContext, state: ChainState, proposal: SiteProposal, surrogate_target: torch.Tensor, *,
@@ -124,58 +171,117 @@ def first_stage(ctx: StepContext, state: ChainState, proposal: SiteProposal, sur
     return torch.log(u) < log_alpha
 
 
-def _survivor_rows(first: SiteRows, passed: torch.Tensor, second: SiteRows) -> SiteRows:
-    """The survivors' rows of both stages, numbered by survivor: stage 1's rows of the proposals that ``passed``
-    (renumbered) then stage 2's."""
-    if first.seq.numel() == 0:
-        return second
-    keep = passed.index_select(0, first.seq).nonzero().squeeze(1)
-    if keep.numel() == 0:  # no survivor had window rows (no empty chunk for the op)
-        return second
-    renumber = torch.cumsum(passed.long(), 0) - 1
-    seq = renumber.index_select(0, first.seq.index_select(0, keep))
-    outputs = torch.cat(first.outputs).index_select(0, keep)
-    return SiteRows(torch.cat([seq, second.seq]), torch.cat([first.q.index_select(0, keep), second.q]),
-                    [outputs, *second.outputs])
+def _with_extra(target: torch.Tensor, extra: ExtraTerms | None, part: slice) -> torch.Tensor:
+    return target if extra is None else target + extra.weighted[part]
 
 
-def exact_survivors(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, sur: Surrogate,
-                    passed: torch.Tensor, survivors: torch.Tensor, survivors_host: torch.Tensor
-                    ) -> tuple[SiteProposal, SiteTerms, SiteRows]:
-    """Stage 2's proposal, terms and rows for the commit op: the survivors' rows outside the window forwarded,
-    their exact terms, and the target energy shifted so that the op's test is ``min(1, exp(-beta (dE - dE~)))``."""
-    p = tested.proposal
-    ch, pos = p.ch.index_select(0, survivors), p.pos.index_select(0, survivors)
-    proposed, chains_host = p.proposed.index_select(0, survivors), tested.chains_host.index_select(0, survivors_host)
-    near = window.near.index_select(0, survivors)
-    outer = state.energy_mask.index_select(0, ch) & ~near
-    num_rows = (int(state.num_energy_host.index_select(0, chains_host).sum()) - survivors_host.shape[0]
-                - int(window.rows_host.index_select(0, survivors_host).sum()))
-    _, raw2, local2, rows2 = model_terms(ctx, state, chains=ch, chains_host=chains_host, pos=pos, proposed=proposed,
-                                         known_logits=tested.known_logits.index_select(0, survivors),
-                                         num_rows=num_rows, energy_mask=_rows_mask(state, ch, outer))
-    raw = torch.where(near, sur.raw.index_select(0, survivors), raw2)
-    local = torch.where(near, sur.local.index_select(0, survivors), local2)
+def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any, extra: ExtraTerms | None, *,
+                beta: Any, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 1 of the memo's hits (the last ``tested.picked.hits``) from their remembered full terms, read once
+    this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``."""
+    m = tested.picked.misses
+    p = SiteProposal(*(v[m:] for v in tested.proposal))
+    raw, local = memo.terms(tested.picked.index[m:])
+    near = window.near[m:]
+    surrogate = _energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
+                        torch.where(near, local, state.local_terms.index_select(0, p.ch)))
+    passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
+                         epoch=epoch, step=step)
+    return surrogate, passed, raw, local
+
+
+def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
+           extra: ExtraTerms | None, *, beta: Any, epoch: int, step: int) -> Screened:
+    """Stage 1 of every tested proposal, with the memo supplying numbers only: the misses forward their window,
+    the survivors (and the misses a hit of this step reads) their other rows, whose full terms are stored; then
+    the hits are screened from their remembered terms. One host read (two with hits)."""
+    picked, p = tested.picked, tested.proposal
+    m, h = picked.misses, picked.hits
+    raw, local, window_rows = window_terms(ctx, state, tested, window)
+    surrogate = _energy(state, raw, local)
+    passed = (first_stage(ctx, state, _head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
+                          epoch=epoch, step=step) if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
+    needed = memo.read_by_hits(picked) if h else None  # misses whose entry a hit of this same step reads
+    fwd, fwd_host = changed_chains(passed if needed is None else passed | needed)
+    outer_rows = _empty_rows(p.ch)
+    if fwd_host.shape[0]:
+        raw_f, local_f, outer_rows = outer_terms(ctx, state, tested, window, raw, local, fwd, fwd_host)
+        memo.store(picked.index.index_select(0, fwd), raw_f, local_f, fwd_host.shape[0])  # full terms only
+        raw, local = raw.index_copy(0, fwd, raw_f), local.index_copy(0, fwd, local_f)
+    if h == 0:  # no hits: the survivors are the forwarded misses (no second host read)
+        return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows)
+    sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, beta=beta, epoch=epoch,
+                                                  step=step)
+    passed = torch.cat([passed, passed_h])
+    survivors, survivors_host = changed_chains(passed)
+    return Screened(torch.cat([surrogate, sur_h]), torch.cat([raw, raw_h]), torch.cat([local, local_h]), passed,
+                    survivors, survivors_host, fwd, fwd_host, window_rows, outer_rows)
+
+
+def _renumbered(rows: SiteRows, owner: torch.Tensor | None, passed: torch.Tensor, renumber: torch.Tensor
+                ) -> SiteRows | None:
+    """``rows`` of the proposals that ``passed``, numbered by survivor; ``owner`` maps ``rows.seq`` to the tested
+    proposal (None: the same numbering). None: no such row (no empty chunk for the op)."""
+    if rows.seq.numel() == 0:
+        return None
+    tested = rows.seq if owner is None else owner.index_select(0, rows.seq)
+    keep = passed.index_select(0, tested).nonzero().squeeze(1)
+    if keep.numel() == 0:
+        return None
+    return SiteRows(renumber.index_select(0, tested.index_select(0, keep)), rows.q.index_select(0, keep),
+                    [torch.cat(rows.outputs).index_select(0, keep)])
+
+
+def survivor_rows(sc: Screened, no_hits: bool) -> SiteRows:
+    """The survivors' rows of both stages, numbered by survivor (what the commit op writes into the cache of the
+    chains that accept). Without hits the survivors are the forwarded misses: their other rows as they are."""
+    renumber = torch.cumsum(sc.passed.long(), 0) - 1
+    first = _renumbered(sc.window_rows, None, sc.passed, renumber)
+    second = sc.outer_rows if no_hits else _renumbered(sc.outer_rows, sc.forwarded, sc.passed, renumber)
+    parts = [r for r in (first, second) if r is not None and r.seq.numel()]
+    if not parts:
+        return sc.outer_rows
+    if len(parts) == 1:
+        return parts[0]
+    return SiteRows(torch.cat([parts[0].seq, parts[1].seq]), torch.cat([parts[0].q, parts[1].q]),
+                    [*parts[0].outputs, *parts[1].outputs])
+
+
+def second_stage(ctx: StepContext, state: ChainState, tested: TestedSites, sc: Screened, extra: ExtraTerms | None,
+                 *, beta: Any, epoch: int, step: int) -> tuple[ChainState, torch.Tensor]:
+    """Stage 2 of the survivors through the fused commit op: ``(state, taken Bool[s])``. The op is given the
+    target energy of X' shifted so that its test is ``min(1, exp(-beta (dE - dE~)))``, and equal forward and
+    reverse proposal terms."""
+    p, surv = tested.proposal, sc.survivors
+    ch = p.ch.index_select(0, surv)
+    raw, local = sc.raw.index_select(0, surv), sc.local.index_select(0, surv)
     e_raw, e_local = sum_terms(raw), sum_terms(local)
     exact_model = e_raw if state.energy == "raw" else e_local
     # the op tests beta (E(X) - target'): target' = E(X) + (dE - dE~) makes it stage 2's test (the extra terms,
     # exact in both stages, cancel); equal proposal terms cancel the Hastings ratio stage 1 already applied
-    shifted = state.target.index_select(0, ch) + (exact_model - sur.model_energy.index_select(0, survivors))
-    logq = p.logq_forward.index_select(0, survivors)
-    proposal = SiteProposal(ch=ch, pos=pos, proposed=proposed, logq_forward=logq, logq_reverse=logq)
-    return (proposal, SiteTerms(raw=raw, local=local, e_raw=e_raw, e_local=e_local, target=shifted),
-            _survivor_rows(sur.rows, passed, rows2))
+    shifted = state.target.index_select(0, ch) + (exact_model - sc.surrogate.index_select(0, surv))
+    logq = p.logq_forward.index_select(0, surv)
+    proposal = SiteProposal(ch=ch, pos=p.pos.index_select(0, surv), proposed=p.proposed.index_select(0, surv),
+                            logq_forward=logq, logq_reverse=logq)
+    terms = SiteTerms(raw=raw, local=local, e_raw=e_raw, e_local=e_local, target=shifted)
+    new, taken = commit(ctx, state, proposal, terms, survivor_rows(sc, tested.picked.hits == 0), beta=beta,
+                        epoch=epoch, step=step, stream=rng.DELAYED_SECOND)
+    if extra is not None:
+        new = with_extra(new, state, ch, taken, ExtraTerms(*(v.index_select(0, surv) for v in extra)))
+    return new, taken
 
 
-def _count(da: DelayedAcceptance, state: ChainState, tested: TestedSites, window: Window,
-           passed_host: torch.Tensor, accepted: torch.Tensor) -> None:
-    """The run's delayed-acceptance counters and the per-chain counts of the step (``accepted`` Bool[n])."""
-    rejected = torch.ones(tested.chains_host.shape[0], dtype=torch.bool)
-    rejected[passed_host] = False
-    saved = state.num_energy_host.index_select(0, tested.chains_host) - 1 - window.rows_host
-    da.tested += int(rejected.shape[0])
-    da.passed += int(passed_host.shape[0])
-    da.rows_saved += int(saved[rejected].sum())
+def _count(da: DelayedAcceptance, state: ChainState, tested: TestedSites, window: Window, sc: Screened,
+           accepted: torch.Tensor) -> None:
+    """The run's delayed-acceptance counters and the per-chain counts of the step (``accepted`` Bool[n]). Rows
+    saved: the misses' other rows not forwarded (a hit forwards none either way: the memo saved those)."""
+    m = tested.picked.misses
+    skipped = torch.ones(m, dtype=torch.bool)
+    skipped[sc.forwarded_host] = False
+    saved = state.num_energy_host.index_select(0, tested.chains_host[:m]) - 1 - window.rows_host[:m]
+    da.tested += int(tested.chains_host.shape[0])
+    da.passed += int(sc.survivors_host.shape[0])
+    da.rows_saved += int(saved[skipped].sum())
     da.accepted = da.accepted + accepted.sum()
     if state.counts is not None:
         p = tested.proposal
@@ -183,23 +289,32 @@ def _count(da: DelayedAcceptance, state: ChainState, tested: TestedSites, window
         state.counts.tested_at(p.ch, p.pos, accepted)
 
 
-def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da: DelayedAcceptance, *, beta: Any,
-                   epoch: int, step: int) -> tuple[ChainState, torch.Tensor]:
-    """Both stages on the tested proposals and the new state: ``(state, accepted Bool[n])``. ``beta`` is passed on
-    as given (a number or a tensor [M]); not None (forced-accept epochs take the plain step: nothing to test)."""
+def proposed_sequences(state: ChainState, proposal: SiteProposal) -> torch.Tensor:
+    """Long[n, T]: each tested X' (the chain's tokens with the proposed token at its position)."""
+    x = state.tokens.index_select(0, proposal.ch)
+    return x.scatter_(1, proposal.pos[:, None], proposal.proposed[:, None])
+
+
+def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da: DelayedAcceptance, memo: Any, *,
+                   beta: Any, epoch: int, step: int) -> tuple[ChainState, torch.Tensor]:
+    """Both stages on the tested proposals and the new state: ``(state, accepted Bool[n])``. ``memo``: the
+    kernel's :class:`~mhfast.sampler.memo.ProposalMemo` or :data:`~mhfast.sampler.memo.NO_MEMO` (it supplies
+    numbers, never the kernel). ``beta`` is passed on as given (a number or a tensor [M]); not None
+    (forced-accept epochs take the plain step: nothing to test)."""
     window = window_of(state, tested.proposal, da.window)
-    sur = surrogate_sites(ctx, state, tested, window)
-    passed = first_stage(ctx, state, tested.proposal, sur.target, beta=beta, epoch=epoch, step=step)
-    survivors, survivors_host = changed_chains(passed)  # a host read: which chains forward the rest
-    accepted = torch.zeros_like(passed)
-    if survivors_host.shape[0]:
-        proposal, terms, rows = exact_survivors(ctx, state, tested, window, sur, passed, survivors, survivors_host)
-        new, taken = commit(ctx, state, proposal, terms, rows, beta=beta, epoch=epoch, step=step,
-                            stream=rng.DELAYED_SECOND)
-        if sur.extra is not None:
-            extra = ExtraTerms(*(v.index_select(0, survivors) for v in sur.extra))
-            new = with_extra(new, state, proposal.ch, taken, extra)
-        accepted = accepted.index_copy(0, survivors, taken)
+    extra = None
+    if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
+        extra = extra_terms(ctx, state, tested.proposal.ch, proposed_sequences(state, tested.proposal))
+    sc = screen(ctx, state, tested, window, memo, extra, beta=beta, epoch=epoch, step=step)
+    accepted = torch.zeros_like(sc.passed)
+    if sc.survivors_host.shape[0]:
+        new, taken = second_stage(ctx, state, tested, sc, extra, beta=beta, epoch=epoch, step=step)
+        accepted = accepted.index_copy(0, sc.survivors, taken)
         state = new
-    _count(da, state, tested, window, survivors_host, accepted)
+    m, h = tested.picked.misses, tested.picked.hits
+    if h:  # the memo keeps terms, not model rows: an accepted remembered X' forwards its rows for the cache now
+        memo.hits += h
+        refresh_rows(ctx, state, chains=tested.proposal.ch[m:], chains_host=tested.chains_host[m:],
+                     pos=tested.proposal.pos[m:], accepted=accepted[m:])
+    _count(da, state, tested, window, sc, accepted)
     return state, accepted
