@@ -332,7 +332,7 @@ def unwrapped(text: str) -> list[str]:
     """The lines of ``text`` with each indented continuation line (results_md.wrap_prose's wrapping of a list
     item) joined to the line before it.
 
-    >>> unwrapped("* `a`: one\n  two\n| x |")
+    >>> unwrapped(chr(10).join(["* `a`: one", "  two", "| x |"]))
     ['* `a`: one two', '| x |']
     """
     lines: list[str] = []
