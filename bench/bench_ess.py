@@ -97,36 +97,42 @@ def cmlm_case(quick: bool) -> dict:
             "options": dict(chains=5 if not quick else 2, epochs=8 if quick else 40, burn_in=2, energy="raw")}
 
 
-def antiberty_case(kind: str, quick: bool) -> dict:
+def antiberty_case(kind: str, quick: bool, length: int = 32) -> dict:
     import bench_mixmatch
     from mhfast.models.antiberty import load_antiberty
 
     lm = load_antiberty()
-    T = 8 if quick else 32
+    T = 8 if quick else length
     start, positions = bench_mixmatch.make_start(lm, T, "parent" if kind == "infill" else "random")
     free = torch.zeros_like(start, dtype=torch.bool)
     free[0, positions[-8:] if kind == "infill" else positions] = True
-    sizes = {"mh": (6, 1), MIXMATCH: (6, 1)} if quick else ANTIBERTY_SIZES[kind]
-    return {"name": f"antiberty-{kind}", "model": lm, "seeds": [0, 1] if quick else [0, 1, 2],
+    name = f"antiberty-{kind}" + ("" if length == 32 else f"-t{length}")
+    sizes = {"mh": (6, 1), MIXMATCH: (6, 1)} if quick else ANTIBERTY_SIZES[name.removeprefix("antiberty-")]
+    return {"name": name, "model": lm, "seeds": [0, 1] if quick else [0, 1, 2],
             "what": (f"AntiBERTy, T={T} residues of adalimumab's VH, the last 8 free" if kind == "infill" else
                      f"AntiBERTy, T={T} random residues, all free") + ", energy local",
             "inputs": {"init": start, "free_positions": free}, "positions": positions, "sizes": sizes,
-            "options": dict(chains=2 if quick or kind == "random" else 4, epochs=sizes["mh"][0],
+            "options": dict(chains=2 if quick or name == "antiberty-random" else 4, epochs=sizes["mh"][0],
                             burn_in=sizes["mh"][1], energy="local")}
 
 
 #: (epochs, burn-in) per sampler of the AntiBERTy cases (the others: mh's), sized by a timing run to fit about an
-#: hour of one core for the whole AntiBERTy run (2026-11-26, AMD EPYC): per sweep, infilling costs mh ~0.8 s (the
-#: memo: few proposals change the parent), block-mh ~2.3 s and the mixmatch loop ~44 s (4 chains x 8 sites x 65
-#: rows); from a random start mh forwards ~3,600 rows per sweep of 4 chains (~70 s), the mixmatch loop 8,320 (~175 s).
-#: So the random case runs 2 chains, and mixmatch only where a seed costs minutes.
-ANTIBERTY_SIZES = {"infill": {"mh": (200, 20), "block-mh": (60, 10), MIXMATCH: (12, 2)},
-                   "random": {"mh": (8, 2), MIXMATCH: (6, 2)}}
+#: hour of one core for the AntiBERTy rows (2026-11-26, AMD EPYC, load average 3-8): per sweep, infilling costs mh
+#: ~0.6 s (the memo: few proposals change the parent), block-mh ~2.3 s and the mixmatch loop ~44 s (4 chains x 8
+#: sites x 65 rows); from a random start mh forwards ~3,600 rows per sweep of 4 chains (~70 s), the mixmatch loop
+#: 8,320 (~175 s). So the random case runs 2 chains and few sweeps, and the mixmatch loop is compared there (its
+#: chains move every sweep; from the parent, 10 sweeps of 4 chains see almost no change and 12 sweeps cost ~9 min).
+#: Measured: 6 post-burn-in sweeps from a random start at T=32 are still burn-in (R-hat 1.5-3.3, an ESS set by the
+#: ranks alone, the same in every seed), so the same-law check runs on T=8 (random-t8: 4 chains, 30 sweeps; the
+#: mixmatch loop 17 rows per proposal, ~4 s per sweep).
+ANTIBERTY_SIZES = {"infill": {"mh": (200, 20), "block-mh": (40, 5), MIXMATCH: (12, 2)},
+                   "random": {"mh": (8, 2), MIXMATCH: (6, 2)}, "random-t8": {"mh": (30, 5), MIXMATCH: (30, 5)}}
 
 
 CASES: dict[str, Callable[[bool], dict]] = {
     "toy": toy_case, "cmlm": cmlm_case, "antiberty-infill": lambda q: antiberty_case("infill", q),
-    "antiberty-random": lambda q: antiberty_case("random", q)}
+    "antiberty-random": lambda q: antiberty_case("random", q),
+    "antiberty-random-t8": lambda q: antiberty_case("random", q, length=8)}
 DEFAULT_CASES = ("toy", "cmlm", "antiberty-infill")
 
 
@@ -210,7 +216,9 @@ def ess_figures(draws: list, names: list[str]) -> dict:
     diags = [diagnostics.diagnose(d, names) for d in draws]
     return {"ess_e": sum(d["ess_bulk"]["e_local"] for d in diags),
             "ess_p": sum(min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")) for d in diags),
-            "draws": sum(d.shape[0] * d.shape[1] for d in draws), "rhat": max(max(d["rhat"].values()) for d in diags)}
+            "draws": sum(d.shape[0] * d.shape[1] for d in draws),
+            # NaN: a summary no chain ever changed (ArviZ cannot rank it); the largest of the others
+            "rhat": max((v for d in diags for v in d["rhat"].values() if v == v), default=float("nan"))}
 
 
 def mixmatch_run(case: dict, seed: int) -> dict:
@@ -268,8 +276,9 @@ def case_rows(case: dict, samplers: list[str], store: dict | None = None
             if store is not None:
                 stored[sampler] = sorted(runs, key=lambda r: r["seed"])
                 store["save"]()
-        runs_of[sampler] = sorted(runs, key=lambda r: r["seed"])
-        rows.append(table_row(case["name"], sampler, runs_of[sampler]))
+        if runs:
+            runs_of[sampler] = sorted(runs, key=lambda r: r["seed"])
+            rows.append(table_row(case["name"], sampler, runs_of[sampler]))
     if store is not None:
         runs_of = {**stored, **runs_of}
     case["loads"] = [r["load"] for runs in runs_of.values() for r in runs]
@@ -391,7 +400,8 @@ def main() -> int:
     ap.add_argument("--samplers", nargs="+", choices=sorted(SAMPLERS), default=list(SAMPLERS))
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     ap.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
-    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="these seeds (default: each case's)")
+    ap.add_argument("--seeds", type=int, nargs="*", default=None,
+                    help="these seeds (default: each case's; none, with --runs: only the stored runs, no new ones)")
     ap.add_argument("--runs", type=Path, default=None,
                     help="a JSON file of per-seed runs: the new ones are added (saved after each run), and the rows "
                          "and the mh-vs-mixmatch lines are made from all the stored runs of the same sizes (so "
@@ -408,7 +418,7 @@ def main() -> int:
                                                                 indent=1))
     for name in args.cases:
         case = CASES[name](args.quick)
-        case["seeds"] = args.seeds or case["seeds"]
+        case["seeds"] = case["seeds"] if args.seeds is None else args.seeds
         cases.append(case)
         r, s, runs_of = case_rows(case, args.samplers, store)
         rows += r
