@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -386,7 +387,9 @@ def report(cases: list[dict], rows: list[str], shares: list[float], seconds: flo
     lines += _merged(old, {row_key(r): r for r in rows}, row_key)
     same = _merged(old, laws or {}, law_key)
     lines += [""] + same if same else []
-    trace = [line for line in old.splitlines() if line.startswith("Traces' cost")]
+    old_lines = old.splitlines()  # the traces' paragraph, as RESULTS.md holds it wrapped
+    start = next((i for i, line in enumerate(old_lines) if line.startswith("Traces' cost")), len(old_lines))
+    trace = [" ".join(itertools.takewhile(bool, old_lines[start:]))] if start < len(old_lines) else []
     if shares:
         trace = [f"Traces' cost (bundled CMLM, mh, {len(shares)} runs): the monitor's epoch-end work and the "
                  f"per-position filing took {spread([100 * s for s in shares], '{:.2f}')}% of the wall time of "
