@@ -22,7 +22,9 @@ Cases (``--cases``):
 * ``antiberty-random``: AntiBERTy, T = 32 random residues (bench_mixmatch's seeded random start), all free,
   energy local, 2 chains, 3 seeds (not in the default run: from a random start a single-site MH sweep of 4
   chains forwards ~3,600 rows, ~70 s of CPU here, so a few sweeps per seed are what an hour allows; the table
-  says how unstable that leaves the ESS).
+  says how unstable that leaves the ESS);
+* ``antiberty-random-t8``: the same at T = 8 (4 chains, 30 sweeps, 3 seeds): where the mh-vs-mixmatch check of the
+  same law runs in minutes (the mixmatch loop: 17 rows per proposal).
 
 Samplers: ``mh`` with today's defaults (memo auto), ``block-mh`` (blocks of 2), the Gibbs baselines
 ``gibbs`` / ``block-gibbs`` as a reference only: they sample another distribution (paper, section 6), so their
@@ -43,7 +45,7 @@ The traces' cost: on the bundled CMLM's mh runs, the time spent recording traces
 (the monitor's epoch-end work and SiteCounts' filing, timed around those calls) as a share of the sampling
 time. Writes its section of bench/RESULTS.md.
 
-    python3 bench/bench_ess.py                              # the default cases, ~15 min of one core
+    python3 bench/bench_ess.py                              # the default cases, over an hour of one core
     python3 bench/bench_ess.py --quick --no-write           # a smoke run (seconds)
     python3 bench/bench_ess.py --cases cmlm --samplers mh   # re-measure some rows (the section keeps the others)
     python3 bench/bench_ess.py --cases antiberty-random --samplers mixmatch --seeds 1 --runs bench/ess_runs.json
