@@ -59,6 +59,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -92,27 +93,40 @@ def _forward(model, rows: torch.Tensor, dtype: torch.dtype, max_tokens: int) -> 
 
 
 def _energies(model, x: torch.Tensor, positions: torch.Tensor, mask_id: int, dtype, max_tokens: int
-              ) -> torch.Tensor:
-    """Raw energies of the rows of ``x`` from scratch: one masked copy per energy position each."""
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw and local energies (paper, 2.1 and 2.2) of the rows of ``x`` from scratch: one masked copy per energy
+    position each, both energies from the same logits. ``(e_raw f64[N], e_local f64[N])``."""
     C, T = x.shape[0], positions.numel()
     rows = x.repeat_interleave(T, dim=0)
     idx, pos = torch.arange(C * T, device=x.device), positions.repeat(C)
     rows[idx, pos] = mask_id
     logits = _forward(model, rows, dtype, max_tokens)[idx, pos]
-    return -logits.gather(1, x.repeat_interleave(T, dim=0)[idx, pos][:, None]).view(C, T).double().sum(1)
+    raw = -logits.gather(1, x.repeat_interleave(T, dim=0)[idx, pos][:, None]).squeeze(1)
+    local = raw + torch.logsumexp(logits, dim=1)  # -log_softmax at the target
+    return raw.view(C, T).double().sum(1), local.view(C, T).double().sum(1)
+
+
+#: ``on_sweep(sweep, x, energies)`` after each sweep: 0-based sweep, the chains' tokens Long[C, W] and their
+#: energies f64[C, 2] (raw, local); both are the loop's own tensors (read them, do not keep them).
+SweepHook = Callable[[int, torch.Tensor, torch.Tensor], None]
 
 
 def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch.Tensor, dtype,
-                  max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0) -> dict:
-    """One sweep over the proposal ``sites`` (random order per chain) of the chains in the rows of
-    ``start``, energy over ``positions``: 2T+1 rows per proposal. Returns rows, proposals, acceptance.
-    Runs on ``lm``'s device (``start``, ``positions`` and ``sites`` are moved there); the sweep's site order comes
-    from a CPU generator, the proposals and MH uniforms from one on the device.
+                  max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0, energy: str = "raw", sweeps: int = 1,
+                  on_sweep: SweepHook | None = None) -> dict:
+    """``sweeps`` sweeps over the proposal ``sites`` (a fresh random order per chain and sweep) of the chains in
+    the rows of ``start``, target exp(-E) with E the ``energy`` ("raw" or "local") over ``positions``: 2T+1 rows
+    per proposal. Returns rows, proposals, acceptance (all sweeps) and the accepted count of each sweep;
+    ``on_sweep`` sees the state after each sweep (bench/bench_ess.py traces it). Runs on ``lm``'s device
+    (``start``, ``positions`` and ``sites`` are moved there); the sweeps' site orders come from a CPU generator,
+    the proposals and MH uniforms from one on the device.
 
     Example:
         >>> mixmatch_loop(lm, start.repeat(5, 1), positions, sites[:2], torch.float32)  # doctest: +SKIP
-        {'rows': 650, 'proposals': 10, 'acceptance': 0.6}
+        {'rows': 650, 'proposals': 10, 'acceptance': 0.6, 'accepted': [6]}
     """
+    if energy not in ("raw", "local"):
+        raise ValueError(f"energy: 'raw' or 'local', got {energy!r}")
     g = torch.Generator().manual_seed(seed)
     model, mask_id = full_logits(lm), lm.mask_id
     dev = lm.device
@@ -122,23 +136,29 @@ def mixmatch_loop(lm, start: torch.Tensor, positions: torch.Tensor, sites: torch
     x, positions, sites = start.to(dev, copy=True), positions.to(dev), sites.to(dev)
     C = x.shape[0]
     ar = torch.arange(C, device=dev)
-    order = torch.stack([torch.randperm(len(sites), generator=g) for _ in range(C)]).to(dev)
-    accepted = 0
+    energies = torch.full((C, 2), float("nan"), dtype=torch.float64, device=dev)  # every step sets them
+    accepted: list[int] = []
     # An autocast context held open over the loop (disabled: it changes no op) keeps autocast's cache of weight
     # casts alive between the model calls, so in bf16 each fp32 weight is cast once per sweep, not once per call:
     # what wrapping the loop in autocast, as a user would, does; mhfast's runner.session() does the same.
     with torch.autocast(dev.type, enabled=False):
-        for k in range(len(sites)):
-            accepted += _mixmatch_step(model, x, ar, sites[order[:, k]], special, mask_id, positions, dtype,
-                                       max_tokens, g_dev)
-    proposals = C * len(sites)
+        for sweep in range(sweeps):
+            order = torch.stack([torch.randperm(len(sites), generator=g) for _ in range(C)]).to(dev)
+            accepted.append(sum(_mixmatch_step(model, x, energies, ar, sites[order[:, k]], special, mask_id,
+                                               positions, dtype, max_tokens, g_dev, energy == "local")
+                                for k in range(len(sites))))
+            if on_sweep is not None:
+                on_sweep(sweep, x, energies)
+    proposals = C * len(sites) * sweeps
     return {"rows": proposals * (2 * len(positions) + 1), "proposals": proposals,
-            "acceptance": accepted / proposals}
+            "acceptance": sum(accepted) / proposals, "accepted": accepted}
 
 
-def _mixmatch_step(model, x: torch.Tensor, ar: torch.Tensor, t: torch.Tensor, special: torch.Tensor, mask_id: int,
-                   positions: torch.Tensor, dtype, max_tokens: int, g: torch.Generator) -> int:
-    """One step of every chain at its site ``t``: propose, both energies from scratch, accept (``x`` in place)."""
+def _mixmatch_step(model, x: torch.Tensor, energies: torch.Tensor, ar: torch.Tensor, t: torch.Tensor,
+                   special: torch.Tensor, mask_id: int, positions: torch.Tensor, dtype, max_tokens: int,
+                   g: torch.Generator, local: bool) -> int:
+    """One step of every chain at its site ``t``: propose, both energies from scratch, accept (``x`` and its
+    ``energies`` f64[C, 2] (raw, local) in place); the target's energy is the local one if ``local``."""
     C = x.shape[0]
     masked = x.clone()
     masked[ar, t] = mask_id
@@ -147,10 +167,12 @@ def _mixmatch_step(model, x: torch.Tensor, ar: torch.Tensor, t: torch.Tensor, sp
     w_new = torch.multinomial(logq.exp(), 1, generator=g).squeeze(1)
     x_new = x.clone()
     x_new[ar, t] = w_new
-    both = _energies(model, torch.cat([x, x_new]), positions, mask_id, dtype, max_tokens)  # one batch
-    log_a = (both[:C] - both[C:]) + logq[ar, x[ar, t]].double() - logq[ar, w_new].double()
+    both = torch.stack(_energies(model, torch.cat([x, x_new]), positions, mask_id, dtype, max_tokens), 1)  # 1 batch
+    e = both[:, 1 if local else 0]
+    log_a = (e[:C] - e[C:]) + logq[ar, x[ar, t]].double() - logq[ar, w_new].double()
     acc = torch.log(torch.rand(C, generator=g, dtype=torch.float64, device=x.device)) < log_a
     x.copy_(torch.where(acc[:, None], x_new, x))
+    energies.copy_(torch.where(acc[:, None], both[C:], both[:C]))
     return int(acc.sum())
 
 

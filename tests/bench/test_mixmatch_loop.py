@@ -1,0 +1,91 @@
+"""The mixmatch baseline of bench/ (bench_mixmatch.mixmatch_loop) samples the same target as mhfast's mh, and
+bench_ess traces it the way mhfast traces its chains, so that their ESS compare (issue 33).
+
+* exactness: on a tiny BERT whose every sequence can be enumerated, 3,000 independent mixmatch chains end
+  distributed as exp(-E) for the raw and the local energy (total variation below the bound of
+  tests/exact_checks.py), and not as exp(-2E), 0.25 away in total variation (the check has power; this model's
+  raw and local targets are too close, 1e-4, to serve as each other's control);
+* the traces: the energies the loop hands its sweep hook are the state's own (enumeration's reference ops);
+* bench_ess's mixmatch row: the draws, ESS and the same-law comparison against mh come out.
+
+Example:
+    python3 -m pytest -q tests/bench/test_mixmatch_loop.py
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from exact_checks import energies, enumerate_states, masks, target_distribution, tiny_bert, tv_and_bound
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """bench/ importable for one test (monkeypatch puts sys.path back, with what the scripts add)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_ess
+    import bench_mixmatch
+    return bench_mixmatch, bench_ess
+
+
+@pytest.mark.slow  # 3,000 chains x 30 sweeps
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_mixmatch_loop_samples_the_energys_target(bench, energy):
+    bench_mixmatch, _ = bench
+    lm = tiny_bert()
+    template, free = masks(lm, 3)
+    states = enumerate_states(lm, template, free)
+    p, p_cold = (target_distribution(lm, states, free, energy, tau) for tau in (1.0, 0.5))
+    n = 3000
+    final: dict = {}
+    out = bench_mixmatch.mixmatch_loop(lm, states[:1].repeat(n, 1), torch.arange(3), torch.arange(3), torch.float32,
+                                       seed=1, energy=energy, sweeps=30,
+                                       on_sweep=lambda s, x, e: final.update(x=x.clone()))
+    p_hat = (final["x"][:, None, :] == states[None]).all(dim=2).double().mean(dim=0)
+    assert float(p_hat.sum()) == pytest.approx(1.0)  # every chain sits in the enumerated space
+    tv, bound = tv_and_bound(p, p_hat, n)
+    assert tv < bound, f"{energy}: TV {tv:.4f} >= bound {bound:.4f}"
+    tv_cold, bound_cold = tv_and_bound(p_cold, p_hat, n)  # 0.25 from p: the check tells such targets apart
+    assert tv_cold > bound_cold, f"the target at half the temperature is not told apart: TV {tv_cold:.4f}"
+    assert 0 < out["acceptance"] < 1 and len(out["accepted"]) == 30
+
+
+def test_the_sweep_hook_sees_the_states_energies(bench):
+    bench_mixmatch, _ = bench
+    lm = tiny_bert()
+    template, free = masks(lm, 4)
+    start = enumerate_states(lm, template, free)[:1].repeat(6, 1)
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    bench_mixmatch.mixmatch_loop(lm, start, torch.arange(4), torch.arange(4), torch.float32, seed=2, energy="local",
+                                 sweeps=3, on_sweep=lambda s, x, e: seen.append((x.clone(), e.clone())))
+    assert len(seen) == 3 and not torch.equal(seen[-1][0], start)
+    for x, e in seen:
+        raw, local = energies(lm, x, free)
+        torch.testing.assert_close(e, torch.stack([raw, local], dim=1), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.slow  # 4 runs of 2 samplers
+def test_bench_ess_mixmatch_row_and_same_law_line(bench):
+    """bench_ess on a tiny case: the mixmatch run is traced like mh's (the same summaries, draws = chains x
+    post-burn-in sweeps), mh also reports its figures over the mixmatch run's sweeps, and the same-law line
+    compares them."""
+    _, bench_ess = bench
+    lm = tiny_bert()
+    template, free = masks(lm, 4)
+    start = enumerate_states(lm, template, free)[:1]
+    case = {"name": "tiny", "model": lm, "inputs": {"init": start, "free_positions": free[None]},
+            "positions": torch.arange(4), "sizes": {"mh": (20, 2), bench_ess.MIXMATCH: (10, 2)},
+            "options": dict(chains=3, epochs=20, burn_in=2, energy="local"), "seeds": [0, 1]}
+    rows, _, runs_of = bench_ess.case_rows(case, ["mh", bench_ess.MIXMATCH])
+    mh, mix = runs_of["mh"], runs_of[bench_ess.MIXMATCH]
+    assert [r["draws"] for r in mh] == [3 * 18] * 2 and [r["draws"] for r in mix] == [3 * 8] * 2
+    assert [r["short_draws"] for r in mh] == [3 * 8] * 2
+    assert all(0 < r["ess_e"] and 0 < r["ess_p"] and r["rows"] > 0 for r in mh + mix)
+    assert mix[0]["rows"] == 3 * 4 * 10 * (2 * 4 + 1)  # chains x sites x sweeps x (2T + 1)
+    assert rows[1].startswith("| tiny | mixmatch | 24; 2 seeds | ")
+    line = bench_ess.same_law_line("tiny", runs_of)
+    assert line.startswith("- Same law, `tiny` (2 and 2 seeds; mh's first 24 post-burn-in draws") and "x the " in line
