@@ -317,8 +317,12 @@ def same_law_line(name: str, runs_of: dict[str, list[dict]]) -> str | None:
         diff = statistics.mean(a) - statistics.mean(b)
         se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5 if min(len(a), len(b)) > 1 \
             else float("nan")
+        if not se > 0:  # too few draws: every seed's ESS is the same function of the ranks, nothing to compare
+            parts.append(f"ESS of {what} per 100 draws {spread(a)} (mh) vs {spread(b)} (mixmatch): not comparable "
+                         "at this length (no spread over the seeds)")
+            continue
         parts.append(f"ESS of {what} per 100 draws {spread(a)} (mh) vs {spread(b)} (mixmatch), difference "
-                     f"{diff:+.1f} = {diff / se if se > 0 else float('nan'):+.1f} standard errors")
+                     f"{diff:+.1f} = {diff / se:+.1f} standard errors")
     rate = lambda runs: statistics.mean(r["ess_e"] / r["cpu"] for r in runs)  # noqa: E731
     per_draw = lambda runs: statistics.mean(r["cpu"] / r["draws"] for r in runs)  # noqa: E731
     return (f"- Same law, `{name}` ({len(mh)} and {len(mix)} seeds; mh's first {mh[0]['short_draws']} post-burn-in "
@@ -382,7 +386,9 @@ def report(cases: list[dict], rows: list[str], shares: list[float], seconds: flo
               "mixmatch MH loop (the same model, start, free sites, energy and MLM proposal as mh, one thread; 2T+1 "
               "rows per proposal, both energies from scratch), traced as mhfast traces (E_raw, E_local, the same "
               "seeded projections), its ESS by the same ArviZ functions. max R-hat: the largest over every input "
-              "and summary.", "",
+              "and summary; where it is above 1.1 the chains have not mixed, and the ESS columns are ArviZ's "
+              "figure for those draws, not an effective sample size of the target (compare such rows by CPU per "
+              "draw, or as the same-law check below does, sampler against sampler).", "",
               "| case | sampler | draws | accept | ESS E_local | ESS proj | ESS E_local / s | ESS proj / s | "
               "ESS E_local / 1k rows | ESS proj / 1k rows | rows | CPU s | max R-hat |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
