@@ -199,7 +199,7 @@ def main() -> int:
                   "budget, mean over sentences:", "",
                   "| sampler | " + " | ".join(f"{b} rows" for b in budgets) + " | CPU s |",
                   "|---|" + "---|" * (len(budgets) + 1),
-                  f"| annealing | " + " | ".join(at_budget(ann, b) for b in budgets) + f" | {ann['cpu']:.0f} |",
+                  "| annealing | " + " | ".join(at_budget(ann, b) for b in budgets) + f" | {ann['cpu']:.0f} |",
                   f"| tempering={K} at {args.cmlm_temperature} | " + " | ".join(at_budget(pt, b) for b in budgets)
                   + f" | {pt['cpu']:.0f} |"]
     lines += ["", f"Machine: {machine()}; {time.time() - t0:.0f} s in all."]

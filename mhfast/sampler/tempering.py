@@ -104,6 +104,7 @@ class Tempered:
         self.settled = torch.zeros(B, dtype=torch.bool)  # the hot end no longer moves (ladder module doc)
         self._ends = ladder.tuning_ends(self.burn_in)
         self._counts_at_round: torch.Tensor | None = None
+        self._sample_counts: torch.Tensor | None = None  # the rung-0 rows' counts at the last epoch's end
         return self.inner.init(full)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
@@ -124,6 +125,8 @@ class Tempered:
             setattr(self, name, getattr(self, name)[kept])
         self._round = self._round[:, kept]
         self._counts_at_round = None if self._counts_at_round is None else self._counts_at_round[:, rows]
+        if self._sample_counts is not None:
+            self._sample_counts = self._sample_counts[:, (kept[:, None] * self.C + torch.arange(self.C)).flatten()]
         return self.inner.restrict(state, rows.to(keep.device))
 
     # --- what the driver and the result read ---
@@ -133,6 +136,19 @@ class Tempered:
         B = state.tokens.shape[0] // (self.K * self.C)
         rows = (torch.arange(B)[:, None] * (self.K * self.C) + torch.arange(self.C)).flatten()
         return select_chains(dataclasses.replace(state, cache=None), rows)
+
+    def sample_info(self, state: ChainState, info: StepInfo) -> StepInfo:
+        """The epoch's proposals, accepted and novel of the rung-0 rows only (from the per-row counts): what the
+        pooled ``acceptance_rate`` / ``novel_rate`` are of, like the per-chain counts (``info``: every replica's,
+        kept where no counts are kept)."""
+        if state.counts is None:
+            return info
+        B = state.tokens.shape[0] // (self.K * self.C)
+        now = state.counts.snapshot().view(3, B, self.K, self.C)[:, :, 0].reshape(3, B * self.C)
+        before = self._sample_counts if self._sample_counts is not None else torch.zeros_like(now)
+        self._sample_counts = now
+        proposals, accepted, novel = (now - before).sum(dim=1).tolist()
+        return StepInfo(proposals, accepted, novel, info.scored)
 
     def result_fields(self) -> dict[str, torch.Tensor]:
         """Per input (every input of the run): ``ladder`` f64[B, K] the final temperatures, ``swap_rate``

@@ -241,6 +241,22 @@ def test_the_tuned_ladder_equalises_the_swap_rates():
     assert 0.2 < mean < 0.95, rates  # a ladder that neither skips the barrier nor wastes rungs
 
 
+@pytest.mark.parametrize("until_rhat", [None, 1.03], ids=["fixed-epochs", "until-rhat"])
+def test_pooled_acceptance_rates_are_the_target_chains_like_the_per_chain_counts(until_rhat):
+    """The pooled per-epoch rates are rung 0's (the samples'), as the per-chain counts are; ``proposals`` counts
+    every replica (the cost). (Pooling every replica's counts, as before, fails the first assert: the hot
+    replicas accept more often than the target's.)"""
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=2.0)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p]])
+    r = mhfast.sample(model, init=init, chains=4, epochs=60, burn_in=6, seed=1, start="random", energy="local",
+                      tempering=[1.0, 4.0, 16.0], until_rhat=until_rhat, min_ess=40 if until_rhat else None)
+    proposals = r.chain_proposals.sum(dim=(1, 2))
+    assert torch.allclose(r.acceptance_rate, (r.chain_accepted.sum(dim=(1, 2)) / proposals).float())
+    assert torch.allclose(r.novel_rate, (r.chain_novel.sum(dim=(1, 2)) / proposals).float())
+    assert r.proposals > int(proposals.sum())  # ... while proposals counts the hot replicas' too
+
+
 # ---------------------------------------------------------------------------- options and errors
 @pytest.mark.parametrize("value,message", [
     ([2.0, 1.0], "strictly increasing"), ([1.0, 1.0], "strictly increasing"), ([1.0, -2.0], "> 0"),
