@@ -11,7 +11,7 @@ Cases (``--cases``):
   second of the call; the largest rank-normalized split R-hat over the summaries; the tempering counters.
 * ``antiberty-random``: the same from T random residues, all free (``--random-length``; 32 in the issue; a
   sweep of 4 chains forwards ~4,000 rows at T = 32, so short chains only).
-* ``two-mode``: the coupled two-mode tabular model of tests/sampler/test_tempering.py, chains started in both modes
+* ``two-mode``: the coupled two-mode tabular model of tests/exact_checks.py, chains started in both modes
   (cheap; shows the R-hat goal where plain MH provably does not cross).
 * ``cmlm``: the bundled De->En CMLM (``mhfast translate``'s model), the first test sentences, energy raw,
   5 chains: the lowest raw energy per token reached by the target chains (their traced E_raw) against the rows
