@@ -11,7 +11,7 @@ Cases (``--cases``):
   second of the call; the largest rank-normalized split R-hat over the summaries; the tempering counters.
 * ``antiberty-random``: the same from T random residues, all free (``--random-length``; 32 in the issue; a
   sweep of 4 chains forwards ~4,000 rows at T = 32, so short chains only).
-* ``two-mode``: the coupled two-mode tabular model of tests/sampler/test_tempering.py, chains started in both modes
+* ``two-mode``: the coupled two-mode tabular model of tests/exact_checks.py, chains started in both modes
   (cheap; shows the R-hat goal where plain MH provably does not cross).
 * ``cmlm``: the bundled De->En CMLM (``mhfast translate``'s model), the first test sentences, energy raw,
   5 chains: the lowest raw energy per token reached by the target chains (their traced E_raw) against the rows
@@ -199,7 +199,7 @@ def main() -> int:
                   "budget, mean over sentences:", "",
                   "| sampler | " + " | ".join(f"{b} rows" for b in budgets) + " | CPU s |",
                   "|---|" + "---|" * (len(budgets) + 1),
-                  f"| annealing | " + " | ".join(at_budget(ann, b) for b in budgets) + f" | {ann['cpu']:.0f} |",
+                  "| annealing | " + " | ".join(at_budget(ann, b) for b in budgets) + f" | {ann['cpu']:.0f} |",
                   f"| tempering={K} at {args.cmlm_temperature} | " + " | ".join(at_budget(pt, b) for b in budgets)
                   + f" | {pt['cpu']:.0f} |"]
     lines += ["", f"Machine: {machine()}; {time.time() - t0:.0f} s in all."]

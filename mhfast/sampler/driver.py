@@ -52,13 +52,16 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
     ``counters()`` (e.g. the model rows forwarded so far). ``after_epoch()`` runs after each epoch's
     steps, before anything reads the state (e.g. the model runner's deferred output check, which raises).
     A kernel with auxiliary chains (parallel tempering: :mod:`mhfast.sampler.tempering`) says which chains are the
-    samples with ``kernel.samples(state)``: only those are traced, recorded and returned.
+    samples with ``kernel.samples(state)``: only those are traced, recorded and returned, and
+    ``kernel.sample_info(state, info)`` gives the epoch's counts of those chains, of which the pooled acceptance
+    rates are (``Trace.proposals`` still counts every chain's proposals: the cost).
     ``monitor`` (:class:`mhfast.sampler.adaptive.RunMonitor`) watches every epoch's end: it records the
     traces and may let converged inputs leave the batch (then the trace and the result still see every
     chain, through ``monitor.view``), or end the run once every input has left.
     """
     trace = Trace()
     samples = getattr(kernel, "samples", None) or (lambda s: s)  # a kernel with auxiliary chains: the others
+    sample_info = getattr(kernel, "sample_info", None) or (lambda s, i: i)
     if monitor is not None:
         state = monitor.start(state)
     for epoch in schedule:
@@ -71,7 +74,9 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
         if after_epoch is not None:
             after_epoch()
         view = samples(state)
-        _append(trace, view if monitor is None else monitor.view(view), info, epoch, record, progress, counters)
+        trace.proposals += int(info.proposals)
+        _append(trace, view if monitor is None else monitor.view(view), sample_info(state, info), epoch, record,
+                progress, counters)
         if monitor is not None:
             state = monitor.after_epoch(kernel, state, epoch, view)
             if monitor.finished:
@@ -84,8 +89,8 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
 
 def _append(trace: Trace, state: ChainState, info: Any, epoch: Epoch, record: bool,
             progress: Callable[[int, dict], None] | None, counters: Callable[[], dict]) -> None:
-    """The epoch's statistics (of every chain of ``state``) into ``trace``, then ``progress``."""
-    trace.proposals += int(info.proposals)
+    """The epoch's statistics (of every chain of ``state``; ``info``: their proposals) into ``trace``, then
+    ``progress``."""
     proposals = max(int(info.proposals), 1)
     trace.e_raw.append(float(state.e_raw.mean()))
     trace.e_local.append(float(state.e_local.mean()))

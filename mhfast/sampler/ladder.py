@@ -8,13 +8,25 @@ A ladder is K inverse temperatures ``beta_0 > beta_1 > ... > beta_{K-1} > 0`` pe
   target to begin with), **tuned during burn-in** (:func:`retuned`) and fixed after it;
 * a list of K >= 2 temperatures, increasing, the first equal to ``target_temperature``: used as given (no tuning).
 
-Tuning (Syed, Bouchard-Cote, Deligiannidis & Doucet, JRSS-B 2022, section 5): the rejection rate r_k of swaps
-between rungs k and k+1 estimates the increment of the *communication barrier* Lambda over [beta_{k+1}, beta_k];
-interpolating the cumulative sums linearly in beta gives Lambda(beta), and the rungs are moved to equal steps of
-Lambda (equal rejection between all neighbours, the optimum of the non-reversible scheme). The hot end is
-measured: while the hottest replica's MH acceptance rate (of proposals that change its state) is below
-:data:`HOT_ACCEPT` and still rising by more than :data:`HOT_GAIN` with each doubling, its temperature is doubled
-(then the rungs are spread geometrically again, since the old rejection rates say nothing about the new range).
+Tuning (Syed, Bouchard-Cote, Deligiannidis & Doucet, JRSS-B 2022, section 5; Pigeons.jl) runs in *rounds* of
+doubling length during burn-in (:func:`tuning_ends`: rounds end after burn-in epochs 2, 4, 8, ... and the last
+round runs to the end of burn-in, so it is never shorter than the one before it). Each round's estimates come from
+that round's swaps only, made at that round's ladder:
+
+1. **The hot end first** (the first rounds, all but the last :data:`EQUALISING_ROUNDS`): while the hottest
+   replica's MH acceptance rate (of proposals that change its state) is below :data:`HOT_ACCEPT` and still rose
+   by more than :data:`HOT_GAIN` with the last doubling, its temperature doubles and the rungs are spread
+   geometrically over the new range (the old rejection rates say nothing about it). The first round in which
+   it does not double, having measured that rate from at least :data:`HOT_MIN_TESTS` tested proposals,
+   settles the hot end for good (:func:`heated` with ``settled``).
+2. **Then equalising rounds** (every round after the hot end settled, at least :data:`EQUALISING_ROUNDS`): the
+   rejection rate r_k of swaps between rungs k and k+1 estimates the increment of the *communication barrier*
+   Lambda over [beta_{k+1}, beta_k]; interpolating the cumulative sums linearly in beta gives Lambda(beta), and
+   the rungs move to equal steps of Lambda (:func:`retuned`; equal rejection between all neighbours, the
+   optimum of the non-reversible scheme). Repeated over rounds whose estimates grow more precise (each round
+   is twice as long), the ladder converges to equal steps.
+
+The ladder made from the last round's estimates is fixed after burn-in.
 
 Example:
     >>> [round(t, 9) for t in geometric(1.0, 8.0, 4).tolist()]           # temperatures
@@ -25,6 +37,8 @@ Example:
     >>> b = torch.tensor([[1.0, 0.5, 0.25]])
     >>> [round(x, 4) for x in retuned(b, torch.tensor([[0.9, 0.1]]))[0].tolist()]   # the cold pair rejected most:
     [1.0, 0.7222, 0.25]
+    >>> tuning_ends(300), heating_rounds(len(tuning_ends(300)))   # 5 rounds may move the hot end, then 3 equalise
+    ([2, 4, 8, 16, 32, 64, 128, 300], 5)
 """
 from __future__ import annotations
 
@@ -39,8 +53,14 @@ HOT_START = 8.0
 HOT_ACCEPT = 0.5
 #: ... or when doubling its temperature raised that share by less than this factor
 HOT_GAIN = 1.05
+#: a round decides about the hot end only from at least this many tested proposals at the hottest rung (fewer:
+#: the round neither doubles nor settles it; the first rounds are a few sweeps long)
+HOT_MIN_TESTS = 100
 #: the hot end is never taken above this multiple of the target temperature
 HOT_MAX = 2.0 ** 16
+#: the last rounds of burn-in only equalise (the hot end settled before them), at least this many where burn-in has
+#: more than this many rounds (and one where it has fewer)
+EQUALISING_ROUNDS = 3
 #: the floor of a measured rejection rate in the barrier's interpolation (keeps it strictly increasing)
 MIN_REJECTION = 1e-3
 
@@ -130,10 +150,36 @@ def barrier(rejection: torch.Tensor) -> torch.Tensor:
     return rejection.sum(dim=1)
 
 
-def heated(betas: torch.Tensor, hot_acceptance: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-    """Bool[B]: the inputs whose hot end doubles (module doc): their hottest replica's acceptance ``hot_acceptance``
-    f64[B] is below HOT_ACCEPT and (``previous``: the same before the last doubling, NaN: none) still rising, and
-    the hot end is below HOT_MAX times the target."""
+def tuning_ends(burn_in: int) -> list[int]:
+    """The burn-in epoch counts after which the ladder is retuned: 2, 4, 8, ... while the next power of two fits
+    in burn-in, then ``burn_in`` itself (so the last round is at least as long as the one before it)."""
+    ends, n = [], 2
+    while 2 * n <= burn_in:
+        ends.append(n)
+        n *= 2
+    return ends + [burn_in] if burn_in >= 1 else []
+
+
+def heating_rounds(rounds: int) -> int:
+    """How many of the first ``rounds`` tuning rounds may move the hot end (the rest only equalise; a lone round
+    equalises)."""
+    return max(rounds - EQUALISING_ROUNDS, min(rounds - 1, 1))
+
+
+def heated(betas: torch.Tensor, hot_acceptance: torch.Tensor, previous: torch.Tensor,
+           settled: torch.Tensor) -> torch.Tensor:
+    """Bool[B]: the inputs whose hot end doubles (module doc): not ``settled`` (Bool[B]: it stopped doubling in
+    an earlier round, or heating is over), their hottest replica's acceptance ``hot_acceptance`` f64[B] is below
+    HOT_ACCEPT and (``previous``: the same before the last doubling, NaN: none) still rising, and the hot end is
+    below HOT_MAX times the target."""
     rising = torch.isnan(previous) | (hot_acceptance > HOT_GAIN * previous)
     room = betas[:, 0] / betas[:, -1] * 2 <= HOT_MAX
-    return (hot_acceptance < HOT_ACCEPT) & rising & room
+    return ~settled & (hot_acceptance < HOT_ACCEPT) & rising & room
+
+
+def doubled(betas: torch.Tensor) -> torch.Tensor:
+    """f64[K]: a ladder ``betas`` f64[K] with its hot end's temperature doubled, the rungs geometric between
+    (rung 0 kept exactly)."""
+    out = 1 / geometric(1 / float(betas[0]), 2 / float(betas[-1]), betas.numel())
+    out[0] = betas[0]
+    return out

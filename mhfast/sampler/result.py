@@ -80,8 +80,8 @@ class SampleResult:
         ladder: f64[B, K] the temperatures of each input's ladder at the end (option ``tempering``; None without):
             rung 0 is the target, whose chains are the samples above; :mod:`mhfast.sampler.tempering`.
         swap_rate: f64[B, K-1] after burn-in, the share of accepted swaps between rungs k and k+1 (NaN: none
-            proposed). With tempering the pooled ``acceptance_rate``/``novel_rate``, ``proposals`` and
-            ``model_rows`` count every replica's moves; ``chain_*`` and ``position_*`` the target chains'.
+            proposed). With tempering ``proposals`` and ``model_rows`` count every replica's moves (the cost);
+            the pooled ``acceptance_rate``/``novel_rate``, ``chain_*`` and ``position_*`` the target chains'.
         round_trips: Long[B, C] after burn-in, per chain, how many times a replica's state went from the target
             rung to the hottest and back (how often the hot replicas' exploration reaches the samples).
         diagnostics: (property) per input, ArviZ's R-hat, bulk/tail ESS and MCSE of the mean of every traced

@@ -101,7 +101,10 @@ class Tempered:
         self.round_trips = torch.zeros(B, C, dtype=torch.long)
         self._round = torch.zeros(2, B, K - 1, dtype=torch.float64)  # this tuning round's (proposed, sum alpha)
         self._hot_prev = torch.full((B,), float("nan"), dtype=torch.float64)
+        self.settled = torch.zeros(B, dtype=torch.bool)  # the hot end no longer moves (ladder module doc)
+        self._ends = ladder.tuning_ends(self.burn_in)
         self._counts_at_round: torch.Tensor | None = None
+        self._sample_counts: torch.Tensor | None = None  # the rung-0 rows' counts at the last epoch's end
         return self.inner.init(full)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
@@ -118,10 +121,12 @@ class Tempered:
         kept = torch.unique(keep.cpu() // self.C)
         self._save_ladder()
         rows = (kept[:, None] * (self.K * self.C) + torch.arange(self.K * self.C)).flatten()
-        for name in ("inputs", "betas", "label", "last_end", "_hot_prev"):
+        for name in ("inputs", "betas", "label", "last_end", "_hot_prev", "settled"):
             setattr(self, name, getattr(self, name)[kept])
         self._round = self._round[:, kept]
         self._counts_at_round = None if self._counts_at_round is None else self._counts_at_round[:, rows]
+        if self._sample_counts is not None:
+            self._sample_counts = self._sample_counts[:, (kept[:, None] * self.C + torch.arange(self.C)).flatten()]
         return self.inner.restrict(state, rows.to(keep.device))
 
     # --- what the driver and the result read ---
@@ -131,6 +136,19 @@ class Tempered:
         B = state.tokens.shape[0] // (self.K * self.C)
         rows = (torch.arange(B)[:, None] * (self.K * self.C) + torch.arange(self.C)).flatten()
         return select_chains(dataclasses.replace(state, cache=None), rows)
+
+    def sample_info(self, state: ChainState, info: StepInfo) -> StepInfo:
+        """The epoch's proposals, accepted and novel of the rung-0 rows only (from the per-row counts): what the
+        pooled ``acceptance_rate`` / ``novel_rate`` are of, like the per-chain counts (``info``: every replica's,
+        kept where no counts are kept)."""
+        if state.counts is None:
+            return info
+        B = state.tokens.shape[0] // (self.K * self.C)
+        now = state.counts.snapshot().view(3, B, self.K, self.C)[:, :, 0].reshape(3, B * self.C)
+        before = self._sample_counts if self._sample_counts is not None else torch.zeros_like(now)
+        self._sample_counts = now
+        proposals, accepted, novel = (now - before).sum(dim=1).tolist()
+        return StepInfo(proposals, accepted, novel, info.scored)
 
     def result_fields(self) -> dict[str, torch.Tensor]:
         """Per input (every input of the run): ``ladder`` f64[B, K] the final temperatures, ``swap_rate``
@@ -180,8 +198,8 @@ class Tempered:
         perm[lo[accepted]], perm[hi[accepted]] = hi[accepted], lo[accepted]
         state = _permuted(state, perm)
         self._follow(perm, epoch)
-        if self.tuned and not epoch.post_burn_in and self._tuning_round(epoch.index):
-            self._retune(state)
+        if self.tuned and not epoch.post_burn_in and epoch.index + 1 in self._ends:
+            self._retune(state, self._ends.index(epoch.index + 1))
         return state
 
     def _count(self, epoch: Epoch, ks: torch.Tensor, log_alpha: torch.Tensor, accepted: torch.Tensor) -> None:
@@ -207,30 +225,27 @@ class Tempered:
             new = torch.where(last == 0, 1, last) if end == 1 else torch.zeros_like(last)
             self.last_end.scatter_(1, reps, new)
 
-    def _tuning_round(self, index: int) -> bool:
-        """Tune after burn-in epochs 2, 4, 8, ... and after the last one (rounds of doubling length)."""
-        n = index + 1
-        return n == self.burn_in or (n >= 2 and n & (n - 1) == 0)
-
-    def _retune(self, state: ChainState) -> None:
-        """Move the rungs to equal barrier steps (or double the hot end while the hottest replica does not mix)."""
+    def _retune(self, state: ChainState, round_index: int) -> None:
+        """The end of a tuning round (ladder module doc): the hot end doubles where it has not settled and the
+        hottest replica does not mix yet (then the rungs are geometric again); elsewhere the rungs move to equal
+        barrier steps, estimated from this round's swaps at this round's ladder."""
         proposed, alpha = self._round
         rejection = torch.where(proposed > 0, 1 - alpha / proposed.clamp(min=1), torch.full_like(alpha, float("nan")))
         hot = self._hot_acceptance(state)
-        heat = ladder.heated(self.betas, hot, self._hot_prev)
+        if round_index >= ladder.heating_rounds(len(self._ends)):
+            self.settled[:] = True
+        heat = ladder.heated(self.betas, hot, self._hot_prev, self.settled)
+        self.settled |= ~heat & ~torch.isnan(hot)  # the first measured round without a doubling: settled for good
         new = ladder.retuned(self.betas, rejection)
-        if bool(heat.any()):
-            for b in heat.nonzero().flatten().tolist():
-                t0, hot_t = 1 / float(self.betas[b, 0]), 2 / float(self.betas[b, -1])
-                new[b] = 1 / ladder.geometric(t0, hot_t, self.K)
-                new[b, 0] = self.betas[b, 0]
-        self._hot_prev = torch.where(heat, hot, torch.full_like(hot, float("nan")))
+        for b in heat.nonzero().flatten().tolist():
+            new[b] = ladder.doubled(self.betas[b])
+        self._hot_prev = torch.where(heat, hot, self._hot_prev)
         self.betas = new
         self._round.zero_()
 
     def _hot_acceptance(self, state: ChainState) -> torch.Tensor:
         """f64[B]: this round's share of accepted proposals among those that changed the state, pooled over the
-        rows at the hottest rung of each input (from the per-row counts)."""
+        rows at the hottest rung of each input (from the per-row counts); NaN under ladder.HOT_MIN_TESTS of them."""
         B, K, C = self.betas.shape[0], self.K, self.C
         if state.counts is None:
             return torch.full((B,), float("nan"), dtype=torch.float64)
@@ -239,7 +254,8 @@ class Tempered:
         self._counts_at_round = now
         proposals, accepted, novel = (now - before).view(3, B, K, C)[:, :, K - 1].sum(dim=2)
         tested = proposals - (accepted - novel)
-        return torch.where(tested > 0, novel / tested.clamp(min=1), torch.full_like(tested, float("nan")))
+        return torch.where(tested >= ladder.HOT_MIN_TESTS, novel / tested.clamp(min=1),
+                           torch.full_like(tested, float("nan")))
 
     def _save_ladder(self) -> None:
         """The current ladders into the per-input record of every input of the run."""

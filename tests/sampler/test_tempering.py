@@ -199,11 +199,62 @@ def test_the_ladder_is_tuned_in_burn_in_and_fixed_after_it():
 
 
 def test_the_hot_end_doubles_while_the_hottest_replica_does_not_mix():
-    betas = torch.tensor([[1.0, 0.5, 0.125], [1.0, 0.5, 0.125], [1.0, 0.5, 0.125]], dtype=torch.float64)
+    betas = torch.tensor([[1.0, 0.5, 0.125]] * 4, dtype=torch.float64)
     nan = float("nan")
-    heat = ladder.heated(betas, torch.tensor([0.1, 0.9, 0.2], dtype=torch.float64),
-                         torch.tensor([nan, nan, 0.195], dtype=torch.float64))
-    assert heat.tolist() == [True, False, False]  # low and rising; mixes; no longer rising
+    heat = ladder.heated(betas, torch.tensor([0.1, 0.9, 0.2, 0.1], dtype=torch.float64),
+                         torch.tensor([nan, nan, 0.195, nan], dtype=torch.float64),
+                         torch.tensor([False, False, False, True]))
+    assert heat.tolist() == [True, False, False, False]  # low and rising; mixes; no longer rising; settled before
+    assert [round(1 / b, 6) for b in ladder.doubled(betas[0]).tolist()] == [1.0, 4.0, 16.0]
+
+
+def test_tuning_rounds_double_in_length_and_the_last_ones_only_equalise():
+    assert ladder.tuning_ends(8) == [2, 4, 8] and ladder.tuning_ends(300) == [2, 4, 8, 16, 32, 64, 128, 300]
+    assert ladder.tuning_ends(1) == [1] and ladder.tuning_ends(0) == []
+    ends = ladder.tuning_ends(300)
+    assert all(b - a >= a - p for p, a, b in zip([0] + ends, ends, ends[1:]))  # no round shorter than the last
+    assert [ladder.heating_rounds(n) for n in (1, 2, 3, 4, 5, 8)] == [0, 1, 1, 1, 2, 5]
+
+
+def test_the_tuned_ladder_equalises_the_swap_rates():
+    """Syed et al.'s tuning aims at equal swap rejection between all neighbours. On a peaked random tabular
+    model (4 tokens, T = 4) with 64 chains and 256 burn-in sweeps, the post-burn-in swap rates of the 4 rungs'
+    3 pairs must agree within what their counts allow: the final ladder equalises the last tuning round's
+    estimates (n_r = C * L / 2 swaps per pair, L its length), and the rates are measured from n_k swaps after
+    burn-in, so two rates differ by about sd * sqrt(2 / n_r + 1 / n_j + 1 / n_k) (sd of one swap's outcome);
+    allowed: 4 of those. The code before this test (the hot end doubling again after the last equalisation,
+    which reset the rungs to geometric) gave [0.567, 0.470, 0.593]: 0.123 apart against a bound of 0.054."""
+    model = TabularMLM.random(num_tokens=4, length=4, seed=11, scale=2.0)
+    C, burn_in, after = 64, 256, 256
+    r = mhfast.sample(model, 4, chains=C, epochs=burn_in + after, burn_in=burn_in, seed=0, energy="local",
+                      tempering=4)
+    rates = r.swap_rate[0]
+    ends = ladder.tuning_ends(burn_in)
+    n_r = C * (ends[-1] - ends[-2]) / 2
+    n = [C * sum(1 for e in range(burn_in, burn_in + after) if e % 2 == k % 2) for k in range(3)]
+    mean = float(rates.mean())
+    sd = math.sqrt(mean * (1 - mean))
+    for j in range(3):
+        for k in range(j + 1, 3):
+            bound = 4 * sd * math.sqrt(2 / n_r + 1 / n[j] + 1 / n[k])
+            assert abs(float(rates[j] - rates[k])) < bound, (rates.tolist(), j, k, bound)
+    assert 0.2 < mean < 0.95, rates  # a ladder that neither skips the barrier nor wastes rungs
+
+
+@pytest.mark.parametrize("until_rhat", [None, 1.03], ids=["fixed-epochs", "until-rhat"])
+def test_pooled_acceptance_rates_are_the_target_chains_like_the_per_chain_counts(until_rhat):
+    """The pooled per-epoch rates are rung 0's (the samples'), as the per-chain counts are; ``proposals`` counts
+    every replica (the cost). (Pooling every replica's counts, as before, fails the first assert: the hot
+    replicas accept more often than the target's.)"""
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=2.0)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p]])
+    r = mhfast.sample(model, init=init, chains=4, epochs=60, burn_in=6, seed=1, start="random", energy="local",
+                      tempering=[1.0, 4.0, 16.0], until_rhat=until_rhat, min_ess=40 if until_rhat else None)
+    proposals = r.chain_proposals.sum(dim=(1, 2))
+    assert torch.allclose(r.acceptance_rate, (r.chain_accepted.sum(dim=(1, 2)) / proposals).float())
+    assert torch.allclose(r.novel_rate, (r.chain_novel.sum(dim=(1, 2)) / proposals).float())
+    assert r.proposals > int(proposals.sum())  # ... while proposals counts the hot replicas' too
 
 
 # ---------------------------------------------------------------------------- options and errors
