@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"Sapiens heavy chain on {args.device}: masked logits vs CPU max |diff| {diff:.2e} "
              f"({'ok' if diff <= args.tolerance else 'FAILED'}, tolerance {args.tolerance:g}); fast and full forwards: "
              f"{'the same chains' if same else 'DIFFERENT chains (FAILED)'}.", "",
-             f"| T | chains | dtype | proposals/s | model rows/s | rows / proposal | acceptance |", "|---|---|---|---|---|---|---|"]
+             "| T | chains | dtype | proposals/s | model rows/s | rows / proposal | acceptance |", "|---|---|---|---|---|---|---|"]
     for c in chains:
         for dtype in ([None] if args.quick else [None, torch.bfloat16]):
             r, seconds, rows = timed_epoch(lm, init, c, dtype)

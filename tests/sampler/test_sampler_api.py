@@ -195,8 +195,8 @@ def test_gibbs_and_block_rows(device):
     # block-MH with row hooks: 1 row per chain and step + T_e rows per changed chain
     rows, stats = [], []
     model = model4(row_hooks=True)
-    r = sample(device, model, T, chains=chains, epochs=3, burn_in=0, sampler="block-mh", block_schedule=2,
-               progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
+    sample(device, model, T, chains=chains, epochs=3, burn_in=0, sampler="block-mh", block_schedule=2,
+           progress=lambda e, s: (rows.append(s["model_rows"]), stats.append(s)))
     previous = 1 + chains * T
     for now, s in zip(rows, stats):
         proposals = chains * (T // 2)

@@ -87,7 +87,7 @@ def test_sharded_sample_over_ranks_equals_one_process(tmp_path, ranks):
              for r in range(ranks)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
-    assert f"rows per rank" in outs[0][0]
+    assert "rows per rank" in outs[0][0]
     got = torch.load(out_file)
     model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
     m, p = model.mask_id, model.pad_id
