@@ -315,8 +315,8 @@ def _delayed(v: Any) -> Any:
         k = v[len("window:"):]
         if k.isdigit() and int(k) <= MAX_WINDOW:
             return f"window:{int(k)}"
-    raise OptionError(f"must be None, 'auto', 'window:K' with K an int >= 0, or a callable surrogate(tokens, pos), "
-                      f"got {v!r}")
+    raise OptionError(f"must be None, 'auto', 'window:K' with K an int >= 0, or (API only) a callable "
+                      f"surrogate(tokens, pos), got {v!r}")
 
 
 def resolved_window(cfg: Any, num_energy: int) -> int | None:
@@ -625,9 +625,10 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
     if values["capture"] != "none":
         raise OptionError(f"{shown} needs {name_of('capture')} none (the static step forwards every row), got "
                           f"{values['capture']}")
-    if callable(values["delayed"]) and values["sampler"] != "mh":
-        raise OptionError(f"{name_of('delayed')} as a callable surrogate needs {name_of('sampler')} mh (its "
-                          f"E~(tokens, pos) is of one proposed position), got {values['sampler']}")
+    if callable(values["delayed"]) and not KERNELS[values["sampler"]].capabilities.user_surrogate:
+        raise OptionError(f"{name_of('delayed')} as a callable surrogate needs {name_of('sampler')} "
+                          f"{_kernels_that('user_surrogate')} (its E~(tokens, pos) is of one proposed position), "
+                          f"got {values['sampler']}")
 
 
 #: What an always-accepting sampler (gibbs, block-gibbs) ignores: all of these act on the MH acceptance test.

@@ -214,3 +214,18 @@ def test_block_mh_and_bad_model_energy_are_clear_errors():
     assert "delayed" in str(err.value) and "sampler" in str(err.value) and "block-mh" in str(err.value)
     with pytest.raises(ValueError, match="energy must be 'raw' or 'local'"):
         model_energy(model, "pll")
+
+
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_memo_gives_the_same_chains_with_fewer_rows(energy):
+    """The memo supplies numbers only (a hit forwards no rows; a miss rejected at stage 1 stores nothing; a miss a
+    same-step hit reads forwards all its rows): with a surrogate whose rows do not depend on their batch, the
+    chains with the memo on are those with it off, bit for bit, with fewer rows."""
+    model = TabularMLM.random(num_tokens=3, length=5, seed=3, scale=0.8)
+    kw = dict(chains=64, epochs=6, burn_in=0, seed=4, energy=energy, delayed=RandomSurrogate(5, model.vocab_size, 1),
+              extra_energy=[_term])
+    off, on = mhfast.sample(model, 5, memo=0, **kw), mhfast.sample(model, 5, memo="auto", **kw)
+    assert torch.equal(off.tokens, on.tokens) and torch.equal(off.energy, on.energy)
+    assert (off.delayed_tested, off.delayed_passed, off.delayed_accepted) == (
+        on.delayed_tested, on.delayed_passed, on.delayed_accepted)
+    assert on.memo_hits > 0 and on.model_rows < off.model_rows

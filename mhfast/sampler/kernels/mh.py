@@ -45,7 +45,7 @@ class SingleSiteMH:
     """``init`` scores the start and builds the per-position cache; ``step`` is one position per chain."""
 
     name = "mh"
-    capabilities = Capabilities(capture=True, memo=True, delayed=True)
+    capabilities = Capabilities(capture=True, memo=True, delayed=True, user_surrogate=True)
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
