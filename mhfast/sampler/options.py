@@ -305,16 +305,18 @@ AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
 
 
-@_described("`None`, `auto`, or `window:K` (K an int >= 0)")
+@_described("`None`, `auto`, `window:K` (K an int >= 0), or (API only) a callable surrogate")
 def _delayed(v: Any) -> Any:
-    """None, ``"auto"`` or ``"window:K"`` (delayed acceptance with the K nearest positions on each side)."""
-    if v is None or v == "auto":
+    """None, ``"auto"``, ``"window:K"`` (delayed acceptance with the K nearest positions on each side) or a user's
+    surrogate ``E~(tokens, pos)`` (:mod:`mhfast.sampler.moves.user_surrogate`; only the API can pass one)."""
+    if v is None or v == "auto" or (callable(v) and not isinstance(v, str)):
         return v
     if isinstance(v, str) and v.startswith("window:"):
         k = v[len("window:"):]
         if k.isdigit() and int(k) <= MAX_WINDOW:
             return f"window:{int(k)}"
-    raise OptionError(f"must be None, 'auto' or 'window:K' with K an int >= 0, got {v!r}")
+    raise OptionError(f"must be None, 'auto', 'window:K' with K an int >= 0, or (API only) a callable "
+                      f"surrogate(tokens, pos), got {v!r}")
 
 
 def resolved_window(cfg: Any, num_energy: int) -> int | None:
@@ -336,6 +338,8 @@ def resolved_window(cfg: Any, num_energy: int) -> int | None:
     """
     if cfg.delayed is None:
         return None
+    if callable(cfg.delayed):  # a user's surrogate replaces the window: stage 1 forwards no rows
+        return 0
     if cfg.delayed != "auto":
         return int(cfg.delayed[len("window:"):])
     return None if num_energy - 1 <= 2 * AUTO_WINDOW + AUTO_MIN_SAVED else AUTO_WINDOW
@@ -499,7 +503,9 @@ SPEC: tuple[Option, ...] = (
            "nearest the proposed one on each side (their rows of X'; the rest taken as unchanged), and only the "
            "survivors forward their other rows for a second test that corrects to the exact target (the same "
            "target, a lower acceptance, fewer rows per proposal). window:K = that window; auto = window:2 where an "
-           "input has more than 2*2+4 energy rows per proposal, else off; None = off. Samplers mh and block-mh "
+           "input has more than 2*2+4 energy rows per proposal, else off; None = off; API only: a callable "
+           "surrogate(tokens, pos) -> E~ of each row at its proposed position (mhfast.surrogates.model_energy: a "
+           "smaller model's energy; stage 1 then forwards no rows; sampler mh). Samplers mh and block-mh "
            "(there the window is the positions within K of any position of the block), capture none; the memo "
            "composes with it (a remembered X' needs no rows in either stage)", "-", "str", metavar="SURROGATE"),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
@@ -619,6 +625,10 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
     if values["capture"] != "none":
         raise OptionError(f"{shown} needs {name_of('capture')} none (the static step forwards every row), got "
                           f"{values['capture']}")
+    if callable(values["delayed"]) and not KERNELS[values["sampler"]].capabilities.user_surrogate:
+        raise OptionError(f"{name_of('delayed')} as a callable surrogate needs {name_of('sampler')} "
+                          f"{_kernels_that('user_surrogate')} (its E~(tokens, pos) is of one proposed position), "
+                          f"got {values['sampler']}")
 
 
 #: What an always-accepting sampler (gibbs, block-gibbs) ignores: all of these act on the MH acceptance test.

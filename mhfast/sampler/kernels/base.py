@@ -60,6 +60,9 @@ class Capabilities:
     memo: bool = False
     #: its dynamic step has delayed acceptance (option delayed; :mod:`mhfast.sampler.moves.delayed`)
     delayed: bool = False
+    #: its delayed step takes a user's surrogate E~(tokens, pos) (option delayed=<callable>;
+    #: :mod:`mhfast.sampler.moves.user_surrogate`): one proposed position per move
+    user_surrogate: bool = False
 
     def memo_acts(self, capture: str, extra_terms: bool, delayed: bool = False) -> bool:
         """Whether the proposal memo acts in a run with option ``capture``, (``extra_terms``) extra energy terms

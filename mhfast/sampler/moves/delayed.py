@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -49,6 +49,7 @@ from .changed import changed_chains
 from .site_commit import commit, refresh_rows, with_extra
 from .site_score import extra_terms, model_terms
 from .site_types import ExtraTerms, TestedSites
+from .user_surrogate import surrogate_delta
 
 
 @dataclass
@@ -56,6 +57,9 @@ class DelayedAcceptance:
     """The run's delayed acceptance: its window half-width and its counters (SampleResult's ``delayed_*``)."""
 
     window: int  #: K: the surrogate forwards the energy positions within K of the proposed one
+    #: a user's surrogate ``E~(tokens Long[n, T], pos Long[n]) -> f32[n]`` (option ``delayed=<callable>``): it
+    #: replaces the window (``window`` is then 0: stage 1 forwards no rows; :mod:`.user_surrogate`)
+    surrogate: Callable[..., Any] | None = None
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
@@ -175,30 +179,42 @@ def _with_extra(target: torch.Tensor, extra: ExtraTerms | None, part: slice) -> 
     return target if extra is None else target + extra.weighted[part]
 
 
-def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any, extra: ExtraTerms | None, *,
-                beta: Any, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> torch.Tensor:
+    """A user surrogate's energy of X' as stage 1 reads it: the model energy of X plus the user's dE~ (so that
+    E(X) - E~(X') = -dE~, the window's form)."""
+    return (state.e_raw if state.energy == "raw" else state.e_local).index_select(0, ch) + user
+
+
+def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
+                extra: ExtraTerms | None, user: torch.Tensor | None, *, beta: Any, epoch: int, step: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1 of the memo's hits (the last ``tested.picked.hits``) from their remembered full terms, read once
     this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``."""
     m = tested.picked.misses
     p = SiteProposal(*(v[m:] for v in tested.proposal))
     raw, local = memo.terms(tested.picked.index[m:])
     near = window.near[m:]
-    surrogate = _energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
-                        torch.where(near, local, state.local_terms.index_select(0, p.ch)))
+    if user is not None:
+        surrogate = _user_energy(state, p.ch, user[m:])
+    else:
+        surrogate = _energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
+                            torch.where(near, local, state.local_terms.index_select(0, p.ch)))
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
                          epoch=epoch, step=step)
     return surrogate, passed, raw, local
 
 
 def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
-           extra: ExtraTerms | None, *, beta: Any, epoch: int, step: int) -> Screened:
+           extra: ExtraTerms | None, user: torch.Tensor | None = None, *, beta: Any, epoch: int, step: int
+           ) -> Screened:
     """Stage 1 of every tested proposal, with the memo supplying numbers only: the misses forward their window,
     the survivors (and the misses a hit of this step reads) their other rows, whose full terms are stored; then
-    the hits are screened from their remembered terms. One host read (two with hits)."""
+    the hits are screened from their remembered terms. One host read (two with hits). ``user``: f32[n] a user
+    surrogate's dE~ of every tested proposal (the window is then 0: no rows in stage 1)."""
     picked, p = tested.picked, tested.proposal
     m, h = picked.misses, picked.hits
     raw, local, window_rows = window_terms(ctx, state, tested, window)
-    surrogate = _energy(state, raw, local)
+    surrogate = _energy(state, raw, local) if user is None else _user_energy(state, p.ch[:m], user[:m])
     passed = (first_stage(ctx, state, _head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
                           epoch=epoch, step=step) if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
     needed = memo.read_by_hits(picked) if h else None  # misses whose entry a hit of this same step reads
@@ -210,8 +226,8 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
         raw, local = raw.index_copy(0, fwd, raw_f), local.index_copy(0, fwd, local_f)
     if h == 0:  # no hits: the survivors are the forwarded misses (no second host read)
         return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows)
-    sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, beta=beta, epoch=epoch,
-                                                  step=step)
+    sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, user, beta=beta,
+                                                  epoch=epoch, step=step)
     passed = torch.cat([passed, passed_h])
     survivors, survivors_host = changed_chains(passed)
     return Screened(torch.cat([surrogate, sur_h]), torch.cat([raw, raw_h]), torch.cat([local, local_h]), passed,
@@ -305,7 +321,11 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     extra = None
     if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
         extra = extra_terms(ctx, state, tested.proposal.ch, proposed_sequences(state, tested.proposal))
-    sc = screen(ctx, state, tested, window, memo, extra, beta=beta, epoch=epoch, step=step)
+    user = None
+    if da.surrogate is not None:  # a user's surrogate: its dE~ of every tested proposal, checked
+        user = surrogate_delta(da.surrogate, state.tokens.index_select(0, tested.proposal.ch),
+                               proposed_sequences(state, tested.proposal), tested.proposal.pos)
+    sc = screen(ctx, state, tested, window, memo, extra, user, beta=beta, epoch=epoch, step=step)
     accepted = torch.zeros_like(sc.passed)
     if sc.survivors_host.shape[0]:
         new, taken = second_stage(ctx, state, tested, sc, extra, beta=beta, epoch=epoch, step=step)

@@ -1,0 +1,74 @@
+"""Ready-made surrogates for delayed acceptance (option ``delayed=<callable>`` of :func:`mhfast.sample`).
+
+A surrogate is a fixed function ``E~(tokens Long[n, T], pos Long[n]) -> f32[n]`` of a sequence and its proposed
+position (:mod:`mhfast.sampler.moves.user_surrogate`; docs/delayed.md, "Your own surrogate"). Stage 1 of each
+proposal tests ``E~(X', i) - E~(X, i)`` instead of forwarding rows of the sampled model, and only the survivors
+pay the exact ``T_e - 1`` rows; the chain still targets the exact distribution of the sampled model.
+
+:func:`model_energy` makes one of a smaller model with the same vocabulary (a shallower MLM, a distilled one).
+
+Example:
+    >>> import mhfast
+    >>> from mhfast.models.tabular import TabularMLM
+    >>> big, small = TabularMLM.random(3, 6, seed=0), TabularMLM.random(3, 6, seed=1)
+    >>> r = mhfast.sample(big, 6, chains=2, epochs=3, burn_in=0, delayed=model_energy(small))
+    >>> r.delayed_passed <= r.delayed_tested
+    True
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+ENERGIES = ("raw", "local")
+
+
+class ModelEnergy:
+    """The surrogate ``E~(X, i) = E_small(X)``: a model's whole pseudo-log-likelihood energy of the sequence (the
+    same for every position i: a fixed function, as the kernel needs). Made by :func:`model_energy`.
+
+    Cost per step: ``2 n`` sequences scored by the small model (X and X' of each of the ``n`` tested proposals),
+    ``T_e`` masked rows each: ``2 T_e`` small-model rows per proposal in place of the sampled model's ``T_e - 1``
+    for those stage 1 rejects (the small model must be more than about twice cheaper per row to save time; its
+    energy of X is not cached). Unmeasured on real models.
+    """
+
+    def __init__(self, model: Any, energy: str = "local", max_tokens_per_batch: int | None = None,
+                 backend: str = "compiled"):
+        if energy not in ENERGIES:
+            raise ValueError(f"mhfast.surrogates.model_energy: energy must be 'raw' or 'local', got {energy!r}")
+        if callable(getattr(model, "predict_lengths", None)):
+            raise ValueError("mhfast.surrogates.model_energy: model is conditional (a CMLM needs a source per "
+                             "sequence); pass an unconditional MLM")
+        self.model, self.energy = model, energy
+        self.max_tokens_per_batch, self.backend = max_tokens_per_batch, backend
+
+    def __call__(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """f32[n]: the small model's energy of each row of ``tokens`` (``pos`` is not used: see the class)."""
+        from .scoring import energy  # (at call time: mhfast.scoring imports the sampler's options)
+        e = energy(self.model, tokens, energy=self.energy, max_tokens_per_batch=self.max_tokens_per_batch,
+                   backend=self.backend)
+        return (e.e_raw if self.energy == "raw" else e.e_local).to(tokens.device)
+
+    def __repr__(self) -> str:
+        return f"model_energy({type(self.model).__name__}, energy={self.energy!r})"
+
+
+def model_energy(model: Any, energy: str = "local", *, max_tokens_per_batch: int | None = None,
+                 backend: str = "compiled") -> ModelEnergy:
+    """A surrogate for ``mhfast.sample(..., delayed=...)`` from a smaller model with the same vocabulary (the same
+    token ids, pad, mask and special tokens as the sampled model): its raw or local energy of the whole sequence.
+
+    Args:
+        model: an mhfast model adapter (anything :func:`mhfast.energy` accepts), unconditional.
+        energy: "local" (the pseudo-log-likelihood, default) or "raw"; independent of the sampled run's energy.
+        max_tokens_per_batch, backend: as :func:`mhfast.energy`.
+
+    Example:
+        >>> from mhfast.models.tabular import TabularMLM
+        >>> s = model_energy(TabularMLM.random(3, 4, seed=1))
+        >>> s(torch.tensor([[0, 1, 2, 0]]), torch.tensor([2])).shape
+        torch.Size([1])
+    """
+    return ModelEnergy(model, energy, max_tokens_per_batch, backend)
