@@ -40,7 +40,7 @@ from ..schedules import BlockStep
 from ..state import ChainState
 from ..step import StepContext, StepInfo
 from .accept import accept
-from .block_delayed import BlockProposals, block_delayed_accept
+from .block_delayed import BlockProposals, block_delayed_accept, forward_terms
 from .changed import changed_chains
 from .delayed import DelayedAcceptance
 
@@ -164,27 +164,12 @@ def _score_proposals(ctx: StepContext, state: ChainState, ch: torch.Tensor, ch_h
     The first ``len(known_logits)`` chains make single-site moves: their term at ``positions[:, 0]``
     comes from the cached row; every other energy position of X' is one forwarded masked row.
     """
-    runner, be = ctx.runner, ctx.backend
     nk = known_logits.shape[0]
-    known, p_known, w_known = torch.arange(nk, device=ch.device), positions[:nk, 0], proposed[:nk, 0]
+    p_known, w_known = positions[:nk, 0], proposed[:nk, 0]
     need = state.energy_mask.index_select(0, ch)
-    need[known, p_known] = False
+    need[torch.arange(nk, device=ch.device), p_known] = False
     num_rows = int(state.num_energy_host.index_select(0, ch_host).sum()) - nk  # host counts: no sync
-    raw_new = state.raw_terms.index_select(0, ch)
-    local_new = state.local_terms.index_select(0, ch)
-    seq = q = outputs = None
-    if num_rows:
-        seq, q = torch.nonzero_static(need, size=num_rows).unbind(1)
-        rows = be.masked_copies(x_new, seq, q, runner.mask_id)
-        ci = state.ctx_of(ch.index_select(0, seq)) if state.ctx_index is not None else None
-        r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=state.cache is not None)
-        raw_new[seq, q] = r
-        local_new[seq, q] = l
-    if nk:  # single-site moves: the cached row read at the proposed token
-        r_i, l_i = runner.terms_from_logits(be, known_logits, w_known)
-        raw_new[known, p_known] = r_i
-        local_new[known, p_known] = l_i
-    return raw_new, local_new, (seq, q, outputs)
+    return forward_terms(ctx, state, ch, x_new, need, num_rows, p_known, w_known, known_logits)
 
 
 def _x_new(state: ChainState, ch: torch.Tensor, positions: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:

@@ -72,12 +72,14 @@ def block_window(state: ChainState, positions: torch.Tensor, k: int) -> torch.Te
     return near.any(1)
 
 
-def block_terms(ctx: StepContext, state: ChainState, p: BlockProposals, sel: torch.Tensor, need: torch.Tensor,
-                num_rows: int, known: int) -> BlockTerms:
-    """The terms of X' for the proposals ``sel`` (the first ``known`` of them one-position blocks whose own term
-    is read from the cached row), forwarding the rows of ``need`` (Bool[len(sel), T]; ``num_rows`` of them)."""
+def forward_terms(ctx: StepContext, state: ChainState, ch: torch.Tensor, x_new: torch.Tensor, need: torch.Tensor,
+                  num_rows: int, known_pos: torch.Tensor, known_tokens: torch.Tensor, known_logits: torch.Tensor
+                  ) -> BlockTerms:
+    """The terms of the sequences ``x_new`` (Long[n, T], of the chains ``ch``): the rows of ``need`` (Bool[n, T];
+    ``num_rows`` of them) forwarded, the state's terms elsewhere; the first ``len(known_logits)`` of them
+    one-position blocks whose own term (at ``known_pos``, token ``known_tokens``) is read from the cached row.
+    The one scorer of block proposals: plain block MH and both stages of its delayed acceptance."""
     runner, be = ctx.runner, ctx.backend
-    ch, x_new = p.ch.index_select(0, sel), p.x_new.index_select(0, sel)
     raw = state.raw_terms.index_select(0, ch)
     local = state.local_terms.index_select(0, ch)
     seq = q = outputs = None
@@ -88,14 +90,23 @@ def block_terms(ctx: StepContext, state: ChainState, p: BlockProposals, sel: tor
         r, l, outputs = runner.score_rows(be, rows, q, x_new[seq, q], ci, keep_outputs=state.cache is not None)
         raw[seq, q] = r
         local[seq, q] = l
-    if known:  # one-position blocks: the cached row read at the proposed token (their first slot)
-        at = torch.arange(known, device=ch.device)
-        pos, w = p.positions.index_select(0, sel)[:known, 0], p.proposed.index_select(0, sel)[:known, 0]
-        logits = p.known_logits.index_select(0, sel[:known])
-        r_i, l_i = runner.terms_from_logits(be, logits, w)
-        raw[at, pos] = r_i
-        local[at, pos] = l_i
+    nk = known_logits.shape[0]
+    if nk:  # one-position blocks: the cached row read at the proposed token
+        at = torch.arange(nk, device=ch.device)
+        r_i, l_i = runner.terms_from_logits(be, known_logits, known_tokens)
+        raw[at, known_pos] = r_i
+        local[at, known_pos] = l_i
     return BlockTerms(raw, local, (seq, q, outputs))
+
+
+def block_terms(ctx: StepContext, state: ChainState, p: BlockProposals, sel: torch.Tensor, need: torch.Tensor,
+                num_rows: int, known: int) -> BlockTerms:
+    """The terms of X' for the proposals ``sel`` (the first ``known`` of them one-position blocks whose own term
+    is read from the cached row), forwarding the rows of ``need`` (Bool[len(sel), T]; ``num_rows`` of them)."""
+    first = sel[:known]
+    return forward_terms(ctx, state, p.ch.index_select(0, sel), p.x_new.index_select(0, sel), need, num_rows,
+                         p.positions.index_select(0, first)[:, 0], p.proposed.index_select(0, first)[:, 0],
+                         p.known_logits.index_select(0, first))
 
 
 def _store_rows(state: ChainState, chains: torch.Tensor, taken: torch.Tensor, rows: tuple) -> None:
