@@ -27,7 +27,7 @@ per accepted change, against exact MH (T-1 rows per changed proposal, acceptance
 change is the cost that matters when the accepted moves are what mixes; the DA chain also rejects more
 (alpha1 * alpha2 <= alpha), which the row count per accepted change includes.
 
-    python3 bench/delayed_surrogates.py                 # both starts, ~10 min of one core (~20 with --layers 2 4)
+    python3 bench/delayed_surrogates.py                 # both starts, ~30 min of one busy core with --layers 2 4
     python3 bench/delayed_surrogates.py --quick         # T=8, seconds
     python3 bench/delayed_surrogates.py --layers 2 4    # the truncated-model surrogates (default 2 4; none: --layers)
 """
