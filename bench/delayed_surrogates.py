@@ -15,6 +15,11 @@ few sweeps, for these surrogates of the change at position i:
 * ``maskless``: the change of -sum_t log p_unmasked(X_t | X) (one unmasked forward of X', nothing masked;
   X's cached); 1 row;
 * ``maskless+own``: the maskless change at every position but i, plus the exact own term; 1 row.
+* ``first k layers``: the change of the local energy (all T terms) under AntiBERTy cut to its first k of 8
+  transformer layers with its own MLM head (bench/truncated_mlm.py); X's terms cached, so T-1 rows of the small
+  model for X' (row i of X' equals row i of X: i is masked in both), counted at their measured cost relative to a
+  full row (printed); stage 2 reuses none of them. ``mhfast.surrogates.model_energy(small)`` is its API form (it
+  does not cache X: 2 T rows of the small model per tested proposal); ``--sample-steps`` runs it in mhfast.sample.
 
 For each: the correlation of dE~ with dE over the proposals that change the state, the stage-1 and overall
 acceptance (expected values, from the probabilities, not from draws), and the expected rows per proposal and
@@ -22,8 +27,9 @@ per accepted change, against exact MH (T-1 rows per changed proposal, acceptance
 change is the cost that matters when the accepted moves are what mixes; the DA chain also rejects more
 (alpha1 * alpha2 <= alpha), which the row count per accepted change includes.
 
-    python3 bench/delayed_surrogates.py                 # both starts, ~10 min of one core
+    python3 bench/delayed_surrogates.py                 # both starts, ~30 min of one busy core with --layers 2 4
     python3 bench/delayed_surrogates.py --quick         # T=8, seconds
+    python3 bench/delayed_surrogates.py --layers 2 4    # the truncated-model surrogates (default 2 4; none: --layers)
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
+import truncated_mlm  # noqa: E402
 
 WINDOWS = (1, 2, 4, 8)
 
@@ -102,8 +109,8 @@ def summarize(m: dict) -> list[dict]:
         a2 = torch.clamp(torch.exp(-(dE - dS)), max=1.0)
         c1 = torch.as_tensor(c1, dtype=torch.float64).expand(n)
         # a window's rows are rows of X' that stage 2 needs anyway (it forwards the other T-1-2k); the maskless
-        # row is not one of them: stage 2 still forwards all T-1
-        reused = torch.zeros_like(c1) if name.startswith("maskless") else c1
+        # row and a smaller model's rows are not: stage 2 still forwards all T-1
+        reused = torch.zeros_like(c1) if name.startswith(("maskless", "first")) else c1
         rows = (c1 + a1 * (T - 1 - reused)).mean().item()
         acc = (a1 * a2).mean().item()
         corr = torch.corrcoef(torch.stack([dS, dE]))[0, 1].item() if n > 1 else float("nan")
@@ -133,12 +140,20 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", nargs="+", default=["random", "infill"], choices=["random", "infill"])
+    ap.add_argument("--layers", type=int, nargs="*", default=[2, 4],
+                    help="first-k-layers surrogates to measure (AntiBERTy has 8 layers)")
+    ap.add_argument("--sample-steps", type=int, default=2,
+                    help="epochs of mhfast.sample(..., delayed=model_energy(first k layers)) per case (0: skip)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from mhfast.models.antiberty import load_antiberty
 
     lm = load_antiberty()
     T = 8 if args.quick else 32
+    small = {k: truncated_mlm.first_layers(lm, k) for k in args.layers}
+    cost = truncated_mlm.row_cost(lm, small, T + 2, rows=64 if args.quick else 256, reps=3 if args.quick else 9)
+    print("relative cost of one masked row (T+2 tokens, batch of rows) vs the full 8-layer model: "
+          + ", ".join(f"first {k} layers {c:.3f}" for k, c in cost.items()))
     # (from the parent, AntiBERTy mostly proposes the residue already there: many draws per position are needed
     # to see enough proposals that change the state)
     cases = [(kind, chains, epochs, draws) for kind, chains, epochs, draws in
@@ -148,7 +163,7 @@ def main() -> None:
         rows_all = []
         for seed in args.seeds:
             states, positions, free_pos = states_of(lm, kind, T, chains, 1 if args.quick else epochs, seed)
-            m = measure(lm, states, positions, free_pos, seed, draws)
+            m = measure(lm, states, positions, free_pos, seed, draws, small, cost)
             rows_all.append((m, summarize(m)))
         print(f"\n### AntiBERTy, T={T}, {'random start, all positions free' if kind == 'random' else 'infilling the last 8 of adalimumab VH'}"
               f" ({chains} chains after {epochs} sweeps, seeds {args.seeds}; "
@@ -163,13 +178,34 @@ def main() -> None:
             print(f"| {name} | {fmt('corr', '{:.3f}')} | {fmt('mae', '{:.2f}')} | {fmt('a1', '{:.3f}')} | "
                   f"{fmt('a', '{:.3f}')} | {fmt('rows', '{:.1f}')} | {fmt('rows_acc', '{:.1f}')} | "
                   f"{fmt('saving', '{:.2f}x')} |")
+        for k in args.layers if args.sample_steps > 0 else ():
+            print(sample_with_small(lm, small[k], k, kind, T, 1 if args.quick else args.sample_steps, args.seeds[0]))
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 
+def sample_with_small(lm, small, k: int, kind: str, T: int, epochs: int, seed: int) -> str:
+    """One line: ``mhfast.sample(lm, ..., delayed=mhfast.surrogates.model_energy(small))`` run for ``epochs`` sweeps
+    of the case (4 chains, local energy), its stage-1 and stage-2 acceptance and rows saved."""
+    import bench_mixmatch
+
+    start, positions = bench_mixmatch.make_start(lm, T, "parent" if kind == "infill" else "random")
+    free_pos = positions[-8:] if kind == "infill" else positions
+    free = torch.zeros_like(start, dtype=torch.bool)
+    free[0, free_pos] = True
+    t = time.perf_counter()
+    r = mhfast.sample(lm, init=start, free_positions=free, chains=4, epochs=epochs, burn_in=0, energy="local",
+                      seed=seed, delayed=mhfast.surrogates.model_energy(small))
+    rate = lambda a, b: f"{a}/{b} = {a / b:.3f}" if b else f"{a}/0"  # noqa: E731
+    return (f"mhfast.sample(delayed=model_energy(first {k} layers)), {kind}, 4 chains x {epochs} sweeps, seed {seed}: "
+            f"stage 1 {rate(r.delayed_passed, r.delayed_tested)}, stage 2 {rate(r.delayed_accepted, r.delayed_passed)}, "
+            f"rows saved {r.delayed_rows_saved}, {time.perf_counter() - t:.1f} s")
+
+
 def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.Tensor, seed: int,
-            draws: int = 1) -> dict:
+            draws: int = 1, small: dict | None = None, cost: dict | None = None) -> dict:
     """Exact and surrogate energy changes of real proposals at ``states`` [S, L]: proposals at the free positions
-    ``free_pos``, the energy over every energy position ``positions`` (both Long, positions in the row)."""
+    ``free_pos``, the energy over every energy position ``positions`` (both Long, positions in the row); ``small``
+    {k: truncated model} adds the ``first k layers`` surrogates, their rows costed at ``cost[k]`` full rows."""
     gen = torch.Generator().manual_seed(seed)
     col = {int(p): j for j, p in enumerate(positions.tolist())}
     p = proposals(lm, states, free_pos, gen, draws)
@@ -193,6 +229,9 @@ def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.T
     mdiff = u_new - u_x[p["state"]]
     surrogates["maskless"] = (mdiff.sum(1), 1.0)
     surrogates["maskless+own"] = (mdiff.sum(1) - mdiff[torch.arange(n), i] + own, 1.0)
+    for k, sm in (small or {}).items():
+        sdiff = term_matrix(sm, x_new, positions) - term_matrix(sm, states, positions)[p["state"]]
+        surrogates[f"first {k} layers"] = (sdiff.sum(1), cost[k] * (T - 1))
     return {"dE": diff.sum(1), "log_hastings": p["logq_r"] - p["logq_f"], "surrogates": surrogates, "T": T,
             "made": p["made"]}
 
