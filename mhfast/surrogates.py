@@ -31,7 +31,11 @@ class ModelEnergy:
     Cost per step: ``2 n`` sequences scored by the small model (X and X' of each of the ``n`` tested proposals),
     ``T_e`` masked rows each: ``2 T_e`` small-model rows per proposal in place of the sampled model's ``T_e - 1``
     for those stage 1 rejects (the small model must be more than about twice cheaper per row to save time; its
-    energy of X is not cached). Unmeasured on real models.
+    energy of X is not cached). Measured on AntiBERTy with its first 2 or 4 layers and its own head as the small
+    model (bench/delayed_surrogates.py, bench/RESULTS.md "Which first stage?"): it forwarded 1.7-4.2x *more*
+    rows per accepted change than exact MH (its energy change correlates poorly with the full model's), while
+    the window surrogate (``delayed="window:2"``) forwarded fewer; a small model pays only if it tracks the
+    sampled one closely (e.g. distilled from it).
     """
 
     def __init__(self, model: Any, energy: str = "local", max_tokens_per_batch: int | None = None,
