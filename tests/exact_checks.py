@@ -63,6 +63,27 @@ def energies(model, states: torch.Tensor, energy_mask: torch.Tensor) -> tuple[to
     return e_raw.double(), e_local.double()
 
 
+def terms_by_hand(model, states: torch.Tensor, dtype: torch.dtype = torch.float64
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position (raw, local) terms of each state [K, T], by hand in ``dtype``: -logit and -log_softmax of its
+    masked row at every position (no mhfast op involved: what the sampler's and the memo's terms are checked on)."""
+    K, T = states.shape
+    raw, local = torch.zeros(K, T, dtype=dtype), torch.zeros(K, T, dtype=dtype)
+    for j in range(T):
+        rows = states.clone()
+        rows[:, j] = model.mask_id
+        logits = model.masked_logits(rows, torch.full((K,), j)).to(dtype)
+        raw[:, j] = -logits.gather(1, states[:, j:j + 1]).squeeze(1)
+        local[:, j] = -torch.log_softmax(logits, 1).gather(1, states[:, j:j + 1]).squeeze(1)
+    return raw, local
+
+
+def ends_term(tokens: torch.Tensor) -> torch.Tensor:
+    """An extra energy term coupling a sequence's two ends (2 where they are the same token): outside each other's
+    window of a delayed-acceptance surrogate, so the first stage must take it exactly."""
+    return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
+
+
 def target_distribution(model, states, energy_mask, energy: str, tau: float) -> torch.Tensor:
     e_raw, e_local = energies(model, states, energy_mask)
     e = e_raw if energy == "raw" else e_local

@@ -23,8 +23,8 @@ from mhfast.models.tabular import TabularMLM
 from mhfast.sampler import schedules
 
 from hf_tiny_models import save_tiny_bert_dir
-from exact_checks import N_CHAINS, empirical, enumerate_states, masks, ordinary_tokens, run_and_compare, \
-    tv_and_bound
+from exact_checks import N_CHAINS, empirical, ends_term, enumerate_states, masks, ordinary_tokens, run_and_compare, \
+    terms_by_hand, tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -70,11 +70,6 @@ def test_delayed_matches_enumeration(name, model_kwargs, kwargs, device):
             assert result.delayed_rows_saved > 0
 
 
-def _term(tokens: torch.Tensor) -> torch.Tensor:
-    """An extra energy term coupling the ends (outside each other's window of 1)."""
-    return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
-
-
 @pytest.mark.parametrize("memo", [0, "auto"])
 @pytest.mark.parametrize("energy", ["raw", "local"])
 def test_delayed_with_extra_energy_matches_enumeration(energy, memo, device):
@@ -82,9 +77,9 @@ def test_delayed_with_extra_energy_matches_enumeration(energy, memo, device):
     template, free = masks(model, 4)
     states = enumerate_states(model, template, free)
     p_model = _enumerated_target(model, states, energy)
-    weight = torch.softmax(torch.log(p_model) - _term(states).double(), 0)
+    weight = torch.softmax(torch.log(p_model) - ends_term(states).double(), 0)
     result = mhfast.sample(model, init=template[None], free_positions=free[None], chains=N_CHAINS, energy=energy,
-                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[_term], memo=memo,
+                           epochs=30, burn_in=5, seed=3, delayed="window:1", extra_energy=[ends_term], memo=memo,
                            device=device)
     tv, bound = tv_and_bound(weight, empirical(states, result.tokens[0].cpu()), N_CHAINS)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
@@ -93,21 +88,8 @@ def test_delayed_with_extra_energy_matches_enumeration(energy, memo, device):
 
 
 def _enumerated_target(model, states: torch.Tensor, energy: str) -> torch.Tensor:
-    e_raw, e_local = _terms(model, states)
+    e_raw, e_local = terms_by_hand(model, states)
     return torch.softmax(-(e_raw if energy == "raw" else e_local).sum(1).double(), 0)
-
-
-def _terms(model, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-position (raw, local) terms of each state [K, T] by hand: -logit and -log_softmax of its masked rows."""
-    K, T = states.shape
-    raw, local = torch.zeros(K, T, dtype=torch.float64), torch.zeros(K, T, dtype=torch.float64)
-    for j in range(T):
-        rows = states.clone()
-        rows[:, j] = model.mask_id
-        logits = model.masked_logits(rows, torch.full((K,), j)).double()
-        raw[:, j] = -logits.gather(1, states[:, j:j + 1]).squeeze(1)
-        local[:, j] = -torch.log_softmax(logits, 1).gather(1, states[:, j:j + 1]).squeeze(1)
-    return raw, local
 
 
 def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) -> tuple[torch.Tensor, ...]:
@@ -122,7 +104,7 @@ def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) 
     logq[words] = torch.log_softmax(logits[words], 0)
     ys = torch.stack([x.clone() for _ in words])
     ys[:, i] = torch.tensor(words)
-    raw, local = _terms(model, torch.cat([x[None], ys]))
+    raw, local = terms_by_hand(model, torch.cat([x[None], ys]))
     terms = raw if energy == "raw" else local
     window = (torch.arange(x.shape[0]) - i).abs() <= k
     d_exact = terms[1:].sum(1) - terms[0].sum()
@@ -271,7 +253,7 @@ def test_auto_is_window2_on_inputs_long_enough():
 
     model = tiny_bert()
     kw = dict(length=10, chains=3, epochs=3, burn_in=0, seed=4, energy="local")
-    for extra in ({}, {"memo": 0}, {"extra_energy": [_term]}):
+    for extra in ({}, {"memo": 0}, {"extra_energy": [ends_term]}):
         auto, window2 = mhfast.sample(model, delayed="auto", **kw, **extra), mhfast.sample(model, delayed="window:2",
                                                                                           **kw, **extra)
         assert auto.delayed_tested > 0 and torch.equal(auto.tokens, window2.tokens), extra

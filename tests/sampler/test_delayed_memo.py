@@ -20,6 +20,8 @@ from mhfast.sampler import memo as memo_module
 from mhfast.sampler.kernels import mh as mh_kernel
 from mhfast.sampler.moves import delayed as delayed_module
 
+from exact_checks import terms_by_hand
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -97,19 +99,6 @@ def test_same_step_duplicate_whose_miss_fails_stage_1(monkeypatch):
     assert not (torch.equal(broken.tokens, off.tokens) and torch.equal(broken.energy, off.energy))
 
 
-def _terms_by_hand(model, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(raw, local) per-position terms of each sequence: -logit and -log_softmax of its masked rows."""
-    K, T = seqs.shape
-    raw, local = torch.zeros(K, T), torch.zeros(K, T)
-    for j in range(T):
-        rows = seqs.clone()
-        rows[:, j] = model.mask_id
-        logits = model.masked_logits(rows, torch.full((K,), j)).float()
-        raw[:, j] = -logits.gather(1, seqs[:, j:j + 1]).squeeze(1)
-        local[:, j] = -torch.log_softmax(logits, 1).gather(1, seqs[:, j:j + 1]).squeeze(1)
-    return raw, local
-
-
 def test_memo_never_serves_partial_terms(monkeypatch):
     """After a run in which many misses failed stage 1 (their window's rows only), every ready entry of the memo
     (stamp >= 0: what a later lookup serves) holds the exact terms of its sequence, computed by hand; the
@@ -125,5 +114,5 @@ def test_memo_never_serves_partial_terms(monkeypatch):
     memo = kernels[0].memo
     ready = memo.stamp >= 0
     assert int(ready.sum()) > 0 and int((memo.stamp < -1).sum()) > 0  # filled entries, and unfilled reservations
-    raw, local = _terms_by_hand(model, memo.stored[ready])
+    raw, local = terms_by_hand(model, memo.stored[ready], torch.float32)
     assert torch.allclose(memo.raw[ready], raw, atol=1e-5) and torch.allclose(memo.local[ready], local, atol=1e-5)

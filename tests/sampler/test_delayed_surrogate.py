@@ -19,7 +19,7 @@ from mhfast.models.tabular import TabularMLM
 from mhfast.sampler.moves.user_surrogate import surrogate_delta
 from mhfast.surrogates import model_energy
 
-from exact_checks import N_CHAINS, empirical, enumerate_states, masks, ordinary_tokens, run_and_compare, \
+from exact_checks import N_CHAINS, empirical, ends_term, enumerate_states, masks, ordinary_tokens, run_and_compare, \
     tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -68,10 +68,6 @@ def test_poor_surrogate_matches_enumeration(name, scale, kwargs, device):
         assert r.delayed_rows_saved == 3 * (r.delayed_tested - r.delayed_passed)  # T_e - 1 = 3 rows per rejection
 
 
-def _term(tokens: torch.Tensor) -> torch.Tensor:
-    return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
-
-
 def _target(model, states: torch.Tensor, energy: str) -> torch.Tensor:
     e = mhfast.energy(model, states, energy=energy)
     return torch.softmax(-(e.e_raw if energy == "raw" else e.e_local).double(), 0)
@@ -83,10 +79,10 @@ def test_poor_surrogate_with_extra_energy_matches_enumeration(energy, memo, devi
     model = TabularMLM.random(num_tokens=3, length=4, seed=7, scale=0.5)
     template, free = masks(model, 4)
     states = enumerate_states(model, template, free)
-    weight = torch.softmax(torch.log(_target(model, states, energy)) - _term(states).double(), 0)
+    weight = torch.softmax(torch.log(_target(model, states, energy)) - ends_term(states).double(), 0)
     r = mhfast.sample(model, init=template[None], free_positions=free[None], chains=N_CHAINS, energy=energy,
                       epochs=60, burn_in=5, seed=3, delayed=RandomSurrogate(4, model.vocab_size, seed=2),
-                      extra_energy=[_term], memo=memo, device=device)
+                      extra_energy=[ends_term], memo=memo, device=device)
     tv, bound = tv_and_bound(weight, empirical(states, r.tokens[0].cpu()), N_CHAINS)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
     assert r.delayed_accepted < r.delayed_passed < r.delayed_tested
@@ -223,7 +219,7 @@ def test_memo_gives_the_same_chains_with_fewer_rows(energy):
     chains with the memo on are those with it off, bit for bit, with fewer rows."""
     model = TabularMLM.random(num_tokens=3, length=5, seed=3, scale=0.8)
     kw = dict(chains=64, epochs=6, burn_in=0, seed=4, energy=energy, delayed=RandomSurrogate(5, model.vocab_size, 1),
-              extra_energy=[_term])
+              extra_energy=[ends_term])
     off, on = mhfast.sample(model, 5, memo=0, **kw), mhfast.sample(model, 5, memo="auto", **kw)
     assert torch.equal(off.tokens, on.tokens) and torch.equal(off.energy, on.energy)
     assert (off.delayed_tested, off.delayed_passed, off.delayed_accepted) == (
