@@ -11,6 +11,15 @@ Cases (``--cases``):
   second of the call; the largest rank-normalized split R-hat over the summaries; the tempering counters.
 * ``antiberty-random``: the same from T random residues, all free (``--random-length``; 32 in the issue; a
   sweep of 4 chains forwards ~4,000 rows at T = 32, so short chains only).
+* ``antiberty-dispersed``: AntiBERTy, T random residues (``--dispersed-length``, 8 by default: at T = 32 one
+  sweep of 4 chains from noise costs ~75 s of CPU here), all free, energy local, 4 chains each started from its
+  own uniformly random residues (``start="random"``: over-dispersed, so R-hat can see chains that have not met),
+  plain single-site MH against ``tempering=K`` tuned in burn-in, **at equal model rows**: the tempered run goes
+  first (``--dispersed-epochs`` sweeps, ``--dispersed-burn-in``), then plain MH runs about K times as many sweeps
+  and is cut where its forwarded rows reach the tempered run's: its burn-in ends where its rows reach those of
+  the tempered burn-in, its draws end at the last sweep within the tempered run's total (:func:`equal_rows`).
+  Both from their own traces by the same ArviZ functions (``diagnostics.diagnose``); per chain, the lowest and
+  the mean E_local of its draws (do all chains reach the same low-energy region?).
 * ``two-mode``: the coupled two-mode tabular model of tests/exact_checks.py, chains started in both modes
   (cheap; shows the R-hat goal where plain MH provably does not cross).
 * ``cmlm``: the bundled De->En CMLM (``mhfast translate``'s model), the first test sentences, energy raw,
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import platform
 import sys
 import time
@@ -67,6 +77,73 @@ def two_mode_case(chains: int) -> dict:
                     "uniform_mix 0.2", "options": dict(chains=chains, energy="local", uniform_mix=0.2)}
 
 
+def dispersed_case(T: int, chains: int) -> dict:
+    case = antiberty_case("random", T, chains)
+    case["name"] = "antiberty-dispersed"
+    case["what"] = (f"AntiBERTy, T={T} random residues, all free, energy local, {chains} chains, each from its own "
+                    "random residues (start random)")
+    case["options"]["start"] = "random"
+    return case
+
+
+def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> tuple:
+    """``(result, cumulative model rows after each epoch, CPU s)``."""
+    rows: list[int] = []
+    cpu = time.process_time()
+    r = mhfast.sample(case["model"], **case["inputs"], **case["options"], epochs=epochs, burn_in=burn_in, seed=seed,
+                      tempering=tempering, progress=lambda e, s: rows.append(int(s["model_rows"])))
+    return r, rows, time.process_time() - cpu
+
+
+def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dict:
+    """The figures of the draws of sweeps ``first .. last - 1`` (its traces; rows and CPU up to sweep ``last``,
+    CPU prorated by rows where the run went on after it)."""
+    from mhfast.sampler import diagnostics
+
+    keep = ((r.trace_epochs >= first) & (r.trace_epochs < last)).nonzero().flatten()
+    draws = r.traces[0][:, keep].double().numpy()  # [C, D, S]
+    d = diagnostics.diagnose(draws, r.trace_names, ("rhat", "ess_bulk"))
+    e = draws[:, :, r.trace_names.index("e_local")]
+    used = rows[last - 1]
+    return {"rows": used, "cpu": cpu * used / rows[-1], "sweeps": last, "burn": first, "draws": int(keep.numel()),
+            "ess_e": d["ess_bulk"]["e_local"],
+            "ess_p": min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")),
+            "rhat": max((v for v in d["rhat"].values() if v == v), default=float("nan")),
+            "rhat_e": d["rhat"]["e_local"], "chain_min": e.min(axis=1).round(2).tolist(),
+            "chain_mean": e.mean(axis=1).round(2).tolist(),
+            "accept": float(r.novel_rate[first:last].mean())}
+
+
+def equal_rows(case: dict, epochs: int, burn_in: int, seed: int, K: int) -> list[dict]:
+    """The tempered run, then plain MH at the same rows (module doc, ``antiberty-dispersed``)."""
+    r, rows, cpu = traced_run(case, epochs, burn_in, seed, K)
+    pt = {"tempering": K, "seed": seed, **window_figures(r, rows, cpu, burn_in, epochs),
+          "ladder": [round(t, 2) for t in r.ladder[0].tolist()], "swap": [round(x, 2) for x in r.swap_rate[0].tolist()],
+          "trips": r.round_trips[0].tolist()}
+    print(f"  {case['name']} {pt}", flush=True)
+    # plain MH forwards about as many rows per sweep as one rung: K times the sweeps, and a margin to cut at
+    p, prow, pcpu = traced_run(case, math.ceil(1.4 * K * epochs), 0, seed, None)
+    first = next((i + 1 for i, n in enumerate(prow) if n >= rows[burn_in - 1]), len(prow))
+    last = max((i + 1 for i, n in enumerate(prow) if n <= rows[-1]), default=len(prow))
+    plain = {"tempering": None, "seed": seed, **window_figures(p, prow, pcpu, first, last)}
+    print(f"  {case['name']} {plain}", flush=True)
+    return [plain, pt]
+
+
+def equal_rows_lines(case: dict, runs: list[dict]) -> list[str]:
+    out = ["| sampler | seed | sweeps (burn-in) | draws | model rows | CPU s | novel rate | ESS E_local | "
+           "min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | max R-hat (not NaN) | "
+           "per chain: lowest E_local | per chain: mean E_local | tempering counters |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in runs:
+        extra = (f"ladder {x['ladder']}, swap rates {x['swap']}, round trips {x['trips']}" if "ladder" in x else "")
+        out.append(f"| {x['tempering'] or 'plain MH'} | {x['seed']} | {x['sweeps']} ({x['burn']}) | {x['draws']} | "
+                   f"{x['rows']} | {x['cpu']:.0f} | {x['accept']:.3f} | {x['ess_e']:.1f} | {x['ess_p']:.1f} | "
+                   f"{1000 * x['ess_e'] / x['rows']:.2f} | {x['ess_e'] / x['cpu']:.3f} | {x['rhat_e']:.3f} | "
+                   f"{x['rhat']:.3f} | {x['chain_min']} | {x['chain_mean']} | {extra} |")
+    return out
+
+
 def ess_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> dict:
     """One run's figures (module doc)."""
     cpu = time.process_time()
@@ -104,7 +181,8 @@ ESS_HEADER = ("| case | sampler | seed | model rows | CPU s | novel rate | ESS E
               "max R-hat (not NaN) | tempering counters |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-def cmlm_run(sentences: int, epochs: int, tempering, temperature: float, anneal: float, seed: int) -> dict:
+def cmlm_run(sentences: int, epochs: int, tempering, temperature: float, anneal: float, seed: int,
+             burn_in: int) -> dict:
     """Lowest E_raw per token of the target chains by the rows forwarded up to each epoch."""
     from mhfast.translation import bundled_test_file, load_bundled_model
 
@@ -112,7 +190,7 @@ def cmlm_run(sentences: int, epochs: int, tempering, temperature: float, anneal:
     lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:sentences]
     rows: list[int] = []
     cpu = time.process_time()
-    r = mhfast.sample(tr.cmlm, source=[tr.source_ids(s) for s in lines], chains=5, epochs=epochs, burn_in=0,
+    r = mhfast.sample(tr.cmlm, source=[tr.source_ids(s) for s in lines], chains=5, epochs=epochs, burn_in=burn_in,
                       energy="raw", seed=seed, target_temperature=temperature, anneal=anneal,
                       min_target_temperature=0.05 if anneal else mhfast.sampler.options.OPTIONS[
                           "min_target_temperature"].default,
@@ -123,6 +201,8 @@ def cmlm_run(sentences: int, epochs: int, tempering, temperature: float, anneal:
     best = (e_raw.amin(dim=1).cummin(dim=1).values / n_tok[:, None]).mean(dim=0)  # [D] mean over sentences
     out = {"tempering": tempering, "anneal": anneal, "temperature": temperature, "rows": rows, "best": best.tolist(),
            "cpu": cpu, "final_best": float((r.best_energy / n_tok).mean())}
+    if r.ladder is not None:  # the sentences' tuned ladders, rounded
+        out["ladder"] = [[round(t, 2) for t in row] for row in r.ladder.tolist()]
     print(f"  cmlm {tempering} anneal {anneal}: rows {rows[-1]}, best/token {out['final_best']:.3f}", flush=True)
     return out
 
@@ -145,15 +225,19 @@ def machine() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="+", default=["antiberty-infill", "cmlm"],
-                    choices=["two-mode", "antiberty-infill", "antiberty-random", "cmlm"])
+                    choices=["two-mode", "antiberty-infill", "antiberty-random", "antiberty-dispersed", "cmlm"])
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--burn-in", type=int, default=10)
     ap.add_argument("--rungs", type=int, default=4)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--random-length", type=int, default=32)
     ap.add_argument("--random-epochs", type=int, default=6)
+    ap.add_argument("--dispersed-length", type=int, default=8)
+    ap.add_argument("--dispersed-epochs", type=int, default=64)
+    ap.add_argument("--dispersed-burn-in", type=int, default=24)
     ap.add_argument("--cmlm-sentences", type=int, default=3)
     ap.add_argument("--cmlm-epochs", type=int, default=12)
+    ap.add_argument("--cmlm-burn-in", type=int, default=4)
     ap.add_argument("--cmlm-temperature", type=float, default=0.2)
     ap.add_argument("--two-mode-epochs", type=int, default=3000)
     ap.add_argument("--quick", action="store_true")
@@ -186,22 +270,33 @@ def main() -> int:
         ess += ess_rows(case, runs)
     if ess:
         lines += ["", ESS_HEADER, *ess]
+    if "antiberty-dispersed" in args.cases:
+        case = dispersed_case(args.dispersed_length, 4)
+        epochs, burn = (6, 2) if args.quick else (args.dispersed_epochs, args.dispersed_burn_in)
+        lines += ["", f"- {case['name']}: {case['what']}; tempering={args.rungs} (tuned), {epochs} sweeps, burn-in "
+                  f"{burn}, against plain single-site MH (defaults) cut at the same model rows; seeds {args.seeds}.",
+                  "", *equal_rows_lines(case, [x for seed in args.seeds
+                                               for x in equal_rows(case, epochs, burn, seed, args.rungs)])]
     if "cmlm" in args.cases:
-        K = args.rungs
-        ann = cmlm_run(args.cmlm_sentences, args.cmlm_epochs, None, 1.0, 0.08, 0)
-        pt = cmlm_run(args.cmlm_sentences, args.cmlm_epochs, K, args.cmlm_temperature, 0.0, 0)
-        budgets = sorted({ann["rows"][len(ann["rows"]) // 4], ann["rows"][len(ann["rows"]) // 2], ann["rows"][-1],
-                          pt["rows"][-1]})
+        K, burn = args.rungs, args.cmlm_burn_in
+        runs = [(seed, cmlm_run(args.cmlm_sentences, args.cmlm_epochs, None, 1.0, 0.08, seed, burn),
+                 cmlm_run(args.cmlm_sentences, args.cmlm_epochs, K, args.cmlm_temperature, 0.0, seed, burn))
+                for seed in args.seeds]
+        ann0 = runs[0][1]
+        budgets = sorted({ann0["rows"][len(ann0["rows"]) // 4], ann0["rows"][len(ann0["rows"]) // 2],
+                          ann0["rows"][-1], runs[0][2]["rows"][-1]})
         lines += ["", f"- cmlm: bundled De->En CMLM, first {args.cmlm_sentences} test sentences, energy raw, 5 chains, "
-                  f"{args.cmlm_epochs} epochs, seed 0: annealing (target temperature 1, -0.08 per epoch, floor 0.05) "
-                  f"against tempering={K} at a fixed target temperature {args.cmlm_temperature}. Lowest E_raw per "
-                  "token (length with specials) of the target chains at the end of the last epoch within each row "
-                  "budget, mean over sentences:", "",
-                  "| sampler | " + " | ".join(f"{b} rows" for b in budgets) + " | CPU s |",
-                  "|---|" + "---|" * (len(budgets) + 1),
-                  "| annealing | " + " | ".join(at_budget(ann, b) for b in budgets) + f" | {ann['cpu']:.0f} |",
-                  f"| tempering={K} at {args.cmlm_temperature} | " + " | ".join(at_budget(pt, b) for b in budgets)
-                  + f" | {pt['cpu']:.0f} |"]
+                  f"{args.cmlm_epochs} epochs (burn-in {burn}), seeds {args.seeds}: annealing (target temperature 1, "
+                  f"-0.08 per epoch, floor 0.05) against tempering={K} (tuned in burn-in) at a fixed target "
+                  f"temperature {args.cmlm_temperature}. Lowest E_raw per token (length with specials) of the target "
+                  "chains at the end of the last epoch within each row budget (burn-in included), mean over "
+                  "sentences:", "",
+                  "| sampler | seed | " + " | ".join(f"{b} rows" for b in budgets) + " | rows in all | CPU s | ladder |",
+                  "|---|---|" + "---|" * (len(budgets) + 3)]
+        for seed, ann, pt in runs:
+            for name, x in (("annealing", ann), (f"tempering={K} at {args.cmlm_temperature}", pt)):
+                lines.append(f"| {name} | {seed} | " + " | ".join(at_budget(x, b) for b in budgets)
+                             + f" | {x['rows'][-1]} | {x['cpu']:.0f} | {x.get('ladder', '')} |")
     lines += ["", f"Machine: {machine()}; {time.time() - t0:.0f} s in all."]
     text = "\n".join(lines) + "\n"
     print(text)
