@@ -234,7 +234,7 @@ def main() -> int:
     ap.add_argument("--random-epochs", type=int, default=6)
     ap.add_argument("--dispersed-length", type=int, default=8)
     ap.add_argument("--dispersed-epochs", type=int, default=64)
-    ap.add_argument("--dispersed-burn-in", type=int, default=24)
+    ap.add_argument("--dispersed-burn-in", type=int, default=32)
     ap.add_argument("--cmlm-sentences", type=int, default=3)
     ap.add_argument("--cmlm-epochs", type=int, default=12)
     ap.add_argument("--cmlm-burn-in", type=int, default=4)

@@ -16,9 +16,11 @@ that round's swaps only, made at that round's ladder:
 1. **The hot end first** (the first rounds, all but the last :data:`EQUALISING_ROUNDS`): while the hottest
    replica's MH acceptance rate (of proposals that change its state) is below :data:`HOT_ACCEPT` and still rose
    by more than :data:`HOT_GAIN` with the last doubling, its temperature doubles and the rungs are spread
-   geometrically over the new range (the old rejection rates say nothing about it). The first round in which
-   it does not double, having measured that rate from at least :data:`HOT_MIN_TESTS` tested proposals,
-   settles the hot end for good (:func:`heated` with ``settled``).
+   geometrically over the new range (the old rejection rates say nothing about it). That rate is measured from
+   the proposals tested at the hottest rung since the hot end last moved (not reset at a round's end: the first
+   rounds are 2 sweeps long, and a few chains of a few sites test fewer than :data:`HOT_MIN_TESTS` proposals in
+   one of them, but may in two). The first round in which it does not double, having measured that rate from at
+   least :data:`HOT_MIN_TESTS` tested proposals, settles the hot end for good (:func:`heated` with ``settled``).
 2. **Then equalising rounds** (every round after the hot end settled, at least :data:`EQUALISING_ROUNDS`): the
    rejection rate r_k of swaps between rungs k and k+1 estimates the increment of the *communication barrier*
    Lambda over [beta_{k+1}, beta_k]; interpolating the cumulative sums linearly in beta gives Lambda(beta), and
@@ -53,8 +55,8 @@ HOT_START = 8.0
 HOT_ACCEPT = 0.5
 #: ... or when doubling its temperature raised that share by less than this factor
 HOT_GAIN = 1.05
-#: a round decides about the hot end only from at least this many tested proposals at the hottest rung (fewer:
-#: the round neither doubles nor settles it; the first rounds are a few sweeps long)
+#: a round decides about the hot end only from at least this many tested proposals at the hottest rung since the
+#: hot end last moved (fewer: the round neither doubles nor settles it, and the count goes on into the next round)
 HOT_MIN_TESTS = 100
 #: the hot end is never taken above this multiple of the target temperature
 HOT_MAX = 2.0 ** 16

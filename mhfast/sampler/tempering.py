@@ -103,7 +103,9 @@ class Tempered:
         self._hot_prev = torch.full((B,), float("nan"), dtype=torch.float64)
         self.settled = torch.zeros(B, dtype=torch.bool)  # the hot end no longer moves (ladder module doc)
         self._ends = ladder.tuning_ends(self.burn_in)
-        self._counts_at_round: torch.Tensor | None = None
+        #: the per-row counts when each input's hot end last moved (None: at the start); its acceptance is measured
+        #: from the proposals tested since then, over as many rounds as it takes (ladder module doc)
+        self._counts_at_heat: torch.Tensor | None = None
         self._sample_counts: torch.Tensor | None = None  # the rung-0 rows' counts at the last epoch's end
         return self.inner.init(full)
 
@@ -124,7 +126,7 @@ class Tempered:
         for name in ("inputs", "betas", "label", "last_end", "_hot_prev", "settled"):
             setattr(self, name, getattr(self, name)[kept])
         self._round = self._round[:, kept]
-        self._counts_at_round = None if self._counts_at_round is None else self._counts_at_round[:, rows]
+        self._counts_at_heat = None if self._counts_at_heat is None else self._counts_at_heat[:, rows]
         if self._sample_counts is not None:
             self._sample_counts = self._sample_counts[:, (kept[:, None] * self.C + torch.arange(self.C)).flatten()]
         return self.inner.restrict(state, rows.to(keep.device))
@@ -231,7 +233,7 @@ class Tempered:
         barrier steps, estimated from this round's swaps at this round's ladder."""
         proposed, alpha = self._round
         rejection = torch.where(proposed > 0, 1 - alpha / proposed.clamp(min=1), torch.full_like(alpha, float("nan")))
-        hot = self._hot_acceptance(state)
+        hot, now = self._hot_acceptance(state)
         if round_index >= ladder.heating_rounds(len(self._ends)):
             self.settled[:] = True
         heat = ladder.heated(self.betas, hot, self._hot_prev, self.settled)
@@ -239,23 +241,29 @@ class Tempered:
         new = ladder.retuned(self.betas, rejection)
         for b in heat.nonzero().flatten().tolist():
             new[b] = ladder.doubled(self.betas[b])
+        if now is not None:  # a new hot end: its acceptance is measured afresh (rows: the doubled inputs')
+            moved = heat.repeat_interleave(self.K * self.C).to(now.device)
+            self._counts_at_heat = torch.where(moved, now, self._counts_at_heat)
         self._hot_prev = torch.where(heat, hot, self._hot_prev)
         self.betas = new
         self._round.zero_()
 
-    def _hot_acceptance(self, state: ChainState) -> torch.Tensor:
-        """f64[B]: this round's share of accepted proposals among those that changed the state, pooled over the
-        rows at the hottest rung of each input (from the per-row counts); NaN under ladder.HOT_MIN_TESTS of them."""
+    def _hot_acceptance(self, state: ChainState) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(f64[B], the per-row counts now)``: each input's share of accepted proposals among those that changed
+        the state, pooled over the rows at its hottest rung since its hot end last moved (from the per-row
+        counts; not reset at a round's end, so that a few short rounds add up); NaN under ladder.HOT_MIN_TESTS
+        of them. Without counts: NaN, None."""
         B, K, C = self.betas.shape[0], self.K, self.C
         if state.counts is None:
-            return torch.full((B,), float("nan"), dtype=torch.float64)
+            return torch.full((B,), float("nan"), dtype=torch.float64), None
         now = state.counts.snapshot().double()
-        before = self._counts_at_round if self._counts_at_round is not None else torch.zeros_like(now)
-        self._counts_at_round = now
-        proposals, accepted, novel = (now - before).view(3, B, K, C)[:, :, K - 1].sum(dim=2)
+        if self._counts_at_heat is None:
+            self._counts_at_heat = torch.zeros_like(now)
+        proposals, accepted, novel = (now - self._counts_at_heat).view(3, B, K, C)[:, :, K - 1].sum(dim=2)
         tested = proposals - (accepted - novel)
-        return torch.where(tested >= ladder.HOT_MIN_TESTS, novel / tested.clamp(min=1),
-                           torch.full_like(tested, float("nan")))
+        hot = torch.where(tested >= ladder.HOT_MIN_TESTS, novel / tested.clamp(min=1),
+                          torch.full_like(tested, float("nan")))
+        return hot, now
 
     def _save_ladder(self) -> None:
         """The current ladders into the per-input record of every input of the run."""

@@ -208,6 +208,25 @@ def test_the_hot_end_doubles_while_the_hottest_replica_does_not_mix():
     assert [round(1 / b, 6) for b in ladder.doubled(betas[0]).tolist()] == [1.0, 4.0, 16.0]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_short_burn_in_moves_the_hot_end_when_the_hottest_replica_does_not_mix(seed):
+    """Burn-in 32: tuning rounds end after sweeps 2, 4, 8, 16, 32, and the hot end may move at the first two. With
+    8 chains of 6 free sites a round of 2 sweeps tests at most 96 proposals at the hottest rung, fewer than the
+    HOT_MIN_TESTS a decision needs, so no round alone can decide (the tuning before this test, which counted per
+    round, kept the hot end at 8 x the target here whatever the model); counted since the hot end last moved,
+    the two rounds together can. A peaked model (scale 30) whose hottest replica at 8 x accepts ~0.1 of its
+    changing proposals gets a hotter end (16 x); a flat one (scale 0.1), whose hottest replica mixes, keeps 8 x."""
+    C, T, burn_in = 8, 6, 32
+    assert ladder.tuning_ends(burn_in)[:ladder.heating_rounds(5)] == [2, 4]
+    assert C * T * 2 < ladder.HOT_MIN_TESTS  # the premise: one round cannot decide
+    kw = dict(chains=C, epochs=burn_in, burn_in=burn_in, seed=seed, energy="local", tempering=3, uniform_mix=0.9,
+              start="random")
+    peaked = mhfast.sample(TabularMLM.random(num_tokens=8, length=T, seed=0, scale=30.0), T, **kw)
+    flat = mhfast.sample(TabularMLM.random(num_tokens=8, length=T, seed=0, scale=0.1), T, **kw)
+    assert round(float(peaked.ladder[0, -1]), 9) == 16.0, peaked.ladder
+    assert round(float(flat.ladder[0, -1]), 9) == ladder.HOT_START, flat.ladder
+
+
 def test_tuning_rounds_double_in_length_and_the_last_ones_only_equalise():
     assert ladder.tuning_ends(8) == [2, 4, 8] and ladder.tuning_ends(300) == [2, 4, 8, 16, 32, 64, 128, 300]
     assert ladder.tuning_ends(1) == [1] and ladder.tuning_ends(0) == []
