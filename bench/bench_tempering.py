@@ -298,7 +298,8 @@ def main() -> int:
                   f"temperature {args.cmlm_temperature}. Lowest E_raw per token (length with specials) of the target "
                   "chains at the end of the last epoch within each row budget (burn-in included), mean over "
                   "sentences:", "",
-                  "| sampler | seed | " + " | ".join(f"{b} rows" for b in budgets) + " | rows in all | CPU s | ladder |",
+                  "| sampler | seed | " + " | ".join(f"{b} rows" for b in budgets)
+                  + " | rows in all | CPU s | ladder |",
                   "|---|---|" + "---|" * (len(budgets) + 3)]
         for seed, ann, pt in runs:
             for name, x in (("annealing", ann), (f"tempering={K} at {args.cmlm_temperature}", pt)):
