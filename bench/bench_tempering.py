@@ -106,7 +106,8 @@ def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dic
     d = diagnostics.diagnose(draws, r.trace_names, ("rhat", "ess_bulk"))
     e = draws[:, :, r.trace_names.index("e_local")]
     used = rows[last - 1]
-    return {"rows": used, "cpu": cpu * used / rows[-1], "sweeps": last, "burn": first, "draws": int(keep.numel()),
+    return {"rows": used, "cpu": cpu * used / rows[-1], "sweeps": last, "burn": first,
+            "draws": int(keep.numel()) * draws.shape[0],
             "ess_e": d["ess_bulk"]["e_local"],
             "ess_p": min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")),
             "rhat": max((v for v in d["rhat"].values() if v == v), default=float("nan")),
@@ -135,8 +136,8 @@ def equal_rows(case: dict, epochs: int, burn_in: int, seed: int, K: int, factor:
 
 
 def equal_rows_lines(case: dict, runs: list[dict]) -> list[str]:
-    out = ["| sampler | seed | sweeps (burn-in) | draws | model rows | CPU s | novel rate | ESS E_local | "
-           "min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | max R-hat (not NaN) | "
+    out = ["| sampler | seed | sweeps (burn-in) | draws (sweeps x chains) | model rows | CPU s | novel rate | "
+           "ESS E_local | min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | max R-hat (not NaN) | "
            "per chain: lowest E_local | per chain: mean E_local | tempering counters |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in runs:
