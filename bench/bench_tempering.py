@@ -137,8 +137,8 @@ def equal_rows(case: dict, epochs: int, burn_in: int, seed: int, K: int, factor:
 
 def equal_rows_lines(case: dict, runs: list[dict]) -> list[str]:
     out = ["| sampler | seed | sweeps (burn-in) | draws (sweeps x chains) | model rows | CPU s | novel rate | "
-           "ESS E_local | min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | max R-hat (not NaN) | "
-           "per chain: lowest E_local | per chain: mean E_local | tempering counters |",
+           "ESS E_local | min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | "
+           "max R-hat (not NaN) | per chain: lowest E_local | per chain: mean E_local | tempering counters |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in runs:
         extra = (f"ladder {x['ladder']}, swap rates {x['swap']}, round trips {x['trips']}" if "ladder" in x else "")
