@@ -230,8 +230,7 @@ def mixmatch_run(case: dict, seed: int) -> dict:
     import bench_mixmatch
 
     lm, opts = case["model"], options_of(case, MIXMATCH)
-    init, free = case["inputs"]["init"], case["inputs"]["free_positions"]
-    chains_free = free.expand(opts["chains"], -1)
+    start, positions, sites, chains_free = mixmatch_inputs(case, opts["chains"])
     names = traces.summary_names(None)
     kept: list[torch.Tensor] = []
 
@@ -239,14 +238,34 @@ def mixmatch_run(case: dict, seed: int) -> dict:
         if sweep >= opts["burn_in"]:
             kept.append(torch.cat([energies.float(), traces.projections(x, chains_free, lm.vocab_size)], dim=1))
     cpu, wall = time.process_time(), time.perf_counter()
-    out = bench_mixmatch.mixmatch_loop(lm, init.repeat(opts["chains"], 1), case["positions"], free[0].nonzero()[:, 0],
-                                       torch.float32, seed=seed, energy=opts["energy"], sweeps=opts["epochs"],
-                                       on_sweep=on_sweep)
+    out = bench_mixmatch.mixmatch_loop(lm, start, positions, sites, torch.float32, seed=seed, energy=opts["energy"],
+                                       sweeps=opts["epochs"], on_sweep=on_sweep)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     per_sweep = out["proposals"] // opts["epochs"]
     return {**ess_figures([torch.stack(kept, dim=1).numpy()], names), "cpu": cpu, "wall": wall, "rows": out["rows"],
             "accept": sum(out["accepted"][opts["burn_in"]:]) / (per_sweep * (opts["epochs"] - opts["burn_in"])),
             "load": os.getloadavg()[0], "trace_share": None}
+
+
+def mixmatch_inputs(case: dict, chains: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the mixmatch loop runs on for a one-input case with ``free_positions``, as mhfast's mh gets it: the
+    start of every chain Long[C, W], the energy positions (the case's ``positions``: every residue, the fixed ones
+    included, as mhfast's energy mask), the proposal sites (the free positions only: the others never change) and
+    the chains' free mask Bool[C, W] (the projections sum over it, as mhfast's traces do).
+    tests/bench/test_mixmatch_loop.py checks these against mhfast's own Problem of the case.
+
+    Example:
+        >>> init, free = torch.tensor([[2, 5, 6, 7, 3]]), torch.tensor([[False, False, True, True, False]])
+        >>> case = {"inputs": {"init": init, "free_positions": free}, "positions": torch.arange(1, 4)}
+        >>> start, positions, sites, chains_free = mixmatch_inputs(case, 2)
+        >>> start.shape, positions.tolist(), sites.tolist(), chains_free.shape
+        (torch.Size([2, 5]), [1, 2, 3], [2, 3], torch.Size([2, 5]))
+    """
+    init, free = case["inputs"]["init"], case["inputs"]["free_positions"]
+    if init.shape[0] != 1 or free.shape != init.shape:
+        raise ValueError(f"case: one input row with a free_positions mask of its shape, got init {tuple(init.shape)} "
+                         f"and free_positions {tuple(free.shape)}")
+    return init.repeat(chains, 1), case["positions"], free[0].nonzero()[:, 0], free.expand(chains, -1)
 
 
 def spread(values: list[float], fmt: str = "{:.1f}") -> str:
