@@ -40,7 +40,7 @@ sweeps as the mixmatch run, since it is the shorter) and gives the ratio of ESS 
 ``--runs FILE.json`` keeps every run (per case, sampler and seed, with its sizes) so that samplers and seeds can
 be measured one process at a time (the expensive AntiBERTy rows were); the rows and the mh-vs-mixmatch lines are
 made from all stored runs of the current sizes. bench/ess_runs.json holds the runs of the section's AntiBERTy
-rows (the infilling Gibbs and mixmatch rows: 2026-11-26, 05:30-06:30 UTC).
+rows (the infilling Gibbs and mixmatch rows: 2026-11-26, 05:30-06:28 UTC).
 
 The traces' cost: on the bundled CMLM's mh runs, the time spent recording traces and per-position tallies
 (the monitor's epoch-end work and SiteCounts' filing, timed around those calls) as a share of the sampling
@@ -349,9 +349,29 @@ def same_law_line(name: str, runs_of: dict[str, list[dict]]) -> str | None:
     rate = lambda runs: statistics.mean(r["ess_e"] / r["cpu"] for r in runs)  # noqa: E731
     per_draw = lambda runs: statistics.mean(r["cpu"] / r["draws"] for r in runs)  # noqa: E731
     return (f"- Same law, `{name}` ({len(mh)} and {len(mix)} seeds; mh's first {mh[0]['short_draws']} post-burn-in "
-            f"draws, those of the mixmatch runs' sweeps): " + "; ".join(parts) + ". ESS of E_local per CPU second "
+            f"draws, those of the mixmatch runs' sweeps): " + "; ".join(parts) + window_caveat(mh, mix) +
+            ". ESS of E_local per CPU second "
             f"(each over its whole run): mh {rate(mh) / rate(mix):.1f}x the mixmatch loop's; CPU per draw: "
             f"mixmatch {per_draw(mix) / per_draw(mh):.1f}x mh's.")
+
+
+def window_caveat(mh: list[dict], mix: list[dict]) -> str:
+    """Why the compared windows' ESS per draw is no test of the law, or "": windows in which no chain changed
+    any summary (ArviZ's ESS is then the number of draws by convention, its R-hat NaN) and windows whose R-hat
+    is above 1.01 (their ESS are not effective sample sizes; the legend).
+
+    >>> window_caveat([{"short_rhat": float("nan")}], [{"rhat": 1.2}])
+    ' (1 of the 2 windows never changed: ESS = draws by convention; R-hat of the others up to 1.20: at this length these ESS are not effective sample sizes, so their difference is no test of the law; tests/bench/test_mixmatch_loop.py tests it by enumeration)'
+    """
+    rhats = [r.get("short_rhat", float("nan")) for r in mh] + [r["rhat"] for r in mix]
+    still = sum(1 for v in rhats if v != v)  # NaN
+    worst = max((v for v in rhats if v == v), default=float("nan"))
+    parts = [f"{still} of the {len(rhats)} windows never changed: ESS = draws by convention"] if still else []
+    if worst > 1.01:
+        parts.append(f"R-hat of the {'others' if still else 'windows'} up to {worst:.2f}")
+    return "" if not parts else (" (" + "; ".join(parts) + ": at this length these ESS are not effective sample "
+                                 "sizes, so their difference is no test of the law; tests/bench/test_mixmatch_loop.py "
+                                 "tests it by enumeration)")
 
 
 def _merged(old: str, new: dict[str, str], key: Callable[[str], str | None]) -> list[str]:
