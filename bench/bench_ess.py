@@ -20,9 +20,10 @@ Cases (``--cases``):
   the last 8 free, energy local, 4 chains from the parent, 3 seeds; epochs per sampler in :data:`ANTIBERTY_SIZES`
   (AntiBERTy forwards cost ~20 ms of CPU per row here);
 * ``antiberty-random``: AntiBERTy, T = 32 random residues (bench_mixmatch's seeded random start), all free,
-  energy local, 2 chains, 3 seeds (not in the default run: from a random start a single-site MH sweep of 4
-  chains forwards ~3,600 rows, ~70 s of CPU here, so a few sweeps per seed are what an hour allows; the table
-  says how unstable that leaves the ESS);
+  energy local, 2 chains, 3 seeds (not in the default run, and not in the section's table: from a random start a
+  single-site MH sweep of 4 chains forwards ~3,900 rows, ~78 s of one core here, and runs of 8 sweeps had R-hat
+  1.5-3.3, an ESS set by the ranks alone; a stable ESS needs hundreds of sweeps per seed, so the section gives
+  that cost in the case's line instead of numbers that mean nothing, and measures ``antiberty-random-t8``);
 * ``antiberty-random-t8``: the same at T = 8 (4 chains, 30 sweeps, 3 seeds): where the mh-vs-mixmatch check of the
   same law runs in minutes (the mixmatch loop: 17 rows per proposal).
 
@@ -39,7 +40,7 @@ sweeps as the mixmatch run, since it is the shorter) and gives the ratio of ESS 
 ``--runs FILE.json`` keeps every run (per case, sampler and seed, with its sizes) so that samplers and seeds can
 be measured one process at a time (the expensive AntiBERTy rows were); the rows and the mh-vs-mixmatch lines are
 made from all stored runs of the current sizes. bench/ess_runs.json holds the runs of the section's AntiBERTy
-rows.
+rows (the infilling Gibbs and mixmatch rows: 2026-11-26, 05:30-06:28 UTC).
 
 The traces' cost: on the bundled CMLM's mh runs, the time spent recording traces and per-position tallies
 (the monitor's epoch-end work and SiteCounts' filing, timed around those calls) as a share of the sampling
@@ -128,7 +129,10 @@ def antiberty_case(kind: str, quick: bool, length: int = 32) -> dict:
 #: Measured: 6 post-burn-in sweeps from a random start at T=32 are still burn-in (R-hat 1.5-3.3, an ESS set by the
 #: ranks alone, the same in every seed), so the same-law check runs on T=8 (random-t8: 4 chains, 30 sweeps; the
 #: mixmatch loop 17 rows per proposal, ~4 s per sweep).
-ANTIBERTY_SIZES = {"infill": {"mh": (200, 20), "block-mh": (40, 5), MIXMATCH: (12, 2)},
+#: The Gibbs baselines forward ~5x mh's rows per infilling sweep (8 sites x 4 chains, then every epoch's rescoring
+#: of 32 positions x 4 chains for the statistics: ~160 rows, ~3 s), so they run block-mh's 40 sweeps.
+ANTIBERTY_SIZES = {"infill": {"mh": (200, 20), "block-mh": (40, 5), "gibbs": (40, 5), "block-gibbs": (40, 5),
+                              MIXMATCH: (12, 2)},
                    "random": {"mh": (8, 2), MIXMATCH: (6, 2)}, "random-t8": {"mh": (30, 5), MIXMATCH: (30, 5)}}
 
 
@@ -230,8 +234,7 @@ def mixmatch_run(case: dict, seed: int) -> dict:
     import bench_mixmatch
 
     lm, opts = case["model"], options_of(case, MIXMATCH)
-    init, free = case["inputs"]["init"], case["inputs"]["free_positions"]
-    chains_free = free.expand(opts["chains"], -1)
+    start, positions, sites, chains_free = mixmatch_inputs(case, opts["chains"])
     names = traces.summary_names(None)
     kept: list[torch.Tensor] = []
 
@@ -239,14 +242,34 @@ def mixmatch_run(case: dict, seed: int) -> dict:
         if sweep >= opts["burn_in"]:
             kept.append(torch.cat([energies.float(), traces.projections(x, chains_free, lm.vocab_size)], dim=1))
     cpu, wall = time.process_time(), time.perf_counter()
-    out = bench_mixmatch.mixmatch_loop(lm, init.repeat(opts["chains"], 1), case["positions"], free[0].nonzero()[:, 0],
-                                       torch.float32, seed=seed, energy=opts["energy"], sweeps=opts["epochs"],
-                                       on_sweep=on_sweep)
+    out = bench_mixmatch.mixmatch_loop(lm, start, positions, sites, torch.float32, seed=seed, energy=opts["energy"],
+                                       sweeps=opts["epochs"], on_sweep=on_sweep)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     per_sweep = out["proposals"] // opts["epochs"]
     return {**ess_figures([torch.stack(kept, dim=1).numpy()], names), "cpu": cpu, "wall": wall, "rows": out["rows"],
             "accept": sum(out["accepted"][opts["burn_in"]:]) / (per_sweep * (opts["epochs"] - opts["burn_in"])),
             "load": os.getloadavg()[0], "trace_share": None}
+
+
+def mixmatch_inputs(case: dict, chains: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the mixmatch loop runs on for a one-input case with ``free_positions``, as mhfast's mh gets it: the
+    start of every chain Long[C, W], the energy positions (the case's ``positions``: every residue, the fixed ones
+    included, as mhfast's energy mask), the proposal sites (the free positions only: the others never change) and
+    the chains' free mask Bool[C, W] (the projections sum over it, as mhfast's traces do).
+    tests/bench/test_mixmatch_loop.py checks these against mhfast's own Problem of the case.
+
+    Example:
+        >>> init, free = torch.tensor([[2, 5, 6, 7, 3]]), torch.tensor([[False, False, True, True, False]])
+        >>> case = {"inputs": {"init": init, "free_positions": free}, "positions": torch.arange(1, 4)}
+        >>> start, positions, sites, chains_free = mixmatch_inputs(case, 2)
+        >>> start.shape, positions.tolist(), sites.tolist(), chains_free.shape
+        (torch.Size([2, 5]), [1, 2, 3], [2, 3], torch.Size([2, 5]))
+    """
+    init, free = case["inputs"]["init"], case["inputs"]["free_positions"]
+    if init.shape[0] != 1 or free.shape != init.shape:
+        raise ValueError(f"case: one input row with a free_positions mask of its shape, got init {tuple(init.shape)} "
+                         f"and free_positions {tuple(free.shape)}")
+    return init.repeat(chains, 1), case["positions"], free[0].nonzero()[:, 0], free.expand(chains, -1)
 
 
 def spread(values: list[float], fmt: str = "{:.1f}") -> str:
@@ -326,9 +349,29 @@ def same_law_line(name: str, runs_of: dict[str, list[dict]]) -> str | None:
     rate = lambda runs: statistics.mean(r["ess_e"] / r["cpu"] for r in runs)  # noqa: E731
     per_draw = lambda runs: statistics.mean(r["cpu"] / r["draws"] for r in runs)  # noqa: E731
     return (f"- Same law, `{name}` ({len(mh)} and {len(mix)} seeds; mh's first {mh[0]['short_draws']} post-burn-in "
-            f"draws, those of the mixmatch runs' sweeps): " + "; ".join(parts) + ". ESS of E_local per CPU second "
+            f"draws, those of the mixmatch runs' sweeps): " + "; ".join(parts) + window_caveat(mh, mix) +
+            ". ESS of E_local per CPU second "
             f"(each over its whole run): mh {rate(mh) / rate(mix):.1f}x the mixmatch loop's; CPU per draw: "
             f"mixmatch {per_draw(mix) / per_draw(mh):.1f}x mh's.")
+
+
+def window_caveat(mh: list[dict], mix: list[dict]) -> str:
+    """Why the compared windows' ESS per draw is no test of the law, or "": windows in which no chain changed
+    any summary (ArviZ's ESS is then the number of draws by convention, its R-hat NaN) and windows whose R-hat
+    is above 1.01 (their ESS are not effective sample sizes; the legend).
+
+    >>> window_caveat([{"short_rhat": float("nan")}], [{"rhat": 1.2}])
+    ' (1 of the 2 windows never changed: ESS = draws by convention; R-hat of the others up to 1.20: at this length these ESS are not effective sample sizes, so their difference is no test of the law; tests/bench/test_mixmatch_loop.py tests it by enumeration)'
+    """
+    rhats = [r.get("short_rhat", float("nan")) for r in mh] + [r["rhat"] for r in mix]
+    still = sum(1 for v in rhats if v != v)  # NaN
+    worst = max((v for v in rhats if v == v), default=float("nan"))
+    parts = [f"{still} of the {len(rhats)} windows never changed: ESS = draws by convention"] if still else []
+    if worst > 1.01:
+        parts.append(f"R-hat of the {'others' if still else 'windows'} up to {worst:.2f}")
+    return "" if not parts else (" (" + "; ".join(parts) + ": at this length these ESS are not effective sample "
+                                 "sizes, so their difference is no test of the law; tests/bench/test_mixmatch_loop.py "
+                                 "tests it by enumeration)")
 
 
 def _merged(old: str, new: dict[str, str], key: Callable[[str], str | None]) -> list[str]:
@@ -367,6 +410,19 @@ def sizes_text(case: dict) -> str:
     return f"{opts['epochs']} epochs ({opts['burn_in']} burn-in)" + (f"; per sampler: {own}" if own else "")
 
 
+#: How to read a row's ESS by its max R-hat (ArviZ's threshold is 1.01, Vehtari et al. 2021).
+RHAT_LEGEND = (
+    "max R-hat: the largest over every input and summary. Read a row's ESS by it: at or below 1.01 (ArviZ's "
+    "threshold) the chains agree and the ESS is an effective sample size of the target, to the spread over the "
+    "seeds; above 1.01 they have not been shown to agree: ArviZ's ESS then counts the disagreement between the "
+    "chains that it sees (it is low for that), but not the parts of the target that no chain has reached, so it "
+    "is at best an upper bound, and its spread over the seeds says how unstable it is (below 1.1, good enough to "
+    "rank samplers that run the same draws; with a few draws it is set by the ranks alone, the same in every "
+    "seed); above 1.1 the chains have not mixed: the ESS columns are ArviZ's figure for those draws, not an "
+    "effective sample size of the target (compare such rows by CPU per draw, or as the same-law lines below do, "
+    "sampler against sampler on the same target).")
+
+
 def report(cases: list[dict], rows: list[str], shares: list[float], seconds: float, old: str = "",
            laws: dict[str, str] | None = None) -> str:
     bullet_key = lambda line: line.split("`")[1] if line.startswith("* `") else None  # noqa: E731
@@ -385,10 +441,7 @@ def report(cases: list[dict], rows: list[str], shares: list[float], seconds: flo
               "another distribution (reference only). mixmatch: bench/bench_mixmatch.py's re-implementation of the "
               "mixmatch MH loop (the same model, start, free sites, energy and MLM proposal as mh, one thread; 2T+1 "
               "rows per proposal, both energies from scratch), traced as mhfast traces (E_raw, E_local, the same "
-              "seeded projections), its ESS by the same ArviZ functions. max R-hat: the largest over every input "
-              "and summary; where it is above 1.1 the chains have not mixed, and the ESS columns are ArviZ's "
-              "figure for those draws, not an effective sample size of the target (compare such rows by CPU per "
-              "draw, or as the same-law check below does, sampler against sampler).", "",
+              "seeded projections), its ESS by the same ArviZ functions. " + RHAT_LEGEND, "",
               "| case | sampler | draws | accept | ESS E_local | ESS proj | ESS E_local / s | ESS proj / s | "
               "ESS E_local / 1k rows | ESS proj / 1k rows | rows | CPU s | max R-hat |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
