@@ -7,7 +7,8 @@ ratio) and compares first stages that forward the SAME number of rows as the dis
 
 * ``influence k``: at a proposal at i, the positions j whose terms change most when i changes, ranked by
   ``mean |diff[:, j]|`` over the proposals at i of the OTHER seeds (leave one seed out: estimated on the other
-  seeds' proposals, evaluated on this seed's: no peeking), as many as ``window k`` has at i (ties and positions
+  seeds' proposals, evaluated on this seed's: no peeking; a case of one seed is split in two halves by chain),
+  as many as ``window k`` has at i (ties and positions
   never proposed at: by distance). A table learnt in burn-in and then frozen would be this (a fixed function of
   (X, X', i) during the chain, so the kernel stays reversible);
 * ``window k x s`` / ``influence k x s``: the same rows, the other terms' sum scaled by a fixed ``s`` (least
@@ -89,12 +90,28 @@ def first_stages(test: dict, train: list[dict]) -> dict:
     return out
 
 
+def folds_of(data: dict, kind: str) -> dict:
+    """``data`` with a case of one seed split in two halves by chain (the even chains' states and the odd ones':
+    keys ``"<seed>a"``/``"<seed>b"``), so that one half is fitted and the other evaluated."""
+    seeds = [s for k, s in data if k == kind]
+    if len(seeds) != 1:
+        return data
+    m = data.pop((kind, seeds[0]))
+    for half, name in ((0, "a"), (1, "b")):
+        keep = (m["state"] % 2) == half
+        data[(kind, f"{seeds[0]}{name}")] = {**{k: v[keep] for k, v in m.items() if k in ("diff", "i", "state",
+                                                                                           "log_hastings")},
+                                             "T": m["T"]}
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", help="bench/delayed_surrogates.py --save's output")
     args = ap.parse_args()
     data = torch.load(args.file)
     for kind in sorted({k for k, _ in data}):
+        data = folds_of(data, kind)
         seeds = sorted(s for k, s in data if k == kind)
         results = []
         for seed in seeds:  # leave one seed out: fitted on the others, evaluated on this one
@@ -104,7 +121,7 @@ def main() -> None:
                  "surrogates": first_stages(test, train)}
             results.append(summarize(m))
         n = sum(data[(kind, s)]["diff"].shape[0] for s in seeds)
-        print(f"\n### {kind}: seeds {seeds}, {n} changing proposals; each seed's first stages fitted on the others")
+        print(f"\n### {kind}: seeds {seeds}, {n} changing proposals; each seed's (or half's) first stages fitted on the others")
         print("| first stage | corr(dE~, dE) | mean abs error | stage-1 accept | overall accept | rows / proposal "
               "| rows / accepted change | vs exact |")
         print("|---|---|---|---|---|---|---|---|")

@@ -101,3 +101,21 @@ def test_influence_ranking_finds_the_coupled_position_with_the_window_s_row_coun
     corr = {name: torch.corrcoef(torch.stack([s, dE]))[0, 1].item() for name, (s, _) in stages.items()}
     assert corr["influence 1"] > 0.9 > 0.5 > corr["window 1"]
     assert torch.equal(stages["exact (oracle, a bound)"][0], dE)
+
+
+def test_saved_measurements_feed_the_influence_table(tmp_path):
+    """bench/delayed_surrogates.py --save, then bench/delayed_influence.py on the file (one seed: two halves)."""
+    import subprocess
+
+    saved = tmp_path / "m.pt"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "delayed_surrogates.py"), "--quick", "--cases", "random",
+                           "--seeds", "0", "--layers", "--sample-steps", "0", "--save", str(saved)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| exact (oracle, a bound) |" in proc.stdout and "relative cost" not in proc.stdout  # no small model
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "delayed_influence.py"), str(saved)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "seeds ['0a', '0b']" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| influence 1 |"))
+    assert all(-1.0 <= float(c) <= 1.0 for c in row.split("|")[2].split(" / ")), row  # correlations
