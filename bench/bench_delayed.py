@@ -8,7 +8,12 @@ rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance a
 
 Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
 cannot help), ``delayed-wK`` (option delayed window:K, the memo on as by default: it supplies remembered proposals'
-terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0).
+terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0), ``delayed-iK`` (influence:K: as many rows
+as window:K, at the positions ranked by influence in burn-in), and ``oracle``: A BOUND, NOT A USABLE
+SAMPLER: ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage
+1 is exact MH's test and the sampler forwards rows only for the proposals that will be accepted; no first stage of
+any kind forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it scores
+through ``mhfast.energy``, another runner); they are reported apart (``oracle rows``).
 
 Cases: ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8
 free, energy local, 4 chains starting from the parent; ``cmlm-translate`` the main job (scripts/main.sh's
@@ -22,6 +27,7 @@ one target); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings mh mh-nomemo delayed-w2
     python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --seeds 0 1 --settings mh delayed-w1 delayed-w2
     python3 bench/bench_delayed.py --case toy                      # seconds
+    python3 bench/bench_delayed.py --epochs 100 --seeds 0 1 2 3 --settings mh delayed-w2 oracle   # the ceiling
 """
 from __future__ import annotations
 
@@ -36,14 +42,27 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
+from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
-            **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)}}
+            **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
+            **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)}}
 DEFAULT_SETTINGS = ["mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"]
 
 
-def case_inputs(name: str, epochs: int) -> tuple:
-    """(model, inputs, options, description) of case ``name``."""
+def oracle_setting(model, inputs: dict, options: dict) -> dict:
+    """``oracle``: A BOUND, NOT A SAMPLER. delayed=<the exact energy> (bench/oracle_surrogate.py): stage 1 is exact
+    MH's test, so rows are forwarded only for proposals that will be accepted: no first stage forwards fewer."""
+    sources = inputs.get("source")
+    starts = greedy_starts(model, inputs, options) if sources is not None else None
+    return {"delayed": ExactEnergyOracle(model, options["energy"], sources, starts)}
+
+
+SETTINGS["oracle"] = oracle_setting
+
+
+def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
+    """(model, inputs, options, description) of case ``name`` (``anneal``: cmlm-translate's, per epoch)."""
     if name == "toy":
         from mhfast.models.tabular import TabularMLM
 
@@ -62,7 +81,7 @@ def case_inputs(name: str, epochs: int) -> tuple:
         tr = load_bundled_model()
         lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:5]
         return (tr.cmlm, {"source": [tr.source_ids(s) for s in lines]},
-                dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=0.08),
+                dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=anneal),
                 "bundled De->En CMLM, the first 5 test sentences, scripts/main.sh's sampler settings")
     from bench_ess import antiberty_case
 
@@ -72,34 +91,42 @@ def case_inputs(name: str, epochs: int) -> tuple:
 
 
 def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict:
+    extra = SETTINGS[setting]
+    extra = extra(model, inputs, options) if callable(extra) else extra  # (the oracle: a fresh memo per run)
     cpu, wall = time.process_time(), time.perf_counter()
-    r = mhfast.sample(model, **inputs, **options, **SETTINGS[setting], seed=seed)
+    r = mhfast.sample(model, **inputs, **options, **extra, seed=seed)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    oracle = extra.get("delayed") if isinstance(extra.get("delayed"), ExactEnergyOracle) else None
     rows = r.model_rows - r.init_rows
     changes = int(r.chain_novel.sum())
     ess = sum(d["ess_bulk"]["e_local"] for d in r.diagnostics)
-    best = float(r.energy.min(1).values.double().mean())  # each input's lowest final energy, averaged
+    best_each = r.energy.min(1).values.double()  # each input's lowest final energy
+    best = float(best_each.mean())
     return {"rows": rows, "proposals": r.proposals, "changes": changes, "cpu": cpu, "wall": wall, "ess": ess,
             "accept": float(r.acceptance_rate[r.burn_in:].mean()), "tested": r.delayed_tested,
             "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved,
-            "hits": r.memo_hits, "best": best}
+            "hits": r.memo_hits, "best": best, "oracle rows": oracle.rows if oracle else 0,
+            "best each": [round(v, 3) for v in best_each.tolist()]}
 
 
 def summary(runs: list[dict]) -> dict:
     """Sums over the seeds, then the ratios (ESS summed: the seeds are independent runs)."""
-    s = {k: sum(r[k] for r in runs) for k in runs[0]}
+    s = {k: sum(r[k] for r in runs) for k in runs[0] if k != "best each"}
     return {"rows/proposal": s["rows"] / s["proposals"], "rows/change": s["rows"] / max(s["changes"], 1),
             "accept": statistics.mean(r["accept"] for r in runs), "ESS": s["ess"],
             "ESS/1k rows": 1000 * s["ess"] / max(s["rows"], 1), "ESS/CPU s": s["ess"] / s["cpu"],
             "wall s": s["wall"], "CPU s": s["cpu"], "rows": s["rows"],
             "stage 1": s["passed"] / s["tested"] if s["tested"] else None,
             "stage 2": s["accepted"] / s["passed"] if s["passed"] else None, "rows saved": s["saved"],
-            "memo hits": s["hits"], "best E": statistics.mean(r["best"] for r in runs)}
+            "memo hits": s["hits"], "best E": statistics.mean(r["best"] for r in runs),
+            "oracle rows": s["oracle rows"] or None}
 
 
 def table(results: dict[str, dict]) -> str:
     cols = ["rows", "rows/proposal", "rows/change", "accept", "ESS", "ESS/1k rows", "ESS/CPU s", "wall s", "CPU s",
             "stage 1", "stage 2", "rows saved", "memo hits", "best E"]
+    if any(s["oracle rows"] for s in results.values()):  # the oracle's own rows: not the sampler's (a bound)
+        cols.append("oracle rows")
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) and v < 10 else  # noqa: E731
                                            f"{v:.1f}" if isinstance(v, float) else str(v))
     lines = ["| setting | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -112,13 +139,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="antiberty-infill", choices=("antiberty-infill", "cmlm-translate", "cmlm-fixed", "toy"))
     ap.add_argument("--epochs", type=int, default=None, help="default: 100 (cmlm-translate: 12, the main job's)")
+    ap.add_argument("--anneal", type=float, default=0.08, help="cmlm-translate: the target temperature's decrease "
+                    "per epoch (the main job's 0.08; e.g. 0.08 * 11 / (epochs - 1) stretches its schedule)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     args = ap.parse_args()
     if args.epochs is None:
         args.epochs = 12 if args.case == "cmlm-translate" else 100
     torch.set_num_threads(1)
-    model, inputs, options, what = case_inputs(args.case, args.epochs)
+    model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal)
     runs: dict[str, list[dict]] = {s: [] for s in args.settings}
     t0 = time.perf_counter()
     for seed in args.seeds:  # interleaved: every setting of a seed before the next seed

@@ -305,18 +305,21 @@ AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
 
 
-@_described("`None`, `auto`, `window:K` (K an int >= 0), or (API only) a callable surrogate")
+@_described("`None`, `auto`, `window:K` or `influence:K` (K an int >= 0), or (API only) a callable surrogate")
 def _delayed(v: Any) -> Any:
-    """None, ``"auto"``, ``"window:K"`` (delayed acceptance with the K nearest positions on each side) or a user's
-    surrogate ``E~(tokens, pos)`` (:mod:`mhfast.sampler.moves.user_surrogate`; only the API can pass one)."""
+    """None, ``"auto"``, ``"window:K"`` (delayed acceptance with the K nearest positions on each side),
+    ``"influence:K"`` (as many positions, those whose terms changed most in burn-in: :mod:`.moves.influence`) or a
+    user's surrogate ``E~(tokens, pos)`` (:mod:`mhfast.sampler.moves.user_surrogate`; only the API can pass one)."""
     if v is None or v == "auto" or (callable(v) and not isinstance(v, str)):
         return v
-    if isinstance(v, str) and v.startswith("window:"):
-        k = v[len("window:"):]
-        if k.isdigit() and int(k) <= MAX_WINDOW:
-            return f"window:{int(k)}"
-    raise OptionError(f"must be None, 'auto', 'window:K' with K an int >= 0, or (API only) a callable "
-                      f"surrogate(tokens, pos), got {v!r}")
+    for kind in ("window:", "influence:"):
+        if isinstance(v, str) and v.startswith(kind):
+            k = v[len(kind):]
+            if k.isdigit() and int(k) <= MAX_WINDOW:
+                return f"{kind}{int(k)}"
+    raise OptionError(f"must be None, 'auto', 'window:K' or 'influence:K' with K an int >= 0, or (API only) a "
+                      f"callable surrogate(tokens, pos), got {v!r}")
+
 
 
 def resolved_window(cfg: Any, num_energy: int) -> int | None:
@@ -340,8 +343,8 @@ def resolved_window(cfg: Any, num_energy: int) -> int | None:
         return None
     if callable(cfg.delayed):  # a user's surrogate replaces the window: stage 1 forwards no rows
         return 0
-    if cfg.delayed != "auto":
-        return int(cfg.delayed[len("window:"):])
+    if cfg.delayed != "auto":  # window:K or influence:K (as many rows, other positions)
+        return int(cfg.delayed.split(":")[1])
     return None if num_energy - 1 <= 2 * AUTO_WINDOW + AUTO_MIN_SAVED else AUTO_WINDOW
 
 
@@ -502,7 +505,9 @@ SPEC: tuple[Option, ...] = (
            "proposal first meets a cheap MH test against a surrogate energy, the exact terms of the K positions "
            "nearest the proposed one on each side (their rows of X'; the rest taken as unchanged), and only the "
            "survivors forward their other rows for a second test that corrects to the exact target (the same "
-           "target, a lower acceptance, fewer rows per proposal). window:K = that window; auto = window:2 where an "
+           "target, a lower acceptance, fewer rows per proposal). window:K = that window; influence:K = as many "
+           "positions, those whose terms changed most when the proposed one changed (ranked per input and position "
+           "in burn-in, then frozen; sampler mh; docs/delayed.md); auto = window:2 where an "
            "input has more than 2*2+4 energy rows per proposal, else off; None = off; API only: a callable "
            "surrogate(tokens, pos) -> E~ of each row at its proposed position (mhfast.surrogates.model_energy: a "
            "smaller model's energy; stage 1 then forwards no rows; sampler mh). Samplers mh and block-mh "
@@ -629,6 +634,10 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
         raise OptionError(f"{name_of('delayed')} as a callable surrogate needs {name_of('sampler')} "
                           f"{_kernels_that('user_surrogate')} (its E~(tokens, pos) is of one proposed position), "
                           f"got {values['sampler']}")
+    if isinstance(values["delayed"], str) and values["delayed"].startswith("influence:") and \
+            not KERNELS[values["sampler"]].capabilities.influence:
+        raise OptionError(f"{shown} needs {name_of('sampler')} {_kernels_that('influence')} (its window is ranked "
+                          f"per proposed position), got {values['sampler']}")
 
 
 #: What an always-accepting sampler (gibbs, block-gibbs) ignores: all of these act on the MH acceptance test.

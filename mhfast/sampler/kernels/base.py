@@ -63,6 +63,9 @@ class Capabilities:
     #: its delayed step takes a user's surrogate E~(tokens, pos) (option delayed=<callable>;
     #: :mod:`mhfast.sampler.moves.user_surrogate`): one proposed position per move
     user_surrogate: bool = False
+    #: its delayed step takes influence-ranked windows (option delayed="influence:K";
+    #: :mod:`mhfast.sampler.moves.influence`): one proposed position per move
+    influence: bool = False
 
     def memo_acts(self, capture: str, extra_terms: bool, delayed: bool = False) -> bool:
         """Whether the proposal memo acts in a run with option ``capture``, (``extra_terms``) extra energy terms

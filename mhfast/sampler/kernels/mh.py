@@ -29,6 +29,7 @@ import torch
 from ..graphed import StaticSiteSteps
 from ..memo import NO_MEMO, NoMemo, ProposalMemo, chain_groups
 from ..moves.delayed import DelayedAcceptance, delayed_commit
+from ..moves.influence import InfluenceWindows, influence_ranked
 from ..moves.user_surrogate import user_surrogate
 from ..moves.site_commit import commit_sites, refresh_remembered_rows
 from ..moves.site_propose import propose_sites
@@ -45,7 +46,7 @@ class SingleSiteMH:
     """``init`` scores the start and builds the per-position cache; ``step`` is one position per chain."""
 
     name = "mh"
-    capabilities = Capabilities(capture=True, memo=True, delayed=True, user_surrogate=True)
+    capabilities = Capabilities(capture=True, memo=True, delayed=True, user_surrogate=True, influence=True)
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -53,7 +54,9 @@ class SingleSiteMH:
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
         self.memo: ProposalMemo | NoMemo = NO_MEMO  # the evaluated proposals per input (ctx.memo_slots > 0)
         #: option delayed resolved (capture none: options.py checks it; the memo supplies it numbers); None: off
-        self.delayed = (DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.config.delayed))
+        self.delayed = (DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.config.delayed),
+                                          InfluenceWindows(ctx.delayed_window, ctx.config.burn_in)
+                                          if influence_ranked(ctx.config.delayed) else None)
                         if ctx.delayed_window is not None else None)
 
     def init(self, state: ChainState) -> ChainState:

@@ -46,6 +46,7 @@ from ..state import ChainState
 from ..step import StepContext
 from .accept import beta_rows
 from .changed import changed_chains
+from .influence import InfluenceWindows
 from .site_commit import commit, refresh_rows, with_extra
 from .site_score import extra_terms, model_terms
 from .site_types import ExtraTerms, TestedSites
@@ -60,6 +61,9 @@ class DelayedAcceptance:
     #: a user's surrogate ``E~(tokens Long[n, T], pos Long[n]) -> f32[n]`` (option ``delayed=<callable>``): it
     #: replaces the window (``window`` is then 0: stage 1 forwards no rows; :mod:`.user_surrogate`)
     surrogate: Callable[..., Any] | None = None
+    #: option delayed="influence:K": the window's positions ranked by influence in burn-in, then frozen
+    #: (:mod:`.influence`; until then the distance window)
+    influence: InfluenceWindows | None = None
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
@@ -89,8 +93,10 @@ class Screened(NamedTuple):
     outer_rows: SiteRows  #: the forwarded misses' other rows (numbered by ``forwarded``)
 
 
-def window_of(state: ChainState, proposal: SiteProposal, k: int) -> Window:
-    """The window of each proposal: positions within ``k`` of ``proposal.pos`` (one host read: its row counts).
+def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: InfluenceWindows | None = None
+              ) -> Window:
+    """The window of each proposal: positions within ``k`` of ``proposal.pos``, or ``influence``'s frozen sets
+    (as many energy positions) once it has them (one host read: its row counts).
 
     Example:
         >>> from types import SimpleNamespace
@@ -102,7 +108,10 @@ def window_of(state: ChainState, proposal: SiteProposal, k: int) -> Window:
     """
     T = state.tokens.shape[1]
     at = torch.arange(T, device=state.tokens.device)
-    near = (at[None, :] - proposal.pos[:, None]).abs() <= k
+    if influence is not None and influence.sets is not None:
+        near = influence.near(state, proposal)
+    else:
+        near = (at[None, :] - proposal.pos[:, None]).abs() <= k
     inner = state.energy_mask.index_select(0, proposal.ch) & near
     inner.scatter_(1, proposal.pos[:, None], False)
     return Window(near, inner, inner.sum(1).cpu())
@@ -317,7 +326,10 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     kernel's :class:`~mhfast.sampler.memo.ProposalMemo` or :data:`~mhfast.sampler.memo.NO_MEMO` (it supplies
     numbers, never the kernel). ``beta`` is passed on as given (a number or a tensor [M]); not None
     (forced-accept epochs take the plain step: nothing to test)."""
-    window = window_of(state, tested.proposal, da.window)
+    influence = da.influence
+    if influence is not None and influence.sets is None and not influence.learning(epoch):
+        influence.freeze(state)  # (burn-in is over: from now on each position's window is a fixed set)
+    window = window_of(state, tested.proposal, da.window, influence)
     extra = None
     if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
         extra = extra_terms(ctx, state, tested.proposal.ch, proposed_sequences(state, tested.proposal))
@@ -326,6 +338,10 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
         user = surrogate_delta(da.surrogate, state.tokens.index_select(0, tested.proposal.ch),
                                proposed_sequences(state, tested.proposal), tested.proposal.pos)
     sc = screen(ctx, state, tested, window, memo, extra, user, beta=beta, epoch=epoch, step=step)
+    if influence is not None and influence.learning(epoch):  # the forwarded misses' exact terms: what i moved
+        fwd = sc.forwarded
+        influence.observe(state, SiteProposal(*(v.index_select(0, fwd) for v in tested.proposal)),
+                          sc.raw.index_select(0, fwd), sc.local.index_select(0, fwd))
     accepted = torch.zeros_like(sc.passed)
     if sc.survivors_host.shape[0]:
         new, taken = second_stage(ctx, state, tested, sc, extra, beta=beta, epoch=epoch, step=step)

@@ -1,0 +1,121 @@
+"""bench/oracle_surrogate.py (the ceiling of delayed acceptance: a first stage that knows the exact energy) and
+bench/delayed_influence.py (influence-ranked windows, offline).
+
+The oracle is a bound only if (a) it is exact, so stage 2 accepts every survivor, and (b) its own forwards are not
+counted as the sampler's rows: then the sampler forwards exactly T_e - 1 rows per accepted change.
+
+Example:
+    python3 -m pytest -q tests/bench/test_oracle_surrogate.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.models.tabular import TabularMLM
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import delayed_influence  # noqa: E402
+from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
+
+
+@pytest.mark.parametrize("energy", ["local", "raw"])
+@pytest.mark.parametrize("memo", [0, 8])
+def test_oracle_accepts_every_survivor_and_the_sampler_pays_rows_only_for_accepted_changes(energy, memo):
+    lm = TabularMLM.random(num_tokens=3, length=8, seed=11, scale=0.5)
+    oracle = ExactEnergyOracle(lm, energy)
+    r = mhfast.sample(lm, 8, chains=4, epochs=40, burn_in=0, energy=energy, start="random", memo=memo,
+                      delayed=oracle, seed=3)
+    assert r.delayed_passed > 20 and int(r.delayed_accepted) == r.delayed_passed  # stage 2 never rejects
+    changes = int(r.chain_novel.sum())
+    # every accepted change pays T_e - 1 = 7 rows (stage 2's, or an accepted remembered X' refreshing the cache),
+    # and without the memo nothing else does: the oracle's own rows (scored apart) are not in model_rows. With the
+    # memo a miss whose X' another chain proposes in the same step forwards its rows whatever stage 1 says
+    # (the other chain's hit reads them: delayed.py): a few more, whole proposals
+    rows = r.model_rows - r.init_rows
+    if memo == 0:
+        assert rows == 7 * changes
+    else:
+        assert rows % 7 == 0 and 7 * changes <= rows <= 7 * changes * 1.05
+    assert oracle.rows == 8 * oracle.scored == 8 * len(oracle.values) > 0
+
+
+def test_oracle_values_are_the_exact_energy_and_are_memoized():
+    lm = TabularMLM.random(num_tokens=3, length=6, seed=0)
+    oracle = ExactEnergyOracle(lm, "local")
+    x = torch.tensor([[0, 1, 2, 0, 1, 2], [2, 2, 1, 0, 0, 1]])
+    tokens = torch.cat([x, x.flip(0)])
+    values = oracle(tokens, torch.zeros(4, dtype=torch.long))
+    assert torch.allclose(values, mhfast.energy(lm, tokens, energy="local").e_local)
+    assert oracle.scored == 2  # two distinct sequences
+
+
+def test_oracle_tells_inputs_of_one_length_apart_by_lineage(bundled):
+    """The bundled CMLM's test sentences 0 and 4 have targets of the same length: only lineage tells their
+    sources apart; with a wrong source stage 2 would reject."""
+    from mhfast.translation import bundled_test_file
+
+    lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()
+    inputs = {"source": [bundled.source_ids(lines[0]), bundled.source_ids(lines[4])]}
+    options = dict(energy="raw", chains=2, epochs=2, burn_in=0, anneal=0.08)
+    starts = greedy_starts(bundled.cmlm, inputs, options)
+    assert starts.shape[0] == 2 and int((starts != bundled.cmlm.pad_id).sum(1).unique().numel()) == 1
+    oracle = ExactEnergyOracle(bundled.cmlm, "raw", inputs["source"], starts)
+    r = mhfast.sample(bundled.cmlm, **inputs, **options, delayed=oracle, memo=0, seed=0)  # (memo: see above)
+    assert r.delayed_passed > 0 and int(r.delayed_accepted) == r.delayed_passed
+    t_e = mhfast.scoring.api.energy_positions(bundled.cmlm, starts).sum(1)  # [B]
+    assert r.model_rows - r.init_rows == int(((t_e - 1) * r.chain_novel.sum((0, 2))).sum())
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from mhfast.translation import bundle_missing, load_bundled_model
+
+    if bundle_missing():
+        pytest.skip(f"bundled model files missing: {bundle_missing()}")
+    return load_bundled_model()
+
+
+def _coupled(seed: int, n: int = 200, T: int = 10) -> dict:
+    """Proposals whose change at i moves the term at (i + 3) % T most (so no distance window sees it)."""
+    g = torch.Generator().manual_seed(seed)
+    i = torch.randint(0, T, (n,), generator=g)
+    diff = torch.randn(n, T, generator=g, dtype=torch.float64) * 0.2
+    diff[torch.arange(n), (i + 3) % T] += 2 * torch.randn(n, generator=g, dtype=torch.float64)
+    return {"diff": diff, "i": i, "log_hastings": -diff[torch.arange(n), i], "T": T}
+
+
+def test_influence_ranking_finds_the_coupled_position_with_the_window_s_row_count():
+    table, count = delayed_influence.influence_table([_coupled(0)], 10)
+    window, influence = delayed_influence.ranked_sets(table, count, 1)
+    assert torch.equal(window.sum(1), influence.sum(1))  # the same rows at every position
+    assert all(bool(influence[i, (i + 3) % 10]) and not bool(window[i, (i + 3) % 10]) for i in range(10))
+    stages = delayed_influence.first_stages(_coupled(1), [_coupled(0)])  # fitted on seed 0, evaluated on seed 1
+    dE = _coupled(1)["diff"].sum(1)
+    corr = {name: torch.corrcoef(torch.stack([s, dE]))[0, 1].item() for name, (s, _) in stages.items()}
+    assert corr["influence 1"] > 0.9 > 0.5 > corr["window 1"]
+    assert torch.equal(stages["exact (oracle, a bound)"][0], dE)
+
+
+def test_saved_measurements_feed_the_influence_table(tmp_path):
+    """bench/delayed_surrogates.py --save, then bench/delayed_influence.py on the file (one seed: two halves)."""
+    import subprocess
+
+    saved = tmp_path / "m.pt"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "delayed_surrogates.py"), "--quick", "--cases", "random",
+                           "--seeds", "0", "--layers", "--sample-steps", "0", "--save", str(saved)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| exact (oracle, a bound) |" in proc.stdout and "relative cost" not in proc.stdout  # no small model
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "delayed_influence.py"), str(saved)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "seeds ['0a', '0b']" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| influence 1 |"))
+    assert all(-1.0 <= float(c) <= 1.0 for c in row.split("|")[2].split(" / ")), row  # correlations

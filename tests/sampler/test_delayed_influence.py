@@ -1,0 +1,96 @@
+"""Delayed acceptance with influence-ranked windows (option delayed="influence:K"; mhfast.sampler.moves.influence).
+
+Checks: (1) enumeration on tabular models (the TV bound of tests/exact_checks.py) for both energies, memo off and
+on, annealed, after a burn-in that learns the ranking (the kernel after burn-in is fixed, so the target is exact);
+(2) the ranking: each frozen set has the distance window's row count at every position and picks the positions
+whose terms changed most, the nearest on ties and where nothing was observed; (3) the option's checks.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import mhfast
+from mhfast.models.tabular import TabularMLM
+from mhfast.op_types import SiteProposal
+from mhfast.sampler.moves.influence import InfluenceWindows
+
+from exact_checks import masks, run_and_compare
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CASES = [
+    ("raw-influence1", dict(), dict(energy="raw")),
+    ("local-influence1", dict(features=True), dict(energy="local")),
+    ("raw-influence1-coupled", dict(scale=1.2), dict(energy="raw", tau=2.0)),
+    ("local-influence1-annealed", dict(), dict(energy="local", tau=0.5, start_tau=1.0, anneal=0.1,
+                                               min_target_temperature=0.5)),
+]
+MEMO_CASES = [(f"{name}-memo{m}", mk, {**kw, "memo": m}) for name, mk, kw in CASES for m in (0, "auto")]
+
+
+@pytest.mark.parametrize("name,model_kwargs,kwargs", MEMO_CASES, ids=[c[0] for c in MEMO_CASES])
+def test_influence_windows_match_enumeration(name, model_kwargs, kwargs, device):
+    model = TabularMLM.random(num_tokens=3, length=4, seed=11, **{"scale": 0.5, **model_kwargs})
+    template, free = masks(model, 4)
+    tv, bound, result = run_and_compare(device, model, template, free, epochs=30, burn_in=5, seed=1,
+                                        delayed="influence:1", **kwargs)
+    assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
+    assert 0 < result.delayed_accepted <= result.delayed_passed < result.delayed_tested  # a real screen
+
+
+def _state(G: int, T: int, energy_mask: torch.Tensor) -> SimpleNamespace:
+    return SimpleNamespace(inputs=torch.arange(G), tokens=torch.zeros(G, T, dtype=torch.long),
+                           energy_mask=energy_mask, raw_terms=torch.zeros(G, T), local_terms=torch.zeros(G, T),
+                           energy="raw")
+
+
+def _proposal(ch: list[int], pos: list[int]) -> SiteProposal:
+    n = len(ch)
+    return SiteProposal(torch.tensor(ch), torch.tensor(pos), torch.zeros(n, dtype=torch.long), torch.zeros(n),
+                        torch.zeros(n))
+
+
+def test_the_frozen_sets_are_the_most_changed_positions_with_the_window_s_row_count():
+    T = 8
+    mask = torch.ones(2, T, dtype=torch.bool)
+    mask[1, 0] = mask[1, -1] = False  # input 1: a frame (its ends are not energy positions)
+    state = _state(2, T, mask)
+    inf = InfluenceWindows(k=1, learn_until=3)
+    assert inf.learning(0) and inf.learning(2) and not inf.learning(3)
+    new = torch.zeros(2, T)
+    new[0, 6], new[0, 4], new[1, 5] = 3.0, 1.0, 2.0  # a proposal at 2 moves term 6 most, then 4 (input 0)
+    inf.observe(state, _proposal([0, 1], [2, 2]), new, new)
+    inf.freeze(state)
+    window_rows = lambda g, i: sum(1 for j in range(T) if 0 < abs(j - i) <= 1 and mask[g, j])  # noqa: E731
+    for g in range(2):
+        for i in range(T):
+            assert int(inf.sets[g, i].sum()) == window_rows(g, i) and not bool(inf.sets[g, i, i])
+            assert not bool((inf.sets[g, i] & ~mask[g]).any())  # energy positions only
+    assert inf.sets[0, 2].nonzero().flatten().tolist() == [4, 6]
+    assert inf.sets[1, 2].nonzero().flatten().tolist() == [1, 5]  # 5 first, then a zero-change tie: the nearest
+    assert inf.sets[0, 5].nonzero().flatten().tolist() == [4, 6]  # never proposed at: the distance window
+    near = inf.near(state, _proposal([0, 1], [2, 0]))
+    assert near[0].nonzero().flatten().tolist() == [2, 4, 6] and near[1].nonzero().flatten().tolist() == [0, 1]
+
+
+def test_influence_without_burn_in_is_the_distance_window():
+    model = TabularMLM.random(num_tokens=3, length=6, seed=2)
+    runs = [mhfast.sample(model, 6, chains=3, epochs=4, burn_in=0, delayed=d, seed=5) for d in ("window:1",
+                                                                                                 "influence:1")]
+    assert torch.equal(runs[0].tokens, runs[1].tokens) and runs[0].model_rows == runs[1].model_rows
+
+
+@pytest.mark.parametrize("value", ["influence:", "influence:-1", "influence:x"])
+def test_bad_influence_values_are_refused(value):
+    model = TabularMLM.random(num_tokens=3, length=4, seed=0)
+    with pytest.raises(ValueError, match="delayed"):
+        mhfast.sample(model, 4, chains=2, epochs=1, burn_in=0, delayed=value)
+
+
+def test_influence_needs_single_site_mh():
+    model = TabularMLM.random(num_tokens=3, length=4, seed=0)
+    with pytest.raises(ValueError, match="delayed influence:1 needs sampler mh"):
+        mhfast.sample(model, 4, chains=2, epochs=1, burn_in=0, delayed="influence:1", sampler="block-mh")
