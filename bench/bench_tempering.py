@@ -21,6 +21,10 @@ Cases (``--cases``):
   (:func:`equal_rows`).
   Both from their own traces by the same ArviZ functions (``diagnostics.diagnose``); per chain, the lowest and
   the mean E_local of its draws (do all chains reach the same low-energy region?).
+* ``cmlm-fixed``: the same equal-rows comparison on the bundled De->En CMLM at target temperature 1 (energy raw,
+  5 chains from the warm start, the first 2 test sentences: bench/bench_ess.py's ``cmlm`` case, where plain MH's
+  chains had max R-hat 1.21 after 360 post-burn-in sweeps); sweeps and burn-in from ``--dispersed-epochs`` and
+  ``--dispersed-burn-in``.
 * ``two-mode``: the coupled two-mode tabular model of tests/exact_checks.py, chains started in both modes
   (cheap; shows the R-hat goal where plain MH provably does not cross).
 * ``cmlm``: the bundled De->En CMLM (``mhfast translate``'s model), the first test sentences, energy raw,
@@ -87,6 +91,18 @@ def dispersed_case(T: int, chains: int) -> dict:
     return case
 
 
+def cmlm_fixed_case(sentences: int) -> dict:
+    """bench_ess.py's ``cmlm`` case: the bundled De->En CMLM at target temperature 1, energy raw, 5 chains from the
+    warm start, the first ``sentences`` test sentences (plain MH: max R-hat 1.21 after 360 post-burn-in sweeps)."""
+    from mhfast.translation import bundled_test_file, load_bundled_model
+
+    tr = load_bundled_model()
+    lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:sentences]
+    return {"name": "cmlm-fixed", "model": tr.cmlm, "inputs": {"source": [tr.source_ids(s) for s in lines]},
+            "what": f"bundled De->En CMLM, first {sentences} test sentences, energy raw, target temperature 1, 5 "
+                    "chains from the warm start (bench_ess.py's cmlm case)", "options": dict(chains=5, energy="raw")}
+
+
 def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> tuple:
     """``(result, cumulative model rows after each epoch, CPU s)``."""
     rows: list[int] = []
@@ -102,16 +118,17 @@ def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dic
     from mhfast.sampler import diagnostics
 
     keep = ((r.trace_epochs >= first) & (r.trace_epochs < last)).nonzero().flatten()
-    draws = r.traces[0][:, keep].double().numpy()  # [C, D, S]
-    d = diagnostics.diagnose(draws, r.trace_names, ("rhat", "ess_bulk"))
-    e = draws[:, :, r.trace_names.index("e_local")]
+    # per input (several: ESS summed over them, R-hat their largest, as bench_ess.py; chains' figures: input 0's)
+    per = [diagnostics.diagnose(r.traces[b][:, keep].double().numpy(), r.trace_names, ("rhat", "ess_bulk"))
+           for b in range(r.traces.shape[0])]
+    e = r.traces[0][:, keep].double().numpy()[:, :, r.trace_names.index("e_local")]  # [C, D]
     used = rows[last - 1]
     return {"rows": used, "cpu": cpu * used / rows[-1], "sweeps": last, "burn": first,
-            "draws": int(keep.numel()) * draws.shape[0],
-            "ess_e": d["ess_bulk"]["e_local"],
-            "ess_p": min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")),
-            "rhat": max((v for v in d["rhat"].values() if v == v), default=float("nan")),
-            "rhat_e": d["rhat"]["e_local"], "chain_min": e.min(axis=1).round(2).tolist(),
+            "draws": int(keep.numel()) * e.shape[0],
+            "ess_e": sum(d["ess_bulk"]["e_local"] for d in per),
+            "ess_p": sum(min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")) for d in per),
+            "rhat": max((v for d in per for v in d["rhat"].values() if v == v), default=float("nan")),
+            "rhat_e": max(d["rhat"]["e_local"] for d in per), "chain_min": e.min(axis=1).round(2).tolist(),
             "chain_mean": e.mean(axis=1).round(2).tolist(),
             "accept": float(r.novel_rate[first:last].mean())}
 
@@ -230,7 +247,8 @@ def machine() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="+", default=["antiberty-infill", "cmlm"],
-                    choices=["two-mode", "antiberty-infill", "antiberty-random", "antiberty-dispersed", "cmlm"])
+                    choices=["two-mode", "antiberty-infill", "antiberty-random", "antiberty-dispersed", "cmlm",
+                             "cmlm-fixed"])
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--burn-in", type=int, default=10)
     ap.add_argument("--rungs", type=int, default=4)
@@ -282,6 +300,15 @@ def main() -> int:
         epochs, burn = (6, 2) if args.quick else (args.dispersed_epochs, args.dispersed_burn_in)
         lines += ["", f"- {case['name']}: {case['what']}; tempering={args.rungs} (tuned), {epochs} sweeps, burn-in "
                   f"{burn}, against plain single-site MH (defaults) cut at the same model rows; seeds {args.seeds}.",
+                  "", *equal_rows_lines(case, [x for seed in args.seeds
+                                               for x in equal_rows(case, epochs, burn, seed, args.rungs,
+                                                                  args.plain_factor)])]
+    if "cmlm-fixed" in args.cases:
+        case = cmlm_fixed_case(1 if args.quick else 2)
+        epochs, burn = (6, 2) if args.quick else (args.dispersed_epochs, args.dispersed_burn_in)
+        lines += ["", f"- {case['name']}: {case['what']}; tempering={args.rungs} (tuned), {epochs} sweeps, burn-in "
+                  f"{burn}, against plain single-site MH (defaults) cut at the same model rows; seeds {args.seeds}; "
+                  "ESS summed over the sentences, R-hat their largest, per-chain figures sentence 0's.",
                   "", *equal_rows_lines(case, [x for seed in args.seeds
                                                for x in equal_rows(case, epochs, burn, seed, args.rungs,
                                                                   args.plain_factor)])]
