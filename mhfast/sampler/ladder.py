@@ -152,6 +152,34 @@ def barrier(rejection: torch.Tensor) -> torch.Tensor:
     return rejection.sum(dim=1)
 
 
+#: a post-burn-in swap rate below this between two adjacent rungs: too few rungs there (:func:`sparse_ladder`)
+SPARSE_SWAP = 0.05
+
+
+def sparse_ladder(swap_rate: torch.Tensor) -> str | None:
+    """What to tell the user when some adjacent rungs (nearly) never swapped after burn-in, or None.
+
+    ``swap_rate`` f64[B, K-1] is the result's (NaN: no swap proposed). Such a pair cuts the ladder: the target
+    replicas then receive little or nothing from the hot ones, and tempering pays K times the rows for plain MH's
+    chains. Its rejection of ~1 only bounds the barrier from below, so the advice is a lower bound too.
+
+    Example:
+        >>> sparse_ladder(torch.tensor([[0.06, 0.0, 0.24]], dtype=torch.float64))
+        'tempering: swaps between rungs 1 and 2 succeeded 0.00 of the time after burn-in (input 0), under 0.05: too few rungs for the barrier there (Lambda >= 2.7, from the rejection rates): use about 2 Lambda + 1 = 7 rungs or more, or a ladder with rungs closer there'
+        >>> sparse_ladder(torch.tensor([[0.6, 0.5]], dtype=torch.float64)) is None
+        True
+    """
+    low = (swap_rate < SPARSE_SWAP).nonzero()  # (NaN compares False: pairs never proposed are not flagged)
+    if low.shape[0] == 0:
+        return None
+    b, k = (int(v) for v in low[0])
+    lam = float(barrier(1 - swap_rate[b:b + 1].nan_to_num(nan=1.0))[0])
+    return (f"tempering: swaps between rungs {k} and {k + 1} succeeded {float(swap_rate[b, k]):.2f} of the time after "
+            f"burn-in (input {b}), under {SPARSE_SWAP}: too few rungs for the barrier there (Lambda >= {lam:.1f}, from "
+            f"the rejection rates): use about 2 Lambda + 1 = {int(2 * lam + 1.999)} rungs or more, or a ladder with "
+            "rungs closer there")
+
+
 def tuning_ends(burn_in: int) -> list[int]:
     """The burn-in epoch counts after which the ladder is retuned: 2, 4, 8, ... while the next power of two fits
     in burn-in, then ``burn_in`` itself (so the last round is at least as long as the one before it)."""

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -159,6 +160,9 @@ class Tempered:
         self._save_ladder()
         proposed, accepted = self.swaps
         rate = torch.where(proposed > 0, accepted / proposed.clamp(min=1), torch.full_like(proposed, float("nan")))
+        advice = ladder.sparse_ladder(rate)
+        if advice is not None:  # (a cut ladder is not an error: the target chains are still exact, only unhelped)
+            warnings.warn(f"mhfast.sample: {advice}", stacklevel=2)
         return {"ladder": self._ladder_all.clone(), "swap_rate": rate, "round_trips": self.round_trips.clone()}
 
     # --- internals ---

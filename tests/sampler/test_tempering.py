@@ -344,3 +344,20 @@ def test_cli_translate_writes_the_tempering_counters(tiny_paths, tmp_path, capsy
     tempering = json.loads(stats.read_text())["batches"][0]["tempering"][0]
     assert tempering["ladder"] == [1.0, 2.0, 4.0] and len(tempering["swap_rate"]) == 2
     assert len(tempering["round_trips"]) == 2
+
+
+# ---------------------------------------------------------------------------- a ladder cut by a barrier
+def test_a_ladder_whose_rungs_never_swap_warns_with_the_rungs_it_needs():
+    """Two rungs far apart on the two-mode model: the target (E ~ 0 in a mode) and 1000 x (a flat, high-energy
+    replica) almost never swap, and the user is told so with a rung count; a close ladder is not warned about."""
+    model = coupled_modes(J=2.0)
+    kw = dict(chains=4, epochs=60, burn_in=10, seed=0, energy="local", uniform_mix=0.2)
+    with pytest.warns(UserWarning, match=r"tempering: swaps between rungs 0 and 1 succeeded 0\.0\d of the time .*"
+                                         r"use about 2 Lambda \+ 1 = \d+ rungs or more"):
+        cut = mhfast.sample(model, 6, tempering=[1.0, 1000.0], **kw)
+    assert float(cut.swap_rate[0, 0]) < ladder.SPARSE_SWAP
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a close ladder: no advice
+        close = mhfast.sample(model, 6, tempering=[1.0, 1.05], **kw)
+    assert float(close.swap_rate[0, 0]) >= ladder.SPARSE_SWAP
