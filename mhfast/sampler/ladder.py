@@ -154,12 +154,15 @@ def barrier(rejection: torch.Tensor) -> torch.Tensor:
 
 #: a post-burn-in swap rate below this between two adjacent rungs: too few rungs there (:func:`sparse_ladder`)
 SPARSE_SWAP = 0.05
+#: ... measured from at least this many proposed swaps (a short run's few swaps say nothing)
+SPARSE_MIN_SWAPS = 20
 
 
-def sparse_ladder(swap_rate: torch.Tensor) -> str | None:
+def sparse_ladder(swap_rate: torch.Tensor, proposed: torch.Tensor | None = None) -> str | None:
     """What to tell the user when some adjacent rungs (nearly) never swapped after burn-in, or None.
 
-    ``swap_rate`` f64[B, K-1] is the result's (NaN: no swap proposed). Such a pair cuts the ladder: the target
+    ``swap_rate`` f64[B, K-1] is the result's (NaN: no swap proposed); ``proposed`` [B, K-1] the swaps it is of
+    (pairs with fewer than :data:`SPARSE_MIN_SWAPS` are not judged). Such a pair cuts the ladder: the target
     replicas then receive little or nothing from the hot ones, and tempering pays K times the rows for plain MH's
     chains. Its rejection of ~1 only bounds the barrier from below, so the advice is a lower bound too.
 
@@ -168,8 +171,11 @@ def sparse_ladder(swap_rate: torch.Tensor) -> str | None:
         'tempering: swaps between rungs 1 and 2 succeeded 0.00 of the time after burn-in (input 0), under 0.05: too few rungs for the barrier there (Lambda >= 2.7, from the rejection rates): use about 2 Lambda + 1 = 7 rungs or more, or a ladder with rungs closer there'
         >>> sparse_ladder(torch.tensor([[0.6, 0.5]], dtype=torch.float64)) is None
         True
+        >>> sparse_ladder(torch.tensor([[0.0]], dtype=torch.float64), proposed=torch.tensor([[6.0]])) is None  # few
+        True
     """
-    low = (swap_rate < SPARSE_SWAP).nonzero()  # (NaN compares False: pairs never proposed are not flagged)
+    judged = torch.ones_like(swap_rate, dtype=torch.bool) if proposed is None else proposed >= SPARSE_MIN_SWAPS
+    low = ((swap_rate < SPARSE_SWAP) & judged).nonzero()  # (NaN compares False: pairs never proposed are not flagged)
     if low.shape[0] == 0:
         return None
     b, k = (int(v) for v in low[0])

@@ -160,7 +160,7 @@ class Tempered:
         self._save_ladder()
         proposed, accepted = self.swaps
         rate = torch.where(proposed > 0, accepted / proposed.clamp(min=1), torch.full_like(proposed, float("nan")))
-        advice = ladder.sparse_ladder(rate)
+        advice = ladder.sparse_ladder(rate, proposed)
         if advice is not None:  # (a cut ladder is not an error: the target chains are still exact, only unhelped)
             warnings.warn(f"mhfast.sample: {advice}", stacklevel=2)
         return {"ladder": self._ladder_all.clone(), "swap_rate": rate, "round_trips": self.round_trips.clone()}
