@@ -152,13 +152,18 @@ def equal_rows(case: dict, epochs: int, burn_in: int, seed: int, K: int, factor:
     return [plain, pt]
 
 
+def counters_text(run: dict) -> str:
+    """A run's tempering counters for a table cell (empty for plain MH)."""
+    return f"ladder {run['ladder']}, swap rates {run['swap']}, round trips {run['trips']}" if "ladder" in run else ""
+
+
 def equal_rows_lines(case: dict, runs: list[dict]) -> list[str]:
     out = ["| sampler | seed | sweeps (burn-in) | draws (sweeps x chains) | model rows | CPU s | novel rate | "
            "ESS E_local | min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | "
            "max R-hat (not NaN) | per chain: lowest E_local | per chain: mean E_local | tempering counters |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in runs:
-        extra = (f"ladder {x['ladder']}, swap rates {x['swap']}, round trips {x['trips']}" if "ladder" in x else "")
+        extra = counters_text(x)
         out.append(f"| {x['tempering'] or 'plain MH'} | {x['seed']} | {x['sweeps']} ({x['burn']}) | {x['draws']} | "
                    f"{x['rows']} | {x['cpu']:.0f} | {x['accept']:.3f} | {x['ess_e']:.1f} | {x['ess_p']:.1f} | "
                    f"{1000 * x['ess_e'] / x['rows']:.2f} | {x['ess_e'] / x['cpu']:.3f} | {x['rhat_e']:.3f} | "
@@ -190,7 +195,7 @@ def ess_rows(case: dict, runs: list[dict]) -> list[str]:
     rows = []
     for x in runs:
         per_k = lambda v: 1000 * v / max(x["rows"], 1)  # noqa: E731
-        extra = (f"ladder {x['ladder']}, swap rates {x['swap']}, round trips {x['trips']}" if "ladder" in x else "")
+        extra = counters_text(x)
         rows.append(f"| {case['name']} | {x['tempering'] or 'plain MH'} | {x['seed']} | {x['rows']} | {x['cpu']:.0f} | "
                     f"{x['accept']:.3f} | {x['ess_e']:.1f} | {x['ess_p']:.1f} | {per_k(x['ess_e']):.2f} | "
                     f"{per_k(x['ess_p']):.2f} | {x['ess_e'] / x['cpu']:.3f} | {x['rhat_e']:.3f} | {x['rhat']:.3f} | "
