@@ -226,13 +226,14 @@ def window(r: Any, first: int, last: int | None = None) -> list[np.ndarray]:
 
 def ess_figures(draws: list, names: list[str]) -> dict:
     """ESS of E_local and the smallest over the projections, summed over the inputs, the post-burn-in draws (all
-    chains) and the largest R-hat, from each input's draws [C, D, S] (ArviZ's, through mhfast's diagnose)."""
+    chains), the largest R-hat and E_local's largest (``rhat_e``), from each input's draws [C, D, S] (ArviZ's, through mhfast's diagnose)."""
     diags = [diagnostics.diagnose(d, names) for d in draws]
     return {"ess_e": sum(d["ess_bulk"]["e_local"] for d in diags),
             "ess_p": sum(min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")) for d in diags),
             "draws": sum(d.shape[0] * d.shape[1] for d in draws),
             # NaN: a summary no chain ever changed (ArviZ cannot rank it); the largest of the others
-            "rhat": max((v for d in diags for v in d["rhat"].values() if v == v), default=float("nan"))}
+            "rhat": max((v for d in diags for v in d["rhat"].values() if v == v), default=float("nan")),
+            "rhat_e": max(d["rhat"]["e_local"] for d in diags)}
 
 
 def mixmatch_run(case: dict, seed: int) -> dict:

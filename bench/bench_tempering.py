@@ -115,20 +115,18 @@ def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> t
 def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dict:
     """The figures of the draws of sweeps ``first .. last - 1`` (its traces; rows and CPU up to sweep ``last``,
     CPU prorated by rows where the run went on after it)."""
-    from mhfast.sampler import diagnostics
+    import bench_ess
 
     keep = ((r.trace_epochs >= first) & (r.trace_epochs < last)).nonzero().flatten()
-    # per input (several: ESS summed over them, R-hat their largest, as bench_ess.py; chains' figures: input 0's)
-    per = [diagnostics.diagnose(r.traces[b][:, keep].double().numpy(), r.trace_names, ("rhat", "ess_bulk"))
-           for b in range(r.traces.shape[0])]
+    # per input (several: ESS summed over them, R-hat their largest: bench_ess.py's figures; chains': input 0's)
+    figures = bench_ess.ess_figures([r.traces[b][:, keep].double().numpy() for b in range(r.traces.shape[0])],
+                                    r.trace_names)
     e = r.traces[0][:, keep].double().numpy()[:, :, r.trace_names.index("e_local")]  # [C, D]
     used = rows[last - 1]
     return {"rows": used, "cpu": cpu * used / rows[-1], "sweeps": last, "burn": first,
             "draws": int(keep.numel()) * e.shape[0],
-            "ess_e": sum(d["ess_bulk"]["e_local"] for d in per),
-            "ess_p": sum(min(v for k, v in d["ess_bulk"].items() if k.startswith("proj_")) for d in per),
-            "rhat": max((v for d in per for v in d["rhat"].values() if v == v), default=float("nan")),
-            "rhat_e": max(d["rhat"]["e_local"] for d in per), "chain_min": e.min(axis=1).round(2).tolist(),
+            **{k: figures[k] for k in ("ess_e", "ess_p", "rhat", "rhat_e")},
+            "chain_min": e.min(axis=1).round(2).tolist(),
             "chain_mean": e.mean(axis=1).round(2).tolist(),
             "accept": float(r.novel_rate[first:last].mean())}
 
