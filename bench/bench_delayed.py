@@ -32,6 +32,7 @@ one target); ``toy`` a tabular MLM (seconds, for a smoke run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -59,6 +60,21 @@ def oracle_setting(model, inputs: dict, options: dict) -> dict:
 
 
 SETTINGS["oracle"] = oracle_setting
+# "-terms": the memo as it was before it kept model rows (terms only: an accepted remembered X' forwards its rows)
+SETTINGS.update({f"{k}-terms": SETTINGS[k] for k in ("mh", "delayed-w2", "delayed-i2", "oracle")})
+
+
+@contextlib.contextmanager
+def memo_rows_budget(setting: str):
+    """Within: the memo keeps no model rows where ``setting`` ends in ``-terms`` (its byte budget set to 0)."""
+    from mhfast.sampler import memo
+
+    kept = memo.ROWS_BUDGET_BYTES
+    memo.ROWS_BUDGET_BYTES = 0 if setting.endswith("-terms") else kept
+    try:
+        yield
+    finally:
+        memo.ROWS_BUDGET_BYTES = kept
 
 
 def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
@@ -94,7 +110,8 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
     extra = SETTINGS[setting]
     extra = extra(model, inputs, options) if callable(extra) else extra  # (the oracle: a fresh memo per run)
     cpu, wall = time.process_time(), time.perf_counter()
-    r = mhfast.sample(model, **inputs, **options, **extra, seed=seed)
+    with memo_rows_budget(setting):
+        r = mhfast.sample(model, **inputs, **options, **extra, seed=seed)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     oracle = extra.get("delayed") if isinstance(extra.get("delayed"), ExactEnergyOracle) else None
     rows = r.model_rows - r.init_rows

@@ -18,9 +18,13 @@ a table per input answers about half of the state-changing proposals; a memo per
 a quarter (bench/RESULTS.md).
 
 The table of an input has ``slots x chains-of-the-input`` entries (rounded up to whole buckets of
-:data:`WAYS`), least recently used first out; it holds the sequences (L tokens) and their raw and local terms,
-not the model's output rows (``T x D`` per entry). A remembered proposal that is *accepted* therefore forwards
-its rows then, for the state's cache (:func:`mhfast.sampler.moves.site_commit.refresh_remembered_rows`).
+:data:`WAYS`), least recently used first out; it holds the sequences (L tokens), their raw and local terms and,
+where they fit in :data:`ROWS_BUDGET_BYTES`, the model's output rows of each X' (``L x D`` per entry: the rows a
+chain's cache holds, :meth:`ProposalMemo.keep_rows`). A remembered proposal that is *accepted* needs its rows
+for the state's cache (its next proposals are drawn from them): they are copied from the memo, or, where the
+rows did not fit, forwarded then (:func:`mhfast.sampler.moves.site_commit.refresh_remembered_rows`). Chains that
+step back and forth between a few sequences (near a mode, infilling: a third of the rows of AntiBERTy
+infilling went to such refreshes, bench/RESULTS.md) then forward nothing for a return to a remembered one.
 
 The step sees the memo through two hooks, :meth:`ProposalMemo.pick` (before any model row: which of the step's
 proposals meet the MH test, those it knows last) and :meth:`ProposalMemo.completed` (once the misses' rows are
@@ -46,12 +50,15 @@ from __future__ import annotations
 
 import torch
 
-from ..op_types import MemoTable
+from ..op_types import MemoTable, SiteRows
 from ..runtime.backend import Backend, get_backend
 from .moves.changed import changed_picked, misses_then_hits
 from .moves.site_types import Picked, SiteDraw, SiteMove
 
 WAYS = 8  #: entries per bucket of a table: a lookup compares at most this many hashes
+#: the most memory the memo's copies of model rows may take (all tables together); where ``G x S x L x D``
+#: cache-sized rows would take more, the memo keeps terms only and an accepted remembered X' forwards its rows
+ROWS_BUDGET_BYTES = 256 * 2**20
 
 
 def chain_groups(inputs: torch.Tensor, energy_mask: torch.Tensor, ctx_index: torch.Tensor | None) -> torch.Tensor:
@@ -79,7 +86,7 @@ class ProposalMemo:
     """
 
     def __init__(self, group: torch.Tensor, slots: int, length: int, device: torch.device | str,
-                 backend: Backend | None = None):
+                 backend: Backend | None = None, rows_like: torch.Tensor | None = None):
         if slots < 1:
             raise ValueError(f"ProposalMemo: slots must be >= 1, got {slots}")
         self.backend = backend if backend is not None else get_backend("compiled")
@@ -92,6 +99,12 @@ class ProposalMemo:
         self.stored = torch.zeros(G, S, length, dtype=torch.long, device=device)
         self.raw = torch.zeros(G, S, length, device=device)
         self.local = torch.zeros(G, S, length, device=device)
+        #: [G, S + 1, L, D] each entry's model rows (the cache rows of its X'), like ``rows_like`` (the state's
+        #: cache [M, L, D]); slot S takes the writes of misses without an entry (slot -1). None: not kept
+        self.rows = None
+        if rows_like is not None and G * (S + 1) * length * rows_like.shape[2] * rows_like.element_size() <= \
+                ROWS_BUDGET_BYTES:
+            self.rows = rows_like.new_zeros(G, S + 1, length, rows_like.shape[2])
         self.step = -1  # the step counter of the stamps (lookup advances it)
         self._chains = self._slot = torch.zeros(0, dtype=torch.long, device=device)  # the last lookup's
         self.hits = 0
@@ -133,6 +146,40 @@ class ProposalMemo:
         self.backend.mh_memo_store_(self.table, self._chains, self._slot, sel, raw_new, local_new, num_misses,
                                     self.step)
 
+    def keep_rows(self, sel: torch.Tensor, base: torch.Tensor | None, rows: SiteRows) -> None:
+        """The model rows of this step's proposals ``sel`` (Long[n], the lookup's numbering) into their entries:
+        ``base`` ([n, L, D] the rows of their X, whose row at the proposed position X' shares; None: keep the
+        entries' rows) with the forwarded ``rows`` over it (row ``r``: proposal ``sel[rows.seq[r]]`` at position
+        ``rows.q[r]``). Written whether or not the terms are then stored: an entry whose terms were not stored
+        is never read. No-op where the rows are not kept; no host sync.
+
+        Example:
+            >>> tokens = torch.tensor([[1, 2, 3]])
+            >>> memo = ProposalMemo(torch.tensor([0]), slots=1, length=3, device="cpu", rows_like=torch.zeros(1, 3, 2))
+            >>> _ = memo.lookup(tokens, torch.tensor([0]), torch.tensor([1]), torch.tensor([4]), torch.ones(1).bool())
+            >>> rows = SiteRows(torch.tensor([0, 0]), torch.tensor([0, 2]), [torch.full((2, 2), 7.0)])
+            >>> memo.keep_rows(torch.tensor([0]), torch.ones(1, 3, 2), rows)
+            >>> memo.rows_of(torch.tensor([0]))[0, :, 0].tolist()    # rows 0 and 2 of X' forwarded, row 1 X's
+            [7.0, 1.0, 7.0]
+        """
+        if self.rows is None:
+            return
+        g = self.group.index_select(0, self._chains.index_select(0, sel))
+        slot = self._slot.index_select(0, sel)  # (-1, no entry: the spare last slot, never read)
+        if base is not None:
+            self.rows.index_put_((g, slot), base.to(self.rows.dtype))
+        if rows.outputs and rows.seq.numel():
+            out = rows.outputs[0] if len(rows.outputs) == 1 else torch.cat(rows.outputs)
+            self.rows.index_put_((g.index_select(0, rows.seq), slot.index_select(0, rows.seq), rows.q),
+                                 out.to(self.rows.dtype))
+
+    def rows_of(self, sel: torch.Tensor) -> torch.Tensor | None:
+        """The remembered model rows ``[n, L, D]`` of this step's hits ``sel``; None where the rows are not kept."""
+        if self.rows is None:
+            return None
+        g = self.group.index_select(0, self._chains.index_select(0, sel))
+        return self.rows[g, self._slot.index_select(0, sel)]
+
     def read_by_hits(self, picked: Picked) -> torch.Tensor:
         """Bool[misses]: the misses of this step whose entry a hit of this same step reads (two chains proposed
         the same X', the first a miss that reserved the entry). Delayed acceptance stores a miss's terms only if
@@ -170,6 +217,7 @@ class ProposalMemo:
         out.backend, out.group, out.step, out.hits = self.backend, group, self.step, self.hits
         for name in ("stamp", "hashes", "stored", "raw", "local"):
             setattr(out, name, getattr(self, name).index_select(0, kept))
+        out.rows = self.rows.index_select(0, kept) if self.rows is not None else None
         out._chains = out._slot = self._chains[:0]
         return out
 
@@ -190,6 +238,7 @@ class NoMemo:
     """
 
     hits = 0
+    rows = None  #: no model rows kept
 
     def pick(self, tokens: torch.Tensor, move: SiteMove, draw: SiteDraw) -> Picked:
         """The proposals that change their chain; none known."""
@@ -198,6 +247,9 @@ class NoMemo:
     def completed(self, picked: Picked, raw: torch.Tensor, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The terms as the model rows gave them."""
         return raw, local
+
+    def keep_rows(self, *args) -> None:
+        """Nothing kept."""
 
     def store(self, sel: torch.Tensor, raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int) -> None:
         """Nothing to remember."""

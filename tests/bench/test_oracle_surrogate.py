@@ -17,6 +17,7 @@ import torch
 
 import mhfast
 from mhfast.models.tabular import TabularMLM
+from mhfast.sampler import memo as memo_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -26,21 +27,27 @@ from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 
 
 @pytest.mark.parametrize("energy", ["local", "raw"])
-@pytest.mark.parametrize("memo", [0, 8])
-def test_oracle_accepts_every_survivor_and_the_sampler_pays_rows_only_for_accepted_changes(energy, memo):
+@pytest.mark.parametrize("memo", [0, 8, "8, terms only"])
+def test_oracle_accepts_every_survivor_and_the_sampler_pays_rows_only_for_accepted_changes(energy, memo,
+                                                                                           monkeypatch):
     lm = TabularMLM.random(num_tokens=3, length=8, seed=11, scale=0.5)
     oracle = ExactEnergyOracle(lm, energy)
-    r = mhfast.sample(lm, 8, chains=4, epochs=40, burn_in=0, energy=energy, start="random", memo=memo,
-                      delayed=oracle, seed=3)
+    if memo == "8, terms only":  # the memo as it was before it kept model rows
+        monkeypatch.setattr(memo_module, "ROWS_BUDGET_BYTES", 0)
+    r = mhfast.sample(lm, 8, chains=4, epochs=40, burn_in=0, energy=energy, start="random",
+                      memo=8 if memo else 0, delayed=oracle, seed=3)
     assert r.delayed_passed > 20 and int(r.delayed_accepted) == r.delayed_passed  # stage 2 never rejects
     changes = int(r.chain_novel.sum())
-    # every accepted change pays T_e - 1 = 7 rows (stage 2's, or an accepted remembered X' refreshing the cache),
-    # and without the memo nothing else does: the oracle's own rows (scored apart) are not in model_rows. With the
-    # memo a miss whose X' another chain proposes in the same step forwards its rows whatever stage 1 says
-    # (the other chain's hit reads them: delayed.py): a few more, whole proposals
+    # every accepted change pays T_e - 1 = 7 rows (stage 2's, or an accepted remembered X' refreshing the cache
+    # where the memo keeps terms only), and without the memo nothing else does: the oracle's own rows (scored
+    # apart) are not in model_rows. With the memo a miss whose X' another chain proposes in the same step forwards
+    # its rows whatever stage 1 says (the other chain's hit reads them: delayed.py): a few more, whole proposals.
+    # Where the memo keeps model rows, an accepted remembered X' forwards none: fewer than 7 per change
     rows = r.model_rows - r.init_rows
     if memo == 0:
         assert rows == 7 * changes
+    elif memo == 8:
+        assert rows % 7 == 0 and 7 * (changes - r.memo_hits) <= rows < 7 * changes
     else:
         assert rows % 7 == 0 and 7 * changes <= rows <= 7 * changes * 1.05
     assert oracle.rows == 8 * oracle.scored == 8 * len(oracle.values) > 0

@@ -5,7 +5,7 @@ energy terms, without rows.
 Shown here: the same chains as without the memo, bit for bit, on models whose rows do not depend on their batch
 (every option that reaches the dynamic single-site step, feature caches and the CUDA device included), with fewer
 rows; the per-position cache stays the current state's after every step (a remembered proposal that is accepted
-forwards its rows); MH with the memo matches enumeration on a tiny BERT with many hits; the memo itself (shared per
+gets its rows from the memo, or, over the memo's row budget, forwards them); MH with the memo matches enumeration on a tiny BERT with many hits; the memo itself (shared per
 input, within a step too, least recently used out, unfilled reservations forgotten); option errors.
 
 Example:
@@ -23,6 +23,7 @@ from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler.moves import site_commit
 from mhfast.sampler.kernels.mh import SingleSiteMH
 from mhfast.runtime.backend import get_backend
+from mhfast.sampler import memo as memo_module
 from mhfast.sampler.memo import ProposalMemo
 from mhfast.sampler.state import rescore
 
@@ -68,8 +69,9 @@ def test_same_chains_with_a_feature_cache_and_a_source(features):
 
 
 def test_rows_are_te_minus_one_per_changed_proposal_the_memo_did_not_know(monkeypatch):
-    """The row count with the memo: T_e - 1 per proposal X' != X, less T_e - 1 per memo hit, plus T_e - 1 per
-    hit that was accepted (its rows forwarded for the cache)."""
+    """The row count with the memo: T_e - 1 per proposal X' != X, less T_e - 1 per memo hit. Where the memo keeps
+    no model rows (over its budget), plus T_e - 1 per hit that was accepted (its rows forwarded for the cache);
+    where it keeps them (the default here), the accepted hits' rows are copied: the same chains, fewer rows."""
     T, chains = 5, 6
     model = TabularMLM.random(num_tokens=4, length=T, seed=3)
     accepted_hits, real_refresh = [], site_commit.refresh_rows
@@ -79,22 +81,36 @@ def test_rows_are_te_minus_one_per_changed_proposal_the_memo_did_not_know(monkey
         return real_refresh(ctx, state, **kw)
 
     monkeypatch.setattr(site_commit, "refresh_rows", refresh)
-    r = mhfast.sample(model, T, chains=chains, epochs=20, burn_in=2, seed=5, target_temperature=0.5, memo=ON)
+    kw = dict(chains=chains, epochs=20, burn_in=2, seed=5, target_temperature=0.5, memo=ON)
+    kept = mhfast.sample(model, T, **kw)
+    assert accepted_hits == []  # no rows forwarded for a remembered X'
+    monkeypatch.setattr(memo_module, "ROWS_BUDGET_BYTES", 0)  # terms only
+    r = mhfast.sample(model, T, **kw)
     changed = int(r.chain_proposals.sum() - r.chain_accepted.sum() + r.chain_novel.sum())  # tested proposals
     assert r.memo_hits > 0 and sum(accepted_hits) > 0
     assert r.model_rows - r.init_rows == (T - 1) * (changed - r.memo_hits + sum(accepted_hits))
+    assert differing_fields(r, kept) == [] and kept.memo_hits == r.memo_hits  # the same chains
+    assert kept.model_rows - kept.init_rows == (T - 1) * (changed - r.memo_hits)
 
 
-def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
+@pytest.mark.parametrize("delayed", [None, "window:1"])
+@pytest.mark.parametrize("rows_kept", [True, False])
+def test_the_cache_is_the_current_states_after_every_step(monkeypatch, rows_kept, delayed):
     """After each step the per-position cache equals a fresh rescore of the state: the rows of a remembered
-    proposal that was accepted were forwarded (the test counts such refreshes)."""
+    proposal that was accepted were copied from the memo (``rows_kept``) or forwarded (the test counts both);
+    with delayed acceptance too (a miss's rows come from both stages' forwards)."""
     model = TabularMLM.random(num_tokens=4, length=5, seed=3, features=True)
-    refreshed, checked = [], []
-    real_refresh, real_step = site_commit.refresh_rows, SingleSiteMH.step
+    refreshed, restored, checked = [], [], []
+    real_refresh, real_step, real_rows_of = site_commit.refresh_rows, SingleSiteMH.step, ProposalMemo.rows_of
 
     def refresh(ctx, state, **kw):  # the memo's hits, those that were accepted
         refreshed.append(int(kw["accepted"].sum()))
         return real_refresh(ctx, state, **kw)
+
+    def rows_of(self, sel):
+        rows = real_rows_of(self, sel)
+        restored.append(0 if rows is None else sel.numel())
+        return rows
 
     def step(self, state, epoch, move):
         state, info = real_step(self, state, epoch, move)
@@ -106,9 +122,17 @@ def test_the_cache_is_the_current_states_after_every_step(monkeypatch):
         return state, info
 
     monkeypatch.setattr(site_commit, "refresh_rows", refresh)
+    monkeypatch.setattr(ProposalMemo, "rows_of", rows_of)
     monkeypatch.setattr(SingleSiteMH, "step", step)
-    r = mhfast.sample(model, 5, chains=6, epochs=20, burn_in=2, seed=5, target_temperature=0.7, memo=ON)
-    assert r.memo_hits > 0 and sum(refreshed) > 0 and len(checked) == 20 * 5
+    if not rows_kept:
+        monkeypatch.setattr(memo_module, "ROWS_BUDGET_BYTES", 0)
+    r = mhfast.sample(model, 5, chains=6, epochs=20, burn_in=2, seed=5, target_temperature=0.7, memo=ON,
+                      delayed=delayed)
+    assert r.memo_hits > 0 and len(checked) == 20 * 5
+    if rows_kept:
+        assert refreshed == [] and sum(restored) > 0
+    else:
+        assert sum(refreshed) > 0 and sum(restored) == 0
 
 
 @pytest.mark.slow  # 48 s on the 2-core CI machine

@@ -65,7 +65,7 @@ class SingleSiteMH:
         if self.ctx.memo_slots:  # (resolved by the capabilities' memo rule: never with capture)
             group = chain_groups(state.inputs, state.energy_mask, state.ctx_index)
             self.memo = ProposalMemo(group, self.ctx.memo_slots, state.tokens.shape[1], state.tokens.device,
-                                     self.ctx.backend)
+                                     self.ctx.backend, rows_like=state.cache)
         if self.ctx.config.capture == "none":
             return state
         self._static = StaticSiteSteps(self.ctx, state, graphs=self.ctx.config.capture == "cuda-graph")
@@ -113,6 +113,6 @@ class SingleSiteMH:
             scored = score_sites(self.ctx, state, tested, self.memo)
             state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,
                                            step=move.index)
-            refresh_remembered_rows(self.ctx, state, tested, accepted)
+            refresh_remembered_rows(self.ctx, state, tested, accepted, self.memo)
         novel = accepted.sum()
         return state, StepInfo(A, A - picked.index_host.shape[0] + novel, novel, scored=True)

@@ -5,7 +5,7 @@ forward and reverse proposal probabilities, beta = 1 / target temperature; ``bet
 proposal) and writes the accepted chains' tokens, term rows, energies and cache rows (the model rows of X',
 in place: the cache stays the current state's). Around it, the values the op does not carry: the extra energy
 terms of accepted chains, the per-chain counts, and the cache rows of remembered proposals that were accepted
-(the memo keeps terms, not rows: :func:`refresh_remembered_rows`).
+(copied from the memo where it keeps model rows, else forwarded: :func:`refresh_remembered_rows`).
 
 Example:
     >>> import mhfast
@@ -68,15 +68,24 @@ def commit_sites(ctx: StepContext, state: ChainState, tested: TestedSites, score
     return new, accepted
 
 
-def refresh_remembered_rows(ctx: StepContext, state: ChainState, tested: TestedSites, accepted: torch.Tensor) -> None:
+def refresh_remembered_rows(ctx: StepContext, state: ChainState, tested: TestedSites, accepted: torch.Tensor,
+                            memo: Any) -> None:
     """The cache rows of the chains that accepted a proposal the memo knew (the last ``tested.picked.hits``): the
-    memo held its terms, not its model rows, so they are forwarded now (:func:`refresh_rows`). No hits: nothing."""
+    commit wrote none (the hits forwarded no rows), so they come from ``memo`` where it keeps model rows
+    (:meth:`~mhfast.sampler.memo.ProposalMemo.rows_of`: a copy, no model call, no host sync), else they are
+    forwarded now (:func:`refresh_rows`). No hits: nothing."""
     h = tested.picked.hits
     if h == 0:
         return
     m, p = tested.picked.misses, tested.proposal
-    refresh_rows(ctx, state, chains=p.ch[m:], chains_host=tested.chains_host[m:], pos=p.pos[m:],
-                 accepted=accepted[m:])
+    remembered = memo.rows_of(tested.picked.index[m:])
+    if remembered is None:
+        refresh_rows(ctx, state, chains=p.ch[m:], chains_host=tested.chains_host[m:], pos=p.pos[m:],
+                     accepted=accepted[m:])
+        return
+    ch = p.ch[m:]  # (distinct chains: a move draws one position per chain)
+    state.cache.index_copy_(0, ch, torch.where(accepted[m:, None, None], remembered.to(state.cache.dtype),
+                                               state.cache.index_select(0, ch)))
 
 
 def refresh_rows(ctx: StepContext, state: ChainState, *, chains: torch.Tensor, chains_host: torch.Tensor,

@@ -95,12 +95,24 @@ def extra_terms(ctx: StepContext, state: ChainState, chains: torch.Tensor, x_new
     return ExtraTerms(values, ctx.terms.weighted(values))
 
 
+def keep_miss_rows(state: ChainState, tested: TestedSites, rows: SiteRows, memo: Any) -> None:
+    """The misses' model rows into ``memo`` (where it keeps rows): their X's cache rows (row i is shared) with
+    the rows they forwarded over them. Before the commit, which writes the accepted ones' rows into the cache."""
+    m, picked = tested.picked.misses, tested.picked
+    if memo.rows is None or m == 0:
+        return
+    sel = picked.index if picked.hits == 0 else picked.index[:m]
+    ch = tested.proposal.ch if picked.hits == 0 else tested.proposal.ch[:m]
+    memo.keep_rows(sel, state.cache.index_select(0, ch), rows)
+
+
 def score_sites(ctx: StepContext, state: ChainState, tested: TestedSites, memo: Any) -> ScoredSites:
     """The tested proposals scored: the misses' terms from the model rows (stored into ``memo``), the hits' from
     ``memo`` (:class:`~mhfast.sampler.memo.ProposalMemo` or :data:`~mhfast.sampler.memo.NO_MEMO`), their energies,
     plus their extra energy terms (the memo is off with extra terms: there are no hits then)."""
     x_new, raw_m, local_m, rows = _misses_terms(ctx, state, tested)
     raw, local = memo.completed(tested.picked, raw_m, local_m)
+    keep_miss_rows(state, tested, rows, memo)
     e_raw, e_local = sum_terms(raw), sum_terms(local)
     target = e_raw if state.energy == "raw" else e_local
     extra = extra_terms(ctx, state, tested.proposal.ch, x_new)
