@@ -1,6 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
-bench_floor.py --compare capture and bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot
-unnoticed.
+bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens) and bench_forward.py's compile lines on tiny
+sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -137,3 +137,18 @@ def test_bench_delayed_toy_reports_every_setting():
     for setting in ("mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"):
         assert setting in rows, proc.stdout
     assert rows["delayed-w2"][11].strip() != "-"  # stage 1's rate: delayed acceptance acted
+
+
+@pytest.mark.slow  # loads Sapiens and runs 6 + 22 sweeps of T=6
+def test_bench_tempering_quick_compares_sapiens_at_equal_rows():
+    """bench/bench_tempering.py --quick, the sapiens-dispersed case (T=6, 2 rungs): the table has the tempered run
+    and plain MH, plain MH cut at no more than the tempered run's model rows, with the tempering counters."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_tempering.py"), "--quick", "--cases",
+                           "sapiens-dispersed", "--rungs", "2", "--dispersed-length", "6", "--seeds", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines()
+            if line.startswith(("| plain MH | 0 |", "| 2 | 0 |"))}
+    assert set(rows) == {"plain MH", "2"}, proc.stdout[-3000:]
+    assert 0 < int(rows["plain MH"][5]) <= int(rows["2"][5]), rows  # model rows: equal_rows' cut
+    assert "round trips" in rows["2"][16] and "Sapiens" in proc.stdout, rows
