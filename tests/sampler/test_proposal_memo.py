@@ -1,12 +1,11 @@
 """The proposal memo (option ``memo``; issue 14: "never forward a row whose result is known"): a proposal whose
 sequence a chain of the same input evaluated before (or earlier in the same step) is decided from its remembered
-energy terms, without rows.
-
-Shown here: the same chains as without the memo, bit for bit, on models whose rows do not depend on their batch
-(every option that reaches the dynamic single-site step, feature caches and the CUDA device included), with fewer
-rows; the per-position cache stays the current state's after every step (a remembered proposal that is accepted
-gets its rows from the memo, or, over the memo's row budget, forwards them); MH with the memo matches enumeration on a tiny BERT with many hits; the memo itself (shared per
-input, within a step too, least recently used out, unfilled reservations forgotten); option errors.
+energy terms, without rows. Shown here: the same chains as without the memo, bit for bit, on models whose rows do
+not depend on their batch (every option that reaches the dynamic single-site step, feature caches and the CUDA
+device included), with fewer rows; the per-position cache stays the current state's after every step (a remembered
+proposal that is accepted gets its rows from the memo, or, over the memo's row budget, forwards them); MH with the
+memo matches enumeration on a tiny BERT with many hits; the memo itself (shared per input, within a step too, least
+recently used out, unfilled reservations forgotten); option errors.
 
 Example:
     python3 -m pytest -q tests/sampler/test_proposal_memo.py
