@@ -164,8 +164,7 @@ class ProposalMemo:
         """
         if self.rows is None:
             return
-        g = self.group.index_select(0, self._chains.index_select(0, sel))
-        slot = self._slot.index_select(0, sel)  # (-1, no entry: the spare last slot, never read)
+        g, slot = self._entries(sel)  # (slot -1, no entry: the spare last slot, never read)
         if base is not None:
             self.rows.index_put_((g, slot), base.to(self.rows.dtype))
         if rows.outputs and rows.seq.numel():
@@ -177,8 +176,7 @@ class ProposalMemo:
         """The remembered model rows ``[n, L, D]`` of this step's hits ``sel``; None where the rows are not kept."""
         if self.rows is None:
             return None
-        g = self.group.index_select(0, self._chains.index_select(0, sel))
-        return self.rows[g, self._slot.index_select(0, sel)]
+        return self.rows[self._entries(sel)]
 
     def read_by_hits(self, picked: Picked) -> torch.Tensor:
         """Bool[misses]: the misses of this step whose entry a hit of this same step reads (two chains proposed
@@ -196,8 +194,7 @@ class ProposalMemo:
             ([0, 2, 1], 1, [True, False])
         """
         m = picked.misses
-        group = self.group.index_select(0, self._chains.index_select(0, picked.index))
-        slot = self._slot.index_select(0, picked.index)
+        group, slot = self._entries(picked.index)
         g_h, s_h = group[m:], slot[m:]
         pending = torch.zeros_like(self.stamp, dtype=torch.bool)
         pending.index_put_((g_h, s_h), self.stamp[g_h, s_h] < 0)  # (all hits of one entry agree: one value)
@@ -223,9 +220,12 @@ class ProposalMemo:
 
     def terms(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The remembered ``(raw f32[n, T], local f32[n, T])`` terms of this step's hits ``sel`` (proposal indices)."""
-        g = self.group.index_select(0, self._chains.index_select(0, sel))
-        slot = self._slot.index_select(0, sel)
+        g, slot = self._entries(sel)
         return self.raw[g, slot], self.local[g, slot]
+
+    def _entries(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(table Long[n], slot Long[n])``: the entries the last lookup gave this step's proposals ``sel``."""
+        return self.group.index_select(0, self._chains.index_select(0, sel)), self._slot.index_select(0, sel)
 
 
 class NoMemo:

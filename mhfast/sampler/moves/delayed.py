@@ -48,7 +48,7 @@ from .accept import beta_rows
 from .changed import changed_chains
 from .influence import InfluenceWindows
 from .site_commit import commit, refresh_remembered_rows, with_extra
-from .site_score import extra_terms, model_terms
+from .site_score import extra_terms, keep_miss_rows, model_terms
 from .site_types import ExtraTerms, TestedSites
 from .user_surrogate import surrogate_delta
 
@@ -223,8 +223,7 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
     picked, p = tested.picked, tested.proposal
     m, h = picked.misses, picked.hits
     raw, local, window_rows = window_terms(ctx, state, tested, window)
-    if memo.rows is not None and m:  # (the misses' rows as far as forwarded: whole for the ones stored below)
-        memo.keep_rows(picked.index[:m], state.cache.index_select(0, p.ch[:m]), window_rows)
+    keep_miss_rows(state, tested, window_rows, memo)  # (as far as forwarded: whole for the ones stored below)
     surrogate = _energy(state, raw, local) if user is None else _user_energy(state, p.ch[:m], user[:m])
     passed = (first_stage(ctx, state, _head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
                           epoch=epoch, step=step) if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
@@ -233,8 +232,9 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
     outer_rows = _empty_rows(p.ch)
     if fwd_host.shape[0]:
         raw_f, local_f, outer_rows = outer_terms(ctx, state, tested, window, raw, local, fwd, fwd_host)
-        memo.store(picked.index.index_select(0, fwd), raw_f, local_f, fwd_host.shape[0])  # full terms only
-        memo.keep_rows(picked.index.index_select(0, fwd), None, outer_rows)
+        stored = picked.index.index_select(0, fwd)
+        memo.store(stored, raw_f, local_f, fwd_host.shape[0])  # full terms only
+        memo.keep_rows(stored, None, outer_rows)
         raw, local = raw.index_copy(0, fwd, raw_f), local.index_copy(0, fwd, local_f)
     if h == 0:  # no hits: the survivors are the forwarded misses (no second host read)
         return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows)
