@@ -82,7 +82,9 @@ def run(kernel: Kernel, state: ChainState, schedule: Sequence[Epoch], record: bo
             if monitor.finished:
                 break
     state = samples(state) if monitor is None else monitor.finish(samples(state))
-    if not any(e.post_burn_in for e in schedule):  # no post-burn-in epoch: the best state is the final one
+    # no post-burn-in epoch (they are the schedule's last ones): the best state is the final one; read from the last
+    # epoch, not by walking the schedule, which may be 2**31 epochs long where the run stopped early
+    if not (len(schedule) and schedule[-1].post_burn_in):
         state = state.with_best()
     return state, trace
 

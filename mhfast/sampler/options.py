@@ -43,6 +43,10 @@ from .ladder import check_tempering
 #: mhfast.sampler.starts, which draws them
 STARTS = ("greedy", "sampled", "random")
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: The most epochs a run may ask for: the epoch counter reaches the ops and the schedules' integer arithmetic
+#: (block sizes interpolated over the epochs), which must not overflow int64; 2**31 - 1 epochs of even a
+#: millisecond each are 25 days.
+MAX_EPOCHS = 2 ** 31 - 1
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -90,7 +94,8 @@ def _described(text: str) -> Callable[[Callable], Callable]:
 def _int(low: int, high: int | None = None) -> Callable[[Any], Any]:
     span = f">= {low}" if high is None else f"in [{low}, {high}]"
 
-    @_described(f"int {span}" if high is None else "64-bit signed int")
+    @_described(f"int {span}" if high is None else "64-bit signed int" if (low, high) == (INT64_MIN, INT64_MAX)
+                else f"int {span}")
     def check(v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
             raise OptionError(f"must be an int {span}, got {v!r}")
@@ -429,7 +434,7 @@ SPEC: tuple[Option, ...] = (
            "block-mh: block proposals, exact MH ratio; block-gibbs: block proposals, always accepted",
            "3, 4.1, 6, 7.3", "choice", SAMPLERS),
     Option("chains", 5, _int(1), "Markov chains per input", "5", "int"),
-    Option("epochs", 33, _int(1), "sweeps over the free positions", "5", "int"),
+    Option("epochs", 33, _int(1, MAX_EPOCHS), "sweeps over the free positions", "5", "int"),
     Option("burn_in", 7, _int(0), "epochs before best-sample tracking and recording start (<= epochs)", "5", "int"),
     Option("order", "random", _choice(ORDERS), "position order of each sweep: a fresh random permutation per "
            "chain and epoch, or left to right", "4", "choice", ORDERS),

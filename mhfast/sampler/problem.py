@@ -22,6 +22,7 @@ import torch
 
 from ..energy_terms import normalize as normalize_terms
 from ..models.base import check_rows_fit, has_features, model_width
+from .ladder import rungs
 from .options import display_name
 
 
@@ -271,7 +272,8 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if length is not None:
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise _err("length", f"must be an int >= 1, got {length!r}")
-        check_slots(model, 1, int(cfg.chains), length, cfg.device, "length")  # before the template row exists
+        check_slots(model, 1, int(cfg.chains), length, cfg.device, "length",  # before the template row exists
+                    rungs(cfg.tempering))
         rows = _template(model, length)[None]
     elif init is not None:
         rows = rows_from_init(init)
@@ -346,7 +348,12 @@ def state_bytes(model: Any, inputs: int, chains: int, T: int) -> int:
     """What ``inputs x chains`` chains of rows of ``T`` tokens hold at once, at least: per token slot the state
     (:data:`BYTES_PER_SLOT`), the masked copies the first scoring builds (a row of T tokens per position) and
     the model output kept per position (the MH cache: d features, or V logits); per chain its vectors and what a
-    step builds for it (a masked row and the V-wide proposal logits and probabilities)."""
+    step builds for it (a masked row and the V-wide proposal logits and probabilities).
+
+    A lower bound, not the peak: measured (peak RSS of one epoch, 2026-11-26) a chain's marginal cost is about
+    1.7x this on Sapiens (T=22, d=128) and 3-5x on the tests' tiny models (T <= 16, d = 16, where a step's
+    int64/float64 temporaries outweigh the state); the model's sub-batch activations come on top. So a run the
+    check lets through may still need a few times this; one it refuses cannot fit."""
     vocab = int(model.vocab_size)
     width = (model_width(model) if has_features(model) else None) or vocab
     chains_total = inputs * chains
@@ -355,29 +362,44 @@ def state_bytes(model: Any, inputs: int, chains: int, T: int) -> int:
     return chains_total * (T * per_slot + per_chain)
 
 
-def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str) -> None:
-    """Reject ``inputs x chains`` chains of ``T`` tokens that cannot be held (index range, or more bytes than
-    :func:`state_bytes` says they need than ``device`` has available) before anything of that size is
-    allocated: a ValueError naming ``what`` and the chains option (``--chains`` from the command line), never
-    an allocation failure or an out-of-memory kill halfway through."""
-    slots = inputs * chains * T
-    need = state_bytes(model, inputs, chains, T)
+def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str, replicas: int = 1) -> None:
+    """Reject ``inputs x chains x replicas`` chains of ``T`` tokens that cannot be held (index range, or more bytes
+    than :func:`state_bytes` says they need than ``device`` has available) before anything of that size is
+    allocated: a ValueError naming ``what`` and the chains option (``--chains`` from the command line), and the
+    tempering option where ``replicas`` (its K rungs: every chain runs K replicas in the same batch) is above 1;
+    never an allocation failure or an out-of-memory kill halfway through.
+
+    Example:
+        >>> from mhfast.models.tabular import TabularMLM
+        >>> check_slots(TabularMLM.random(3, 3, seed=0), 1, 5, 3, "cpu", "length", replicas=4)  # fits: nothing
+        >>> check_slots(TabularMLM.random(3, 3, seed=0), 1, 5, 3, "cpu", "length", replicas=10 ** 9)
+        Traceback (most recent call last):
+        ...
+        ValueError: mhfast.sample: length x chains x tempering: 1 input(s) x 5 chains x 1000000000 replicas x 3 ...
+    """
+    rows = inputs * chains * replicas
+    slots = rows * T
+    need = state_bytes(model, 1, rows, T)
     memory = available_memory(device)
     if slots <= MAX_TOKEN_SLOTS and (memory is None or need <= memory):
         return
-    chains_name = display_name("chains")
+    chains_name, tempering_name = display_name("chains"), display_name("tempering")
     limit = f"the index limit of {MAX_TOKEN_SLOTS} token slots" if slots > MAX_TOKEN_SLOTS else \
         f"the {memory / 2 ** 30:.1f} GiB available on {torch.device(device or 'cpu')}"
-    raise _err(what, f"x {chains_name}: {inputs} input(s) x {chains} chains x {T} positions = {slots} token slots "
+    names, lower = (f"{chains_name} x {tempering_name}", f"{chains_name} or {tempering_name}") if replicas > 1 else \
+        (chains_name, chains_name)
+    many = f" x {replicas} replicas" if replicas > 1 else ""
+    raise _err(what, f"x {names}: {inputs} input(s) x {chains} chains{many} x {T} positions = {slots} token slots "
                f"need about {need / 2 ** 30:.1f} GiB (chain state, masked copies, per-position model outputs), "
-               f"more than {limit}: lower {chains_name}, or use shorter rows or fewer inputs at once")
+               f"more than {limit}: lower {lower}, or use shorter rows or fewer inputs at once")
 
 
 def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
     """Reject rows longer than the model's position table (:func:`mhfast.models.base.check_rows_fit`, naming
     the row) and chains that cannot be held, before any allocation (never a crash deep inside the model)."""
     check_rows_fit(model, rows, int(model.pad_id), lambda b: f"mhfast.sample: {what} row {b}")
-    check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what)
+    # a tempered chain is K replicas in the same batch (tempering.Tempered.init copies each chain's start K times)
+    check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what, rungs(cfg.tempering))
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:

@@ -24,6 +24,7 @@ Example:
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
@@ -116,6 +117,64 @@ def requested_block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_
     return sizes
 
 
+
+class BlockSizeRuns:
+    """The block sizes of every epoch of a run, held as runs of consecutive epochs with the same sizes: the
+    requested sizes (:func:`requested_block_sizes`, Long[M] per run) and the same clamped to the free positions.
+
+    Why runs and not one tensor per epoch: a run may ask for up to ``options.MAX_EPOCHS`` epochs, and the sizes
+    change only a few times (the default schedule at most ``max(2, n // 4)`` times per chain, an int never), so a
+    list per epoch would hold 2**31 tensors. The default schedule is non-increasing in the epoch for every chain,
+    so the epochs of equal sizes are intervals, found by bisection (a few evaluations per run); a list is
+    compressed as given, and a callable is called once per epoch (as it always was: its values are checked then).
+
+    Example:
+        >>> runs = BlockSizeRuns(None, 2 ** 31 - 1, torch.tensor([20, 3]))
+        >>> runs.starts
+        [0, 268435456, 805306368, 1073741824, 1342177279, 1879048191]
+        >>> [r.tolist() for r in runs.sizes], runs.at(2 ** 31 - 2).tolist()
+        ([[5, 2], [4, 2], [3, 2], [3, 1], [2, 1], [1, 1]], [1, 1])
+    """
+
+    def __init__(self, schedule: BlockSchedule, epochs: int, num_free: torch.Tensor) -> None:
+        self.starts: list[int] = []
+        self.requested: list[torch.Tensor] = []
+        if schedule is None or isinstance(schedule, int):
+            e = 0
+            while e < epochs:
+                current = requested_block_sizes(schedule, e, epochs, num_free)
+                lo, hi = e, epochs - 1  # the last epoch of these sizes: each chain's size never grows
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if torch.equal(requested_block_sizes(schedule, mid, epochs, num_free), current):
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                self._add(e, current)
+                e = lo + 1
+        else:
+            for e in range(epochs):
+                current = requested_block_sizes(schedule, e, epochs, num_free)
+                if not self.requested or not torch.equal(current, self.requested[-1]):
+                    self._add(e, current)
+        self.sizes = [clamp_to_free(r, num_free) for r in self.requested]
+
+    def _add(self, epoch: int, requested: torch.Tensor) -> None:
+        self.starts.append(epoch)
+        self.requested.append(requested)
+
+    def at(self, epoch: int) -> torch.Tensor:
+        """The clamped block sizes of ``epoch`` (Long[M])."""
+        return self.sizes[bisect.bisect_right(self.starts, epoch) - 1]
+
+    def select(self, keep: torch.Tensor) -> "BlockSizeRuns":
+        """The same runs for the chains ``keep`` only (host indices)."""
+        out = object.__new__(BlockSizeRuns)
+        out.starts = list(self.starts)
+        out.requested = [r.index_select(0, keep) for r in self.requested]
+        out.sizes = [r.index_select(0, keep) for r in self.sizes]
+        return out
+
 @dataclass
 class BlockStep:
     """Who moves at one step of a block epoch, and with which entries of their position order.
@@ -202,14 +261,32 @@ class Epoch:
     post_burn_in: bool  #: best-state tracking and recording are on
 
 
-def epoch_schedule(cfg) -> list[Epoch]:
-    """One :class:`Epoch` per epoch from the options (a :class:`~mhfast.sampler.options.SamplerConfig`)."""
-    out = []
-    for e in range(cfg.epochs):
-        tau = target_temperature(float(cfg.target_temperature), float(cfg.anneal), float(cfg.min_target_temperature),
-                                 e)
-        out.append(Epoch(e, tau, None if e < cfg.force_accept_epochs else 1.0 / tau, e >= cfg.burn_in))
-    return out
+class EpochSchedule(Sequence[Epoch]):
+    """The :class:`Epoch` records of a run, each computed when it is read: a run may ask for up to
+    ``options.MAX_EPOCHS`` epochs and stop long before (``until_rhat``, ``min_ess``, a ``progress`` that raises),
+    so no list of them is built (2**31 records would take about 200 GB)."""
+
+    def __init__(self, cfg) -> None:
+        self.epochs, self.burn_in, self.force_accept = int(cfg.epochs), int(cfg.burn_in), int(cfg.force_accept_epochs)
+        self.temperature = (float(cfg.target_temperature), float(cfg.anneal), float(cfg.min_target_temperature))
+
+    def __len__(self) -> int:
+        return self.epochs
+
+    def __getitem__(self, e):  # an int (a slice gives a list)
+        if isinstance(e, slice):
+            return [self[i] for i in range(*e.indices(self.epochs))]
+        e = int(e) + (self.epochs if int(e) < 0 else 0)
+        if not 0 <= e < self.epochs:
+            raise IndexError(f"epoch {e} of {self.epochs}")
+        tau = target_temperature(*self.temperature, e)
+        return Epoch(e, tau, None if e < self.force_accept else 1.0 / tau, e >= self.burn_in)
+
+
+def epoch_schedule(cfg) -> EpochSchedule:
+    """One :class:`Epoch` per epoch from the options (a :class:`~mhfast.sampler.options.SamplerConfig`), computed
+    as the run reads it (:class:`EpochSchedule`)."""
+    return EpochSchedule(cfg)
 
 
 def active_chains(num_free: torch.Tensor, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -55,6 +55,27 @@ def test_score_refuses_a_sequence_longer_than_the_positions(lm):
         mhfast.score(lm, [_row(lm, 3).tolist(), _row(lm, limit - 2).tolist(), _row(lm, limit + 3).tolist()])
 
 
+
+def test_tempering_replicas_count_against_the_available_memory(lm, monkeypatch):
+    """Every chain runs K replicas in one batch, so ``tempering=K`` multiplies the chains the memory must hold: a
+    K that does not fit is refused before allocating, naming both options (hypothesis once drew ``tempering=4201300``
+    for 5 chains, and the run allocated until the machine's OOM killer stopped the test suite)."""
+    from mhfast.sampler import problem, state
+
+    monkeypatch.setattr(problem, "available_memory", lambda device: 2 ** 30)
+    monkeypatch.setattr(state.ChainState, "create", lambda *a, **k: pytest.fail("allocated before the check"))
+    with pytest.raises(ValueError, match=r"mhfast.sample: length x chains x tempering: 1 input\(s\) x 5 chains x "
+                                         r"4201300 replicas x \d+ positions = \d+ token slots need about [\d.]+ GiB "
+                                         r".* more than the 1.0 GiB available on cpu: lower chains or tempering"):
+        mhfast.sample(lm, 3, chains=5, tempering=4201300, epochs=1, burn_in=0)
+    init = torch.stack([_row(lm, 3), _row(lm, 3)])
+    with pytest.raises(ValueError, match=r"mhfast.sample: init x chains x tempering: 2 input\(s\) x 2 chains x "
+                                         r"1000000 replicas"):
+        mhfast.sample(lm, init=init, chains=2, tempering=10 ** 6, epochs=1, burn_in=0)
+    # the same chains without tempering fit: the replicas are what is refused
+    monkeypatch.undo()
+    assert mhfast.sample(lm, 3, chains=5, epochs=1, burn_in=0).tokens.shape[-2] == 5
+
 def test_score_refuses_a_text_longer_than_the_positions(tmp_path):
     directory = save_tiny_bert_dir(tmp_path / "bert")
     with pytest.raises(ValueError, match=_message("mhfast.score: sequences[1]", 62, 40)):

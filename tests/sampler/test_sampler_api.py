@@ -376,6 +376,45 @@ def test_default_block_schedule_uses_blocks_for_short_inputs():
     assert bool((sizes[1:] <= sizes[:-1]).all())  # never grows
 
 
+
+@pytest.mark.parametrize("schedule", [None, 3, [1, 4, 4, 2, 2, 2, 1] * 5 + [3, 3], lambda e: 1 + (e * 7) % 3])
+@pytest.mark.parametrize("epochs", [1, 2, 7, 37, 200])
+def test_block_size_runs_give_every_epoch_s_sizes(schedule, epochs):
+    """The runs of equal block sizes (found by bisection for the default and an int) give, at every epoch, the
+    sizes that evaluating that epoch gives, and the requested sizes before clamping (for the oversize warning)."""
+    from mhfast.sampler.schedules import BlockSizeRuns, block_sizes, requested_block_sizes
+
+    if isinstance(schedule, list):
+        schedule = (schedule * 10)[:epochs]
+    n = torch.tensor([1, 2, 3, 5, 7, 8, 20, 40, 0])
+    runs = BlockSizeRuns(schedule, epochs, n)
+    for e in range(epochs):
+        assert torch.equal(runs.at(e), block_sizes(schedule, e, epochs, n)), e
+        assert any(torch.equal(r, requested_block_sizes(schedule, e, epochs, n)) for r in runs.requested)
+    assert runs.starts[0] == 0 and runs.starts == sorted(set(runs.starts))
+    keep = torch.tensor([6, 2])
+    assert all(torch.equal(runs.select(keep).at(e), block_sizes(schedule, e, epochs, n[keep])) for e in range(epochs))
+
+
+@pytest.mark.parametrize("sampler", ["mh", "block-mh", "block-gibbs"])
+def test_the_most_epochs_start_at_once_and_one_more_is_refused(sampler):
+    """A run of ``MAX_EPOCHS`` epochs holds no per-epoch list (the schedule and the block sizes are computed as
+    read): it starts at once and is stopped here after 2 epochs by its progress callback; one epoch more is a
+    ValueError naming epochs (it would overflow the schedules' int64 arithmetic)."""
+    from mhfast.sampler.options import MAX_EPOCHS
+
+    class Enough(Exception):
+        pass
+
+    def stop(epoch: int, stats: dict) -> None:
+        if epoch >= 1:
+            raise Enough
+
+    with pytest.raises(Enough):
+        mhfast.sample(model4(), 4, chains=2, epochs=MAX_EPOCHS, burn_in=0, sampler=sampler, progress=stop)
+    with pytest.raises(ValueError, match=r"epochs must be an int in \[1, 2147483647\], got 2147483648"):
+        mhfast.sample(model4(), 4, chains=2, epochs=MAX_EPOCHS + 1, sampler=sampler)
+
 def test_fixed_target_temperature_is_used_as_given():
     model = model4()
     r = mhfast.sample(model, 4, chains=2, epochs=3, burn_in=0, target_temperature=0.02)

@@ -18,8 +18,8 @@ import torch
 
 from ..moves.block import block_move
 from ..moves.delayed import DelayedAcceptance
-from ..schedules import (BlockStep, Epoch, block_step_plan, clamp_to_free, epoch_order, oversized_block,
-                         requested_block_sizes, steps_per_epoch, uses_single_site)
+from ..schedules import (BlockSizeRuns, BlockStep, Epoch, block_step_plan, epoch_order, oversized_block,
+                         steps_per_epoch, uses_single_site)
 from ..state import ChainState, rescore
 from ..step import StepContext, StepInfo
 from .base import Capabilities
@@ -49,7 +49,7 @@ class BlockMH:
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
-        self._sizes: list[torch.Tensor] = []
+        self._sizes: BlockSizeRuns | None = None
         self._single_site = False
         self._plans: list[BlockStep] = []
         self._plans_for: torch.Tensor | None = None  # the block sizes ``_plans`` were made for
@@ -60,16 +60,15 @@ class BlockMH:
         cfg = self.ctx.config
         # Block sizes per epoch, on the host copy of the free counts (no device sync in the loop).
         n = state.num_free_host
-        requested = [requested_block_sizes(cfg.block_schedule, e, cfg.epochs, n) for e in range(cfg.epochs)]
-        _warn_oversized(requested, n)
-        self._sizes = [clamp_to_free(sizes, n) for sizes in requested]
-        self._single_site = not self.gibbs and any(uses_single_site(state.num_free_host, s) for s in self._sizes)
+        self._sizes = BlockSizeRuns(cfg.block_schedule, cfg.epochs, n)
+        _warn_oversized(self._sizes.requested, n)
+        self._single_site = not self.gibbs and any(uses_single_site(n, s) for s in self._sizes.sizes)
         if self.gibbs:
             return state
         return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=self._single_site, terms=self.ctx.terms)
 
     def _plans_of(self, state: ChainState, epoch: int) -> list[BlockStep]:
-        sizes = self._sizes[epoch]
+        sizes = self._sizes.at(epoch)
         if self._plans_for is None or not torch.equal(sizes, self._plans_for):  # sizes repeat across epochs
             self._plans_for = sizes
             n = state.num_free_host
@@ -87,7 +86,7 @@ class BlockMH:
         """Only the chains ``keep`` go on (inputs that left the batch), with the block sizes they had (and the
         cache, kept when any chain of the run makes one-position moves)."""
         host = keep.cpu()
-        self._sizes = [sizes.index_select(0, host) for sizes in self._sizes]
+        self._sizes = self._sizes.select(host)
         self._plans_for = None  # plans are per chain set: made again for the kept chains
         return select_chains(state, keep)
 
