@@ -24,6 +24,8 @@ Cases (``--cases``):
 * ``sapiens-dispersed``: the same on Sapiens' heavy-chain MLM (``mhfast.models.sapiens``, a 4-layer RoBERTa, ~0.3 ms
   a masked row here against AntiBERTy's ~6-20 ms, so runs of a million rows are affordable): T residues
   (``--dispersed-length``) between ``<s>`` and ``</s>``, all free, 4 chains from their own random residues.
+  Both dispersed cases sample at ``--dispersed-temperature`` (1 by default; 0.5 sharpens the target, deepening its
+  basins: where plain MH stays in the basin it started in, the setting replica exchange is for).
 * ``cmlm-fixed``: the same equal-rows comparison on the bundled De->En CMLM at target temperature 1 (energy raw,
   5 chains from the warm start, the first 2 test sentences: bench/bench_ess.py's ``cmlm`` case, where plain MH's
   chains had max R-hat 1.21 after 360 post-burn-in sweeps); sweeps and burn-in from ``--dispersed-epochs`` and
@@ -96,15 +98,16 @@ def sapiens_case(T: int, chains: int) -> dict:
             "options": dict(chains=chains, energy="local")}
 
 
-def dispersed_case(model: str, T: int, chains: int) -> dict:
+def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0) -> dict:
     """``model``'s (``"antiberty"`` or ``"sapiens"``) T free residues, every chain from its own uniformly random
-    residues (``start="random"``: over-dispersed, so R-hat can see chains that have not met)."""
+    residues (``start="random"``: over-dispersed, so R-hat can see chains that have not met), at target
+    ``temperature`` (below 1 the target is sharper: its basins are deeper, the case plain MH finds hardest)."""
     case = antiberty_case("random", T, chains) if model == "antiberty" else sapiens_case(T, chains)
     case["name"] = f"{model}-dispersed"
     case["what"] = (f"{'AntiBERTy' if model == 'antiberty' else 'Sapiens heavy-chain MLM (4-layer RoBERTa)'}, T={T} "
                     f"random residues, all free, energy local, {chains} chains, each from its own random residues "
-                    "(start random)")
-    case["options"]["start"] = "random"
+                    f"(start random), target temperature {temperature:g}")
+    case["options"].update(start="random", target_temperature=temperature)
     return case
 
 
@@ -278,6 +281,8 @@ def main() -> int:
     ap.add_argument("--dispersed-length", type=int, default=8)
     ap.add_argument("--dispersed-epochs", type=int, default=64)
     ap.add_argument("--dispersed-burn-in", type=int, default=32)
+    ap.add_argument("--dispersed-temperature", type=float, default=1.0,
+                    help="the dispersed cases' target temperature (tempering's ladder starts there)")
     ap.add_argument("--plain-factor", type=float, default=1.8,
                     help="the dispersed cases: plain MH runs this x K times the tempered sweeps, then is cut")
     ap.add_argument("--cmlm-sentences", type=int, default=3)
@@ -318,7 +323,7 @@ def main() -> int:
     for model in ("antiberty", "sapiens"):
         if f"{model}-dispersed" not in args.cases:
             continue
-        case = dispersed_case(model, args.dispersed_length, 4)
+        case = dispersed_case(model, args.dispersed_length, 4, args.dispersed_temperature)
         epochs, burn = (6, 2) if args.quick else (args.dispersed_epochs, args.dispersed_burn_in)
         lines += ["", f"- {case['name']}: {case['what']}; tempering={args.rungs} (tuned), {epochs} sweeps, burn-in "
                   f"{burn}, against plain single-site MH (defaults) cut at the same model rows; seeds {args.seeds}.",
