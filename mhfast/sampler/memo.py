@@ -58,7 +58,7 @@ from .moves.site_types import Picked, SiteDraw, SiteMove
 WAYS = 8  #: entries per bucket of a table: a lookup compares at most this many hashes
 #: the most memory the memo's copies of model rows may take (all tables together); where ``G x S x L x D``
 #: cache-sized rows would take more, the memo keeps terms only and an accepted remembered X' forwards its rows
-ROWS_BUDGET_BYTES = 32 * 2**20
+ROWS_BUDGET_BYTES = 256 * 2**20
 
 
 def chain_groups(inputs: torch.Tensor, energy_mask: torch.Tensor, ctx_index: torch.Tensor | None) -> torch.Tensor:

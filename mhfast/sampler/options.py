@@ -502,7 +502,7 @@ SPEC: tuple[Option, ...] = (
            "(N entries per chain, in one table per input keyed by the whole sequence X', least recently used out): a "
            "chain that proposes a sequence already evaluated, by itself or by another chain of the same input, "
            "earlier or in the same step, meets the MH test without forwarding its T-1 rows (the same numbers, so the "
-           "same chains; mhfast.sampler.memo); where the entries' model rows fit in 32 MiB they are "
+           "same chains; mhfast.sampler.memo); where the entries' model rows fit in 256 MiB they are "
            "kept too, so that a chain accepting a remembered sequence forwards nothing. Pays where chains sit "
            "near a mode or share a start. Acts in "
            "single-site mh with capture none and no extra energy terms (with them too under delayed acceptance); "
