@@ -94,8 +94,7 @@ def _described(text: str) -> Callable[[Callable], Callable]:
 def _int(low: int, high: int | None = None) -> Callable[[Any], Any]:
     span = f">= {low}" if high is None else f"in [{low}, {high}]"
 
-    @_described(f"int {span}" if high is None else "64-bit signed int" if (low, high) == (INT64_MIN, INT64_MAX)
-                else f"int {span}")
+    @_described("64-bit signed int" if (low, high) == (INT64_MIN, INT64_MAX) else f"int {span}")
     def check(v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
             raise OptionError(f"must be an int {span}, got {v!r}")

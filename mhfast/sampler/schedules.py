@@ -117,7 +117,6 @@ def requested_block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_
     return sizes
 
 
-
 class BlockSizeRuns:
     """The block sizes of every epoch of a run, held as runs of consecutive epochs with the same sizes: the
     requested sizes (:func:`requested_block_sizes`, Long[M] per run) and the same clamped to the free positions.
@@ -174,6 +173,7 @@ class BlockSizeRuns:
         out.requested = [r.index_select(0, keep) for r in self.requested]
         out.sizes = [r.index_select(0, keep) for r in self.sizes]
         return out
+
 
 @dataclass
 class BlockStep:
@@ -276,7 +276,8 @@ class EpochSchedule(Sequence[Epoch]):
     def __getitem__(self, e):  # an int (a slice gives a list)
         if isinstance(e, slice):
             return [self[i] for i in range(*e.indices(self.epochs))]
-        e = int(e) + (self.epochs if int(e) < 0 else 0)
+        e = int(e)
+        e += self.epochs if e < 0 else 0
         if not 0 <= e < self.epochs:
             raise IndexError(f"epoch {e} of {self.epochs}")
         tau = target_temperature(*self.temperature, e)
