@@ -20,6 +20,8 @@ import glob
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 from setuptools import setup
 
@@ -63,6 +65,49 @@ def check_compiler() -> None:
     cxx = os.environ.get("CXX", "c++").split()[0]
     if shutil.which(cxx) is None:
         fail(f"no C++ compiler: '{cxx}' is not on PATH; install one (e.g. apt-get install g++) or set CXX")
+
+
+def loaded_libstdcxx() -> str | None:
+    """The path of the libstdc++ shared library this Python process has loaded (torch loads it), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "/libstdc++.so" in line}
+    except OSError:
+        return None
+    return min(paths) if paths else None
+
+
+def shared_cxx_runtime_args(cxx: str) -> list[str]:
+    """Linker arguments that give mhfast._C the shared C++ runtime; none when ``cxx`` links it by itself.
+
+    A compiler that finds no shared libstdc++ (``-print-file-name=libstdc++.so`` names no file) links the static
+    archive into mhfast._C: a second, uninitialized copy of the C++ runtime beside the one torch uses, and the first
+    error message that formats an integer (``TORCH_CHECK(..., dim)``) then crashes the process inside std::ostream.
+    The GPU machine's image has such a compiler (/opt/gcc/bin/g++, a wrapper whose -B folders hold only the
+    archive; seen on an H200, 2026-11-26). Then the libstdc++ that torch loaded is named on the link line, before the
+    compiler's own -lstdc++: every C++ symbol resolves to it, and the archive adds nothing.
+
+    Example:
+        >>> shared_cxx_runtime_args("g++")  # doctest: +SKIP
+        []
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        found = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
+                               timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []  # check_compiler names a missing compiler; one that cannot answer links as it will
+    if os.path.isabs(found) and os.path.exists(found):
+        return []
+    loaded = loaded_libstdcxx()
+    if loaded is None:
+        print(f"mhfast: warning: {cxx} finds no shared libstdc++ and none is loaded: mhfast._C gets a static copy "
+              "(set CXX to a compiler that links the shared one if error messages crash)", flush=True)
+        return []
+    print(f"mhfast: {cxx} finds no shared libstdc++ (it would link a static copy); linking {loaded}, the one "
+          "torch loaded", flush=True)
+    return [loaded]
 
 
 def cuda_decision() -> tuple[bool, str]:
@@ -131,15 +176,16 @@ def extension():
     sources = rel("csrc/*.cpp") + rel("csrc/cpu/*.cpp")
     # at::parallel_for is an inline `#pragma omp parallel` in ATen's headers: without -fopenmp it runs serially.
     args = {"cxx": opt + ["-fopenmp", "-std=c++17"]}
+    link = ["-fopenmp"] + shared_cxx_runtime_args(os.environ.get("CXX", "c++").split()[0])
     if not with_cuda:
-        return CppExtension("mhfast._C", sources, extra_compile_args=args, extra_link_args=["-fopenmp"])
+        return CppExtension("mhfast._C", sources, extra_compile_args=args, extra_link_args=link)
     archs, source = cuda_arch_list()
     print(f"mhfast: CUDA archs {archs} ({source})", flush=True)
     # Explicit -gencode flags: torch then skips its GPU query (it skips when a flag mentions 'arch').
     args["nvcc"] = opt + ["-std=c++17", "--expt-relaxed-constexpr"] + gencode_flags(archs)
     # csrc/cuda: the ops' entry points (*_cuda.cpp, host code with ATen) and their kernels (*_kernel.cu, nvcc).
     return CUDAExtension("mhfast._C", sources + rel("csrc/cuda/*.cpp") + rel("csrc/cuda/*.cu"), extra_compile_args=args,
-                         extra_link_args=["-fopenmp"], define_macros=[("WITH_CUDA", None)])
+                         extra_link_args=link, define_macros=[("WITH_CUDA", None)])
 
 
 class BuildExt(BuildExtension):
