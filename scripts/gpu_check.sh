@@ -33,6 +33,7 @@
 #      (masked logits equal the CPU's, forward fast and full give the same chains, proposals/s from a real parent at
 #      T=120, fp32 and bf16; exit 1 otherwise), then bench/bench_mixmatch.py --model sapiens-h (mhfast vs the
 #      mixmatch loop on the real model). Skipped, and said so, without the package.
+# MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
 # compile, sapiens; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
 # plan is three calls,
@@ -162,6 +163,10 @@ else
     env MAX_JOBS=${MAX_JOBS:-$(nproc)} $PY setup.py build_ext --inplace
 fi
 $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$OUTDIR/build.log" 2>&1
+# The C++ runtime must be the shared one torch uses (a static copy crashed on the first error message; setup.py's
+# shared_cxx_runtime_args): say which in the build log and the summary.
+CXXRT=$(ldd mhfast/_C*.so 2>/dev/null | grep -o 'libstdc++[^ ]*' | head -1)
+echo "C++ runtime of mhfast._C: ${CXXRT:-static (no libstdc++.so linked)}" | tee -a "$OUTDIR/build.log"
 
 # 4. Tests on this device ("cuda" / "cpu" are the ids of the device fixture's parameters).
 # The fused single-site ops and uniform_mix: every op test takes the `device` fixture; their -k cuda
@@ -180,9 +185,13 @@ elif [ "$QUICK" = 1 ]; then
     $PY -m pytest -q -x -p no:cacheprovider tests/ops/test_masked_copies.py tests/ops/test_mh_accept.py \
     tests/ops/test_mh_propose_site.py -k "$DEV"
 else
+  # With pytest-xdist (the GPU image has it), MHFAST_TEST_WORKERS processes (default 8): faster, and a test that
+  # crashes its process (a segfault) is reported as failed by name while the others still run.
+  XDIST=""
+  $PY -c 'import xdist' >/dev/null 2>&1 && XDIST="-n ${MHFAST_TEST_WORKERS:-8}"
   # shellcheck disable=SC2086
   run_step "tests (-k $DEV)" "$OUTDIR/tests.log" \
-    $PY -m pytest -q -p no:cacheprovider --durations=15 $OP_TESTS $SAMPLER_TESTS -k "$DEV"
+    $PY -m pytest -q -p no:cacheprovider --durations=15 $XDIST $OP_TESTS $SAMPLER_TESTS -k "$DEV"
 fi
 
 # 5. Sanitizers (GPU) / the same sweep on the CPU kernels.
@@ -191,9 +200,10 @@ SWEEP="bench/sweeps/op_sweep.py --device $DEV --small"
 if ! wanted sanitizer; then
   :
 elif [ "$DEV" = cuda ] && command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck synccheck; do
+  # MHFAST_SANITIZERS / MHFAST_SANITIZER_TIMEOUT: which tools, and seconds each (a short device lease).
+  for tool in ${MHFAST_SANITIZERS:-memcheck racecheck synccheck}; do
     # shellcheck disable=SC2086
-    run_step "compute-sanitizer $tool" "$OUTDIR/sanitizer.log" timeout 150 \
+    run_step "compute-sanitizer $tool" "$OUTDIR/sanitizer.log" timeout ${MHFAST_SANITIZER_TIMEOUT:-150} \
       compute-sanitizer --tool $tool --error-exitcode 99 $PY $SWEEP
   done
 else
@@ -275,6 +285,7 @@ fi
   echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
   echo
   echo "Mode: $MODE. TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST. Quick: $QUICK. Steps: $ONLY."
+  echo "C++ runtime of mhfast._C: ${CXXRT:-static (no libstdc++.so linked)}."
   [ "$HAVE_FAIRSEQ" = 1 ] || echo "fairseq not importable: the bundled translation model was skipped (see the wheels note in scripts/gpu_check.sh)."
   echo
   echo '```'
