@@ -103,10 +103,30 @@ struct Float2Sum {
 };
 
 // Streams one row of V logits through `acc`: threads lane, lane + group, ... of a group of
-// `group` threads. Scalar head up to 16-byte alignment (rows may start anywhere when the row
-// stride is not a multiple of 16 bytes), 16-byte vectors (two in flight per thread), scalar tail.
+// `group` threads. vector = true: scalar head up to 16-byte alignment, 16-byte vectors (two in flight
+// per thread), scalar tail. Which thread sums which id then depends on where the row starts, so the
+// rounding of the result does too: callers pass vector = true only when every row of the launch starts
+// at the same offset mod 16 bytes (the row stride a multiple of 16 bytes). Otherwise (odd vocabularies)
+// each thread reads ids lane, lane + group, ... one by one (8 loads in flight), an order fixed by V and
+// the group alone, so a row's result does not depend on its place in the batch (seen on an H200,
+// 2026-11-26: the same rows forwarded in batches of other sizes gave energies 1 ulp apart).
 template <typename T>
-__device__ __forceinline__ void lse_row(const T* row, int64_t V, int lane, int group, Lse& acc) {
+__device__ __forceinline__ void lse_row(const T* row, int64_t V, int lane, int group, bool vector, Lse& acc) {
+  if (!vector) {
+    constexpr int U = 8;
+    int64_t i = lane;
+    for (; i + (U - 1) * static_cast<int64_t>(group) < V; i += U * static_cast<int64_t>(group)) {
+      float x[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k) x[k] = to_float(row[i + k * static_cast<int64_t>(group)]);
+      lse_add(acc, x, U);
+    }
+    for (; i < V; i += group) {
+      const float x = to_float(row[i]);
+      lse_add(acc, &x, 1);
+    }
+    return;
+  }
   constexpr int W = VecWidth<T>::value;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   int64_t head = static_cast<int64_t>(((16u - (addr & 15u)) & 15u) / sizeof(T));

@@ -1,7 +1,8 @@
 // gather_energies on CUDA: per-row logsumexp + target gather, then per-sequence sums.
 //
-// Launch 1 (rows): a thread group per row streams the row once (16-byte loads, online max /
-// sum-exp in fp32 for f32/f16/bf16), reduces it with CUB (a fixed tree: deterministic), and
+// Launch 1 (rows): a thread group per row streams the row once (16-byte loads where every row
+// starts at the same offset mod 16 bytes, else element loads in an order fixed by V: see lse_row;
+// online max / sum-exp in fp32 for f32/f16/bf16), reduces it with CUB (a fixed tree: deterministic), and
 // writes token_logp[n] and target_logit[n]. Small vocabularies (V <= kWarpRowMaxV) use one
 // warp per row so that a block is not mostly idle; larger ones one 256-thread block per row.
 // The same launch flags seq_index as unsorted if any seq_index[n] > seq_index[n + 1].
@@ -27,6 +28,11 @@ constexpr int kWarpRowBlock = 256;  // 8 rows per block
 constexpr int64_t kWarpRowMaxV = 4096;
 constexpr int kSeqThreads = 256;
 
+// Whether every row starts at the same offset mod 16 bytes (then lse_row may use 16-byte loads: see it).
+__device__ __forceinline__ bool same_phase(int64_t row_stride, size_t elem_bytes) {
+  return (static_cast<uint64_t>(row_stride) * elem_bytes) % 16u == 0;
+}
+
 template <typename T>
 __device__ __forceinline__ void finish_row(const T* row, int64_t N, int64_t V, int64_t n, float lse,
                                            Strided1<const int64_t> targets,
@@ -49,7 +55,7 @@ __global__ void __launch_bounds__(kBlockRowThreads)
   const int64_t n = blockIdx.x;
   const T* row = logits + n * row_stride;
   Lse acc = lse_empty();
-  lse_row(row, V, threadIdx.x, kBlockRowThreads, acc);
+  lse_row(row, V, threadIdx.x, kBlockRowThreads, same_phase(row_stride, sizeof(T)), acc);
   const Lse total = Reduce(tmp).Reduce(acc, LseMerge{});
   if (threadIdx.x == 0) {
     finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);
@@ -69,7 +75,7 @@ __global__ void __launch_bounds__(kWarpRowBlock)
   if (n >= N) return;  // whole warp leaves: no block-wide barrier below
   const T* row = logits + n * row_stride;
   Lse acc = lse_empty();
-  lse_row(row, V, lane, 32, acc);
+  lse_row(row, V, lane, 32, same_phase(row_stride, sizeof(T)), acc);
   const Lse total = Reduce(tmp[warp]).Reduce(acc, LseMerge{});
   if (lane == 0) {
     finish_row(row, N, V, n, lse_value(total), targets, seq_index, unsorted, token_logp, target_logit);

@@ -2,8 +2,13 @@
 //
 // Steps of propose_kernel (each a named device function below):
 //  1. load_row: logits -> x = logits / temperature into the row buffer (16-byte loads, conflict-free
-//     shared stores) with the online max / sum-exp of x in the same pass; block-merged in a fixed
-//     order. A row with NaN / +inf or no finite logit stops here (see write_bad_row).
+//     shared stores) with the max of x (and whether a NaN was seen) in the same pass. A row with
+//     NaN / +inf or no finite logit stops here (see write_bad_row). Then sum_exp: s = sum exp(x - max)
+//     over the buffer, thread t taking ids t, t + BLOCK, ... and the block's sums added in warp order.
+//     Which thread loads which id depends on where the row starts in memory (the unaligned head), so
+//     the sum is not taken in the load pass: its order, and so its rounding, must depend on V alone,
+//     or mh_propose_site (rows inside the cache) and propose (the same rows gathered) would give
+//     log q's that differ in the last bit (seen on an H200, 2026-11-26).
 //  2. to_probs: p = exp((x - max) - log sum) in place (torch's log_softmax arithmetic, fp32).
 //  3. find_nucleus (top_p < 1): the reference keeps token j iff the mass of the tokens ahead of it in
 //     (p desc, id asc) order is < top_p. With G(t) = sum of p_k > t that is: every p > tau, where
@@ -73,7 +78,8 @@ struct BlockShared {
   float cand[kCandidates];  // nucleus-boundary candidates (find_nucleus)
   float part[kWays - 1][kMaxWarps];
   float wsum[kMaxWarps];
-  Lse lse[kMaxWarps];
+  float wmax[kMaxWarps];
+  int wnan[kMaxWarps];
   int64_t last[kMaxWarps];
   int ties[kMaxWarps];
   float result[kWays - 1];
@@ -128,42 +134,70 @@ __device__ __forceinline__ void store_floats(float* dst, const float* a, int n) 
   }
 }
 
+// A thread's running max of x and whether it saw a NaN (fmaxf ignores NaN). A max is exact in any order.
+struct RowMax {
+  float m = -kInf;
+  bool nan = false;
+  __device__ __forceinline__ void add(const float* x, int n) {
+    for (int k = 0; k < n; ++k) {
+      m = fmaxf(m, x[k]);
+      nan |= x[k] != x[k];
+    }
+  }
+};
+
 // x = row[i] / temperature (-inf where blocked) into p[i] for this thread's i of [begin, end), one at a time.
 template <typename T, int BLOCK>
 __device__ __forceinline__ void scale_scalars(const T* row, int64_t begin, int64_t end, float temperature,
-                                              const bool* blocked, float* p, Lse& acc) {
+                                              const bool* blocked, float* p, RowMax& acc) {
   for (int64_t i = begin + threadIdx.x; i < end; i += BLOCK) {
     const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
     p[i] = x;
-    lse_add(acc, &x, 1);
+    acc.add(&x, 1);
   }
 }
 
-// The block's logsumexp state from its threads': merged in warp order (fixed: deterministic).
+// The row's max, NaN if any thread saw a NaN (every thread gets it; the buffer is complete after it).
 template <int BLOCK>
-__device__ __forceinline__ Lse block_lse(Lse acc, BlockShared& sh) {
+__device__ __forceinline__ float block_max(RowMax acc, BlockShared& sh) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float m = acc.m;
+  int nan = acc.nan;
   for (int o = 16; o > 0; o >>= 1) {
-    const Lse other{__shfl_xor_sync(kFull, acc.m, o), __shfl_xor_sync(kFull, acc.s, o)};
-    acc = LseMerge{}(acc, other);
+    m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+    nan |= __shfl_xor_sync(kFull, nan, o);
   }
-  if (lane == 0) sh.lse[warp] = acc;
+  if (lane == 0) {
+    sh.wmax[warp] = m;
+    sh.wnan[warp] = nan;
+  }
   __syncthreads();
-  Lse total = sh.lse[0];
-  for (int w = 1; w < BLOCK / 32; ++w) total = LseMerge{}(total, sh.lse[w]);
+  for (int w = 0; w < BLOCK / 32; ++w) {
+    m = fmaxf(m, sh.wmax[w]);
+    nan |= sh.wnan[w];
+  }
   __syncthreads();
-  return total;
+  return nan ? kNaN : m;
 }
 
-// Step 1: x = row / temperature into p[0, V), and the block's logsumexp state of x.
+// Step 1b: sum of exp(x - M) over p[0, V) (M finite), in an order fixed by V and BLOCK (see the file's doc).
+template <int BLOCK>
+__device__ __forceinline__ float sum_exp(const float* p, int64_t V, float M, BlockShared& sh) {
+  float s[1] = {0.0f};
+  for (int64_t i = threadIdx.x; i < V; i += BLOCK) s[0] += expf(p[i] - M);  // x = -inf: 0
+  block_sums<1, BLOCK>(s, sh);
+  return s[0];
+}
+
+// Step 1: x = row / temperature into p[0, V), and the row's max of x (NaN if it holds a NaN).
 // blocked (contiguous Bool[V] or nullptr): those ids get x = -inf, as after a masked_fill.
 // Unaligned head and tail one entry at a time, the 16-byte-aligned body in vector loads.
 template <typename T, int BLOCK>
-__device__ __forceinline__ Lse load_row(const T* row, int64_t V, float temperature, const bool* blocked, float* p,
-                                        BlockShared& sh) {
+__device__ __forceinline__ float load_row(const T* row, int64_t V, float temperature, const bool* blocked, float* p,
+                                          BlockShared& sh) {
   constexpr int W = VecWidth<T>::value;
   const int tid = threadIdx.x;
-  Lse acc = lse_empty();
+  RowMax acc;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
   scale_scalars<T, BLOCK>(row, 0, head, temperature, blocked, p, acc);
@@ -188,8 +222,8 @@ __device__ __forceinline__ Lse load_row(const T* row, int64_t V, float temperatu
     }
     store_floats(p + head + v * W, a, W);
     store_floats(p + head + (v + BLOCK) * W, b, W);
-    lse_add(acc, a, W);
-    lse_add(acc, b, W);
+    acc.add(a, W);
+    acc.add(b, W);
   }
   if (v < nvec) {
     float a[W];
@@ -197,10 +231,10 @@ __device__ __forceinline__ Lse load_row(const T* row, int64_t V, float temperatu
 #pragma unroll
     for (int k = 0; k < W; ++k) a[k] = blocked != nullptr && blocked[head + v * W + k] ? -kInf : a[k] / temperature;
     store_floats(p + head + v * W, a, W);
-    lse_add(acc, a, W);
+    acc.add(a, W);
   }
   scale_scalars<T, BLOCK>(row, head + nvec * W, V, temperature, blocked, p, acc);
-  return block_lse<BLOCK>(acc, sh);
+  return block_max<BLOCK>(acc, sh);
 }
 
 // Step 2: p = exp((x - M) - log_sum) in place; returns this thread's part of the total mass.
@@ -583,12 +617,12 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
     return;
   }
 
-  const Lse total = load_row<T, BLOCK>(row, V, a.temperature, SITE ? a.site.blocked : nullptr, p, sh);
-  const float M = total.m, log_sum = logf(total.s);
-  if (!(M > -kInf && M < kInf && log_sum == log_sum)) {  // uniform across the block
+  const float M = load_row<T, BLOCK>(row, V, a.temperature, SITE ? a.site.blocked : nullptr, p, sh);
+  if (!(M > -kInf && M < kInf)) {  // NaN, +inf or no finite x; uniform across the block
     if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
     return;
   }
+  const float log_sum = logf(sum_exp<BLOCK>(p, V, M, sh));
   const float mass = to_probs<BLOCK>(p, V, M, log_sum, a.mix);
   const float p_max = expf((M - M) - log_sum);  // the same arithmetic as the max token's p
   const Nucleus nu = a.full ? Nucleus{0.0f, 0.0f, false}

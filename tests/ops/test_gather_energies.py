@@ -137,3 +137,20 @@ def test_bad_input(device):
     other = "cpu" if device == "cuda" else "meta"
     raises_everywhere("gather_energies", (logits, targets.to(other), seq_index, 3), "targets",
                       raw=device == "cuda")
+
+
+@pytest.mark.parametrize("V", [7, 37, 1001, 30522])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_row_gives_the_same_bits_anywhere_in_the_batch(device, V, dtype):
+    """Batch invariance: a row's log-probabilities do not depend on the rows before it. With an odd V the same row
+    starts at another offset mod 16 bytes in a batch without its predecessors; the CUDA kernel once summed such rows
+    in an alignment-dependent order, 1 ulp apart (an H200, 2026-11-26), which broke the proposal memo's same-chains
+    promise there. The sampler's memo and sub-batches forward a row in batches of any size."""
+    g = torch.Generator().manual_seed(V)
+    logits = (torch.randn(9, V, generator=g) * 3).to(device=device, dtype=dtype)
+    targets = torch.randint(0, V, (9,), generator=g).to(device)
+    full = ops.gather_energies(logits, targets, torch.arange(9, device=device), 9)[2]
+    for k in (1, 2, 3):
+        part = logits[k:].clone()  # fresh storage: its row j sits where row j + k did not, mod 16 bytes
+        sub = ops.gather_energies(part, targets[k:], torch.arange(9 - k, device=device), 9 - k)[2]
+        assert torch.equal(sub, full[k:]), (k, (sub - full[k:]).abs().max())
