@@ -167,7 +167,8 @@ class ConditionalTabularMLM(TabularMLM):
     def masked_logits(self, tokens, positions, context=None, context_index=None) -> torch.Tensor:
         self.calls.append(int(tokens.shape[0]))
         self._tables_for(context, context_index, tokens)
-        src = context.index_select(0, context_index)
+        # the context may stay where encode put it (the CPU) while the rows run on a GPU
+        src = context.to(tokens.device).index_select(0, context_index.to(tokens.device))
         out = torch.empty(tokens.shape[0], self.vocab_size, device=tokens.device)
         for s in torch.unique(src).tolist():
             rows = (src == s).nonzero().squeeze(1)
