@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import setup
 
@@ -77,36 +78,54 @@ def loaded_libstdcxx() -> str | None:
     return min(paths) if paths else None
 
 
+PROBE_SOURCE = "#include <sstream>\nint mhfast_probe(long v) { std::ostringstream s; s << v; return (int)s.str().size(); }\n"
+
+
+def links_shared_libstdcxx(cxx: str) -> bool | None:
+    """Whether a shared library linked by ``cxx`` uses the shared libstdc++ (None: the probe could not tell).
+
+    Links a one-function C++ library and reads its needed libraries (``readelf -d``, else ``ldd``): what the linker
+    does, compiler wrappers and search paths included, rather than what the compiler says it would find.
+    """
+    reader = ["readelf", "-d"] if shutil.which("readelf") else ["ldd"] if shutil.which("ldd") else None
+    if reader is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        src, lib = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
+        with open(src, "w") as f:
+            f.write(PROBE_SOURCE)
+        try:
+            if subprocess.run([cxx, "-shared", "-fPIC", "-O1", src, "-o", lib], capture_output=True,
+                              timeout=300).returncode != 0:
+                return None
+            needed = subprocess.run(reader + [lib], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return "libstdc++.so" in needed
+
+
 def shared_cxx_runtime_args(cxx: str) -> list[str]:
     """Linker arguments that give mhfast._C the shared C++ runtime; none when ``cxx`` links it by itself.
 
-    A compiler that finds no shared libstdc++ (``-print-file-name=libstdc++.so`` names no file) links the static
-    archive into mhfast._C: a second, uninitialized copy of the C++ runtime beside the one torch uses, and the first
-    error message that formats an integer (``TORCH_CHECK(..., dim)``) then crashes the process inside std::ostream.
-    The GPU machine's image has such a compiler (/opt/gcc/bin/g++, a wrapper whose -B folders hold only the
-    archive; seen on an H200, 2026-11-26). Then the libstdc++ that torch loaded is named on the link line, before the
-    compiler's own -lstdc++: every C++ symbol resolves to it, and the archive adds nothing.
+    A compiler that links the static libstdc++ archive puts a second, uninitialized copy of the C++ runtime into
+    mhfast._C beside the one torch uses, and the first error message that formats an integer
+    (``TORCH_CHECK(..., dim)``) then crashes the process inside std::ostream. The GPU machine's image has such a
+    compiler (CXX=/opt/gcc/bin/g++, a wrapper whose -B folders hold the archive; seen on an H200, 2026-11-26).
+    Then the libstdc++ that torch loaded is named on the link line, before the compiler's own -lstdc++: every
+    C++ symbol resolves to it, and the archive adds nothing.
 
     Example:
         >>> shared_cxx_runtime_args("g++")  # doctest: +SKIP
         []
     """
-    if not sys.platform.startswith("linux"):
-        return []
-    try:
-        found = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
-                               timeout=60).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return []  # check_compiler names a missing compiler; one that cannot answer links as it will
-    if os.path.isabs(found) and os.path.exists(found):
-        return []
+    if not sys.platform.startswith("linux") or links_shared_libstdcxx(cxx) is not False:
+        return []  # the shared runtime already, or no way to tell (check_compiler names a missing compiler)
     loaded = loaded_libstdcxx()
     if loaded is None:
-        print(f"mhfast: warning: {cxx} finds no shared libstdc++ and none is loaded: mhfast._C gets a static copy "
+        print(f"mhfast: warning: {cxx} links a static libstdc++ and none is loaded: mhfast._C gets its own copy "
               "(set CXX to a compiler that links the shared one if error messages crash)", flush=True)
         return []
-    print(f"mhfast: {cxx} finds no shared libstdc++ (it would link a static copy); linking {loaded}, the one "
-          "torch loaded", flush=True)
+    print(f"mhfast: {cxx} links a static libstdc++; linking {loaded}, the one torch loaded, instead", flush=True)
     return [loaded]
 
 

@@ -3,7 +3,7 @@
 A static libstdc++ inside the extension is a second, uninitialized C++ runtime: on the GPU machine's image
 (whose compiler wrapper finds only the static archive) the first error message that formatted an integer crashed
 the process inside std::ostream instead of raising (seen on an H200, 2026-11-26). setup.py's
-``shared_cxx_runtime_args`` names torch's libstdc++ on the link line when the compiler finds no shared one.
+``shared_cxx_runtime_args`` names torch's libstdc++ on the link line when the compiler would link the static one.
 
 Example:
     python3 -m pytest -q tests/install/test_cxx_runtime.py
@@ -63,13 +63,19 @@ def test_a_compiler_without_a_shared_runtime_gets_torchs(tmp_path):
     ns = setup_functions()
     loaded = ns["loaded_libstdcxx"]()
     assert loaded is not None and Path(loaded).is_file() and "libstdc++.so" in loaded  # torch loaded it
-    # A compiler like the GPU image's: -print-file-name finds no shared libstdc++ (gcc then echoes the name back).
-    fake = tmp_path / "fake-c++"
-    fake.write_text("#!/bin/sh\necho libstdc++.so\n")
+    archive = subprocess.run(["c++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
+    if not Path(archive).is_file():
+        pytest.skip("no static libstdc++ archive on this machine to make a compiler like the GPU image's")
+    # A compiler like the GPU image's: it links the static archive (the image's wrapper does so through its -B
+    # folders; this one by appending -static-libstdc++).
+    fake = tmp_path / "static-c++"
+    fake.write_text('#!/bin/sh\nexec c++ "$@" -static-libstdc++\n')
     fake.chmod(0o755)
+    assert ns["links_shared_libstdcxx"](str(fake)) is False
     assert ns["shared_cxx_runtime_args"](str(fake)) == [loaded]
-    assert ns["shared_cxx_runtime_args"](shutil.which("c++") or "c++") == []  # this machine's finds its own
-    assert ns["shared_cxx_runtime_args"](str(tmp_path / "no-such-compiler")) == []
+    assert ns["links_shared_libstdcxx"]("c++") is True  # this machine's compiler links the shared one
+    assert ns["shared_cxx_runtime_args"]("c++") == []
+    assert ns["shared_cxx_runtime_args"](str(tmp_path / "no-such-compiler")) == []  # cannot tell: as before
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
