@@ -61,9 +61,14 @@ from torch.utils.cpp_extension import (  # noqa: E402  (after the one-line torch
     CUDA_HOME, BuildExtension, CppExtension, CUDAExtension, is_ninja_available)
 
 
+def cxx_compiler() -> str:
+    """The C++ compiler torch will call: ``$CXX`` (its first word), default ``c++``."""
+    return os.environ.get("CXX", "c++").split()[0]
+
+
 def check_compiler() -> None:
-    """One-line failure when the C++ compiler torch will call (``$CXX``, default ``c++``) is missing."""
-    cxx = os.environ.get("CXX", "c++").split()[0]
+    """One-line failure when the C++ compiler torch will call (:func:`cxx_compiler`) is missing."""
+    cxx = cxx_compiler()
     if shutil.which(cxx) is None:
         fail(f"no C++ compiler: '{cxx}' is not on PATH; install one (e.g. apt-get install g++) or set CXX")
 
@@ -195,7 +200,7 @@ def extension():
     sources = rel("csrc/*.cpp") + rel("csrc/cpu/*.cpp")
     # at::parallel_for is an inline `#pragma omp parallel` in ATen's headers: without -fopenmp it runs serially.
     args = {"cxx": opt + ["-fopenmp", "-std=c++17"]}
-    link = ["-fopenmp"] + shared_cxx_runtime_args(os.environ.get("CXX", "c++").split()[0])
+    link = ["-fopenmp"] + shared_cxx_runtime_args(cxx_compiler())
     if not with_cuda:
         return CppExtension("mhfast._C", sources, extra_compile_args=args, extra_link_args=link)
     archs, source = cuda_arch_list()

@@ -166,7 +166,8 @@ $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$O
 # The C++ runtime must be the shared one torch uses (a static copy crashed on the first error message; setup.py's
 # shared_cxx_runtime_args): say which in the build log and the summary.
 CXXRT=$(ldd mhfast/_C*.so 2>/dev/null | grep -o 'libstdc++[^ ]*' | head -1)
-echo "C++ runtime of mhfast._C: ${CXXRT:-static (no libstdc++.so linked)}" | tee -a "$OUTDIR/build.log"
+CXXRT=${CXXRT:-static (no libstdc++.so linked)}
+echo "C++ runtime of mhfast._C: $CXXRT" | tee -a "$OUTDIR/build.log"
 
 # 4. Tests on this device ("cuda" / "cpu" are the ids of the device fixture's parameters).
 # The fused single-site ops and uniform_mix: every op test takes the `device` fixture; their -k cuda
@@ -285,7 +286,7 @@ fi
   echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
   echo
   echo "Mode: $MODE. TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST. Quick: $QUICK. Steps: $ONLY."
-  echo "C++ runtime of mhfast._C: ${CXXRT:-static (no libstdc++.so linked)}."
+  echo "C++ runtime of mhfast._C: $CXXRT."
   [ "$HAVE_FAIRSEQ" = 1 ] || echo "fairseq not importable: the bundled translation model was skipped (see the wheels note in scripts/gpu_check.sh)."
   echo
   echo '```'

@@ -50,6 +50,15 @@ def setup_functions() -> dict:
         setuptools.setup = real
 
 
+def need_static_archive() -> None:
+    """Skips unless this machine's c++ can link the static libstdc++ archive (to stand in for the GPU image's)."""
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler")
+    archive = subprocess.run(["c++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
+    if not Path(archive).is_file():
+        pytest.skip("no static libstdc++ archive on this machine to be linked by mistake")
+
+
 def ldd(path: Path | str) -> str:
     return subprocess.run(["ldd", str(path)], capture_output=True, text=True, timeout=60).stdout
 
@@ -63,9 +72,7 @@ def test_a_compiler_without_a_shared_runtime_gets_torchs(tmp_path):
     ns = setup_functions()
     loaded = ns["loaded_libstdcxx"]()
     assert loaded is not None and Path(loaded).is_file() and "libstdc++.so" in loaded  # torch loaded it
-    archive = subprocess.run(["c++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
-    if not Path(archive).is_file():
-        pytest.skip("no static libstdc++ archive on this machine to make a compiler like the GPU image's")
+    need_static_archive()
     # A compiler like the GPU image's: it links the static archive (the image's wrapper does so through its -B
     # folders; this one by appending -static-libstdc++).
     fake = tmp_path / "static-c++"
@@ -78,13 +85,10 @@ def test_a_compiler_without_a_shared_runtime_gets_torchs(tmp_path):
     assert ns["shared_cxx_runtime_args"](str(tmp_path / "no-such-compiler")) == []  # cannot tell: as before
 
 
-@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
 def test_the_named_runtime_wins_over_the_static_archive(tmp_path):
     """What setup.py relies on: with torch's libstdc++ named before the compiler's own -lstdc++, a link that would
     take the static archive (here forced by -static-libstdc++) takes the shared library, and formatting works."""
-    archive = subprocess.run(["c++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
-    if not Path(archive).is_file():
-        pytest.skip("no static libstdc++ archive to be linked by mistake on this machine")
+    need_static_archive()
     src = tmp_path / "fmt.cpp"
     src.write_text(FORMATS_AN_INT)
     loaded = setup_functions()["loaded_libstdcxx"]()
