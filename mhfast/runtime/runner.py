@@ -34,6 +34,7 @@ import torch
 
 from ..models.base import has_features, model_width
 from . import cpu_info
+from .attention import without_cudnn_attention
 
 
 def sum_terms(terms: torch.Tensor) -> torch.Tensor:
@@ -223,6 +224,7 @@ class ModelRunner:
         """The context of every model computation: no autograd, and autocast to ``dtype`` if one is set."""
         stack = contextlib.ExitStack()
         stack.enter_context(torch.no_grad())
+        stack.enter_context(without_cudnn_attention(self.device_type))  # a plan per shape: see attention.py
         if self.dtype is not None:
             stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
         return stack
