@@ -19,13 +19,14 @@
 //     floating point too (each threshold's sum has a fixed order over non-negative terms), so the
 //     search is exact and lands on a row value. Once the bracket holds <= kCandidates values
 //     (typically after 2-4 passes), they are copied aside and the remaining passes read only them.
-//  4. nucleus_mass + find_crossing: warp w owns the contiguous ids [w*C, (w+1)*C) and walks them
-//     in 32-wide stripes (lane l reads id stripe + l: consecutive words, no bank conflicts); tie
-//     ranks come from ballots. Pass A: nucleus mass K, last kept id, whether `current` is kept.
-//     Pass B: per warp, the running q = p / K mass (warp inclusive scans, stripe by stripe).
-//     The warps' totals, summed in warp order, give each warp's CDF start; the one warp whose
-//     range contains u re-walks its chunk with the same additions and picks the first id whose
-//     CDF exceeds u (none: the last kept id, as in the reference).
+//  4. nucleus_mass + find_crossing: thread t owns the contiguous ids [t*R, (t+1)*R), R = ceil(V / BLOCK)
+//     made odd (a warp's 32 reads of one step land on 32 banks), and walks them alone; tie ranks
+//     start from an exclusive scan of the threads' tie counts. Pass A: nucleus mass K, last kept id,
+//     whether `current` is kept. Pass B: each thread's q = p / K mass; lanes' and warps' masses
+//     added one after the other in thread order give each run's CDF start, so that a run ends
+//     exactly where the next begins; the one thread whose run holds u re-walks it with the same
+//     additions and picks the first id whose CDF exceeds u (none: the last kept id, as in the
+//     reference).
 // uniform_mix = eps > 0 (a.mix): q = (1 - eps) * q_nucleus + eps / n over the n tokens of finite x.
 // to_probs then stores -0 for x = -inf (p = 0 either way, and no nucleus test sees the sign), so
 // the later passes tell "finite x, p underflowed" from "-inf logit" without re-reading the logits;
@@ -147,11 +148,14 @@ struct RowMax {
 };
 
 // x = row[i] / temperature (-inf where blocked) into p[i] for this thread's i of [begin, end), one at a time.
-template <typename T, int BLOCK>
+// UNIT: temperature == 1, x = row[i] without the division (x / 1 == x exactly: the same bits, one IEEE
+// division per id less; not separately measurable in the A/B that changed it with the walk, CUDA_NOTES).
+template <typename T, int BLOCK, bool UNIT>
 __device__ __forceinline__ void scale_scalars(const T* row, int64_t begin, int64_t end, float temperature,
                                               const bool* blocked, float* p, RowMax& acc) {
   for (int64_t i = begin + threadIdx.x; i < end; i += BLOCK) {
-    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
+    const float v = to_float(row[i]);
+    const float x = blocked != nullptr && blocked[i] ? -kInf : UNIT ? v : v / temperature;
     p[i] = x;
     acc.add(&x, 1);
   }
@@ -192,7 +196,7 @@ __device__ __forceinline__ float sum_exp(const float* p, int64_t V, float M, Blo
 // Step 1: x = row / temperature into p[0, V), and the row's max of x (NaN if it holds a NaN).
 // blocked (contiguous Bool[V] or nullptr): those ids get x = -inf, as after a masked_fill.
 // Unaligned head and tail one entry at a time, the 16-byte-aligned body in vector loads.
-template <typename T, int BLOCK>
+template <typename T, int BLOCK, bool UNIT>
 __device__ __forceinline__ float load_row(const T* row, int64_t V, float temperature, const bool* blocked, float* p,
                                           BlockShared& sh) {
   constexpr int W = VecWidth<T>::value;
@@ -200,7 +204,7 @@ __device__ __forceinline__ float load_row(const T* row, int64_t V, float tempera
   RowMax acc;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
-  scale_scalars<T, BLOCK>(row, 0, head, temperature, blocked, p, acc);
+  scale_scalars<T, BLOCK, UNIT>(row, 0, head, temperature, blocked, p, acc);
   const int64_t nvec = (V - head) / W;
   const T* body = row + head;
   int64_t v = tid;
@@ -210,8 +214,8 @@ __device__ __forceinline__ float load_row(const T* row, int64_t V, float tempera
     load16(body + (v + BLOCK) * W, b);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-      a[k] = a[k] / temperature;
-      b[k] = b[k] / temperature;
+      a[k] = UNIT ? a[k] : a[k] / temperature;
+      b[k] = UNIT ? b[k] : b[k] / temperature;
     }
     if (blocked != nullptr) {
 #pragma unroll
@@ -229,11 +233,13 @@ __device__ __forceinline__ float load_row(const T* row, int64_t V, float tempera
     float a[W];
     load16(body + v * W, a);
 #pragma unroll
-    for (int k = 0; k < W; ++k) a[k] = blocked != nullptr && blocked[head + v * W + k] ? -kInf : a[k] / temperature;
+    for (int k = 0; k < W; ++k) {
+      a[k] = blocked != nullptr && blocked[head + v * W + k] ? -kInf : UNIT ? a[k] : a[k] / temperature;
+    }
     store_floats(p + head + v * W, a, W);
     acc.add(a, W);
   }
-  scale_scalars<T, BLOCK>(row, head + nvec * W, V, temperature, blocked, p, acc);
+  scale_scalars<T, BLOCK, UNIT>(row, head + nvec * W, V, temperature, blocked, p, acc);
   return block_max<BLOCK>(acc, sh);
 }
 
@@ -357,52 +363,57 @@ __device__ Nucleus find_nucleus(const float* p, int64_t V, float top_p, float p_
   return Nucleus{__uint_as_float(hi), g_hi, true};
 }
 
-// Kept flags of one 32-wide stripe; `rank` (uniform over the warp) counts the ties before it.
-__device__ __forceinline__ bool stripe_kept(float pi, bool valid, const Nucleus& nu, float top_p,
-                                            int lane, int& rank) {
-  const bool tie = valid && nu.ties && pi == nu.tau && pi > 0.0f;
-  const unsigned tie_mask = __ballot_sync(kFull, tie);
-  const int r = rank + __popc(tie_mask & ((1u << lane) - 1u));
-  rank += __popc(tie_mask);
-  if (!valid || !(pi > 0.0f)) return false;
-  if (pi > nu.tau) return true;
-  return tie && nu.g_tau + static_cast<float>(r) * nu.tau < top_p;
-}
-
-struct Chunk {
-  int64_t beg, end;  // this warp's ids, walked in stripes of 32
+// Step 4 walks ids in order, thread by thread: thread t owns the contiguous run [t * R, (t + 1) * R) of
+// ids, R = ceil(V / BLOCK) made odd, so the 32 lanes of a warp read words R apart, on 32 different
+// banks. Each lane walks its run alone (no shuffle per id); warps and lanes are then combined in
+// thread order. Replaces 32-wide stripes that took a ballot and a 5-shuffle scan per 32 ids and
+// left one warp re-walking ~2,000 ids while the block waited (ncu on an H200: 0.49 instructions
+// issued per cycle and scheduler, 25% occupancy, DRAM 5% busy). Measured there against the stripes:
+// 1.4-1.7x faster at top_p = 1, 1.1-1.4x at top_p = 0.9 (bench/CUDA_NOTES.md, "Second run").
+struct Run {
+  int64_t beg, end;
 };
 
 template <int BLOCK>
-__device__ __forceinline__ Chunk warp_chunk(int64_t V) {
-  constexpr int kWarps = BLOCK / 32;
-  const int64_t C = ceil_div(ceil_div(V, kWarps), 32) * 32;
-  const int64_t beg = std::min<int64_t>(V, (threadIdx.x / 32) * C);
-  return Chunk{beg, std::min<int64_t>(V, beg + C)};
+__device__ __forceinline__ Run thread_run(int64_t V) {
+  const int64_t R = ceil_div(V, static_cast<int64_t>(BLOCK)) | 1;
+  const int64_t beg = std::min<int64_t>(V, static_cast<int64_t>(threadIdx.x) * R);
+  return Run{beg, std::min<int64_t>(V, beg + R)};
 }
 
-// Ties (p == tau) before this warp's chunk, by exclusive scan of the warps' tie counts.
+// Nucleus membership of the ids of a run, taken in increasing order; `rank` counts the ties
+// (p == tau) seen so far, from the number of ties before the run.
+__device__ __forceinline__ bool kept_in_order(float pi, const Nucleus& nu, float top_p, int& rank) {
+  if (!(pi > 0.0f)) return false;
+  if (pi > nu.tau) return true;
+  if (!nu.ties || pi != nu.tau) return false;
+  const int r = rank++;
+  return nu.g_tau + static_cast<float>(r) * nu.tau < top_p;
+}
+
+// Ties (p == tau) before this thread's run: its own count, exclusive-scanned over the block (integers: exact).
 template <int BLOCK>
-__device__ int ties_before(const float* p, const Chunk& ch, const Nucleus& nu, BlockShared& sh) {
+__device__ int ties_before(const float* p, const Run& run, const Nucleus& nu, BlockShared& sh) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int count = 0;
+  int mine = 0;
   if (nu.ties) {
-    for (int64_t s = ch.beg; s < ch.end; s += 32) {
-      const int64_t i = s + lane;
-      const bool tie = i < ch.end && p[i] == nu.tau && nu.tau > 0.0f;
-      count += __popc(__ballot_sync(kFull, tie));
-    }
+    for (int64_t i = run.beg; i < run.end; ++i) mine += (p[i] == nu.tau && nu.tau > 0.0f) ? 1 : 0;
   }
-  if (lane == 0) sh.ties[warp] = count;
+  int incl = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) sh.ties[warp] = incl;
   __syncthreads();
-  int before = 0;
+  int before = incl - mine;
   for (int w = 0; w < warp; ++w) before += sh.ties[w];
   __syncthreads();
   return before;
 }
 
 // A proposable token of a mixture: finite x (to_probs marked x = -inf as -0).
-__device__ __forceinline__ bool finite_x(float pi, bool valid) { return valid && !signbit(pi); }
+__device__ __forceinline__ bool finite_x(float pi) { return !signbit(pi); }
 
 struct Support {
   int64_t last;    // last id with q > 0: kept, or (mixtures) of finite x
@@ -412,7 +423,7 @@ struct Support {
 
 // Step 4a: nucleus mass K, the support's last id, and whether `current` is kept (sh.cur_kept).
 template <int BLOCK>
-__device__ float nucleus_mass(const float* p, const Chunk& ch, const Nucleus& nu, float top_p, bool mix,
+__device__ float nucleus_mass(const float* p, const Run& run, const Nucleus& nu, float top_p, bool mix,
                               int rank0, int64_t cur, Support& sup, BlockShared& sh) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) sh.cur_kept = 0;
@@ -420,16 +431,14 @@ __device__ float nucleus_mass(const float* p, const Chunk& ch, const Nucleus& nu
   float k_part = 0.0f, n_part = 0.0f;
   int64_t last_part = -1;  // 2 * id + kept: the max is still the last id
   int rank = rank0;
-  for (int64_t s = ch.beg; s < ch.end; s += 32) {
-    const int64_t i = s + lane;
-    const bool valid = i < ch.end;
-    const float pi = valid ? p[i] : 0.0f;
-    const bool k = stripe_kept(pi, valid, nu, top_p, lane, rank);
-    const bool fin = mix && finite_x(pi, valid);
+  for (int64_t i = run.beg; i < run.end; ++i) {
+    const float pi = p[i];
+    const bool k = kept_in_order(pi, nu, top_p, rank);
+    const bool fin = mix && finite_x(pi);
     if (k) k_part += pi;
     if (fin) n_part += 1.0f;
     if (k || fin) last_part = 2 * i + (k ? 1 : 0);
-    if (valid && i == cur) sh.cur_kept = k ? 1 : 0;  // one writer: the owner of cur
+    if (i == cur) sh.cur_kept = k ? 1 : 0;  // one writer: the owner of cur
   }
   float v[2] = {k_part, n_part};
   for (int o = 16; o > 0; o >>= 1) last_part = max(last_part, __shfl_xor_sync(kFull, last_part, o));
@@ -447,37 +456,60 @@ struct MixQ {
   float a, c;  // 1 - eps, eps / n
 };
 
-// One warp's running q mass over its chunk, stripe by stripe. `fn(i, positive, kept, cdf)` sees
-// each id's chunk-local CDF; returning true stops the walk. Identical additions on every call.
-template <typename Fn>
-__device__ __forceinline__ float walk_q(const float* p, const Chunk& ch, const Nucleus& nu,
-                                        float top_p, float K, const MixQ& mx, int rank0, Fn fn) {
-  const int lane = threadIdx.x % 32;
-  float running = 0.0f;
+__device__ __forceinline__ float scaled_q(float pi, bool kept, float K, const MixQ& mx) {
+  return !mx.on ? (kept ? pi / K : 0.0f) : (kept ? mx.a * (pi / K) : 0.0f) + (finite_x(pi) ? mx.c : 0.0f);
+}
+
+// This thread's q mass over its run, the ids in order (find_crossing's totals and its re-walk: the same additions).
+__device__ __forceinline__ float run_mass(const float* p, const Run& run, const Nucleus& nu, float top_p, float K,
+                                          const MixQ& mx, int rank0) {
+  float mass = 0.0f;
   int rank = rank0;
-  for (int64_t s = ch.beg; s < ch.end; s += 32) {
-    const int64_t i = s + lane;
-    const bool valid = i < ch.end;
-    const float pi = valid ? p[i] : 0.0f;
-    const bool kept = stripe_kept(pi, valid, nu, top_p, lane, rank);
-    const float q = !mx.on ? (kept ? pi / K : 0.0f)
-                           : (kept ? mx.a * (pi / K) : 0.0f) + (finite_x(pi, valid) ? mx.c : 0.0f);
-    const float incl = warp_inclusive_sum(q, lane);
-    if (fn(i, valid && q > 0.0f, kept, running + incl)) return running;
-    running += __shfl_sync(kFull, incl, 31);
+  for (int64_t i = run.beg; i < run.end; ++i) {
+    const float pi = p[i];
+    mass += scaled_q(pi, kept_in_order(pi, nu, top_p, rank), K, mx);
   }
-  return running;
+  return mass;
+}
+
+// The first id of the run whose CDF, start + (before + running mass), exceeds u, into sh.last[0] / sh.pick_kept.
+__device__ __forceinline__ void pick_in_run(const float* p, const Run& run, const Nucleus& nu, float top_p, float K,
+                                            const MixQ& mx, int rank0, float start, float before, float u,
+                                            BlockShared& sh) {
+  float r = 0.0f;
+  int rank = rank0;
+  for (int64_t i = run.beg; i < run.end; ++i) {
+    const float pi = p[i];
+    const bool k = kept_in_order(pi, nu, top_p, rank);
+    r += scaled_q(pi, k, K, mx);
+    if (start + (before + r) > u) {
+      sh.last[0] = i;
+      sh.pick_kept = k ? 1 : 0;
+      return;
+    }
+  }
 }
 
 // Step 4b: smallest id of q > 0 whose CDF exceeds u, or -1 (then the caller takes the support's
 // last id); sh.pick_kept: whether the returned id is in the nucleus.
+// The CDF of id i in thread t's run is start_w + (before_t + r_i): start_w the masses of the warps
+// before (added in warp order), before_t the masses of the lanes before t in its warp (added in lane
+// order), r_i the running mass of the run up to i. Each of these sums is taken one term after the
+// other, so a run's last CDF is exactly the next run's start (fl(before_t + mass_t) = before_{t+1},
+// fl(start_w + warp mass) = start_{w+1}): the CDF is monotone over the ids, and the run that the
+// totals say holds the crossing holds it (no ulp left between two sums of different order).
 template <int BLOCK>
-__device__ int64_t find_crossing(const float* p, const Chunk& ch, const Nucleus& nu, float top_p,
+__device__ int64_t find_crossing(const float* p, const Run& run, const Nucleus& nu, float top_p,
                                  float K, const MixQ& mx, int rank0, float u, BlockShared& sh) {
   constexpr int kWarps = BLOCK / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float total =
-      walk_q(p, ch, nu, top_p, K, mx, rank0, [](int64_t, bool, bool, float) { return false; });
+  const float mine = run_mass(p, run, nu, top_p, K, mx, rank0);
+  float before = 0.0f, total = 0.0f;  // lane order, one term at a time (every lane the same additions)
+  for (int j = 0; j < 32; ++j) {
+    const float t = __shfl_sync(kFull, mine, j);
+    if (j == lane) before = total;
+    total += t;
+  }
   if (lane == 0) sh.wsum[warp] = total;
   __syncthreads();
   float start = 0.0f;
@@ -492,31 +524,9 @@ __device__ int64_t find_crossing(const float* p, const Chunk& ch, const Nucleus&
   }
   __syncthreads();
   if (warp == owner) {
-    // The warp total and the per-id CDFs round differently (scan vs. total), so a crossing that
-    // the total promised may be missed by an ulp: the chunk's last id of q > 0 is then the answer.
-    int64_t chunk_last = -1;
-    int chunk_last_kept = 0;
-    bool found = false;
-    walk_q(p, ch, nu, top_p, K, mx, rank0, [&](int64_t i, bool positive, bool kept, float cdf) {
-      const unsigned pos_mask = __ballot_sync(kFull, positive);
-      if (pos_mask != 0u) {
-        const int src = 31 - __clz(pos_mask);
-        chunk_last = __shfl_sync(kFull, i, src);
-        chunk_last_kept = __shfl_sync(kFull, kept ? 1 : 0, src);
-      }
-      const unsigned hit = __ballot_sync(kFull, positive && start + cdf > u);
-      if (hit == 0u) return false;
-      if (lane == __ffs(hit) - 1) {
-        sh.last[0] = i;
-        sh.pick_kept = kept ? 1 : 0;
-      }
-      found = true;
-      return true;
-    });
-    if (!found && lane == 0) {
-      sh.last[0] = chunk_last;
-      sh.pick_kept = chunk_last_kept;
-    }
+    // The first lane whose run ends above u (lane 31 does: its end is start + the warp's total).
+    const unsigned hit = __ballot_sync(kFull, start + (before + mine) > u);
+    if (hit != 0u && lane == __ffs(hit) - 1) pick_in_run(p, run, nu, top_p, K, mx, rank0, start, before, u, sh);
   }
   __syncthreads();
   return sh.last[0];
@@ -617,7 +627,9 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
     return;
   }
 
-  const float M = load_row<T, BLOCK>(row, V, a.temperature, SITE ? a.site.blocked : nullptr, p, sh);
+  const bool* blocked = SITE ? a.site.blocked : nullptr;
+  const float M = a.temperature == 1.0f ? load_row<T, BLOCK, true>(row, V, a.temperature, blocked, p, sh)
+                                        : load_row<T, BLOCK, false>(row, V, a.temperature, blocked, p, sh);
   if (!(M > -kInf && M < kInf)) {  // NaN, +inf or no finite x; uniform across the block
     if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
     return;
@@ -627,13 +639,13 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
   const float p_max = expf((M - M) - log_sum);  // the same arithmetic as the max token's p
   const Nucleus nu = a.full ? Nucleus{0.0f, 0.0f, false}
                             : find_nucleus<BLOCK>(p, V, a.top_p, p_max, mass, sh);
-  const Chunk ch = warp_chunk<BLOCK>(V);
-  const int rank0 = ties_before<BLOCK>(p, ch, nu, sh);
+  const Run run = thread_run<BLOCK>(V);
+  const int rank0 = ties_before<BLOCK>(p, run, nu, sh);
   Support sup{};
-  const float K = nucleus_mass<BLOCK>(p, ch, nu, a.top_p, a.mix, rank0, cur, sup, sh);
+  const float K = nucleus_mass<BLOCK>(p, run, nu, a.top_p, a.mix, rank0, cur, sup, sh);
   const bool cur_kept = sh.cur_kept != 0;
   const MixQ mx{a.mix, a.mix_a, a.mix ? a.mix_eps / sup.n : 0.0f};
-  const int64_t first = find_crossing<BLOCK>(p, ch, nu, a.top_p, K, mx, rank0, src.u, sh);
+  const int64_t first = find_crossing<BLOCK>(p, run, nu, a.top_p, K, mx, rank0, src.u, sh);
   if (threadIdx.x == 0) {
     // (sh.pick_kept is read for mixtures only: find_crossing sets it for them)
     const bool kept = a.mix && (first >= 0 ? sh.pick_kept != 0 : sup.last_kept);

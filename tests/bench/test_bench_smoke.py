@@ -1,6 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
-bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens) and bench_forward.py's compile lines on tiny
-sizes, so the scripts cannot rot unnoticed.
+bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), propose_ab.py and bench_forward.py's
+compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -152,3 +152,17 @@ def test_bench_tempering_quick_compares_sapiens_at_equal_rows():
     assert set(rows) == {"plain MH", "2"}, proc.stdout[-3000:]
     assert 0 < int(rows["plain MH"][5]) <= int(rows["2"][5]), rows  # model rows: equal_rows' cut
     assert "round trips" in rows["2"][16] and "Sapiens" in proc.stdout, rows
+
+
+def test_propose_ab_times_two_labels_and_renders_their_ratio(tmp_path):
+    """bench/propose_ab.py --quick on CPU, labelled twice as if two builds, then --render: one row per case."""
+    out = tmp_path / "ab.jsonl"
+    for label in ("old", "new"):
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "propose_ab.py"), "--quick", "--device", "cpu",
+                               "--label", label, "--json", str(out)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "propose_ab.py"), "--render", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| propose")]
+    assert len(rows) == 2 and all(line.count("|") == 5 for line in rows), proc.stdout
