@@ -39,6 +39,8 @@ from typing import Any, Sequence
 
 import torch
 
+from .runtime.attention import without_cudnn_attention
+
 
 @dataclass
 class MaskPredictResult:
@@ -126,9 +128,13 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
     if length_strategy not in ("fairseq", "topk"):
         raise ValueError(f"length_strategy: expected 'fairseq' or 'topk', got {length_strategy!r}")
     check_devices("mhfast.mask_predict", sources=sources)
+    with without_cudnn_attention(getattr(model, "device", None)):  # a plan per new shape: runtime/attention.py
+        return _decode(model, sources, iterations, length_beam, length_strategy)
 
+
+def _decode(model: Any, sources: Sequence[Any], iterations: int, k: int, length_strategy: str) -> MaskPredictResult:
+    """mask_predict's decoding, its arguments checked."""
     context = model.encode(sources)                                            # opaque to this function
-    k = length_beam
     content = model.predict_lengths(context, k, strategy=length_strategy)      # Long[S, k]
     S = content.shape[0]
     total = (content + 2).reshape(-1)                                         # source-major rows

@@ -33,7 +33,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .files.errors import check_input
-from .runtime.attention import without_cudnn_attention
 
 #: The bundled Multi30k De->En CMLM.
 BUNDLE_DIR = Path(__file__).resolve().parent / "data" / "multi30k_de_en"
@@ -198,15 +197,6 @@ class Translator:
                 energy trace per chain). Without it, details get ``epochs_run`` and ``converged`` only with
                 ``until_rhat``/``min_ess``.
         """
-        # cuDNN attention builds a plan per new shape (mhfast/runtime/attention.py): 22x slower in bf16 on an H200
-        with without_cudnn_attention(torch.device(getattr(self.cmlm, "device", "cpu")).type):
-            return self._translate(sources, method, input_ids, sampler_options, iterations, length_beam, progress,
-                                   extra_energy, diagnostics)
-
-    def _translate(self, sources: Sequence[str], method: str, input_ids: Sequence[int] | None,
-                   sampler_options: dict | None, iterations: int, length_beam: int,
-                   progress: Callable[[int, dict], None] | None, extra_energy: Callable[[list[int]], Any] | None,
-                   diagnostics: bool) -> BatchOutput:
         if method not in METHODS:
             raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
         input_ids = list(range(len(sources))) if input_ids is None else list(input_ids)

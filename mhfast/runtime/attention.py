@@ -40,9 +40,10 @@ def _other_enabled_backends() -> list:
 
 
 @contextlib.contextmanager
-def without_cudnn_attention(device_type: str) -> Iterator[None]:
-    """Within the block, CUDA attention takes any enabled backend but cuDNN's (see the module docstring)."""
-    if device_type != "cuda" or not torch.backends.cuda.cudnn_sdp_enabled():
+def without_cudnn_attention(device: str | torch.device | None) -> Iterator[None]:
+    """Within the block, CUDA attention takes any enabled backend but cuDNN's (see the module docstring).
+    ``device``: where the model computes (a model's ``device`` attribute; None: the CPU)."""
+    if device is None or torch.device(device).type != "cuda" or not torch.backends.cuda.cudnn_sdp_enabled():
         yield
         return
     keep = _other_enabled_backends()

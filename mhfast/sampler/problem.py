@@ -22,6 +22,7 @@ import torch
 
 from ..energy_terms import normalize as normalize_terms
 from ..models.base import check_rows_fit, has_features, model_width
+from ..runtime.attention import without_cudnn_attention
 from .ladder import rungs
 from .options import display_name
 
@@ -202,7 +203,8 @@ def _rows_from_source(model: Any, source: Any, length_beam: int, free_positions:
         raise TypeError("mhfast.sample: source= needs a conditional model with encode and predict_lengths")
     if free_positions is not None:
         raise _err("free_positions", "cannot be combined with source")
-    context = model.encode(source)
+    with without_cudnn_attention(getattr(model, "device", None)):  # a plan per new shape: runtime/attention.py
+        context = model.encode(source)
     candidate_lengths = torch.as_tensor(model.predict_lengths(context, length_beam), dtype=torch.long).cpu()
     if candidate_lengths.dim() != 2 or candidate_lengths.shape[1] != length_beam:
         raise ValueError(f"mhfast.sample: model.predict_lengths must return Long[S, {length_beam}], got "
