@@ -93,10 +93,10 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;  // xor butterfly: every lane gets the same, order-fixed sum
 }
 
-// Inclusive prefix sum over the lanes (same additions on every call with the same inputs).
-__device__ __forceinline__ float warp_inclusive_sum(float v, int lane) {
+// Inclusive prefix sum of counts over the lanes (integers: exact in any order).
+__device__ __forceinline__ int warp_inclusive_count(int v, int lane) {
   for (int o = 1; o < 32; o <<= 1) {
-    const float n = __shfl_up_sync(kFull, v, o);
+    const int n = __shfl_up_sync(kFull, v, o);
     if (lane >= o) v += n;
   }
   return v;
@@ -148,14 +148,11 @@ struct RowMax {
 };
 
 // x = row[i] / temperature (-inf where blocked) into p[i] for this thread's i of [begin, end), one at a time.
-// UNIT: temperature == 1, x = row[i] without the division (x / 1 == x exactly: the same bits, one IEEE
-// division per id less; not separately measurable in the A/B that changed it with the walk, CUDA_NOTES).
-template <typename T, int BLOCK, bool UNIT>
+template <typename T, int BLOCK>
 __device__ __forceinline__ void scale_scalars(const T* row, int64_t begin, int64_t end, float temperature,
                                               const bool* blocked, float* p, RowMax& acc) {
   for (int64_t i = begin + threadIdx.x; i < end; i += BLOCK) {
-    const float v = to_float(row[i]);
-    const float x = blocked != nullptr && blocked[i] ? -kInf : UNIT ? v : v / temperature;
+    const float x = blocked != nullptr && blocked[i] ? -kInf : to_float(row[i]) / temperature;
     p[i] = x;
     acc.add(&x, 1);
   }
@@ -196,7 +193,7 @@ __device__ __forceinline__ float sum_exp(const float* p, int64_t V, float M, Blo
 // Step 1: x = row / temperature into p[0, V), and the row's max of x (NaN if it holds a NaN).
 // blocked (contiguous Bool[V] or nullptr): those ids get x = -inf, as after a masked_fill.
 // Unaligned head and tail one entry at a time, the 16-byte-aligned body in vector loads.
-template <typename T, int BLOCK, bool UNIT>
+template <typename T, int BLOCK>
 __device__ __forceinline__ float load_row(const T* row, int64_t V, float temperature, const bool* blocked, float* p,
                                           BlockShared& sh) {
   constexpr int W = VecWidth<T>::value;
@@ -204,7 +201,7 @@ __device__ __forceinline__ float load_row(const T* row, int64_t V, float tempera
   RowMax acc;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
   const int64_t head = std::min<int64_t>(V, ((16u - (addr & 15u)) & 15u) / sizeof(T));
-  scale_scalars<T, BLOCK, UNIT>(row, 0, head, temperature, blocked, p, acc);
+  scale_scalars<T, BLOCK>(row, 0, head, temperature, blocked, p, acc);
   const int64_t nvec = (V - head) / W;
   const T* body = row + head;
   int64_t v = tid;
@@ -214,8 +211,8 @@ __device__ __forceinline__ float load_row(const T* row, int64_t V, float tempera
     load16(body + (v + BLOCK) * W, b);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-      a[k] = UNIT ? a[k] : a[k] / temperature;
-      b[k] = UNIT ? b[k] : b[k] / temperature;
+      a[k] = a[k] / temperature;
+      b[k] = b[k] / temperature;
     }
     if (blocked != nullptr) {
 #pragma unroll
@@ -233,13 +230,11 @@ __device__ __forceinline__ float load_row(const T* row, int64_t V, float tempera
     float a[W];
     load16(body + v * W, a);
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      a[k] = blocked != nullptr && blocked[head + v * W + k] ? -kInf : UNIT ? a[k] : a[k] / temperature;
-    }
+    for (int k = 0; k < W; ++k) a[k] = blocked != nullptr && blocked[head + v * W + k] ? -kInf : a[k] / temperature;
     store_floats(p + head + v * W, a, W);
     acc.add(a, W);
   }
-  scale_scalars<T, BLOCK, UNIT>(row, head + nvec * W, V, temperature, blocked, p, acc);
+  scale_scalars<T, BLOCK>(row, head + nvec * W, V, temperature, blocked, p, acc);
   return block_max<BLOCK>(acc, sh);
 }
 
@@ -289,11 +284,7 @@ __device__ int compact_candidates(const float* p, int64_t V, uint32_t lo, uint32
     const uint32_t bits = __float_as_uint(p[i]);
     mine += (bits > lo && bits <= hi) ? 1 : 0;
   }
-  int incl = mine;  // exclusive offset of this thread = warp scan + warps before
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(kFull, incl, o);
-    if (lane >= o) incl += n;
-  }
+  const int incl = warp_inclusive_count(mine, lane);  // exclusive offset of this thread = warp scan + warps before
   if (lane == 31) sh.ties[warp] = incl;
   __syncthreads();
   int offset = incl - mine, total = 0;
@@ -399,11 +390,7 @@ __device__ int ties_before(const float* p, const Run& run, const Nucleus& nu, Bl
   if (nu.ties) {
     for (int64_t i = run.beg; i < run.end; ++i) mine += (p[i] == nu.tau && nu.tau > 0.0f) ? 1 : 0;
   }
-  int incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(kFull, incl, o);
-    if (lane >= o) incl += n;
-  }
+  const int incl = warp_inclusive_count(mine, lane);
   if (lane == 31) sh.ties[warp] = incl;
   __syncthreads();
   int before = incl - mine;
@@ -627,9 +614,7 @@ __global__ void __launch_bounds__(BLOCK) propose_kernel(const T* logits, Propose
     return;
   }
 
-  const bool* blocked = SITE ? a.site.blocked : nullptr;
-  const float M = a.temperature == 1.0f ? load_row<T, BLOCK, true>(row, V, a.temperature, blocked, p, sh)
-                                        : load_row<T, BLOCK, false>(row, V, a.temperature, blocked, p, sh);
+  const float M = load_row<T, BLOCK>(row, V, a.temperature, SITE ? a.site.blocked : nullptr, p, sh);
   if (!(M > -kInf && M < kInf)) {  // NaN, +inf or no finite x; uniform across the block
     if (threadIdx.x == 0) write_bad_row(a, b, cur, cur_valid);
     return;
