@@ -1,7 +1,7 @@
 """propose and mh_propose_site of two builds of mhfast, timed in one session on one GPU.
 
 Each run times the mhfast that its own checkout holds (``bench/ops_floor.py``'s sizes and timer: CUDA
-events, median of 30 calls, inputs rotated among 4 copies, drawn on the device) and appends one JSON line,
+events, median of 30 calls, inputs rotated among 4 copies) and appends one JSON line,
 labelled, to ``--json``. Run it alternately in two checkouts (A B A B: drift in clocks or temperature falls on both),
 then ``--render`` prints each case's median per label and the ratio of the first label to the second.
 
@@ -25,36 +25,26 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ops_floor  # noqa: E402  (puts this checkout's mhfast first on sys.path)
-import mhfast.ops as ops  # noqa: E402
-
-
-def propose_inputs(B: int, V: int, dtype: torch.dtype, top_p: float, device: str, temperature: float = 1.0,
-                   eps: float = 0.0):
-    """ops_floor's propose inputs, drawn on the device (its CPU draws of 4 x 169 MB take seconds per case)."""
-    g = torch.Generator(device=device).manual_seed(B + V)
-    logits = [(torch.randn(B, V, generator=g, device=device) * 3).to(dtype) for _ in range(ops_floor.ROTATE)]
-    current = torch.randint(0, V, (B,), generator=g, device=device)
-    u = torch.rand(B, generator=g, device=device)
-    return lambda i: ops.propose(logits[i], current, temperature, top_p, u, eps, validate=False)
 
 
 def cases(device: str, quick: bool) -> list[tuple[str, object]]:
     f32, bf16 = torch.float32, torch.bfloat16
     if quick:
-        return [("propose B=16 V=1000 float32 top_p=0.9", lambda: propose_inputs(16, 1000, f32, 0.9, device)),
+        return [("propose B=16 V=1000 float32 top_p=0.9",
+                 lambda: ops_floor.propose_case(16, 1000, f32, 0.9, device)[0]),
                 ("propose B=16 V=1000 float32 top_p=0.9 T=0.7",
-                 lambda: propose_inputs(16, 1000, f32, 0.9, device, temperature=0.7))]
+                 lambda: ops_floor.propose_case(16, 1000, f32, 0.9, device, temperature=0.7)[0])]
     out = []
     for B, V in ((1320, 8192), (1320, 32000), (264, 250000)):
         for top_p in (1.0, 0.9):
             for dt in ((f32, bf16) if V == 32000 else (f32,)):
                 name = str(dt).replace("torch.", "")
                 out.append((f"propose B={B} V={V} {name} top_p={top_p}",
-                            lambda B=B, V=V, dt=dt, top_p=top_p: propose_inputs(B, V, dt, top_p, device)))
+                            lambda B=B, V=V, dt=dt, top_p=top_p: ops_floor.propose_case(B, V, dt, top_p, device)[0]))
     out.append(("propose B=1320 V=32000 float32 top_p=0.9 T=0.7",
-                lambda: propose_inputs(1320, 32000, f32, 0.9, device, temperature=0.7)))
+                lambda: ops_floor.propose_case(1320, 32000, f32, 0.9, device, temperature=0.7)[0]))
     out.append(("propose B=1320 V=32000 float32 top_p=0.9 uniform_mix=0.01",
-                lambda: propose_inputs(1320, 32000, f32, 0.9, device, eps=0.01)))
+                lambda: ops_floor.propose_case(1320, 32000, f32, 0.9, device, 0.01)[0]))
     for top_p in (1.0, 0.9):
         out.append((f"mh_propose_site M=1320 T=4 V=32000 float32 top_p={top_p}",
                     lambda top_p=top_p: ops_floor.propose_site_case(1320, 4, 32000, f32, top_p, device)[0]))
