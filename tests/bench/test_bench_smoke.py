@@ -10,6 +10,7 @@ Example:
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,24 @@ def test_bench_tempering_quick_compares_sapiens_at_equal_rows():
     assert set(rows) == {"plain MH", "2"}, proc.stdout[-3000:]
     assert 0 < int(rows["plain MH"][5]) <= int(rows["2"][5]), rows  # model rows: equal_rows' cut
     assert "round trips" in rows["2"][16] and "Sapiens" in proc.stdout, rows
+
+
+@pytest.mark.slow  # loads Sapiens twice, 22 tempered sweeps of T=8 x 8 rungs
+def test_tempering_long_reports_every_budget_and_the_shorter_is_a_prefix(tmp_path):
+    """bench/tempering_long.py: figures at every budget asked for, from one run; a shorter budget's figures are
+    those of its own run (the counter RNG repeats the first sweeps bit for bit), which RESULTS.md relies on."""
+    def run(epochs: int, *at: str) -> dict:
+        out = tmp_path / f"long{epochs}.json"
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tempering_long.py"), "--seed", "0", "--epochs",
+                               str(epochs), "--burn-in", "4", "--at", *at, "--out", str(out)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return json.loads(out.read_text())
+
+    both, short = run(12, "10"), run(10)
+    assert set(both) >= {"10", "12", "ladder", "swap", "trips"} and both["12"]["draws"] > both["10"]["draws"] > 0
+    for key in ("rows", "draws", "ess_e", "rhat", "chain_min", "chain_mean"):
+        assert repr(both["10"][key]) == repr(short["10"][key]), key  # (repr: NaN equals NaN)
 
 
 def test_propose_ab_times_two_labels_and_renders_their_ratio(tmp_path):
