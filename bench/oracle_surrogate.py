@@ -54,6 +54,8 @@ class ExactEnergyOracle:
     def _inputs(self, keys: list[bytes]) -> list[int]:
         """Each row's input, by lineage: the first half (the X's) are known; the second half inherits."""
         n = len(keys) // 2
+        if len(self.sources) == 1:  # one input: no lineage needed (forced-accept epochs move chains unseen)
+            return [0] * len(keys)
         owners = []
         for k in keys[:n]:
             if k not in self.owner:
@@ -95,7 +97,9 @@ def greedy_starts(model: Any, inputs: dict, options: dict) -> torch.Tensor:
         n = tokens.shape[0] // 2
         return torch.cat([torch.zeros(n), torch.full((n,), 1e6)])
 
-    opts = {**{k: v for k, v in options.items() if k != "anneal"}, "epochs": 1, "burn_in": 0}
+    # (annealing and forced-accept epochs are the run's, not the start's: a forced-accept epoch would move the chains)
+    opts = {**{k: v for k, v in options.items() if k not in ("anneal", "force_accept_epochs")}, "epochs": 1,
+            "burn_in": 0}
     r = mhfast.sample(model, **inputs, **opts, delayed=reject_all, seed=0)
     if r.delayed_passed != 0 or not bool((r.tokens == r.tokens[:, :1]).all()):
         raise RuntimeError("greedy_starts: the chains moved or do not share a start (start must be greedy)")

@@ -80,6 +80,24 @@ def test_oracle_tells_inputs_of_one_length_apart_by_lineage(bundled):
     assert r.model_rows - r.init_rows == int(((t_e - 1) * r.chain_novel.sum((0, 2))).sum())
 
 
+def test_the_oracle_stays_exact_through_forced_accept_epochs(bundled):
+    """Appendix F's Table 5 settings force the first 2 epochs to accept: those moves are never tested, so the
+    oracle never sees their states and lineage cannot tell two sources apart. With one input it needs none, and
+    bench_delayed.py runs a CMLM's inputs one at a time under the oracle then (the same law): still exact."""
+    import bench_delayed
+    from mhfast.translation import bundled_test_file
+
+    lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()
+    inputs = {"source": [bundled.source_ids(lines[0]), bundled.source_ids(lines[4])]}
+    options = dict(energy="raw", chains=2, epochs=4, burn_in=2, anneal=0.02, proposal_temperature=0.8,
+                   force_accept_epochs=2)
+    run = bench_delayed.one_run(bundled.cmlm, inputs, options, "oracle", 0)
+    assert run["passed"] > 0 and int(run["accepted"]) == run["passed"]  # stage 2 never rejects: exact
+    assert len(run["best each"]) == 2 and run["oracle rows"] > 0
+    alone = [bench_delayed.one_run(bundled.cmlm, {"source": [s]}, options, "oracle", 0) for s in inputs["source"]]
+    assert run["rows"] == sum(a["rows"] for a in alone) and run["changes"] == sum(a["changes"] for a in alone)
+
+
 @pytest.fixture(scope="module")
 def bundled():
     from mhfast.translation import bundle_missing, load_bundled_model
