@@ -33,6 +33,7 @@ chains have not mixed); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --seeds 0 1 --settings mh delayed-w1 delayed-w2
     python3 bench/bench_delayed.py --case toy                      # seconds
     python3 bench/bench_delayed.py --epochs 100 --seeds 0 1 2 3 --settings mh delayed-w2 oracle   # the ceiling
+    python3 bench/bench_delayed.py --epochs 100 --chains 5 --seeds 0 1 --settings mh delayed-i2 oracle   # 5 chains
 """
 from __future__ import annotations
 
@@ -200,6 +201,7 @@ def main() -> int:
     ap.add_argument("--anneal", type=float, default=None, help="the CMLM cases' decrease of the target temperature "
                     "per epoch (default: the main job's 0.08, Table 5's 0.02; e.g. 0.08 * 11 / (epochs - 1) "
                     "stretches the main job's schedule)")
+    ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     args = ap.parse_args()
@@ -210,6 +212,8 @@ def main() -> int:
         args.anneal = 0.02 if table5 else 0.08
     torch.set_num_threads(1)
     model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal)
+    if args.chains is not None:
+        options = {**options, "chains": args.chains}
     runs: dict[str, list[dict]] = {s: [] for s in args.settings}
     t0 = time.perf_counter()
     for seed in args.seeds:  # interleaved: every setting of a seed before the next seed
