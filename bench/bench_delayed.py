@@ -55,6 +55,8 @@ SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": 
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)}}
 DEFAULT_SETTINGS = ["mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"]
+#: epochs per case where not 100: the main job's 12, appendix F's 33, and 8 from a random start (~90 CPU s a sweep)
+DEFAULT_EPOCHS = {"cmlm-translate": 12, "cmlm-table5": 33, "cmlm-table5-local": 33, "antiberty-random": 8}
 
 
 def oracle_setting(model, inputs: dict, options: dict) -> dict:
@@ -83,6 +85,15 @@ def memo_rows_budget(setting: str):
         memo.ROWS_BUDGET_BYTES = kept
 
 
+def bundled_sources(n: int) -> tuple:
+    """``(the bundled CMLM, the source ids of its first n test sentences)``: the CMLM cases' inputs."""
+    from mhfast.translation import bundled_test_file, load_bundled_model
+
+    tr = load_bundled_model()
+    lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:n]
+    return tr.cmlm, [tr.source_ids(s) for s in lines]
+
+
 def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
     """(model, inputs, options, description) of case ``name`` (``anneal``: cmlm-translate's, per epoch)."""
     if name == "toy":
@@ -98,20 +109,13 @@ def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
         case = cmlm_case(False)
         return (case["model"], case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
     if name == "cmlm-translate":
-        from mhfast.translation import bundled_test_file, load_bundled_model
-
-        tr = load_bundled_model()
-        lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:5]
-        return (tr.cmlm, {"source": [tr.source_ids(s) for s in lines]},
-                dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=anneal),
+        cmlm, sources = bundled_sources(5)
+        return (cmlm, {"source": sources}, dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=anneal),
                 "bundled De->En CMLM, the first 5 test sentences, scripts/main.sh's sampler settings")
     if name in ("cmlm-table5", "cmlm-table5-local"):  # appendix F's Table 5 settings (bench/paper/paper_experiments.py)
-        from mhfast.translation import bundled_test_file, load_bundled_model
-
-        tr = load_bundled_model()
-        lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:5]
+        cmlm, sources = bundled_sources(5)
         energy = "local" if name.endswith("-local") else "raw"
-        return (tr.cmlm, {"source": [tr.source_ids(s) for s in lines]},
+        return (cmlm, {"source": sources},
                 dict(energy=energy, chains=5, epochs=epochs, burn_in=7, anneal=anneal, proposal_temperature=0.8,
                      force_accept_epochs=2),
                 f"bundled De->En CMLM, the first 5 test sentences, appendix F's Table 5 settings (energy {energy}, "
@@ -122,8 +126,7 @@ def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
         case = antiberty_case("random", False)
         return (case["model"], case["inputs"], {**case["options"], "chains": 5, "start": "random", "epochs": epochs,
                                                 "burn_in": max(1, epochs // 4)},
-                "AntiBERTy, T=32 residues, all free, energy local, 5 chains each from its own uniformly random "
-                "residues (start random)")
+                case["what"] + ", 5 chains each from its own uniformly random residues (start random)")
     case = antiberty_case("infill", False)
     return (case["model"], case["inputs"], {**case["options"], "epochs": epochs, "burn_in": max(1, epochs // 8)},
             case["what"])
@@ -205,11 +208,10 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     args = ap.parse_args()
-    table5 = args.case.startswith("cmlm-table5")
     if args.epochs is None:
-        args.epochs = {"cmlm-translate": 12, "antiberty-random": 8}.get(args.case, 33 if table5 else 100)
+        args.epochs = DEFAULT_EPOCHS.get(args.case, 100)
     if args.anneal is None:
-        args.anneal = 0.02 if table5 else 0.08
+        args.anneal = 0.02 if args.case.startswith("cmlm-table5") else 0.08
     torch.set_num_threads(1)
     model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal)
     if args.chains is not None:
