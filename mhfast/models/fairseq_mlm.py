@@ -106,8 +106,23 @@ class FairseqMaskedLM:
         row_index, positions = row_index.to(tokens.device), positions.to(tokens.device)
         if row_index.numel() == 0:
             return torch.zeros(0, self.width, device=self.device, dtype=self.dtype)
-        hidden = self.encoder(tokens)["encoder_out"][0]  # [T, R, d]
-        return hidden[positions, row_index]
+        return self.run_encoder(tokens)[positions, row_index]
+
+    def run_encoder(self, tokens: torch.Tensor, stop_before: Any = None) -> torch.Tensor | tuple:
+        """The encoder's output [T, R, d] for rows already prepared (on the device, checked), as fairseq's
+        ``encoder(tokens)["encoder_out"][0]``; with ``stop_before`` (one of its layers), that layer's input
+        ``(x [T, R, d], key padding mask or None)`` instead, the layer itself not run.
+
+        Outside ``static_inputs`` this is the encoder's own forward. Inside, the caller has said whether the
+        rows hold pads, and :func:`encoder_forward` runs the same modules in the same order with that answer in
+        place of fairseq's ``encoder_padding_mask.any()``: its ``if`` on a device tensor is a host sync, which a
+        CUDA graph cannot capture (``capture="cuda-graph"`` failed on Sapiens on an H200) and which costs every
+        model call of the sampler a round trip."""
+        if self._static_inputs is None or not stock_encoder(self.encoder):
+            if stop_before is None:
+                return self.encoder(tokens)["encoder_out"][0]
+            return _stopped(self.encoder, tokens, stop_before)
+        return encoder_forward(self.encoder, tokens, self._static_inputs, stop_before)
 
     def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
                         context_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -142,7 +157,7 @@ class FairseqMaskedLM:
         What ``sapiens.predict_scores`` (and BioPhi's humanization) reads: each position's prediction with
         its own residue visible. Not an energy term (those mask the position they read)."""
         tokens = self._prepare(tokens, None, None)
-        return self.model.encoder.lm_head(self.encoder(tokens)["encoder_out"][0].transpose(0, 1))
+        return self.model.encoder.lm_head(self.run_encoder(tokens).transpose(0, 1))
 
     # -- sampler hooks and conveniences -------------------------------------------------------------
     def frame(self, length: int) -> torch.Tensor:
@@ -174,7 +189,8 @@ class FairseqMaskedLM:
     @contextlib.contextmanager
     def static_inputs(self, has_pad: bool) -> Iterator[None]:
         """Inside: the caller vouches for its rows and read indices (no value checks, no host syncs); the
-        protocol's optional hook (mhfast.models.base). fairseq builds its padding mask on the device."""
+        protocol's optional hook (mhfast.models.base). ``has_pad`` stands in for fairseq's own padding test, a
+        host sync (:func:`encoder_forward`)."""
         before, self._static_inputs = self._static_inputs, bool(has_pad)
         try:
             yield
@@ -208,6 +224,62 @@ class FairseqMaskedLM:
                 (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size})")
         return tokens
+
+
+# ---------------------------------------------------------------------------- the encoder, sync-free
+class _Stop(Exception):
+    """Raised by the pre-hook of :func:`_stopped` once the layer's input is captured (the layer is not run)."""
+
+
+def _stopped(encoder: Any, tokens: torch.Tensor, layer: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``layer``'s input ``(x, encoder_padding_mask)`` from the encoder's own forward, stopped there by a hook."""
+    captured: list = []
+
+    def capture(_module: Any, args: tuple, kwargs: dict) -> None:
+        captured.append((args[0] if args else kwargs["x"],
+                         args[1] if len(args) > 1 else kwargs.get("encoder_padding_mask")))
+        raise _Stop
+
+    handle = layer.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        encoder(tokens)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    return captured[0]
+
+
+def stock_encoder(encoder: Any) -> bool:
+    """Whether ``encoder``'s forward is fairseq's own ``TransformerEncoderBase`` one, which
+    :func:`encoder_forward` repeats (a subclass that changes it keeps its own forward)."""
+    try:
+        from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
+    except ImportError:  # pragma: no cover - fairseq without the class: its own forward
+        return False
+    return isinstance(encoder, TransformerEncoderBase) and all(
+        getattr(type(encoder), f) is getattr(TransformerEncoderBase, f) for f in ("forward", "forward_scriptable"))
+
+
+def encoder_forward(encoder: Any, tokens: torch.Tensor, has_pads: bool, stop_before: Any = None) -> Any:
+    """fairseq's ``TransformerEncoderBase.forward_scriptable`` (0.12) for rows whose caller knows whether they
+    hold pads: the same modules, calls and arithmetic, with ``has_pads`` given instead of computed. fairseq's
+    own ``encoder_padding_mask.any()`` feeds a Python ``if``, a host sync. With ``has_pads`` false this is
+    fairseq's no-pad path bit for bit (its ``x * (1 - 0)`` is ``x``). With it true and a batch that happens
+    to hold no pad, the layers get an all-false mask where fairseq passes None: the same attention up to
+    float rounding. Returns ``encoder_out`` [T, R, d], or with ``stop_before`` that layer's input and mask."""
+    mask = tokens.eq(encoder.padding_idx)
+    x, _ = encoder.forward_embedding(tokens, None)
+    if has_pads:
+        x = x * (1 - mask.unsqueeze(-1).type_as(x))
+    x = x.transpose(0, 1)
+    mask = mask if has_pads else None
+    for layer in encoder.layers:
+        if layer is stop_before:
+            return x, mask
+        out = layer(x, encoder_padding_mask=mask)
+        x = out[0] if isinstance(out, tuple) and len(out) == 2 else out
+    return encoder.layer_norm(x) if encoder.layer_norm is not None else x
 
 
 # ---------------------------------------------------------------------------- loading

@@ -35,10 +35,6 @@ from .fast_decoder import _attend, _attention_ok, _heads
 _LAYERS = ("TransformerEncoderLayerBase", "TransformerEncoderLayer")
 
 
-class _Stop(Exception):
-    """Raised by the pre-hook once the last layer's input is captured (the layer itself is not run)."""
-
-
 def _last_layer(lm: Any) -> Any | None:
     """The encoder's last layer when the fast path is exactly it, else None."""
     encoder = getattr(lm, "encoder", None)
@@ -113,23 +109,9 @@ class LastEncoderLayerAtMask:
         return self._last_at(x, padding, rows, positions)
 
     def _last_input(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The last layer's input [T, R, d] and the key padding mask it gets (None: no padding), from the
-        encoder's own forward, stopped there."""
-        captured: list = []
-
-        def capture(_module: Any, args: tuple, kwargs: dict) -> None:
-            captured.append((args[0] if args else kwargs["x"],
-                             args[1] if len(args) > 1 else kwargs.get("encoder_padding_mask")))
-            raise _Stop
-
-        handle = self.last.register_forward_pre_hook(capture, with_kwargs=True)
-        try:
-            self.lm.encoder(tokens)
-        except _Stop:
-            pass
-        finally:
-            handle.remove()
-        return captured[0]
+        """The last layer's input [T, R, d] and the key padding mask it gets (None: no padding), as the
+        encoder's own forward computes them (:meth:`FairseqMaskedLM.run_encoder`, sync-free under static_inputs)."""
+        return self.lm.run_encoder(tokens, stop_before=self.last)
 
     def _last_at(self, x: torch.Tensor, padding: torch.Tensor | None, rows: torch.Tensor | None,
                  positions: torch.Tensor) -> torch.Tensor:
