@@ -10,7 +10,8 @@
 #   3. build: mhfast._C in place for the GPU found (TORCH_CUDA_ARCH_LIST from its compute
 #      capability: 9.0 on Hopper), against the torch that is there
 #   4. tests: the op tests (uniform_mix and the fused single-site ops mh_propose_site /
-#      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda);
+#      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda), with fairseq
+#      also the fairseq masked-LM adapter's (its cuda-graph capture);
 #      AntiBERTy's tests and the HF fast-forward tests (CPU only) are not run (their weights do not travel)
 #   5. compute-sanitizer memcheck, racecheck, synccheck over bench/sweeps/op_sweep.py --small (odd shapes;
 #      every kernel of the run is instrumented, torch's included: no name filter to get wrong)
@@ -26,8 +27,8 @@
 #      mixmatch run (tests/sampler/test_static_step.py, in step 4, checks the graphs' chains first)
 #  10. bench/bench_forward.py --compile-only on the device: compile=True (torch.compile of the encoder layers on
 #      the sampler's path, AntiBERTy's shape, random weights) against eager, fp32 and bf16: compile time, ms per row
-#      (issue 14's "compile=True where it pays": not on CPU, 0.93-1.03x on a Xeon and an AMD EPYC; off by
-#      default until a GPU shows what it does there). Skipped on CPU with --quick.
+#      (issue 14's "compile=True where it pays": not on CPU, 0.93-1.03x on a Xeon and an AMD EPYC, nor on an H200,
+#      0.76-1.10x; off by default). Skipped on CPU with --quick.
 #  11. the real-model sampling check (with the sapiens package, from .whl/ on the GPU machine): Sapiens, the BioPhi
 #      heavy-chain model (a fairseq RoBERTa through mhfast.models.sapiens), on the device: bench/sapiens_check.py
 #      (masked logits equal the CPU's, forward fast and full give the same chains, proposals/s from a real parent at
@@ -177,7 +178,11 @@ OP_TESTS="tests/ops/test_masked_copies.py tests/ops/test_gather_energies.py test
   tests/ops/test_mh_propose_site.py tests/ops/test_mh_commit_site.py tests/ops/test_mh_site_rows.py
   tests/ops/test_mh_memo_ops.py tests/ops/test_counter_uniforms.py"
 SAMPLER_TESTS="tests/sampler/test_sampler_exact.py tests/sampler/test_sampler_api.py tests/sampler/test_static_step.py
-  tests/sampler/test_proposal_memo.py"
+  tests/sampler/test_proposal_memo.py tests/sampler/test_delayed.py tests/sampler/test_delayed_block.py
+  tests/sampler/test_delayed_influence.py tests/sampler/test_delayed_surrogate.py"
+# With fairseq (from the wheels): the fairseq masked-LM adapter on the device, its cuda-graph capture included
+# (it failed on an H200 before the adapter ran fairseq's encoder without its host-synced padding test).
+[ "$HAVE_FAIRSEQ" = 1 ] && SAMPLER_TESTS="$SAMPLER_TESTS tests/models/test_fairseq_mlm.py"
 if ! wanted tests; then
   :
 elif [ "$QUICK" = 1 ]; then
@@ -266,7 +271,7 @@ if wanted sapiens && [ "$HAVE_SAPIENS" = 1 ]; then
   grep -A40 "^Sapiens heavy chain on" "$OUTDIR/bench.log" | grep "^Sapiens\|^|" >"$OUTDIR/sapiens.md" 2>/dev/null
   if [ "$QUICK" = 0 ]; then  # --quick (CI): the check above only
     if [ "$DEV" = cuda ]; then
-      SM="--lengths 32 64 120 --chains 1 5 16 --dtypes float32 bfloat16 --repeats 3"
+      SM="--lengths 32 64 96 --chains 1 5 16 --dtypes float32 bfloat16 --repeats 3 --captures none cuda-graph"
     else
       SM="--lengths 32 --chains 1 5 --dtypes float32 --repeats 1"
     fi
