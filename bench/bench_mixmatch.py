@@ -412,6 +412,12 @@ def batch_sweep(lm, T: int, C: int, n: int, values: list[int], dtypes: list[torc
 
 
 # ---------------------------------------------------------------------------- the report
+def _ms(x: float) -> str:
+    """Milliseconds to three significant digits: a CPU proposal takes tens of ms, a GPU one a fraction of one
+    (whole numbers printed the GPU's as 0 and 1)."""
+    return f"{x:.3g}"
+
+
 def _rows_ratio(r: dict) -> float:
     """mixmatch rows / mhfast rows per timed proposal: the speed-up if both cost the same per row."""
     return r["base_rows"] / max(r["mh_rows_timed"], 1e-9)
@@ -456,14 +462,14 @@ def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
             lines.append(
                 f"| {start} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
                 f"{r['base_rows']:.0f} | {r['mh_rows']:.1f}; 0 | {r['mh_acc']:.2f}, {r['mh_novel']:.2f} | "
-                f"{r['base_ms']:.0f} | {r['mh_ms']:.2f} | **{r['speedup']:.0f}x** (no rows forwarded) | inf | "
-                f"{r['base_ms_row']:.1f}, - | {r['base_gflops']:.0f} ({r['base_gflops'] / peak:.0%}), - |")
+                f"{_ms(r['base_ms'])} | {r['mh_ms']:.2f} | **{r['speedup']:.0f}x** (no rows forwarded) | inf | "
+                f"{_ms(r['base_ms_row'])}, - | {r['base_gflops']:.0f} ({r['base_gflops'] / peak:.0%}), - |")
             continue
         lines.append(
             f"| {start} | {r['dtype']} | {r['T']} | {r['C']} | {r['P']} ({r['C']} x {r['n']}) | "
             f"{r['base_rows']:.0f} | {r['mh_rows']:.1f}; {r['mh_rows_timed']:.1f} | {r['mh_acc']:.2f}, "
-            f"{r['mh_novel']:.2f} | {r['base_ms']:.0f} | {r['mh_ms']:.0f} | **{r['speedup']:.2f}x** ({reps}) | "
-            f"{_rows_ratio(r):.2f}x | {r['base_ms_row']:.1f}, {r['mh_ms_row']:.1f} | {r['base_gflops']:.0f} "
+            f"{r['mh_novel']:.2f} | {_ms(r['base_ms'])} | {_ms(r['mh_ms'])} | **{r['speedup']:.2f}x** ({reps}) | "
+            f"{_rows_ratio(r):.2f}x | {_ms(r['base_ms_row'])}, {_ms(r['mh_ms_row'])} | {r['base_gflops']:.0f} "
             f"({r['base_gflops'] / peak:.0%}), {r['mh_gflops']:.0f} ({r['mh_gflops'] / peak:.0%}) |")
     return lines
 
