@@ -13,7 +13,9 @@ as window:K, at the positions ranked by influence in burn-in), and ``oracle``: A
 SAMPLER: ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage
 1 is exact MH's test and the sampler forwards rows only for the proposals that will be accepted; no first stage of
 any kind forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it scores
-through ``mhfast.energy``, another runner); they are reported apart (``oracle rows``).
+through ``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and
+``block-mh-delayed-wK``: block MH with blocks of 2 (bench_ess.py's), without and with its two-stage move (window:K
+around the block; block MH has no memo); compare them with each other, not with ``mh`` (another move).
 
 Cases: ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8
 free, energy local, 4 chains starting from the parent; ``cmlm-translate`` the main job (scripts/main.sh's
@@ -34,6 +36,7 @@ chains have not mixed); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --case toy                      # seconds
     python3 bench/bench_delayed.py --epochs 100 --seeds 0 1 2 3 --settings mh delayed-w2 oracle   # the ceiling
     python3 bench/bench_delayed.py --epochs 100 --chains 5 --seeds 0 1 --settings mh delayed-i2 oracle   # 5 chains
+    python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings block-mh block-mh-delayed-w1 block-mh-delayed-w2
 """
 from __future__ import annotations
 
@@ -53,7 +56,12 @@ from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
-            **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)}}
+            **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
+            # block MH (blocks of 2, as bench_ess runs it) with and without its two-stage move (the window around
+            # the block; influence:K and callables are single-site only)
+            "block-mh": {"sampler": "block-mh", "block_schedule": 2},
+            **{f"block-mh-delayed-w{k}": {"sampler": "block-mh", "block_schedule": 2, "delayed": f"window:{k}"}
+               for k in (1, 2)}}
 DEFAULT_SETTINGS = ["mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"]
 #: epochs per case where not 100: the main job's 12, appendix F's 33, and 8 from a random start (~90 CPU s a sweep)
 DEFAULT_EPOCHS = {"cmlm-translate": 12, "cmlm-table5": 33, "cmlm-table5-local": 33, "antiberty-random": 8}

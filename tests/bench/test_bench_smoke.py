@@ -140,6 +140,16 @@ def test_bench_delayed_toy_reports_every_setting():
     assert rows["delayed-w2"][11].strip() != "-"  # stage 1's rate: delayed acceptance acted
 
 
+def test_bench_delayed_toy_runs_block_mh_with_and_without_delayed_acceptance():
+    """bench/bench_delayed.py's block-MH settings on the tabular toy: both rows, the two-stage one with its rates."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_delayed.py"), "--case", "toy", "--epochs", "8",
+                           "--seeds", "0", "--settings", "block-mh", "block-mh-delayed-w1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert rows["block-mh"][11].strip() == "-" and rows["block-mh-delayed-w1"][11].strip() != "-", proc.stdout
+
+
 @pytest.mark.slow  # loads Sapiens and runs 6 + 22 sweeps of T=6
 def test_bench_tempering_quick_compares_sapiens_at_equal_rows():
     """bench/bench_tempering.py --quick, the sapiens-dispersed case (T=6, 2 rungs): the table has the tempered run
