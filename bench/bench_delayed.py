@@ -52,16 +52,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
+from bench_ess import SAMPLERS as ESS_SAMPLERS  # noqa: E402
 from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
-            # block MH (blocks of 2, as bench_ess runs it) with and without its two-stage move (the window around
+            # block MH as bench_ess runs it (blocks of 2) with and without its two-stage move (the window around
             # the block; influence:K and callables are single-site only)
-            "block-mh": {"sampler": "block-mh", "block_schedule": 2},
-            **{f"block-mh-delayed-w{k}": {"sampler": "block-mh", "block_schedule": 2, "delayed": f"window:{k}"}
-               for k in (1, 2)}}
+            "block-mh": ESS_SAMPLERS["block-mh"],
+            **{f"block-mh-delayed-w{k}": {**ESS_SAMPLERS["block-mh"], "delayed": f"window:{k}"} for k in (1, 2)}}
 DEFAULT_SETTINGS = ["mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"]
 #: epochs per case where not 100: the main job's 12, appendix F's 33, and 8 from a random start (~90 CPU s a sweep)
 DEFAULT_EPOCHS = {"cmlm-translate": 12, "cmlm-table5": 33, "cmlm-table5-local": 33, "antiberty-random": 8}

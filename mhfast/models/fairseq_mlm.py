@@ -94,6 +94,7 @@ class FairseqMaskedLM:
         self.encoder = self.model.encoder.sentence_encoder
         self.max_length = int(self.model.encoder.max_positions())
         self._static_inputs: bool | None = None  #: see static_inputs: None = test each call's rows
+        self._stock_encoder = stock_encoder(self.encoder)  #: run_encoder may repeat its forward sync-free
 
     # -- protocol -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -118,7 +119,7 @@ class FairseqMaskedLM:
         place of fairseq's ``encoder_padding_mask.any()``: its ``if`` on a device tensor is a host sync, which a
         CUDA graph cannot capture (``capture="cuda-graph"`` failed on Sapiens on an H200) and which costs every
         model call of the sampler a round trip."""
-        if self._static_inputs is None or not stock_encoder(self.encoder):
+        if self._static_inputs is None or not self._stock_encoder:
             if stop_before is None:
                 return self.encoder(tokens)["encoder_out"][0]
             return _stopped(self.encoder, tokens, stop_before)
