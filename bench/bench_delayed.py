@@ -202,6 +202,81 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def seed_ratios(base: dict[int, dict], runs: dict[int, dict]) -> dict:
+    """A setting's gains over ``base`` seed by seed (the runs of one seed share the seed, so each pair is a matched
+    comparison): ``fewer rows/change`` = base's rows per accepted change over the setting's, ``ESS per row`` = the
+    setting's ESS of E_local per row over base's, over the seeds both ran (``{seed: run}``). Each as the geometric
+    mean over those seeds with a 95% t-interval of the mean log ratio (the seeds are independent runs), and the
+    per-seed values. A seed where either side has no accepted change or no ESS is left out of that figure.
+
+    Example:
+        >>> b = {0: {"rows": 100, "changes": 4, "ess": 10.0}, 1: {"rows": 100, "changes": 5, "ess": 10.0}}
+        >>> s = {0: {"rows": 50, "changes": 4, "ess": 10.0}, 1: {"rows": 50, "changes": 5, "ess": 20.0}, 2: {}}
+        >>> r = seed_ratios(b, s)
+        >>> r["fewer rows/change"]["per seed"], r["ESS per row"]["per seed"]
+        ([2.0, 2.0], [2.0, 4.0])
+        >>> round(r["ESS per row"]["mean"], 3), r["ESS per row"]["n"]
+        (2.828, 2)
+    """
+    from scipy.stats import t as student_t
+
+    def figure(ratios: list[float]) -> dict:
+        logs = torch.tensor(ratios, dtype=torch.float64).log()
+        n = len(ratios)
+        out = {"per seed": [round(v, 3) for v in ratios], "n": n, "mean": float(logs.mean().exp()) if n else None,
+               "low": None, "high": None}
+        if n >= 2:
+            half = float(student_t.ppf(0.975, n - 1)) * float(logs.std()) / n ** 0.5
+            out["low"], out["high"] = float((logs.mean() - half).exp()), float((logs.mean() + half).exp())
+        return out
+
+    fewer, per_row = [], []
+    for b, s in ((base[k], runs[k]) for k in sorted(set(base) & set(runs))):
+        if b["changes"] and s["changes"]:
+            fewer.append((b["rows"] / b["changes"]) / (s["rows"] / s["changes"]))
+        if b["ess"] > 0 and s["ess"] > 0:
+            per_row.append((s["ess"] / s["rows"]) / (b["ess"] / b["rows"]))
+    return {"fewer rows/change": figure(fewer), "ESS per row": figure(per_row)}
+
+
+def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
+    """The :func:`seed_ratios` of every setting but ``base``, as a markdown table."""
+    def cell(f: dict) -> str:
+        if f["mean"] is None:
+            return "-"
+        ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
+        return f"{f['mean']:.2f}x{ci}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
+    lines = [f"| setting | seeds | fewer rows per accepted change than {base} (geometric mean [95% CI]; per seed) "
+             f"| ESS of E_local per row over {base}'s (same) |", "|---|---|---|---|"]
+    for name, r in runs.items():
+        if name != base:
+            f = seed_ratios(runs[base], r)
+            lines.append(f"| {name} | {len(set(runs[base]) & set(r))} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} |")
+    return "\n".join(lines)
+
+
+def logged_runs(paths: list[Path]) -> dict[str, dict[int, dict]]:
+    """The runs logged by :func:`main` (stderr lines ``# seed S SETTING: {...}``) in ``paths``, as ``{setting:
+    {seed: run}}`` in order of first appearance; the same (setting, seed) twice keeps the later line.
+
+    Example:
+        >>> import tempfile
+        >>> log = Path(tempfile.mkdtemp()) / "a.log"
+        >>> _ = log.write_text("# seed 3 mh: {'rows': 5, 'best each': [1.0]}\\nother output\\n")
+        >>> logged_runs([log])
+        {'mh': {3: {'rows': 5, 'best each': [1.0]}}}
+    """
+    import ast
+    out: dict[str, dict[int, dict]] = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# seed "):
+                head, _, run = line[len("# seed "):].partition(": ")
+                seed, setting = head.split(" ", 1)
+                out.setdefault(setting, {})[int(seed)] = ast.literal_eval(run)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="antiberty-infill", choices=(
@@ -215,7 +290,17 @@ def main() -> int:
     ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
+    ap.add_argument("--from-log", type=Path, nargs="+", default=None, metavar="LOG",
+                    help="run nothing: print the tables of the runs that earlier invocations logged to stderr "
+                         "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
     args = ap.parse_args()
+    if args.from_log:
+        runs_logged = logged_runs(args.from_log)
+        print(table({s: summary(list(r.values())) for s, r in runs_logged.items()}))
+        if "mh" in runs_logged and len(runs_logged) > 1:
+            print()
+            print(ratio_table(runs_logged, "mh"))
+        return 0
     if args.epochs is None:
         args.epochs = DEFAULT_EPOCHS.get(args.case, 100)
     if args.anneal is None:
@@ -224,14 +309,17 @@ def main() -> int:
     model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal)
     if args.chains is not None:
         options = {**options, "chains": args.chains}
-    runs: dict[str, list[dict]] = {s: [] for s in args.settings}
+    runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     t0 = time.perf_counter()
     for seed in args.seeds:  # interleaved: every setting of a seed before the next seed
         for setting in args.settings:
-            runs[setting].append(one_run(model, inputs, options, setting, seed))
-            print(f"# seed {seed} {setting}: {runs[setting][-1]}", file=sys.stderr, flush=True)
+            runs[setting][seed] = one_run(model, inputs, options, setting, seed)
+            print(f"# seed {seed} {setting}: {runs[setting][seed]}", file=sys.stderr, flush=True)
     print(f"{what}; {options}; seeds {args.seeds}; {time.perf_counter() - t0:.0f} s in all\n")
-    print(table({s: summary(r) for s, r in runs.items()}))
+    print(table({s: summary(list(r.values())) for s, r in runs.items()}))
+    if "mh" in runs and len(runs) > 1:  # matched per-seed gains over today's default, with their spread
+        print()
+        print(ratio_table(runs, "mh"))
     return 0
 
 

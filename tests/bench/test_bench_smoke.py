@@ -134,10 +134,30 @@ def test_bench_delayed_toy_reports_every_setting():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_delayed.py"), "--case", "toy", "--epochs", "8",
                            "--seeds", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
+    first_table = proc.stdout.split("fewer rows per accepted change")[0]  # (then the per-seed gains' table)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in first_table.splitlines() if line.startswith("| ")}
     for setting in ("mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"):
         assert setting in rows, proc.stdout
     assert rows["delayed-w2"][11].strip() != "-"  # stage 1's rate: delayed acceptance acted
+    assert "fewer rows per accepted change than mh" in proc.stdout  # the per-seed gains over the default
+
+
+def test_bench_delayed_from_log_rebuilds_the_tables_of_a_run(tmp_path):
+    """bench/bench_delayed.py --from-log: the tables of the runs a run logged to stderr, the same as that run printed
+    (two seeds, so the gains over the default have a confidence interval)."""
+    script = str(ROOT / "bench" / "bench_delayed.py")
+    proc = subprocess.run([sys.executable, script, "--case", "toy", "--epochs", "6", "--seeds", "0", "1", "--settings",
+                           "mh", "delayed-w1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = tmp_path / "run.log"
+    log.write_text(proc.stderr, encoding="utf-8")
+    again = subprocess.run([sys.executable, script, "--from-log", str(log)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    rebuilt = [line for line in again.stdout.splitlines() if line.startswith("| ")]
+    gains = [line for line in rebuilt if line.startswith("| delayed-w1 | 2 |")]
+    assert rebuilt == printed and len(gains) == 1 and "[" in gains[0], again.stdout
 
 
 def test_bench_delayed_toy_runs_block_mh_with_and_without_delayed_acceptance():
