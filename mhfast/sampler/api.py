@@ -186,7 +186,7 @@ def _check_problem(cfg, problem) -> None:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
     num_energy = int(problem.energy_mask.sum(1).max())
-    delayed = cfg.delayed is not None and options.resolved_window(cfg, num_energy) is not None
+    delayed = options.resolved_delayed(cfg, num_energy) is not None
     # (the options checked sampler and capture; what is left is the extra terms)
     if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms, delayed):
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
@@ -202,17 +202,16 @@ def _check_problem(cfg, problem) -> None:
 def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
     uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
-    (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to the window of delayed acceptance
-    (:func:`mhfast.sampler.options.resolved_window`, from the longest input's energy positions)."""
+    (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to what delayed acceptance runs and its window
+    (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
-    window = None
-    if cfg.delayed is not None:
-        window = options.resolved_window(cfg, int(problem.energy_mask.sum(1).max()))
+    num_energy = int(problem.energy_mask.sum(1).max())
+    delayed, window = options.resolved_delayed(cfg, num_energy), options.resolved_window(cfg, num_energy)
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
-                                              memo, window))
+                                              memo, delayed, window))
     return tempering.wrap(kernel, cfg)  # parallel tempering: the kernel on replicas of every chain, and swaps
 
 

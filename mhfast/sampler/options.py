@@ -300,10 +300,15 @@ def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) ->
     return AUTO_MEMO if KERNELS[cfg.sampler].capabilities.memo_acts(cfg.capture, extra_terms, delayed) else 0
 
 
-#: The window's half-width under delayed="auto" (bench/delayed_surrogates.py on AntiBERTy: k = 2-4 gave the same
-#: 1.7-2.0x fewer expected rows per accepted change when infilling; the smallest is the cheapest first stage).
+#: What delayed="auto" runs in a sampler that ranks windows by influence (single-site mh). Chosen by measurement
+#: (bench/RESULTS.md, "More seeds, with confidence intervals, and what auto runs"): over paired seeds influence:2
+#: forwarded 1.18x [1.10, 1.26] fewer rows per accepted change than window:2 on AntiBERTy infilling (8 seeds) and
+#: tied on the annealed CMLM main job (1.02x [0.99, 1.06], 8 seeds); influence:3 pays more rows in stage 1 for no
+#: better screen, and a window of 1 loses most of the ESS on AntiBERTy infilling.
+AUTO_DELAYED = "influence:2"
+#: What delayed="auto" runs in the other delayed-acceptance samplers (block-mh: its windows are distance windows).
 AUTO_WINDOW = 2
-#: delayed="auto" stays off for an input whose energy rows per proposal (T_e - 1) are at most 2 k + this: the rows
+#: delayed="auto" stays off for an input whose energy rows per proposal (T_e - 1) are at most 2 K + this: the rows
 #: the second stage could save are then too few to pay for the first stage's extra host sync and op calls.
 AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
@@ -326,14 +331,34 @@ def _delayed(v: Any) -> Any:
 
 
 
+def resolved_delayed(cfg: Any, num_energy: int) -> Any:
+    """Option ``delayed`` as the kernel runs it, for a run whose longest input has ``num_energy`` energy positions:
+    None (off), ``"window:K"``, ``"influence:K"`` or the user's callable. ``auto`` -> :data:`AUTO_DELAYED` in a
+    sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in the others, each where
+    ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off: too few rows left to save).
+
+    Example:
+        >>> resolved_delayed(config_from_kwargs({"delayed": "window:3"}), 32)
+        'window:3'
+        >>> resolved_delayed(config_from_kwargs({"delayed": "auto"}), 32), resolved_delayed(config_from_kwargs({}), 32)
+        ('influence:2', None)
+        >>> resolved_delayed(config_from_kwargs({"delayed": "auto", "sampler": "block-mh"}), 32)
+        'window:2'
+        >>> auto = config_from_kwargs({"delayed": "auto"})
+        >>> resolved_delayed(auto, 10), resolved_delayed(auto, 9)  # 9 rows per proposal, or 8: too few to save
+        ('influence:2', None)
+    """
+    if cfg.delayed != "auto":
+        return cfg.delayed
+    chosen = AUTO_DELAYED if KERNELS[cfg.sampler].capabilities.influence else f"window:{AUTO_WINDOW}"
+    k = int(chosen.split(":")[1])
+    return None if num_energy - 1 <= 2 * k + AUTO_MIN_SAVED else chosen
+
+
 def resolved_window(cfg: Any, num_energy: int) -> int | None:
-    """The delayed-acceptance window's half-width K of a run whose longest input has ``num_energy`` energy
-    positions, or None (delayed acceptance off): ``window:K`` -> K; ``auto`` -> :data:`AUTO_WINDOW` where
-    ``num_energy - 1 > 2 AUTO_WINDOW + AUTO_MIN_SAVED``, else off. Why (bench/RESULTS.md, "Delayed acceptance"):
-    with the proposal memo composed (it supplies remembered proposals' terms to both stages), window:2 forwarded
-    fewer rows per accepted change than today's default (memo on) on both measured cases, the annealed CMLM
-    translation job and AntiBERTy infilling, in less CPU time; before, delayed acceptance had to turn the memo off
-    and lost to it.
+    """The delayed-acceptance window's half-width K (its rows: the energy positions within K of the proposed one,
+    ranked by distance or by influence) of :func:`resolved_delayed`, or None (off); 0 for a user's surrogate
+    (stage 1 then forwards no rows).
 
     Example:
         >>> resolved_window(config_from_kwargs({"delayed": "window:3"}), 32)
@@ -343,13 +368,12 @@ def resolved_window(cfg: Any, num_energy: int) -> int | None:
         >>> resolved_window(config_from_kwargs({"delayed": "auto", "memo": 0}), 8) is None
         True
     """
-    if cfg.delayed is None:
+    delayed = resolved_delayed(cfg, num_energy)
+    if delayed is None:
         return None
-    if callable(cfg.delayed):  # a user's surrogate replaces the window: stage 1 forwards no rows
+    if callable(delayed):  # a user's surrogate replaces the window: stage 1 forwards no rows
         return 0
-    if cfg.delayed != "auto":  # window:K or influence:K (as many rows, other positions)
-        return int(cfg.delayed.split(":")[1])
-    return None if num_energy - 1 <= 2 * AUTO_WINDOW + AUTO_MIN_SAVED else AUTO_WINDOW
+    return int(delayed.split(":")[1])
 
 
 # ---------------------------------------------------------------------------- CLI parsers
@@ -513,7 +537,7 @@ SPEC: tuple[Option, ...] = (
            "survivors forward their other rows for a second test that corrects to the exact target (the same "
            "target, a lower acceptance, fewer rows per proposal). window:K = that window; influence:K = as many "
            "positions, those whose terms changed most when the proposed one changed (ranked per input and position "
-           "in burn-in, then frozen; sampler mh; docs/delayed.md); auto = window:2 where an "
+           "in burn-in, then frozen; sampler mh; docs/delayed.md); auto = influence:2 (block-mh: window:2) where an "
            "input has more than 2*2+4 energy rows per proposal, else off; None = off; API only: a callable "
            "surrogate(tokens, pos) -> E~ of each row at its proposed position (mhfast.surrogates.model_energy: a "
            "smaller model's energy; stage 1 then forwards no rows; sampler mh). Samplers mh and block-mh "

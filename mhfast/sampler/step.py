@@ -26,7 +26,10 @@ class StepContext:
     uniform_mix: float
     terms: Any = None  #: mhfast.energy_terms.EnergyTerms or None: extra energy terms, allowed-token mask
     memo_slots: int = 0  #: the proposal memo's entries per chain, 0: none (option memo; mhfast.sampler.memo)
-    #: delayed acceptance's window half-width K (option delayed resolved; mhfast.sampler.moves.delayed), None: off
+    #: option delayed as the kernel runs it (mhfast.sampler.options.resolved_delayed: ``auto`` resolved):
+    #: None (off), "window:K", "influence:K" or a user's surrogate (mhfast.sampler.moves.delayed)
+    delayed: Any = None
+    #: delayed acceptance's window half-width K (mhfast.sampler.options.resolved_window), None: off
     delayed_window: int | None = None
 
     def proposal_logits(self, logits: torch.Tensor, term_index: torch.Tensor, positions: torch.Tensor

@@ -245,19 +245,31 @@ def test_conditional_model_sub_batches_and_backends_give_the_same_chains():
         assert r.delayed_rows_saved == runs[0].delayed_rows_saved > 0
 
 
-def test_auto_is_window2_on_inputs_long_enough():
-    """delayed='auto' (options.resolved_window): window:2 (the same chains) on an input with more than 8 energy rows
-    per proposal, with the memo on or off and with extra energy terms (the memo composes with it); off on a
-    shorter input (the same chains as delayed=None)."""
+def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
+    """delayed='auto' (options.resolved_delayed): influence:2 (the same chains; the kernel ranks its windows, K = 2)
+    on an input with more than 8 energy rows per proposal, with the memo on or off and with extra energy terms (the
+    memo composes with it), with and without burn-in; window:2 in block MH (its windows are distance windows); off
+    on a shorter input (the same chains as delayed=None)."""
     from test_sampler_exact import tiny_bert
 
+    import mhfast.sampler.kernels.mh as mh_kernel
+
+    ranked = []  # the K of every influence ranking a kernel builds (tiny_bert's chains cannot tell the windows apart)
+    real = mh_kernel.InfluenceWindows
+    monkeypatch.setattr(mh_kernel, "InfluenceWindows", lambda k, until: ranked.append(k) or real(k, until))
     model = tiny_bert()
-    kw = dict(length=10, chains=3, epochs=3, burn_in=0, seed=4, energy="local")
-    for extra in ({}, {"memo": 0}, {"extra_energy": [ends_term]}):
-        auto, window2 = mhfast.sample(model, delayed="auto", **kw, **extra), mhfast.sample(model, delayed="window:2",
-                                                                                          **kw, **extra)
-        assert auto.delayed_tested > 0 and torch.equal(auto.tokens, window2.tokens), extra
-        assert auto.model_rows == window2.model_rows and auto.memo_hits == window2.memo_hits
-    short = {**kw, "length": 8}
+    kw = dict(length=10, chains=3, epochs=3, seed=4, energy="local")
+    for extra in ({"burn_in": 0}, {"burn_in": 0, "memo": 0}, {"burn_in": 0, "extra_energy": [ends_term]},
+                  {"burn_in": 1}):
+        auto, chosen = (mhfast.sample(model, delayed=d, **kw, **extra) for d in ("auto", "influence:2"))
+        assert auto.delayed_tested > 0 and torch.equal(auto.tokens, chosen.tokens), extra
+        assert auto.model_rows == chosen.model_rows and auto.memo_hits == chosen.memo_hits
+    assert ranked == [2] * 8  # auto and influence:2, four times
+    block = {**kw, "burn_in": 1, "sampler": "block-mh"}
+    auto, window2 = (mhfast.sample(model, delayed=d, **block) for d in ("auto", "window:2"))
+    assert auto.delayed_tested > 0 and torch.equal(auto.tokens, window2.tokens)
+    assert auto.model_rows == window2.model_rows
+    short = {**kw, "burn_in": 0, "length": 9}
     off, plain = mhfast.sample(model, delayed="auto", **short), mhfast.sample(model, **short)
+    assert len(ranked) == 8  # neither block MH nor a run with auto off ranked windows
     assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows

@@ -54,9 +54,9 @@ class SingleSiteMH:
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
         self.memo: ProposalMemo | NoMemo = NO_MEMO  # the evaluated proposals per input (ctx.memo_slots > 0)
         #: option delayed resolved (capture none: options.py checks it; the memo supplies it numbers); None: off
-        self.delayed = (DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.config.delayed),
+        self.delayed = (DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed),
                                           InfluenceWindows(ctx.delayed_window, ctx.config.burn_in)
-                                          if influence_ranked(ctx.config.delayed) else None)
+                                          if influence_ranked(ctx.delayed) else None)
                         if ctx.delayed_window is not None else None)
 
     def init(self, state: ChainState) -> ChainState:
