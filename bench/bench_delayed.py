@@ -249,7 +249,7 @@ def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
     lines = [f"| setting | seeds | fewer rows per accepted change than {base} (geometric mean [95% CI]; per seed) "
              f"| ESS of E_local per row over {base}'s (same) |", "|---|---|---|---|"]
     for name, r in runs.items():
-        if name != base:
+        if name != base and set(runs[base]) & set(r):  # (settings that share no seed with base: nothing to pair)
             f = seed_ratios(runs[base], r)
             lines.append(f"| {name} | {len(set(runs[base]) & set(r))} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} |")
     return "\n".join(lines)
@@ -288,19 +288,25 @@ def main() -> int:
                     "per epoch (default: the main job's 0.08, Table 5's 0.02; e.g. 0.08 * 11 / (epochs - 1) "
                     "stretches the main job's schedule)")
     ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 (with --from-log: every seed "
+                    "logged)")
+    ap.add_argument("--against", default="mh", choices=list(SETTINGS), help="the setting the per-seed gains are "
+                    "over (default: mh, today's default)")
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     ap.add_argument("--from-log", type=Path, nargs="+", default=None, metavar="LOG",
                     help="run nothing: print the tables of the runs that earlier invocations logged to stderr "
                          "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
     args = ap.parse_args()
     if args.from_log:
-        runs_logged = logged_runs(args.from_log)
-        print(table({s: summary(list(r.values())) for s, r in runs_logged.items()}))
-        if "mh" in runs_logged and len(runs_logged) > 1:
+        runs_logged = {s: {k: v for k, v in r.items() if args.seeds is None or k in args.seeds}
+                       for s, r in logged_runs(args.from_log).items()}
+        print(table({f"{s} ({len(r)} seeds)": summary(list(r.values())) for s, r in runs_logged.items() if r}))
+        if args.against in runs_logged and len(runs_logged) > 1:
             print()
-            print(ratio_table(runs_logged, "mh"))
+            print(ratio_table(runs_logged, args.against))
         return 0
+    if args.seeds is None:
+        args.seeds = [0, 1]
     if args.epochs is None:
         args.epochs = DEFAULT_EPOCHS.get(args.case, 100)
     if args.anneal is None:
@@ -317,9 +323,9 @@ def main() -> int:
             print(f"# seed {seed} {setting}: {runs[setting][seed]}", file=sys.stderr, flush=True)
     print(f"{what}; {options}; seeds {args.seeds}; {time.perf_counter() - t0:.0f} s in all\n")
     print(table({s: summary(list(r.values())) for s, r in runs.items()}))
-    if "mh" in runs and len(runs) > 1:  # matched per-seed gains over today's default, with their spread
+    if args.against in runs and len(runs) > 1:  # matched per-seed gains over today's default, with their spread
         print()
-        print(ratio_table(runs, "mh"))
+        print(ratio_table(runs, args.against))
     return 0
 
 
