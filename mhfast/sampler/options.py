@@ -302,7 +302,7 @@ def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) ->
 
 #: What delayed="auto" runs in a sampler that ranks windows by influence (single-site mh). Chosen by measurement
 #: (bench/RESULTS.md, "More seeds, with confidence intervals, and what auto runs"): over paired seeds influence:2
-#: forwarded 1.18x [1.10, 1.26] fewer rows per accepted change than window:2 on AntiBERTy infilling (8 seeds) and
+#: forwarded 1.15x [1.05, 1.26] fewer rows per accepted change than window:2 on AntiBERTy infilling (12 seeds) and
 #: tied on the annealed CMLM main job (1.02x [0.99, 1.06], 8 seeds); influence:3 pays more rows in stage 1 for no
 #: better screen, and a window of 1 loses most of the ESS on AntiBERTy infilling.
 AUTO_DELAYED = "influence:2"
