@@ -37,6 +37,12 @@ chains have not mixed); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --epochs 100 --seeds 0 1 2 3 --settings mh delayed-w2 oracle   # the ceiling
     python3 bench/bench_delayed.py --epochs 100 --chains 5 --seeds 0 1 --settings mh delayed-i2 oracle   # 5 chains
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings block-mh block-mh-delayed-w1 block-mh-delayed-w2
+    python3 bench/bench_delayed.py --from-log bench/delayed_runs/infill5-*.log      # RESULTS' tables from the logs
+    python3 bench/bench_delayed.py --from-log bench/delayed_runs/translate-*.log --against delayed-w2
+
+With ``mh`` among the settings (or ``--against``'s) a second table gives each setting's per-seed gains over it, as
+geometric means over the seeds with 95% t-intervals (:func:`seed_ratios`); a run's stderr lines are what
+``--from-log`` reads.
 """
 from __future__ import annotations
 
