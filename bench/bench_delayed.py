@@ -255,10 +255,20 @@ def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
     lines = [f"| setting | seeds | fewer rows per accepted change than {base} (geometric mean [95% CI]; per seed) "
              f"| ESS of E_local per row over {base}'s (same) |", "|---|---|---|---|"]
     for name, r in runs.items():
-        if name != base and set(runs[base]) & set(r):  # (settings that share no seed with base: nothing to pair)
+        shared = set(runs[base]) & set(r)
+        if name != base and shared:  # (settings that share no seed with base: nothing to pair)
             f = seed_ratios(runs[base], r)
-            lines.append(f"| {name} | {len(set(runs[base]) & set(r))} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} |")
+            lines.append(f"| {name} | {len(shared)} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} |")
     return "\n".join(lines)
+
+
+def print_tables(runs: dict[str, dict[int, dict]], against: str, label: bool = False) -> None:
+    """The summary table of ``runs`` ({setting: {seed: run}}; ``label``: each setting's seed count in its name),
+    then, with ``against`` among two or more settings, the per-seed gains over it (:func:`ratio_table`)."""
+    print(table({f"{s} ({len(r)} seeds)" if label else s: summary(list(r.values())) for s, r in runs.items() if r}))
+    if against in runs and len(runs) > 1:
+        print()
+        print(ratio_table(runs, against))
 
 
 def logged_runs(paths: list[Path]) -> dict[str, dict[int, dict]]:
@@ -304,12 +314,8 @@ def main() -> int:
                          "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
     args = ap.parse_args()
     if args.from_log:
-        runs_logged = {s: {k: v for k, v in r.items() if args.seeds is None or k in args.seeds}
-                       for s, r in logged_runs(args.from_log).items()}
-        print(table({f"{s} ({len(r)} seeds)": summary(list(r.values())) for s, r in runs_logged.items() if r}))
-        if args.against in runs_logged and len(runs_logged) > 1:
-            print()
-            print(ratio_table(runs_logged, args.against))
+        print_tables({s: {k: v for k, v in r.items() if args.seeds is None or k in args.seeds}
+                      for s, r in logged_runs(args.from_log).items()}, args.against, label=True)
         return 0
     if args.seeds is None:
         args.seeds = [0, 1]
@@ -328,10 +334,7 @@ def main() -> int:
             runs[setting][seed] = one_run(model, inputs, options, setting, seed)
             print(f"# seed {seed} {setting}: {runs[setting][seed]}", file=sys.stderr, flush=True)
     print(f"{what}; {options}; seeds {args.seeds}; {time.perf_counter() - t0:.0f} s in all\n")
-    print(table({s: summary(list(r.values())) for s, r in runs.items()}))
-    if args.against in runs and len(runs) > 1:  # matched per-seed gains over today's default, with their spread
-        print()
-        print(ratio_table(runs, args.against))
+    print_tables(runs, args.against)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Why a small first stage loses ESS on AntiBERTy infilling: the chains' excursions away from the parent (issue 34).
 
 bench/bench_delayed.py's ``antiberty-infill`` case with the issue's 5 chains and 100 epochs, under today's default
-(``mh``) and ``influence:1/2/3``, the same seeds and so the same chains as bench_delayed's runs. For each run, over
+(``mh``) and ``influence:1/2/3`` (its settings ``delayed-i1``..``-i3``), the same seeds and so the same chains as bench_delayed's runs. For each run, over
 the post-burn-in traced sweeps of the 5 chains: the share of draws whose E_local is above the parent's + 3 nats,
 the excursions (maximal runs of such draws in one chain), their mean and longest length in sweeps, ArviZ's bulk-ESS
 and split-R-hat of E_local, and each chain's mean E_local. A first stage that blocks the way back to the parent
@@ -20,10 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
-from bench_delayed import case_inputs  # noqa: E402
+from bench_delayed import SETTINGS, case_inputs  # noqa: E402
 
-SETTINGS = {"mh": {}, "influence:1": {"delayed": "influence:1"}, "influence:2": {"delayed": "influence:2"},
-            "influence:3": {"delayed": "influence:3"}}
+COMPARED = ("mh", "delayed-i1", "delayed-i2", "delayed-i3")  #: bench_delayed's settings: the default, influence:1-3
 
 
 def excursions(high: torch.Tensor) -> list[int]:
@@ -53,10 +52,10 @@ def main() -> int:
     torch.set_num_threads(1)
     model, inputs, options, _ = case_inputs("antiberty-infill", 100)
     options = {**options, "chains": 5}
+    parent = float(mhfast.energy(model, inputs["init"], energy="local").e_local[0])  # (the lowest E_local)
     for seed in args.seeds:
-        for name, extra in SETTINGS.items():
-            r = mhfast.sample(model, **inputs, **options, **extra, seed=seed)
-            parent = float(mhfast.energy(model, inputs["init"], energy="local").e_local[0])  # (its lowest E_local)
+        for name in COMPARED:
+            r = mhfast.sample(model, **inputs, **options, **SETTINGS[name], seed=seed)
             post = r.traces[0, :, r.trace_epochs >= r.burn_in, r.trace_names.index("e_local")]  # [C, D]
             high = post > parent + args.above
             runs = excursions(high)
