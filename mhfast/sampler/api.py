@@ -202,16 +202,15 @@ def _check_problem(cfg, problem) -> None:
 def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
     uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
-    (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to what delayed acceptance runs and its window
+    (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to what delayed acceptance runs
     (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
-    num_energy = int(problem.energy_mask.sum(1).max())
-    delayed, window = options.resolved_delayed(cfg, num_energy), options.resolved_window(cfg, num_energy)
-    memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=window is not None)
+    delayed = options.resolved_delayed(cfg, int(problem.energy_mask.sum(1).max()))
+    memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=delayed is not None)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
-                                              memo, delayed, window))
+                                              memo, delayed))
     return tempering.wrap(kernel, cfg)  # parallel tempering: the kernel on replicas of every chain, and swaps
 
 

@@ -355,27 +355,6 @@ def resolved_delayed(cfg: Any, num_energy: int) -> Any:
     return None if num_energy - 1 <= 2 * k + AUTO_MIN_SAVED else chosen
 
 
-def resolved_window(cfg: Any, num_energy: int) -> int | None:
-    """The delayed-acceptance window's half-width K (its rows: the energy positions within K of the proposed one,
-    ranked by distance or by influence) of :func:`resolved_delayed`, or None (off); 0 for a user's surrogate
-    (stage 1 then forwards no rows).
-
-    Example:
-        >>> resolved_window(config_from_kwargs({"delayed": "window:3"}), 32)
-        3
-        >>> resolved_window(config_from_kwargs({"delayed": "auto"}), 32), resolved_window(config_from_kwargs({}), 32)
-        (2, None)
-        >>> resolved_window(config_from_kwargs({"delayed": "auto", "memo": 0}), 8) is None
-        True
-    """
-    delayed = resolved_delayed(cfg, num_energy)
-    if delayed is None:
-        return None
-    if callable(delayed):  # a user's surrogate replaces the window: stage 1 forwards no rows
-        return 0
-    return int(delayed.split(":")[1])
-
-
 # ---------------------------------------------------------------------------- CLI parsers
 def _parse_auto_or(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
     """A CLI parser of an option that takes 'auto' or a value: 'auto' -> 'auto', else ``convert(text)``.

@@ -29,8 +29,21 @@ class StepContext:
     #: option delayed as the kernel runs it (mhfast.sampler.options.resolved_delayed: ``auto`` resolved):
     #: None (off), "window:K", "influence:K" or a user's surrogate (mhfast.sampler.moves.delayed)
     delayed: Any = None
-    #: delayed acceptance's window half-width K (mhfast.sampler.options.resolved_window), None: off
-    delayed_window: int | None = None
+
+    @property
+    def delayed_window(self) -> int | None:
+        """Delayed acceptance's window half-width K (its stage-1 rows: the energy positions within K of the proposed
+        one, ranked by distance or by influence); 0 for a user's surrogate (stage 1 forwards no rows); None: off.
+
+        Example:
+            >>> [StepContext(None, None, None, 0.0, delayed=d).delayed_window for d in (None, "influence:2", len)]
+            [None, 2, 0]
+        """
+        if self.delayed is None:
+            return None
+        if callable(self.delayed):
+            return 0
+        return int(self.delayed.split(":")[1])
 
     def proposal_logits(self, logits: torch.Tensor, term_index: torch.Tensor, positions: torch.Tensor
                         ) -> torch.Tensor:
