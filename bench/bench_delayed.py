@@ -34,6 +34,7 @@ chains have not mixed); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings mh mh-nomemo delayed-w2
     python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --seeds 0 1 --settings mh delayed-w1 delayed-w2
     python3 bench/bench_delayed.py --case toy                      # seconds
+    python3 bench/bench_delayed.py --case cmlm-translate --device cuda --seeds 0 1 --settings mh delayed-i2 delayed-w1
     python3 bench/bench_delayed.py --epochs 100 --seeds 0 1 2 3 --settings mh delayed-w2 oracle   # the ceiling
     python3 bench/bench_delayed.py --epochs 100 --chains 5 --seeds 0 1 --settings mh delayed-i2 oracle   # 5 chains
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings block-mh block-mh-delayed-w1 block-mh-delayed-w2
@@ -165,9 +166,12 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
                             for src in inputs["source"]])
     extra = SETTINGS[setting]
     extra = extra(model, inputs, options) if callable(extra) else extra  # (the oracle: a fresh memo per run)
+    sync = torch.cuda.synchronize if str(options.get("device", "cpu")).startswith("cuda") else (lambda: None)
+    sync()
     cpu, wall = time.process_time(), time.perf_counter()
     with memo_rows_budget(setting):
         r = mhfast.sample(model, **inputs, **options, **extra, seed=seed)
+    sync()  # the wall time of a device's run ends when its work does
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     oracle = extra.get("delayed") if isinstance(extra.get("delayed"), ExactEnergyOracle) else None
     rows = r.model_rows - r.init_rows
@@ -304,6 +308,8 @@ def main() -> int:
                     "per epoch (default: the main job's 0.08, Table 5's 0.02; e.g. 0.08 * 11 / (epochs - 1) "
                     "stretches the main job's schedule)")
     ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
+    ap.add_argument("--device", default="cpu", help="where the chains run (cuda: wall s is the figure; the "
+                    "oracle setting is CPU-only)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 (with --from-log: every seed "
                     "logged)")
     ap.add_argument("--against", default="mh", choices=list(SETTINGS), help="the setting the per-seed gains are "
@@ -327,6 +333,8 @@ def main() -> int:
     model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal)
     if args.chains is not None:
         options = {**options, "chains": args.chains}
+    if args.device != "cpu":
+        options = {**options, "device": args.device}
     runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     t0 = time.perf_counter()
     for seed in args.seeds:  # interleaved: every setting of a seed before the next seed

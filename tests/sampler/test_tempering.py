@@ -23,7 +23,7 @@ from mhfast.sampler.state import ChainState
 from mhfast.sampler.step import StepInfo
 from mhfast.sampler.tempering import Tempered, swap_log_alpha
 from test_energy_terms import TableTerm, term_target
-from exact_checks import coupled_modes, empirical, enumerate_states, masks, target_distribution, tv_and_bound
+from exact_checks import coupled_modes, empirical, enumerate_states, masks, sample, target_distribution, tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,7 +47,7 @@ EXACT_CASES = [
 
 
 @pytest.mark.parametrize("name,kwargs", EXACT_CASES, ids=[c[0] for c in EXACT_CASES])
-def test_target_replicas_match_enumeration(name, kwargs):
+def test_target_replicas_match_enumeration(name, kwargs, device):
     model = _model(features=kwargs.get("sampler") is None, row_hooks=kwargs.get("sampler") == "block-mh")
     template, free = masks(model, 3)
     states = enumerate_states(model, template, free)
@@ -55,8 +55,8 @@ def test_target_replicas_match_enumeration(name, kwargs):
     if isinstance(kwargs["tempering"], list):
         kwargs["tempering"] = [t * tau for t in kwargs["tempering"]]
     p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), kwargs["energy"], tau)
-    r = mhfast.sample(model, init=template[None], chains=N, epochs=30, burn_in=8, seed=1, target_temperature=tau,
-                      **kwargs)
+    r = sample(device, model, init=template[None], chains=N, epochs=30, burn_in=8, seed=1, target_temperature=tau,
+               **kwargs)
     tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
     assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
     K = ladder.rungs(kwargs["tempering"])
@@ -66,15 +66,15 @@ def test_target_replicas_match_enumeration(name, kwargs):
 
 
 @pytest.mark.parametrize("sampler", ["mh", "block-mh"])
-def test_with_an_extra_energy_term_the_target_replicas_are_exact(sampler):
+def test_with_an_extra_energy_term_the_target_replicas_are_exact(sampler, device):
     model = _model(features=sampler == "mh", row_hooks=sampler == "block-mh")
     template, free = masks(model, 3)
     states = enumerate_states(model, template, free)
     term = TableTerm(seed=3)
     p = term_target(model, states, "local", 0.7 * term(states))
-    r = mhfast.sample(model, init=template[None], chains=N, epochs=30, burn_in=8, seed=2, energy="local",
-                      sampler=sampler, block_schedule=2 if sampler == "block-mh" else None,
-                      extra_energy=[(term, 0.7)], tempering=3)
+    r = sample(device, model, init=template[None], chains=N, epochs=30, burn_in=8, seed=2, energy="local",
+               sampler=sampler, block_schedule=2 if sampler == "block-mh" else None,
+               extra_energy=[(term, 0.7)], tempering=3)
     tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
     assert tv < bound, f"{sampler}: TV {tv:.4f} >= bound {bound:.4f}"
     assert torch.allclose(r.energy, r.energy_local + 0.7 * r.terms[..., 0], atol=1e-5)  # the target's energy
@@ -88,14 +88,14 @@ def _modes_visited(r) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("sampler", ["mh", "block-mh"])
-def test_tempering_crosses_between_modes_where_plain_mh_stays(sampler):
+def test_tempering_crosses_between_modes_where_plain_mh_stays(sampler, device):
     model = coupled_modes(J=2.0)  # (at J = 1.5 plain block MH with a 20% uniform share crosses now and then)
     init = torch.tensor([[0] * 6] * 2 + [[1] * 6] * 2)[None]  # two chains in each mode
     kw = dict(chains=4, epochs=200, burn_in=20, seed=0, energy="local", record="epoch", sampler=sampler,
               uniform_mix=0.2, block_schedule=2 if sampler == "block-mh" else None)
-    plain = _modes_visited(mhfast.sample(model, init=init, **kw))
+    plain = _modes_visited(sample(device, model, init=init, **kw))
     assert plain.tolist() == [[True, False]] * 2 + [[False, True]] * 2, "plain MH crossed: the model is too easy"
-    tempered = mhfast.sample(model, init=init, tempering=6, **kw)
+    tempered = sample(device, model, init=init, tempering=6, **kw)
     assert bool(_modes_visited(tempered).all()), _modes_visited(tempered)
     assert int(tempered.round_trips.sum()) > 0
 

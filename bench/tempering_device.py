@@ -1,0 +1,96 @@
+"""Parallel tempering against plain MH on a device, at equal sweeps: effective samples per wall second (issue 38).
+
+On one CPU thread a sweep of K rungs forwards K times the rows of plain MH and takes about K times as long, so
+bench/bench_tempering.py compares the two at equal model rows. On a GPU a sweep of a small model is bound by kernel
+launches, not by rows: the K rungs are more rows of the same batched forward, so a tempered sweep may cost little
+more wall time than a plain one. What a user of a GPU pays is seconds, so here both samplers run the same number of
+sweeps and the figure is ESS of E_local per wall second (and per 1,000 rows, for the CPU comparison).
+
+Case: bench_tempering.py's ``sapiens-dispersed`` (Sapiens' heavy-chain MLM, T random residues, all free, energy
+local, 4 chains each from its own random residues, target temperature ``--temperature``: 0.5 sharpens the target,
+where plain MH stays in the basin it starts in). Figures from the post-burn-in sweeps of the target chains
+(``bench_tempering.window_figures``: ArviZ's bulk-ESS and rank-normalized split R-hat). Wall time of the whole
+``mhfast.sample`` call, the device synchronized before the clock stops; it includes the burn-in, the diagnostics
+and, on a GPU, the first call's warm-up (a first, short run of each sampler is made and discarded for that).
+
+    python3 bench/tempering_device.py --device cuda --sweeps 600 --seeds 0 1       # the GPU run
+    python3 bench/tempering_device.py --device cpu --sweeps 8 --burn-in 2 --length 4   # a smoke run (seconds)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mhfast  # noqa: E402
+from bench_tempering import counters_text, dispersed_case, window_figures  # noqa: E402
+
+
+def timed_run(case: dict, device: str, sweeps: int, burn_in: int, seed: int, tempering) -> dict:
+    """One ``mhfast.sample`` call on ``device``: its figures over sweeps ``burn_in .. sweeps - 1``, wall seconds."""
+    rows: list[int] = []
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    wall = time.perf_counter()
+    r = mhfast.sample(case["model"], **case["inputs"], **case["options"], epochs=sweeps, burn_in=burn_in, seed=seed,
+                      tempering=tempering, device=device, progress=lambda e, s: rows.append(int(s["model_rows"])))
+    sync()
+    wall = time.perf_counter() - wall
+    out = {"tempering": tempering, "seed": seed, "wall": wall, **window_figures(r, rows, wall, burn_in, sweeps)}
+    out["ess_per_s"] = out["ess_e"] / wall
+    if r.ladder is not None:
+        out.update(ladder=[round(t, 2) for t in r.ladder[0].tolist()],
+                   swap=[round(x, 2) for x in r.swap_rate[0].tolist()], trips=r.round_trips[0].tolist())
+    return out
+
+
+def table(runs: list[dict]) -> list[str]:
+    out = ["| sampler | seed | sweeps (burn-in) | model rows | wall s | ms per sweep | ESS E_local | ESS / wall s | "
+           "ESS / 1k rows | R-hat E_local | max R-hat | per chain: lowest E_local | tempering counters |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in runs:
+        out.append(f"| {x['tempering'] or 'plain MH'} | {x['seed']} | {x['sweeps']} ({x['burn']}) | {x['rows']} | "
+                   f"{x['wall']:.1f} | {1000 * x['wall'] / x['sweeps']:.1f} | {x['ess_e']:.1f} | "
+                   f"{x['ess_per_s']:.2f} | {1000 * x['ess_e'] / x['rows']:.3f} | {x['rhat_e']:.3f} | {x['rhat']:.3f} | "
+                   f"{x['chain_min']} | {counters_text(x)} |")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--sweeps", type=int, default=600)
+    ap.add_argument("--burn-in", type=int, default=None, help="default: a quarter of the sweeps")
+    ap.add_argument("--length", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=0.5)
+    ap.add_argument("--rungs", type=int, default=8)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--json", type=Path, default=None, help="also write the runs' figures here")
+    args = ap.parse_args()
+    burn = args.sweeps // 4 if args.burn_in is None else args.burn_in
+    torch.set_num_threads(1)
+    case = dispersed_case("sapiens", args.length, 4, args.temperature)
+    for t in (None, args.rungs):  # warm-up (the device's first calls: kernels loaded, allocator grown), discarded
+        timed_run(case, args.device, 4, 1, 99, t)
+    runs = []
+    for seed in args.seeds:  # interleaved per seed
+        for t in (None, args.rungs):
+            runs.append(timed_run(case, args.device, args.sweeps, burn, seed, t))
+            print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, 1 thread"
+    print(f"{case['what']}; {args.sweeps} sweeps each, burn-in {burn}; tempering={args.rungs} (tuned in burn-in) "
+          f"against plain single-site MH at equal sweeps; device {args.device} ({name}), torch {torch.__version__}\n")
+    print("\n".join(table(runs)))
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
