@@ -100,17 +100,18 @@ def memo_rows_budget(setting: str):
         memo.ROWS_BUDGET_BYTES = kept
 
 
-def bundled_sources(n: int) -> tuple:
-    """``(the bundled CMLM, the source ids of its first n test sentences)``: the CMLM cases' inputs."""
+def bundled_sources(n: int, device: str = "cpu") -> tuple:
+    """``(the bundled CMLM on device, the source ids of its first n test sentences)``: the CMLM cases' inputs."""
     from mhfast.translation import bundled_test_file, load_bundled_model
 
-    tr = load_bundled_model()
+    tr = load_bundled_model(device)
     lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:n]
     return tr.cmlm, [tr.source_ids(s) for s in lines]
 
 
-def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
-    """(model, inputs, options, description) of case ``name`` (``anneal``: cmlm-translate's, per epoch)."""
+def case_inputs(name: str, epochs: int, anneal: float = 0.08, device: str = "cpu") -> tuple:
+    """(model, inputs, options, description) of case ``name`` (``anneal``: cmlm-translate's, per epoch), the model
+    on ``device`` (the CMLM cases; AntiBERTy's weights do not travel to the GPU machine, the toy has no weights)."""
     if name == "toy":
         from mhfast.models.tabular import TabularMLM
 
@@ -122,13 +123,14 @@ def case_inputs(name: str, epochs: int, anneal: float = 0.08) -> tuple:
         from bench_ess import cmlm_case
 
         case = cmlm_case(False)
-        return (case["model"], case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
+        model = case["model"] if device == "cpu" else bundled_sources(0, device)[0]
+        return (model, case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
     if name == "cmlm-translate":
-        cmlm, sources = bundled_sources(5)
+        cmlm, sources = bundled_sources(5, device)
         return (cmlm, {"source": sources}, dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=anneal),
                 "bundled De->En CMLM, the first 5 test sentences, scripts/main.sh's sampler settings")
     if name in ("cmlm-table5", "cmlm-table5-local"):  # appendix F's Table 5 settings (bench/paper/paper_experiments.py)
-        cmlm, sources = bundled_sources(5)
+        cmlm, sources = bundled_sources(5, device)
         energy = "local" if name.endswith("-local") else "raw"
         return (cmlm, {"source": sources},
                 dict(energy=energy, chains=5, epochs=epochs, burn_in=7, anneal=anneal, proposal_temperature=0.8,
@@ -166,7 +168,7 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
                             for src in inputs["source"]])
     extra = SETTINGS[setting]
     extra = extra(model, inputs, options) if callable(extra) else extra  # (the oracle: a fresh memo per run)
-    sync = torch.cuda.synchronize if str(options.get("device", "cpu")).startswith("cuda") else (lambda: None)
+    sync = torch.cuda.synchronize if str(getattr(model, "device", "cpu")).startswith("cuda") else (lambda: None)
     sync()
     cpu, wall = time.process_time(), time.perf_counter()
     with memo_rows_budget(setting):
@@ -330,11 +332,9 @@ def main() -> int:
     if args.anneal is None:
         args.anneal = 0.02 if args.case.startswith("cmlm-table5") else 0.08
     torch.set_num_threads(1)
-    model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal)
+    model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal, args.device)
     if args.chains is not None:
         options = {**options, "chains": args.chains}
-    if args.device != "cpu":
-        options = {**options, "device": args.device}
     runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     t0 = time.perf_counter()
     for seed in args.seeds:  # interleaved: every setting of a seed before the next seed
