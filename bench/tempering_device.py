@@ -13,7 +13,8 @@ where plain MH stays in the basin it starts in). Figures from the post-burn-in s
 ``mhfast.sample`` call, the device synchronized before the clock stops; it includes the burn-in, the diagnostics
 and, on a GPU, the first call's warm-up (a first, short run of each sampler is made and discarded for that).
 
-    python3 bench/tempering_device.py --device cuda --sweeps 600 --seeds 0 1       # the GPU run
+    python3 bench/tempering_device.py --device cuda --sweeps 600 --seeds 0 1 --traces runs.pt   # the GPU run
+    python3 bench/tempering_device.py --from-traces runs.pt      # its table, where arviz-stats is installed
     python3 bench/tempering_device.py --device cpu --sweeps 8 --burn-in 2 --length 4   # a smoke run (seconds)
 """
 from __future__ import annotations
@@ -42,11 +43,24 @@ def timed_run(case: dict, device: str, sweeps: int, burn_in: int, seed: int, tem
                       tempering=tempering, progress=lambda e, s: rows.append(int(s["model_rows"])))
     sync()
     wall = time.perf_counter() - wall
-    out = {"tempering": tempering, "seed": seed, "wall": wall, **window_figures(r, rows, wall, burn_in, sweeps)}
-    out["ess_per_s"] = out["ess_e"] / wall
+    raw = {"tempering": tempering, "seed": seed, "wall": wall, "rows": rows, "sweeps": sweeps, "burn_in": burn_in,
+           "traces": r.traces.cpu(), "trace_epochs": r.trace_epochs.cpu(), "trace_names": list(r.trace_names),
+           "novel_rate": r.novel_rate.cpu()}
     if r.ladder is not None:
-        out.update(ladder=[round(t, 2) for t in r.ladder[0].tolist()],
+        raw.update(ladder=[round(t, 2) for t in r.ladder[0].tolist()],
                    swap=[round(x, 2) for x in r.swap_rate[0].tolist()], trips=r.round_trips[0].tolist())
+    return raw
+
+
+def figures(raw: dict) -> dict:
+    """A run's figures (ArviZ's, through bench_tempering.window_figures) from what :func:`timed_run` kept: computed
+    where arviz-stats is installed (the GPU machine has none; ``--traces`` carries the runs back)."""
+    import types
+
+    r = types.SimpleNamespace(**{k: raw[k] for k in ("traces", "trace_epochs", "trace_names", "novel_rate")})
+    out = {k: raw[k] for k in ("tempering", "seed", "wall") + (("ladder", "swap", "trips") if "ladder" in raw else ())}
+    out.update(window_figures(r, raw["rows"], raw["wall"], raw["burn_in"], raw["sweeps"]))
+    out["ess_per_s"] = out["ess_e"] / raw["wall"]
     return out
 
 
@@ -72,7 +86,15 @@ def main() -> int:
     ap.add_argument("--rungs", type=int, default=8)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--json", type=Path, default=None, help="also write the runs' figures here")
+    ap.add_argument("--traces", type=Path, default=None,
+                    help="also save the runs' traces here (torch.save), for --from-traces where arviz-stats is")
+    ap.add_argument("--from-traces", type=Path, default=None, help="run nothing: the table of the saved runs")
     args = ap.parse_args()
+    if args.from_traces:
+        saved = torch.load(args.from_traces, weights_only=False)  # our own file (a list of dicts of tensors)
+        print(saved["header"] + "\n")
+        print("\n".join(table([figures(raw) for raw in saved["runs"]])))
+        return 0
     burn = args.sweeps // 4 if args.burn_in is None else args.burn_in
     torch.set_num_threads(1)
     case = dispersed_case("sapiens", args.length, 4, args.temperature)
@@ -81,14 +103,23 @@ def main() -> int:
     case["model"] = load_sapiens("H", device=args.device)  # the chains run where the model's weights are
     for t in (None, args.rungs):  # warm-up (the device's first calls: kernels loaded, allocator grown), discarded
         timed_run(case, args.device, 4, 1, 99, t)
-    runs = []
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, 1 thread"
+    header = (f"{case['what']}; {args.sweeps} sweeps each, burn-in {burn}; tempering={args.rungs} (tuned in burn-in) "
+              f"against plain single-site MH at equal sweeps; device {args.device} ({name}), torch {torch.__version__}")
+    raws = []
     for seed in args.seeds:  # interleaved per seed
         for t in (None, args.rungs):
-            runs.append(timed_run(case, args.device, args.sweeps, burn, seed, t))
-            print(f"# {runs[-1]}", file=sys.stderr, flush=True)
-    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, 1 thread"
-    print(f"{case['what']}; {args.sweeps} sweeps each, burn-in {burn}; tempering={args.rungs} (tuned in burn-in) "
-          f"against plain single-site MH at equal sweeps; device {args.device} ({name}), torch {torch.__version__}\n")
+            raws.append(timed_run(case, args.device, args.sweeps, burn, seed, t))
+            print(f"# seed {seed} tempering {t}: {raws[-1]['wall']:.2f} s, {raws[-1]['rows'][-1]} rows",
+                  file=sys.stderr, flush=True)
+            if args.traces:  # after every run: a run cut short by a time limit keeps the ones before it
+                torch.save({"header": header, "runs": raws}, args.traces)
+    print(header + "\n")
+    try:
+        runs = [figures(raw) for raw in raws]
+    except ImportError as e:
+        print(f"(no figures here: {e}; --from-traces computes them from --traces)")
+        return 0
     print("\n".join(table(runs)))
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
