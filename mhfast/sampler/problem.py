@@ -120,6 +120,37 @@ def run_device(where: str, *candidates: tuple[str, Any], hint: str = "") -> torc
     return torch.device("cpu")
 
 
+def check_model_device(where: str, model: Any, device: torch.device) -> None:
+    """Raises where a model that says where its weights are (``model.device``) is elsewhere than the chains: the
+    ``device`` option places the chains, not the model, and without this check the first forward fails deep inside
+    with torch's "expected ... on the same device" (found on a GPU: a model loaded on the CPU, ``device="cuda"``).
+    ``cuda`` and ``cuda:N`` match when N is the current CUDA device; a model without ``.device`` (e.g. a tabular one
+    that follows its inputs) is not checked.
+
+    Example:
+        >>> class M: device = torch.device("cpu")
+        >>> check_model_device("f", M(), torch.device("cpu"))
+        >>> check_model_device("f", M(), torch.device("cuda"))
+        Traceback (most recent call last):
+        ...
+        ValueError: f: device='cuda' but model.device is cpu: the chains would run where the model's weights are not; load or move the model to cuda (e.g. model.to('cuda') or its loader's device=) or leave device unset
+    """
+    model_device = getattr(model, "device", None)
+    if model_device is None:
+        return
+    model_device = torch.device(model_device)
+
+    def index(d: torch.device) -> int | None:
+        if d.type != "cuda":
+            return None
+        return d.index if d.index is not None else (torch.cuda.current_device() if torch.cuda.is_available() else 0)
+
+    if model_device.type != device.type or index(model_device) != index(device):
+        raise ValueError(f"{where}: device={str(device)!r} but model.device is {model_device}: the chains would run "
+                         f"where the model's weights are not; load or move the model to {device} (e.g. "
+                         f"model.to({str(device)!r}) or its loader's device=) or leave device unset")
+
+
 def _template(model: Any, length: int) -> torch.Tensor:
     """The unconditional starting row: ``model.frame(length)`` if the model has it, else all masks."""
     frame = getattr(model, "frame", None)
@@ -284,6 +315,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     device = run_device("mhfast.sample", ("device", cfg.device), ("model.device", getattr(model, "device", None)),
                         ("init's device", init.device if init is not None else None),
                         hint=" (the chains live there unless device= says otherwise)")
+    check_model_device("mhfast.sample", model, device)
     _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"),
                 device)
     rows = rows.to(device)

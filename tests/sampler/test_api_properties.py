@@ -443,15 +443,24 @@ class _ModelOn(TabularMLM):
         self.device = torch.device(device)
 
 
-def test_a_model_on_the_meta_device_is_named_and_device_overrides_it():
+def test_a_model_on_the_meta_device_is_named():
     model = _ModelOn(MODEL, "meta")
     for call in (lambda: mhfast.sample(model, 3, epochs=1, burn_in=0), lambda: mhfast.energy(model, [[0, 1, 2]])):
         with pytest.raises(ValueError, match="model.device must be a cpu or cuda device, got 'meta'"):
             call()
-    # device= says where the chains live: the inputs and the tables are read there
-    a = mhfast.sample(model, 3, epochs=2, burn_in=0, device="cpu")
-    b = mhfast.sample(MODEL, 3, epochs=2, burn_in=0)
-    assert torch.equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("model_device,device", [("meta", "cpu"), ("cuda", "cpu"), ("cpu", "cuda")])
+def test_device_where_the_model_is_not_is_an_error_naming_both(model_device, device):
+    """device= places the chains, not the model: a model whose .device is elsewhere is a clear error naming both
+    (on a GPU, a model loaded on the CPU with device='cuda' failed inside its first forward instead). Where no GPU
+    is visible device='cuda' is refused by the option's own check, which names it too."""
+    with pytest.raises(ValueError, match="device") as info:
+        mhfast.sample(_ModelOn(MODEL, model_device), 3, epochs=1, burn_in=0, device=device)
+    if device == "cpu" or torch.cuda.is_available():
+        assert f"device='{device}' but model.device is {model_device}" in str(info.value)
+    # a model without .device (the tabular one follows its inputs) runs where device= says
+    assert mhfast.sample(MODEL, 3, epochs=2, burn_in=0, device="cpu").tokens.device.type == "cpu"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a device other than the model's")
