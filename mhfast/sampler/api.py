@@ -186,7 +186,7 @@ def _check_problem(cfg, problem) -> None:
         raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
                          "step does not recompute them; an AllowedTokens mask alone is fine)")
     num_energy = int(problem.energy_mask.sum(1).max())
-    delayed = options.resolved_delayed(cfg, num_energy) is not None
+    delayed = options.resolved_delayed(cfg, num_energy, problem.device) is not None
     # (the options checked sampler and capture; what is left is the extra terms)
     if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms, delayed):
         raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
@@ -203,11 +203,11 @@ def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
     uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
     (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to what delayed acceptance runs
-    (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions)."""
+    (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions and the device)."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
-    delayed = options.resolved_delayed(cfg, int(problem.energy_mask.sum(1).max()))
+    delayed = options.resolved_delayed(cfg, int(problem.energy_mask.sum(1).max()), problem.device)
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=delayed is not None)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
                                               memo, delayed))

@@ -331,11 +331,14 @@ def _delayed(v: Any) -> Any:
 
 
 
-def resolved_delayed(cfg: Any, num_energy: int) -> Any:
-    """Option ``delayed`` as the kernel runs it, for a run whose longest input has ``num_energy`` energy positions:
-    None (off), ``"window:K"``, ``"influence:K"`` or the user's callable. ``auto`` -> :data:`AUTO_DELAYED` in a
-    sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in the others, each where
-    ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off: too few rows left to save).
+def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "cpu") -> Any:
+    """Option ``delayed`` as the kernel runs it, for a run on ``device`` whose longest input has ``num_energy``
+    energy positions: None (off), ``"window:K"``, ``"influence:K"`` or the user's callable. ``auto`` ->
+    :data:`AUTO_DELAYED` in a sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in the others,
+    each where ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off: too few rows left to save), and off on a CUDA
+    device: there a step's small forwards are bound by kernel launches, not rows, so the rows the second stage saves
+    save no time while the first stage adds its launches (bench/CUDA_NOTES.md, fourth run: on an H200 the main job
+    took 1.8x the wall time with ``influence:2``, with 2x fewer rows).
 
     Example:
         >>> resolved_delayed(config_from_kwargs({"delayed": "window:3"}), 32)
@@ -347,9 +350,13 @@ def resolved_delayed(cfg: Any, num_energy: int) -> Any:
         >>> auto = config_from_kwargs({"delayed": "auto"})
         >>> resolved_delayed(auto, 10), resolved_delayed(auto, 9)  # 9 rows per proposal, or 8: too few to save
         ('influence:2', None)
+        >>> resolved_delayed(auto, 32, "cuda:0"), resolved_delayed(config_from_kwargs({"delayed": "window:2"}), 32, "cuda")
+        (None, 'window:2')
     """
     if cfg.delayed != "auto":
         return cfg.delayed
+    if torch.device(device).type == "cuda":
+        return None
     chosen = AUTO_DELAYED if KERNELS[cfg.sampler].capabilities.influence else f"window:{AUTO_WINDOW}"
     k = int(chosen.split(":")[1])
     return None if num_energy - 1 <= 2 * k + AUTO_MIN_SAVED else chosen
@@ -517,7 +524,8 @@ SPEC: tuple[Option, ...] = (
            "target, a lower acceptance, fewer rows per proposal). window:K = that window; influence:K = as many "
            "positions, those whose terms changed most when the proposed one changed (ranked per input and position "
            "in burn-in, then frozen; sampler mh; docs/delayed.md); auto = influence:2 (block-mh: window:2) where an "
-           "input has more than 2*2+4 energy rows per proposal, else off; None = off; API only: a callable "
+           "input has more than 2*2+4 energy rows per proposal and the chains are not on a CUDA device (there the "
+           "saved rows save no time: measured 1.8x slower on an H200), else off; None = off; API only: a callable "
            "surrogate(tokens, pos) -> E~ of each row at its proposed position (mhfast.surrogates.model_energy: a "
            "smaller model's energy; stage 1 then forwards no rows; sampler mh). Samplers mh and block-mh "
            "(there the window is the positions within K of any position of the block), capture none; the memo "
