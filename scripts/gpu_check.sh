@@ -10,7 +10,8 @@
 #   3. build: mhfast._C in place for the GPU found (TORCH_CUDA_ARCH_LIST from its compute
 #      capability: 9.0 on Hopper), against the torch that is there
 #   4. tests: the op tests (uniform_mix and the fused single-site ops mh_propose_site /
-#      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda), with fairseq
+#      mh_site_rows / mh_commit_site_ included) and the sampler's exactness/API tests on cuda (-k cuda: delayed
+#      acceptance's and parallel tempering's among them), with fairseq
 #      also the fairseq masked-LM adapter's (its cuda-graph capture);
 #      AntiBERTy's tests and the HF fast-forward tests (CPU only) are not run (their weights do not travel)
 #   5. compute-sanitizer memcheck, racecheck, synccheck over bench/sweeps/op_sweep.py --small (odd shapes;
@@ -34,6 +35,12 @@
 #      (masked logits equal the CPU's, forward fast and full give the same chains, proposals/s from a real parent at
 #      T=120, fp32 and bf16; exit 1 otherwise), then bench/bench_mixmatch.py --model sapiens-h (mhfast vs the
 #      mixmatch loop on the real model). Skipped, and said so, without the package.
+#  12. mixing on the device (issues 34 and 38: judged per second, not per row): bench/bench_delayed.py --device
+#      (the main job, plain MH against delayed="influence:2": rows per accepted change and wall seconds; needs
+#      fairseq) and bench/tempering_device.py (Sapiens at target temperature 0.5, tempering=8 against plain MH at
+#      equal sweeps: wall seconds per sweep; needs sapiens). ESS and R-hat need arviz-stats, which the GPU machine
+#      lacks: the tempering runs' traces come back in mixing.pt, and
+#      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
 # MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
 # compile, sapiens; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
@@ -41,6 +48,7 @@
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,compile
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixmatch,sapiens
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixing
 # (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine).
 #
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
@@ -62,7 +70,7 @@
 # The files that come back from the device tool are at most 8: this script writes 8 or fewer.
 set -uo pipefail
 
-ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens"
+ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens,mixing"
 usage() { echo "usage: $0 OUTDIR [--quick] [--only STEP,STEP,... (of $ALL_STEPS)]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 OUTDIR=$1
@@ -284,6 +292,20 @@ if wanted sapiens && [ "$HAVE_SAPIENS" = 1 ]; then
   fi
 elif wanted sapiens; then
   STEPS+=("| Sapiens real-model check | skipped: no sapiens package (put its wheel in .whl/, see the header) | 0 s | - |")
+fi
+
+# 12. Mixing per second on this device (the GPU's figures; the CPU's are bench/RESULTS.md's, per row).
+if wanted mixing && [ "$DEV" = cuda ]; then
+  if [ "$HAVE_FAIRSEQ" = 1 ]; then
+    run_step "delayed acceptance on the main job ($DEV)" "$OUTDIR/bench.log" timeout 150 $PY bench/bench_delayed.py \
+      --case cmlm-translate --device $DEV --seeds 0 1 --settings mh delayed-i2
+  fi
+  if [ "$HAVE_SAPIENS" = 1 ]; then
+    run_step "parallel tempering at equal sweeps ($DEV)" "$OUTDIR/bench.log" timeout 240 $PY bench/tempering_device.py \
+      --device $DEV --sweeps 600 --seeds 0 1 --traces "$OUTDIR/mixing.pt"
+  fi
+elif wanted mixing && [ "$QUICK" = 0 ]; then
+  STEPS+=("| mixing per second | skipped: no GPU (the CPU's figures are bench/RESULTS.md's) | 0 s | - |")
 fi
 
 # Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).

@@ -1,5 +1,5 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
-bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), propose_ab.py and bench_forward.py's
+bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), propose_ab.py and bench_forward.py's
 compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
@@ -183,6 +183,25 @@ def test_bench_tempering_quick_compares_sapiens_at_equal_rows():
     assert set(rows) == {"plain MH", "2"}, proc.stdout[-3000:]
     assert 0 < int(rows["plain MH"][5]) <= int(rows["2"][5]), rows  # model rows: equal_rows' cut
     assert "round trips" in rows["2"][16] and "Sapiens" in proc.stdout, rows
+
+
+def test_tempering_device_saves_traces_and_reprints_the_same_table_from_them(tmp_path):
+    """bench/tempering_device.py on the CPU (T=4, 2 rungs, 6 sweeps): plain MH and tempering at equal sweeps, the
+    tempered run forwarding more rows; --traces saves the runs and --from-traces (what the GPU's runs need: no
+    arviz-stats there) prints the same table from them."""
+    traces = tmp_path / "runs.pt"
+    run = [sys.executable, str(ROOT / "bench" / "tempering_device.py")]
+    proc = subprocess.run(run + ["--device", "cpu", "--sweeps", "6", "--burn-in", "2", "--length", "4", "--rungs", "2",
+                                 "--traces", str(traces)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = [line for line in proc.stdout.splitlines() if line.startswith(("| plain MH | 0 |", "| 2 | 0 |"))]
+    assert len(table) == 2, proc.stdout[-3000:]
+    plain, tempered = (line.split("|") for line in table)
+    assert plain[3].strip() == tempered[3].strip() == "6 (2)" and int(plain[4]) < int(tempered[4]), table
+    again = subprocess.run(run + ["--from-traces", str(traces)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    # (the wall seconds travel with the traces: the same table, line for line)
+    assert [line for line in again.stdout.splitlines() if line.startswith(("| plain MH | 0 |", "| 2 | 0 |"))] == table
 
 
 @pytest.mark.slow  # loads Sapiens twice, 22 tempered sweeps of T=8 x 8 rungs
