@@ -78,13 +78,16 @@ def input_report(result: Any, b: int) -> dict[str, Any]:
 
 def arviz_dict(result: Any) -> dict[str, Any]:
     """What :func:`to_arviz` builds from: ``{"posterior": {name: float64 [C, D, B]}, "dims": {name: ["input"]},
-    "coords": {"input": [...]}}`` with the post-burn-in draws (NaN after an input left the batch), plus
-    ``"sample_stats"``: each chain's acceptance and novel rate per epoch of those draws (``[C, D, B]``)."""
+    "coords": {"input": [...]}}`` with the post-burn-in draws (NaN after an input left the batch; rounding ties
+    merged per input and summary, as the diagnostics see them: :func:`mhfast.sampler.diagnostics.merge_rounding_ties`,
+    so ArviZ's own functions on this data agree with ``result.diagnostics``), plus ``"sample_stats"``: each chain's
+    acceptance and novel rate per epoch of those draws (``[C, D, B]``)."""
     if result.traces is None:
         raise ValueError("this result has no traces")
     B, C, _, S = result.traces.shape
     keep = (result.trace_epochs >= result.burn_in).nonzero().flatten()
     x = result.traces[:, :, keep].double().numpy()  # [B, C, D, S]
+    x = np.stack([np.stack([diagnostics.merge_rounding_ties(x[b, ..., s]) for s in range(S)], -1) for b in range(B)])
     posterior = {name: np.moveaxis(x[..., s], 0, -1) for s, name in enumerate(result.trace_names)}
     stats = {}
     if result.chain_proposals is not None:

@@ -87,6 +87,46 @@ def test_diagnostics_equal_arviz_on_the_traces():
                 float(array_stats.ess(a, method="mean"))), rel=1e-12)
 
 
+def _sticky_chains(seed: int, chains: int = 4, draws: int = 400) -> np.ndarray:
+    """[chains, draws] energies of a sticky chain between two states (redrawn with probability 0.05 a draw):
+    tie-heavy traces, like those of a tempered chain that sits in a basin's lowest state."""
+    rng = np.random.default_rng(seed)
+    energy = np.array([1.78, 3.87])
+    state = np.empty((chains, draws), dtype=int)
+    state[:, 0] = rng.integers(0, 2, chains)
+    for d in range(1, draws):
+        move = rng.random(chains) < 0.05
+        state[:, d] = np.where(move, rng.integers(0, 2, chains), state[:, d - 1])
+    return energy[state]
+
+
+def test_rounding_noise_of_a_rescored_state_does_not_change_the_diagnostics():
+    """A state's energy, recomputed in another batch on a GPU, can differ by a few float32 ulps (3.6e-6 seen on an
+    H200): the diagnostics merge such values back into the tie (diagnostics.merge_rounding_ties), so the noisy
+    trace gets exactly the clean one's figures. ArviZ alone ranks the noise as movement: a far larger ESS."""
+    clean = _sticky_chains(0)
+    noisy = clean + np.random.default_rng(1).uniform(-4e-6, 4e-6, clean.shape)
+    got, want = diagnostics.diagnose(noisy[:, :, None], ["e"]), diagnostics.diagnose(clean[:, :, None], ["e"])
+    assert {k: got[k] for k in ("rhat", "ess_bulk", "ess_tail")} == {k: want[k] for k in ("rhat", "ess_bulk", "ess_tail")}
+    assert got["mcse_mean"]["e"] == pytest.approx(want["mcse_mean"]["e"], rel=1e-5)  # (values, not ranks: ~ulps)
+    # what the merge prevents: the noise breaks the ties, and ArviZ takes it for mixing (here 98 against 46)
+    assert float(array_stats.ess(noisy, method="bulk")) > 1.5 * float(array_stats.ess(clean, method="bulk"))
+    assert float(array_stats.rhat(noisy, method="rank")) < float(array_stats.rhat(clean, method="rank"))
+
+
+def test_only_values_within_rounding_are_merged():
+    x = np.array([[1.0, 1.0 + 1e-3, 5.0, 5.0], [5.0 + 2e-5, 9.0, 9.0 + 3e-5, -2.0]])
+    # the tolerance is TIE_RTOL x 9 (the largest magnitude): 3.4e-5
+    assert diagnostics.merge_rounding_ties(x).tolist() == [[1.0, 1.0 + 1e-3, 5.0, 5.0], [5.0, 9.0, 9.0, -2.0]]
+    # continuous draws: now and then two fall that close and are merged, which moves the figures by a hair
+    normal = np.random.default_rng(2).normal(size=(4, 500))
+    assert np.abs(diagnostics.merge_rounding_ties(normal) - normal).max() <= diagnostics.TIE_RTOL * 4
+    d = diagnostics.diagnose(normal[:, :, None], ["x"])
+    assert d["ess_bulk"]["x"] == pytest.approx(float(array_stats.ess(normal, method="bulk")), rel=1e-3)
+    assert d["rhat"]["x"] == pytest.approx(float(array_stats.rhat(normal, method="rank")), rel=1e-4)
+    assert np.isnan(diagnostics.merge_rounding_ties(np.array([1.0, np.nan]))[1])  # left for ArviZ to report
+
+
 def test_rhat_by_hand_sees_the_chain_axis():
     """The hand formula itself can fail: chains with different means give a large R-hat, and swapping the chain
     and draw axes changes it."""
