@@ -135,6 +135,9 @@ EOF
 )
 ENV+=$'\n'"nvcc: $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo 'not found')"
 ENV+=$'\n'"compute-sanitizer: $(command -v compute-sanitizer || echo 'not found')"
+# (whether the ESS/R-hat of the mixing step can be computed there: arviz-stats needs scipy, whose wheel does not fit
+# in what the device tool carries beside fairseq's)
+ENV+=$'\n'"scipy: $($PY -c 'import scipy; print(scipy.__version__)' 2>/dev/null || echo 'not installed'), arviz-stats: $($PY -c 'import arviz_stats; print(arviz_stats.__version__)' 2>/dev/null || echo 'not installed')"
 if [ "$GPU" = 1 ]; then
   # torch's arch detection needs a visible GPU; set the list explicitly (9.0 on Hopper).
   CAP=$($PY -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")')
