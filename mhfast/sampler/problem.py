@@ -133,7 +133,7 @@ def check_model_device(where: str, model: Any, device: torch.device) -> None:
         >>> check_model_device("f", M(), torch.device("cuda"))
         Traceback (most recent call last):
         ...
-        ValueError: f: device='cuda' but model.device is cpu: the chains would run where the model's weights are not; load or move the model to cuda (e.g. model.to('cuda') or its loader's device=) or leave device unset
+        ValueError: f: device='cuda' but model.device is cpu: the chains would run where the model's weights are not; load the model on cuda (the loaders' device=, e.g. mhfast.models.sapiens.load_sapiens(device='cuda')) or leave device unset
     """
     model_device = getattr(model, "device", None)
     if model_device is None:
@@ -147,8 +147,8 @@ def check_model_device(where: str, model: Any, device: torch.device) -> None:
 
     if model_device.type != device.type or index(model_device) != index(device):
         raise ValueError(f"{where}: device={str(device)!r} but model.device is {model_device}: the chains would run "
-                         f"where the model's weights are not; load or move the model to {device} (e.g. "
-                         f"model.to({str(device)!r}) or its loader's device=) or leave device unset")
+                         f"where the model's weights are not; load the model on {device} (the loaders' device=, e.g. "
+                         f"mhfast.models.sapiens.load_sapiens(device={str(device)!r})) or leave device unset")
 
 
 def _template(model: Any, length: int) -> torch.Tensor:
