@@ -15,6 +15,7 @@ and, on a GPU, the first call's warm-up (a first, short run of each sampler is m
 
     python3 bench/tempering_device.py --device cuda --sweeps 600 --seeds 0 1 --traces runs.pt   # the GPU run
     python3 bench/tempering_device.py --from-traces runs.pt      # its table, where arviz-stats is installed
+    python3 bench/tempering_device.py --device cuda --capture cuda-graph --traces graphs.pt   # the steps as graphs
     python3 bench/tempering_device.py --device cpu --sweeps 8 --burn-in 2 --length 4   # a smoke run (seconds)
 """
 from __future__ import annotations
@@ -33,17 +34,19 @@ import mhfast  # noqa: E402
 from bench_tempering import counters_text, dispersed_case, window_figures  # noqa: E402
 
 
-def timed_run(case: dict, device: str, sweeps: int, burn_in: int, seed: int, tempering) -> dict:
-    """One ``mhfast.sample`` call on ``device``: its figures over sweeps ``burn_in .. sweeps - 1``, wall seconds."""
+def timed_run(case: dict, device: str, sweeps: int, burn_in: int, seed: int, tempering, capture: str = "none"
+              ) -> dict:
+    """One ``mhfast.sample`` call on ``device`` (``capture``: the sampler's option): what its figures need (over
+    sweeps ``burn_in .. sweeps - 1``), and wall seconds."""
     rows: list[int] = []
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     sync()
     wall = time.perf_counter()
     r = mhfast.sample(case["model"], **case["inputs"], **case["options"], epochs=sweeps, burn_in=burn_in, seed=seed,
-                      tempering=tempering, progress=lambda e, s: rows.append(int(s["model_rows"])))
+                      tempering=tempering, capture=capture, progress=lambda e, s: rows.append(int(s["model_rows"])))
     sync()
     wall = time.perf_counter() - wall
-    raw = {"tempering": tempering, "seed": seed, "wall": wall, "rows": rows, "sweeps": sweeps, "burn_in": burn_in,
+    raw = {"tempering": tempering, "seed": seed, "wall": wall, "capture": capture, "rows": rows, "sweeps": sweeps, "burn_in": burn_in,
            "traces": r.traces.cpu(), "trace_epochs": r.trace_epochs.cpu(), "trace_names": list(r.trace_names),
            "novel_rate": r.novel_rate.cpu()}
     if r.ladder is not None:
@@ -85,6 +88,8 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.5)
     ap.add_argument("--rungs", type=int, default=8)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--capture", default="none", choices=["none", "static", "cuda-graph"],
+                    help="the sampler's capture option for both samplers (cuda-graph: the steps replayed as CUDA graphs)")
     ap.add_argument("--json", type=Path, default=None, help="also write the runs' figures here")
     ap.add_argument("--traces", type=Path, default=None,
                     help="also save the runs' traces here (torch.save), for --from-traces where arviz-stats is")
@@ -102,14 +107,15 @@ def main() -> int:
 
     case["model"] = load_sapiens("H", device=args.device)  # the chains run where the model's weights are
     for t in (None, args.rungs):  # warm-up (the device's first calls: kernels loaded, allocator grown), discarded
-        timed_run(case, args.device, 4, 1, 99, t)
+        timed_run(case, args.device, 4, 1, 99, t, args.capture)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, 1 thread"
     header = (f"{case['what']}; {args.sweeps} sweeps each, burn-in {burn}; tempering={args.rungs} (tuned in burn-in) "
-              f"against plain single-site MH at equal sweeps; device {args.device} ({name}), torch {torch.__version__}")
+              f"against plain single-site MH at equal sweeps, capture {args.capture}; device {args.device} ({name}), "
+              f"torch {torch.__version__}")
     raws = []
     for seed in args.seeds:  # interleaved per seed
         for t in (None, args.rungs):
-            raws.append(timed_run(case, args.device, args.sweeps, burn, seed, t))
+            raws.append(timed_run(case, args.device, args.sweeps, burn, seed, t, args.capture))
             print(f"# seed {seed} tempering {t}: {raws[-1]['wall']:.2f} s, {raws[-1]['rows'][-1]} rows",
                   file=sys.stderr, flush=True)
             if args.traces:  # after every run: a run cut short by a time limit keeps the ones before it

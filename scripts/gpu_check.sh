@@ -39,8 +39,8 @@
 #      (the main job, plain MH against delayed="influence:2": rows per accepted change and wall seconds; needs
 #      fairseq) and bench/tempering_device.py (Sapiens at target temperature 0.5, tempering=8 against plain MH at
 #      equal sweeps: wall seconds per sweep; needs sapiens). ESS and R-hat need arviz-stats, which the GPU machine
-#      lacks: the tempering runs' traces come back in mixing.pt, and
-#      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
+#      lacks: the tempering runs' traces come back in mixing.pt (eager steps) and mixing_graphs.pt (capture
+#      cuda-graph), and `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
 # MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
 # compile, sapiens; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
@@ -306,6 +306,9 @@ if wanted mixing && [ "$DEV" = cuda ]; then
   if [ "$HAVE_SAPIENS" = 1 ]; then
     run_step "parallel tempering at equal sweeps ($DEV)" "$OUTDIR/bench.log" timeout 240 $PY bench/tempering_device.py \
       --device $DEV --sweeps 600 --seeds 0 1 --traces "$OUTDIR/mixing.pt"
+    run_step "parallel tempering at equal sweeps, steps as CUDA graphs ($DEV)" "$OUTDIR/bench.log" timeout 240 \
+      $PY bench/tempering_device.py --device $DEV --sweeps 600 --seeds 0 1 --capture cuda-graph \
+      --traces "$OUTDIR/mixing_graphs.pt"
   fi
 elif wanted mixing && [ "$QUICK" = 0 ]; then
   STEPS+=("| mixing per second | skipped: no GPU (the CPU's figures are bench/RESULTS.md's) | 0 s | - |")

@@ -16,7 +16,11 @@ So the step runs as a *body* over buffers this class owns:
 
 One graph per (moving-chain count, beta): the first step of a pair runs the body eagerly (it
 warms the model's kernels up, and is a real step), the second captures it, every later one
-replays it. Annealing changes beta every epoch, so it re-captures once per epoch. The model's
+replays it. Annealing changes beta every epoch, so it re-captures once per epoch. A beta that is a
+tensor (parallel tempering: one per row, :mod:`~mhfast.sampler.tempering`) is copied into a buffer
+of its own before each step instead, so one graph serves every ladder the tuning makes. A state
+whose step fields are not the buffers (a swap of parallel tempering exchanged rows: new tensors)
+has them copied into the buffers in place (:meth:`StaticSiteSteps.state_of`). The model's
 output check is deferred to a device flag read once per epoch (:meth:`ModelRunner.defer_output_checks`),
 and the model is told that the sampler vouches for its inputs and whether rows hold pads
 (:meth:`ModelRunner.static_inputs`: the HF adapters' padding test, the fairseq fast decoder's bounds
@@ -70,8 +74,10 @@ class StaticSiteSteps:
         self.step_t = torch.zeros((), dtype=torch.long, device=dev)
         self.pos: dict[int, torch.Tensor] = {}  # per moving-chain count A: Long[A]
         self.rows: dict[int, int] = {}  # per moving-chain count A: the masked rows of a step
-        self.seen: set[tuple[int, float | None]] = set()  # (A, beta) pairs that ran eagerly once
-        self.graphs_by_key: dict[tuple[int, float | None], tuple[Callable, int, int]] = {}  # replay, rows, calls
+        self.beta_t: torch.Tensor | None = None  # a tensor beta's buffer (f64[M]: parallel tempering's rungs)
+        # (A, beta) pairs that ran eagerly once; beta "rows" for a tensor beta (its buffer)
+        self.seen: set[tuple[int, float | str | None]] = set()
+        self.graphs_by_key: dict[tuple[int, float | str | None], tuple[Callable, int, int]] = {}  # replay, rows, calls
         self.pool: Any = None  # the memory pool every graph of one beta shares (see capture)
         # the side stream that runs each graph's warm-up step and its capture (torch's recipe: lazy per-stream
         # initializations, e.g. cuBLAS workspaces, happen in the warm-up, never inside a capture)
@@ -80,13 +86,19 @@ class StaticSiteSteps:
         ctx.runner.defer_output_checks()
 
     def state_of(self, state: ChainState) -> ChainState:
-        """``state`` (the driver's: its best-state fields may be newer) with the buffers' step fields."""
+        """``state`` (the driver's: its best-state fields may be newer) with the buffers' step fields. A step field
+        of ``state`` that is another tensor than the buffer (parallel tempering's swap made new ones; the cache it
+        permutes in place) is copied into the buffer first: the buffers are what a replay reads."""
         if state.cache is not self.buffers.cache:
             raise ValueError("StaticSiteSteps: a state this object did not produce (each state is used once)")
+        for f in STEP_FIELDS:
+            new, buf = getattr(state, f), getattr(self.buffers, f)
+            if new is not buf:
+                buf.copy_(new)
         return dataclasses.replace(state, **{f: getattr(self.buffers, f) for f in STEP_FIELDS})
 
     def step(self, state: ChainState, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor,
-             beta: float | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
+             beta: float | torch.Tensor | None, epoch: int, step: int) -> tuple[ChainState, StepInfo]:
         """One step of the chains ``act`` at ``pos``: eager body, capture, or replay (see the module)."""
         A = act.shape[0]
         if A == 0:
@@ -103,8 +115,17 @@ class StaticSiteSteps:
         num_rows = self.rows.get(A)
         if num_rows is None:  # host counts, once per moving-chain count (the body then touches no host tensor)
             num_rows = self.rows[A] = int(self.buffers.num_energy_host.index_select(0, act_host).sum()) - A
+        state = self.state_of(state)  # (a swap's rows into the buffers)
+        if isinstance(beta, torch.Tensor):  # one per row: a buffer the graphs read, refilled at every step
+            if self.beta_t is None or self.beta_t.shape != beta.shape:
+                self.beta_t = torch.empty_like(beta)
+                self.seen.clear()  # (a new buffer: graphs must read the new one)
+                self.graphs_by_key.clear()
+                self.pool = None
+            self.beta_t.copy_(beta)
+            beta = self.beta_t
         body = lambda: self._body(act, act_host, buf, beta, num_rows)  # noqa: E731
-        key = (A, beta)
+        key = (A, "rows" if isinstance(beta, torch.Tensor) else beta)
         if not self.graphs:
             accepted, changed = body()
         elif key not in self.seen:  # the warm-up: a real step, on the stream that will capture (lazy inits there)
@@ -117,7 +138,7 @@ class StaticSiteSteps:
             state.counts.tested_at(act, pos, accepted, where=changed)
         return self.state_of(state), StepInfo(A, accepted.sum(), (accepted & changed).sum(), scored=True)
 
-    def _body(self, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor, beta: float | None,
+    def _body(self, act: torch.Tensor, act_host: torch.Tensor, pos: torch.Tensor, beta: float | torch.Tensor | None,
               num_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The step over the buffers, epoch = step = 0 with the counters folded into the keys; writes in place."""
         keys = rng.counters_into_keys(self.keys, self.epoch_t, self.step_t)
@@ -139,7 +160,7 @@ class StaticSiteSteps:
         current.wait_stream(self.stream)
         return out
 
-    def _replay(self, key: tuple[int, float | None], body: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+    def _replay(self, key: tuple[int, float | str | None], body: Callable) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the graph of ``key``, capturing it first; the runner's row and call counters advance as the
         captured step's did (a replay runs no Python)."""
         runner = self.ctx.runner

@@ -478,7 +478,8 @@ SPEC: tuple[Option, ...] = (
            "model rows); only the target's replicas are samples. K: a geometric ladder tuned during burn-in (equal "
            "swap rejection between neighbours; hot end raised while the hottest replica does not mix), fixed after "
            "it; a list of temperatures (CLI: 1,2,4,8): used as given. Costs K times the rows per sweep; for chains "
-           "stuck in separate modes. mh and block-mh, anneal 0, capture none (mhfast.sampler.tempering)", "-",
+           "stuck in separate modes. mh and block-mh, anneal 0; with capture (sampler mh) the rungs ride in the captured "
+           "step (mhfast.sampler.tempering)", "-",
            "ladder", metavar="K|T1,T2,..."),
     Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs (N <= epochs; mh, "
            "block-mh)", "App. F", "int"),
@@ -713,9 +714,6 @@ def _tempering_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if values["anneal"] > 0:
         raise OptionError(f"{name} cannot be combined with {name_of('anneal')} > 0: the replicas sample fixed "
                           "tempered targets around a fixed target temperature (anneal the target or temper it)")
-    if values["capture"] != "none":
-        raise OptionError(f"{name} needs {name_of('capture')} none, got {values['capture']} (the static step's "
-                          "buffers are not swapped between replicas yet)")
     if isinstance(ladder, list):
         if ladder[0] != float(values["target_temperature"]):
             raise OptionError(f"{name} ({ladder}) must start at {name_of('target_temperature')} "

@@ -80,6 +80,56 @@ def test_with_an_extra_energy_term_the_target_replicas_are_exact(sampler, device
     assert torch.allclose(r.energy, r.energy_local + 0.7 * r.terms[..., 0], atol=1e-5)  # the target's energy
 
 
+# ---------------------------------------------------------------------------- with the static (captured) step
+@pytest.mark.parametrize("tempering", [3, [1.0, 2.0, 4.0]], ids=["tuned", "fixed"])
+def test_the_static_step_gives_the_dynamic_steps_tempered_chains(tempering):
+    """capture='static' (the step a CUDA graph replays) with tempering: the rungs' betas as a buffer, a swap's rows
+    copied into the step's buffers. On a tabular model (rows do not depend on their batch) the chains, swaps,
+    ladders and round trips equal the dynamic step's bit for bit."""
+    model = TabularMLM.random(num_tokens=3, length=4, seed=11, scale=0.5, features=True)
+    kw = dict(chains=6, epochs=20, burn_in=6, seed=3, energy="local", tempering=tempering, record="epoch")
+    a, b = mhfast.sample(model, 4, **kw), mhfast.sample(model, 4, capture="static", **kw)
+    assert b.model_rows > a.model_rows  # (the static step forwards every moving chain's rows)
+    for f in ("tokens", "energy", "history", "ladder", "swap_rate", "round_trips", "acceptance_rate"):
+        assert torch.equal(getattr(a, f), getattr(b, f)), f
+    assert int(a.round_trips.sum()) > 0 and bool((a.swap_rate > 0).all())
+
+
+def test_replayed_captures_follow_the_swaps_and_the_retuned_ladder(monkeypatch):
+    """capture='cuda-graph''s capture-and-replay logic with tempering, on CPU with torch.fx standing in for the
+    CUDA graph (tests/sampler/test_static_step.py's FxReplayedSteps): one graph per moving-chain count serves every
+    ladder the tuning makes (the betas are a buffer refilled at each step) and sees the swaps' rows (copied into
+    the buffers): the tiny BERT's tempered chains equal the dynamic step's."""
+    import mhfast.sampler.kernels.mh as mh_kernel
+    from exact_checks import tiny_bert
+    from test_static_step import FxReplayedSteps, same_result
+
+    model = tiny_bert()
+    common = dict(chains=3, epochs=12, burn_in=8, seed=5, energy="local", tempering=3)
+    a = mhfast.sample(model, 4, memo=0, **common)  # (memo 0: the static step has none)
+    start = (1.0 / ladder.initial_betas(3, 1.0, 1)).float()
+    assert not torch.allclose(a.ladder.float(), start), "the ladder was not retuned: the test would not see it"
+    monkeypatch.setattr(mh_kernel, "StaticSiteSteps", FxReplayedSteps)
+    FxReplayedSteps.captures = 0
+    b = mhfast.sample(model, 4, capture="static", **common)
+    assert same_result(a, b) == []
+    assert torch.equal(a.ladder, b.ladder) and torch.equal(a.swap_rate, b.swap_rate)
+    assert FxReplayedSteps.captures == 1  # one moving-chain count, one tensor beta: one graph for the run
+
+
+@pytest.mark.parametrize("energy", ["raw", "local"])
+def test_tempered_static_step_matches_enumeration(energy, device):
+    """The target replicas' law with the static step (capture='static' on CPU, 'cuda-graph' on a GPU): exact."""
+    model = _model(features=True)
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), energy, 1.0)
+    r = sample(device, model, init=template[None], chains=N, epochs=30, burn_in=8, seed=1, energy=energy,
+               tempering=3, capture="cuda-graph" if device == "cuda" else "static")
+    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    assert tv < bound, f"{energy}: TV {tv:.4f} >= bound {bound:.4f}"
+
+
 # ---------------------------------------------------------------------------- crossing between modes
 def _modes_visited(r) -> torch.Tensor:
     """Bool[C, 2]: whether each chain's recorded states were ever in mode a (>= 5 of 6 a's) and in mode b."""
@@ -287,8 +337,7 @@ def test_bad_ladders_are_errors_naming_the_option(value, message):
         mhfast.sample(_model(), 3, epochs=2, burn_in=0, tempering=value)
 
 
-@pytest.mark.parametrize("kwargs,other", [(dict(sampler="gibbs"), "sampler"), (dict(anneal=0.1), "anneal"),
-                                          (dict(capture="static"), "capture")])
+@pytest.mark.parametrize("kwargs,other", [(dict(sampler="gibbs"), "sampler"), (dict(anneal=0.1), "anneal")])
 def test_tempering_with_what_it_cannot_act_on_is_an_error_naming_both(kwargs, other):
     with pytest.raises(ValueError, match=f"tempering.*{other}"):
         mhfast.sample(_model(), 3, epochs=2, burn_in=0, tempering=3, **kwargs)
