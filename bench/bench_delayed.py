@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
 from bench_ess import SAMPLERS as ESS_SAMPLERS  # noqa: E402
+from bench_mixmatch import sync  # noqa: E402
 from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
@@ -122,9 +123,8 @@ def case_inputs(name: str, epochs: int, anneal: float = 0.08, device: str = "cpu
     if name == "cmlm-fixed":  # bench/bench_ess.py's cmlm case: a fixed target, so its ESS means something
         from bench_ess import cmlm_case
 
-        case = cmlm_case(False)
-        model = case["model"] if device == "cpu" else bundled_sources(0, device)[0]
-        return (model, case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
+        case = cmlm_case(False, device)
+        return (case["model"], case["inputs"], {**case["options"], "epochs": epochs}, case["what"])
     if name == "cmlm-translate":
         cmlm, sources = bundled_sources(5, device)
         return (cmlm, {"source": sources}, dict(energy="raw", chains=5, epochs=epochs, burn_in=2, anneal=anneal),
@@ -168,12 +168,11 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
                             for src in inputs["source"]])
     extra = SETTINGS[setting]
     extra = extra(model, inputs, options) if callable(extra) else extra  # (the oracle: a fresh memo per run)
-    sync = torch.cuda.synchronize if str(getattr(model, "device", "cpu")).startswith("cuda") else (lambda: None)
-    sync()
+    sync(model)
     cpu, wall = time.process_time(), time.perf_counter()
     with memo_rows_budget(setting):
         r = mhfast.sample(model, **inputs, **options, **extra, seed=seed)
-    sync()  # the wall time of a device's run ends when its work does
+    sync(model)  # the wall time of a device's run ends when its work does
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     oracle = extra.get("delayed") if isinstance(extra.get("delayed"), ExactEnergyOracle) else None
     rows = r.model_rows - r.init_rows

@@ -90,10 +90,10 @@ def toy_case(quick: bool) -> dict:
                             start="random")}
 
 
-def cmlm_case(quick: bool) -> dict:
+def cmlm_case(quick: bool, device: str = "cpu") -> dict:
     from mhfast.translation import bundled_test_file, load_bundled_model
 
-    tr = load_bundled_model()
+    tr = load_bundled_model(device)
     lines = Path(bundled_test_file("bundled", "--input")).read_text(encoding="utf-8").splitlines()[:1 if quick else 2]
     return {"name": "cmlm", "what": f"bundled De->En CMLM, {len(lines)} test sentences, main job's settings "
             "(energy raw, 5 chains, burn-in 2) at a fixed temperature", "model": tr.cmlm,

@@ -208,9 +208,11 @@ def mhfast_run(lm, start: torch.Tensor, free: torch.Tensor, chains: int, dtype, 
 
 
 def sync(lm) -> None:
-    """Wait for ``lm``'s device (CUDA kernels run asynchronously; nothing to wait for on CPU)."""
-    if lm.device.type == "cuda":
-        torch.cuda.synchronize(lm.device)
+    """Wait for ``lm``'s device (CUDA kernels run asynchronously; nothing to wait for on CPU, or for a model without
+    ``.device``, e.g. a tabular one)."""
+    device = getattr(lm, "device", None)
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 # ---------------------------------------------------------------------------- the model

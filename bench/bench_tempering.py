@@ -60,11 +60,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mhfast  # noqa: E402
 
 
-def antiberty_case(kind: str, T: int, chains: int) -> dict:
+def antiberty_case(kind: str, T: int, chains: int, device: str = "cpu") -> dict:
     import bench_mixmatch
     from mhfast.models.antiberty import load_antiberty
 
-    lm = load_antiberty()
+    lm = load_antiberty(device=device)
     start, positions = bench_mixmatch.make_start(lm, T, "parent" if kind == "infill" else "random")
     free = torch.zeros_like(start, dtype=torch.bool)
     free[0, positions[-8:] if kind == "infill" else positions] = True
@@ -87,22 +87,23 @@ def two_mode_case(chains: int) -> dict:
                     "uniform_mix 0.2", "options": dict(chains=chains, energy="local", uniform_mix=0.2)}
 
 
-def sapiens_case(T: int, chains: int) -> dict:
+def sapiens_case(T: int, chains: int, device: str = "cpu") -> dict:
     """Sapiens' heavy-chain MLM (a 4-layer fairseq RoBERTa, ~0.3 ms a masked row here: long runs are affordable),
     ``T`` residues between ``<s>`` and ``</s>`` (``model.frame``), all free, energy local."""
     from mhfast.models.sapiens import load_sapiens
 
-    return {"name": "sapiens", "model": load_sapiens("H"), "inputs": {"length": T},
+    return {"name": "sapiens", "model": load_sapiens("H", device=device), "inputs": {"length": T},
             "what": f"Sapiens heavy-chain MLM (4-layer RoBERTa), T={T} residues, all free, energy local, "
                     f"{chains} chains",
             "options": dict(chains=chains, energy="local")}
 
 
-def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0) -> dict:
-    """``model``'s (``"antiberty"`` or ``"sapiens"``) T free residues, every chain from its own uniformly random
-    residues (``start="random"``: over-dispersed, so R-hat can see chains that have not met), at target
-    ``temperature`` (below 1 the target is sharper: its basins are deeper, the case plain MH finds hardest)."""
-    case = antiberty_case("random", T, chains) if model == "antiberty" else sapiens_case(T, chains)
+def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0, device: str = "cpu") -> dict:
+    """``model``'s (``"antiberty"`` or ``"sapiens"``, loaded on ``device``) T free residues, every chain from its own
+    uniformly random residues (``start="random"``: over-dispersed, so R-hat can see chains that have not met), at
+    target ``temperature`` (below 1 the target is sharper: its basins are deeper, the case plain MH finds hardest)."""
+    case = (antiberty_case("random", T, chains, device) if model == "antiberty" else
+            sapiens_case(T, chains, device))
     case["name"] = f"{model}-dispersed"
     case["what"] = (f"{'AntiBERTy' if model == 'antiberty' else 'Sapiens heavy-chain MLM (4-layer RoBERTa)'}, T={T} "
                     f"random residues, all free, energy local, {chains} chains, each from its own random residues "

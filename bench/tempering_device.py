@@ -31,20 +31,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
+from bench_mixmatch import sync  # noqa: E402
 from bench_tempering import counters_text, dispersed_case, window_figures  # noqa: E402
 
 
-def timed_run(case: dict, device: str, sweeps: int, burn_in: int, seed: int, tempering, capture: str = "none"
-              ) -> dict:
-    """One ``mhfast.sample`` call on ``device`` (``capture``: the sampler's option): what its figures need (over
-    sweeps ``burn_in .. sweeps - 1``), and wall seconds."""
+def timed_run(case: dict, sweeps: int, burn_in: int, seed: int, tempering, capture: str = "none") -> dict:
+    """One ``mhfast.sample`` call on the case's model's device (``capture``: the sampler's option): what its figures
+    need (over sweeps ``burn_in .. sweeps - 1``), and wall seconds."""
     rows: list[int] = []
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    sync()
+    sync(case["model"])
     wall = time.perf_counter()
     r = mhfast.sample(case["model"], **case["inputs"], **case["options"], epochs=sweeps, burn_in=burn_in, seed=seed,
                       tempering=tempering, capture=capture, progress=lambda e, s: rows.append(int(s["model_rows"])))
-    sync()
+    sync(case["model"])  # the wall time of a device's run ends when its work does
     wall = time.perf_counter() - wall
     raw = {"tempering": tempering, "seed": seed, "wall": wall, "capture": capture, "rows": rows, "sweeps": sweeps, "burn_in": burn_in,
            "traces": r.traces.cpu(), "trace_epochs": r.trace_epochs.cpu(), "trace_names": list(r.trace_names),
@@ -102,12 +101,9 @@ def main() -> int:
         return 0
     burn = args.sweeps // 4 if args.burn_in is None else args.burn_in
     torch.set_num_threads(1)
-    case = dispersed_case("sapiens", args.length, 4, args.temperature)
-    from mhfast.models.sapiens import load_sapiens
-
-    case["model"] = load_sapiens("H", device=args.device)  # the chains run where the model's weights are
+    case = dispersed_case("sapiens", args.length, 4, args.temperature, args.device)  # (chains where the weights are)
     for t in (None, args.rungs):  # warm-up (the device's first calls: kernels loaded, allocator grown), discarded
-        timed_run(case, args.device, 4, 1, 99, t, args.capture)
+        timed_run(case, 4, 1, 99, t, args.capture)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, 1 thread"
     header = (f"{case['what']}; {args.sweeps} sweeps each, burn-in {burn}; tempering={args.rungs} (tuned in burn-in) "
               f"against plain single-site MH at equal sweeps, capture {args.capture}; device {args.device} ({name}), "
@@ -115,7 +111,7 @@ def main() -> int:
     raws = []
     for seed in args.seeds:  # interleaved per seed
         for t in (None, args.rungs):
-            raws.append(timed_run(case, args.device, args.sweeps, burn, seed, t, args.capture))
+            raws.append(timed_run(case, args.sweeps, burn, seed, t, args.capture))
             print(f"# seed {seed} tempering {t}: {raws[-1]['wall']:.2f} s, {raws[-1]['rows'][-1]} rows",
                   file=sys.stderr, flush=True)
             if args.traces:  # after every run: a run cut short by a time limit keeps the ones before it

@@ -43,7 +43,7 @@
 #      cuda-graph), and `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
 # MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
-# compile, sapiens; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
+# compile, sapiens, mixing; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
 # plan is three calls,
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,compile
@@ -67,7 +67,8 @@
 #     python3 -m pip download --no-deps --only-binary=:all: sapiens==1.0.5 -d .whl
 #   (installed with --no-deps like the others: mhfast reads its checkpoints without importing it, so pandas is
 #   not needed there).
-# The files that come back from the device tool are at most 8: this script writes 8 or fewer.
+# The files that come back from the device tool are at most 8: each call of the plan above writes 8 or fewer (a run
+# of every step at once writes 10, mixing's two trace files included).
 set -uo pipefail
 
 ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens,mixing"
