@@ -66,6 +66,8 @@ from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
+            # exact early rejection (delayed="early:K"): plain MH's chains, fewer rows (local energy only)
+            **{f"early-{k}": {"delayed": f"early:{k}"} for k in (1, 2, 4, 8)},
             # block MH as bench_ess runs it (blocks of 2) with and without its two-stage move (the window around
             # the block; influence:K and callables are single-site only)
             "block-mh": ESS_SAMPLERS["block-mh"],

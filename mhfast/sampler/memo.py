@@ -172,6 +172,13 @@ class ProposalMemo:
             self.rows.index_put_((g.index_select(0, rows.seq), slot.index_select(0, rows.seq), rows.q),
                                  out.to(self.rows.dtype))
 
+    def complete(self, sel: torch.Tensor, raw: torch.Tensor, local: torch.Tensor) -> None:
+        """The full terms of this step's hits ``sel`` into their entries, which held partial ones (early rejection
+        stores a proposal it stopped with NaN where it forwarded no row: :mod:`.moves.delayed`). In place."""
+        g, slot = self._entries(sel)
+        self.raw.index_put_((g, slot), raw)
+        self.local.index_put_((g, slot), local)
+
     def rows_of(self, sel: torch.Tensor) -> torch.Tensor | None:
         """The remembered model rows ``[n, L, D]`` of this step's hits ``sel``; None where the rows are not kept."""
         if self.rows is None:

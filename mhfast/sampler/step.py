@@ -27,7 +27,7 @@ class StepContext:
     terms: Any = None  #: mhfast.energy_terms.EnergyTerms or None: extra energy terms, allowed-token mask
     memo_slots: int = 0  #: the proposal memo's entries per chain, 0: none (option memo; mhfast.sampler.memo)
     #: option delayed as the kernel runs it (mhfast.sampler.options.resolved_delayed: ``auto`` resolved):
-    #: None (off), "window:K", "influence:K" or a user's surrogate (mhfast.sampler.moves.delayed)
+    #: None (off), "window:K", "influence:K", "early:K" or a user's surrogate (mhfast.sampler.moves.delayed)
     delayed: Any = None
 
     @property

@@ -256,7 +256,8 @@ def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
 
     ranked = []  # the K of every influence ranking a kernel builds (tiny_bert's chains cannot tell the windows apart)
     real = mh_kernel.InfluenceWindows
-    monkeypatch.setattr(mh_kernel, "InfluenceWindows", lambda k, until: ranked.append(k) or real(k, until))
+    monkeypatch.setattr(mh_kernel, "InfluenceWindows",
+                        lambda k, until, **kw: ranked.append(k) or real(k, until, **kw))
     model = tiny_bert()
     kw = dict(length=10, chains=3, epochs=3, seed=4, energy="local")
     for extra in ({"burn_in": 0}, {"burn_in": 0, "memo": 0}, {"burn_in": 0, "extra_energy": [ends_term]},

@@ -28,8 +28,8 @@ import torch
 
 from ..graphed import StaticSiteSteps
 from ..memo import NO_MEMO, NoMemo, ProposalMemo, chain_groups
-from ..moves.delayed import DelayedAcceptance, delayed_commit
-from ..moves.influence import InfluenceWindows, influence_ranked
+from ..moves.delayed import EARLY_WIDEN, DelayedAcceptance, complete_partial, delayed_commit
+from ..moves.influence import InfluenceWindows, early_rejection, influence_ranked
 from ..moves.user_surrogate import user_surrogate
 from ..moves.site_commit import commit_sites, refresh_remembered_rows
 from ..moves.site_propose import propose_sites
@@ -54,9 +54,14 @@ class SingleSiteMH:
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
         self.memo: ProposalMemo | NoMemo = NO_MEMO  # the evaluated proposals per input (ctx.memo_slots > 0)
         #: option delayed resolved (capture none: options.py checks it; the memo supplies it numbers); None: off
+        # (early rejection ranks its rows by the terms of X' all run long: its kernel is plain MH's whatever it
+        # forwards first, so nothing is frozen; influence:K ranks by the change in burn-in, then freezes)
+        early = early_rejection(ctx.delayed)
         self.delayed = (DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed),
-                                          InfluenceWindows(ctx.delayed_window, ctx.config.burn_in)
-                                          if influence_ranked(ctx.delayed) else None)
+                                          InfluenceWindows(ctx.delayed_window, None if early else ctx.config.burn_in,
+                                                           by_value=early)
+                                          if influence_ranked(ctx.delayed) else None, early=early,
+                                          widen=EARLY_WIDEN if early else 1)
                         if ctx.delayed_window is not None else None)
 
     def init(self, state: ChainState) -> ChainState:
@@ -110,6 +115,8 @@ class SingleSiteMH:
             state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, self.memo, beta=epoch.beta,
                                              epoch=epoch.index, step=move.index)
         else:
+            if self.delayed is not None and self.delayed.early:  # (forced acceptance reads the remembered terms:
+                complete_partial(self.ctx, state, tested, self.memo)  # early rejection's partial ones completed)
             scored = score_sites(self.ctx, state, tested, self.memo)
             state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,
                                            step=move.index)

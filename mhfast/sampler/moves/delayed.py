@@ -25,6 +25,16 @@ stays unfilled, and an unfilled reservation counts as empty at the next lookup).
 the same step reserved (two chains proposing one X') needs that miss's full terms, so such a miss forwards all
 its rows whatever its stage 1 says (:meth:`~mhfast.sampler.memo.ProposalMemo.read_by_hits`).
 
+**Exact early rejection** (``delayed="early:K"``, the local energy) runs the same machinery with another first
+test: the terms of X' not forwarded are taken as 0 (a local term -log p is >= 0), which bounds E(X') from below,
+and the uniform is the one exact MH's test of this step draws (stream ``ACCEPT``). A proposal stops only if even
+the bound rejects it, that is, only if exact MH rejects it; the survivors meet exact MH's own test. The chains are
+plain MH's, bit for bit; only the rows differ (Solonen et al. 2012's early rejection, for sums of non-negative
+terms). It forwards in three steps: the first ``2K`` rows ranked by the terms of X' (learnt all run long: a
+ranking never changes a decision), then :data:`EARLY_WIDEN` times as many (:func:`middle_stage`), then the rest.
+The memo remembers a stopped proposal with partial terms (NaN where no row was forwarded); a return that the
+bound stops again costs no rows, and one that passes forwards only the missing rows (:func:`complete_partial`).
+
 Example:
     >>> import mhfast
     >>> from mhfast.models.tabular import TabularMLM
@@ -52,6 +62,11 @@ from .site_score import extra_terms, keep_miss_rows, model_terms
 from .site_types import ExtraTerms, TestedSites
 from .user_surrogate import surrogate_delta
 
+#: Early rejection's middle stage (option delayed="early:K"): the survivors of its first stage forward this many
+#: times its rows before the rest (the top of the same ranking, so the sets nest) and meet the bound again.
+#: Measured on AntiBERTy infilling (bench/RESULTS.md, "Exact early rejection"): see docs/delayed.md.
+EARLY_WIDEN = 4
+
 
 @dataclass
 class DelayedAcceptance:
@@ -64,6 +79,12 @@ class DelayedAcceptance:
     #: option delayed="influence:K": the window's positions ranked by influence in burn-in, then frozen
     #: (:mod:`.influence`; until then the distance window)
     influence: InfluenceWindows | None = None
+    #: option delayed="early:K": exact early rejection (:func:`first_stage`'s bound with the MH test's own uniform)
+    #: instead of a surrogate: stage 1 rejects only proposals exact MH rejects, and stage 2 is exact MH's test
+    early: bool = False
+    #: early rejection's middle stage: the survivors of stage 1 forward ``widen`` times its rows (the top of the
+    #: same ranking) and meet the bound again before the rest; 1: no middle stage
+    widen: int = 1
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
@@ -89,14 +110,16 @@ class Screened(NamedTuple):
     survivors_host: torch.Tensor  #: CPU Long[s] the same
     forwarded: torch.Tensor  #: Long[f] the misses whose other rows were forwarded (device)
     forwarded_host: torch.Tensor  #: CPU Long[f] the same
-    window_rows: SiteRows  #: the misses' window rows (numbered by miss)
+    window_rows: SiteRows  #: the misses' window rows (numbered by miss; with early rejection's middle stage's)
     outer_rows: SiteRows  #: the forwarded misses' other rows (numbered by ``forwarded``)
+    window: Window  #: the windows as forwarded (early rejection's middle stage widens its candidates')
 
 
-def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: InfluenceWindows | None = None
-              ) -> Window:
+def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: InfluenceWindows | None = None,
+              widen: int = 1) -> Window:
     """The window of each proposal: positions within ``k`` of ``proposal.pos``, or ``influence``'s frozen sets
-    (as many energy positions) once it has them (one host read: its row counts).
+    (as many energy positions) once it has them (one host read: its row counts). ``widen``: ``widen`` times as
+    many (within ``widen k``, or the top of the same ranking: the windows nest).
 
     Example:
         >>> from types import SimpleNamespace
@@ -109,9 +132,9 @@ def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: Infl
     T = state.tokens.shape[1]
     at = torch.arange(T, device=state.tokens.device)
     if influence is not None and influence.sets is not None:
-        near = influence.near(state, proposal)
+        near = influence.near(state, proposal, widen)
     else:
-        near = (at[None, :] - proposal.pos[:, None]).abs() <= k
+        near = (at[None, :] - proposal.pos[:, None]).abs() <= widen * k
     inner = state.energy_mask.index_select(0, proposal.ch) & near
     inner.scatter_(1, proposal.pos[:, None], False)
     return Window(near, inner, inner.sum(1).cpu())
@@ -171,21 +194,67 @@ def outer_terms(ctx: StepContext, state: ChainState, tested: TestedSites, window
 
 
 def first_stage(ctx: StepContext, state: ChainState, proposal: SiteProposal, surrogate_target: torch.Tensor, *,
-                beta: Any, epoch: int, step: int) -> torch.Tensor:
+                beta: Any, epoch: int, step: int, early: bool = False) -> torch.Tensor:
     """Stage 1's test, Bool[n]: ``log u < beta (E(X) - E~(X')) + log q(X | X') - log q(X' | X)``, as
     ``mh_accept_`` computes it (float32; NaN rejects). E(X) - E~(X') = E~_i(X) - E~_i(X'): the state's terms
-    outside the window are those of both sides."""
+    outside the window are those of both sides.
+
+    ``early`` (early rejection): E~(X') is a lower bound of E(X') and u is the uniform exact MH's test of this
+    step draws (stream ``ACCEPT``, the same counters), so ``False`` means exact MH rejects: its log-ratio is at
+    most this one (beta >= 0). The test keeps a margin of 1e-4 (relative, 1e-4 absolute at least) so that
+    rounding (the fused op's float32 arithmetic, a device's log) never rejects a proposal the op would accept;
+    the margin only lets a few more proposals forward their rows."""
     ch = proposal.ch
     energy = state.target.index_select(0, ch)
     log_alpha = (beta_rows(beta, ch, state.tokens.device) * (energy - surrogate_target)
                  + proposal.logq_reverse - proposal.logq_forward)
-    u = rng.uniforms_from_keys(state.rng_keys.index_select(0, ch), epoch, step, rng.DELAYED_FIRST,
-                               op=ctx.backend.counter_uniforms)
+    u = rng.uniforms_from_keys(state.rng_keys.index_select(0, ch), epoch, step,
+                               rng.ACCEPT if early else rng.DELAYED_FIRST, op=ctx.backend.counter_uniforms)
+    if early:
+        log_alpha = log_alpha + 1e-4 * (1 + log_alpha.abs())
     return torch.log(u) < log_alpha
+
+
+def _joined(a: SiteRows, b: SiteRows) -> SiteRows:
+    """Two sets of rows with the same numbering as one (their outputs in order)."""
+    return SiteRows(torch.cat([a.seq, b.seq]), torch.cat([a.q, b.q]), [*a.outputs, *b.outputs])
+
+
+def middle_stage(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, wide: Window,
+                 raw: torch.Tensor, local: torch.Tensor, rows: SiteRows, which: torch.Tensor, which_host: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, SiteRows, Window]:
+    """Early rejection's middle stage for the misses ``which`` (indices into the misses, whose window terms are
+    ``raw``/``local`` and window rows ``rows``): their rows in ``wide`` but not in ``window`` forwarded.
+    Returns the misses' terms and rows with those added, and ``window`` with ``which``'s windows widened."""
+    p = tested.proposal
+    ch = p.ch.index_select(0, which)
+    new_rows = wide.inner.index_select(0, which) & ~window.near.index_select(0, which)
+    num_rows = int(wide.rows_host.index_select(0, which_host).sum() - window.rows_host.index_select(0, which_host).sum())
+    if num_rows:
+        _, raw2, local2, mid = model_terms(
+            ctx, state, chains=ch, chains_host=tested.chains_host.index_select(0, which_host),
+            pos=p.pos.index_select(0, which), proposed=p.proposed.index_select(0, which),
+            known_logits=tested.known_logits.index_select(0, which), num_rows=num_rows,
+            energy_mask=_rows_mask(state, ch, new_rows))
+        raw = raw.index_copy(0, which, torch.where(new_rows, raw2, raw.index_select(0, which)))
+        local = local.index_copy(0, which, torch.where(new_rows, local2, local.index_select(0, which)))
+        rows = _joined(rows, SiteRows(which.index_select(0, mid.seq), mid.q, mid.outputs))
+    window = Window(window.near.index_copy(0, which, wide.near.index_select(0, which)),
+                    window.inner.index_copy(0, which, wide.inner.index_select(0, which)),
+                    window.rows_host.index_copy(0, which_host, wide.rows_host.index_select(0, which_host)))
+    return raw, local, rows, window
 
 
 def _with_extra(target: torch.Tensor, extra: ExtraTerms | None, part: slice) -> torch.Tensor:
     return target if extra is None else target + extra.weighted[part]
+
+
+def _lower_bound(state: ChainState, raw: torch.Tensor, local: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
+    """Early rejection's bound of E(X'): the terms of X' at ``near`` (the forwarded rows and the proposed
+    position) and 0 for every other (a local term -log p is >= 0; options.py refuses early rejection with the raw
+    energy, whose logits have no bound)."""
+    zero = torch.zeros((), dtype=raw.dtype, device=raw.device)
+    return _energy(state, torch.where(near, raw, zero), torch.where(near, local, zero))
 
 
 def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> torch.Tensor:
@@ -195,39 +264,99 @@ def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> tor
 
 
 def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
-                extra: ExtraTerms | None, user: torch.Tensor | None, *, beta: Any, epoch: int, step: int
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                extra: ExtraTerms | None, user: torch.Tensor | None, *, beta: Any, epoch: int, step: int,
+                early: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1 of the memo's hits (the last ``tested.picked.hits``) from their remembered full terms, read once
-    this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``."""
+    this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``.
+    ``early``: the bound is the exact energy (all terms known), so stage 1 is exact MH's test."""
     m = tested.picked.misses
     p = SiteProposal(*(v[m:] for v in tested.proposal))
     raw, local = memo.terms(tested.picked.index[m:])
     near = window.near[m:]
     if user is not None:
         surrogate = _user_energy(state, p.ch, user[m:])
+    elif early:  # (a partial entry's unknown terms are NaN: 0 in the bound)
+        surrogate = _energy(state, raw.nan_to_num(nan=0.0), local.nan_to_num(nan=0.0))
     else:
         surrogate = _energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
                             torch.where(near, local, state.local_terms.index_select(0, p.ch)))
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
-                         epoch=epoch, step=step)
+                         epoch=epoch, step=step, early=early)
+    if early and complete_partial(ctx, state, tested, memo, passed):  # (their full terms now remembered)
+        raw, local = memo.terms(tested.picked.index[m:])
     return surrogate, passed, raw, local
 
 
+def complete_partial(ctx: StepContext, state: ChainState, tested: TestedSites, memo: Any,
+                     which: torch.Tensor | None = None) -> bool:
+    """Early rejection remembers the misses it stopped with partial terms (NaN where no row was forwarded): the
+    hits of this step on such entries (those of ``which`` Bool[hits], default all) forward their missing rows
+    now, and their entries get the full terms and rows. Whether any did (one host read)."""
+    m, h = tested.picked.misses, tested.picked.hits
+    if h == 0:
+        return False
+    index = tested.picked.index[m:]
+    raw, local = memo.terms(index)
+    missing = local.isnan() | raw.isnan()
+    partial = missing.any(1) if which is None else missing.any(1) & which
+    idx, idx_host = changed_chains(partial)
+    if idx_host.shape[0] == 0:
+        return False
+    p, at = tested.proposal, idx + m
+    ch, pos, missing = p.ch.index_select(0, at), p.pos.index_select(0, at), missing.index_select(0, idx)
+    # the term at this hit's own position comes from its cached row (the entry's first proposer may have changed
+    # another position, so it need not know this one), the other missing ones from forwarded rows
+    rows_at = missing.scatter(1, pos[:, None], False)
+    _, raw2, local2, rows = model_terms(
+        ctx, state, chains=ch, chains_host=tested.chains_host.index_select(0, idx_host + m), pos=pos,
+        proposed=p.proposed.index_select(0, at), known_logits=ctx.runner.to_logits(state.cache[ch, pos]),
+        num_rows=int(rows_at.sum()), energy_mask=_rows_mask(state, ch, rows_at))
+    sel = index.index_select(0, idx)
+    memo.complete(sel, torch.where(missing, raw2, raw.index_select(0, idx)),
+                  torch.where(missing, local2, local.index_select(0, idx)))
+    # the entry's rows: the forwarded ones, and this hit's cached row at its position (X' and X agree off it, so
+    # it is X''s; the entry's row there may be its first proposer's X's, which is not)
+    own = SiteRows(torch.arange(ch.shape[0], device=ch.device), pos, [state.cache[ch, pos]])
+    memo.keep_rows(sel, None, _joined(rows, own) if rows.seq.numel() else own)
+    return True
+
+
 def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
-           extra: ExtraTerms | None, user: torch.Tensor | None = None, *, beta: Any, epoch: int, step: int
-           ) -> Screened:
+           extra: ExtraTerms | None, user: torch.Tensor | None = None, *, beta: Any, epoch: int, step: int,
+           early: bool = False, wide: Window | None = None) -> Screened:
     """Stage 1 of every tested proposal, with the memo supplying numbers only: the misses forward their window,
     the survivors (and the misses a hit of this step reads) their other rows, whose full terms are stored; then
     the hits are screened from their remembered terms. One host read (two with hits). ``user``: f32[n] a user
-    surrogate's dE~ of every tested proposal (the window is then 0: no rows in stage 1)."""
+    surrogate's dE~ of every tested proposal (the window is then 0: no rows in stage 1). ``early``: early
+    rejection (:func:`first_stage`; the misses' bound is :func:`_lower_bound` of their window); ``wide``: its
+    middle stage's windows (:func:`middle_stage`; one host read more)."""
     picked, p = tested.picked, tested.proposal
     m, h = picked.misses, picked.hits
     raw, local, window_rows = window_terms(ctx, state, tested, window)
-    keep_miss_rows(state, tested, window_rows, memo)  # (as far as forwarded: whole for the ones stored below)
-    surrogate = _energy(state, raw, local) if user is None else _user_energy(state, p.ch[:m], user[:m])
+    if user is not None:
+        surrogate = _user_energy(state, p.ch[:m], user[:m])
+    elif early:
+        surrogate = _lower_bound(state, raw, local, window.near if h == 0 else window.near[:m])
+    else:
+        surrogate = _energy(state, raw, local)
     passed = (first_stage(ctx, state, _head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
-                          epoch=epoch, step=step) if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
+                          epoch=epoch, step=step, early=early)
+              if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
     needed = memo.read_by_hits(picked) if h else None  # misses whose entry a hit of this same step reads
+    if wide is not None and m:  # early rejection's middle stage: the candidates forward more rows, bound again
+        which, which_host = changed_chains(passed if needed is None else passed | needed)
+        if which_host.shape[0]:
+            raw, local, window_rows, window = middle_stage(ctx, state, tested, window, wide, raw, local, window_rows,
+                                                           which, which_host)
+            bound = _lower_bound(state, raw.index_select(0, which), local.index_select(0, which),
+                                 window.near.index_select(0, which))
+            surrogate = surrogate.index_copy(0, which, bound)
+            if extra is not None:
+                bound = bound + extra.weighted.index_select(0, which)
+            again = first_stage(ctx, state, SiteProposal(*(v.index_select(0, which) for v in p)), bound, beta=beta,
+                                epoch=epoch, step=step, early=True)
+            passed = passed.index_copy(0, which, passed.index_select(0, which) & again)
+    keep_miss_rows(state, tested, window_rows, memo)  # (as far as forwarded: whole for the ones stored below)
     fwd, fwd_host = changed_chains(passed if needed is None else passed | needed)
     outer_rows = _empty_rows(p.ch)
     if fwd_host.shape[0]:
@@ -236,14 +365,19 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
         memo.store(stored, raw_f, local_f, fwd_host.shape[0])  # full terms only
         memo.keep_rows(stored, None, outer_rows)
         raw, local = raw.index_copy(0, fwd, raw_f), local.index_copy(0, fwd, local_f)
+    if early and m:  # the misses stopped early: their partial terms (the entries the store above left reserved)
+        sel = picked.index if h == 0 else picked.index[:m]
+        near = window.near if h == 0 else window.near[:m]
+        unknown = state.energy_mask.index_select(0, p.ch if h == 0 else p.ch[:m]) & ~near
+        memo.store(sel, raw.masked_fill(unknown, float("nan")), local.masked_fill(unknown, float("nan")), m)
     if h == 0:  # no hits: the survivors are the forwarded misses (no second host read)
-        return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows)
+        return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows, window)
     sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, user, beta=beta,
-                                                  epoch=epoch, step=step)
+                                                  epoch=epoch, step=step, early=early)
     passed = torch.cat([passed, passed_h])
     survivors, survivors_host = changed_chains(passed)
     return Screened(torch.cat([surrogate, sur_h]), torch.cat([raw, raw_h]), torch.cat([local, local_h]), passed,
-                    survivors, survivors_host, fwd, fwd_host, window_rows, outer_rows)
+                    survivors, survivors_host, fwd, fwd_host, window_rows, outer_rows, window)
 
 
 def _renumbered(rows: SiteRows, owner: torch.Tensor | None, passed: torch.Tensor, renumber: torch.Tensor
@@ -276,26 +410,33 @@ def survivor_rows(sc: Screened, no_hits: bool) -> SiteRows:
 
 
 def second_stage(ctx: StepContext, state: ChainState, tested: TestedSites, sc: Screened, extra: ExtraTerms | None,
-                 *, beta: Any, epoch: int, step: int) -> tuple[ChainState, torch.Tensor]:
+                 *, beta: Any, epoch: int, step: int, early: bool = False) -> tuple[ChainState, torch.Tensor]:
     """Stage 2 of the survivors through the fused commit op: ``(state, taken Bool[s])``. The op is given the
     target energy of X' shifted so that its test is ``min(1, exp(-beta (dE - dE~)))``, and equal forward and
-    reverse proposal terms."""
+    reverse proposal terms. ``early`` (early rejection): exact MH's own test instead, the same op call as the
+    plain step's (the exact target of X', its proposal terms, stream ``ACCEPT``)."""
     p, surv = tested.proposal, sc.survivors
     ch = p.ch.index_select(0, surv)
     raw, local = sc.raw.index_select(0, surv), sc.local.index_select(0, surv)
     e_raw, e_local = sum_terms(raw), sum_terms(local)
     exact_model = e_raw if state.energy == "raw" else e_local
-    # the op tests beta (E(X) - target'): target' = E(X) + (dE - dE~) makes it stage 2's test (the extra terms,
-    # exact in both stages, cancel); equal proposal terms cancel the Hastings ratio stage 1 already applied
-    shifted = state.target.index_select(0, ch) + (exact_model - sc.surrogate.index_select(0, surv))
+    extra_s = None if extra is None else ExtraTerms(*(v.index_select(0, surv) for v in extra))
     logq = p.logq_forward.index_select(0, surv)
+    if early:  # (the target as score_sites makes it: the model energy, then the extra terms added)
+        target = exact_model if extra_s is None else exact_model + extra_s.weighted
+        logq_reverse, stream = p.logq_reverse.index_select(0, surv), rng.ACCEPT
+    else:
+        # the op tests beta (E(X) - target'): target' = E(X) + (dE - dE~) makes it stage 2's test (the extra terms,
+        # exact in both stages, cancel); equal proposal terms cancel the Hastings ratio stage 1 already applied
+        target = state.target.index_select(0, ch) + (exact_model - sc.surrogate.index_select(0, surv))
+        logq_reverse, stream = logq, rng.DELAYED_SECOND
     proposal = SiteProposal(ch=ch, pos=p.pos.index_select(0, surv), proposed=p.proposed.index_select(0, surv),
-                            logq_forward=logq, logq_reverse=logq)
-    terms = SiteTerms(raw=raw, local=local, e_raw=e_raw, e_local=e_local, target=shifted)
+                            logq_forward=logq, logq_reverse=logq_reverse)
+    terms = SiteTerms(raw=raw, local=local, e_raw=e_raw, e_local=e_local, target=target)
     new, taken = commit(ctx, state, proposal, terms, survivor_rows(sc, tested.picked.hits == 0), beta=beta,
-                        epoch=epoch, step=step, stream=rng.DELAYED_SECOND)
-    if extra is not None:
-        new = with_extra(new, state, ch, taken, ExtraTerms(*(v.index_select(0, surv) for v in extra)))
+                        epoch=epoch, step=step, stream=stream)
+    if extra_s is not None:
+        new = with_extra(new, state, ch, taken, extra_s)
     return new, taken
 
 
@@ -330,8 +471,8 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     numbers, never the kernel). ``beta`` is passed on as given (a number or a tensor [M]); not None
     (forced-accept epochs take the plain step: nothing to test)."""
     influence = da.influence
-    if influence is not None and influence.sets is None and not influence.learning(epoch):
-        influence.freeze(state)  # (burn-in is over: from now on each position's window is a fixed set)
+    if influence is not None:  # (influence: burn-in is over, so each position's window becomes a fixed set;
+        influence.update(state, epoch)  # early rejection: re-ranked each epoch, which never changes a decision)
     window = window_of(state, tested.proposal, da.window, influence)
     extra = None
     if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
@@ -340,19 +481,21 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     if da.surrogate is not None:  # a user's surrogate: its dE~ of every tested proposal, checked
         user = surrogate_delta(da.surrogate, state.tokens.index_select(0, tested.proposal.ch),
                                proposed_sequences(state, tested.proposal), tested.proposal.pos)
-    sc = screen(ctx, state, tested, window, memo, extra, user, beta=beta, epoch=epoch, step=step)
+    wide = window_of(state, tested.proposal, da.window, influence, da.widen) if da.widen > 1 else None
+    sc = screen(ctx, state, tested, window, memo, extra, user, beta=beta, epoch=epoch, step=step, early=da.early,
+                wide=wide)
     if influence is not None and influence.learning(epoch):  # the forwarded misses' exact terms: what i moved
         fwd = sc.forwarded
         influence.observe(state, SiteProposal(*(v.index_select(0, fwd) for v in tested.proposal)),
                           sc.raw.index_select(0, fwd), sc.local.index_select(0, fwd))
     accepted = torch.zeros_like(sc.passed)
     if sc.survivors_host.shape[0]:
-        new, taken = second_stage(ctx, state, tested, sc, extra, beta=beta, epoch=epoch, step=step)
+        new, taken = second_stage(ctx, state, tested, sc, extra, beta=beta, epoch=epoch, step=step, early=da.early)
         accepted = accepted.index_copy(0, sc.survivors, taken)
         state = new
     h = tested.picked.hits
     if h:  # an accepted remembered X' needs its rows in the cache: from the memo, or forwarded now
         memo.hits += h
         refresh_remembered_rows(ctx, state, tested, accepted, memo)
-    _count(da, state, tested, window, sc, accepted)
+    _count(da, state, tested, sc.window, sc, accepted)
     return state, accepted

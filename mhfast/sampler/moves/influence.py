@@ -32,31 +32,55 @@ from ..state import ChainState
 
 class InfluenceWindows:
     """The influence-ranked windows of a run: burn-in's sums, then the frozen sets (Bool[G, T, T]: row i of input
-    g = the positions forwarded in stage 1 for a proposal at i, i itself excluded)."""
+    g = the positions forwarded in stage 1 for a proposal at i, i itself excluded).
 
-    def __init__(self, k: int, learn_until: int):
+    ``learn_until=None`` (early rejection, option ``delayed="early:K"``): the sums grow for the whole run and the
+    sets are re-ranked at the start of every epoch (:meth:`update`). Early rejection's kernel is plain MH whatever
+    the sets are (they change which rows are forwarded first, never a decision), so nothing needs freezing there.
+    ``by_value``: rank by the mean term of X' itself instead of its change (what early rejection's bound leaves
+    out is the sum of X''s terms outside the set, so the set should hold the largest)."""
+
+    def __init__(self, k: int, learn_until: int | None, by_value: bool = False):
         self.k, self.learn_until = k, learn_until  #: K, and the first epoch that uses the frozen sets (burn-in)
+        self.by_value = by_value
         self.sums: torch.Tensor | None = None  #: f32[G, T, T] sum of |term change| per (input, proposed, j)
         self.counts: torch.Tensor | None = None  #: f32[G, T] proposals observed per (input, proposed)
         self.sets: torch.Tensor | None = None  #: Bool[G, T, T] once frozen
+        self.rank: torch.Tensor | None = None  #: Long[G, T, T] each position's rank at (input, proposed) once ranked
+        self.size: torch.Tensor | None = None  #: Long[G, T, 1] the rows of ``sets`` at (input, proposed)
+        self.ranked_at: int | None = None  #: (learn_until None) the epoch the sets were last ranked at
 
     def learning(self, epoch: int) -> bool:
-        """Whether ``epoch`` is still burn-in (the sets not frozen yet)."""
-        return self.sets is None and epoch < self.learn_until
+        """Whether ``epoch`` still learns (burn-in, or the whole run with ``learn_until=None``)."""
+        return self.learn_until is None or (self.sets is None and epoch < self.learn_until)
+
+    def update(self, state: ChainState, epoch: int) -> None:
+        """At a step of ``epoch``: freezes the sets once burn-in is over, or (``learn_until=None``) re-ranks them at
+        the first step of each epoch from everything observed so far (one argsort of [G, T, T]: no host sync)."""
+        if self.learn_until is None:
+            if self.ranked_at != epoch and self.sums is not None:
+                self._rank(state)
+                self.ranked_at = epoch
+        elif self.sets is None and not self.learning(epoch):
+            self.freeze(state)
 
     def observe(self, state: ChainState, proposal: SiteProposal, new_raw: torch.Tensor, new_local: torch.Tensor
                 ) -> None:
         """Adds the exact term changes of proposals (``proposal``'s rows; X' terms ``new_raw``/``new_local``
-        f32[n, T], of the run's energy) to the sums of their (input, position)."""
+        f32[n, T], of the run's energy) to the sums of their (input, position); ``by_value``: the terms of X'."""
         if proposal.ch.numel() == 0:
             return
         G, T = int(state.inputs.max()) + 1, state.tokens.shape[1]
         if self.sums is None:
             self.sums = torch.zeros(G, T, T, device=state.tokens.device)
             self.counts = torch.zeros(G, T, device=state.tokens.device)
-        old = (state.raw_terms if state.energy == "raw" else state.local_terms).index_select(0, proposal.ch)
         new = new_raw if state.energy == "raw" else new_local
-        change = (new.float() - old.float()).abs() * state.energy_mask.index_select(0, proposal.ch)
+        if self.by_value:  # (a term of X' may be inf: p = 0; capped so that the mean stays a rank)
+            change = new.float().abs().nan_to_num(posinf=1e30)
+        else:
+            old = (state.raw_terms if state.energy == "raw" else state.local_terms).index_select(0, proposal.ch)
+            change = (new.float() - old.float()).abs()
+        change = change * state.energy_mask.index_select(0, proposal.ch)
         at = state.inputs.index_select(0, proposal.ch) * T + proposal.pos
         self.sums.view(G * T, T).index_add_(0, at, change)
         self.counts.view(G * T).index_add_(0, at, torch.ones_like(at, dtype=self.counts.dtype))
@@ -64,6 +88,11 @@ class InfluenceWindows:
     def freeze(self, state: ChainState) -> None:
         """Ranks and freezes the sets: at each (input g, position i) the ``r`` energy positions j != i of highest
         mean change, ``r`` = the energy positions within K of i but i (the distance window's rows)."""
+        self._rank(state)
+        self.sums = self.counts = None
+
+    def _rank(self, state: ChainState) -> None:
+        """The sets from the sums so far (kept)."""
         T, dev = state.tokens.shape[1], state.tokens.device
         G = self.sums.shape[0] if self.sums is not None else int(state.inputs.max()) + 1
         energy = torch.zeros(G, T, dtype=torch.bool, device=dev).index_copy_(0, state.inputs, state.energy_mask)
@@ -75,20 +104,35 @@ class InfluenceWindows:
         score = mean.double() - dist.double() * 1e-9  # ties (and positions never proposed at: all 0): the nearest
         score = score.masked_fill(~(energy[:, None, :] & (dist > 0)[None]), -float("inf"))
         rank = score.argsort(dim=2, descending=True).argsort(dim=2)
-        self.sets = rank < window.sum(2, keepdim=True)
-        self.sums = self.counts = None
+        # (kept for widened sets: int16 where T allows, so B T^2 ranks take a quarter of int64's memory)
+        self.rank = rank.to(torch.int16 if T < 2**15 else torch.int32)
+        self.size = window.sum(2, keepdim=True)  # [G, T, 1]: the distance window's rows at each position
+        self.sets = self.rank < self.size
 
-    def near(self, state: ChainState, proposal: SiteProposal) -> torch.Tensor:
-        """Bool[n, T]: each proposal's frozen set with its own position (the ``near`` of a window)."""
-        sets = self.sets[state.inputs.index_select(0, proposal.ch), proposal.pos]
+    def near(self, state: ChainState, proposal: SiteProposal, widen: int = 1) -> torch.Tensor:
+        """Bool[n, T]: each proposal's frozen set with its own position (the ``near`` of a window); ``widen``:
+        the top ``widen`` times as many positions of the same ranking (so the sets nest)."""
+        at = (state.inputs.index_select(0, proposal.ch), proposal.pos)
+        sets = self.sets[at] if widen == 1 else self.rank[at] < widen * self.size[at]
         return sets.scatter(1, proposal.pos[:, None], True)
 
 
 def influence_ranked(delayed: Any) -> bool:
-    """Whether option ``delayed`` is ``"influence:K"`` (the window's positions ranked by influence in burn-in).
+    """Whether option ``delayed`` ranks its stage-1 positions: ``"influence:K"`` (by influence in burn-in) or
+    ``"early:K"`` (early rejection: by the terms of X', all run long).
 
     Example:
-        >>> influence_ranked("influence:2"), influence_ranked("window:2"), influence_ranked(None)
+        >>> [influence_ranked(d) for d in ("influence:2", "early:2", "window:2", None)]
+        [True, True, False, False]
+    """
+    return isinstance(delayed, str) and delayed.startswith(("influence:", "early:"))
+
+
+def early_rejection(delayed: Any) -> bool:
+    """Whether option ``delayed`` is ``"early:K"``: exact early rejection (:mod:`.delayed`), not a surrogate.
+
+    Example:
+        >>> early_rejection("early:2"), early_rejection("influence:2"), early_rejection(len)
         (True, False, False)
     """
-    return isinstance(delayed, str) and delayed.startswith("influence:")
+    return isinstance(delayed, str) and delayed.startswith("early:")
