@@ -11,7 +11,8 @@ of the state and each position's two-stage kernel stays reversible with respect 
 tempering ladder is tuned in burn-in the same way). A position never proposed at in burn-in (or a run without
 burn-in) keeps the distance window; ties go to the nearest.
 
-Memory: ``B T^2`` floats for B inputs of T tokens (the sums of burn-in).
+Memory: ``B T^2`` floats for B inputs of T tokens (the sums of burn-in; early rejection keeps them all run),
+and as many int16 ranks once ranked.
 
 Example:
     >>> import mhfast
@@ -46,7 +47,7 @@ class InfluenceWindows:
         self.sums: torch.Tensor | None = None  #: f32[G, T, T] sum of |term change| per (input, proposed, j)
         self.counts: torch.Tensor | None = None  #: f32[G, T] proposals observed per (input, proposed)
         self.sets: torch.Tensor | None = None  #: Bool[G, T, T] once frozen
-        self.rank: torch.Tensor | None = None  #: Long[G, T, T] each position's rank at (input, proposed) once ranked
+        self.rank: torch.Tensor | None = None  #: int16/32 [G, T, T] each position's rank at (input, proposed)
         self.size: torch.Tensor | None = None  #: Long[G, T, 1] the rows of ``sets`` at (input, proposed)
         self.ranked_at: int | None = None  #: (learn_until None) the epoch the sets were last ranked at
 
