@@ -45,7 +45,8 @@ def timed_run(case: dict, sweeps: int, burn_in: int, seed: int, tempering, captu
                       tempering=tempering, capture=capture, progress=lambda e, s: rows.append(int(s["model_rows"])))
     sync(case["model"])  # the wall time of a device's run ends when its work does
     wall = time.perf_counter() - wall
-    raw = {"tempering": tempering, "seed": seed, "wall": wall, "capture": capture, "rows": rows, "sweeps": sweeps, "burn_in": burn_in,
+    raw = {"tempering": tempering, "seed": seed, "wall": wall, "capture": capture, "rows": rows, "sweeps": sweeps,
+           "burn_in": burn_in,
            "traces": r.traces.cpu(), "trace_epochs": r.trace_epochs.cpu(), "trace_names": list(r.trace_names),
            "novel_rate": r.novel_rate.cpu()}
     if r.ladder is not None:
@@ -88,7 +89,8 @@ def main() -> int:
     ap.add_argument("--rungs", type=int, default=8)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--capture", default="none", choices=["none", "static", "cuda-graph"],
-                    help="the sampler's capture option for both samplers (cuda-graph: the steps replayed as CUDA graphs)")
+                    help="the sampler's capture option for both samplers (cuda-graph: the steps replayed as CUDA "
+                    "graphs)")
     ap.add_argument("--json", type=Path, default=None, help="also write the runs' figures here")
     ap.add_argument("--traces", type=Path, default=None,
                     help="also save the runs' traces here (torch.save), for --from-traces where arviz-stats is")

@@ -480,8 +480,8 @@ SPEC: tuple[Option, ...] = (
            "model rows); only the target's replicas are samples. K: a geometric ladder tuned during burn-in (equal "
            "swap rejection between neighbours; hot end raised while the hottest replica does not mix), fixed after "
            "it; a list of temperatures (CLI: 1,2,4,8): used as given. Costs K times the rows per sweep; for chains "
-           "stuck in separate modes. mh and block-mh, anneal 0; with capture (sampler mh) the rungs ride in the captured "
-           "step (mhfast.sampler.tempering)", "-",
+           "stuck in separate modes. mh and block-mh, anneal 0; with capture (sampler mh) the rungs ride in the "
+           "captured step (mhfast.sampler.tempering)", "-",
            "ladder", metavar="K|T1,T2,..."),
     Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs (N <= epochs; mh, "
            "block-mh)", "App. F", "int"),

@@ -252,11 +252,11 @@ def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
     on a shorter input (the same chains as delayed=None)."""
     from test_sampler_exact import tiny_bert
 
-    import mhfast.sampler.kernels.mh as mh_kernel
+    import mhfast.sampler.moves.delayed as delayed_move
 
     ranked = []  # the K of every influence ranking a kernel builds (tiny_bert's chains cannot tell the windows apart)
-    real = mh_kernel.InfluenceWindows
-    monkeypatch.setattr(mh_kernel, "InfluenceWindows",
+    real = delayed_move.InfluenceWindows
+    monkeypatch.setattr(delayed_move, "InfluenceWindows",
                         lambda k, until, **kw: ranked.append(k) or real(k, until, **kw))
     model = tiny_bert()
     kw = dict(length=10, chains=3, epochs=3, seed=4, energy="local")

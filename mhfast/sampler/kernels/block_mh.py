@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..moves.block import block_move
-from ..moves.delayed import DelayedAcceptance
+from ..moves.delayed import DelayedAcceptance, delayed_acceptance
 from ..schedules import (BlockSizeRuns, BlockStep, Epoch, block_step_plan, epoch_order, oversized_block,
                          steps_per_epoch, uses_single_site)
 from ..state import ChainState, rescore
@@ -54,7 +54,7 @@ class BlockMH:
         self._plans: list[BlockStep] = []
         self._plans_for: torch.Tensor | None = None  # the block sizes ``_plans`` were made for
         #: option delayed resolved (None: off); block Gibbs accepts every proposal, so it has none
-        self.delayed = DelayedAcceptance(ctx.delayed_window) if ctx.delayed_window is not None else None
+        self.delayed: DelayedAcceptance | None = delayed_acceptance(ctx)
 
     def init(self, state: ChainState) -> ChainState:
         cfg = self.ctx.config

@@ -28,9 +28,7 @@ import torch
 
 from ..graphed import StaticSiteSteps
 from ..memo import NO_MEMO, NoMemo, ProposalMemo, chain_groups
-from ..moves.delayed import EARLY_WIDEN, DelayedAcceptance, complete_partial, delayed_commit
-from ..moves.influence import InfluenceWindows, early_rejection, influence_ranked
-from ..moves.user_surrogate import user_surrogate
+from ..moves.delayed import DelayedAcceptance, complete_partial, delayed_acceptance, delayed_commit
 from ..moves.site_commit import commit_sites, refresh_remembered_rows
 from ..moves.site_propose import propose_sites
 from ..moves.site_score import score_sites, tested_sites
@@ -54,15 +52,7 @@ class SingleSiteMH:
         self._static: StaticSiteSteps | None = None  # capture="static"/"cuda-graph": the static-shape steps
         self.memo: ProposalMemo | NoMemo = NO_MEMO  # the evaluated proposals per input (ctx.memo_slots > 0)
         #: option delayed resolved (capture none: options.py checks it; the memo supplies it numbers); None: off
-        # (early rejection ranks its rows by the terms of X' all run long: its kernel is plain MH's whatever it
-        # forwards first, so nothing is frozen; influence:K ranks by the change in burn-in, then freezes)
-        early = early_rejection(ctx.delayed)
-        self.delayed = (DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed),
-                                          InfluenceWindows(ctx.delayed_window, None if early else ctx.config.burn_in,
-                                                           by_value=early)
-                                          if influence_ranked(ctx.delayed) else None, early=early,
-                                          widen=EARLY_WIDEN if early else 1)
-                        if ctx.delayed_window is not None else None)
+        self.delayed: DelayedAcceptance | None = delayed_acceptance(ctx)
 
     def init(self, state: ChainState) -> ChainState:
         self._active = active_chains(state.num_free_host, state.tokens.device)

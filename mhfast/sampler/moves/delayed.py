@@ -56,11 +56,11 @@ from ..state import ChainState
 from ..step import StepContext
 from .accept import beta_rows
 from .changed import changed_chains
-from .influence import InfluenceWindows
+from .influence import InfluenceWindows, early_rejection, influence_ranked
 from .site_commit import commit, refresh_remembered_rows, with_extra
 from .site_score import extra_terms, keep_miss_rows, model_terms
 from .site_types import ExtraTerms, TestedSites
-from .user_surrogate import surrogate_delta
+from .user_surrogate import surrogate_delta, user_surrogate
 
 #: Early rejection's middle stage (option delayed="early:K"): the survivors of its first stage forward this many
 #: times its rows before the rest (the top of the same ranking, so the sets nest) and meet the bound again.
@@ -89,6 +89,28 @@ class DelayedAcceptance:
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
     rows_saved: int = 0  #: rows the first test's rejections did not forward (a remembered proposal forwards none)
+
+
+def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
+    """The run's :class:`DelayedAcceptance` for option ``delayed`` as resolved in ``ctx`` (None: off): the window,
+    a user's surrogate, the ranking of ``influence:K`` (by the change, learnt in burn-in, then frozen) or of
+    ``early:K`` (by the terms of X', all run long: early rejection's kernel is plain MH's whatever it forwards
+    first, so nothing is frozen) and early rejection's middle stage. The samplers' options refuse what a kernel
+    lacks (block MH: window:K only), so every kernel builds it here.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> da = delayed_acceptance(StepContext(SimpleNamespace(burn_in=3), None, None, 0.0, delayed="early:2"))
+        >>> da.window, da.early, da.widen, da.influence.learn_until
+        (2, True, 4, None)
+    """
+    if ctx.delayed_window is None:
+        return None
+    early = early_rejection(ctx.delayed)
+    ranking = (InfluenceWindows(ctx.delayed_window, None if early else ctx.config.burn_in, by_value=early)
+               if influence_ranked(ctx.delayed) else None)
+    return DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed), ranking, early=early,
+                             widen=EARLY_WIDEN if early else 1)
 
 
 class Window(NamedTuple):
@@ -229,7 +251,8 @@ def middle_stage(ctx: StepContext, state: ChainState, tested: TestedSites, windo
     p = tested.proposal
     ch = p.ch.index_select(0, which)
     new_rows = wide.inner.index_select(0, which) & ~window.near.index_select(0, which)
-    num_rows = int(wide.rows_host.index_select(0, which_host).sum() - window.rows_host.index_select(0, which_host).sum())
+    num_rows = int(wide.rows_host.index_select(0, which_host).sum()
+                   - window.rows_host.index_select(0, which_host).sum())
     if num_rows:
         _, raw2, local2, mid = model_terms(
             ctx, state, chains=ch, chains_host=tested.chains_host.index_select(0, which_host),
@@ -282,26 +305,28 @@ def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window
                             torch.where(near, local, state.local_terms.index_select(0, p.ch)))
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
                          epoch=epoch, step=step, early=early)
-    if early and complete_partial(ctx, state, tested, memo, passed):  # (their full terms now remembered)
-        raw, local = memo.terms(tested.picked.index[m:])
+    if early:  # (the partial entries that passed: their missing rows forwarded now, their full terms remembered)
+        raw, local = complete_partial(ctx, state, tested, memo, passed, (raw, local))
     return surrogate, passed, raw, local
 
 
 def complete_partial(ctx: StepContext, state: ChainState, tested: TestedSites, memo: Any,
-                     which: torch.Tensor | None = None) -> bool:
+                     which: torch.Tensor | None = None, terms: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Early rejection remembers the misses it stopped with partial terms (NaN where no row was forwarded): the
     hits of this step on such entries (those of ``which`` Bool[hits], default all) forward their missing rows
-    now, and their entries get the full terms and rows. Whether any did (one host read)."""
+    now, and their entries get the full terms and rows. ``terms``: the hits' remembered ``(raw, local)`` where
+    the caller has read them. Returns the hits' terms with those completed (one host read; none without hits)."""
     m, h = tested.picked.misses, tested.picked.hits
-    if h == 0:
-        return False
     index = tested.picked.index[m:]
-    raw, local = memo.terms(index)
+    raw, local = terms if terms is not None else memo.terms(index)
+    if h == 0:
+        return raw, local
     missing = local.isnan() | raw.isnan()
     partial = missing.any(1) if which is None else missing.any(1) & which
     idx, idx_host = changed_chains(partial)
     if idx_host.shape[0] == 0:
-        return False
+        return raw, local
     p, at = tested.proposal, idx + m
     ch, pos, missing = p.ch.index_select(0, at), p.pos.index_select(0, at), missing.index_select(0, idx)
     # the term at this hit's own position comes from its cached row (the entry's first proposer may have changed
@@ -312,13 +337,14 @@ def complete_partial(ctx: StepContext, state: ChainState, tested: TestedSites, m
         proposed=p.proposed.index_select(0, at), known_logits=ctx.runner.to_logits(state.cache[ch, pos]),
         num_rows=int(rows_at.sum()), energy_mask=_rows_mask(state, ch, rows_at))
     sel = index.index_select(0, idx)
-    memo.complete(sel, torch.where(missing, raw2, raw.index_select(0, idx)),
-                  torch.where(missing, local2, local.index_select(0, idx)))
+    raw_full = torch.where(missing, raw2, raw.index_select(0, idx))
+    local_full = torch.where(missing, local2, local.index_select(0, idx))
+    memo.complete(sel, raw_full, local_full)
     # the entry's rows: the forwarded ones, and this hit's cached row at its position (X' and X agree off it, so
     # it is X''s; the entry's row there may be its first proposer's X's, which is not)
     own = SiteRows(torch.arange(ch.shape[0], device=ch.device), pos, [state.cache[ch, pos]])
-    memo.keep_rows(sel, None, _joined(rows, own) if rows.seq.numel() else own)
-    return True
+    memo.keep_rows(sel, None, _joined(rows, own))
+    return raw.index_copy(0, idx, raw_full), local.index_copy(0, idx, local_full)
 
 
 def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
