@@ -28,7 +28,8 @@ import torch
 
 from ..graphed import StaticSiteSteps
 from ..memo import NO_MEMO, NoMemo, ProposalMemo, chain_groups
-from ..moves.delayed import DelayedAcceptance, complete_partial, delayed_acceptance, delayed_commit
+from ..moves.delayed import DelayedAcceptance, delayed_acceptance, delayed_commit
+from ..moves.early_rejection import complete_partial
 from ..moves.site_commit import commit_sites, refresh_remembered_rows
 from ..moves.site_propose import propose_sites
 from ..moves.site_score import score_sites, tested_sites

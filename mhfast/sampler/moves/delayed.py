@@ -31,9 +31,11 @@ and the uniform is the one exact MH's test of this step draws (stream ``ACCEPT``
 the bound rejects it, that is, only if exact MH rejects it; the survivors meet exact MH's own test. The chains are
 plain MH's, bit for bit; only the rows differ (Solonen et al. 2012's early rejection, for sums of non-negative
 terms). It forwards in three steps: the first ``2K`` rows ranked by the terms of X' (learnt all run long: a
-ranking never changes a decision), then :data:`EARLY_WIDEN` times as many (:func:`middle_stage`), then the rest.
+ranking never changes a decision), then :data:`~.early_rejection.EARLY_WIDEN` times as many (:func:`~.early_rejection.middle_stage`), then the
+rest.
 The memo remembers a stopped proposal with partial terms (NaN where no row was forwarded); a return that the
-bound stops again costs no rows, and one that passes forwards only the missing rows (:func:`complete_partial`).
+bound stops again costs no rows, and one that passes forwards only the missing rows
+(:func:`~.early_rejection.complete_partial`; :mod:`.early_rejection` holds these parts).
 
 Example:
     >>> import mhfast
@@ -56,17 +58,13 @@ from ..state import ChainState
 from ..step import StepContext
 from .accept import beta_rows
 from .changed import changed_chains
+from .early_rejection import EARLY_WIDEN, complete_partial, lower_bound, middle_stage
 from .influence import InfluenceWindows, early_rejection, influence_ranked
 from .site_commit import commit, refresh_remembered_rows, with_extra
-from .site_score import extra_terms, keep_miss_rows, model_terms
+from .site_score import extra_terms, keep_miss_rows
 from .site_types import ExtraTerms, TestedSites
+from .site_windows import Window, empty_rows, head, model_energy, outer_terms, window_of, window_terms
 from .user_surrogate import surrogate_delta, user_surrogate
-
-#: Early rejection's middle stage (option delayed="early:K"): the survivors of its first stage forward this many
-#: times its rows before the rest (the top of the same ranking, so the sets nest) and meet the bound again.
-#: Measured on AntiBERTy infilling (bench/RESULTS.md, "Exact early rejection"): see docs/delayed.md.
-EARLY_WIDEN = 4
-
 
 @dataclass
 class DelayedAcceptance:
@@ -113,14 +111,6 @@ def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
                              widen=EARLY_WIDEN if early else 1)
 
 
-class Window(NamedTuple):
-    """The surrogate's positions of each tested proposal."""
-
-    near: torch.Tensor  #: Bool[n, T] positions within K of the proposed one (itself included)
-    inner: torch.Tensor  #: Bool[n, T] the energy positions of ``near`` but the proposed one: stage 1's rows
-    rows_host: torch.Tensor  #: CPU Long[n] ``inner``'s rows per proposal
-
-
 class Screened(NamedTuple):
     """Stage 1 of the ``n`` tested proposals (the memo's misses first, its hits last), and the terms it left."""
 
@@ -135,84 +125,6 @@ class Screened(NamedTuple):
     window_rows: SiteRows  #: the misses' window rows (numbered by miss; with early rejection's middle stage's)
     outer_rows: SiteRows  #: the forwarded misses' other rows (numbered by ``forwarded``)
     window: Window  #: the windows as forwarded (early rejection's middle stage widens its candidates')
-
-
-def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: InfluenceWindows | None = None,
-              widen: int = 1) -> Window:
-    """The window of each proposal: positions within ``k`` of ``proposal.pos``, or ``influence``'s frozen sets
-    (as many energy positions) once it has them (one host read: its row counts). ``widen``: ``widen`` times as
-    many (within ``widen k``, or the top of the same ranking: the windows nest).
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> s = SimpleNamespace(tokens=torch.zeros(1, 5, dtype=torch.long), energy_mask=torch.ones(1, 5, dtype=bool))
-        >>> p = SiteProposal(torch.tensor([0]), torch.tensor([1]), torch.tensor([3]), torch.zeros(1), torch.zeros(1))
-        >>> w = window_of(s, p, 1)
-        >>> w.near.int().tolist(), w.inner.int().tolist(), w.rows_host.tolist()
-        ([[1, 1, 1, 0, 0]], [[1, 0, 1, 0, 0]], [2])
-    """
-    T = state.tokens.shape[1]
-    at = torch.arange(T, device=state.tokens.device)
-    if influence is not None and influence.sets is not None:
-        near = influence.near(state, proposal, widen)
-    else:
-        near = (at[None, :] - proposal.pos[:, None]).abs() <= widen * k
-    inner = state.energy_mask.index_select(0, proposal.ch) & near
-    inner.scatter_(1, proposal.pos[:, None], False)
-    return Window(near, inner, inner.sum(1).cpu())
-
-
-def _rows_mask(state: ChainState, chains: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """A state-shaped [M, T] energy mask with ``mask`` in the rows ``chains`` (what ``mh_site_rows`` reads)."""
-    return torch.zeros_like(state.energy_mask).index_copy_(0, chains, mask)
-
-
-def _empty_rows(like: torch.Tensor) -> SiteRows:
-    none = like[:0]
-    return SiteRows(none, none, [])
-
-
-def _energy(state: ChainState, raw: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-    """The model energy of term rows, as the run's energy (raw or local)."""
-    return sum_terms(raw) if state.energy == "raw" else sum_terms(local)
-
-
-def _head(p: SiteProposal, m: int, whole: bool) -> SiteProposal:
-    """The first ``m`` proposals (``whole``: all of them, without a slice: each is one more dispatched op)."""
-    return p if whole else SiteProposal(*(v[:m] for v in p))
-
-
-def window_terms(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window
-                 ) -> tuple[torch.Tensor, torch.Tensor, SiteRows]:
-    """Stage 1's terms of the memo's misses (the first ``tested.picked.misses``): the window's rows forwarded, the
-    rest the state's terms: ``(raw f32[m, T], local f32[m, T], rows)``."""
-    m, whole = tested.picked.misses, tested.picked.hits == 0
-    if m == 0:
-        return state.raw_terms[:0], state.local_terms[:0], _empty_rows(tested.proposal.ch)
-    p = _head(tested.proposal, m, whole)
-    inner, rows_host = (window.inner, window.rows_host) if whole else (window.inner[:m], window.rows_host[:m])
-    _, raw, local, rows = model_terms(
-        ctx, state, chains=p.ch, chains_host=tested.chains_host[:m], pos=p.pos, proposed=p.proposed,
-        known_logits=tested.known_logits, num_rows=int(rows_host.sum()), energy_mask=_rows_mask(state, p.ch, inner))
-    return raw, local, rows
-
-
-def outer_terms(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, raw: torch.Tensor,
-                local: torch.Tensor, fwd: torch.Tensor, fwd_host: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, SiteRows]:
-    """The exact terms of the misses ``fwd`` (indices into the misses, whose window terms are ``raw``/``local``):
-    their rows outside the window forwarded, ``(raw f32[f, T], local f32[f, T], rows)``."""
-    p = tested.proposal
-    ch, pos, proposed = p.ch.index_select(0, fwd), p.pos.index_select(0, fwd), p.proposed.index_select(0, fwd)
-    chains_host = tested.chains_host.index_select(0, fwd_host)
-    near = window.near.index_select(0, fwd)
-    outer = state.energy_mask.index_select(0, ch) & ~near
-    num_rows = (int(state.num_energy_host.index_select(0, chains_host).sum()) - fwd_host.shape[0]
-                - int(window.rows_host.index_select(0, fwd_host).sum()))
-    _, raw2, local2, rows = model_terms(ctx, state, chains=ch, chains_host=chains_host, pos=pos, proposed=proposed,
-                                        known_logits=tested.known_logits.index_select(0, fwd), num_rows=num_rows,
-                                        energy_mask=_rows_mask(state, ch, outer))
-    return torch.where(near, raw.index_select(0, fwd), raw2), torch.where(near, local.index_select(0, fwd), local2), rows
 
 
 def first_stage(ctx: StepContext, state: ChainState, proposal: SiteProposal, surrogate_target: torch.Tensor, *,
@@ -237,47 +149,8 @@ def first_stage(ctx: StepContext, state: ChainState, proposal: SiteProposal, sur
     return torch.log(u) < log_alpha
 
 
-def _joined(a: SiteRows, b: SiteRows) -> SiteRows:
-    """Two sets of rows with the same numbering as one (their outputs in order)."""
-    return SiteRows(torch.cat([a.seq, b.seq]), torch.cat([a.q, b.q]), [*a.outputs, *b.outputs])
-
-
-def middle_stage(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, wide: Window,
-                 raw: torch.Tensor, local: torch.Tensor, rows: SiteRows, which: torch.Tensor, which_host: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, SiteRows, Window]:
-    """Early rejection's middle stage for the misses ``which`` (indices into the misses, whose window terms are
-    ``raw``/``local`` and window rows ``rows``): their rows in ``wide`` but not in ``window`` forwarded.
-    Returns the misses' terms and rows with those added, and ``window`` with ``which``'s windows widened."""
-    p = tested.proposal
-    ch = p.ch.index_select(0, which)
-    new_rows = wide.inner.index_select(0, which) & ~window.near.index_select(0, which)
-    num_rows = int(wide.rows_host.index_select(0, which_host).sum()
-                   - window.rows_host.index_select(0, which_host).sum())
-    if num_rows:
-        _, raw2, local2, mid = model_terms(
-            ctx, state, chains=ch, chains_host=tested.chains_host.index_select(0, which_host),
-            pos=p.pos.index_select(0, which), proposed=p.proposed.index_select(0, which),
-            known_logits=tested.known_logits.index_select(0, which), num_rows=num_rows,
-            energy_mask=_rows_mask(state, ch, new_rows))
-        raw = raw.index_copy(0, which, torch.where(new_rows, raw2, raw.index_select(0, which)))
-        local = local.index_copy(0, which, torch.where(new_rows, local2, local.index_select(0, which)))
-        rows = _joined(rows, SiteRows(which.index_select(0, mid.seq), mid.q, mid.outputs))
-    window = Window(window.near.index_copy(0, which, wide.near.index_select(0, which)),
-                    window.inner.index_copy(0, which, wide.inner.index_select(0, which)),
-                    window.rows_host.index_copy(0, which_host, wide.rows_host.index_select(0, which_host)))
-    return raw, local, rows, window
-
-
 def _with_extra(target: torch.Tensor, extra: ExtraTerms | None, part: slice) -> torch.Tensor:
     return target if extra is None else target + extra.weighted[part]
-
-
-def _lower_bound(state: ChainState, raw: torch.Tensor, local: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
-    """Early rejection's bound of E(X'): the terms of X' at ``near`` (the forwarded rows and the proposed
-    position) and 0 for every other (a local term -log p is >= 0; options.py refuses early rejection with the raw
-    energy, whose logits have no bound)."""
-    zero = torch.zeros((), dtype=raw.dtype, device=raw.device)
-    return _energy(state, torch.where(near, raw, zero), torch.where(near, local, zero))
 
 
 def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> torch.Tensor:
@@ -299,52 +172,15 @@ def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window
     if user is not None:
         surrogate = _user_energy(state, p.ch, user[m:])
     elif early:  # (a partial entry's unknown terms are NaN: 0 in the bound)
-        surrogate = _energy(state, raw.nan_to_num(nan=0.0), local.nan_to_num(nan=0.0))
+        surrogate = model_energy(state, raw.nan_to_num(nan=0.0), local.nan_to_num(nan=0.0))
     else:
-        surrogate = _energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
+        surrogate = model_energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
                             torch.where(near, local, state.local_terms.index_select(0, p.ch)))
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
                          epoch=epoch, step=step, early=early)
     if early:  # (the partial entries that passed: their missing rows forwarded now, their full terms remembered)
         raw, local = complete_partial(ctx, state, tested, memo, passed, (raw, local))
     return surrogate, passed, raw, local
-
-
-def complete_partial(ctx: StepContext, state: ChainState, tested: TestedSites, memo: Any,
-                     which: torch.Tensor | None = None, terms: tuple[torch.Tensor, torch.Tensor] | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Early rejection remembers the misses it stopped with partial terms (NaN where no row was forwarded): the
-    hits of this step on such entries (those of ``which`` Bool[hits], default all) forward their missing rows
-    now, and their entries get the full terms and rows. ``terms``: the hits' remembered ``(raw, local)`` where
-    the caller has read them. Returns the hits' terms with those completed (one host read; none without hits)."""
-    m, h = tested.picked.misses, tested.picked.hits
-    index = tested.picked.index[m:]
-    raw, local = terms if terms is not None else memo.terms(index)
-    if h == 0:
-        return raw, local
-    missing = local.isnan() | raw.isnan()
-    partial = missing.any(1) if which is None else missing.any(1) & which
-    idx, idx_host = changed_chains(partial)
-    if idx_host.shape[0] == 0:
-        return raw, local
-    p, at = tested.proposal, idx + m
-    ch, pos, missing = p.ch.index_select(0, at), p.pos.index_select(0, at), missing.index_select(0, idx)
-    # the term at this hit's own position comes from its cached row (the entry's first proposer may have changed
-    # another position, so it need not know this one), the other missing ones from forwarded rows
-    rows_at = missing.scatter(1, pos[:, None], False)
-    _, raw2, local2, rows = model_terms(
-        ctx, state, chains=ch, chains_host=tested.chains_host.index_select(0, idx_host + m), pos=pos,
-        proposed=p.proposed.index_select(0, at), known_logits=ctx.runner.to_logits(state.cache[ch, pos]),
-        num_rows=int(rows_at.sum()), energy_mask=_rows_mask(state, ch, rows_at))
-    sel = index.index_select(0, idx)
-    raw_full = torch.where(missing, raw2, raw.index_select(0, idx))
-    local_full = torch.where(missing, local2, local.index_select(0, idx))
-    memo.complete(sel, raw_full, local_full)
-    # the entry's rows: the forwarded ones, and this hit's cached row at its position (X' and X agree off it, so
-    # it is X''s; the entry's row there may be its first proposer's X's, which is not)
-    own = SiteRows(torch.arange(ch.shape[0], device=ch.device), pos, [state.cache[ch, pos]])
-    memo.keep_rows(sel, None, _joined(rows, own))
-    return raw.index_copy(0, idx, raw_full), local.index_copy(0, idx, local_full)
 
 
 def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
@@ -354,7 +190,7 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
     the survivors (and the misses a hit of this step reads) their other rows, whose full terms are stored; then
     the hits are screened from their remembered terms. One host read (two with hits). ``user``: f32[n] a user
     surrogate's dE~ of every tested proposal (the window is then 0: no rows in stage 1). ``early``: early
-    rejection (:func:`first_stage`; the misses' bound is :func:`_lower_bound` of their window); ``wide``: its
+    rejection (:func:`first_stage`; the misses' bound is :func:`lower_bound` of their window); ``wide``: its
     middle stage's windows (:func:`middle_stage`; one host read more)."""
     picked, p = tested.picked, tested.proposal
     m, h = picked.misses, picked.hits
@@ -362,10 +198,10 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
     if user is not None:
         surrogate = _user_energy(state, p.ch[:m], user[:m])
     elif early:
-        surrogate = _lower_bound(state, raw, local, window.near if h == 0 else window.near[:m])
+        surrogate = lower_bound(state, raw, local, window.near if h == 0 else window.near[:m])
     else:
-        surrogate = _energy(state, raw, local)
-    passed = (first_stage(ctx, state, _head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
+        surrogate = model_energy(state, raw, local)
+    passed = (first_stage(ctx, state, head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
                           epoch=epoch, step=step, early=early)
               if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
     needed = memo.read_by_hits(picked) if h else None  # misses whose entry a hit of this same step reads
@@ -374,7 +210,7 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
         if which_host.shape[0]:
             raw, local, window_rows, window = middle_stage(ctx, state, tested, window, wide, raw, local, window_rows,
                                                            which, which_host)
-            bound = _lower_bound(state, raw.index_select(0, which), local.index_select(0, which),
+            bound = lower_bound(state, raw.index_select(0, which), local.index_select(0, which),
                                  window.near.index_select(0, which))
             surrogate = surrogate.index_copy(0, which, bound)
             if extra is not None:
@@ -384,7 +220,7 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
             passed = passed.index_copy(0, which, passed.index_select(0, which) & again)
     keep_miss_rows(state, tested, window_rows, memo)  # (as far as forwarded: whole for the ones stored below)
     fwd, fwd_host = changed_chains(passed if needed is None else passed | needed)
-    outer_rows = _empty_rows(p.ch)
+    outer_rows = empty_rows(p.ch)
     if fwd_host.shape[0]:
         raw_f, local_f, outer_rows = outer_terms(ctx, state, tested, window, raw, local, fwd, fwd_host)
         stored = picked.index.index_select(0, fwd)
