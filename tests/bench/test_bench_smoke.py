@@ -1,5 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
-bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), propose_ab.py and bench_forward.py's
+bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py,
+plain_long.py, propose_ab.py and bench_forward.py's
 compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
@@ -11,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -220,6 +222,26 @@ def test_tempering_long_reports_every_budget_and_the_shorter_is_a_prefix(tmp_pat
     assert set(both) >= {"10", "12", "ladder", "swap", "trips"} and both["12"]["draws"] > both["10"]["draws"] > 0
     for key in ("rows", "draws", "ess_e", "rhat", "chain_min", "chain_mean"):
         assert repr(both["10"][key]) == repr(short["10"][key]), key  # (repr: NaN equals NaN)
+
+
+@pytest.mark.slow  # loads Sapiens twice, 9 plain sweeps of T=8 in three segments
+def test_plain_long_resumes_segments_and_keeps_the_figures_of_a_shorter_budget(tmp_path):
+    """bench/plain_long.py: segments run until the row budget, a second call with --resume adds segments after the
+    saved ones, and a budget reached before it gets the same figures from the longer run (RESULTS.md's plain MH at
+    9.06M / 13.5M / 18.0M rows come from one such run)."""
+    def run(rows: int, *extra: str) -> dict[str, str]:
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "plain_long.py"), "--dir", str(tmp_path),
+                               "--segment", "3", "--rows", str(rows), "--burn-in", "1", "--at", "900", *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        lines = proc.stdout.splitlines()
+        figures = next(x for x in lines if x.startswith("900 "))
+        return {"segments": "\n".join(x for x in lines if x.startswith("segment")),
+                "900": re.sub(r"'cpu': [^,]+, ", "", figures)}  # (CPU seconds are measured: they differ)
+
+    first, second = run(1000), run(1500, "--resume")
+    assert first["segments"].count("segment") == 2 and second["segments"].startswith("segment 2: seed 2001")
+    assert "'draws': " in first["900"] and first["900"] == second["900"]
 
 
 def test_propose_ab_times_two_labels_and_renders_their_ratio(tmp_path):
