@@ -31,8 +31,8 @@ and the uniform is the one exact MH's test of this step draws (stream ``ACCEPT``
 the bound rejects it, that is, only if exact MH rejects it; the survivors meet exact MH's own test. The chains are
 plain MH's, bit for bit; only the rows differ (Solonen et al. 2012's early rejection, for sums of non-negative
 terms). It forwards in three steps: the first ``2K`` rows ranked by the terms of X' (learnt all run long: a
-ranking never changes a decision), then :data:`~.early_rejection.EARLY_WIDEN` times as many (:func:`~.early_rejection.middle_stage`), then the
-rest.
+ranking never changes a decision), then :data:`~.early_rejection.EARLY_WIDEN` times as many
+(:func:`~.early_rejection.middle_stage`), then the rest.
 The memo remembers a stopped proposal with partial terms (NaN where no row was forwarded); a return that the
 bound stops again costs no rows, and one that passes forwards only the missing rows
 (:func:`~.early_rejection.complete_partial`; :mod:`.early_rejection` holds these parts).
@@ -63,8 +63,9 @@ from .influence import InfluenceWindows, early_rejection, influence_ranked
 from .site_commit import commit, refresh_remembered_rows, with_extra
 from .site_score import extra_terms, keep_miss_rows
 from .site_types import ExtraTerms, TestedSites
-from .site_windows import Window, empty_rows, head, model_energy, outer_terms, window_of, window_terms
+from .site_windows import Window, empty_rows, head, joined, model_energy, outer_terms, window_of, window_terms
 from .user_surrogate import surrogate_delta, user_surrogate
+
 
 @dataclass
 class DelayedAcceptance:
@@ -265,10 +266,7 @@ def survivor_rows(sc: Screened, no_hits: bool) -> SiteRows:
     parts = [r for r in (first, second) if r is not None and r.seq.numel()]
     if not parts:
         return sc.outer_rows
-    if len(parts) == 1:
-        return parts[0]
-    return SiteRows(torch.cat([parts[0].seq, parts[1].seq]), torch.cat([parts[0].q, parts[1].q]),
-                    [*parts[0].outputs, *parts[1].outputs])
+    return parts[0] if len(parts) == 1 else joined(*parts)
 
 
 def second_stage(ctx: StepContext, state: ChainState, tested: TestedSites, sc: Screened, extra: ExtraTerms | None,

@@ -118,4 +118,5 @@ def outer_terms(ctx: StepContext, state: ChainState, tested: TestedSites, window
     _, raw2, local2, rows = model_terms(ctx, state, chains=ch, chains_host=chains_host, pos=pos, proposed=proposed,
                                         known_logits=tested.known_logits.index_select(0, fwd), num_rows=num_rows,
                                         energy_mask=rows_mask(state, ch, outer))
-    return torch.where(near, raw.index_select(0, fwd), raw2), torch.where(near, local.index_select(0, fwd), local2), rows
+    return (torch.where(near, raw.index_select(0, fwd), raw2), torch.where(near, local.index_select(0, fwd), local2),
+            rows)
