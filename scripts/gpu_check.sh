@@ -39,8 +39,9 @@
 #      (the main job, plain MH against delayed="influence:2": rows per accepted change and wall seconds; needs
 #      fairseq) and bench/tempering_device.py (Sapiens at target temperature 0.5, tempering=8 against plain MH at
 #      equal sweeps: wall seconds per sweep; needs sapiens). ESS and R-hat need arviz-stats, which the GPU machine
-#      lacks: the tempering runs' traces come back in mixing.pt (eager steps) and mixing_graphs.pt (capture
-#      cuda-graph), and `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
+#      lacks: the tempering runs' traces come back in mixing.pt (eager steps), mixing_graphs.pt (capture
+#      cuda-graph, the same chains) and mixing_graphs_long.pt (6,000 sweeps: R-hat 1.01), and
+#      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
 # MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
 # compile, sapiens, mixing; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
@@ -68,7 +69,7 @@
 #   (installed with --no-deps like the others: mhfast reads its checkpoints without importing it, so pandas is
 #   not needed there).
 # The files that come back from the device tool are at most 8: each call of the plan above writes 8 or fewer (a run
-# of every step at once writes 10, mixing's two trace files included).
+# of every step at once writes 11, mixing's three trace files included).
 set -uo pipefail
 
 ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens,mixing"
@@ -311,6 +312,10 @@ if wanted mixing && [ "$DEV" = cuda ]; then
     run_step "parallel tempering at equal sweeps, steps as CUDA graphs ($DEV)" "$OUTDIR/bench.log" timeout 240 \
       $PY bench/tempering_device.py --device $DEV --sweeps 600 --seeds 0 1 --capture cuda-graph \
       --traces "$OUTDIR/mixing_graphs.pt"
+    # Long enough for R-hat 1.01 (an H200, fifth run: max R-hat 1.008 at 5,700 sweeps, ~70 s; plain MH 3.76).
+    run_step "parallel tempering to R-hat 1.01, steps as CUDA graphs ($DEV)" "$OUTDIR/bench.log" timeout 200 \
+      $PY bench/tempering_device.py --device $DEV --sweeps 6000 --burn-in 2850 --seeds 0 --capture cuda-graph \
+      --traces "$OUTDIR/mixing_graphs_long.pt"
   fi
 elif wanted mixing && [ "$QUICK" = 0 ]; then
   STEPS+=("| mixing per second | skipped: no GPU (the CPU's figures are bench/RESULTS.md's) | 0 s | - |")
