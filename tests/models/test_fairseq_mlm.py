@@ -163,8 +163,8 @@ def test_cuda_graph_capture_gives_the_chains_of_no_capture(tiny, device):
     capture='none' from starts with and without pads. The static step forwards every chain's row, the dynamic one
     only the changed chains': on CPU the tiny model's rows come out the same bits in either batch, on a GPU
     cuBLAS may round a row differently by batch size (this test's bit-for-bit form failed on an H200, its
-    assertion not kept; this form passed on an H200, fourth GPU run), so there the energies agree to float rounding and
-    the chains (a flip needs a uniform within ~1e-6 of a boundary) are the same."""
+    assertion not kept; this form passed on an H200 in the fourth GPU run), so there the energies agree to float
+    rounding and the chains (a flip needs a uniform within ~1e-6 of a boundary) are the same."""
     lm = load_fairseq_mlm(tiny, device=device)
     for texts in (["a b c d e f", "h g f e d c"], ["a b c d e f", "h g f"]):
         init = torch.nn.utils.rnn.pad_sequence([lm.encode(t) for t in texts], batch_first=True,
