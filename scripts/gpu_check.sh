@@ -42,6 +42,7 @@
 #      lacks: the tempering runs' traces come back in mixing.pt (eager steps), mixing_graphs.pt (capture
 #      cuda-graph, the same chains) and mixing_graphs_long.pt (6,000 sweeps: R-hat 1.01), and
 #      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
+#      Then bench/graph_overhead.py --device cuda: the calls made around the graphs' replays per sweep.
 # MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
 # compile, sapiens, mixing; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
@@ -316,6 +317,9 @@ if wanted mixing && [ "$DEV" = cuda ]; then
     run_step "parallel tempering to R-hat 1.01, steps as CUDA graphs ($DEV)" "$OUTDIR/bench.log" timeout 200 \
       $PY bench/tempering_device.py --device $DEV --sweeps 6000 --burn-in 2850 --seeds 0 --capture cuda-graph \
       --traces "$OUTDIR/mixing_graphs_long.pt"
+    # What is left of a captured sweep besides the replays: the calls around them, those on the device apart.
+    run_step "calls around the CUDA graphs ($DEV)" "$OUTDIR/bench.log" timeout 120 $PY bench/graph_overhead.py \
+      --device $DEV
   fi
 elif wanted mixing && [ "$QUICK" = 0 ]; then
   STEPS+=("| mixing per second | skipped: no GPU (the CPU's figures are bench/RESULTS.md's) | 0 s | - |")

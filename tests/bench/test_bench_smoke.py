@@ -1,6 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
 bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py,
-plain_long.py, propose_ab.py and bench_forward.py's
+plain_long.py, graph_overhead.py, propose_ab.py and bench_forward.py's
 compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
@@ -204,6 +204,20 @@ def test_tempering_device_saves_traces_and_reprints_the_same_table_from_them(tmp
     assert again.returncode == 0, again.stderr[-3000:]
     # (the wall seconds travel with the traces: the same table, line for line)
     assert [line for line in again.stdout.splitlines() if line.startswith(("| plain MH | 0 |", "| 2 | 0 |"))] == table
+
+
+def test_graph_overhead_counts_the_calls_inside_and_outside_the_captured_body():
+    """bench/graph_overhead.py on the CPU (3 sweeps, 2 rungs): both samplers' rows, calls inside the static step's
+    body (what a CUDA graph replays), more calls outside it with tempering (its swaps), and the callers listed."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "graph_overhead.py"), "--sweeps", "3", "--length", "4",
+                           "--rungs", "2", "--top", "50"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines()
+            if line.startswith(("| plain MH |", "| tempering=2 |"))}
+    assert set(rows) == {"plain MH", "tempering=2"}, proc.stdout[-3000:]
+    assert all(int(r[2]) > 0 for r in rows.values()), rows
+    assert int(rows["tempering=2"][3]) > int(rows["plain MH"][3]), rows
+    assert "tempering.py:_swap" in proc.stdout and "(CPU run: all on the host)" in proc.stdout, proc.stdout[-3000:]
 
 
 @pytest.mark.slow  # loads Sapiens twice, 22 tempered sweeps of T=8 x 8 rungs
