@@ -209,9 +209,10 @@ def _kernel(cfg, runner: ModelRunner, problem):
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
     delayed = options.resolved_delayed(cfg, int(problem.energy_mask.sum(1).max()), problem.device)
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=delayed is not None)
-    kernel = KERNELS[cfg.sampler](StepContext(cfg, get_backend(cfg.backend), runner, uniform_mix, problem.terms,
-                                              memo, delayed))
-    return tempering.wrap(kernel, cfg)  # parallel tempering: the kernel on replicas of every chain, and swaps
+    backend = get_backend(cfg.backend)
+    kernel = KERNELS[cfg.sampler](StepContext(cfg, backend, runner, uniform_mix, problem.terms, memo, delayed))
+    # parallel tempering: the kernel on replicas of every chain, and swaps
+    return tempering.wrap(kernel, cfg, backend.counter_uniforms)
 
 
 def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:

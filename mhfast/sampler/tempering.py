@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -65,8 +65,12 @@ class Tempered:
     """A kernel (:class:`~mhfast.sampler.kernels.base.Kernel`) that runs ``inner`` on K tempered replicas of every
     chain and swaps neighbours after each sweep (module doc). ``samples(state)`` are the target's chains."""
 
-    def __init__(self, inner: Any, tempering: Any, chains: int, burn_in: int, target_temperature: float):
+    def __init__(self, inner: Any, tempering: Any, chains: int, burn_in: int, target_temperature: float,
+                 uniforms_op: Callable = rng.counter_uniforms):
         self.inner, self.C, self.burn_in = inner, int(chains), int(burn_in)
+        #: the backend's counter_uniforms for the swaps' uniforms (compiled: one kernel; the reference twin, the
+        #: default, makes ~50 small ops of the same numbers: launches that a GPU pays one by one)
+        self.uniforms_op = uniforms_op
         self.K = ladder.rungs(tempering)
         self.tuned = isinstance(tempering, int)  # K rungs: tuned during burn-in; a list: used as given
         self.tempering, self.target_temperature = tempering, float(target_temperature)
@@ -177,12 +181,15 @@ class Tempered:
 
     def _pairs(self, state: ChainState, parity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The rows of the pairs (k, k+1), ``k`` of the parity, of every input and chain: (lo, hi) Long[P] and
-        the pairs' rung k Long[K']."""
+        the pairs' rung k Long[K'] (made once per parity and number of inputs: every sweep asks)."""
         B, K, C = self.betas.shape[0], self.K, self.C
-        ks = torch.arange(parity, K - 1, 2)
-        b, k, c = torch.meshgrid(torch.arange(B), ks, torch.arange(C), indexing="ij")
-        lo = (b * K * C + k * C + c).flatten()
-        return lo, lo + C, ks
+        cache = self.__dict__.setdefault("_pairs_made", {})  # (not an attribute lookup: __getattr__ forwards those)
+        if (parity, B) not in cache:
+            ks = torch.arange(parity, K - 1, 2)
+            b, k, c = torch.meshgrid(torch.arange(B), ks, torch.arange(C), indexing="ij")
+            lo = (b * K * C + k * C + c).flatten()
+            cache[(parity, B)] = (lo, lo + C, ks)
+        return cache[(parity, B)]
 
     def _swap(self, state: ChainState, epoch: Epoch) -> ChainState:
         """The even/odd swaps of the epoch (none in forced epochs), the counters, and the tuning of the ladder."""
@@ -197,7 +204,8 @@ class Tempered:
         b_lo = self.betas[:, ks].repeat_interleave(C, dim=1).flatten()
         b_hi = self.betas[:, ks + 1].repeat_interleave(C, dim=1).flatten()
         log_alpha = swap_log_alpha(b_lo, b_hi, target[lo], target[hi])
-        u = rng.uniforms_from_keys(state.rng_keys.index_select(0, lo.to(dev)), epoch.index, 0, rng.SWAP)
+        u = rng.uniforms_from_keys(state.rng_keys.index_select(0, lo.to(dev)), epoch.index, 0, rng.SWAP,
+                                   op=self.uniforms_op)
         accepted = torch.log(u.double().cpu()) < log_alpha
         self._count(epoch, ks, log_alpha, accepted)
         perm = torch.arange(state.tokens.shape[0])
@@ -288,11 +296,12 @@ def _permuted(state: ChainState, perm: torch.Tensor) -> ChainState:
     return dataclasses.replace(state, **fields)
 
 
-def wrap(kernel: Any, cfg: Any) -> Any:
-    """``kernel`` itself without tempering, else the :class:`Tempered` kernel over it."""
+def wrap(kernel: Any, cfg: Any, uniforms_op: Callable = rng.counter_uniforms) -> Any:
+    """``kernel`` itself without tempering, else the :class:`Tempered` kernel over it (``uniforms_op``: the
+    backend's counter_uniforms)."""
     if cfg.tempering is None:
         return kernel
-    return Tempered(kernel, cfg.tempering, cfg.chains, cfg.burn_in, cfg.target_temperature)
+    return Tempered(kernel, cfg.tempering, cfg.chains, cfg.burn_in, cfg.target_temperature, uniforms_op)
 
 
 def per_input_fields() -> Sequence[str]:
