@@ -26,6 +26,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import torch
@@ -46,6 +47,14 @@ def summary_names(term_names: Sequence[str] | None) -> list[str]:
     return ["e_raw", "e_local", *(term_names or []), *(f"proj_{j}" for j in range(PROJECTIONS))]
 
 
+@functools.lru_cache(maxsize=None)
+def _projection_keys(device: torch.device) -> torch.Tensor:
+    """Long[P]: the projections' counter-hash keys, the same in every run: made once per device (the hash is ~25
+    small ops, which a GPU would launch at every recorded sweep)."""
+    return rng.chain_keys(PROJECTION_SEED, torch.arange(PROJECTIONS, device=device),
+                          torch.zeros((), dtype=torch.long, device=device))
+
+
 def projections(tokens: torch.Tensor, free: torch.Tensor, vocab_size: int, uniforms_op: Any = rng.counter_uniforms
                 ) -> torch.Tensor:
     """f32[M, P]: ``sum_t w_j(t, tokens[m, t])`` over the free positions ``t`` of each chain, ``w_j`` standard normal
@@ -59,8 +68,7 @@ def projections(tokens: torch.Tensor, free: torch.Tensor, vocab_size: int, unifo
     """
     M, T = tokens.shape
     dev = tokens.device
-    keys = rng.chain_keys(PROJECTION_SEED, torch.arange(PROJECTIONS, device=dev), torch.zeros((), dtype=torch.long,
-                                                                                             device=dev))
+    keys = _projection_keys(dev)
     lane = torch.arange(T, device=dev) * int(vocab_size) + tokens  # one counter per (position, token)
     u = rng.uniforms_from_keys(keys[:, None, None], 0, 0, rng.PROJECT, lane[None], uniforms_op)  # [P, M, T]
     w = torch.special.ndtri(u.double())
