@@ -112,6 +112,7 @@ class Tempered:
         #: from the proposals tested since then, over as many rounds as it takes (ladder module doc)
         self._counts_at_heat: torch.Tensor | None = None
         self._sample_counts: torch.Tensor | None = None  # the rung-0 rows' counts at the last epoch's end
+        self._pairs_made: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # _pairs'
         return self.inner.init(full)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
@@ -183,7 +184,7 @@ class Tempered:
         """The rows of the pairs (k, k+1), ``k`` of the parity, of every input and chain: (lo, hi) Long[P] and
         the pairs' rung k Long[K'] (made once per parity and number of inputs: every sweep asks)."""
         B, K, C = self.betas.shape[0], self.K, self.C
-        cache = self.__dict__.setdefault("_pairs_made", {})  # (not an attribute lookup: __getattr__ forwards those)
+        cache = self._pairs_made
         if (parity, B) not in cache:
             ks = torch.arange(parity, K - 1, 2)
             b, k, c = torch.meshgrid(torch.arange(B), ks, torch.arange(C), indexing="ij")

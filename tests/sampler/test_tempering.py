@@ -23,7 +23,8 @@ from mhfast.sampler.state import ChainState
 from mhfast.sampler.step import StepInfo
 from mhfast.sampler.tempering import Tempered, swap_log_alpha
 from test_energy_terms import TableTerm, term_target
-from exact_checks import coupled_modes, empirical, enumerate_states, masks, sample, target_distribution, tv_and_bound
+from exact_checks import (coupled_modes, empirical, enumerate_states, masks, run_and_compare, sample,
+                          target_distribution, tiny_bert, tv_and_bound)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -101,7 +102,6 @@ def test_replayed_captures_follow_the_swaps_and_the_retuned_ladder(monkeypatch):
     ladder the tuning makes (the betas are a buffer refilled at each step) and sees the swaps' rows (copied into
     the buffers): the tiny BERT's tempered chains equal the dynamic step's."""
     import mhfast.sampler.kernels.mh as mh_kernel
-    from exact_checks import tiny_bert
     from test_static_step import FxReplayedSteps, same_result
 
     model = tiny_bert()
@@ -123,20 +123,14 @@ def test_tempered_static_step_matches_enumeration(energy, device):
     GPU the model is the tiny BERT: TabularMLM's lookup asks the host which row lengths it holds (torch.unique, then
     .tolist()), which a CUDA graph cannot capture (found on an H200, 2026-11-27)."""
     if device == "cuda":
-        from exact_checks import run_and_compare, tiny_bert
-
         model = tiny_bert(device)
         template = model.frame(3)
-        tv, bound, _ = run_and_compare(device, model, template, template == model.mask_id, energy=energy, n=N,
-                                       epochs=30, burn_in=8, seed=1, tempering=3, capture="cuda-graph")
+        free = template == model.mask_id
     else:
         model = _model(features=True)
         template, free = masks(model, 3)
-        states = enumerate_states(model, template, free)
-        p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), energy, 1.0)
-        r = sample(device, model, init=template[None], chains=N, epochs=30, burn_in=8, seed=1, energy=energy,
-                   tempering=3, capture="static")
-        tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
+    tv, bound, _ = run_and_compare(device, model, template, free, energy=energy, n=N, epochs=30, burn_in=8, seed=1,
+                                   tempering=3, capture="cuda-graph" if device == "cuda" else "static")
     assert tv < bound, f"{energy}: TV {tv:.4f} >= bound {bound:.4f}"
 
 
