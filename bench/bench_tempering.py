@@ -124,12 +124,19 @@ def cmlm_fixed_case(sentences: int) -> dict:
                     "chains from the warm start (bench_ess.py's cmlm case)", "options": dict(chains=5, energy="raw")}
 
 
-def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering) -> tuple:
-    """``(result, cumulative model rows after each epoch, CPU s)``."""
+def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering, echo: int = 0) -> tuple:
+    """``(result, cumulative model rows after each epoch, CPU s)``; ``echo`` > 0 prints the rows and CPU seconds
+    so far every ``echo`` sweeps (long runs: is it on time?)."""
     rows: list[int] = []
     cpu = time.process_time()
+
+    def progress(epoch: int, stats: dict) -> None:
+        rows.append(int(stats["model_rows"]))
+        if echo and len(rows) % echo == 0:
+            print(f"  sweep {len(rows)}: {rows[-1]} rows, {time.process_time() - cpu:.0f} CPU s", flush=True)
+
     r = mhfast.sample(case["model"], **case["inputs"], **case["options"], epochs=epochs, burn_in=burn_in, seed=seed,
-                      tempering=tempering, progress=lambda e, s: rows.append(int(s["model_rows"])))
+                      tempering=tempering, progress=progress)
     return r, rows, time.process_time() - cpu
 
 

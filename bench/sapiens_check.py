@@ -1,4 +1,5 @@
-"""The real-model sampling check of scripts/gpu_check.sh: Sapiens (heavy chain, sapiens==1.0.5) on a device.
+"""The real-model sampling check of scripts/gpu_check.sh: Sapiens (heavy chain, sapiens==1.0.5) on a device, or
+AntiBERTy (``--model antiberty``: antiberty==0.1.3, whose weights reach a GPU machine in parts, scripts/carry_parts.py).
 
 1. masked logits on the device equal the CPU's (fp32; max |difference| printed, at most --tolerance);
 2. mhfast.sample on the device with forward="fast" and forward="full" gives the same chains (fp32);
@@ -9,6 +10,7 @@
 Prints a markdown table (gpu_check folds it into its summary); exits 1 when check 1 or 2 fails.
 
     python3 bench/sapiens_check.py --device cuda
+    python3 bench/sapiens_check.py --device cuda --model antiberty
     python3 bench/sapiens_check.py --device cpu --quick        # a 24-residue fragment, 2 chains
 """
 from __future__ import annotations
@@ -20,7 +22,18 @@ import time
 import torch
 
 import mhfast
-from mhfast.models.sapiens import load_sapiens
+
+
+def load(model: str, device: str):
+    """The masked LM ``model`` ("sapiens-h" or "antiberty") on ``device``."""
+    if model == "antiberty":
+        from mhfast.models.antiberty import load_antiberty
+
+        return load_antiberty(device=device)
+    from mhfast.models.sapiens import load_sapiens
+
+    return load_sapiens("H", device=device)
+
 
 PARENT = "QVQLQQSGPELVKPGASLKLSCTASGFNIKDTYIHWVKQRPEQGLEWIGRIYPTNGYTRYDPKFQDKATITADTSSNTAYLQVSRLTSEDTAVYYCSRWGGDGFYAMDYWGQGASVTVSS"
 
@@ -52,19 +65,21 @@ def timed_epoch(lm, init: torch.Tensor, chains: int, dtype: torch.dtype | None, 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--model", choices=("sapiens-h", "antiberty"), default="sapiens-h")
     p.add_argument("--chains", type=int, nargs="+", default=[5, 64])
     p.add_argument("--tolerance", type=float, default=1e-3)
     p.add_argument("--quick", action="store_true", help="a 24-residue fragment, 2 chains, fp32 only")
     args = p.parse_args(argv)
     seq = PARENT[:24] if args.quick else PARENT
     chains = [2] if args.quick else args.chains
-    lm, cpu = load_sapiens("H", device=args.device), load_sapiens("H")
+    lm, cpu = load(args.model, args.device), load(args.model, "cpu")
     diff = logits_difference(lm, cpu, seq)
     init = cpu.encode(seq)[None]
     fast, _, _ = timed_epoch(lm, init, 2, None, "fast")
     full, _, _ = timed_epoch(lm, init, 2, None, "full")
     same = torch.equal(fast.tokens, full.tokens)
-    lines = [f"Sapiens heavy chain on {args.device}: masked logits vs CPU max |diff| {diff:.2e} "
+    name = "AntiBERTy" if args.model == "antiberty" else "Sapiens heavy chain"
+    lines = [f"{name} on {args.device}: masked logits vs CPU max |diff| {diff:.2e} "
              f"({'ok' if diff <= args.tolerance else 'FAILED'}, tolerance {args.tolerance:g}); fast and full forwards: "
              f"{'the same chains' if same else 'DIFFERENT chains (FAILED)'}.", "",
              "| T | chains | dtype | proposals/s | model rows/s | rows / proposal | acceptance |", "|---|---|---|---|---|---|---|"]

@@ -8,7 +8,8 @@ sweeps and the figure is ESS of E_local per wall second (and per 1,000 rows, for
 
 Case: bench_tempering.py's ``sapiens-dispersed`` (Sapiens' heavy-chain MLM, T random residues, all free, energy
 local, 4 chains each from its own random residues, target temperature ``--temperature``: 0.5 sharpens the target,
-where plain MH stays in the basin it starts in). Figures from the post-burn-in sweeps of the target chains
+where plain MH stays in the basin it starts in); ``--model antiberty`` its ``antiberty-dispersed`` (RESULTS.md's
+AntiBERTy T=8 runs: ``--temperature 1 --rungs 6``). Figures from the post-burn-in sweeps of the target chains
 (``bench_tempering.window_figures``: ArviZ's bulk-ESS and rank-normalized split R-hat). Wall time of the whole
 ``mhfast.sample`` call, the device synchronized before the clock stops; it includes the burn-in, the diagnostics
 and, on a GPU, the first call's warm-up (a first, short run of each sampler is made and discarded for that).
@@ -84,6 +85,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sweeps", type=int, default=600)
     ap.add_argument("--burn-in", type=int, default=None, help="default: a quarter of the sweeps")
+    ap.add_argument("--model", choices=("sapiens", "antiberty"), default="sapiens",
+                    help="antiberty: needs the antiberty package (on a GPU machine: scripts/carry_parts.py)")
     ap.add_argument("--length", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=0.5)
     ap.add_argument("--rungs", type=int, default=8)
@@ -103,7 +106,7 @@ def main() -> int:
         return 0
     burn = args.sweeps // 4 if args.burn_in is None else args.burn_in
     torch.set_num_threads(1)
-    case = dispersed_case("sapiens", args.length, 4, args.temperature, args.device)  # (chains where the weights are)
+    case = dispersed_case(args.model, args.length, 4, args.temperature, args.device)  # (chains where the weights are)
     for t in (None, args.rungs):  # warm-up (the device's first calls: kernels loaded, allocator grown), discarded
         timed_run(case, 4, 1, 99, t, args.capture)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, 1 thread"

@@ -1,12 +1,17 @@
-"""One long tempered run of bench_tempering.py's sharpened Sapiens case, with its figures at several budgets.
+"""One long tempered run of one of bench_tempering.py's dispersed cases, with its figures at several budgets.
 
-The case of RESULTS.md's "Sapiens at target temperature 0.5" section: Sapiens' heavy-chain MLM, T=8 free residues,
-energy local, 4 chains each from its own random residues, target temperature 0.5, ``tempering=8`` tuned in burn-in
-(200 sweeps). The counter RNG makes a run's first N sweeps those of any shorter run with the same seed, bit for bit,
-so one run of the longest budget gives the figures of every shorter one (``--at``): ArviZ's ESS and split-R-hat of
-the post-burn-in draws up to each budget (bench_tempering.window_figures), CPU prorated by rows.
+By default the case of RESULTS.md's "Sapiens at target temperature 0.5" section: Sapiens' heavy-chain MLM, T=8 free
+residues, energy local, 4 chains each from its own random residues, target temperature 0.5, ``tempering=8`` tuned in
+burn-in (200 sweeps). ``--model antiberty --temperature 1 --rungs 6`` gives the "AntiBERTy from dispersed random
+starts" case instead (``bench_tempering.dispersed_case``). The counter RNG makes a run's first N sweeps those of
+any shorter run with the same seed, bit for bit, so one run of the longest budget gives the figures of every shorter
+one (``--at``): ArviZ's ESS and split-R-hat of the post-burn-in draws up to each budget
+(bench_tempering.window_figures), CPU prorated by rows. ``--save`` keeps the traces and rows, so plain MH at the same
+rows (bench/plain_long.py) can be cut to match later.
 
     python3 bench/tempering_long.py --seed 1 --epochs 19200 --at 9600 14400    # ~60 min of one core (AMD EPYC)
+    python3 bench/tempering_long.py --model antiberty --temperature 1 --rungs 6 --seed 0 --epochs 832 \
+        --burn-in 128 --at 320 576 --echo 32                                    # ~75 min of one core
 
 Writes ``--out`` (JSON: the figures per budget and the run's ladder, swap rates and round trips).
 """
@@ -32,15 +37,27 @@ def main() -> int:
     ap.add_argument("--burn-in", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=8)
     ap.add_argument("--at", type=int, nargs="*", default=[], help="shorter budgets (sweeps) to report as well")
+    ap.add_argument("--model", choices=("sapiens", "antiberty"), default="sapiens")
+    ap.add_argument("--length", type=int, default=8, help="free residues T")
+    ap.add_argument("--temperature", type=float, default=0.5, help="the target temperature (the ladder's cold end)")
+    ap.add_argument("--echo", type=int, default=0, help="print the rows and seconds so far every this many sweeps")
+    ap.add_argument("--save", type=Path, default=None,
+                    help="also save the run's traces and cumulative rows (torch.save) for later comparisons")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
     args = ap.parse_args()
     if not all(args.burn_in < a <= args.epochs for a in args.at) or args.epochs <= args.burn_in:
         ap.error("--at and --epochs must exceed --burn-in, and --at must be <= --epochs")
     torch.set_num_threads(1)
-    case = bt.dispersed_case("sapiens", 8, 4, 0.5)
+    case = bt.dispersed_case(args.model, args.length, 4, args.temperature)
     t0 = time.perf_counter()
-    r, rows, cpu = bt.traced_run(case, args.epochs, args.burn_in, args.seed, args.rungs)
-    out = {"seed": args.seed, "epochs": args.epochs, "burn_in": args.burn_in, "rungs": args.rungs,
+    r, rows, cpu = bt.traced_run(case, args.epochs, args.burn_in, args.seed, args.rungs, echo=args.echo)
+    if args.save is not None:
+        torch.save({"traces": r.traces, "names": r.trace_names, "epochs": r.trace_epochs, "novel": r.novel_rate,
+                    "rows_cum": rows, "cpu": cpu, "burn_in": args.burn_in, "ladder": r.ladder, "swap": r.swap_rate,
+                    "trips": r.round_trips},
+                   args.save)
+    out = {"model": args.model, "length": args.length, "temperature": args.temperature, "seed": args.seed,
+           "epochs": args.epochs, "burn_in": args.burn_in, "rungs": args.rungs,
            "wall": time.perf_counter() - t0, "cpu": cpu, "what": case["what"],
            "ladder": [round(t, 2) for t in r.ladder[0].tolist()],
            "swap": [round(x, 2) for x in r.swap_rate[0].tolist()], "trips": r.round_trips[0].tolist()}

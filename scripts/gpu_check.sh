@@ -43,15 +43,24 @@
 #      cuda-graph, the same chains) and mixing_graphs_long.pt (6,000 sweeps: R-hat 1.01), and
 #      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
 #      Then bench/graph_overhead.py --device cuda: the calls made around the graphs' replays per sweep.
+#  13. AntiBERTy on the device, where its weights are there: joined from the parts in .ab/ (or
+#      $MHFAST_ANTIBERTY_PARTS) that successive calls carried (scripts/carry_parts.py: 104 MB do not fit one call), or
+#      the installed antiberty package. bench/sapiens_check.py --model antiberty (logits equal the CPU's, fast and
+#      full forwards the same chains, proposals/s), bench/tempering_device.py --model antiberty (issue 38's T=8
+#      dispersed case, 6 rungs, steps as CUDA graphs, 4,000 sweeps: traces in antiberty_tempering.pt) and
+#      bench/bench_delayed.py --case antiberty-infill (issue 34: plain MH, early-2, delayed-i2). Skipped with --quick
+#      on the CPU, and where there are no weights.
 # MHFAST_SANITIZERS (default 'memcheck racecheck synccheck') and MHFAST_SANITIZER_TIMEOUT (150 s each) trim step 5.
 # Steps 1-3 always run; --only names which of the others do (tests, sanitizer, ops, e2e, decoder, mixmatch,
-# compile, sapiens, mixing; default all). The device tool allows 10 minutes per command: with the sanitizers that is tight, so the
-# plan is three calls,
+# compile, sapiens, mixing, antiberty; default all). The device tool allows 10 minutes per command: with the sanitizers
+# that is tight, so the plan is four calls,
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only tests,sanitizer,ops
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only e2e,decoder,compile
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixmatch,sapiens
 #   timeout 585 bash scripts/gpu_check.sh "$OUT" --only mixing
-# (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine).
+# (the build is ~1 min with 16 cores and runs in both: a later call may find a fresh machine), and for AntiBERTy three
+# calls back to back, each carrying one part (bench/CUDA_NOTES.md, "AntiBERTy's weights in three calls"), the last
+#   timeout 585 bash scripts/gpu_check.sh "$OUT" --only antiberty
 #
 # Without a GPU it runs the CPU half of the same steps (CPU build, -k cpu tests, the op sweep on
 # the CPU kernels instead of the sanitizer, the benchmarks on CPU), says so in the summary, and
@@ -73,7 +82,7 @@
 # of every step at once writes 11, mixing's three trace files included).
 set -uo pipefail
 
-ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens,mixing"
+ALL_STEPS="tests,sanitizer,ops,e2e,decoder,mixmatch,compile,sapiens,mixing,antiberty"
 usage() { echo "usage: $0 OUTDIR [--quick] [--only STEP,STEP,... (of $ALL_STEPS)]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 OUTDIR=$1
@@ -325,6 +334,48 @@ elif wanted mixing && [ "$QUICK" = 0 ]; then
   STEPS+=("| mixing per second | skipped: no GPU (the CPU's figures are bench/RESULTS.md's) | 0 s | - |")
 fi
 
+# 13. AntiBERTy on this device. Its 104 MB of weights exceed what one device call carries (64 MiB with the ~26 MB
+# working tree), so they travel as parts, one per call (scripts/carry_parts.py; the plan in bench/CUDA_NOTES.md), and
+# are joined here; where the antiberty package is installed (this CPU machine) it is used as it is.
+AB_PARTS=${MHFAST_ANTIBERTY_PARTS:-$ROOT/.ab}
+if wanted antiberty; then
+  if [ -f "$AB_PARTS/manifest.json" ]; then
+    AB_SITE=$(mktemp -d)
+    # (first on the path: the joined copy is what runs, also where a package is installed)
+    run_step "AntiBERTy's weights joined from their parts" "$OUTDIR/build.log" $PY scripts/carry_parts.py join \
+      "$AB_PARTS" --to "$AB_SITE" && export PYTHONPATH=$AB_SITE:$PYTHONPATH
+  fi
+  if AB_DIR=$($PY -c 'from mhfast.models.antiberty import antiberty_dir; print(antiberty_dir())' 2>/dev/null); then
+    echo "AntiBERTy weights: $AB_DIR" >>"$OUTDIR/bench.log"
+    if [ "$DEV" = cuda ]; then
+      AQ="" TQ="--sweeps 4000 --burn-in 1000" DQ="--seeds 0 1"
+    elif [ "$QUICK" = 0 ]; then  # the CPU half, small: the CPU's figures are bench/RESULTS.md's
+      AQ="--quick" TQ="--sweeps 6 --burn-in 2 --length 4" DQ="--seeds 0 --epochs 2"
+    fi
+    if [ "$DEV" = cuda ] || [ "$QUICK" = 0 ]; then
+      # shellcheck disable=SC2086
+      run_step "AntiBERTy real-model check ($DEV)" "$OUTDIR/bench.log" timeout 200 $PY bench/sapiens_check.py \
+        --model antiberty --device $DEV $AQ
+      grep -A40 "^AntiBERTy on" "$OUTDIR/bench.log" | grep "^AntiBERTy\|^|" >"$OUTDIR/antiberty.md" 2>/dev/null
+      # Issue 38's AntiBERTy case (T=8 from dispersed random starts, 6 rungs): R-hat where the CPU could not reach it
+      CAPTURE=none
+      [ "$DEV" = cuda ] && CAPTURE=cuda-graph
+      # shellcheck disable=SC2086
+      run_step "AntiBERTy: parallel tempering at equal sweeps, capture $CAPTURE ($DEV)" "$OUTDIR/bench.log" \
+        timeout 300 $PY bench/tempering_device.py --model antiberty --temperature 1 --rungs 6 --device $DEV \
+        --seeds 0 $TQ --capture $CAPTURE --traces "$OUTDIR/antiberty_tempering.pt"
+      # Issue 34's AntiBERTy infilling: rows and wall seconds of plain MH, exact early rejection, delayed acceptance
+      # shellcheck disable=SC2086
+      run_step "AntiBERTy infilling: early rejection and delayed acceptance ($DEV)" "$OUTDIR/bench.log" timeout 200 \
+        $PY bench/bench_delayed.py --case antiberty-infill --device $DEV --settings mh early-2 delayed-i2 $DQ
+    else
+      STEPS+=("| AntiBERTy | skipped: --quick on the CPU (its CPU figures are bench/RESULTS.md's) | 0 s | - |")
+    fi
+  else
+    STEPS+=("| AntiBERTy | skipped: no antiberty package (its weights travel in parts: carry_parts.py) | 0 s | - |")
+  fi
+fi
+
 # Summary (tables of the benchmarks folded in: at most 8 files come back from the device tool).
 {
   echo "# mhfast gpu_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
@@ -345,7 +396,7 @@ fi
   grep -hs "op sweep on" "$OUTDIR/sanitizer.log" | tail -3
   grep -hs "ERROR SUMMARY" "$OUTDIR/sanitizer.log" | tail -3
   grep -hs "^torch.compile on the sampler's path\|^Weight casts" "$OUTDIR/bench.log" | tail -3
-  for md in ops_floor.md sampler_e2e.md mixmatch.md sapiens.md; do
+  for md in ops_floor.md sampler_e2e.md mixmatch.md sapiens.md antiberty.md; do
     if [ -f "$OUTDIR/$md" ]; then
       echo
       cat "$OUTDIR/$md"

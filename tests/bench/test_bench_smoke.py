@@ -1,6 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
 bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py,
-plain_long.py, graph_overhead.py, propose_ab.py and bench_forward.py's
+plain_long.py (--match too), graph_overhead.py, propose_ab.py and bench_forward.py's
 compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -236,6 +237,33 @@ def test_tempering_long_reports_every_budget_and_the_shorter_is_a_prefix(tmp_pat
     assert set(both) >= {"10", "12", "ladder", "swap", "trips"} and both["12"]["draws"] > both["10"]["draws"] > 0
     for key in ("rows", "draws", "ess_e", "rhat", "chain_min", "chain_mean"):
         assert repr(both["10"][key]) == repr(short["10"][key]), key  # (repr: NaN equals NaN)
+
+
+@pytest.mark.slow  # loads Sapiens twice: 8 tempered sweeps of T=8 x 3 rungs, 40 plain ones in segments
+def test_plain_long_matches_a_saved_tempered_run_at_equal_rows(tmp_path):
+    """bench/plain_long.py --match: plain MH's burn-in ends at the first sweep whose rows reach the tempered
+    burn-in's, and each figure's draws end at the last sweep within the tempered run's rows at the sweep asked for
+    (RESULTS.md's AntiBERTy T=8 table at equal rows comes from such a pair)."""
+    def run(script: str, *args: str) -> str:
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--seed", "0", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    saved = tmp_path / "tempered.pt"
+    run("tempering_long.py", "--epochs", "8", "--burn-in", "3", "--rungs", "3", "--save", str(saved))
+    t_rows = torch.load(saved, weights_only=False)["rows_cum"]
+    out = run("plain_long.py", "--dir", str(tmp_path / "plain"), "--segment", "20", "--rows", str(t_rows[-1]),
+              "--match", str(saved), "--at", "5", "8")
+    segments = sorted((tmp_path / "plain").glob("seg*.pt"), key=lambda q: int(q.stem[3:]))
+    p_rows = sum((torch.load(q, weights_only=False)["rows_cum"] for q in segments), [])
+    burn = next(i + 1 for i, n in enumerate(p_rows) if n >= t_rows[2])
+    assert f"burn-in {burn} sweeps (the tempered burn-in's {t_rows[2]} rows)" in out, out
+    for sweep in (5, 8):
+        budget = t_rows[sweep - 1]
+        line = next(x for x in out.splitlines() if x.startswith(f"{budget} "))
+        last = max(i + 1 for i, n in enumerate(p_rows) if n <= budget)
+        assert f"'rows': {p_rows[last - 1]}, " in line and f"'sweeps': {last}, 'burn': {burn}," in line, line
 
 
 @pytest.mark.slow  # loads Sapiens twice, 9 plain sweeps of T=8 in three segments

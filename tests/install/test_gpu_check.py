@@ -78,5 +78,5 @@ def test_an_unknown_step_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"{SCRIPT}: --only: unknown step 'sanitiser' (steps: tests,sanitizer,ops,e2e,decoder,mixmatch,compile,"
-        "sapiens,mixing)"]
+        "sapiens,mixing,antiberty)"]
     assert not (tmp_path / "summary.md").exists()
