@@ -102,7 +102,7 @@ def main() -> int:
         tempered = torch.load(args.match, weights_only=False)  # (our own file: lists and tensors)
         t_rows = tempered["rows_cum"]
         if not all(0 < s <= len(t_rows) for s in [tempered["burn_in"], *args.at]):
-            ap.error(f"--at: sweeps of the tempered run (1 .. {len(t_rows)}), after its burn-in")
+            ap.error(f"--at: sweeps of the tempered run, 1 .. {len(t_rows)}")
         burn_in = next((i + 1 for i, n in enumerate(rows) if n >= t_rows[tempered["burn_in"] - 1]), len(rows))
         budgets = [t_rows[s - 1] for s in args.at]
         print(f"matched to {args.match}: burn-in {burn_in} sweeps (the tempered burn-in's "

@@ -11,7 +11,7 @@ rows (bench/plain_long.py) can be cut to match later.
 
     python3 bench/tempering_long.py --seed 1 --epochs 19200 --at 9600 14400    # ~60 min of one core (AMD EPYC)
     python3 bench/tempering_long.py --model antiberty --temperature 1 --rungs 6 --seed 0 --epochs 832 \
-        --burn-in 128 --at 320 576 --echo 32                                    # ~75 min of one core
+        --burn-in 128 --at 320 576 --echo 32                                    # ~80 min of one core
 
 Writes ``--out`` (JSON: the figures per budget and the run's ladder, swap rates and round trips).
 """
