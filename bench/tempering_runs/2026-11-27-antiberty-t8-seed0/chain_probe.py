@@ -1,4 +1,7 @@
-"""Each chain's own distribution against the enumerated target, plain MH and the AntiBERTy run's ladder (fixed, tuned)."""
+"""Each chain's own distribution against the enumerated target, plain MH and the AntiBERTy run's ladder (fixed, tuned).
+
+    python3 bench/tempering_runs/2026-11-27-antiberty-t8-seed0/chain_probe.py    # from the repository root; seconds
+"""
 import sys
 sys.path.insert(0, "tests"); sys.path.insert(0, "tests/sampler")
 import torch, mhfast

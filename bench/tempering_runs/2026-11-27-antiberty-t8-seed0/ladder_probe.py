@@ -1,8 +1,11 @@
-"""Record every rung's target energy after each sweep (before the swaps) of the AntiBERTy T=8 tempered run, seed 0."""
+"""Record every rung's target energy after each sweep (before the swaps) of the AntiBERTy T=8 tempered run, seed 0.
+
+    python3 bench/tempering_runs/2026-11-27-antiberty-t8-seed0/ladder_probe.py 192    # ~22 CPU min; writes probe192.pt
+    python3 bench/tempering_runs/2026-11-27-antiberty-t8-seed0/probe_analyze.py probe192.pt   # ladder_probe.txt
+"""
 import sys, time
-from pathlib import Path
 import torch
-sys.path.insert(0, "/work/main/bench")
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))  # bench/
 import bench_tempering as bt
 from mhfast.sampler import tempering as tp
 
