@@ -159,6 +159,18 @@ def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dic
             "accept": float(r.novel_rate[first:last].mean())}
 
 
+def first_reaching(rows: list[int], target: int) -> int:
+    """The first sweep (1-based) whose cumulative ``rows`` reach ``target`` (``len(rows)`` where none does): where
+    plain MH's burn-in ends at another run's burn-in rows."""
+    return next((i + 1 for i, n in enumerate(rows) if n >= target), len(rows))
+
+
+def last_within(rows: list[int], budget: int, default: int) -> int:
+    """The last sweep (1-based) whose cumulative ``rows`` are within ``budget`` (``default`` where none is): where
+    plain MH's draws end at another run's rows."""
+    return max((i + 1 for i, n in enumerate(rows) if n <= budget), default=default)
+
+
 def equal_rows(case: dict, epochs: int, burn_in: int, seed: int, K: int, factor: float) -> list[dict]:
     """The tempered run, then plain MH at the same rows (module doc, ``antiberty-dispersed``): it runs ``factor``
     x K times the sweeps (cut at the tempered run's rows; where that was too few it ends short of them, and the
@@ -171,8 +183,7 @@ def equal_rows(case: dict, epochs: int, burn_in: int, seed: int, K: int, factor:
     # plain MH forwards fewer rows per sweep than a rung once its chains settle (the hot rungs keep moving):
     # AntiBERTy T=8, K=4: 359 sweeps (factor 1.4) gave 94% of the tempered rows
     p, prow, pcpu = traced_run(case, math.ceil(factor * K * epochs), 0, seed, None)
-    first = next((i + 1 for i, n in enumerate(prow) if n >= rows[burn_in - 1]), len(prow))
-    last = max((i + 1 for i, n in enumerate(prow) if n <= rows[-1]), default=len(prow))
+    first, last = first_reaching(prow, rows[burn_in - 1]), last_within(prow, rows[-1], len(prow))
     plain = {"tempering": None, "seed": seed, **window_figures(p, prow, pcpu, first, last)}
     print(f"  {case['name']} {plain}", flush=True)
     return [plain, pt]

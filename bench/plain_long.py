@@ -103,12 +103,12 @@ def main() -> int:
         t_rows = tempered["rows_cum"]
         if not all(0 < s <= len(t_rows) for s in [tempered["burn_in"], *args.at]):
             ap.error(f"--at: sweeps of the tempered run, 1 .. {len(t_rows)}")
-        burn_in = next((i + 1 for i, n in enumerate(rows) if n >= t_rows[tempered["burn_in"] - 1]), len(rows))
+        burn_in = bt.first_reaching(rows, t_rows[tempered["burn_in"] - 1])
         budgets = [t_rows[s - 1] for s in args.at]
         print(f"matched to {args.match}: burn-in {burn_in} sweeps (the tempered burn-in's "
               f"{t_rows[tempered['burn_in'] - 1]} rows)", flush=True)
     for budget in budgets:
-        last = max((i + 1 for i, n in enumerate(rows) if n <= budget), default=0)
+        last = bt.last_within(rows, budget, 0)
         if rows[-1] < budget or last <= burn_in:
             print(budget, "not reached")
             continue

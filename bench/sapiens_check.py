@@ -18,22 +18,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-import mhfast
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def load(model: str, device: str):
-    """The masked LM ``model`` ("sapiens-h" or "antiberty") on ``device``."""
-    if model == "antiberty":
-        from mhfast.models.antiberty import load_antiberty
-
-        return load_antiberty(device=device)
-    from mhfast.models.sapiens import load_sapiens
-
-    return load_sapiens("H", device=device)
-
+import mhfast  # noqa: E402
+from bench_mixmatch import load_model  # noqa: E402  (the benchmarks' model names: "sapiens-h", "antiberty")
 
 PARENT = "QVQLQQSGPELVKPGASLKLSCTASGFNIKDTYIHWVKQRPEQGLEWIGRIYPTNGYTRYDPKFQDKATITADTSSNTAYLQVSRLTSEDTAVYYCSRWGGDGFYAMDYWGQGASVTVSS"
 
@@ -72,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     seq = PARENT[:24] if args.quick else PARENT
     chains = [2] if args.quick else args.chains
-    lm, cpu = load(args.model, args.device), load(args.model, "cpu")
+    lm, cpu = load_model(args.model, args.device), load_model(args.model, "cpu")
     diff = logits_difference(lm, cpu, seq)
     init = cpu.encode(seq)[None]
     fast, _, _ = timed_epoch(lm, init, 2, None, "fast")
