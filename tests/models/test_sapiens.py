@@ -174,6 +174,40 @@ def test_mh_is_exact_on_an_enumerable_restriction():
     assert float(p.max()) < 0.99  # the target is not one state: the test has power
 
 
+@pytest.mark.slow  # ~30 s on the 2-core CI machine
+@pytest.mark.parametrize("tempering", [[0.5, 2.0, 8.0], 3], ids=["fixed-ladder", "tuned-ladder"])
+def test_tempered_mh_is_exact_on_an_enumerable_restriction(tempering):
+    """Parallel tempering on the real model: the target rung's chains of the 9-state restriction above (a different
+    seed and start) are within the same bound, with a fixed ladder and one tuned in burn-in. The tabular tests hold
+    the tempering code to enumeration; this one adds the real model's paths (the fast forward's cache, the memo
+    shared by the replicas of an input, swaps exchanging cached rows)."""
+    lm = load_sapiens("H")
+    init = lm.encode(TRASTUZUMAB_VH[25:33])[None]
+    free_pos, options = [3, 5], ["NQS", "KRT"]
+    init[0, free_pos] = torch.tensor([lm.vocab["S"], lm.vocab["T"]])  # from the other corner of the 9 states
+    allowed = torch.ones(init.shape[1], lm.vocab_size, dtype=torch.bool)
+    for p, aas in zip(free_pos, options):
+        allowed[p] = False
+        allowed[p, [lm.vocab[a] for a in aas]] = True
+    states = init.repeat(9, 1)
+    for k, (a, b) in enumerate(itertools.product(*options)):
+        states[k, free_pos] = torch.tensor([lm.vocab[a], lm.vocab[b]])
+    # target temperature 0.5: a sharper target than the hot rungs', so a swap that is wrong shows
+    p = torch.softmax(-2 * mhfast.energy(lm, states, energy="local").e_local.double(), 0)
+    free = torch.zeros_like(init, dtype=torch.bool)
+    free[0, free_pos] = True
+    n = 400
+    r = mhfast.sample(lm, init=init, free_positions=free, chains=n, epochs=20, burn_in=6, seed=5, energy="local",
+                      target_temperature=0.5, extra_energy=AllowedTokens(allowed), tempering=tempering)
+    assert float(r.swap_rate.min()) > 0.05  # the replicas do exchange: the swaps are exercised
+    match = (r.tokens[0][:, None, :] == states[None]).all(-1)
+    assert bool((match.sum(1) == 1).all()), "a chain left the allowed set"
+    p_hat = match.double().mean(0)
+    tv = 0.5 * float((p - p_hat).abs().sum())
+    bound = 3 * 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}; p={p.tolist()}, p_hat={p_hat.tolist()}"
+
+
 def test_load_errors_name_what_is_missing(monkeypatch):
     with pytest.raises(ValueError, match="chain: expected 'H'"):
         load_sapiens("X")

@@ -208,6 +208,37 @@ def test_swap_acceptance_is_min_1_exp_dbeta_de():
     assert rate == float((torch.log(u.double()) < (1 - 0.25) * (1.0 - 3.0)).double().mean())
 
 
+@pytest.mark.parametrize("delayed", [None, "window:1"])
+def test_every_rows_cache_and_terms_are_its_states_after_every_step_and_swap(monkeypatch, delayed):
+    """End to end, after every step of a tempered run (each replica's MH steps and every swap): each row's
+    per-position cache and energy terms equal a fresh rescore of the tokens it holds. The swap exchanges a row's
+    tokens, terms and cached model rows together, while the memo is shared by the replicas of an input (its hits'
+    rows are copied into the cache) and with delayed acceptance. (A swap that left the cache behind passes the
+    enumeration tests above: its stale rows are refreshed by the next accepted moves, so its bias is small; this
+    check sees it at once.)"""
+    from mhfast.sampler.state import rescore
+
+    model = TabularMLM.random(num_tokens=4, length=5, seed=3, features=True)
+    checked = {"swap": 0, "step": 0}
+    real_step = Tempered.step
+
+    def step(self, state, epoch, move):
+        state, info = real_step(self, state, epoch, move)
+        fresh = rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=True)
+        mask = state.energy_mask
+        assert torch.equal(state.cache[mask], fresh.cache[mask]), (epoch.index, move)
+        assert torch.equal(state.raw_terms, fresh.raw_terms) and torch.equal(state.local_terms, fresh.local_terms)
+        assert torch.equal(state.e_local, fresh.e_local) and torch.equal(state.e_raw, fresh.e_raw)
+        checked["swap" if isinstance(move, str) else "step"] += 1
+        return state, info
+
+    monkeypatch.setattr(Tempered, "step", step)
+    r = mhfast.sample(model, 5, chains=6, epochs=20, burn_in=4, seed=5, target_temperature=0.7, memo=8,
+                      delayed=delayed, tempering=[0.7, 1.4, 5.0])
+    assert checked == {"swap": 20, "step": 20 * 5}
+    assert r.memo_hits > 0 and bool((r.swap_rate > 0).all())
+
+
 def test_only_even_pairs_swap_in_even_epochs_and_odd_pairs_in_odd_ones():
     C, K = 3, 4
     state = ChainState.create(torch.zeros(C, 1, dtype=torch.long), torch.ones(C, 1, dtype=torch.bool),
