@@ -180,7 +180,7 @@ class Tempered:
             self._betas_dev = (self.betas, betas.to(state.tokens.device))
         return dataclasses.replace(epoch, beta=self._betas_dev[1])
 
-    def _pairs(self, state: ChainState, parity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _pairs(self, parity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The rows of the pairs (k, k+1), ``k`` of the parity, of every input and chain: (lo, hi) Long[P] and
         the pairs' rung k Long[K'] (made once per parity and number of inputs: every sweep asks)."""
         B, K, C = self.betas.shape[0], self.K, self.C
@@ -196,7 +196,7 @@ class Tempered:
         """The even/odd swaps of the epoch (none in forced epochs), the counters, and the tuning of the ladder."""
         if epoch.beta is None or self.K < 2:
             return state
-        lo, hi, ks = self._pairs(state, epoch.index % 2)
+        lo, hi, ks = self._pairs(epoch.index % 2)
         if lo.numel() == 0:
             return state
         C = self.C
