@@ -24,6 +24,8 @@ Cases (``--cases``):
 * ``sapiens-dispersed``: the same on Sapiens' heavy-chain MLM (``mhfast.models.sapiens``, a 4-layer RoBERTa, ~0.3 ms
   a masked row here against AntiBERTy's ~6-20 ms, so runs of a million rows are affordable): T residues
   (``--dispersed-length``) between ``<s>`` and ``</s>``, all free, 4 chains from their own random residues.
+  With ``--exact`` (``antiberty-dispersed`` at T <= 3) the target is enumerated too: each run's mean E_local and
+  its error against the exact one in MCSE units (sd / sqrt(ESS)): a check of the estimates, not only of agreement.
   Both dispersed cases sample at ``--dispersed-temperature`` (1 by default; 0.5 sharpens the target, deepening its
   basins: where plain MH stays in the basin it started in, the setting replica exchange is for).
 * ``cmlm-fixed``: the same equal-rows comparison on the bundled De->En CMLM at target temperature 1 (energy raw,
@@ -112,6 +114,27 @@ def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0, de
     return case
 
 
+def exact_mean_e_local(case: dict, temperature: float = 1.0, max_states: int = 20000) -> float:
+    """The target's mean E_local, by enumeration: every sequence with the case's ``init`` outside its free positions
+    and ordinary tokens (what the sampler proposes) at them, scored by ``mhfast.energy``; ``exp(-E / temperature)``
+    normalised. Only for the ``antiberty-dispersed`` case at small T (20^T sequences, at most ``max_states``)."""
+    import itertools
+
+    lm, init = case["model"], case["inputs"].get("init")
+    if init is None:
+        raise ValueError(f"--exact: the {case['name']} case has no init to enumerate around (antiberty-dispersed only)")
+    free = case["inputs"]["free_positions"][0].nonzero().flatten().tolist()
+    special = {int(i) for i in lm.special_ids} | {int(lm.mask_id), int(lm.pad_id)}
+    words = [t for t in range(int(lm.vocab_size)) if t not in special]
+    if len(words) ** len(free) > max_states:
+        raise ValueError(f"--exact: {len(words)}^{len(free)} sequences is more than {max_states}: use a smaller "
+                         "--dispersed-length")
+    states = init.repeat(len(words) ** len(free), 1)
+    states[:, free] = torch.tensor(list(itertools.product(words, repeat=len(free))))
+    e = torch.cat([mhfast.energy(lm, chunk, energy="local").e_local.double() for chunk in states.split(2000)])
+    return float((torch.softmax(-e / temperature, 0) * e).sum())
+
+
 def cmlm_fixed_case(sentences: int) -> dict:
     """bench_ess.py's ``cmlm`` case: the bundled De->En CMLM at target temperature 1, energy raw, 5 chains from the
     warm start, the first ``sentences`` test sentences (plain MH: max R-hat 1.21 after 360 post-burn-in sweeps)."""
@@ -156,6 +179,7 @@ def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dic
             **{k: figures[k] for k in ("ess_e", "ess_p", "rhat", "rhat_e")},
             "chain_min": e.min(axis=1).round(2).tolist(),
             "chain_mean": e.mean(axis=1).round(2).tolist(),
+            "mean_e": float(e.mean()), "sd_e": float(e.std()),
             "accept": float(r.novel_rate[first:last].mean())}
 
 
@@ -195,16 +219,25 @@ def counters_text(run: dict) -> str:
 
 
 def equal_rows_lines(case: dict, runs: list[dict]) -> list[str]:
+    """The equal-rows table; with ``case["exact_mean"]`` (``--exact``) two more columns: the draws' mean E_local
+    and its error against the enumerated target's in units of its MCSE (sd / sqrt(ESS of E_local)): an honest
+    MCSE keeps it within about 2."""
+    exact = case.get("exact_mean")
+    head = " mean E_local (exact {:.3f}) | error / MCSE |".format(exact) if exact is not None else ""
     out = ["| sampler | seed | sweeps (burn-in) | draws (sweeps x chains) | model rows | CPU s | novel rate | "
            "ESS E_local | min ESS proj | ESS E_local / 1k rows | ESS E_local / CPU s | R-hat E_local | "
-           "max R-hat (not NaN) | per chain: lowest E_local | per chain: mean E_local | tempering counters |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "max R-hat (not NaN) | per chain: lowest E_local | per chain: mean E_local |" + head
+           + " tempering counters |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if head else "") + "---|"]
     for x in runs:
         extra = counters_text(x)
+        cells = ""
+        if exact is not None:
+            cells = f" {x['mean_e']:.3f} | {(x['mean_e'] - exact) / (x['sd_e'] / max(x['ess_e'], 1e-9) ** 0.5):+.2f} |"
         out.append(f"| {x['tempering'] or 'plain MH'} | {x['seed']} | {x['sweeps']} ({x['burn']}) | {x['draws']} | "
                    f"{x['rows']} | {x['cpu']:.0f} | {x['accept']:.3f} | {x['ess_e']:.1f} | {x['ess_p']:.1f} | "
                    f"{1000 * x['ess_e'] / x['rows']:.2f} | {x['ess_e'] / x['cpu']:.3f} | {x['rhat_e']:.3f} | "
-                   f"{x['rhat']:.3f} | {x['chain_min']} | {x['chain_mean']} | {extra} |")
+                   f"{x['rhat']:.3f} | {x['chain_min']} | {x['chain_mean']} |{cells} {extra} |")
     return out
 
 
@@ -309,6 +342,9 @@ def main() -> int:
     ap.add_argument("--cmlm-burn-in", type=int, default=4)
     ap.add_argument("--cmlm-temperature", type=float, default=0.2)
     ap.add_argument("--two-mode-epochs", type=int, default=3000)
+    ap.add_argument("--exact", action="store_true",
+                    help="antiberty-dispersed at small --dispersed-length (20^T sequences): also the enumerated "
+                         "target's mean E_local, and each run's error against it in MCSE units")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=str, default=None)
     args = ap.parse_args()
@@ -344,6 +380,8 @@ def main() -> int:
             continue
         case = dispersed_case(model, args.dispersed_length, 4, args.dispersed_temperature)
         epochs, burn = (6, 2) if args.quick else (args.dispersed_epochs, args.dispersed_burn_in)
+        if args.exact:
+            case["exact_mean"] = exact_mean_e_local(case, args.dispersed_temperature)
         lines += ["", f"- {case['name']}: {case['what']}; tempering={args.rungs} (tuned), {epochs} sweeps, burn-in "
                   f"{burn}, against plain single-site MH (defaults) cut at the same model rows; seeds {args.seeds}.",
                   "", *equal_rows_lines(case, [x for seed in args.seeds

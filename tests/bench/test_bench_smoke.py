@@ -1,7 +1,7 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
 bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py,
-plain_long.py (--match too), graph_overhead.py, propose_ab.py and bench_forward.py's
-compile lines on tiny sizes, so the scripts cannot rot unnoticed.
+plain_long.py (--match too), bench_tempering.py --exact's enumeration, graph_overhead.py, propose_ab.py and
+bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
@@ -298,3 +298,30 @@ def test_propose_ab_times_two_labels_and_renders_their_ratio(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| propose")]
     assert len(rows) == 2 and all(line.count("|") == 5 for line in rows), proc.stdout
+
+
+def test_bench_tempering_exact_mean_is_the_enumerated_targets_and_fills_the_error_column(monkeypatch):
+    """bench_tempering.exact_mean_e_local (``--exact``) against tests/exact_checks' enumeration on a tabular model at
+    target temperature 0.7, its refusal of a case too large to enumerate, and the two columns it adds to the table."""
+    from exact_checks import energies, enumerate_states, ordinary_tokens, target_distribution
+    from mhfast.models.tabular import TabularMLM
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # put back after the test, with what the script adds
+    import bench_tempering as bt
+
+    model = TabularMLM.random(num_tokens=3, length=3, seed=11, scale=1.5)
+    init = torch.full((1, 3), ordinary_tokens(model)[0])
+    case = {"name": "tabular", "model": model, "inputs": {"init": init, "free_positions": torch.ones(1, 3).bool()}}
+    states = enumerate_states(model, init[0], torch.ones(3, dtype=torch.bool))
+    p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), "local", 0.7)
+    want = float((p * energies(model, states, torch.ones(3, dtype=torch.bool))[1]).sum())
+    assert bt.exact_mean_e_local(case, 0.7) == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="--exact: 3\\^3 sequences is more than 20"):
+        bt.exact_mean_e_local(case, 0.7, max_states=20)
+    run = {"tempering": None, "seed": 0, "sweeps": 10, "burn": 2, "draws": 32, "rows": 100, "cpu": 1.0,
+           "accept": 0.5, "ess_e": 16.0, "ess_p": 10.0, "rhat_e": 1.0, "rhat": 1.0, "chain_min": [0.0],
+           "chain_mean": [1.0], "mean_e": want + 0.5, "sd_e": 2.0}
+    lines = bt.equal_rows_lines({**case, "exact_mean": want}, [run])
+    assert f"mean E_local (exact {want:.3f}) | error / MCSE |" in lines[0]
+    assert [len(line.split("|")) for line in lines] == [len(lines[0].split("|"))] * 3
+    assert lines[2].split("|")[17].strip() == "+1.00"  # 0.5 / (2 / sqrt(16))
