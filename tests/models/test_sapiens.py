@@ -144,68 +144,65 @@ def test_fast_and_full_forwards_give_the_same_chains(lm, chain):
     assert runs[0].model_rows == runs[1].model_rows and float(runs[0].novel_rate.mean()) > 0
 
 
+def enumerable_restriction(lm: SapiensMaskedLM, start: str = "NK"):
+    """Two free residues of a real VH fragment (GFNIKDTY: the start of CDR-H1 with its framework flank), three amino
+    acids allowed at each (N and K of the parent, and two others each): ``(init Long[1, W] with ``start`` at the free
+    residues, free Bool[1, W], allowed Bool[W, V] for AllowedTokens, the 9 states Long[9, W])``."""
+    init = lm.encode(TRASTUZUMAB_VH[25:33])[None]
+    free_pos, options = [3, 5], ["NQS", "KRT"]
+    init[0, free_pos] = torch.tensor([lm.vocab[a] for a in start])
+    allowed = torch.ones(init.shape[1], lm.vocab_size, dtype=torch.bool)
+    for p, aas in zip(free_pos, options):
+        allowed[p] = False
+        allowed[p, [lm.vocab[a] for a in aas]] = True
+    states = init.repeat(9, 1)
+    for k, (a, b) in enumerate(itertools.product(*options)):
+        states[k, free_pos] = torch.tensor([lm.vocab[a], lm.vocab[b]])
+    free = torch.zeros_like(init, dtype=torch.bool)
+    free[0, free_pos] = True
+    return init, free, allowed, states
+
+
+def assert_chains_within_bound(r: mhfast.SampleResult, states: torch.Tensor, p: torch.Tensor) -> None:
+    """The final states of the run's n chains, each one of ``states``, within the TV bound of the target ``p``."""
+    n = r.tokens.shape[1]
+    match = (r.tokens[0][:, None, :] == states[None]).all(-1)
+    assert bool((match.sum(1) == 1).all()), "a chain left the allowed set"
+    p_hat = match.double().mean(0)
+    tv = 0.5 * float((p - p_hat).abs().sum())
+    bound = 3 * 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}; p={p.tolist()}, p_hat={p_hat.tolist()}"
+
+
 @pytest.mark.slow  # 29 s on the 2-core CI machine
 def test_mh_is_exact_on_an_enumerable_restriction():
     """Two free residues of a real VH fragment, three amino acids allowed at each: 9 states, enumerated."""
     lm = load_sapiens("H")
-    init = lm.encode(TRASTUZUMAB_VH[25:33])[None]  # GFNIKDTY: the start of CDR-H1 with its framework flank
-    free_pos, options = [3, 5], ["NQS", "KRT"]  # N and K of the parent, and two others each
-    allowed = torch.ones(init.shape[1], lm.vocab_size, dtype=torch.bool)
-    for p, aas in zip(free_pos, options):
-        allowed[p] = False
-        allowed[p, [lm.vocab[a] for a in aas]] = True
-    states = init.repeat(9, 1)
-    for k, (a, b) in enumerate(itertools.product(*options)):
-        states[k, free_pos] = torch.tensor([lm.vocab[a], lm.vocab[b]])
+    init, free, allowed, states = enumerable_restriction(lm)
     p = torch.softmax(-mhfast.energy(lm, states, energy="local").e_local.double(), 0)
-    free = torch.zeros_like(init, dtype=torch.bool)
-    free[0, free_pos] = True
     # 20 epochs: from the parent, every chain's start, the TV of the epochs' states fell 0.39, 0.15 (6), 0.07 (11),
     # 0.02-0.03 from epoch 16 on (1200 chains): the conditionals the proposals come from are far from the joint
-    n = 1000
-    r = mhfast.sample(lm, init=init, free_positions=free, chains=n, epochs=20, burn_in=2, seed=3, energy="local",
+    r = mhfast.sample(lm, init=init, free_positions=free, chains=1000, epochs=20, burn_in=2, seed=3, energy="local",
                       extra_energy=AllowedTokens(allowed))
-    match = (r.tokens[0][:, None, :] == states[None]).all(-1)
-    assert bool((match.sum(1) == 1).all()), "a chain left the allowed set"
-    p_hat = match.double().mean(0)
-    tv = 0.5 * float((p - p_hat).abs().sum())
-    bound = 3 * 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
-    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}; p={p.tolist()}, p_hat={p_hat.tolist()}"
+    assert_chains_within_bound(r, states, p)
     assert float(p.max()) < 0.99  # the target is not one state: the test has power
 
 
-@pytest.mark.slow  # ~30 s on the 2-core CI machine
+@pytest.mark.slow  # ~20 s on the 2-core CI machine
 @pytest.mark.parametrize("tempering", [[0.5, 2.0, 8.0], 3], ids=["fixed-ladder", "tuned-ladder"])
 def test_tempered_mh_is_exact_on_an_enumerable_restriction(tempering):
-    """Parallel tempering on the real model: the target rung's chains of the 9-state restriction above (a different
-    seed and start) are within the same bound, with a fixed ladder and one tuned in burn-in. The tabular tests hold
-    the tempering code to enumeration; this one adds the real model's paths (the fast forward's cache, the memo
-    shared by the replicas of an input, swaps exchanging cached rows)."""
+    """Parallel tempering on the real model: the target rung's chains of the 9-state restriction above (from its
+    other corner, another seed) within the same bound, with a fixed ladder and one tuned in burn-in. The tabular tests
+    hold the tempering code to enumeration; this one adds the real model's paths (the fast forward's cache, swaps
+    exchanging cached rows). At target temperature 0.5, a sharper target than the hot rungs': there swaps that are
+    always accepted, or accepted with the sign of their exponent flipped, fail it (at temperature 1 they did not)."""
     lm = load_sapiens("H")
-    init = lm.encode(TRASTUZUMAB_VH[25:33])[None]
-    free_pos, options = [3, 5], ["NQS", "KRT"]
-    init[0, free_pos] = torch.tensor([lm.vocab["S"], lm.vocab["T"]])  # from the other corner of the 9 states
-    allowed = torch.ones(init.shape[1], lm.vocab_size, dtype=torch.bool)
-    for p, aas in zip(free_pos, options):
-        allowed[p] = False
-        allowed[p, [lm.vocab[a] for a in aas]] = True
-    states = init.repeat(9, 1)
-    for k, (a, b) in enumerate(itertools.product(*options)):
-        states[k, free_pos] = torch.tensor([lm.vocab[a], lm.vocab[b]])
-    # target temperature 0.5: a sharper target than the hot rungs', so a swap that is wrong shows
+    init, free, allowed, states = enumerable_restriction(lm, start="ST")
     p = torch.softmax(-2 * mhfast.energy(lm, states, energy="local").e_local.double(), 0)
-    free = torch.zeros_like(init, dtype=torch.bool)
-    free[0, free_pos] = True
-    n = 400
-    r = mhfast.sample(lm, init=init, free_positions=free, chains=n, epochs=20, burn_in=6, seed=5, energy="local",
+    r = mhfast.sample(lm, init=init, free_positions=free, chains=400, epochs=20, burn_in=6, seed=5, energy="local",
                       target_temperature=0.5, extra_energy=AllowedTokens(allowed), tempering=tempering)
     assert float(r.swap_rate.min()) > 0.05  # the replicas do exchange: the swaps are exercised
-    match = (r.tokens[0][:, None, :] == states[None]).all(-1)
-    assert bool((match.sum(1) == 1).all()), "a chain left the allowed set"
-    p_hat = match.double().mean(0)
-    tv = 0.5 * float((p - p_hat).abs().sum())
-    bound = 3 * 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
-    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}; p={p.tolist()}, p_hat={p_hat.tolist()}"
+    assert_chains_within_bound(r, states, p)
 
 
 def test_load_errors_name_what_is_missing(monkeypatch):
