@@ -447,6 +447,9 @@ def _goal(r: dict, fp32_base: dict | None) -> str:
     return text
 
 
+LABELS = {"float32": "fp32", "bfloat16": "bf16"}  #: the report's names of the peaks' dtypes
+
+
 def table(rows: list[dict], peaks: dict[str, float]) -> list[str]:
     """The markdown table, one line per (start, dtype, T, chains)."""
     lines = ["| start | dtype | T | chains | proposals timed (C x n) | mixmatch rows / proposal "
@@ -524,8 +527,8 @@ def report(args, rows: list[dict], peaks: dict[str, float], sweep: list[dict], l
         "`SampleResult.rows_per_proposal` (T-1 per proposal that changes the state, 0 otherwise); mixmatch 2T+1.", "",
         ("Peak (one 8192^3 matmul on the GPU, " if cuda else f"Peak (one 2048^3 matmul, {args.threads} thread(s), ")
         + "best of 3 before each case of this run): "
-        f"fp32 {peaks['float32']:.0f} GFLOP/s, "
-        f"bf16 {peaks['bfloat16']:.0f} GFLOP/s. Model FLOPs counted per row of W = T+2 tokens as "
+        + ", ".join(f"{LABELS[k]} {v:.0f} GFLOP/s" for k, v in peaks.items())
+        + ". Model FLOPs counted per row of W = T+2 tokens as "
         + flops_text(setup.get("model", "antiberty")) +
         " at W positions (mixmatch's full logits) or at one "
         "(mhfast); biases, LayerNorm, softmax, GELU not counted. GFLOP/s = counted FLOPs / the loop's whole time "
@@ -571,7 +574,9 @@ def run_grid(args, lm, save) -> tuple[list[dict], dict[str, float], list[dict]]:
     """Peaks, every case of the grid (each saved as it finishes), then the optional batch-size sweep."""
     # The achievable peak is re-measured before every case and the best kept: on a shared machine one
     # measurement can land in a busy moment (and then the model would seem to beat the "peak").
-    peaks = {"float32": 0.0, "bfloat16": 0.0}
+    # only the dtypes the run measures: a bf16 matmul has no fast path on a CPU without AVX512-BF16/AMX (2048^3 took
+    # 63 s on an AVX2-only AMD EPYC, against 0.26 s in fp32), so a float32-only run must not pay for its peak
+    peaks = {name: 0.0 for name in ("float32", "bfloat16") if name in args.dtypes}
     print("features", cpu_features() if args.device == "cpu" else torch.cuda.get_device_name(), flush=True)
     rows: list[dict] = []
     sweep: list[dict] = []
@@ -607,7 +612,8 @@ def merge(parts: list[dict]) -> tuple[list[dict], dict[str, float], list[dict], 
         old = sweep.setdefault((s["dtype"], s["max_tokens"]), {**s, "all_ms": []})
         old["all_ms"] = old["all_ms"] + s["all_ms"]
         old["ms"] = statistics.median(old["all_ms"])
-    peaks = {k: max(part["peaks"][k] for part in parts) for k in parts[0]["peaks"]}
+    names = [k for k in ("float32", "bfloat16") if any(k in part["peaks"] for part in parts)]
+    peaks = {k: max(part["peaks"].get(k, 0.0) for part in parts) for k in names}
     return (rows, peaks, list(sweep.values()), parts[0]["load"], sum(part["minutes"] for part in parts),
             parts[-1]["machine"], setups[-1])
 

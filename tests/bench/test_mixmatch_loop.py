@@ -140,3 +140,22 @@ def test_bench_ess_mixmatch_row_and_same_law_line(bench):
     assert rows[1].startswith("| tiny | mixmatch | 24; 2 seeds | ")
     line = bench_ess.same_law_line("tiny", runs_of)
     assert line.startswith("- Same law, `tiny` (2 and 2 seeds; mh's first 24 post-burn-in draws") and "x the " in line
+
+
+@pytest.mark.parametrize("dtypes", [["float32"], ["float32", "bfloat16"]])
+def test_the_grid_measures_the_matmul_peak_of_its_dtypes_only(bench, monkeypatch, dtypes):
+    """run_grid measures the achievable matmul peak of the dtypes it runs and of no other: on a CPU without a bf16
+    fast path (AVX2-only AMD EPYC) one 2048^3 bf16 matmul took 63 s, so a float32 run measuring bf16 too spent four
+    minutes on it and timed out gpu_check --quick's test on a fresh machine. The report names the peaks it has."""
+    import argparse
+
+    bench_mixmatch, _ = bench
+    measured = []
+    monkeypatch.setattr(bench_mixmatch, "matmul_peak", lambda dtype, device="cpu": measured.append(dtype) or 1.0)
+    monkeypatch.setattr(bench_mixmatch, "one_case", lambda *a, **k: [])
+    monkeypatch.setattr(bench_mixmatch, "make_start", lambda lm, T, kind: (None, None))
+    args = argparse.Namespace(device="cpu", lengths=[8], starts=["random"], chains=[2], dtypes=dtypes, budget=16,
+                              repeats=1, captures=["none"], batch_sweep=None)
+    _, peaks, _ = bench_mixmatch.run_grid(args, None, lambda *a: None)
+    assert list(peaks) == dtypes
+    assert set(measured) == {getattr(torch, d) for d in dtypes}
