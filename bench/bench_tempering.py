@@ -114,10 +114,10 @@ def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0, de
     return case
 
 
-def exact_mean_e_local(case: dict, temperature: float = 1.0, max_states: int = 20000) -> float:
-    """The target's mean E_local, by enumeration: every sequence with the case's ``init`` outside its free positions
-    and ordinary tokens (what the sampler proposes) at them, scored by ``mhfast.energy``; ``exp(-E / temperature)``
-    normalised. Only for the ``antiberty-dispersed`` case at small T (20^T sequences, at most ``max_states``)."""
+def enumerated_target(case: dict, max_states: int = 20000) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every sequence the case's chains can reach (its ``init`` outside the free positions, ordinary tokens, what the
+    sampler proposes, at them) and its E_local by ``mhfast.energy``: ``(states Long[S, W], e_local f64[S])``. Only
+    for the ``antiberty-dispersed`` case at small T (20^T sequences, at most ``max_states``)."""
     import itertools
 
     lm, init = case["model"], case["inputs"].get("init")
@@ -131,7 +131,13 @@ def exact_mean_e_local(case: dict, temperature: float = 1.0, max_states: int = 2
                          "--dispersed-length")
     states = init.repeat(len(words) ** len(free), 1)
     states[:, free] = torch.tensor(list(itertools.product(words, repeat=len(free))))
-    e = torch.cat([mhfast.energy(lm, chunk, energy="local").e_local.double() for chunk in states.split(2000)])
+    return states, torch.cat([mhfast.energy(lm, chunk, energy="local").e_local.double()
+                              for chunk in states.split(2000)])
+
+
+def exact_mean_e_local(case: dict, temperature: float = 1.0, max_states: int = 20000) -> float:
+    """The target's mean E_local over :func:`enumerated_target`'s sequences, ``exp(-E / temperature)`` normalised."""
+    _, e = enumerated_target(case, max_states)
     return float((torch.softmax(-e / temperature, 0) * e).sum())
 
 

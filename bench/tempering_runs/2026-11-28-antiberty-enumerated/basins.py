@@ -9,17 +9,13 @@ from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
 import bench_tempering as bt
-import mhfast
 
 torch.set_num_threads(1)
 case = bt.dispersed_case("antiberty", 3, 4, 1.0)
-lm, init = case["model"], case["inputs"]["init"]
-special = {int(i) for i in lm.special_ids} | {int(lm.mask_id), int(lm.pad_id)}
-words = [t for t in range(int(lm.vocab_size)) if t not in special]
+lm = case["model"]
+states, e = bt.enumerated_target(case)  # in itertools.product order over the ordinary tokens
+words = sorted(set(states[:, 1].tolist()))
 V = len(words)
-states = init.repeat(V ** 3, 1)
-states[:, 1:4] = torch.tensor(list(itertools.product(words, repeat=3)))
-e = torch.cat([mhfast.energy(lm, c, energy="local").e_local.double() for c in states.split(2000)])
 E, p = e.view(V, V, V), torch.softmax(-e, 0).view(V, V, V)
 inv = {v: k for k, v in lm.vocab.items()}
 name = lambda a, b, c: "".join(inv[words[i]] for i in (a, b, c))  # noqa: E731

@@ -6,7 +6,7 @@ bound of tests/exact_checks.tv_and_bound (3 x the expected TV of n draws).
 
     python3 bench/tempering_runs/2026-11-28-antiberty-enumerated/iid_probe.py [chains] [sweeps]   # ~15 CPU min
 """
-import itertools, sys, time
+import sys, time
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
@@ -19,12 +19,8 @@ sweeps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 case = bt.dispersed_case("antiberty", 3, n, 1.0)
 lm, init, free = case["model"], case["inputs"]["init"], case["inputs"]["free_positions"]
 pos = free[0].nonzero().flatten().tolist()
-special = {int(i) for i in lm.special_ids} | {int(lm.mask_id), int(lm.pad_id)}
-words = [t for t in range(int(lm.vocab_size)) if t not in special]
-states = init.repeat(len(words) ** len(pos), 1)
-states[:, pos] = torch.tensor(list(itertools.product(words, repeat=len(pos))))
 t0 = time.time()
-e = torch.cat([mhfast.energy(lm, c, energy="local").e_local.double() for c in states.split(2000)])
+states, e = bt.enumerated_target(case)
 p = torch.softmax(-e, 0)
 mu, sd = float((p * e).sum()), float((p * (e - (p * e).sum()) ** 2).sum().sqrt())
 V = int(lm.vocab_size)
