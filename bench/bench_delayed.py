@@ -8,12 +8,13 @@ rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance a
 
 Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
 cannot help), ``delayed-wK`` (option delayed window:K, the memo on as by default: it supplies remembered proposals'
-terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0), ``delayed-iK`` (influence:K: as many rows
-as window:K, at the positions ranked by influence in burn-in), and ``oracle``: A BOUND, NOT A USABLE
-SAMPLER: ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage
-1 is exact MH's test and the sampler forwards rows only for the proposals that will be accepted; no first stage of
-any kind forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it scores
-through ``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and
+terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0), ``delayed-iK`` (influence:K: as many rows as
+window:K, at the positions ranked by influence in burn-in), ``delayed-tK`` (table:K: influence:K, and the moves its
+context table saw in burn-in screened with no row; mhfast/sampler/moves/move_table.py), and ``oracle``: A BOUND, NOT
+A USABLE SAMPLER: ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so
+stage 1 is exact MH's test and the sampler forwards rows only for the proposals that will be accepted; no first
+stage of any kind forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it
+scores through ``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and
 ``block-mh-delayed-wK``: block MH with blocks of 2 (bench_ess.py's), without and with its two-stage move (window:K
 around the block; block MH has no memo); compare them with each other, not with ``mh`` (another move).
 
@@ -66,6 +67,8 @@ from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
+            # the context table (delayed="table:K"): influence:K, and moves seen in burn-in screened with no row
+            **{f"delayed-t{k}": {"delayed": f"table:{k}"} for k in (1, 2)},
             # exact early rejection (delayed="early:K"): plain MH's chains, fewer rows (local energy only)
             **{f"early-{k}": {"delayed": f"early:{k}"} for k in (0, 1, 2, 4, 8)},
             # block MH as bench_ess runs it (blocks of 2) with and without its two-stage move (the window around
