@@ -317,6 +317,8 @@ def main() -> int:
                     "per epoch (default: the main job's 0.08, Table 5's 0.02; e.g. 0.08 * 11 / (epochs - 1) "
                     "stretches the main job's schedule)")
     ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
+    ap.add_argument("--burn-in", type=int, default=None, help="burn-in epochs (default: the case's); what the "
+                    "influence ranking and the context table (delayed-iK, delayed-tK) learn from")
     ap.add_argument("--device", default="cpu", help="where the chains run (cuda: wall s is the figure; the "
                     "oracle setting is CPU-only)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 (with --from-log: every seed "
@@ -342,6 +344,8 @@ def main() -> int:
     model, inputs, options, what = case_inputs(args.case, args.epochs, args.anneal, args.device)
     if args.chains is not None:
         options = {**options, "chains": args.chains}
+    if args.burn_in is not None:
+        options = {**options, "burn_in": args.burn_in}
     runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     if args.device != "cpu":  # the device's warm-up (context, cuBLAS, kernels loaded: ~4 s on an H200), discarded
         for setting in args.settings:

@@ -1,4 +1,4 @@
-"""The context table of delayed acceptance (option ``delayed="table:K"``; docs/delayed.md, "Move tables").
+"""The context table of delayed acceptance (option ``delayed="table:K"``; docs/delayed.md, "Context tables").
 
 ``influence:K``'s first stage forwards K-window's worth of rows of X' and takes every other term as unchanged. But
 a chain near a mode proposes the same few moves (position i, token a -> b) again and again, and whenever a
@@ -16,7 +16,7 @@ stage 2's formula needs (docs/delayed.md, "Why the target is exact"); the table 
 
 Measured offline first (bench/delayed_movetable.py, AntiBERTy infilling, leave one seed out): on the proposals the
 memo would not already know, rows per accepted change 1.84x fewer than exact MH against ``influence:2``'s 1.42x
-(the ceiling 2.31x); in the sampler: bench/RESULTS.md, "Move tables".
+(the ceiling 2.31x); in the sampler: bench/RESULTS.md, "Context tables".
 
 Memory: 6 int64 and one float per observed cell during burn-in (consolidated as it grows), then one int64 key and
 one float per distinct cell.
