@@ -9,12 +9,11 @@ rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance a
 Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
 cannot help), ``delayed-wK`` (option delayed window:K, the memo on as by default: it supplies remembered proposals'
 terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0), ``delayed-iK`` (influence:K: as many rows as
-window:K, at the positions ranked by influence in burn-in), ``delayed-tK`` (table:K: influence:K, and the moves its
-context table saw in burn-in screened with no row; mhfast/sampler/moves/move_table.py), and ``oracle``: A BOUND, NOT
-A USABLE SAMPLER: ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so
-stage 1 is exact MH's test and the sampler forwards rows only for the proposals that will be accepted; no first
-stage of any kind forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it
-scores through ``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and
+window:K, at the positions ranked by influence in burn-in), and ``oracle``: A BOUND, NOT A USABLE SAMPLER:
+``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage 1 is exact
+MH's test and the sampler forwards rows only for the proposals that will be accepted; no first stage of any kind
+forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it scores through
+``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and
 ``block-mh-delayed-wK``: block MH with blocks of 2 (bench_ess.py's), without and with its two-stage move (window:K
 around the block; block MH has no memo); compare them with each other, not with ``mh`` (another move).
 
@@ -67,8 +66,6 @@ from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
-            # the context table (delayed="table:K"): influence:K, and moves seen in burn-in screened with no row
-            **{f"delayed-t{k}": {"delayed": f"table:{k}"} for k in (1, 2)},
             # exact early rejection (delayed="early:K"): plain MH's chains, fewer rows (local energy only)
             **{f"early-{k}": {"delayed": f"early:{k}"} for k in (0, 1, 2, 4, 8)},
             # block MH as bench_ess runs it (blocks of 2) with and without its two-stage move (the window around
@@ -318,7 +315,7 @@ def main() -> int:
                     "stretches the main job's schedule)")
     ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
     ap.add_argument("--burn-in", type=int, default=None, help="burn-in epochs (default: the case's); what the "
-                    "influence ranking and the context table (delayed-iK, delayed-tK) learn from")
+                    "influence ranking (delayed-iK) learns from")
     ap.add_argument("--device", default="cpu", help="where the chains run (cuda: wall s is the figure; the "
                     "oracle setting is CPU-only)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 (with --from-log: every seed "

@@ -314,30 +314,28 @@ AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
 
 
-@_described("`None`, `auto`, `window:K`, `influence:K`, `table:K` or `early:K` (K an int >= 0), or (API only) a "
-            "callable surrogate")
+@_described("`None`, `auto`, `window:K`, `influence:K` or `early:K` (K an int >= 0), or (API only) a callable "
+            "surrogate")
 def _delayed(v: Any) -> Any:
     """None, ``"auto"``, ``"window:K"`` (delayed acceptance with the K nearest positions on each side),
     ``"influence:K"`` (as many positions, those whose terms changed most in burn-in: :mod:`.moves.influence`),
-    ``"table:K"`` (``influence:K`` and burn-in's context table of term changes: :mod:`.moves.move_table`),
     ``"early:K"`` (exact early rejection: as many rows first, ranked by the terms of X'; :mod:`.moves.delayed`) or a
     user's surrogate ``E~(tokens, pos)`` (:mod:`mhfast.sampler.moves.user_surrogate`; only the API can pass one)."""
     if v is None or v == "auto" or (callable(v) and not isinstance(v, str)):
         return v
-    for kind in ("window:", "influence:", "table:", "early:"):
+    for kind in ("window:", "influence:", "early:"):
         if isinstance(v, str) and v.startswith(kind):
             k = v[len(kind):]
             if k.isdigit() and int(k) <= MAX_WINDOW:
                 return f"{kind}{int(k)}"
-    raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K', 'table:K' or 'early:K' with K an int >= 0, "
-                      f"or (API only) a callable surrogate(tokens, pos), got {v!r}")
+    raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K' or 'early:K' with K an int >= 0, or (API "
+                      f"only) a callable surrogate(tokens, pos), got {v!r}")
 
 
 
 def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "cpu") -> Any:
     """Option ``delayed`` as the kernel runs it, for a run on ``device`` whose longest input has ``num_energy``
-    energy positions: None (off), ``"window:K"``, ``"influence:K"``, ``"table:K"``, ``"early:K"`` or the user's
-    callable. ``auto`` ->
+    energy positions: None (off), ``"window:K"``, ``"influence:K"`` or the user's callable. ``auto`` ->
     :data:`AUTO_DELAYED` in a sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in the others,
     each where ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off: too few rows left to save), and off on a CUDA
     device: there a step's small forwards are bound by kernel launches, not rows, so the rows the second stage saves
@@ -528,10 +526,7 @@ SPEC: tuple[Option, ...] = (
            "survivors forward their other rows for a second test that corrects to the exact target (the same "
            "target, a lower acceptance, fewer rows per proposal). window:K = that window; influence:K = as many "
            "positions, those whose terms changed most when the proposed one changed (ranked per input and position "
-           "in burn-in, then frozen; sampler mh; docs/delayed.md); table:K = influence:K, and a move (position, "
-           "token a -> b) seen in burn-in forwards no row in stage 1: its other terms' changes are predicted from "
-           "burn-in's mean change of each other term given that term's token (a context table, frozen after "
-           "burn-in; sampler mh); early:K = exact early rejection (energy local, "
+           "in burn-in, then frozen; sampler mh; docs/delayed.md); early:K = exact early rejection (energy local, "
            "sampler mh): the first 2K rows of X' (ranked by the terms of X'), then 8K, bound E(X') from below (the "
            "other terms taken as 0) and meet exact MH's test with its own uniform, so only proposals exact MH "
            "rejects stop early and the chains are plain MH's, bit for bit, with fewer rows; "
@@ -664,7 +659,7 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
         raise OptionError(f"{name_of('delayed')} as a callable surrogate needs {name_of('sampler')} "
                           f"{_kernels_that('user_surrogate')} (its E~(tokens, pos) is of one proposed position), "
                           f"got {values['sampler']}")
-    if isinstance(values["delayed"], str) and values["delayed"].startswith(("influence:", "table:", "early:")) and \
+    if isinstance(values["delayed"], str) and values["delayed"].startswith(("influence:", "early:")) and \
             not KERNELS[values["sampler"]].capabilities.influence:
         raise OptionError(f"{shown} needs {name_of('sampler')} {_kernels_that('influence')} (its window is ranked "
                           f"per proposed position), got {values['sampler']}")

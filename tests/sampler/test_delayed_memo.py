@@ -38,11 +38,9 @@ SAME_CHAINS = [
     ("small-memo", dict(energy="local", memo=1)),  # one entry per chain: reservations evict each other
     ("reference-ops", dict(energy="raw", backend="reference", chains=6, epochs=4)),
     ("wide-window", dict(energy="local", delayed="window:2")),
-    # the influence ranking and the context table (delayed="table:K") learn from the survivors of stage 1 in burn-in
-    # (the same proposals with the memo on or off) and then screen remembered and new proposals alike
+    # the influence ranking learns from the survivors of stage 1 in burn-in (the same proposals with the memo on or
+    # off), so its frozen windows are the same too
     ("influence-burn-in", dict(energy="local", delayed="influence:1", burn_in=3)),
-    ("table-local", dict(energy="local", delayed="table:1", burn_in=3)),
-    ("table-raw-tempered", dict(energy="raw", delayed="table:1", burn_in=3, tempering=[1.0, 2.0])),
 ]
 
 

@@ -60,7 +60,6 @@ from .accept import beta_rows
 from .changed import changed_chains
 from .early_rejection import EARLY_WIDEN, complete_partial, lower_bound, middle_stage
 from .influence import InfluenceWindows, early_rejection, influence_ranked
-from .move_table import ContextTable, table_kind
 from .site_commit import commit, refresh_remembered_rows, with_extra
 from .site_score import extra_terms, keep_miss_rows
 from .site_types import ExtraTerms, TestedSites
@@ -85,10 +84,6 @@ class DelayedAcceptance:
     #: early rejection's middle stage: the survivors of stage 1 forward ``widen`` times its rows (the top of the
     #: same ranking) and meet the bound again before the rest; 1: no middle stage
     widen: int = 1
-    #: option delayed="table:K": the context table learnt in burn-in, then frozen (:mod:`.move_table`): a move it
-    #: knows forwards no row in stage 1 (the table predicts its other terms' changes); the others take the
-    #: ``influence`` window
-    table: ContextTable | None = None
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
@@ -114,8 +109,7 @@ def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
     ranking = (InfluenceWindows(ctx.delayed_window, None if early else ctx.config.burn_in, by_value=early)
                if influence_ranked(ctx.delayed) else None)
     return DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed), ranking, early=early,
-                             widen=EARLY_WIDEN if early else 1,
-                             table=ContextTable(ctx.config.burn_in) if table_kind(ctx.delayed) else None)
+                             widen=EARLY_WIDEN if early else 1)
 
 
 class Screened(NamedTuple):
@@ -168,8 +162,7 @@ def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> tor
 
 def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
                 extra: ExtraTerms | None, user: torch.Tensor | None, *, beta: Any, epoch: int, step: int,
-                early: bool = False, shift: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                early: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1 of the memo's hits (the last ``tested.picked.hits``) from their remembered full terms, read once
     this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``.
     ``early``: the bound is the exact energy (all terms known), so stage 1 is exact MH's test."""
@@ -183,9 +176,7 @@ def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window
         surrogate = model_energy(state, raw.nan_to_num(nan=0.0), local.nan_to_num(nan=0.0))
     else:
         surrogate = model_energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
-                                 torch.where(near, local, state.local_terms.index_select(0, p.ch)))
-        if shift is not None:  # (the same function as for a miss: the table's prediction, not the known terms)
-            surrogate = surrogate + shift[m:]
+                            torch.where(near, local, state.local_terms.index_select(0, p.ch)))
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
                          epoch=epoch, step=step, early=early)
     if early:  # (the partial entries that passed: their missing rows forwarded now, their full terms remembered)
@@ -195,14 +186,13 @@ def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window
 
 def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
            extra: ExtraTerms | None, user: torch.Tensor | None = None, *, beta: Any, epoch: int, step: int,
-           early: bool = False, wide: Window | None = None, shift: torch.Tensor | None = None) -> Screened:
+           early: bool = False, wide: Window | None = None) -> Screened:
     """Stage 1 of every tested proposal, with the memo supplying numbers only: the misses forward their window,
     the survivors (and the misses a hit of this step reads) their other rows, whose full terms are stored; then
     the hits are screened from their remembered terms. One host read (two with hits). ``user``: f32[n] a user
     surrogate's dE~ of every tested proposal (the window is then 0: no rows in stage 1). ``early``: early
     rejection (:func:`first_stage`; the misses' bound is :func:`lower_bound` of their window); ``wide``: its
-    middle stage's windows (:func:`middle_stage`; one host read more). ``shift``: f32[n] the context table's
-    predicted change of each proposal's terms outside its window (``delayed="table:K"``; :mod:`.move_table`)."""
+    middle stage's windows (:func:`middle_stage`; one host read more)."""
     picked, p = tested.picked, tested.proposal
     m, h = picked.misses, picked.hits
     raw, local, window_rows = window_terms(ctx, state, tested, window)
@@ -212,8 +202,6 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
         surrogate = lower_bound(state, raw, local, window.near if h == 0 else window.near[:m])
     else:
         surrogate = model_energy(state, raw, local)
-        if shift is not None:
-            surrogate = surrogate + (shift if h == 0 else shift[:m])
     passed = (first_stage(ctx, state, head(p, m, h == 0), _with_extra(surrogate, extra, slice(0, m)), beta=beta,
                           epoch=epoch, step=step, early=early)
               if m else torch.zeros(0, dtype=torch.bool, device=p.ch.device))
@@ -248,7 +236,7 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
     if h == 0:  # no hits: the survivors are the forwarded misses (no second host read)
         return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows, window)
     sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, user, beta=beta,
-                                                  epoch=epoch, step=step, early=early, shift=shift)
+                                                  epoch=epoch, step=step, early=early)
     passed = torch.cat([passed, passed_h])
     survivors, survivors_host = changed_chains(passed)
     return Screened(torch.cat([surrogate, sur_h]), torch.cat([raw, raw_h]), torch.cat([local, local_h]), passed,
@@ -345,12 +333,7 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     influence = da.influence
     if influence is not None:  # (influence: burn-in is over, so each position's window becomes a fixed set;
         influence.update(state, epoch)  # early rejection: re-ranked each epoch, which never changes a decision)
-    shift = bare = None
-    if da.table is not None:  # (its frozen cells: the moves it knows forward no row in stage 1)
-        da.table.update(state, epoch)
-        if da.table.frozen:
-            shift, bare = da.table.predict(state, tested.proposal)
-    window = window_of(state, tested.proposal, da.window, influence, bare=bare)
+    window = window_of(state, tested.proposal, da.window, influence)
     extra = None
     if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
         extra = extra_terms(ctx, state, tested.proposal.ch, proposed_sequences(state, tested.proposal))
@@ -360,14 +343,13 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
                                proposed_sequences(state, tested.proposal), tested.proposal.pos)
     wide = window_of(state, tested.proposal, da.window, influence, da.widen) if da.widen > 1 else None
     sc = screen(ctx, state, tested, window, memo, extra, user, beta=beta, epoch=epoch, step=step, early=da.early,
-                wide=wide, shift=shift)
-    # what i moved: the survivors' exact terms (hits and misses: the same proposals whether the memo is on or off,
-    # so that the memo changes no chain; until 2026-11-28 the ranking read the forwarded misses only)
-    for learner in (influence, da.table):
-        if learner is not None and learner.learning(epoch):
-            surv = sc.survivors
-            learner.observe(state, SiteProposal(*(v.index_select(0, surv) for v in tested.proposal)),
-                            sc.raw.index_select(0, surv), sc.local.index_select(0, surv))
+                wide=wide)
+    if influence is not None and influence.learning(epoch):
+        # what i moved: the survivors' exact terms (hits and misses: the same proposals whether the memo is on or
+        # off, so that the memo changes no chain; until 2026-11-28 the ranking read the forwarded misses only)
+        surv = sc.survivors
+        influence.observe(state, SiteProposal(*(v.index_select(0, surv) for v in tested.proposal)),
+                          sc.raw.index_select(0, surv), sc.local.index_select(0, surv))
     accepted = torch.zeros_like(sc.passed)
     if sc.survivors_host.shape[0]:
         new, taken = second_stage(ctx, state, tested, sc, extra, beta=beta, epoch=epoch, step=step, early=da.early)

@@ -119,15 +119,14 @@ class InfluenceWindows:
 
 
 def influence_ranked(delayed: Any) -> bool:
-    """Whether option ``delayed`` ranks its stage-1 positions: ``"influence:K"`` and ``"table:K"`` (by influence in
-    burn-in; the table's unknown moves take that window) or ``"early:K"`` (early rejection: by the terms of X', all
-    run long).
+    """Whether option ``delayed`` ranks its stage-1 positions: ``"influence:K"`` (by influence in burn-in) or
+    ``"early:K"`` (early rejection: by the terms of X', all run long).
 
     Example:
-        >>> [influence_ranked(d) for d in ("influence:2", "table:2", "early:2", "window:2", None)]
-        [True, True, True, False, False]
+        >>> [influence_ranked(d) for d in ("influence:2", "early:2", "window:2", None)]
+        [True, True, False, False]
     """
-    return isinstance(delayed, str) and delayed.startswith(("influence:", "table:", "early:"))
+    return isinstance(delayed, str) and delayed.startswith(("influence:", "early:"))
 
 
 def early_rejection(delayed: Any) -> bool:

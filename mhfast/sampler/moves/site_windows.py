@@ -39,11 +39,10 @@ class Window(NamedTuple):
 
 
 def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: InfluenceWindows | None = None,
-              widen: int = 1, bare: torch.Tensor | None = None) -> Window:
+              widen: int = 1) -> Window:
     """The window of each proposal: positions within ``k`` of ``proposal.pos``, or ``influence``'s frozen sets
     (as many energy positions) once it has them (one host read: its row counts). ``widen``: ``widen`` times as
-    many (within ``widen k``, or the top of the same ranking: the windows nest). ``bare``: Bool[n] proposals whose
-    window is their own position only (no rows: a move the context table of ``delayed="table:K"`` knows).
+    many (within ``widen k``, or the top of the same ranking: the windows nest).
 
     Example:
         >>> from types import SimpleNamespace
@@ -59,8 +58,6 @@ def window_of(state: ChainState, proposal: SiteProposal, k: int, influence: Infl
         near = influence.near(state, proposal, widen)
     else:
         near = (at[None, :] - proposal.pos[:, None]).abs() <= widen * k
-    if bare is not None:
-        near = (near & ~bare[:, None]) | (at[None, :] == proposal.pos[:, None])
     inner = state.energy_mask.index_select(0, proposal.ch) & near
     inner.scatter_(1, proposal.pos[:, None], False)
     return Window(near, inner, inner.sum(1).cpu())
