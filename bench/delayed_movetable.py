@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from delayed_influence import influence_table, ranked_sets  # noqa: E402
-from delayed_surrogates import proposals, states_of, summarize, term_matrix  # noqa: E402
+from delayed_surrogates import measure, states_of, summarize  # noqa: E402
 
 
 def measure_moves(lm, seed: int, T: int = 32, chains: int = 4, epochs: int = 6, draws: int = 32) -> dict:
@@ -45,17 +45,8 @@ def measure_moves(lm, seed: int, T: int = 32, chains: int = 4, epochs: int = 6, 
     proposed energy column), ``old``/``new`` (its tokens), ``x_old``/``x_new`` Long[n, T] (X and X' at the energy
     positions), ``log_hastings``, ``T``."""
     states, positions, free_pos = states_of(lm, "infill", T, chains, epochs, seed)
-    gen = torch.Generator().manual_seed(seed)
-    col = {int(p): j for j, p in enumerate(positions.tolist())}
-    p = proposals(lm, states, free_pos, gen, draws)
-    i = torch.tensor([col[int(free_pos[k])] for k in p["i"].tolist()], dtype=torch.long)
-    x_old = states[p["state"]]
-    x_new = x_old.clone()
-    x_new[torch.arange(len(i)), positions[i]] = p["new"]
-    diff = term_matrix(lm, x_new, positions) - term_matrix(lm, states, positions)[p["state"]]
-    return {"diff": diff, "i": i, "old": x_old[torch.arange(len(i)), positions[i]], "new": p["new"],
-            "x_old": x_old[:, positions], "x_new": x_new[:, positions], "log_hastings": p["logq_r"] - p["logq_f"],
-            "T": T}
+    m = measure(lm, states, positions, free_pos, seed, draws)
+    return {k: m[k] for k in ("diff", "i", "old", "new", "x_old", "x_new", "log_hastings", "T")}
 
 
 def _moves(m: dict):
@@ -64,31 +55,28 @@ def _moves(m: dict):
         yield k, int(m["i"][k]), int(m["old"][k]), int(m["new"][k])
 
 
+def _antisymmetric_means(observed) -> dict:
+    """{key: mean value} over ``observed`` ``(key, reverse key, value)``: each value counts for its key and, negated,
+    for the reverse move's key, so the table is antisymmetric by construction."""
+    sums: dict = {}
+    for key, reverse, value in observed:
+        for k, v in ((key, value), (reverse, -value)):
+            s, c = sums.get(k, (0.0, 0))
+            sums[k] = (s + v, c + 1)
+    return {key: s / c for key, (s, c) in sums.items()}
+
+
 def move_table(train: list[dict]) -> dict:
     """{(i, a, b): mean term changes f64[T]} over the training proposals and their reverses (negated)."""
-    sums: dict = {}
-    for m in train:
-        for k, i, a, b in _moves(m):
-            for key, sign in (((i, a, b), 1.0), ((i, b, a), -1.0)):
-                s, c = sums.get(key, (0.0, 0))
-                sums[key] = (s + sign * m["diff"][k], c + 1)
-    return {key: s / c for key, (s, c) in sums.items()}
+    return _antisymmetric_means(((i, a, b), (i, b, a), m["diff"][k]) for m in train for k, i, a, b in _moves(m))
 
 
 def context_table(train: list[dict]) -> dict:
     """{(i, a, b, j, x_j): mean change of term j} over the training proposals and their reverses (negated): the
     reverse move from X' sees the same residues at every j != i."""
-    sums: dict = {}
-    for m in train:
-        for k, i, a, b in _moves(m):
-            for j in range(m["T"]):
-                if j == i:
-                    continue
-                for key, sign in (((i, a, b, j, int(m["x_old"][k, j])), 1.0), ((i, b, a, j, int(m["x_old"][k, j])),
-                                                                             -1.0)):
-                    s, c = sums.get(key, (0.0, 0))
-                    sums[key] = (s + sign * float(m["diff"][k, j]), c + 1)
-    return {key: s / c for key, (s, c) in sums.items()}
+    return _antisymmetric_means(((i, a, b, j, int(m["x_old"][k, j])), (i, b, a, j, int(m["x_old"][k, j])),
+                                 float(m["diff"][k, j]))
+                                for m in train for k, i, a, b in _moves(m) for j in range(m["T"]) if j != i)
 
 
 def predicted(test: dict, train: list[dict]) -> dict:

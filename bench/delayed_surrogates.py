@@ -213,7 +213,9 @@ def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.T
             draws: int = 1, small: dict | None = None, cost: dict | None = None) -> dict:
     """Exact and surrogate energy changes of real proposals at ``states`` [S, L]: proposals at the free positions
     ``free_pos``, the energy over every energy position ``positions`` (both Long, positions in the row); ``small``
-    {k: truncated model} adds the ``first k layers`` surrogates, their rows costed at ``cost[k]`` full rows."""
+    {k: truncated model} adds the ``first k layers`` surrogates, their rows costed at ``cost[k]`` full rows. Each
+    proposal's tokens come back too: ``old``/``new`` at its position, ``x_old``/``x_new`` Long[n, T] (X and X' at
+    the energy positions; bench/delayed_movetable.py's tables are keyed by them)."""
     gen = torch.Generator().manual_seed(seed)
     col = {int(p): j for j, p in enumerate(positions.tolist())}
     p = proposals(lm, states, free_pos, gen, draws)
@@ -242,7 +244,8 @@ def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.T
         sdiff = term_matrix(sm, x_new, positions) - term_matrix(sm, states, positions)[p["state"]]
         surrogates[f"first {k} layers"] = (sdiff.sum(1), cost[k] * (T - 1))
     return {"dE": diff.sum(1), "log_hastings": p["logq_r"] - p["logq_f"], "surrogates": surrogates, "T": T,
-            "made": p["made"], "diff": diff, "i": i, "state": p["state"]}
+            "made": p["made"], "diff": diff, "i": i, "state": p["state"], "old": states[p["state"], positions[i]],
+            "new": p["new"], "x_old": states[p["state"]][:, positions], "x_new": x_new[:, positions]}
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 ``influence:K`` forwards as many rows, at the positions whose terms change MOST when position i changes: on
 AntiBERTy a change near the end of the CDR3 moves the terms of residues 11-14 positions away more than those of
 its neighbours (bench/RESULTS.md, "Delayed acceptance"). The ranking is learnt per input and position during
-burn-in, from the proposals whose exact terms delayed acceptance forwards anyway (stage 1 then runs ``window:K``),
+burn-in, from the survivors of stage 1, whose exact terms delayed acceptance has anyway (forwarded, or remembered
+by the memo; stage 1 then runs ``window:K``),
 by the mean ``|E_j(X') - E_j(X)|`` of each energy position j over the proposals at i, and frozen at the end of
 burn-in. From then on the window of each (input, i) is a fixed set, so the surrogate ``E~_i`` is a fixed function
 of the state and each position's two-stage kernel stays reversible with respect to the exact target (the
