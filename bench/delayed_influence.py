@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from delayed_surrogates import summarize  # noqa: E402
+from delayed_surrogates import markdown_table, summarize  # noqa: E402
 
 KS = (1, 2, 4)
 
@@ -122,18 +122,14 @@ def main() -> None:
             results.append(summarize(m))
         n = sum(data[(kind, s)]["diff"].shape[0] for s in seeds)
         print(f"\n### {kind}: seeds {seeds}, {n} changing proposals; each seed's (or half's) first stages fitted on the others")
-        print("| first stage | corr(dE~, dE) | mean abs error | stage-1 accept | overall accept | rows / proposal "
-              "| rows / accepted change | vs exact |")
-        print("|---|---|---|---|---|---|---|---|")
-        for j in range(len(results[0])):
-            vals = [r[j] for r in results]
-            fmt = lambda key, f: " / ".join(f.format(v[key]) for v in vals)  # noqa: E731
-            name = vals[0]["name"] if len({v["name"] for v in vals}) == 1 else vals[0]["name"].split(" x ")[0] + \
-                " x s (" + ", ".join(v["name"].split(" x ")[1] for v in vals) + ")"
-            print(f"| {name} | {fmt('corr', '{:.3f}')} | {fmt('mae', '{:.2f}')} | {fmt('a1', '{:.3f}')} | "
-                  f"{fmt('a', '{:.3f}')} | {fmt('rows', '{:.1f}')} | {fmt('rows_acc', '{:.1f}')} | "
-                  f"{fmt('saving', '{:.2f}x')} |")
+        print("\n".join(markdown_table(results, name=row_name)))
 
+
+def row_name(vals: list[dict]) -> str:
+    """A first stage's name; one whose scale differs by seed ("influence 2 x 0.91") as "influence 2 x s (0.91, ...)"."""
+    if len({v["name"] for v in vals}) == 1:
+        return vals[0]["name"]
+    return vals[0]["name"].split(" x ")[0] + " x s (" + ", ".join(v["name"].split(" x ")[1] for v in vals) + ")"
 
 if __name__ == "__main__":
     main()

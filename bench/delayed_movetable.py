@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from delayed_influence import influence_table, ranked_sets  # noqa: E402
-from delayed_surrogates import measure, states_of, summarize  # noqa: E402
+from delayed_surrogates import markdown_table, measure, states_of, summarize  # noqa: E402
 
 
 def measure_moves(lm, seed: int, T: int = 32, chains: int = 4, epochs: int = 6, draws: int = 32) -> dict:
@@ -138,16 +138,9 @@ def report(data: dict) -> str:
             counts.append(f"{int(keep.sum())}")
             results.append(summarize({"dE": test["diff"].sum(1)[keep], "log_hastings": test["log_hastings"][keep],
                                       "T": test["T"], "surrogates": stages}))
-        lines += [f"\n{subset}, seeds {seeds} (proposals per seed: {', '.join(counts)}):",
-                  "| first stage | corr(dE~, dE) | mean abs error | overall accept | rows / proposal "
-                  "| rows / accepted change | vs exact | geometric mean |", "|---|---|---|---|---|---|---|---|"]
-        for j in range(len(results[0])):
-            vals = [r[j] for r in results]
-            fmt = lambda key, f: " / ".join(f.format(v[key]) for v in vals)  # noqa: E731
-            gm = torch.tensor([max(v["saving"], 1e-9) for v in vals]).log().mean().exp()
-            lines.append(f"| {vals[0]['name']} | {fmt('corr', '{:.3f}')} | {fmt('mae', '{:.2f}')} | "
-                         f"{fmt('a', '{:.3f}')} | {fmt('rows', '{:.1f}')} | {fmt('rows_acc', '{:.1f}')} | "
-                         f"{fmt('saving', '{:.2f}x')} | {gm:.2f}x |")
+        lines.append(f"\n{subset}, seeds {seeds} (proposals per seed: {', '.join(counts)}):")
+        lines += markdown_table(results, columns=("corr", "mae", "a", "rows", "rows_acc", "saving"),
+                                geometric_mean=True)
     return "\n".join(lines)
 
 

@@ -120,6 +120,34 @@ def summarize(m: dict) -> list[dict]:
     return out
 
 
+#: summarize()'s columns: key -> (markdown header, format of one value)
+COLUMNS = {"corr": ("corr(dE~, dE)", "{:.3f}"), "mae": ("mean abs error", "{:.2f}"), "a1": ("stage-1 accept", "{:.3f}"),
+           "a": ("overall accept", "{:.3f}"), "rows": ("rows / proposal", "{:.1f}"),
+           "rows_acc": ("rows / accepted change", "{:.1f}"), "saving": ("vs exact", "{:.2f}x")}
+
+
+def markdown_table(results: list[list[dict]], columns: tuple[str, ...] = tuple(COLUMNS),
+                   geometric_mean: bool = False, name=lambda vals: vals[0]["name"]) -> list[str]:
+    """A markdown table of :func:`summarize`'s results of several runs (seeds): one row per first stage, each cell
+    the runs' values joined by " / "; ``geometric_mean`` adds a column with the geometric mean of the savings;
+    ``name(vals)`` names a row from its runs' entries.
+
+    Example:
+        >>> r = [{"name": "exact MH", "corr": 1.0, "saving": 1.0}]
+        >>> markdown_table([r, r], columns=("corr", "saving"))[2]
+        '| exact MH | 1.000 / 1.000 | 1.00x / 1.00x |'
+    """
+    head = ["first stage"] + [COLUMNS[c][0] for c in columns] + (["geometric mean"] if geometric_mean else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for j in range(len(results[0])):
+        vals = [r[j] for r in results]
+        cells = [name(vals)] + [" / ".join(COLUMNS[c][1].format(v[c]) for v in vals) for c in columns]
+        if geometric_mean:
+            cells.append(f"{torch.tensor([max(v['saving'], 1e-9) for v in vals]).log().mean().exp():.2f}x")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def states_of(lm, kind: str, T: int, chains: int, epochs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Chain states after ``epochs`` sweeps of mhfast (single-site MH, local energy) from the case's start."""
     import bench_mixmatch
@@ -176,16 +204,7 @@ def main() -> None:
         print(f"\n### AntiBERTy, T={T}, {'random start, all positions free' if kind == 'random' else 'infilling the last 8 of adalimumab VH'}"
               f" ({chains} chains after {epochs} sweeps, seeds {args.seeds}; "
               f"{sum(m['dE'].numel() for m, _ in rows_all)} changing proposals of {sum(m['made'] for m, _ in rows_all)})")
-        print("| first stage | corr(dE~, dE) | mean abs error | stage-1 accept | overall accept | rows / proposal "
-              "| rows / accepted change | vs exact |")
-        print("|---|---|---|---|---|---|---|---|")
-        names = [r["name"] for r in rows_all[0][1]]
-        for j, name in enumerate(names):
-            vals = [rows[j] for _, rows in rows_all]
-            fmt = lambda key, f: " / ".join(f.format(v[key]) for v in vals)  # noqa: E731
-            print(f"| {name} | {fmt('corr', '{:.3f}')} | {fmt('mae', '{:.2f}')} | {fmt('a1', '{:.3f}')} | "
-                  f"{fmt('a', '{:.3f}')} | {fmt('rows', '{:.1f}')} | {fmt('rows_acc', '{:.1f}')} | "
-                  f"{fmt('saving', '{:.2f}x')} |")
+        print("\n".join(markdown_table([rows for _, rows in rows_all])))
         for k in args.layers if args.sample_steps > 0 else ():
             print(sample_with_small(lm, small[k], k, kind, T, 1 if args.quick else args.sample_steps, args.seeds[0]))
     print(f"\n{time.perf_counter() - t0:.0f} s")
