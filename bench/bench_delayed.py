@@ -8,8 +8,8 @@ rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance a
 
 Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
 cannot help), ``delayed-wK`` (option delayed window:K, the memo on as by default: it supplies remembered proposals'
-terms to both stages), ``delayed-wK-nomemo`` (window:K with memo 0), ``delayed-iK`` (influence:K: as many rows as
-window:K, at the positions ranked by influence in burn-in), and ``oracle``: A BOUND, NOT A USABLE SAMPLER:
+terms to both stages; K = 0: the own term alone, no rows in stage 1), ``delayed-wK-nomemo`` (window:K with memo 0),
+``delayed-iK`` (influence:K: as many rows as window:K, at the positions ranked by influence in burn-in), and ``oracle``: A BOUND, NOT A USABLE SAMPLER:
 ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage 1 is exact
 MH's test and the sampler forwards rows only for the proposals that will be accepted; no first stage of any kind
 forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it scores through
@@ -63,7 +63,8 @@ from bench_ess import SAMPLERS as ESS_SAMPLERS  # noqa: E402
 from bench_mixmatch import sync  # noqa: E402
 from oracle_surrogate import ExactEnergyOracle, greedy_starts  # noqa: E402
 
-SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0}, **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (1, 2, 3, 4)},
+SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0},
+            **{f"delayed-w{k}": {"delayed": f"window:{k}"} for k in (0, 1, 2, 3, 4)},
             **{f"delayed-w{k}-nomemo": {"delayed": f"window:{k}", "memo": 0} for k in (2, 4)},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
             # exact early rejection (delayed="early:K"): plain MH's chains, fewer rows (local energy only)

@@ -36,11 +36,12 @@
 #      T=120, fp32 and bf16; exit 1 otherwise), then bench/bench_mixmatch.py --model sapiens-h (mhfast vs the
 #      mixmatch loop on the real model). Skipped, and said so, without the package.
 #  12. mixing on the device (issues 34 and 38: judged per second, not per row): bench/bench_delayed.py --device
-#      (the main job, plain MH against delayed="influence:2": rows per accepted change and wall seconds; needs
-#      fairseq) and bench/tempering_device.py (Sapiens at target temperature 0.5, tempering=8 against plain MH at
-#      equal sweeps: wall seconds per sweep; needs sapiens). ESS and R-hat need arviz-stats, which the GPU machine
-#      lacks: the tempering runs' traces come back in mixing.pt (eager steps), mixing_graphs.pt (capture
-#      cuda-graph, the same chains) and mixing_graphs_long.pt (6,000 sweeps: R-hat 1.01), and
+#      (the main job, plain MH against delayed="influence:2" and "window:0", whose stage 1 forwards no row:
+#      rows per accepted change and wall seconds; needs fairseq) and bench/tempering_device.py (Sapiens at target
+#      temperature 0.5, tempering=8 against plain MH at equal sweeps: wall seconds per sweep; needs sapiens). ESS
+#      and R-hat need arviz-stats, which the GPU machine lacks: the tempering runs' traces come back in mixing.pt
+#      (eager steps), mixing_graphs.pt (capture cuda-graph, the same chains) and mixing_graphs_long.pt (6,000
+#      sweeps: R-hat 1.01), and
 #      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
 #      Then bench/graph_overhead.py --device cuda: the calls made around the graphs' replays per sweep.
 #  13. AntiBERTy on the device, where its weights are there: joined from the parts in .ab/ (or
@@ -314,7 +315,7 @@ fi
 if wanted mixing && [ "$DEV" = cuda ]; then
   if [ "$HAVE_FAIRSEQ" = 1 ]; then
     run_step "delayed acceptance on the main job ($DEV)" "$OUTDIR/bench.log" timeout 150 $PY bench/bench_delayed.py \
-      --case cmlm-translate --device $DEV --seeds 0 1 --settings mh delayed-i2
+      --case cmlm-translate --device $DEV --seeds 0 1 --settings mh delayed-i2 delayed-w0
   fi
   if [ "$HAVE_SAPIENS" = 1 ]; then
     run_step "parallel tempering at equal sweeps ($DEV)" "$OUTDIR/bench.log" timeout 240 $PY bench/tempering_device.py \

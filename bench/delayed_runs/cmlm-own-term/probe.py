@@ -1,0 +1,158 @@
+"""The main job's first stage offline: how much do the proposal's own row and its neighbours' rows tell? (issue 34)
+
+A probe, kept with its output (``report.md`` beside it) rather than landed as a benchmark. The main job (the bundled
+De->En CMLM on the first 5 test sentences, raw energy, 5 chains, anneal 0.08 per epoch, burn-in 2) is run for e =
+1, 3, 5, 7, 9, 11 epochs; at each chain state, one proposal per energy position is drawn from the masked conditional
+(proposal temperature 1, special tokens excluded, as mhfast proposes), and the proposals that change the state get
+their exact raw-term changes at every position (``mhfast.energy(..., per_position=True)`` of X and X'). Each is
+judged at the next epoch's inverse temperature beta = 1 / max(0.05, 1 - 0.08 e).
+
+The first stages compared (expected values from the probabilities, as bench/delayed_surrogates.py; the figure is
+exact MH's rows per accepted change over the first stage's, pooled over every proposal):
+
+* ``window k``: the own term plus the k nearest energy positions on each side (k = 0: the own term only, from the
+  cached row: no rows in stage 1); the sampler's ``window:k``;
+* ``window k + c own``: the same, the terms outside the window predicted as ``c`` times the own term's change, ``c``
+  the least-squares fit over the other seeds (leave one seed out; no intercept, so dE~ stays antisymmetric);
+* ``s(beta)``: the window's terms scaled so that beta s = 1 + g, g in 0, 0.25, ..., 10 chosen per epoch by that
+  epoch's own figure (an oracle choice: no rule of beta does better in any one epoch; pooled over the epochs it
+  need not beat s = 1, which weighs the epochs differently);
+* ``exact``: the ceiling (stage 1 knows dE).
+
+    python3 bench/delayed_runs/cmlm-own-term/probe.py measure --seeds 0 1 2 3 --save probe.pt   # ~26 min, 1 thread
+    python3 bench/delayed_runs/cmlm-own-term/probe.py report probe.pt
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+ANNEAL, EPOCHS = 0.08, (1, 3, 5, 7, 9, 11)
+
+
+def measure(seed: int, epochs: int, cmlm, sources: list, ctx) -> dict:
+    """The changing proposals at the chain states after ``epochs`` epochs of the main job (seed ``seed``)."""
+    import mhfast
+    from mhfast.scoring.api import energy_positions
+
+    r = mhfast.sample(cmlm, source=sources, energy="raw", chains=5, epochs=epochs, burn_in=min(2, epochs),
+                      anneal=ANNEAL, seed=seed)
+    B, C, L = r.tokens.shape
+    X = r.tokens.reshape(B * C, L)
+    b = torch.arange(B).repeat_interleave(C)
+    emask = energy_positions(cmlm, X)
+    st, pos = emask.nonzero(as_tuple=True)
+    rows = X[st].clone()
+    rows[torch.arange(len(st)), pos] = cmlm.mask_id
+    with torch.no_grad():
+        logits = cmlm.masked_logits(rows, pos, context=ctx, context_index=b[st]).double()
+    logits[:, list(cmlm.special_ids)] = float("-inf")
+    logq = torch.log_softmax(logits, -1)
+    new = torch.multinomial(logq.exp(), 1, generator=torch.Generator().manual_seed(1000 + seed))[:, 0]
+    old = X[st, pos]
+    keep = new != old
+    st, pos, new, old, logq = st[keep], pos[keep], new[keep], old[keep], logq[keep]
+    k = torch.arange(len(st))
+
+    def terms(tokens: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+        e = mhfast.energy(cmlm, tokens, source=[sources[j] for j in which.tolist()], energy="raw", per_position=True)
+        return e.raw_terms.double()
+
+    Xn = X[st].clone()
+    Xn[k, pos] = new
+    diff = terms(Xn, b[st]) - terms(X, b)[st]
+    return {"diff": diff, "i": pos, "lh": logq[k, old] - logq[k, new], "emask": emask[st],
+            "beta": 1.0 / max(1.0 - ANNEAL * epochs, 0.05), "seed": seed, "epochs": epochs}
+
+
+def parts(m: dict, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(own change, the window's other changes, the changes outside the window, the window's rows)."""
+    diff, i = m["diff"], m["i"]
+    n, L = diff.shape
+    near = ((torch.arange(L)[None, :] - i[:, None]).abs() <= k) & m["emask"]
+    own = diff[torch.arange(n), i]
+    win = (diff * near).sum(1)
+    return own, win - own, diff.sum(1) - win, (near.sum(1) - 1).double()
+
+
+def cost(m: dict, dS: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
+    """[exact rows, exact accepted, rows, accepted] summed over ``m``'s proposals (expected values)."""
+    dE, lh, beta, T = m["diff"].sum(1), m["lh"], m["beta"], m["emask"].sum(1).double()
+    a = torch.clamp(torch.exp(-beta * dE + lh), max=1)
+    a1 = torch.clamp(torch.exp(-beta * dS + lh), max=1)
+    a2 = torch.clamp(torch.exp(-beta * (dE - dS)), max=1)
+    return torch.stack([(T - 1).sum(), a.sum(), (c1 + a1 * (T - 1 - c1)).sum(), (a1 * a2).sum()])
+
+
+def saving(v: torch.Tensor) -> float:
+    return float((v[0] / v[1]) / (v[2] / v[3]))
+
+
+def report(runs: list[dict]) -> str:
+    seeds = sorted({m["seed"] for m in runs})
+    out = [f"{sum(m['i'].numel() for m in runs)} changing proposals, seeds {seeds}, epochs {list(EPOCHS)}", "",
+           "| first stage | k = 0 | k = 1 | k = 2 |", "|---|---|---|---|"]
+    table: dict[str, list[str]] = {}
+    for k in (0, 1, 2):
+        tot = {"window k": torch.zeros(4), "window k + c own (fitted)": torch.zeros(4), "exact": torch.zeros(4),
+               "window k, s(beta) best per epoch": torch.zeros(4)}
+        for s in seeds:
+            train = [parts(m, k) for m in runs if m["seed"] != s]
+            own = torch.cat([p[0] for p in train])
+            c = float(torch.linalg.lstsq(own[:, None], torch.cat([p[2] for p in train])[:, None]).solution)
+            for m in (m for m in runs if m["seed"] == s):
+                o, nb, _, c1 = parts(m, k)
+                tot["window k"] += cost(m, o + nb, c1)
+                tot["window k + c own (fitted)"] += cost(m, o + nb + c * o, c1)
+                tot["exact"] += cost(m, m["diff"].sum(1), torch.zeros_like(c1))
+        for e in EPOCHS:
+            ms = [m for m in runs if m["epochs"] == e]
+            best = max((sum(cost(m, (1 + g / 4) / m["beta"] * sum(parts(m, k)[:2]), parts(m, k)[3]) for m in ms)
+                        for g in range(41)), key=saving)
+            tot["window k, s(beta) best per epoch"] += best
+        for name, v in tot.items():
+            table.setdefault(name, []).append(f"{saving(v):.2f}x")
+    out += [f"| {name} | {' | '.join(v)} |" for name, v in table.items()]
+    out += ["", "Per epoch (k = 0 / k = 1 / exact):", "",
+            "| epoch | beta | exact MH's acceptance | k = 0 | k = 1 | exact |", "|---|---|---|---|---|---|"]
+    for e in EPOCHS:
+        ms = [m for m in runs if m["epochs"] == e]
+        v0 = sum(cost(m, parts(m, 0)[0], parts(m, 0)[3]) for m in ms)
+        v1 = sum(cost(m, sum(parts(m, 1)[:2]), parts(m, 1)[3]) for m in ms)
+        ve = sum(cost(m, m["diff"].sum(1), torch.zeros(m["i"].numel(), dtype=torch.float64)) for m in ms)
+        n = sum(m["i"].numel() for m in ms)
+        out.append(f"| {e} | {ms[0]['beta']:.2f} | {float(ve[1]) / n:.3f} | {saving(v0):.2f}x | {saving(v1):.2f}x | "
+                   f"{saving(ve):.2f}x |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["measure", "report"])
+    ap.add_argument("file", nargs="?", help="report: measure's --save file")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    ap.add_argument("--save", default="probe.pt")
+    args = ap.parse_args()
+    if args.what == "report":
+        print(report(torch.load(args.file, weights_only=False)))
+        return
+    from bench_delayed import bundled_sources
+
+    torch.set_num_threads(1)
+    cmlm, sources = bundled_sources(5)
+    ctx = cmlm.encode(sources)
+    runs = []
+    for seed in args.seeds:
+        for e in EPOCHS:
+            runs.append(measure(seed, e, cmlm, sources, ctx))
+            torch.save(runs, args.save)  # (after every state set: a run cut short keeps what it measured)
+    print(report(runs))
+
+
+if __name__ == "__main__":
+    main()
