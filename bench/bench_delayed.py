@@ -9,8 +9,8 @@ rows and per CPU second, and delayed acceptance's stage-1 / stage-2 acceptance a
 Settings: ``mh`` (today's default: memo auto), ``mh-nomemo`` (memo 0: the rows plain MH forwards when the memo
 cannot help), ``delayed-wK`` (option delayed window:K, the memo on as by default: it supplies remembered proposals'
 terms to both stages; K = 0: the own term alone, no rows in stage 1), ``delayed-wK-nomemo`` (window:K with memo 0),
-``delayed-iK`` (influence:K: as many rows as window:K, at the positions ranked by influence in burn-in), and ``oracle``: A BOUND, NOT A USABLE SAMPLER:
-``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage 1 is exact
+``delayed-iK`` (influence:K: as many rows as window:K, at the positions ranked by influence in burn-in), and
+``oracle``: A BOUND, NOT A USABLE SAMPLER: ``delayed=`` a callable that returns each sequence's exact energy (bench/oracle_surrogate.py), so stage 1 is exact
 MH's test and the sampler forwards rows only for the proposals that will be accepted; no first stage of any kind
 forwards fewer rows per accepted change. Its own forwards are not in ``result.model_rows`` (it scores through
 ``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and

@@ -131,5 +131,6 @@ def row_name(vals: list[dict]) -> str:
         return vals[0]["name"]
     return vals[0]["name"].split(" x ")[0] + " x s (" + ", ".join(v["name"].split(" x ")[1] for v in vals) + ")"
 
+
 if __name__ == "__main__":
     main()

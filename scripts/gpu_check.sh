@@ -41,8 +41,8 @@
 #      temperature 0.5, tempering=8 against plain MH at equal sweeps: wall seconds per sweep; needs sapiens). ESS
 #      and R-hat need arviz-stats, which the GPU machine lacks: the tempering runs' traces come back in mixing.pt
 #      (eager steps), mixing_graphs.pt (capture cuda-graph, the same chains) and mixing_graphs_long.pt (6,000
-#      sweeps: R-hat 1.01), and
-#      `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their figures.
+#      sweeps: R-hat 1.01), and `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their
+#      figures.
 #      Then bench/graph_overhead.py --device cuda: the calls made around the graphs' replays per sweep.
 #  13. AntiBERTy on the device, where its weights are there: joined from the parts in .ab/ (or
 #      $MHFAST_ANTIBERTY_PARTS) that successive calls carried (scripts/carry_parts.py: 104 MB do not fit one call), or

@@ -3,8 +3,8 @@
 The memo supplies numbers only: a remembered X' meets both stages with its remembered terms (no rows), so on a
 model whose rows do not depend on the rest of their batch (the tabular models) the chains equal those of
 ``memo=0`` bit for bit, with fewer rows. Checks: (1) that equality over energies, extra terms, annealing,
-tempering, an influence ranking learnt in burn-in, a conditional model, a small memo (eviction) and the reference ops; (2) the same-step duplicate: two
-chains propose one X', the first (the miss that reserved its entry) fails stage 1, so the second (a hit of that
+tempering, an influence ranking learnt in burn-in, a conditional model, a small memo (eviction) and the reference
+ops; (2) the same-step duplicate: two chains propose one X', the first (the miss that reserved its entry) fails stage 1, so the second (a hit of that
 entry) has no terms unless the miss forwarded all its rows: it does, and without that rule the chains differ;
 (3) no entry the memo serves ever holds a stage-1-rejected miss's partial terms: every ready entry equals the
 exact terms of its sequence, computed by hand. Enumeration with the memo on: tests/sampler/test_delayed.py.

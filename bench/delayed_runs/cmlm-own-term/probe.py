@@ -111,8 +111,8 @@ def report(runs: list[dict]) -> str:
                 tot["window k + c own (fitted)"] += cost(m, o + nb + c * o, c1)
                 tot["exact"] += cost(m, m["diff"].sum(1), torch.zeros_like(c1))
         for e in EPOCHS:
-            ms = [m for m in runs if m["epochs"] == e]
-            best = max((sum(cost(m, (1 + g / 4) / m["beta"] * sum(parts(m, k)[:2]), parts(m, k)[3]) for m in ms)
+            ms = [(m, parts(m, k)) for m in runs if m["epochs"] == e]  # (once, not once per scale tried)
+            best = max((sum(cost(m, (1 + g / 4) / m["beta"] * (o + nb), c1) for m, (o, nb, _, c1) in ms)
                         for g in range(41)), key=saving)
             tot["window k, s(beta) best per epoch"] += best
         for name, v in tot.items():
