@@ -17,10 +17,17 @@ exact MH's rows per accepted change over the first stage's, pooled over every pr
 * ``s(beta)``: the window's terms scaled so that beta s = 1 + g, g in 0, 0.25, ..., 10 chosen per epoch by that
   epoch's own figure (an oracle choice: no rule of beta does better in any one epoch; pooled over the epochs it
   need not beat s = 1, which weighs the epochs differently);
+* ``window k + maskless outside``: the terms outside the window predicted by issue 34's *maskless* surrogate: the
+  change of -logit_j(x_j) in ONE unmasked decoder forward of X' against the same of X (cached), at each energy
+  position j outside the window; 1 row per proposal, which stage 2 cannot reuse; ``c maskless``: scaled by the
+  least-squares ``c`` as above;
 * ``exact``: the ceiling (stage 1 knows dE).
 
+Besides each proposal's changes, ``measure`` saves X, X' and the source index, so a later first stage can be
+judged on the same proposals without rerunning the chains.
+
     python3 bench/delayed_runs/cmlm-own-term/probe.py measure --seeds 0 1 2 3 --save probe.pt   # ~26 min, 1 thread
-    python3 bench/delayed_runs/cmlm-own-term/probe.py report probe.pt
+    python3 bench/delayed_runs/cmlm-own-term/probe.py report probe.pt [more.pt ...]   # several files: pooled
 """
 from __future__ import annotations
 
@@ -63,11 +70,19 @@ def measure(seed: int, epochs: int, cmlm, sources: list, ctx) -> dict:
         e = mhfast.energy(cmlm, tokens, source=[sources[j] for j in which.tolist()], energy="raw", per_position=True)
         return e.raw_terms.double()
 
+    def maskless(tokens: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+        """-logit of each token in ONE unmasked forward of its sequence (issue 34's *maskless*): float64[R, L]."""
+        with torch.no_grad():
+            logits = cmlm.output_layer(cmlm.decoder_features(tokens, ctx, context_index=which))
+        return -logits.gather(-1, tokens[..., None])[..., 0].double()
+
     Xn = X[st].clone()
     Xn[k, pos] = new
     diff = terms(Xn, b[st]) - terms(X, b)[st]
-    return {"diff": diff, "i": pos, "lh": logq[k, old] - logq[k, new], "emask": emask[st],
-            "beta": 1.0 / max(1.0 - ANNEAL * epochs, 0.05), "seed": seed, "epochs": epochs}
+    mdiff = (maskless(Xn, b[st]) - maskless(X, b)[st]) * emask[st]
+    return {"diff": diff, "mdiff": mdiff, "i": pos, "lh": logq[k, old] - logq[k, new], "emask": emask[st],
+            "beta": 1.0 / max(1.0 - ANNEAL * epochs, 0.05), "seed": seed, "epochs": epochs,
+            "x": X[st], "xn": Xn, "source": b[st]}
 
 
 def parts(m: dict, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -78,6 +93,13 @@ def parts(m: dict, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, to
     own = diff[torch.arange(n), i]
     win = (diff * near).sum(1)
     return own, win - own, diff.sum(1) - win, (near.sum(1) - 1).double()
+
+
+def maskless_far(m: dict, k: int) -> torch.Tensor:
+    """The maskless change of the terms outside ``window k`` (the same positions as ``parts``'s third)."""
+    i, L = m["i"], m["diff"].shape[1]
+    near = ((torch.arange(L)[None, :] - i[:, None]).abs() <= k) & m["emask"]
+    return (m["mdiff"] * ~near).sum(1)
 
 
 def cost(m: dict, dS: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
@@ -95,21 +117,32 @@ def saving(v: torch.Tensor) -> float:
 
 def report(runs: list[dict]) -> str:
     seeds = sorted({m["seed"] for m in runs})
+    maskless = all("mdiff" in m for m in runs)  # (measured since 2026-11-28 12:00; older files lack it)
     out = [f"{sum(m['i'].numel() for m in runs)} changing proposals, seeds {seeds}, epochs {list(EPOCHS)}", "",
            "| first stage | k = 0 | k = 1 | k = 2 |", "|---|---|---|---|"]
     table: dict[str, list[str]] = {}
     for k in (0, 1, 2):
         tot = {"window k": torch.zeros(4), "window k + c own (fitted)": torch.zeros(4), "exact": torch.zeros(4),
                "window k, s(beta) best per epoch": torch.zeros(4)}
+        if maskless:
+            tot |= {"window k + maskless outside (1 row)": torch.zeros(4),
+                    "window k + c maskless outside (fitted, 1 row)": torch.zeros(4)}
         for s in seeds:
             train = [parts(m, k) for m in runs if m["seed"] != s]
             own = torch.cat([p[0] for p in train])
             c = float(torch.linalg.lstsq(own[:, None], torch.cat([p[2] for p in train])[:, None]).solution)
+            if maskless:
+                mf = torch.cat([maskless_far(m, k) for m in runs if m["seed"] != s])
+                cm = float(torch.linalg.lstsq(mf[:, None], torch.cat([p[2] for p in train])[:, None]).solution)
             for m in (m for m in runs if m["seed"] == s):
                 o, nb, _, c1 = parts(m, k)
                 tot["window k"] += cost(m, o + nb, c1)
                 tot["window k + c own (fitted)"] += cost(m, o + nb + c * o, c1)
                 tot["exact"] += cost(m, m["diff"].sum(1), torch.zeros_like(c1))
+                if maskless:  # (its row is X''s unmasked one: stage 2 cannot reuse it)
+                    tot["window k + maskless outside (1 row)"] += cost(m, o + nb + maskless_far(m, k), c1 + 1)
+                    tot["window k + c maskless outside (fitted, 1 row)"] += cost(m, o + nb + cm * maskless_far(m, k),
+                                                                                 c1 + 1)
         for e in EPOCHS:
             ms = [(m, parts(m, k)) for m in runs if m["epochs"] == e]  # (once, not once per scale tried)
             best = max((sum(cost(m, (1 + g / 4) / m["beta"] * (o + nb), c1) for m, (o, nb, _, c1) in ms)
@@ -128,18 +161,27 @@ def report(runs: list[dict]) -> str:
         n = sum(m["i"].numel() for m in ms)
         out.append(f"| {e} | {ms[0]['beta']:.2f} | {float(ve[1]) / n:.3f} | {saving(v0):.2f}x | {saving(v1):.2f}x | "
                    f"{saving(ve):.2f}x |")
+    if maskless:
+        out += ["", "Correlation of the maskless change outside the window with the exact one, by epoch (all seeds):",
+                "", "| epoch | k = 0 | k = 1 | k = 2 |", "|---|---|---|---|"]
+        for e in EPOCHS:
+            ms = [m for m in runs if m["epochs"] == e]
+            r = [float(torch.corrcoef(torch.stack([torch.cat([parts(m, k)[2] for m in ms]),
+                                                   torch.cat([maskless_far(m, k) for m in ms])]))[0, 1])
+                 for k in (0, 1, 2)]
+            out.append(f"| {e} | " + " | ".join(f"{v:.2f}" for v in r) + " |")
     return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["measure", "report"])
-    ap.add_argument("file", nargs="?", help="report: measure's --save file")
+    ap.add_argument("file", nargs="*", help="report: measure's --save files (their runs pooled)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--save", default="probe.pt")
     args = ap.parse_args()
     if args.what == "report":
-        print(report(torch.load(args.file, weights_only=False)))
+        print(report([m for f in args.file for m in torch.load(f, weights_only=False)]))
         return
     from bench_delayed import bundled_sources
 
