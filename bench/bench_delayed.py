@@ -42,8 +42,12 @@ chains have not mixed); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --from-log bench/delayed_runs/translate-*.log --against delayed-w2
 
 With ``mh`` among the settings (or ``--against``'s) a second table gives each setting's per-seed gains over it, as
-geometric means over the seeds with 95% t-intervals (:func:`seed_ratios`); a run's stderr lines are what
-``--from-log`` reads.
+geometric means over the seeds with 95% t-intervals, and its best energy's difference from it (:func:`seed_ratios`);
+a run's stderr lines are what ``--from-log`` reads. At equal rows on the main job (the delayed settings given more
+epochs on the same schedule stretched), the logs of the two runs together:
+
+    python3 bench/bench_delayed.py --case cmlm-translate --epochs 30 --anneal 0.0303 --seeds 0 1 --settings delayed-w0
+    python3 bench/bench_delayed.py --from-log mh.log stretched.log --settings mh delayed-w0   # later lines win
 """
 from __future__ import annotations
 
@@ -225,51 +229,62 @@ def seed_ratios(base: dict[int, dict], runs: dict[int, dict]) -> dict:
     setting's ESS of E_local per row over base's, over the seeds both ran (``{seed: run}``). Each as the geometric
     mean over those seeds with a 95% t-interval of the mean log ratio (the seeds are independent runs), and the
     per-seed values. A seed where either side has no accepted change or no ESS is left out of that figure.
+    ``best E`` = the setting's ``best`` (the mean over inputs of each input's lowest final energy) minus base's: an
+    arithmetic mean over the seeds with its 95% t-interval (negative: the setting found lower energies), the figure
+    of an annealed, mode-seeking run, where ESS is of a moving target.
 
     Example:
-        >>> b = {0: {"rows": 100, "changes": 4, "ess": 10.0}, 1: {"rows": 100, "changes": 5, "ess": 10.0}}
-        >>> s = {0: {"rows": 50, "changes": 4, "ess": 10.0}, 1: {"rows": 50, "changes": 5, "ess": 20.0}, 2: {}}
+        >>> b = {0: {"rows": 100, "changes": 4, "ess": 10.0, "best": 1.0}, 1: {"rows": 100, "changes": 5, "ess": 10.0,
+        ...                                                                    "best": 2.0}}
+        >>> s = {0: {"rows": 50, "changes": 4, "ess": 10.0, "best": 0.5}, 1: {"rows": 50, "changes": 5, "ess": 20.0,
+        ...                                                                   "best": 1.0}, 2: {}}
         >>> r = seed_ratios(b, s)
-        >>> r["fewer rows/change"]["per seed"], r["ESS per row"]["per seed"]
-        ([2.0, 2.0], [2.0, 4.0])
-        >>> round(r["ESS per row"]["mean"], 3), r["ESS per row"]["n"]
-        (2.828, 2)
+        >>> r["fewer rows/change"]["per seed"], r["ESS per row"]["per seed"], r["best E"]["per seed"]
+        ([2.0, 2.0], [2.0, 4.0], [-0.5, -1.0])
+        >>> round(r["ESS per row"]["mean"], 3), r["ESS per row"]["n"], r["best E"]["mean"]
+        (2.828, 2, -0.75)
     """
     from scipy.stats import t as student_t
 
-    def figure(ratios: list[float]) -> dict:
-        logs = torch.tensor(ratios, dtype=torch.float64).log()
-        n = len(ratios)
-        out = {"per seed": [round(v, 3) for v in ratios], "n": n, "mean": float(logs.mean().exp()) if n else None,
+    def figure(values: list[float], log: bool = True) -> dict:
+        x = torch.tensor(values, dtype=torch.float64)
+        x = x.log() if log else x
+        back = torch.exp if log else (lambda v: v)
+        n = len(values)
+        out = {"per seed": [round(v, 3) for v in values], "n": n, "mean": float(back(x.mean())) if n else None,
                "low": None, "high": None}
         if n >= 2:
-            half = float(student_t.ppf(0.975, n - 1)) * float(logs.std()) / n ** 0.5
-            out["low"], out["high"] = float((logs.mean() - half).exp()), float((logs.mean() + half).exp())
+            half = float(student_t.ppf(0.975, n - 1)) * float(x.std()) / n ** 0.5
+            out["low"], out["high"] = float(back(x.mean() - half)), float(back(x.mean() + half))
         return out
 
-    fewer, per_row = [], []
+    fewer, per_row, best = [], [], []
     for b, s in ((base[k], runs[k]) for k in sorted(set(base) & set(runs))):
         if b["changes"] and s["changes"]:
             fewer.append((b["rows"] / b["changes"]) / (s["rows"] / s["changes"]))
         if b["ess"] > 0 and s["ess"] > 0:
             per_row.append((s["ess"] / s["rows"]) / (b["ess"] / b["rows"]))
-    return {"fewer rows/change": figure(fewer), "ESS per row": figure(per_row)}
+        if "best" in b and "best" in s:
+            best.append(s["best"] - b["best"])
+    return {"fewer rows/change": figure(fewer), "ESS per row": figure(per_row), "best E": figure(best, log=False)}
 
 
 def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
     """The :func:`seed_ratios` of every setting but ``base``, as a markdown table."""
-    def cell(f: dict) -> str:
+    def cell(f: dict, unit: str = "x") -> str:
         if f["mean"] is None:
             return "-"
         ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
-        return f"{f['mean']:.2f}x{ci}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
+        return f"{f['mean']:.2f}{unit}{ci}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
     lines = [f"| setting | seeds | fewer rows per accepted change than {base} (geometric mean [95% CI]; per seed) "
-             f"| ESS of E_local per row over {base}'s (same) |", "|---|---|---|---|"]
+             f"| ESS of E_local per row over {base}'s (same) | best E minus {base}'s (mean [95% CI]; per seed) |",
+             "|---|---|---|---|---|"]
     for name, r in runs.items():
         shared = set(runs[base]) & set(r)
         if name != base and shared:  # (settings that share no seed with base: nothing to pair)
             f = seed_ratios(runs[base], r)
-            lines.append(f"| {name} | {len(shared)} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} |")
+            lines.append(f"| {name} | {len(shared)} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} | "
+                         f"{cell(f['best E'], '')} |")
     return "\n".join(lines)
 
 
@@ -323,17 +338,21 @@ def main() -> int:
                     "logged)")
     ap.add_argument("--against", default="mh", choices=list(SETTINGS), help="the setting the per-seed gains are "
                     "over (default: mh, today's default)")
-    ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
+    ap.add_argument("--settings", nargs="+", default=None, choices=list(SETTINGS),
+                    help=f"default: {' '.join(DEFAULT_SETTINGS)} (with --from-log: every setting logged)")
     ap.add_argument("--from-log", type=Path, nargs="+", default=None, metavar="LOG",
                     help="run nothing: print the tables of the runs that earlier invocations logged to stderr "
                          "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
     args = ap.parse_args()
     if args.from_log:
         print_tables({s: {k: v for k, v in r.items() if args.seeds is None or k in args.seeds}
-                      for s, r in logged_runs(args.from_log).items()}, args.against, label=True)
+                      for s, r in logged_runs(args.from_log).items() if args.settings is None or s in args.settings},
+                     args.against, label=True)
         return 0
     if args.seeds is None:
         args.seeds = [0, 1]
+    if args.settings is None:
+        args.settings = DEFAULT_SETTINGS
     if args.epochs is None:
         args.epochs = DEFAULT_EPOCHS.get(args.case, 100)
     if args.anneal is None:
