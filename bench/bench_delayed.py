@@ -73,6 +73,8 @@ SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0},
             **{f"delayed-i{k}": {"delayed": f"influence:{k}"} for k in (1, 2, 3)},
             # exact early rejection (delayed="early:K"): plain MH's chains, fewer rows (local energy only)
             **{f"early-{k}": {"delayed": f"early:{k}"} for k in (0, 1, 2, 4, 8)},
+            # a cascade (delayed="cascade:K"): the own term first (no rows), then window:K's rows, then the rest
+            **{f"delayed-c{k}": {"delayed": f"cascade:{k}"} for k in (1, 2)},
             # block MH as bench_ess runs it (blocks of 2) with and without its two-stage move (the window around
             # the block; influence:K and callables are single-site only)
             "block-mh": ESS_SAMPLERS["block-mh"],

@@ -28,6 +28,7 @@ START = 5  #: dispersed starts (option ``start``): a chain's random or sampled t
 DELAYED_FIRST = 6  #: delayed acceptance (option ``delayed``): the first (surrogate) stage's uniform
 DELAYED_SECOND = 7  #: delayed acceptance: the second (correcting) stage's uniform
 SWAP = 8  #: parallel tempering: the swap test of a pair of replicas (key: the colder replica's; step 0)
+DELAYED_MIDDLE = 9  #: delayed acceptance, option ``cascade:K``: the middle (window) stage's uniform
 
 
 def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.Tensor:

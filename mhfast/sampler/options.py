@@ -314,22 +314,23 @@ AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
 
 
-@_described("`None`, `auto`, `window:K`, `influence:K` or `early:K` (K an int >= 0), or (API only) a callable "
-            "surrogate")
+@_described("`None`, `auto`, `window:K`, `influence:K`, `early:K` or `cascade:K` (K an int >= 0), or (API only) a "
+            "callable surrogate")
 def _delayed(v: Any) -> Any:
     """None, ``"auto"``, ``"window:K"`` (delayed acceptance with the K nearest positions on each side),
     ``"influence:K"`` (as many positions, those whose terms changed most in burn-in: :mod:`.moves.influence`),
-    ``"early:K"`` (exact early rejection: as many rows first, ranked by the terms of X'; :mod:`.moves.delayed`) or a
+    ``"early:K"`` (exact early rejection: as many rows first, ranked by the terms of X'; :mod:`.moves.delayed`),
+    ``"cascade:K"`` (three stages: the proposal's own term, then ``window:K``'s rows, then the rest) or a
     user's surrogate ``E~(tokens, pos)`` (:mod:`mhfast.sampler.moves.user_surrogate`; only the API can pass one)."""
     if v is None or v == "auto" or (callable(v) and not isinstance(v, str)):
         return v
-    for kind in ("window:", "influence:", "early:"):
+    for kind in ("window:", "influence:", "early:", "cascade:"):
         if isinstance(v, str) and v.startswith(kind):
             k = v[len(kind):]
             if k.isdigit() and int(k) <= MAX_WINDOW:
                 return f"{kind}{int(k)}"
-    raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K' or 'early:K' with K an int >= 0, or (API "
-                      f"only) a callable surrogate(tokens, pos), got {v!r}")
+    raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K', 'early:K' or 'cascade:K' with K an int >= 0, "
+                      f"or (API only) a callable surrogate(tokens, pos), got {v!r}")
 
 
 
@@ -529,7 +530,9 @@ SPEC: tuple[Option, ...] = (
            "in burn-in, then frozen; sampler mh; docs/delayed.md); early:K = exact early rejection (energy local, "
            "sampler mh): the first 2K rows of X' (ranked by the terms of X'), then 8K, bound E(X') from below (the "
            "other terms taken as 0) and meet exact MH's test with its own uniform, so only proposals exact MH "
-           "rejects stop early and the chains are plain MH's, bit for bit, with fewer rows; "
+           "rejects stop early and the chains are plain MH's, bit for bit, with fewer rows; cascade:K = three "
+           "stages (sampler mh): the proposal's own term alone (no rows), then window:K's rows for its survivors, "
+           "then the rest, each stage tested against the previous one's energy; "
            "auto = influence:2 (block-mh: window:2) where an "
            "input has more than 2*2+4 energy rows per proposal and the chains are not on a CUDA device (there the "
            "saved rows save no time: measured 1.8x slower on an H200), else off; None = off; API only: a callable "
@@ -659,9 +662,9 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
         raise OptionError(f"{name_of('delayed')} as a callable surrogate needs {name_of('sampler')} "
                           f"{_kernels_that('user_surrogate')} (its E~(tokens, pos) is of one proposed position), "
                           f"got {values['sampler']}")
-    if isinstance(values["delayed"], str) and values["delayed"].startswith(("influence:", "early:")) and \
-            not KERNELS[values["sampler"]].capabilities.influence:
-        raise OptionError(f"{shown} needs {name_of('sampler')} {_kernels_that('influence')} (its window is ranked "
+    if isinstance(values["delayed"], str) and values["delayed"].startswith(("influence:", "early:", "cascade:")) \
+            and not KERNELS[values["sampler"]].capabilities.influence:
+        raise OptionError(f"{shown} needs {name_of('sampler')} {_kernels_that('influence')} (its stages are built "
                           f"per proposed position), got {values['sampler']}")
     if isinstance(values["delayed"], str) and values["delayed"].startswith("early:") and values["energy"] != "local":
         raise OptionError(f"{shown} needs {name_of('energy')} local (its bound takes the terms it has not forwarded "

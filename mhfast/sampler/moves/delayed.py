@@ -37,6 +37,15 @@ The memo remembers a stopped proposal with partial terms (NaN where no row was f
 bound stops again costs no rows, and one that passes forwards only the missing rows
 (:func:`~.early_rejection.complete_partial`; :mod:`.early_rejection` holds these parts).
 
+**A cascade** (``delayed="cascade:K"``) puts a free stage in front of ``window:K``: stage 1 tests the proposal's
+own term alone (the cached row: no rows, as ``window:0``), the survivors forward ``window:K``'s rows and meet a
+middle test, ``min(1, exp(-beta (E~_K(X') - E~_0(X'))))`` (stream :data:`~mhfast.runtime.rng.DELAYED_MIDDLE`),
+and that stage's survivors forward the rest for the correction against E~_K. The three log-ratios are
+antisymmetric and multiply to exact MH's, so the argument of two stages holds (docs/delayed.md). Why: the own term
+screens best when beta is well above 1 / the proposal temperature (late in an annealed run), the window's rows
+when it is near it; the cascade pays the rows only for what the free stage lets through. It reuses early
+rejection's middle-stage forward (:func:`~.early_rejection.middle_stage`).
+
 Example:
     >>> import mhfast
     >>> from mhfast.models.tabular import TabularMLM
@@ -84,6 +93,9 @@ class DelayedAcceptance:
     #: early rejection's middle stage: the survivors of stage 1 forward ``widen`` times its rows (the top of the
     #: same ranking) and meet the bound again before the rest; 1: no middle stage
     widen: int = 1
+    #: option delayed="cascade:K": the own term first (no rows), then the window's rows for its survivors
+    #: (:func:`middle_test`), then the rest
+    cascade: bool = False
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
@@ -106,10 +118,11 @@ def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
     if ctx.delayed_window is None:
         return None
     early = early_rejection(ctx.delayed)
+    cascade = isinstance(ctx.delayed, str) and ctx.delayed.startswith("cascade:")
     ranking = (InfluenceWindows(ctx.delayed_window, None if early else ctx.config.burn_in, by_value=early)
                if influence_ranked(ctx.delayed) else None)
     return DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed), ranking, early=early,
-                             widen=EARLY_WIDEN if early else 1)
+                             widen=EARLY_WIDEN if early else 1, cascade=cascade)
 
 
 class Screened(NamedTuple):
@@ -150,6 +163,18 @@ def first_stage(ctx: StepContext, state: ChainState, proposal: SiteProposal, sur
     return torch.log(u) < log_alpha
 
 
+def middle_test(ctx: StepContext, state: ChainState, ch: torch.Tensor, before: torch.Tensor, after: torch.Tensor,
+                *, beta: Any, epoch: int, step: int) -> torch.Tensor:
+    """A cascade's middle test (option ``delayed="cascade:K"``), Bool[n]: ``log u < beta (E~_0(X') - E~_K(X'))``,
+    ``before`` the own-term energies of X' that stage 1 tested, ``after`` the window's (the extra energy terms, in
+    both, cancel; no Hastings term: stage 1 applied it), u of stream ``DELAYED_MIDDLE``. Both are fixed functions of
+    (X', i) given X's terms, so the ratio is antisymmetric as stage 1's (docs/delayed.md)."""
+    log_alpha = beta_rows(beta, ch, state.tokens.device) * (before - after)
+    u = rng.uniforms_from_keys(state.rng_keys.index_select(0, ch), epoch, step, rng.DELAYED_MIDDLE,
+                               op=ctx.backend.counter_uniforms)
+    return torch.log(u) < log_alpha
+
+
 def _with_extra(target: torch.Tensor, extra: ExtraTerms | None, part: slice) -> torch.Tensor:
     return target if extra is None else target + extra.weighted[part]
 
@@ -162,10 +187,12 @@ def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> tor
 
 def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
                 extra: ExtraTerms | None, user: torch.Tensor | None, *, beta: Any, epoch: int, step: int,
-                early: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                early: bool = False, wide: Window | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1 of the memo's hits (the last ``tested.picked.hits``) from their remembered full terms, read once
     this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``.
-    ``early``: the bound is the exact energy (all terms known), so stage 1 is exact MH's test."""
+    ``early``: the bound is the exact energy (all terms known), so stage 1 is exact MH's test. ``wide`` (a
+    cascade's windows): the middle test too, from the same terms; the energy returned is then the window's."""
     m = tested.picked.misses
     p = SiteProposal(*(v[m:] for v in tested.proposal))
     raw, local = memo.terms(tested.picked.index[m:])
@@ -179,6 +206,12 @@ def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window
                             torch.where(near, local, state.local_terms.index_select(0, p.ch)))
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
                          epoch=epoch, step=step, early=early)
+    if wide is not None and not early:  # a cascade: the window's terms are known too (a hit forwards no rows)
+        near = wide.near[m:]
+        after = model_energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
+                             torch.where(near, local, state.local_terms.index_select(0, p.ch)))
+        passed = passed & middle_test(ctx, state, p.ch, surrogate, after, beta=beta, epoch=epoch, step=step)
+        surrogate = after
     if early:  # (the partial entries that passed: their missing rows forwarded now, their full terms remembered)
         raw, local = complete_partial(ctx, state, tested, memo, passed, (raw, local))
     return surrogate, passed, raw, local
@@ -186,13 +219,14 @@ def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window
 
 def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
            extra: ExtraTerms | None, user: torch.Tensor | None = None, *, beta: Any, epoch: int, step: int,
-           early: bool = False, wide: Window | None = None) -> Screened:
+           early: bool = False, wide: Window | None = None, cascade: bool = False) -> Screened:
     """Stage 1 of every tested proposal, with the memo supplying numbers only: the misses forward their window,
     the survivors (and the misses a hit of this step reads) their other rows, whose full terms are stored; then
     the hits are screened from their remembered terms. One host read (two with hits). ``user``: f32[n] a user
     surrogate's dE~ of every tested proposal (the window is then 0: no rows in stage 1). ``early``: early
     rejection (:func:`first_stage`; the misses' bound is :func:`lower_bound` of their window); ``wide``: its
-    middle stage's windows (:func:`middle_stage`; one host read more)."""
+    middle stage's windows (:func:`middle_stage`; one host read more). ``cascade``: ``wide`` is a cascade's window
+    (``window`` holds the own term only) and the middle stage meets :func:`middle_test` instead of the bound."""
     picked, p = tested.picked, tested.proposal
     m, h = picked.misses, picked.hits
     raw, local, window_rows = window_terms(ctx, state, tested, window)
@@ -211,13 +245,19 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
         if which_host.shape[0]:
             raw, local, window_rows, window = middle_stage(ctx, state, tested, window, wide, raw, local, window_rows,
                                                            which, which_host)
-            bound = lower_bound(state, raw.index_select(0, which), local.index_select(0, which),
-                                 window.near.index_select(0, which))
-            surrogate = surrogate.index_copy(0, which, bound)
-            if extra is not None:
-                bound = bound + extra.weighted.index_select(0, which)
-            again = first_stage(ctx, state, SiteProposal(*(v.index_select(0, which) for v in p)), bound, beta=beta,
-                                epoch=epoch, step=step, early=True)
+            if cascade:  # (the window's energy replaces the own term's: stage 2 corrects against it)
+                after = model_energy(state, raw.index_select(0, which), local.index_select(0, which))
+                again = middle_test(ctx, state, p.ch.index_select(0, which), surrogate.index_select(0, which), after,
+                                    beta=beta, epoch=epoch, step=step)
+                surrogate = surrogate.index_copy(0, which, after)
+            else:
+                bound = lower_bound(state, raw.index_select(0, which), local.index_select(0, which),
+                                    window.near.index_select(0, which))
+                surrogate = surrogate.index_copy(0, which, bound)
+                if extra is not None:
+                    bound = bound + extra.weighted.index_select(0, which)
+                again = first_stage(ctx, state, SiteProposal(*(v.index_select(0, which) for v in p)), bound,
+                                    beta=beta, epoch=epoch, step=step, early=True)
             passed = passed.index_copy(0, which, passed.index_select(0, which) & again)
     keep_miss_rows(state, tested, window_rows, memo)  # (as far as forwarded: whole for the ones stored below)
     fwd, fwd_host = changed_chains(passed if needed is None else passed | needed)
@@ -236,7 +276,8 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
     if h == 0:  # no hits: the survivors are the forwarded misses (no second host read)
         return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows, window)
     sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, user, beta=beta,
-                                                  epoch=epoch, step=step, early=early)
+                                                  epoch=epoch, step=step, early=early,
+                                                  wide=wide if cascade else None)
     passed = torch.cat([passed, passed_h])
     survivors, survivors_host = changed_chains(passed)
     return Screened(torch.cat([surrogate, sur_h]), torch.cat([raw, raw_h]), torch.cat([local, local_h]), passed,
@@ -333,7 +374,7 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     influence = da.influence
     if influence is not None:  # (influence: burn-in is over, so each position's window becomes a fixed set;
         influence.update(state, epoch)  # early rejection: re-ranked each epoch, which never changes a decision)
-    window = window_of(state, tested.proposal, da.window, influence)
+    window = window_of(state, tested.proposal, 0 if da.cascade else da.window, influence)
     extra = None
     if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
         extra = extra_terms(ctx, state, tested.proposal.ch, proposed_sequences(state, tested.proposal))
@@ -341,9 +382,10 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     if da.surrogate is not None:  # a user's surrogate: its dE~ of every tested proposal, checked
         user = surrogate_delta(da.surrogate, state.tokens.index_select(0, tested.proposal.ch),
                                proposed_sequences(state, tested.proposal), tested.proposal.pos)
-    wide = window_of(state, tested.proposal, da.window, influence, da.widen) if da.widen > 1 else None
+    wide = (window_of(state, tested.proposal, da.window) if da.cascade else
+            window_of(state, tested.proposal, da.window, influence, da.widen) if da.widen > 1 else None)
     sc = screen(ctx, state, tested, window, memo, extra, user, beta=beta, epoch=epoch, step=step, early=da.early,
-                wide=wide)
+                wide=wide, cascade=da.cascade)
     if influence is not None and influence.learning(epoch):
         # what i moved: the survivors' exact terms (hits and misses: the same proposals whether the memo is on or
         # off, so that the memo changes no chain; until 2026-11-28 the ranking read the forwarded misses only)
