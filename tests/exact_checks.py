@@ -84,6 +84,35 @@ def ends_term(tokens: torch.Tensor) -> torch.Tensor:
     return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
 
 
+def one_site_moves(model, x: torch.Tensor, i: int, energy: str
+                   ) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """By hand, every single-site proposal at position ``i`` from state ``x`` [T]: (logq f64[V], the masked
+    conditional over the ordinary tokens, -inf elsewhere; ``words``, those tokens; d f64[len(words), T], the change
+    of each position's ``energy`` term when x_i becomes each word). What the delayed-acceptance tests build each
+    stage's acceptance from."""
+    words = ordinary_tokens(model)
+    row = x.clone()[None]
+    row[0, i] = model.mask_id
+    logits = model.masked_logits(row, torch.tensor([i]))[0].double()
+    logq = torch.full_like(logits, float("-inf"))
+    logq[words] = torch.log_softmax(logits[words], 0)
+    ys = torch.stack([x.clone() for _ in words])
+    ys[:, i] = torch.tensor(words)
+    raw, local = terms_by_hand(model, torch.cat([x[None], ys]))
+    terms = raw if energy == "raw" else local
+    return logq, words, terms[1:] - terms[0]
+
+
+def one_step_distribution(logq: torch.Tensor, words: list[int], stay: int, accept: torch.Tensor) -> torch.Tensor:
+    """The distribution f64[V] of the token after one step: q(y) accept(y) on each word y, the rest on ``stay``
+    (the current token, whose own proposal is a no-op)."""
+    p = torch.zeros_like(logq)
+    p[words] = torch.exp(logq[words]) * accept
+    p[stay] = 0.0
+    p[stay] = 1.0 - p.sum()
+    return p
+
+
 def target_distribution(model, states, energy_mask, energy: str, tau: float) -> torch.Tensor:
     e_raw, e_local = energies(model, states, energy_mask)
     e = e_raw if energy == "raw" else e_local

@@ -23,8 +23,8 @@ from mhfast.models.tabular import TabularMLM
 from mhfast.sampler import options, schedules
 
 from hf_tiny_models import save_tiny_bert_dir
-from exact_checks import N_CHAINS, empirical, ends_term, enumerate_states, masks, ordinary_tokens, run_and_compare, \
-    terms_by_hand, tv_and_bound
+from exact_checks import N_CHAINS, empirical, ends_term, enumerate_states, masks, one_site_moves, \
+    one_step_distribution, ordinary_tokens, run_and_compare, terms_by_hand, tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -96,19 +96,9 @@ def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) 
     """By hand: the probability of each token y at position i after one delayed-acceptance step from ``x``
     (q(y | x) alpha1 alpha2, the rest on x_i), the same for plain MH (two f64[V] vectors), and stage 1's
     (sum over y != x_i of q(y) alpha1(y), sum of q(y))."""
-    words = ordinary_tokens(model)
-    row = x.clone()[None]
-    row[0, i] = model.mask_id
-    logits = model.masked_logits(row, torch.tensor([i]))[0].double()
-    logq = torch.full_like(logits, float("-inf"))
-    logq[words] = torch.log_softmax(logits[words], 0)
-    ys = torch.stack([x.clone() for _ in words])
-    ys[:, i] = torch.tensor(words)
-    raw, local = terms_by_hand(model, torch.cat([x[None], ys]))
-    terms = raw if energy == "raw" else local
+    logq, words, d = one_site_moves(model, x, i, energy)
     window = (torch.arange(x.shape[0]) - i).abs() <= k
-    d_exact = terms[1:].sum(1) - terms[0].sum()
-    d_sur = terms[1:, window].sum(1) - terms[0, window].sum()
+    d_exact, d_sur = d.sum(1), d[:, window].sum(1)
     hastings = logq[x[i]] - logq[words]
     a1 = torch.clamp(torch.exp(-d_sur / tau + hastings), max=1.0)
     a2 = torch.clamp(torch.exp(-(d_exact - d_sur) / tau), max=1.0)
@@ -116,14 +106,8 @@ def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) 
     other = torch.tensor(words) != x[i]
     q_words = torch.exp(logq[words])
     stage1 = ((q_words * a1)[other].sum(), q_words[other].sum())
-    out = []
-    for a in (a1 * a2, a_mh):
-        p = torch.zeros_like(logits)
-        p[words] = torch.exp(logq[words]) * a
-        p[x[i]] = 0.0
-        p[x[i]] = 1.0 - p.sum()
-        out.append(p)
-    return out[0], out[1], stage1
+    return (one_step_distribution(logq, words, int(x[i]), a1 * a2),
+            one_step_distribution(logq, words, int(x[i]), a_mh), stage1)
 
 
 @pytest.mark.parametrize("energy", ["raw", "local"])

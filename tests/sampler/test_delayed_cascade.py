@@ -17,8 +17,8 @@ import torch
 import mhfast
 from mhfast.models.tabular import TabularMLM
 
-from exact_checks import N_CHAINS, empirical, ends_term, enumerate_states, masks, ordinary_tokens, run_and_compare, \
-    terms_by_hand, tv_and_bound
+from exact_checks import N_CHAINS, empirical, ends_term, enumerate_states, masks, one_site_moves, \
+    one_step_distribution, ordinary_tokens, run_and_compare, terms_by_hand, tv_and_bound
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -70,17 +70,7 @@ def test_cascade_with_extra_energy_matches_enumeration(energy, memo, device):
 def _three_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) -> tuple[torch.Tensor, ...]:
     """By hand: the probability of each token y at position i after one cascade step from ``x`` (q(y | x) alpha1
     alpha2 alpha3, the rest on x_i), and the same for ``window:k``'s two stages and for plain MH (f64[V] each)."""
-    words = ordinary_tokens(model)
-    row = x.clone()[None]
-    row[0, i] = model.mask_id
-    logits = model.masked_logits(row, torch.tensor([i]))[0].double()
-    logq = torch.full_like(logits, float("-inf"))
-    logq[words] = torch.log_softmax(logits[words], 0)
-    ys = torch.stack([x.clone() for _ in words])
-    ys[:, i] = torch.tensor(words)
-    raw, local = terms_by_hand(model, torch.cat([x[None], ys]))
-    terms = raw if energy == "raw" else local
-    d = terms[1:] - terms[0]
+    logq, words, d = one_site_moves(model, x, i, energy)
     window = (torch.arange(x.shape[0]) - i).abs() <= k
     d_own, d_win, d_exact = d[:, i], d[:, window].sum(1), d.sum(1)
     hastings = logq[x[i]] - logq[words]
@@ -88,14 +78,7 @@ def _three_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float
     cascade = clamp(-d_own / tau + hastings) * clamp(-(d_win - d_own) / tau) * clamp(-(d_exact - d_win) / tau)
     two = clamp(-d_win / tau + hastings) * clamp(-(d_exact - d_win) / tau)
     mh = clamp(-d_exact / tau + hastings)
-    out = []
-    for a in (cascade, two, mh):
-        p = torch.zeros_like(logits)
-        p[words] = torch.exp(logq[words]) * a
-        p[x[i]] = 0.0
-        p[x[i]] = 1.0 - p.sum()
-        out.append(p)
-    return tuple(out)
+    return tuple(one_step_distribution(logq, words, int(x[i]), a) for a in (cascade, two, mh))
 
 
 @pytest.mark.parametrize("energy", ["raw", "local"])

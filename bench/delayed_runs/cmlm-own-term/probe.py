@@ -104,27 +104,32 @@ def maskless_far(m: dict, k: int) -> torch.Tensor:
     return (m["mdiff"] * ~near).sum(1)
 
 
-def cost(m: dict, dS: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
-    """[exact rows, exact accepted, rows, accepted] summed over ``m``'s proposals (expected values)."""
+def staged(m: dict, changes: list[torch.Tensor], rows: list[torch.Tensor]) -> torch.Tensor:
+    """[exact rows, exact accepted, rows, accepted] summed over ``m``'s proposals (expected values) for a chain of
+    stages: stage j forwards ``rows[j]`` for the survivors of the stages before it, then tests its energy change
+    ``changes[j]`` against the previous stage's (the first with the proposal's Hastings term). The last change is
+    the exact one, so the stages' ratios multiply to exact MH's and each is antisymmetric: the chain keeps the
+    exact target (Christen & Fox; docs/delayed.md, "Why the chain keeps the exact target", one factor a stage)."""
     dE, lh, beta, T = m["diff"].sum(1), m["lh"], m["beta"], m["emask"].sum(1).double()
     a = torch.clamp(torch.exp(-beta * dE + lh), max=1)
-    a1 = torch.clamp(torch.exp(-beta * dS + lh), max=1)
-    a2 = torch.clamp(torch.exp(-beta * (dE - dS)), max=1)
-    return torch.stack([(T - 1).sum(), a.sum(), (c1 + a1 * (T - 1 - c1)).sum(), (a1 * a2).sum()])
+    passed, paid, before = torch.ones_like(dE), torch.zeros_like(dE), torch.zeros_like(dE)
+    for j, (change, cost) in enumerate(zip(changes, rows)):
+        paid = paid + passed * cost
+        passed = passed * torch.clamp(torch.exp(-beta * (change - before) + (lh if j == 0 else 0)), max=1)
+        before = change
+    return torch.stack([(T - 1).sum(), a.sum(), paid.sum(), passed.sum()])
+
+
+def cost(m: dict, dS: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
+    """Two stages: the surrogate change ``dS`` after ``c1`` rows, then the rest (:func:`staged`)."""
+    return staged(m, [dS, m["diff"].sum(1)], [c1, m["emask"].sum(1).double() - 1 - c1])
 
 
 def cascade(m: dict, k: int) -> torch.Tensor:
-    """As :func:`cost`, for three stages: the own term (no rows), then ``window k`` (its rows, for the survivors of
-    the first), then the rest. Each stage's test is the ratio of its energy to the previous stage's (Christen & Fox,
-    applied twice), so the three ratios multiply to exact MH's and each is antisymmetric: the chain keeps the exact
-    target (docs/delayed.md, "Why the chain keeps the exact target", with three factors instead of two)."""
-    dE, lh, beta, T = m["diff"].sum(1), m["lh"], m["beta"], m["emask"].sum(1).double()
+    """Three stages (:func:`staged`): the own term (no rows), then ``window k`` (its rows, for the survivors of the
+    first), then the rest."""
     own, nb, _, c1 = parts(m, k)
-    a1 = torch.clamp(torch.exp(-beta * own + lh), max=1)
-    a2 = torch.clamp(torch.exp(-beta * nb), max=1)
-    a3 = torch.clamp(torch.exp(-beta * (dE - own - nb)), max=1)
-    a = torch.clamp(torch.exp(-beta * dE + lh), max=1)
-    return torch.stack([(T - 1).sum(), a.sum(), (a1 * (c1 + a2 * (T - 1 - c1))).sum(), (a1 * a2 * a3).sum()])
+    return staged(m, [own, own + nb, m["diff"].sum(1)], [torch.zeros_like(c1), c1, m["emask"].sum(1).double() - 1 - c1])
 
 
 def saving(v: torch.Tensor) -> float:

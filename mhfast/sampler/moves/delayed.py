@@ -185,31 +185,35 @@ def _user_energy(state: ChainState, ch: torch.Tensor, user: torch.Tensor) -> tor
     return (state.e_raw if state.energy == "raw" else state.e_local).index_select(0, ch) + user
 
 
+def _near_energy(state: ChainState, ch: torch.Tensor, near: torch.Tensor, raw: torch.Tensor, local: torch.Tensor
+                 ) -> torch.Tensor:
+    """The energy of remembered terms inside the windows ``near`` and of the current state's terms outside them:
+    a memo hit's surrogate energy, from terms it already holds."""
+    return model_energy(state, torch.where(near, raw, state.raw_terms.index_select(0, ch)),
+                        torch.where(near, local, state.local_terms.index_select(0, ch)))
+
+
 def _remembered(ctx: StepContext, state: ChainState, tested: TestedSites, window: Window, memo: Any,
                 extra: ExtraTerms | None, user: torch.Tensor | None, *, beta: Any, epoch: int, step: int,
-                early: bool = False, wide: Window | None = None
+                early: bool = False, cascade: Window | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1 of the memo's hits (the last ``tested.picked.hits``) from their remembered full terms, read once
     this step's misses are stored: ``(surrogate energy f32[h], passed Bool[h], raw, local f32[h, T])``.
-    ``early``: the bound is the exact energy (all terms known), so stage 1 is exact MH's test. ``wide`` (a
-    cascade's windows): the middle test too, from the same terms; the energy returned is then the window's."""
+    ``early``: the bound is the exact energy (all terms known), so stage 1 is exact MH's test. ``cascade`` (a
+    cascade's wide windows): the middle test too, from the same terms; the energy returned is then the window's."""
     m = tested.picked.misses
     p = SiteProposal(*(v[m:] for v in tested.proposal))
     raw, local = memo.terms(tested.picked.index[m:])
-    near = window.near[m:]
     if user is not None:
         surrogate = _user_energy(state, p.ch, user[m:])
     elif early:  # (a partial entry's unknown terms are NaN: 0 in the bound)
         surrogate = model_energy(state, raw.nan_to_num(nan=0.0), local.nan_to_num(nan=0.0))
     else:
-        surrogate = model_energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
-                            torch.where(near, local, state.local_terms.index_select(0, p.ch)))
+        surrogate = _near_energy(state, p.ch, window.near[m:], raw, local)
     passed = first_stage(ctx, state, p, _with_extra(surrogate, extra, slice(m, None)), beta=beta,
                          epoch=epoch, step=step, early=early)
-    if wide is not None and not early:  # a cascade: the window's terms are known too (a hit forwards no rows)
-        near = wide.near[m:]
-        after = model_energy(state, torch.where(near, raw, state.raw_terms.index_select(0, p.ch)),
-                             torch.where(near, local, state.local_terms.index_select(0, p.ch)))
+    if cascade is not None:  # the window's terms are known too (a hit forwards no rows)
+        after = _near_energy(state, p.ch, cascade.near[m:], raw, local)
         passed = passed & middle_test(ctx, state, p.ch, surrogate, after, beta=beta, epoch=epoch, step=step)
         surrogate = after
     if early:  # (the partial entries that passed: their missing rows forwarded now, their full terms remembered)
@@ -277,7 +281,7 @@ def screen(ctx: StepContext, state: ChainState, tested: TestedSites, window: Win
         return Screened(surrogate, raw, local, passed, fwd, fwd_host, fwd, fwd_host, window_rows, outer_rows, window)
     sur_h, passed_h, raw_h, local_h = _remembered(ctx, state, tested, window, memo, extra, user, beta=beta,
                                                   epoch=epoch, step=step, early=early,
-                                                  wide=wide if cascade else None)
+                                                  cascade=wide if cascade else None)
     passed = torch.cat([passed, passed_h])
     survivors, survivors_host = changed_chains(passed)
     return Screened(torch.cat([surrogate, sur_h]), torch.cat([raw, raw_h]), torch.cat([local, local_h]), passed,
