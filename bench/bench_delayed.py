@@ -48,6 +48,12 @@ epochs on the same schedule stretched), the logs of the two runs together:
 
     python3 bench/bench_delayed.py --case cmlm-translate --epochs 30 --anneal 0.0303 --seeds 0 1 --settings delayed-w0
     python3 bench/bench_delayed.py --from-log mh.log stretched.log --settings mh delayed-w0   # later lines win
+
+The best energy per row budget (a curve per setting: each setting at several epoch counts, each invocation's
+stdout and stderr in a file of its own, against plain MH at the main job's 12 epochs; :func:`budget_table`):
+
+    python3 bench/bench_delayed.py --case cmlm-translate --epochs 6 --anneal 0.176 --settings mh > mh6.log 2>&1
+    python3 bench/bench_delayed.py --from-log mh6.log mh12.log c1-18.log c1-36.log --budget 12
 """
 from __future__ import annotations
 
@@ -321,6 +327,65 @@ def logged_runs(paths: list[Path]) -> dict[str, dict[int, dict]]:
     return out
 
 
+def budget_points(paths: list[Path]) -> dict[tuple[str, int], dict[int, dict]]:
+    """The runs logged in ``paths`` (:func:`logged_runs`) keyed by (setting, epochs), so that one setting's runs at
+    several epochs (a stretched schedule) stay apart. Each file must be the log of one invocation, or of several
+    with the same epochs: its epochs are read off the options its run printed (``'epochs': N``).
+
+    Example:
+        >>> import tempfile
+        >>> log = Path(tempfile.mkdtemp()) / "a.log"
+        >>> _ = log.write_text("# seed 3 mh: {'rows': 5}\\nbundled ...; {'energy': 'raw', 'epochs': 24}; seeds [3]\\n")
+        >>> budget_points([log])
+        {('mh', 24): {3: {'rows': 5}}}
+    """
+    import re
+    out: dict[tuple[str, int], dict[int, dict]] = {}
+    for path in paths:
+        epochs = {int(e) for e in re.findall(r"'epochs': (\d+)", path.read_text(encoding="utf-8"))}
+        if len(epochs) != 1:
+            raise SystemExit(f"--budget: {path} logs runs of {sorted(epochs) or 'no'} epochs; it needs the log of "
+                             "runs of one epoch count (the stdout and stderr of one invocation, e.g. 2>&1)")
+        (count,) = epochs
+        for setting, runs in logged_runs([path]).items():
+            out.setdefault((setting, count), {}).update(runs)
+    return out
+
+
+def budget_table(points: dict[tuple[str, int], dict[int, dict]], base: tuple[str, int]) -> str:
+    """Each (setting, epochs) point's rows and best energy against ``base``'s, over the seeds it shares with base: the
+    rows for the same seeds (a row budget, as a multiple of base's) and the best energy's paired difference (mean
+    [95% t-interval]; per seed; negative: lower energies). Sorted by setting, then rows: a curve of best energy
+    against row budget per setting, the measure of an annealed, mode-seeking run.
+
+    Example:
+        >>> run = dict(changes=5, ess=1.0, cpu=1.0)
+        >>> b = {k: {**run, "rows": 100, "best": 1.0 + k} for k in (0, 1)}
+        >>> s = {k: {**run, "rows": 50, "best": 1.5 + 1.5 * k} for k in (0, 1)}
+        >>> print(budget_table({("mh", 12): b, ("delayed-c1", 18): s}, ("mh", 12)).splitlines()[-1])
+        | delayed-c1 | 18 | 2 | 100 (0.50x) | 2.0 | 2.250 | 0.75 [-2.43, 3.93]; 0.50, 1.00 |
+    """
+    if base not in points:
+        raise SystemExit(f"--budget: no logged runs of {base[0]} at {base[1]} epochs to compare with")
+    ref = points[base]
+    lines = [f"| setting | epochs | seeds | rows (vs {base[0]} at {base[1]} epochs) | CPU s | best E | best E minus "
+             f"{base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) |", "|---|---|---|---|---|---|---|"]
+    order = sorted(points, key=lambda k: (k[0] != base[0], k[0], sum(r["rows"] for r in points[k].values())))
+    for key in order:
+        runs = points[key]
+        seeds = sorted(set(runs) & set(ref))
+        if not seeds:
+            continue
+        rows, ref_rows = sum(runs[k]["rows"] for k in seeds), sum(ref[k]["rows"] for k in seeds)
+        best = seed_ratios({k: ref[k] for k in seeds}, {k: runs[k] for k in seeds})["best E"]
+        ci = f" [{best['low']:.2f}, {best['high']:.2f}]" if best["low"] is not None else ""
+        diff = "-" if key == base else f"{best['mean']:.2f}{ci}; " + ", ".join(f"{v:.2f}" for v in best["per seed"])
+        cpu, best_e = sum(runs[k]["cpu"] for k in seeds), statistics.mean(runs[k]["best"] for k in seeds)
+        lines.append(f"| {key[0]} | {key[1]} | {len(seeds)} | {rows} ({rows / ref_rows:.2f}x) | {cpu:.1f} | "
+                     f"{best_e:.3f} | {diff} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="antiberty-infill", choices=(
@@ -345,7 +410,17 @@ def main() -> int:
     ap.add_argument("--from-log", type=Path, nargs="+", default=None, metavar="LOG",
                     help="run nothing: print the tables of the runs that earlier invocations logged to stderr "
                          "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
+    ap.add_argument("--budget", type=int, default=None, metavar="EPOCHS",
+                    help="with --from-log: the best energy per row budget instead, each (setting, epochs) of the "
+                         "logs against --against's runs at EPOCHS epochs (one invocation's stdout and stderr a file)")
     args = ap.parse_args()
+    if args.budget is not None:
+        if not args.from_log:
+            ap.error("--budget reads logs: give them with --from-log")
+        points = {k: {s: r for s, r in v.items() if args.seeds is None or s in args.seeds}
+                  for k, v in budget_points(args.from_log).items() if args.settings is None or k[0] in args.settings}
+        print(budget_table(points, (args.against, args.budget)))
+        return 0
     if args.from_log:
         print_tables({s: {k: v for k, v in r.items() if args.seeds is None or k in args.seeds}
                       for s, r in logged_runs(args.from_log).items() if args.settings is None or s in args.settings},

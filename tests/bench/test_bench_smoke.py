@@ -325,3 +325,40 @@ def test_bench_tempering_exact_mean_is_the_enumerated_targets_and_fills_the_erro
     assert f"mean E_local (exact {want:.3f}) | error / MCSE |" in lines[0]
     assert [len(line.split("|")) for line in lines] == [len(lines[0].split("|"))] * 3
     assert lines[2].split("|")[17].strip() == "+1.00"  # 0.5 / (2 / sqrt(16))
+
+
+def test_bench_delayed_budget_table_keeps_each_epoch_count_apart(tmp_path):
+    """bench/bench_delayed.py --from-log ... --budget E: one setting logged at two epoch counts gives two points, each
+    with its rows against the default's at E epochs and the paired best-energy difference; a log of no run is a
+    clear error."""
+    script = str(ROOT / "bench" / "bench_delayed.py")
+    logs = []
+    for epochs, settings in ((6, ["mh", "delayed-w1"]), (9, ["delayed-w1"])):
+        proc = subprocess.run([sys.executable, script, "--case", "toy", "--epochs", str(epochs), "--seeds", "0", "1",
+                               "--settings", *settings], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logs.append(tmp_path / f"{epochs}.log")
+        logs[-1].write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    out = subprocess.run([sys.executable, script, "--from-log", *map(str, logs), "--budget", "6"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    points = {(r[0].strip(), int(r[1])): r for r in rows[1:]}
+    assert set(points) == {("mh", 6), ("delayed-w1", 6), ("delayed-w1", 9)}, out.stdout
+    assert "(1.00x)" in points[("mh", 6)][3] and points[("mh", 6)][6].strip() == "-", out.stdout
+    assert "[" in points[("delayed-w1", 9)][6], out.stdout  # two seeds: an interval
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing here\n", encoding="utf-8")
+    bad = subprocess.run([sys.executable, script, "--from-log", str(empty), "--budget", "6"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "empty.log" in bad.stderr and "epochs" in bad.stderr, bad.stderr
+
+
+def test_bench_delayed_examples_run(monkeypatch):
+    """The docstring examples of bench/bench_delayed.py's table functions (seed_ratios, logged_runs, budget_points,
+    budget_table) run and print what they show."""
+    import doctest
+    monkeypatch.setattr(sys, "path", [str(ROOT / "bench"), *sys.path])  # (restored after: the script adds its own)
+    import bench_delayed
+    result = doctest.testmod(bench_delayed, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 10 and result.failed == 0, result
