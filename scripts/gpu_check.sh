@@ -36,13 +36,13 @@
 #      T=120, fp32 and bf16; exit 1 otherwise), then bench/bench_mixmatch.py --model sapiens-h (mhfast vs the
 #      mixmatch loop on the real model). Skipped, and said so, without the package.
 #  12. mixing on the device (issues 34 and 38: judged per second, not per row): bench/bench_delayed.py --device
-#      (the main job, plain MH against delayed="influence:2" and "window:0", whose stage 1 forwards no row:
-#      rows per accepted change and wall seconds; needs fairseq) and bench/tempering_device.py (Sapiens at target
-#      temperature 0.5, tempering=8 against plain MH at equal sweeps: wall seconds per sweep; needs sapiens). ESS
-#      and R-hat need arviz-stats, which the GPU machine lacks: the tempering runs' traces come back in mixing.pt
-#      (eager steps), mixing_graphs.pt (capture cuda-graph, the same chains) and mixing_graphs_long.pt (6,000
-#      sweeps: R-hat 1.01), and `python3 bench/tempering_device.py --from-traces OUTDIR/mixing.pt` prints their
-#      figures.
+#      (the main job, plain MH against delayed="influence:2", "window:0", whose stage 1 forwards no row, and
+#      "cascade:1": rows per accepted change and wall seconds; needs fairseq) and bench/tempering_device.py
+#      (Sapiens at target temperature 0.5, tempering=8 against plain MH at equal sweeps: wall seconds per sweep;
+#      needs sapiens). ESS and R-hat need arviz-stats, which the GPU machine lacks: the tempering runs' traces come
+#      back in mixing.pt (eager steps), mixing_graphs.pt (capture cuda-graph, the same chains) and
+#      mixing_graphs_long.pt (6,000 sweeps: R-hat 1.01), and `python3 bench/tempering_device.py --from-traces
+#      OUTDIR/mixing.pt` prints their figures.
 #      Then bench/graph_overhead.py --device cuda: the calls made around the graphs' replays per sweep.
 #  13. AntiBERTy on the device, where its weights are there: joined from the parts in .ab/ (or
 #      $MHFAST_ANTIBERTY_PARTS) that successive calls carried (scripts/carry_parts.py: 104 MB do not fit one call), or
@@ -204,7 +204,7 @@ OP_TESTS="tests/ops/test_masked_copies.py tests/ops/test_gather_energies.py test
 SAMPLER_TESTS="tests/sampler/test_sampler_exact.py tests/sampler/test_sampler_api.py tests/sampler/test_static_step.py
   tests/sampler/test_proposal_memo.py tests/sampler/test_delayed.py tests/sampler/test_delayed_block.py
   tests/sampler/test_delayed_influence.py tests/sampler/test_delayed_surrogate.py tests/sampler/test_tempering.py
-  tests/sampler/test_early_rejection.py"
+  tests/sampler/test_early_rejection.py tests/sampler/test_delayed_cascade.py"
 # With fairseq (from the wheels): the fairseq masked-LM adapter on the device, its cuda-graph capture included
 # (it failed on an H200 before the adapter ran fairseq's encoder without its host-synced padding test).
 [ "$HAVE_FAIRSEQ" = 1 ] && SAMPLER_TESTS="$SAMPLER_TESTS tests/models/test_fairseq_mlm.py"
@@ -315,7 +315,7 @@ fi
 if wanted mixing && [ "$DEV" = cuda ]; then
   if [ "$HAVE_FAIRSEQ" = 1 ]; then
     run_step "delayed acceptance on the main job ($DEV)" "$OUTDIR/bench.log" timeout 150 $PY bench/bench_delayed.py \
-      --case cmlm-translate --device $DEV --seeds 0 1 --settings mh delayed-i2 delayed-w0
+      --case cmlm-translate --device $DEV --seeds 0 1 --settings mh delayed-i2 delayed-w0 delayed-c1
   fi
   if [ "$HAVE_SAPIENS" = 1 ]; then
     run_step "parallel tempering at equal sweeps ($DEV)" "$OUTDIR/bench.log" timeout 240 $PY bench/tempering_device.py \
