@@ -304,7 +304,9 @@ def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) ->
 #: (bench/RESULTS.md, "More seeds, with confidence intervals, and what auto runs"): over paired seeds influence:2
 #: forwarded 1.15x [1.05, 1.26] fewer rows per accepted change than window:2 on AntiBERTy infilling (12 seeds) and
 #: tied on the annealed CMLM main job (1.02x [0.99, 1.06], 8 seeds); influence:3 pays more rows in stage 1 for no
-#: better screen, and a window of 1 loses most of the ESS on AntiBERTy infilling.
+#: better screen, and a window of 1 loses most of the ESS on AntiBERTy infilling. cascade:1 forwards 1.10-1.28x
+#: fewer rows per accepted change than influence:2 on the annealed CMLM cases, but per row budget finds no better
+#: energies ("Best energy per row budget", 2026-11-29), and at beta = 1/tau (infilling) it is window:1.
 AUTO_DELAYED = "influence:2"
 #: What delayed="auto" runs in the other delayed-acceptance samplers (block-mh: its windows are distance windows).
 AUTO_WINDOW = 2
