@@ -22,8 +22,12 @@ exact MH's rows per accepted change over the first stage's, pooled over every pr
   position j outside the window; 1 row per proposal, which stage 2 cannot reuse; ``c maskless``: scaled by the
   least-squares ``c`` as above;
 * ``own term, then window k``: three stages, each tested against the previous one's energy: the own term (no
-  rows), then the window's rows for its survivors, then the rest (:func:`cascade`); not in the sampler (yet);
+  rows), then the window's rows for its survivors, then the rest (:func:`cascade`); the sampler's `cascade:k`;
 * ``exact``: the ceiling (stage 1 knows dE).
+
+A second figure, for an annealed run: rows per unit of descent (the energy the accepted moves shed, ``-sum a dE``),
+exact MH's over the first stage's. A first stage rejects some moves exact MH accepts, downhill ones among them
+(``min(1, r1) min(1, r2) <= min(1, r1 r2)``), so its accepted moves may shed less each than exact MH's.
 
 Besides each proposal's changes, ``measure`` saves X, X' and the source index, so a later first stage can be
 judged on the same proposals without rerunning the chains.
@@ -105,7 +109,8 @@ def maskless_far(m: dict, k: int) -> torch.Tensor:
 
 
 def staged(m: dict, changes: list[torch.Tensor], rows: list[torch.Tensor]) -> torch.Tensor:
-    """[exact rows, exact accepted, rows, accepted] summed over ``m``'s proposals (expected values) for a chain of
+    """[exact rows, exact accepted, rows, accepted, exact descent, descent] summed over ``m``'s proposals (expected
+    values; descent: minus the energy change the accepted moves make, -sum a dE) for a chain of
     stages: stage j forwards ``rows[j]`` for the survivors of the stages before it, then tests its energy change
     ``changes[j]`` against the previous stage's (the first with the proposal's Hastings term). The last change is
     the exact one, so the stages' ratios multiply to exact MH's and each is antisymmetric: the chain keeps the
@@ -117,7 +122,7 @@ def staged(m: dict, changes: list[torch.Tensor], rows: list[torch.Tensor]) -> to
         paid = paid + passed * cost
         passed = passed * torch.clamp(torch.exp(-beta * (change - before) + (lh if j == 0 else 0)), max=1)
         before = change
-    return torch.stack([(T - 1).sum(), a.sum(), paid.sum(), passed.sum()])
+    return torch.stack([(T - 1).sum(), a.sum(), paid.sum(), passed.sum(), -(a * dE).sum(), -(passed * dE).sum()])
 
 
 def cost(m: dict, dS: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
@@ -136,6 +141,12 @@ def saving(v: torch.Tensor) -> float:
     return float((v[0] / v[1]) / (v[2] / v[3]))
 
 
+def descent_saving(v: torch.Tensor) -> float:
+    """Exact MH's rows per unit of descent over the first stage's: the saving for an annealed run, where what the
+    rows buy is the energy the accepted moves shed, not their number."""
+    return float((v[0] / v[4]) / (v[2] / v[5]))
+
+
 def report(runs: list[dict]) -> str:
     seeds = sorted({m["seed"] for m in runs})
     maskless = all("mdiff" in m for m in runs)  # (measured since 2026-11-28 12:00; older files lack it)
@@ -143,12 +154,12 @@ def report(runs: list[dict]) -> str:
            "| first stage | k = 0 | k = 1 | k = 2 |", "|---|---|---|---|"]
     table: dict[str, list[str]] = {}
     for k in (0, 1, 2):
-        tot = {"window k": torch.zeros(4), "window k + c own (fitted)": torch.zeros(4), "exact": torch.zeros(4),
-               "window k, s(beta) best per epoch": torch.zeros(4)}
-        tot["own term, then window k, then the rest (three stages)"] = torch.zeros(4)
+        tot = {"window k": torch.zeros(6), "window k + c own (fitted)": torch.zeros(6), "exact": torch.zeros(6),
+               "window k, s(beta) best per epoch": torch.zeros(6)}
+        tot["own term, then window k, then the rest (three stages)"] = torch.zeros(6)
         if maskless:
-            tot |= {"window k + maskless outside (1 row)": torch.zeros(4),
-                    "window k + c maskless outside (fitted, 1 row)": torch.zeros(4)}
+            tot |= {"window k + maskless outside (1 row)": torch.zeros(6),
+                    "window k + c maskless outside (fitted, 1 row)": torch.zeros(6)}
         for s in seeds:
             train = [parts(m, k) for m in runs if m["seed"] != s]
             own = torch.cat([p[0] for p in train])
@@ -186,6 +197,16 @@ def report(runs: list[dict]) -> str:
         n = sum(m["i"].numel() for m in ms)
         out.append(f"| {e} | {ms[0]['beta']:.2f} | {float(ve[1]) / n:.3f} | {saving(v0):.2f}x | {saving(v1):.2f}x | "
                    f"{saving(v01):.2f}x | {saving(ve):.2f}x |")
+    out += ["", "Per unit of descent (exact MH's rows per unit of the energy its accepted moves shed, -sum a dE, over "
+            "the first stage's; the descent per accepted change, first stage's over exact MH's, in brackets):", "",
+            "| epoch | window 0 | window 1 | own term, then window 1 | exact |", "|---|---|---|---|---|"]
+    for e in (*EPOCHS, None):
+        ms = [m for m in runs if e is None or m["epochs"] == e]
+        vs = [sum(cost(m, parts(m, 0)[0], parts(m, 0)[3]) for m in ms),
+              sum(cost(m, sum(parts(m, 1)[:2]), parts(m, 1)[3]) for m in ms), sum(cascade(m, 1) for m in ms),
+              sum(cost(m, m["diff"].sum(1), torch.zeros(m["i"].numel(), dtype=torch.float64)) for m in ms)]
+        cells = [f"{descent_saving(v):.2f}x ({float((v[5] / v[3]) / (v[4] / v[1])):.2f})" for v in vs]
+        out.append(f"| {'all' if e is None else e} | " + " | ".join(cells) + " |")
     if maskless:
         out += ["", "Correlation of the maskless change outside the window with the exact one, by epoch (all seeds):",
                 "", "| epoch | k = 0 | k = 1 | k = 2 |", "|---|---|---|---|"]
