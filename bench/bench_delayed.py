@@ -327,49 +327,59 @@ def logged_runs(paths: list[Path]) -> dict[str, dict[int, dict]]:
     return out
 
 
-def budget_points(paths: list[Path]) -> dict[tuple[str, int], dict[int, dict]]:
-    """The runs logged in ``paths`` (:func:`logged_runs`) keyed by (setting, epochs), so that one setting's runs at
-    several epochs (a stretched schedule) stay apart. Each file must be the log of one invocation, or of several
-    with the same epochs: its epochs are read off the options its run printed (``'epochs': N``).
+Schedule = tuple[str, int, "float | None"]  #: a budget point: (setting, epochs, anneal per epoch, if logged)
+
+
+def budget_points(paths: list[Path]) -> dict[Schedule, dict[int, dict]]:
+    """The runs logged in ``paths`` (:func:`logged_runs`) keyed by (setting, epochs, anneal), so that one setting's
+    runs on several schedules (stretched, squeezed, or with cold epochs added at the floor) stay apart. Each file must
+    be the log of one invocation, or of several with the same schedule: it is read off the options its run printed
+    (``'epochs': N``, ``'anneal': A``).
 
     Example:
         >>> import tempfile
         >>> log = Path(tempfile.mkdtemp()) / "a.log"
-        >>> _ = log.write_text("# seed 3 mh: {'rows': 5}\\nbundled ...; {'energy': 'raw', 'epochs': 24}; seeds [3]\\n")
+        >>> _ = log.write_text("# seed 3 mh: {'rows': 5}\\nbundled ...; {'epochs': 24, 'anneal': 0.04}; seeds [3]\\n")
         >>> budget_points([log])
-        {('mh', 24): {3: {'rows': 5}}}
+        {('mh', 24, 0.04): {3: {'rows': 5}}}
     """
     import re
-    out: dict[tuple[str, int], dict[int, dict]] = {}
+    out: dict[Schedule, dict[int, dict]] = {}
     for path in paths:
-        epochs = {int(e) for e in re.findall(r"'epochs': (\d+)", path.read_text(encoding="utf-8"))}
-        if len(epochs) != 1:
-            raise SystemExit(f"--budget: {path} logs runs of {sorted(epochs) or 'no'} epochs; it needs the log of "
-                             "runs of one epoch count (the stdout and stderr of one invocation, e.g. 2>&1)")
-        (count,) = epochs
+        text = path.read_text(encoding="utf-8")
+        epochs = {int(e) for e in re.findall(r"'epochs': (\d+)", text)}
+        anneal = {float(a) for a in re.findall(r"'anneal': ([0-9.e-]+)", text)}
+        if len(epochs) != 1 or len(anneal) > 1:
+            raise SystemExit(f"--budget: {path} logs runs of {sorted(epochs) or 'no'} epochs (anneal "
+                             f"{sorted(anneal) or 'not logged'}); it needs the log of runs of one schedule (the stdout "
+                             "and stderr of one invocation, e.g. 2>&1)")
+        key = (next(iter(epochs)), next(iter(anneal)) if anneal else None)
         for setting, runs in logged_runs([path]).items():
-            out.setdefault((setting, count), {}).update(runs)
+            out.setdefault((setting, *key), {}).update(runs)
     return out
 
 
-def budget_table(points: dict[tuple[str, int], dict[int, dict]], base: tuple[str, int]) -> str:
-    """Each (setting, epochs) point's rows and best energy against ``base``'s, over the seeds it shares with base: the
-    rows for the same seeds (a row budget, as a multiple of base's) and the best energy's paired difference (mean
-    [95% t-interval]; per seed; negative: lower energies). Sorted by setting, then rows: a curve of best energy
-    against row budget per setting, the measure of an annealed, mode-seeking run.
+def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int]) -> str:
+    """Each (setting, epochs, anneal) point's rows and best energy against ``base``'s ((setting, epochs): the one
+    point of that setting at that many epochs), over the seeds it shares with base: the rows for the same seeds (a
+    row budget, as a multiple of base's) and the best energy's paired difference (mean [95% t-interval]; per seed;
+    negative: lower energies). Sorted by setting, then rows: a curve of best energy against row budget per setting,
+    the measure of an annealed, mode-seeking run.
 
     Example:
         >>> run = dict(changes=5, ess=1.0, cpu=1.0)
         >>> b = {k: {**run, "rows": 100, "best": 1.0 + k} for k in (0, 1)}
         >>> s = {k: {**run, "rows": 50, "best": 1.5 + 1.5 * k} for k in (0, 1)}
-        >>> print(budget_table({("mh", 12): b, ("delayed-c1", 18): s}, ("mh", 12)).splitlines()[-1])
-        | delayed-c1 | 18 | 2 | 100 (0.50x) | 2.0 | 2.250 | 0.75 [-2.43, 3.93]; 0.50, 1.00 |
+        >>> print(budget_table({("mh", 12, 0.08): b, ("delayed-c1", 18, 0.05): s}, ("mh", 12)).splitlines()[-1])
+        | delayed-c1 | 18 | 0.05 | 2 | 100 (0.50x) | 2.0 | 2.250 | 0.75 [-2.43, 3.93]; 0.50, 1.00 |
     """
-    if base not in points:
-        raise SystemExit(f"--budget: no logged runs of {base[0]} at {base[1]} epochs to compare with")
-    ref = points[base]
-    lines = [f"| setting | epochs | seeds | rows (vs {base[0]} at {base[1]} epochs) | CPU s | best E | best E minus "
-             f"{base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) |", "|---|---|---|---|---|---|---|"]
+    found = [k for k in points if k[:2] == base]
+    if len(found) != 1:
+        raise SystemExit(f"--budget: {len(found)} logged schedules of {base[0]} at {base[1]} epochs "
+                         f"({[k[2] for k in found]}); it needs one to compare with")
+    ref = points[found[0]]
+    lines = [f"| setting | epochs | anneal | seeds | rows (vs {base[0]} at {base[1]} epochs) | CPU s | best E | best E "
+             f"minus {base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) |", "|---|---|---|---|---|---|---|---|"]
     order = sorted(points, key=lambda k: (k[0] != base[0], k[0], sum(r["rows"] for r in points[k].values())))
     for key in order:
         runs = points[key]
@@ -379,10 +389,11 @@ def budget_table(points: dict[tuple[str, int], dict[int, dict]], base: tuple[str
         rows, ref_rows = sum(runs[k]["rows"] for k in seeds), sum(ref[k]["rows"] for k in seeds)
         best = seed_ratios({k: ref[k] for k in seeds}, {k: runs[k] for k in seeds})["best E"]
         ci = f" [{best['low']:.2f}, {best['high']:.2f}]" if best["low"] is not None else ""
-        diff = "-" if key == base else f"{best['mean']:.2f}{ci}; " + ", ".join(f"{v:.2f}" for v in best["per seed"])
+        diff = ("-" if key == found[0] else
+                f"{best['mean']:.2f}{ci}; " + ", ".join(f"{v:.2f}" for v in best["per seed"]))
         cpu, best_e = sum(runs[k]["cpu"] for k in seeds), statistics.mean(runs[k]["best"] for k in seeds)
-        lines.append(f"| {key[0]} | {key[1]} | {len(seeds)} | {rows} ({rows / ref_rows:.2f}x) | {cpu:.1f} | "
-                     f"{best_e:.3f} | {diff} |")
+        lines.append(f"| {key[0]} | {key[1]} | {'-' if key[2] is None else key[2]} | {len(seeds)} | {rows} "
+                     f"({rows / ref_rows:.2f}x) | {cpu:.1f} | {best_e:.3f} | {diff} |")
     return "\n".join(lines)
 
 

@@ -329,8 +329,8 @@ def test_bench_tempering_exact_mean_is_the_enumerated_targets_and_fills_the_erro
 
 def test_bench_delayed_budget_table_keeps_each_epoch_count_apart(tmp_path):
     """bench/bench_delayed.py --from-log ... --budget E: one setting logged at two epoch counts gives two points, each
-    with its rows against the default's at E epochs and the paired best-energy difference; a log of no run is a
-    clear error."""
+    with its anneal, its rows against the default's at E epochs and the paired best-energy difference; a log of no
+    run is a clear error."""
     script = str(ROOT / "bench" / "bench_delayed.py")
     logs = []
     for epochs, settings in ((6, ["mh", "delayed-w1"]), (9, ["delayed-w1"])):
@@ -345,8 +345,9 @@ def test_bench_delayed_budget_table_keeps_each_epoch_count_apart(tmp_path):
     rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     points = {(r[0].strip(), int(r[1])): r for r in rows[1:]}
     assert set(points) == {("mh", 6), ("delayed-w1", 6), ("delayed-w1", 9)}, out.stdout
-    assert "(1.00x)" in points[("mh", 6)][3] and points[("mh", 6)][6].strip() == "-", out.stdout
-    assert "[" in points[("delayed-w1", 9)][6], out.stdout  # two seeds: an interval
+    assert "(1.00x)" in points[("mh", 6)][4] and points[("mh", 6)][7].strip() == "-", out.stdout
+    assert "[" in points[("delayed-w1", 9)][7], out.stdout  # two seeds: an interval
+    assert {r[2].strip() for r in rows[1:]} == {"-"}, out.stdout  # the toy anneals not: no anneal logged
     empty = tmp_path / "empty.log"
     empty.write_text("nothing here\n", encoding="utf-8")
     bad = subprocess.run([sys.executable, script, "--from-log", str(empty), "--budget", "6"], cwd=ROOT,
