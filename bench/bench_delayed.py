@@ -359,27 +359,90 @@ def budget_points(paths: list[Path]) -> dict[Schedule, dict[int, dict]]:
     return out
 
 
+def equal_energy_saving(curve: list[dict[int, dict]], point: dict[int, dict], n_boot: int = 2000,
+                        seed: int = 0) -> dict | None:
+    """How many times fewer rows ``point`` ({seed: run}) needs than ``curve`` (the base setting's runs at several
+    budgets, each {seed: run}) for the same best energy: the curve's rows at the point's mean best energy
+    (interpolated linearly in log rows between the budgets that bracket it, the first such pair: the fewest rows,
+    so the smallest saving) over the point's mean rows, over the seeds all of them ran. A 95% interval from
+    resampling those seeds (paired: one resample serves every budget), the resamples whose energy falls outside the
+    curve counted. When the point's own energy lies outside the curve (no budget brackets it), only which side:
+    ``{"outside": "lower"}`` (below the largest budget's energy) or ``"higher"`` (above the smallest's); None when
+    the curve has fewer than two budgets or no seed in common with the point.
+
+    Example:
+        >>> run = lambda rows, best: {k: {"rows": rows, "best": best + 0.1 * k} for k in range(4)}
+        >>> curve = [run(100, 2.0), run(200, 1.0), run(400, 0.0)]  # each doubling of the rows: one nat
+        >>> f = equal_energy_saving(curve, run(100, 1.0))  # plain MH's 200 rows' energy with 100
+        >>> round(f["mean"], 3), f["seeds"], f["outside"]
+        (2.0, 4, 0)
+        >>> equal_energy_saving(curve, run(100, -1.0))  # lower than the curve's lowest: no figure, only the side
+        {'outside': 'lower'}
+    """
+    import math
+    import random
+
+    seeds = sorted(set(point).intersection(*curve))
+    if len(curve) < 2 or not seeds:
+        return None
+
+    def saving(picked: list[int]) -> float | None:
+        stats = sorted((statistics.mean(c[k]["rows"] for k in picked), statistics.mean(c[k]["best"] for k in picked))
+                       for c in curve)
+        e = statistics.mean(point[k]["best"] for k in picked)
+        for (r0, e0), (r1, e1) in zip(stats, stats[1:]):
+            if e0 != e1 and (e0 - e) * (e1 - e) <= 0:
+                t = (e0 - e) / (e0 - e1)
+                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0))) / statistics.mean(
+                    point[k]["rows"] for k in picked)
+        return None
+
+    mean = saving(seeds)
+    if mean is None:
+        lowest = min(statistics.mean(c[k]["best"] for k in seeds) for c in curve)
+        return {"outside": "lower" if statistics.mean(point[k]["best"] for k in seeds) < lowest else "higher"}
+    rng = random.Random(seed)
+    boot = [saving([rng.choice(seeds) for _ in seeds]) for _ in range(n_boot)]
+    inside = sorted(v for v in boot if v is not None)
+    low, high = (inside[int(0.025 * len(inside))], inside[min(len(inside) - 1, int(0.975 * len(inside)))]
+                 ) if inside else (None, None)
+    return {"mean": mean, "low": low, "high": high, "seeds": len(seeds), "outside": n_boot - len(inside)}
+
+
+def _saving_cell(f: dict | None) -> str:
+    if f is None:
+        return "-"
+    if isinstance(f["outside"], str):  # (no figure: a bound from noisy ends of a curve would read as one)
+        return f"outside its curve ({f['outside']} energy than all its budgets)"
+    ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
+    out = f" ({f['outside']} resamples outside)" if f["outside"] else ""
+    return f"{f['mean']:.2f}x{ci}, {f['seeds']} seeds{out}"
+
+
 def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int]) -> str:
     """Each (setting, epochs, anneal) point's rows and best energy against ``base``'s ((setting, epochs): the one
     point of that setting at that many epochs), over the seeds it shares with base: the rows for the same seeds (a
     row budget, as a multiple of base's) and the best energy's paired difference (mean [95% t-interval]; per seed;
-    negative: lower energies). Sorted by setting, then rows: a curve of best energy against row budget per setting,
-    the measure of an annealed, mode-seeking run.
+    negative: lower energies), and, where base's setting has two budgets or more, how many times fewer rows than its
+    curve the point needs for its best energy (:func:`equal_energy_saving`). Sorted by setting, then rows: a curve of
+    best energy against row budget per setting, the measure of an annealed, mode-seeking run.
 
     Example:
         >>> run = dict(changes=5, ess=1.0, cpu=1.0)
         >>> b = {k: {**run, "rows": 100, "best": 1.0 + k} for k in (0, 1)}
         >>> s = {k: {**run, "rows": 50, "best": 1.5 + 1.5 * k} for k in (0, 1)}
         >>> print(budget_table({("mh", 12, 0.08): b, ("delayed-c1", 18, 0.05): s}, ("mh", 12)).splitlines()[-1])
-        | delayed-c1 | 18 | 0.05 | 2 | 100 (0.50x) | 2.0 | 2.250 | 0.75 [-2.43, 3.93]; 0.50, 1.00 |
+        | delayed-c1 | 18 | 0.05 | 2 | 100 (0.50x) | 2.0 | 2.250 | 0.75 [-2.43, 3.93]; 0.50, 1.00 | - |
     """
     found = [k for k in points if k[:2] == base]
     if len(found) != 1:
         raise SystemExit(f"--budget: {len(found)} logged schedules of {base[0]} at {base[1]} epochs "
                          f"({[k[2] for k in found]}); it needs one to compare with")
     ref = points[found[0]]
+    curve = [runs for key, runs in points.items() if key[0] == base[0]]
     lines = [f"| setting | epochs | anneal | seeds | rows (vs {base[0]} at {base[1]} epochs) | CPU s | best E | best E "
-             f"minus {base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) |", "|---|---|---|---|---|---|---|---|"]
+             f"minus {base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) | {base[0]}'s rows for the same best E "
+             f"over these (its curve; bootstrap 95% CI) |", "|---|---|---|---|---|---|---|---|---|"]
     order = sorted(points, key=lambda k: (k[0] != base[0], k[0], sum(r["rows"] for r in points[k].values())))
     for key in order:
         runs = points[key]
@@ -393,7 +456,8 @@ def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int])
                 f"{best['mean']:.2f}{ci}; " + ", ".join(f"{v:.2f}" for v in best["per seed"]))
         cpu, best_e = sum(runs[k]["cpu"] for k in seeds), statistics.mean(runs[k]["best"] for k in seeds)
         lines.append(f"| {key[0]} | {key[1]} | {'-' if key[2] is None else key[2]} | {len(seeds)} | {rows} "
-                     f"({rows / ref_rows:.2f}x) | {cpu:.1f} | {best_e:.3f} | {diff} |")
+                     f"({rows / ref_rows:.2f}x) | {cpu:.1f} | {best_e:.3f} | {diff} | "
+                     f"{'-' if key[0] == base[0] or len(curve) < 2 else _saving_cell(equal_energy_saving(curve, runs))} |")
     return "\n".join(lines)
 
 
