@@ -443,7 +443,9 @@ def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int])
     lines = [f"| setting | epochs | anneal | seeds | rows (vs {base[0]} at {base[1]} epochs) | CPU s | best E | best E "
              f"minus {base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) | {base[0]}'s rows for the same best E "
              f"over these (its curve; bootstrap 95% CI) |", "|---|---|---|---|---|---|---|---|---|"]
-    order = sorted(points, key=lambda k: (k[0] != base[0], k[0], sum(r["rows"] for r in points[k].values())))
+    def budget(key: Schedule) -> float:  # (rows per seed: points may have run different numbers of seeds)
+        return statistics.mean(r["rows"] for r in points[key].values())
+    order = sorted(points, key=lambda k: (k[0] != base[0], k[0], budget(k)))
     for key in order:
         runs = points[key]
         seeds = sorted(set(runs) & set(ref))
@@ -455,9 +457,9 @@ def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int])
         diff = ("-" if key == found[0] else
                 f"{best['mean']:.2f}{ci}; " + ", ".join(f"{v:.2f}" for v in best["per seed"]))
         cpu, best_e = sum(runs[k]["cpu"] for k in seeds), statistics.mean(runs[k]["best"] for k in seeds)
+        saving = "-" if key[0] == base[0] or len(curve) < 2 else _saving_cell(equal_energy_saving(curve, runs))
         lines.append(f"| {key[0]} | {key[1]} | {'-' if key[2] is None else key[2]} | {len(seeds)} | {rows} "
-                     f"({rows / ref_rows:.2f}x) | {cpu:.1f} | {best_e:.3f} | {diff} | "
-                     f"{'-' if key[0] == base[0] or len(curve) < 2 else _saving_cell(equal_energy_saving(curve, runs))} |")
+                     f"({rows / ref_rows:.2f}x) | {cpu:.1f} | {best_e:.3f} | {diff} | {saving} |")
     return "\n".join(lines)
 
 
