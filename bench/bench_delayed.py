@@ -277,13 +277,16 @@ def seed_ratios(base: dict[int, dict], runs: dict[int, dict]) -> dict:
     return {"fewer rows/change": figure(fewer), "ESS per row": figure(per_row), "best E": figure(best, log=False)}
 
 
+def _figure_cell(f: dict, unit: str = "x") -> str:
+    """One :func:`seed_ratios` figure as a table cell: mean, interval, per seed."""
+    if f["mean"] is None:
+        return "-"
+    ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
+    return f"{f['mean']:.2f}{unit}{ci}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
+
+
 def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
     """The :func:`seed_ratios` of every setting but ``base``, as a markdown table."""
-    def cell(f: dict, unit: str = "x") -> str:
-        if f["mean"] is None:
-            return "-"
-        ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
-        return f"{f['mean']:.2f}{unit}{ci}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
     lines = [f"| setting | seeds | fewer rows per accepted change than {base} (geometric mean [95% CI]; per seed) "
              f"| ESS of E_local per row over {base}'s (same) | best E minus {base}'s (mean [95% CI]; per seed) |",
              "|---|---|---|---|---|"]
@@ -291,8 +294,8 @@ def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
         shared = set(runs[base]) & set(r)
         if name != base and shared:  # (settings that share no seed with base: nothing to pair)
             f = seed_ratios(runs[base], r)
-            lines.append(f"| {name} | {len(shared)} | {cell(f['fewer rows/change'])} | {cell(f['ESS per row'])} | "
-                         f"{cell(f['best E'], '')} |")
+            lines.append(f"| {name} | {len(shared)} | {_figure_cell(f['fewer rows/change'])} | "
+                         f"{_figure_cell(f['ESS per row'])} | {_figure_cell(f['best E'], '')} |")
     return "\n".join(lines)
 
 
@@ -443,9 +446,9 @@ def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int])
     lines = [f"| setting | epochs | anneal | seeds | rows (vs {base[0]} at {base[1]} epochs) | CPU s | best E | best E "
              f"minus {base[0]}'s at {base[1]} epochs (mean [95% CI]; per seed) | {base[0]}'s rows for the same best E "
              f"over these (its curve; bootstrap 95% CI) |", "|---|---|---|---|---|---|---|---|---|"]
-    def budget(key: Schedule) -> float:  # (rows per seed: points may have run different numbers of seeds)
-        return statistics.mean(r["rows"] for r in points[key].values())
-    order = sorted(points, key=lambda k: (k[0] != base[0], k[0], budget(k)))
+    # (by rows per seed: points may have run different numbers of seeds)
+    order = sorted(points, key=lambda k: (k[0] != base[0], k[0],
+                                          statistics.mean(r["rows"] for r in points[k].values())))
     for key in order:
         runs = points[key]
         seeds = sorted(set(runs) & set(ref))
@@ -453,9 +456,7 @@ def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int])
             continue
         rows, ref_rows = sum(runs[k]["rows"] for k in seeds), sum(ref[k]["rows"] for k in seeds)
         best = seed_ratios({k: ref[k] for k in seeds}, {k: runs[k] for k in seeds})["best E"]
-        ci = f" [{best['low']:.2f}, {best['high']:.2f}]" if best["low"] is not None else ""
-        diff = ("-" if key == found[0] else
-                f"{best['mean']:.2f}{ci}; " + ", ".join(f"{v:.2f}" for v in best["per seed"]))
+        diff = "-" if key == found[0] else _figure_cell(best, "")
         cpu, best_e = sum(runs[k]["cpu"] for k in seeds), statistics.mean(runs[k]["best"] for k in seeds)
         saving = "-" if key[0] == base[0] or len(curve) < 2 else _saving_cell(equal_energy_saving(curve, runs))
         lines.append(f"| {key[0]} | {key[1]} | {'-' if key[2] is None else key[2]} | {len(seeds)} | {rows} "
