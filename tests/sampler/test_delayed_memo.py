@@ -20,7 +20,7 @@ from mhfast.sampler import memo as memo_module
 from mhfast.sampler.kernels import mh as mh_kernel
 from mhfast.sampler.moves import delayed as delayed_module
 
-from exact_checks import terms_by_hand
+from exact_checks import ends_term, masks, terms_by_hand
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -119,3 +119,15 @@ def test_memo_never_serves_partial_terms(monkeypatch):
     assert int(ready.sum()) > 0 and int((memo.stamp < -1).sum()) > 0  # filled entries, and unfilled reservations
     raw, local = terms_by_hand(model, memo.stored[ready], torch.float32)
     assert torch.allclose(memo.raw[ready], raw, atol=1e-5) and torch.allclose(memo.local[ready], local, atol=1e-5)
+
+
+def test_forced_epochs_with_extra_terms_and_the_memo():
+    """Delayed acceptance keeps the memo on with an extra energy term; its plain epochs (forced-accept here) score
+    remembered proposals too, whose extra terms must be evaluated with the rest (a shape error before)."""
+    model = TabularMLM.random(num_tokens=3, length=4, seed=7, scale=0.5)
+    template, free = masks(model, 4)
+    r = mhfast.sample(model, init=template[None], free_positions=free[None], chains=64, energy="local", epochs=6,
+                      burn_in=3, seed=3, delayed="window:1", extra_energy=[ends_term], force_accept_epochs=2)
+    assert r.memo_hits > 0 and r.delayed_tested > 0
+    exact = mhfast.energy(model, r.tokens[0], energy="local").e_local + ends_term(r.tokens[0])
+    assert torch.allclose(r.energy[0].float(), exact, atol=1e-4)

@@ -70,7 +70,7 @@ from .changed import changed_chains
 from .early_rejection import EARLY_WIDEN, complete_partial, lower_bound, middle_stage
 from .influence import InfluenceWindows, early_rejection, influence_ranked
 from .site_commit import commit, refresh_remembered_rows, with_extra
-from .site_score import extra_terms, keep_miss_rows
+from .site_score import extra_terms, keep_miss_rows, proposed_sequences
 from .site_types import ExtraTerms, TestedSites
 from .site_windows import Window, empty_rows, head, joined, model_energy, outer_terms, window_of, window_terms
 from .user_surrogate import surrogate_delta, user_surrogate
@@ -361,12 +361,6 @@ def _count(da: DelayedAcceptance, state: ChainState, tested: TestedSites, window
         p = tested.proposal
         state.counts.tested(p.ch, accepted)
         state.counts.tested_at(p.ch, p.pos, accepted)
-
-
-def proposed_sequences(state: ChainState, proposal: SiteProposal) -> torch.Tensor:
-    """Long[n, T]: each tested X' (the chain's tokens with the proposed token at its position)."""
-    x = state.tokens.index_select(0, proposal.ch)
-    return x.scatter_(1, proposal.pos[:, None], proposal.proposed[:, None])
 
 
 def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da: DelayedAcceptance, memo: Any, *,

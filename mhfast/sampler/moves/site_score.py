@@ -95,6 +95,12 @@ def extra_terms(ctx: StepContext, state: ChainState, chains: torch.Tensor, x_new
     return ExtraTerms(values, ctx.terms.weighted(values))
 
 
+def proposed_sequences(state: ChainState, proposal: SiteProposal) -> torch.Tensor:
+    """Long[n, T]: each tested X' (the chain's tokens with the proposed token at its position)."""
+    x = state.tokens.index_select(0, proposal.ch)
+    return x.scatter_(1, proposal.pos[:, None], proposal.proposed[:, None])
+
+
 def keep_miss_rows(state: ChainState, tested: TestedSites, rows: SiteRows, memo: Any) -> None:
     """The misses' model rows into ``memo`` (where it keeps rows): their X's cache rows (row i is shared) with
     the rows they forwarded over them. Before the commit, which writes the accepted ones' rows into the cache."""
@@ -109,12 +115,15 @@ def keep_miss_rows(state: ChainState, tested: TestedSites, rows: SiteRows, memo:
 def score_sites(ctx: StepContext, state: ChainState, tested: TestedSites, memo: Any) -> ScoredSites:
     """The tested proposals scored: the misses' terms from the model rows (stored into ``memo``), the hits' from
     ``memo`` (:class:`~mhfast.sampler.memo.ProposalMemo` or :data:`~mhfast.sampler.memo.NO_MEMO`), their energies,
-    plus their extra energy terms (the memo is off with extra terms: there are no hits then)."""
+    plus their extra energy terms, of every tested X' (the memo keeps the model's terms only). The memo acts with
+    extra terms only under delayed acceptance, whose plain epochs (forced-accept or too cold) come here with hits."""
     x_new, raw_m, local_m, rows = _misses_terms(ctx, state, tested)
     raw, local = memo.completed(tested.picked, raw_m, local_m)
     keep_miss_rows(state, tested, rows, memo)
     e_raw, e_local = sum_terms(raw), sum_terms(local)
     target = e_raw if state.energy == "raw" else e_local
+    if tested.picked.hits and ctx.terms is not None and ctx.terms.terms:  # (x_new: the misses' X' only)
+        x_new = proposed_sequences(state, tested.proposal)
     extra = extra_terms(ctx, state, tested.proposal.ch, x_new)
     if extra is not None:
         target = target + extra.weighted
