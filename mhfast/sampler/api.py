@@ -203,14 +203,16 @@ def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
     uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
     (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to what delayed acceptance runs
-    (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions and the device)."""
+    (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions and the device) and
+    ``delayed_min_temperature`` to the coldest epoch it acts in."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
     delayed = options.resolved_delayed(cfg, int(problem.energy_mask.sum(1).max()), problem.device)
     memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=delayed is not None)
     backend = get_backend(cfg.backend)
-    kernel = KERNELS[cfg.sampler](StepContext(cfg, backend, runner, uniform_mix, problem.terms, memo, delayed))
+    kernel = KERNELS[cfg.sampler](StepContext(cfg, backend, runner, uniform_mix, problem.terms, memo, delayed,
+                                              options.resolved_delayed_min_temperature(cfg)))
     # parallel tempering: the kernel on replicas of every chain, and swaps
     return tempering.wrap(kernel, cfg, backend.counter_uniforms)
 

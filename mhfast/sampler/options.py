@@ -38,6 +38,7 @@ from ..runtime.precision import NAMES as DTYPE_NAMES
 from ..runtime.precision import parse as parse_dtype
 from .kernels import KERNELS
 from .ladder import check_tempering
+from .schedules import target_temperature
 
 #: where the chains start (option start=): defined here, with the other choices of the spec, and explained in
 #: mhfast.sampler.starts, which draws them
@@ -314,6 +315,15 @@ AUTO_WINDOW = 2
 #: the second stage could save are then too few to pay for the first stage's extra host sync and op calls.
 AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
+#: What delayed_min_temperature="auto" gives delayed="auto": delayed acceptance in the epochs whose target
+#: temperature is at least this, plain MH's step in the colder ones. Chosen by measurement (bench/RESULTS.md,
+#: "Delayed acceptance only while warm", 2026-11-29): on the annealed main job (16 seeds) influence:2 switched off
+#: below 0.25 (its last two epochs) needs 1.40x [1.11, 1.91] fewer rows than plain MH's own curve for the same best
+#: energy, against 1.31x [1.06, 1.80] for influence:2 in every epoch, and ends 0.39 [0.12, 0.66] nats lower than
+#: it for 1.20x its rows, more than influence:2 gains from 1.42x the rows on a stretched schedule (0.28). A cold
+#: chain's remaining moves trade a local cost for a gain elsewhere, which every factorised first stage takes
+#: with a probability that vanishes as 1 / temperature grows (docs/delayed.md, "The cold end").
+AUTO_DELAYED_MIN_TEMPERATURE = 0.25
 
 
 @_described("`None`, `auto`, `window:K`, `influence:K`, `early:K` or `cascade:K` (K an int >= 0), or (API only) a "
@@ -365,6 +375,31 @@ def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "
     chosen = AUTO_DELAYED if KERNELS[cfg.sampler].capabilities.influence else f"window:{AUTO_WINDOW}"
     k = int(chosen.split(":")[1])
     return None if num_energy - 1 <= 2 * k + AUTO_MIN_SAVED else chosen
+
+
+@_described("`auto`, or a finite number >= 0")
+def _delayed_min_temperature(v: Any) -> Any:
+    """``"auto"`` or a finite temperature >= 0 (0: delayed acceptance in every epoch)."""
+    if v == "auto":
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise OptionError(f"must be 'auto' or a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def resolved_delayed_min_temperature(cfg: Any) -> float:
+    """The target temperature below which an epoch runs plain MH's step instead of delayed acceptance's: ``auto``
+    -> :data:`AUTO_DELAYED_MIN_TEMPERATURE` for ``delayed="auto"``, else 0 (every epoch, as the option asks).
+
+    Example:
+        >>> [resolved_delayed_min_temperature(config_from_kwargs(kw)) for kw in
+        ...  ({"delayed": "auto"}, {"delayed": "influence:2"},
+        ...   {"delayed": "window:1", "delayed_min_temperature": 0.5, "anneal": 0.1, "epochs": 12})]
+        [0.25, 0.0, 0.5]
+    """
+    if cfg.delayed_min_temperature != "auto":
+        return float(cfg.delayed_min_temperature)
+    return AUTO_DELAYED_MIN_TEMPERATURE if cfg.delayed == "auto" else 0.0
 
 
 # ---------------------------------------------------------------------------- CLI parsers
@@ -542,6 +577,14 @@ SPEC: tuple[Option, ...] = (
            "smaller model's energy; stage 1 then forwards no rows; sampler mh). Samplers mh and block-mh "
            "(there the window is the positions within K of any position of the block), capture none; the memo "
            "composes with it (a remembered X' needs no rows in either stage)", "-", "str", metavar="SURROGATE"),
+    Option("delayed_min_temperature", "auto", _delayed_min_temperature, "delayed acceptance acts in the epochs "
+           "whose target temperature is at least this; a colder epoch runs plain MH's step (each epoch's kernel "
+           "keeps that epoch's target either way; with tempering the target rung's temperature decides for all "
+           "rungs). For annealed runs: near the cold end the moves a chain can still make trade a local cost for "
+           f"a gain elsewhere, and a first stage passes them ever more rarely. auto = "
+           f"{AUTO_DELAYED_MIN_TEMPERATURE} with delayed=auto (measured on the annealed main job: 1.40x fewer rows "
+           "than plain MH for the same best energy, against 1.31x in every epoch), else 0 (every epoch)", "-",
+           "mix", metavar="TAU|auto"),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
            "dynamic shapes; mhfast.models.compiled_blocks) for the run; the compile time is reported "
            "(SampleResult.compile_seconds, seconds). Can pay where the layers' elementwise work and Python are a "
@@ -647,6 +690,9 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
                           f"({values['epochs']})")
     if values["delayed"] is not None:
         _delayed_checks(values, name_of)
+    elif _is_set(values, "delayed_min_temperature"):
+        raise OptionError(f"{name_of('delayed_min_temperature')} ({values['delayed_min_temperature']}) has no effect "
+                          f"without {name_of('delayed')}: it says in which epochs delayed acceptance acts")
     _no_effect_checks(values, name_of)
 
 
@@ -672,6 +718,24 @@ def _delayed_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) ->
         raise OptionError(f"{shown} needs {name_of('energy')} local (its bound takes the terms it has not forwarded "
                           f"as 0, and a local term -log p is >= 0; a raw term -logit has no bound), got "
                           f"{values['energy']}")
+    _delayed_min_temperature_checks(values, name_of)
+
+
+def _delayed_min_temperature_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) -> None:
+    """A bound set by hand must split the epochs: above every epoch's target temperature delayed acceptance never
+    acts, at or below every one it acts in all (the bound then changes nothing; 0 says so on purpose)."""
+    bound = values["delayed_min_temperature"]
+    if bound == "auto" or bound == 0:
+        return
+    temperature = tuple(float(values[k]) for k in ("target_temperature", "anneal", "min_target_temperature"))
+    hottest, coldest = target_temperature(*temperature, 0), target_temperature(*temperature, values["epochs"] - 1)
+    name = name_of("delayed_min_temperature")
+    if bound > hottest:
+        raise OptionError(f"{name} ({bound:g}) is above every epoch's target temperature (the hottest: {hottest:g}), "
+                          f"so {name_of('delayed')} {values['delayed']} would never act")
+    if bound <= coldest:
+        raise OptionError(f"{name} ({bound:g}) has no effect: every epoch's target temperature is at least it (the "
+                          f"coldest: {coldest:g}); it splits an annealed run's epochs")
 
 
 #: What an always-accepting sampler (gibbs, block-gibbs) ignores: all of these act on the MH acceptance test.

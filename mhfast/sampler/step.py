@@ -29,6 +29,9 @@ class StepContext:
     #: option delayed as the kernel runs it (mhfast.sampler.options.resolved_delayed: ``auto`` resolved):
     #: None (off), "window:K", "influence:K", "early:K" or a user's surrogate (mhfast.sampler.moves.delayed)
     delayed: Any = None
+    #: option delayed_min_temperature resolved: delayed acceptance acts in the epochs whose target temperature is at
+    #: least this (0: every epoch; mhfast.sampler.options.resolved_delayed_min_temperature)
+    delayed_min_temperature: float = 0.0
 
     @property
     def delayed_window(self) -> int | None:

@@ -95,5 +95,5 @@ class BlockMH:
             return rescore(state, self.ctx.runner, self.ctx.backend), StepInfo(0, 0, 0, scored=True)
         k, plan, order = move
         beta = None if self.gibbs else epoch.beta
-        return block_move(self.ctx, state, plan, order, beta, epoch.index, k, gibbs=self.gibbs,
-                          delayed=self.delayed)
+        delayed = self.delayed if self.delayed is not None and self.delayed.acts(epoch) else None
+        return block_move(self.ctx, state, plan, order, beta, epoch.index, k, gibbs=self.gibbs, delayed=delayed)

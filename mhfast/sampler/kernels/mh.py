@@ -102,11 +102,11 @@ class SingleSiteMH:
         if picked.index_host.shape[0] == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
             return state, StepInfo(A, A, 0, scored=True)
         tested = tested_sites(state, move, draw, picked)
-        if self.delayed is not None and epoch.beta is not None:  # (forced acceptance: nothing to screen)
+        if self.delayed is not None and self.delayed.acts(epoch):  # (not forced acceptance, not too cold)
             state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, self.memo, beta=epoch.beta,
                                              epoch=epoch.index, step=move.index)
         else:
-            if self.delayed is not None and self.delayed.early:  # (forced acceptance reads the remembered terms:
+            if self.delayed is not None and self.delayed.early:  # (a plain epoch reads the remembered terms:
                 complete_partial(self.ctx, state, tested, self.memo)  # early rejection's partial ones completed)
             scored = score_sites(self.ctx, state, tested, self.memo)
             state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,

@@ -96,10 +96,25 @@ class DelayedAcceptance:
     #: option delayed="cascade:K": the own term first (no rows), then the window's rows for its survivors
     #: (:func:`middle_test`), then the rest
     cascade: bool = False
+    #: option delayed_min_temperature: an epoch with a colder target runs plain MH's step (:meth:`acts`)
+    min_temperature: float = 0.0
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
     rows_saved: int = 0  #: rows the first test's rejections did not forward (a remembered proposal forwards none)
+
+    def acts(self, epoch: Any) -> bool:
+        """Whether this run's steps in ``epoch`` (a :class:`~mhfast.sampler.schedules.Epoch`) are delayed
+        acceptance's: not on a forced-accept epoch (nothing to screen) nor below the coldest temperature it acts
+        at. Each epoch's kernel, either one, is reversible for that epoch's target, so the switch keeps it.
+
+        Example:
+            >>> from mhfast.sampler.schedules import Epoch
+            >>> da = DelayedAcceptance(2, min_temperature=0.25)
+            >>> [da.acts(Epoch(0, t, b, True)) for t, b in ((0.3, 1 / 0.3), (0.25, 4.0), (0.2, 5.0), (1.0, None))]
+            [True, True, False, False]
+        """
+        return epoch.beta is not None and epoch.target_temperature >= self.min_temperature
 
 
 def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
@@ -122,7 +137,8 @@ def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
     ranking = (InfluenceWindows(ctx.delayed_window, None if early else ctx.config.burn_in, by_value=early)
                if influence_ranked(ctx.delayed) else None)
     return DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed), ranking, early=early,
-                             widen=EARLY_WIDEN if early else 1, cascade=cascade)
+                             widen=EARLY_WIDEN if early else 1, cascade=cascade,
+                             min_temperature=ctx.delayed_min_temperature)
 
 
 class Screened(NamedTuple):
