@@ -322,7 +322,7 @@ MAX_WINDOW = 1 << 20
 #: energy, against 1.31x [1.06, 1.80] for influence:2 in every epoch, and ends 0.39 [0.12, 0.66] nats lower than
 #: it for 1.20x its rows, more than influence:2 gains from 1.42x the rows on a stretched schedule (0.28). A cold
 #: chain's remaining moves trade a local cost for a gain elsewhere, which every factorised first stage takes
-#: with a probability that vanishes as 1 / temperature grows (docs/delayed.md, "The cold end").
+#: with a probability that vanishes as 1 / temperature grows (docs/delayed.md, "Only while warm").
 AUTO_DELAYED_MIN_TEMPERATURE = 0.25
 
 
