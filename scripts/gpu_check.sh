@@ -204,7 +204,8 @@ OP_TESTS="tests/ops/test_masked_copies.py tests/ops/test_gather_energies.py test
 SAMPLER_TESTS="tests/sampler/test_sampler_exact.py tests/sampler/test_sampler_api.py tests/sampler/test_static_step.py
   tests/sampler/test_proposal_memo.py tests/sampler/test_delayed.py tests/sampler/test_delayed_block.py
   tests/sampler/test_delayed_influence.py tests/sampler/test_delayed_surrogate.py tests/sampler/test_tempering.py
-  tests/sampler/test_early_rejection.py tests/sampler/test_delayed_cascade.py tests/sampler/test_delayed_min_temperature.py"
+  tests/sampler/test_early_rejection.py tests/sampler/test_delayed_cascade.py
+  tests/sampler/test_delayed_min_temperature.py"
 # With fairseq (from the wheels): the fairseq masked-LM adapter on the device, its cuda-graph capture included
 # (it failed on an H200 before the adapter ran fairseq's encoder without its host-synced padding test).
 [ "$HAVE_FAIRSEQ" = 1 ] && SAMPLER_TESTS="$SAMPLER_TESTS tests/models/test_fairseq_mlm.py"
