@@ -40,8 +40,9 @@ def neighbour_copy(T: int = 6, V: int = 3, J: float = 4.0, seed: int = 0) -> Tab
 
 
 def _pair(model, **kw):
+    bound = {k: kw.pop(k) for k in ("delayed_min_temperature",) if k in kw}  # (early rejection's option only)
     plain = mhfast.sample(model, **kw)
-    early = mhfast.sample(model, **kw, delayed="early:1")
+    early = mhfast.sample(model, **kw, delayed="early:1", **bound)
     return plain, early
 
 
@@ -56,6 +57,11 @@ CASES = [
     ("sharp", dict(target_temperature=0.5, order="random")),
     # forced-accept epochs read remembered terms without a test: the partial entries are completed first
     ("forced-accept", dict(force_accept_epochs=3)),
+    ("forced-accept-memo-off", dict(force_accept_epochs=3, memo=0)),  # (no memo: nothing to complete; it crashed)
+    # plain MH's step below delayed_min_temperature: the same chains again, the partial entries completed there too
+    ("warm-only", dict(target_temperature=1.0, anneal=0.1, min_target_temperature=0.4, delayed_min_temperature=0.7)),
+    ("warm-only-memo-off", dict(target_temperature=1.0, anneal=0.1, min_target_temperature=0.4,
+                                delayed_min_temperature=0.7, memo=0)),
     ("proposal-temperature", dict(proposal_temperature=0.8, top_p=0.95)),
 ]
 

@@ -106,8 +106,10 @@ class SingleSiteMH:
             state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, self.memo, beta=epoch.beta,
                                              epoch=epoch.index, step=move.index)
         else:
-            if self.delayed is not None and self.delayed.early:  # (a plain epoch reads the remembered terms:
-                complete_partial(self.ctx, state, tested, self.memo)  # early rejection's partial ones completed)
+            # a plain epoch (forced-accept, or colder than delayed_min_temperature) reads the remembered terms:
+            # early rejection's partial ones are completed first (without the memo there are no hits)
+            if self.delayed is not None and self.delayed.early and tested.picked.hits:
+                complete_partial(self.ctx, state, tested, self.memo)
             scored = score_sites(self.ctx, state, tested, self.memo)
             state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,
                                            step=move.index)
