@@ -131,3 +131,15 @@ def test_forced_epochs_with_extra_terms_and_the_memo():
     assert r.memo_hits > 0 and r.delayed_tested > 0
     exact = mhfast.energy(model, r.tokens[0], energy="local").e_local + ends_term(r.tokens[0])
     assert torch.allclose(r.energy[0].float(), exact, atol=1e-4)
+
+
+@pytest.mark.parametrize("delayed,seed", [("window:1", 6), ("influence:2", 1), ("cascade:1", 0)])
+def test_a_step_whose_survivors_are_all_hits(delayed, seed):
+    """A cold target, 24 chains on 3^5 sequences: steps where the only proposals that pass stage 1 are memo hits,
+    while misses that a hit reads forwarded all their rows and failed. The survivors then forward no row; the
+    commit was handed those misses' rows, numbered as if they survived (an op error; these seeds raised it)."""
+    model = TabularMLM.random(num_tokens=3, length=[3, 5], seed=7, scale=0.8)
+    r = mhfast.sample(model, 5, chains=24, epochs=5, burn_in=1, seed=seed, delayed=delayed, target_temperature=0.2,
+                      energy="raw", order="left-to-right")
+    assert r.memo_hits > 0 and r.delayed_tested > 0
+    assert torch.allclose(r.energy[0].float(), mhfast.energy(model, r.tokens[0], energy="raw").e_raw, atol=1e-4)

@@ -325,8 +325,8 @@ def survivor_rows(sc: Screened, no_hits: bool) -> SiteRows:
     first = _renumbered(sc.window_rows, None, sc.passed, renumber)
     second = sc.outer_rows if no_hits else _renumbered(sc.outer_rows, sc.forwarded, sc.passed, renumber)
     parts = [r for r in (first, second) if r is not None and r.seq.numel()]
-    if not parts:
-        return sc.outer_rows
+    if not parts:  # (no survivor forwarded a row: e.g. only hits passed, and the misses forwarded for them did not)
+        return empty_rows(sc.survivors)
     return parts[0] if len(parts) == 1 else joined(*parts)
 
 
