@@ -128,6 +128,20 @@ def test_several_inputs_and_the_reference_ops_give_plain_mh_s_chains():
         assert early.delayed_rows_saved > 0 and early.model_rows < plain.model_rows
 
 
+def test_an_input_leaving_the_batch_keeps_the_ranking_of_the_others():
+    """until_rhat: the chains of an input that converged leave the batch, and the others keep their input ids.
+    The ranking by value keeps learning all run long from those left, in rows kept for every id (it crashed when
+    the input with the larger id left first: its sums were re-sized from the ids still present)."""
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    cond = ConditionalTabularMLM.random(num_tokens=3, lengths=(4, 5), num_sources=2, seed=5)
+    kw = dict(source=torch.tensor([0, 1]), chains=24, epochs=12, burn_in=0, until_rhat=1.5, energy="local", seed=21)
+    plain, early = mhfast.sample(cond, **kw), mhfast.sample(cond, **kw, delayed="early:1", memo=0)
+    assert plain.epochs_run.tolist() == [12, 10]  # input 1 left first
+    assert torch.equal(plain.tokens, early.tokens) and torch.equal(plain.energy, early.energy)
+    assert early.delayed_rows_saved > 0
+
+
 @pytest.mark.parametrize("k", [0, 1, 3])
 def test_a_small_bert_s_chains_are_plain_mh_s_on_every_device(k, device):
     """Float32 rows of a real transformer (forwarded in two batches instead of one) on every device; K = 0

@@ -63,6 +63,8 @@ def runs(draw) -> tuple[str, dict]:
         delayed = draw(st.sampled_from([None, "window:0", "window:1", "influence:2", "early:1", "cascade:1", "auto"]))
     elif sampler == "block-mh":
         delayed = draw(st.sampled_from([None, "window:1", "auto"]))
+    if "anneal" not in kw and kw["chains"] > 1 and draw(st.booleans()):  # inputs leave the batch when they mix
+        kw.update(draw(st.sampled_from([{"until_rhat": 1.5}, {"min_ess": 5.0}])), epochs=12, force_accept_epochs=0)
     if delayed is not None:
         kw["delayed"] = delayed
         if delayed.startswith("early"):

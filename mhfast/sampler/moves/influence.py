@@ -72,10 +72,12 @@ class InfluenceWindows:
         f32[n, T], of the run's energy) to the sums of their (input, position); ``by_value``: the terms of X'."""
         if proposal.ch.numel() == 0:
             return
-        G, T = int(state.inputs.max()) + 1, state.tokens.shape[1]
-        if self.sums is None:
+        T = state.tokens.shape[1]
+        if self.sums is None:  # (inputs keep their ids when others leave the batch: the largest id present now)
+            G = int(state.inputs.max()) + 1
             self.sums = torch.zeros(G, T, T, device=state.tokens.device)
             self.counts = torch.zeros(G, T, device=state.tokens.device)
+        G = self.sums.shape[0]  # (not from the inputs present: those that left keep their rows, unread)
         new = new_raw if state.energy == "raw" else new_local
         if self.by_value:  # (a term of X' may be inf: p = 0; capped so that the mean stays a rank)
             change = new.float().abs().nan_to_num(posinf=1e30)
