@@ -57,7 +57,7 @@ stdout and stderr in a file of its own, against plain MH at the main job's 12 ep
 
 Delayed acceptance only while warm (option ``delayed_min_temperature``; ``delayed-auto`` is ``delayed-i2-t0.25``):
 
-    python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings delayed-auto delayed-i2-t0.5 > w.log 2>&1
+    python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings delayed-auto delayed-i2-t0.5 > w 2>&1
 """
 from __future__ import annotations
 
