@@ -107,8 +107,8 @@ class SingleSiteMH:
                                              epoch=epoch.index, step=move.index)
         else:
             # a plain epoch (forced-accept, or colder than delayed_min_temperature) reads the remembered terms:
-            # early rejection's partial ones are completed first (without the memo there are no hits)
-            if self.delayed is not None and self.delayed.early and tested.picked.hits:
+            # early rejection's partial ones are completed first
+            if self.delayed is not None and self.delayed.early:
                 complete_partial(self.ctx, state, tested, self.memo)
             scored = score_sites(self.ctx, state, tested, self.memo)
             state, accepted = commit_sites(self.ctx, state, tested, scored, beta=epoch.beta, epoch=epoch.index,

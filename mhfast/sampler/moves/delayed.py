@@ -389,9 +389,7 @@ def delayed_commit(ctx: StepContext, state: ChainState, tested: TestedSites, da:
     if influence is not None:  # (influence: burn-in is over, so each position's window becomes a fixed set;
         influence.update(state, epoch)  # early rejection: re-ranked each epoch, which never changes a decision)
     window = window_of(state, tested.proposal, 0 if da.cascade else da.window, influence)
-    extra = None
-    if ctx.terms is not None and ctx.terms.terms:  # (evaluated for every X', hit or miss: they are not in the memo)
-        extra = extra_terms(ctx, state, tested.proposal.ch, proposed_sequences(state, tested.proposal))
+    extra = extra_terms(ctx, state, tested)  # (every X', hit or miss)
     user = None
     if da.surrogate is not None:  # a user's surrogate: its dE~ of every tested proposal, checked
         user = surrogate_delta(da.surrogate, state.tokens.index_select(0, tested.proposal.ch),

@@ -79,10 +79,10 @@ def complete_partial(ctx: StepContext, state: ChainState, tested: TestedSites, m
     now, and their entries get the full terms and rows. ``terms``: the hits' remembered ``(raw, local)`` where
     the caller has read them. Returns the hits' terms with those completed (one host read; none without hits)."""
     m, h = tested.picked.misses, tested.picked.hits
+    if h == 0:  # (no memo at all, or none of its entries met: nothing to read)
+        return terms if terms is not None else (state.raw_terms[:0], state.local_terms[:0])
     index = tested.picked.index[m:]
     raw, local = terms if terms is not None else memo.terms(index)
-    if h == 0:
-        return raw, local
     missing = local.isnan() | raw.isnan()
     partial = missing.any(1) if which is None else missing.any(1) & which
     idx, idx_host = changed_chains(partial)

@@ -86,12 +86,16 @@ def _misses_terms(ctx: StepContext, state: ChainState, tested: TestedSites
                        proposed=p.proposed[:m], known_logits=tested.known_logits)
 
 
-def extra_terms(ctx: StepContext, state: ChainState, chains: torch.Tensor, x_new: torch.Tensor | None
+def extra_terms(ctx: StepContext, state: ChainState, tested: TestedSites, x_new: torch.Tensor | None = None
                 ) -> ExtraTerms | None:
-    """The extra energy terms of X' (``x_new`` of the chains ``chains``), batched; None without extra terms."""
+    """The extra energy terms of every tested X', batched; None without extra terms. ``x_new``: those sequences
+    where the caller has them already (None: made here; the memo keeps the model's terms only, so a remembered X'
+    is evaluated too)."""
     if ctx.terms is None or not ctx.terms.terms:
         return None
-    values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, chains))
+    if x_new is None:
+        x_new = proposed_sequences(state, tested.proposal)
+    values = ctx.terms.evaluate(x_new, state.term_index.index_select(0, tested.proposal.ch))
     return ExtraTerms(values, ctx.terms.weighted(values))
 
 
@@ -122,9 +126,7 @@ def score_sites(ctx: StepContext, state: ChainState, tested: TestedSites, memo: 
     keep_miss_rows(state, tested, rows, memo)
     e_raw, e_local = sum_terms(raw), sum_terms(local)
     target = e_raw if state.energy == "raw" else e_local
-    if tested.picked.hits and ctx.terms is not None and ctx.terms.terms:  # (x_new: the misses' X' only)
-        x_new = proposed_sequences(state, tested.proposal)
-    extra = extra_terms(ctx, state, tested.proposal.ch, x_new)
+    extra = extra_terms(ctx, state, tested, x_new if tested.picked.hits == 0 else None)  # (x_new: the misses')
     if extra is not None:
         target = target + extra.weighted
     return ScoredSites(SiteTerms(raw=raw, local=local, e_raw=e_raw, e_local=e_local, target=target), rows, extra)
