@@ -84,6 +84,18 @@ def ends_term(tokens: torch.Tensor) -> torch.Tensor:
     return (tokens[:, 0] == tokens[:, -1]).float() * 2.0
 
 
+def assert_energies_exact(model, result, energy: str, extra=None, sources=None, atol: float = 1e-4) -> None:
+    """Every input's committed energies in ``result`` equal ``mhfast.energy`` of its final tokens (plus ``extra``,
+    an extra energy term, of them; ``sources``: a conditional model's source per input): what every kernel must
+    keep, whatever it forwarded or remembered."""
+    for b in range(result.tokens.shape[0]):
+        tokens = result.tokens[b].cpu()
+        source = {} if sources is None else {"source": [sources[b]] * tokens.shape[0]}
+        e = mhfast.energy(model, tokens, energy=energy, **source)
+        exact = (e.e_raw if energy == "raw" else e.e_local) + (extra(tokens) if extra is not None else 0)
+        assert torch.allclose(result.energy[b].float().cpu(), exact, atol=atol), (b, result.energy[b], exact)
+
+
 def one_site_moves(model, x: torch.Tensor, i: int, energy: str
                    ) -> tuple[torch.Tensor, list[int], torch.Tensor]:
     """By hand, every single-site proposal at position ``i`` from state ``x`` [T]: (logq f64[V], the masked

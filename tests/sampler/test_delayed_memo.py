@@ -20,7 +20,7 @@ from mhfast.sampler import memo as memo_module
 from mhfast.sampler.kernels import mh as mh_kernel
 from mhfast.sampler.moves import delayed as delayed_module
 
-from exact_checks import ends_term, masks, terms_by_hand
+from exact_checks import assert_energies_exact, ends_term, masks, terms_by_hand
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -129,8 +129,7 @@ def test_forced_epochs_with_extra_terms_and_the_memo():
     r = mhfast.sample(model, init=template[None], free_positions=free[None], chains=64, energy="local", epochs=6,
                       burn_in=3, seed=3, delayed="window:1", extra_energy=[ends_term], force_accept_epochs=2)
     assert r.memo_hits > 0 and r.delayed_tested > 0
-    exact = mhfast.energy(model, r.tokens[0], energy="local").e_local + ends_term(r.tokens[0])
-    assert torch.allclose(r.energy[0].float(), exact, atol=1e-4)
+    assert_energies_exact(model, r, "local", extra=ends_term)
 
 
 @pytest.mark.parametrize("delayed,seed", [("window:1", 6), ("influence:2", 1), ("cascade:1", 0)])
@@ -142,4 +141,4 @@ def test_a_step_whose_survivors_are_all_hits(delayed, seed):
     r = mhfast.sample(model, 5, chains=24, epochs=5, burn_in=1, seed=seed, delayed=delayed, target_temperature=0.2,
                       energy="raw", order="left-to-right")
     assert r.memo_hits > 0 and r.delayed_tested > 0
-    assert torch.allclose(r.energy[0].float(), mhfast.energy(model, r.tokens[0], energy="raw").e_raw, atol=1e-4)
+    assert_energies_exact(model, r, "raw")

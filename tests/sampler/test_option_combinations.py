@@ -17,6 +17,8 @@ import mhfast
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 from mhfast.sampler.options import SPEC
 
+from exact_checks import assert_energies_exact
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TAB = TabularMLM.random(num_tokens=3, length=[3, 5], seed=7, scale=0.8)
@@ -92,9 +94,5 @@ def test_a_run_is_refused_naming_an_option_or_its_energies_are_exact(case):
     except ValueError as e:
         assert any(name in str(e) for name in OPTION_NAMES), f"{kw}: {e}"
         return
-    for b in range(r.tokens.shape[0]):
-        tokens = r.tokens[b]
-        source = {"source": [int(kw["source"][b])] * tokens.shape[0]} if model_name == "conditional" else {}
-        e = mhfast.energy(model, tokens, energy=kw["energy"], **source)
-        exact = (e.e_raw if kw["energy"] == "raw" else e.e_local) + (ends(tokens) if "extra_energy" in kw else 0)
-        assert torch.allclose(r.energy[b].float(), exact, atol=1e-3), (model_name, kw, b)
+    assert_energies_exact(model, r, kw["energy"], extra=ends if "extra_energy" in kw else None,
+                          sources=kw["source"].tolist() if model_name == "conditional" else None, atol=1e-3)
