@@ -34,6 +34,7 @@ chains have not mixed); ``toy`` a tabular MLM (seconds, for a smoke run).
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings mh mh-nomemo delayed-w2
     python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --seeds 0 1 --settings mh delayed-w1 delayed-w2
     python3 bench/bench_delayed.py --case toy                      # seconds
+    python3 bench/bench_delayed.py --case cmlm-fixed --epochs 40 --target-temperature 0.2 --settings mh early-2 delayed-i2
     python3 bench/bench_delayed.py --case cmlm-translate --device cuda --seeds 0 1 --settings mh delayed-i2 delayed-w1
     python3 bench/bench_delayed.py --epochs 100 --seeds 0 1 2 3 --settings mh delayed-w2 oracle   # the ceiling
     python3 bench/bench_delayed.py --epochs 100 --chains 5 --seeds 0 1 --settings mh delayed-i2 oracle   # 5 chains
@@ -484,6 +485,9 @@ def main() -> int:
                     "per epoch (default: the main job's 0.08, Table 5's 0.02; e.g. 0.08 * 11 / (epochs - 1) "
                     "stretches the main job's schedule)")
     ap.add_argument("--chains", type=int, default=None, help="chains per input (default: the case's)")
+    ap.add_argument("--target-temperature", type=float, default=None, help="the fixed-target cases' target "
+                    "temperature (default: 1; cmlm-fixed, antiberty-infill, antiberty-random, toy: the annealed "
+                    "cases refuse it)")
     ap.add_argument("--burn-in", type=int, default=None, help="burn-in epochs (default: the case's); what the "
                     "influence ranking (delayed-iK) learns from")
     ap.add_argument("--device", default="cpu", help="where the chains run (cuda: wall s is the figure; the "
@@ -527,6 +531,10 @@ def main() -> int:
         options = {**options, "chains": args.chains}
     if args.burn_in is not None:
         options = {**options, "burn_in": args.burn_in}
+    if args.target_temperature is not None:
+        if options.get("anneal"):
+            ap.error(f"--target-temperature: case {args.case} is annealed (its schedule sets the temperature)")
+        options = {**options, "target_temperature": args.target_temperature}
     runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     if args.device != "cpu":  # the device's warm-up (context, cuBLAS, kernels loaded: ~4 s on an H200), discarded
         for setting in args.settings:

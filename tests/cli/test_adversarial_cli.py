@@ -82,6 +82,12 @@ SAMPLER_FLAGS: list[tuple[list[str], str]] = [
     (["--force-accept-epochs", "3"], "--force-accept-epochs (3) must be <= --epochs (2)"),
     (["--classifier-label", "0"], "--classifier-label (0) has no effect without --classifier"),
     (["--classifier-weight", "2"], "--classifier-weight (2.0) has no effect without --classifier"),
+    # an energy-term flag meets extra_energy's rules, named by its flag (not as extra_energy / sampler='gibbs')
+    (["--hamming", "1", "--sampler", "gibbs"], "--hamming has no effect with --sampler gibbs"),
+    (["--classifier", "{d}/nonexistent", "--sampler", "block-gibbs"],
+     "--classifier has no effect with --sampler block-gibbs"),
+    (["--hamming", "1", "--capture", "static"], "--hamming cannot be combined with --capture static"),
+    (["--hamming", "1", "--memo", "4"], "--memo 4 cannot be combined with --hamming"),
 ]
 
 # -------------------------------------------------------------------- command-specific rows
