@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     options.add_arguments(p.add_argument_group("MH sampler (mhfast.sample; --hamming: weight per mutation from the "
                                                "parent)"))
     p.set_defaults(**DEFAULTS)
-    p.add_argument("--quiet", action="store_true", help="print only the variants")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the variants")
 
 
 def _check(args: argparse.Namespace) -> Any:

@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           extra_choices={"energy": ("both",)},
                           help_suffix={"energy": "; 'both' runs raw-MH then local-MH"})
     _diagnostics.add_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="print only the final samples")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines: print only the final samples "
+                   "and their summary")
 
 
 @dataclass(frozen=True)

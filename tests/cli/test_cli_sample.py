@@ -115,3 +115,15 @@ def test_python_dash_m_entry_point(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("mhfast sample: error: --init-file: no such file")
     assert proc.stderr.count("\n") == 1
+
+
+def test_every_command_with_quiet_takes_dash_q():
+    """``-q`` is ``--quiet`` in every command that has it (translate and score had it, sample and humanize not)."""
+    from mhfast.cli import build_parser
+
+    with_quiet = {name: p for name, p in build_parser().commands.items()
+                  if any("--quiet" in a.option_strings for a in p._actions)}
+    assert {"sample", "translate", "score", "humanize"} <= set(with_quiet)
+    for name, p in with_quiet.items():
+        (action,) = [a for a in p._actions if "--quiet" in a.option_strings]
+        assert "-q" in action.option_strings, name
