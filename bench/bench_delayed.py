@@ -204,11 +204,12 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
     changes = int(r.chain_novel.sum())
     try:
         ess = sum(d["ess_bulk"]["e_local"] for d in r.diagnostics)
+        rhat = max(d["rhat"]["e_local"] for d in r.diagnostics)  # whether that ESS is one of mixed chains
     except ImportError:  # no arviz-stats (the GPU machine): the run's other figures still count
-        ess = float("nan")
+        ess = rhat = float("nan")
     best_each = r.energy.min(1).values.double()  # each input's lowest final energy
     best = float(best_each.mean())
-    return {"rows": rows, "proposals": r.proposals, "changes": changes, "cpu": cpu, "wall": wall, "ess": ess,
+    return {"rows": rows, "proposals": r.proposals, "changes": changes, "cpu": cpu, "wall": wall, "ess": ess, "rhat": rhat,
             "accept": float(r.acceptance_rate[r.burn_in:].mean()), "tested": r.delayed_tested,
             "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved,
             "hits": r.memo_hits, "best": best, "oracle rows": oracle.rows if oracle else 0,
@@ -217,7 +218,7 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
 
 def summary(runs: list[dict]) -> dict:
     """Sums over the seeds, then the ratios (ESS summed: the seeds are independent runs)."""
-    s = {k: sum(r[k] for r in runs) for k in runs[0] if k != "best each"}
+    s = {k: sum(r[k] for r in runs) for k in runs[0] if k not in ("best each", "rhat")}
     return {"rows/proposal": s["rows"] / s["proposals"], "rows/change": s["rows"] / max(s["changes"], 1),
             "accept": statistics.mean(r["accept"] for r in runs), "ESS": s["ess"],
             "ESS/1k rows": 1000 * s["ess"] / max(s["rows"], 1), "ESS/CPU s": s["ess"] / s["cpu"],
@@ -225,7 +226,9 @@ def summary(runs: list[dict]) -> dict:
             "stage 1": s["passed"] / s["tested"] if s["tested"] else None,
             "stage 2": s["accepted"] / s["passed"] if s["passed"] else None, "rows saved": s["saved"],
             "memo hits": s["hits"], "best E": statistics.mean(r["best"] for r in runs),
-            "oracle rows": s["oracle rows"] or None}
+            "oracle rows": s["oracle rows"] or None,
+            # the largest R-hat of E_local over the seeds' inputs (logs before 2026-11-29 have none)
+            "max R-hat": max(r["rhat"] for r in runs) if all("rhat" in r for r in runs) else None}
 
 
 def table(results: dict[str, dict]) -> str:
@@ -233,6 +236,8 @@ def table(results: dict[str, dict]) -> str:
             "stage 1", "stage 2", "rows saved", "memo hits", "best E"]
     if any(s["oracle rows"] for s in results.values()):  # the oracle's own rows: not the sampler's (a bound)
         cols.append("oracle rows")
+    if all(s["max R-hat"] is not None for s in results.values()):
+        cols.append("max R-hat")
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) and v < 10 else  # noqa: E731
                                            f"{v:.1f}" if isinstance(v, float) else str(v))
     lines = ["| setting | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]

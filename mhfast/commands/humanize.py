@@ -57,7 +57,38 @@ def _check(args: argparse.Namespace) -> Any:
         raise ValueError(f"--max-mutations must be an int >= 0, got {args.max_mutations}")
     if args.top < 1 or args.iterations < 1:
         raise ValueError(f"--top and --iterations must be >= 1, got {args.top} and {args.iterations}")
+    _check_method(args)
     return options.config_from_args(args)
+
+
+#: The flags --method biophi reads besides --parent, --cdr, --chain, --model and --iterations: where the model runs,
+#: the energy it reports and the Hamming weight in that energy. The others are MH's alone.
+BIOPHI_OPTIONS = ("device", "energy", "hamming")
+#: MH's own flags of this command (their defaults here)
+MH_ONLY = {"max_mutations": ("--max-mutations", None), "top": ("--top", 10)}
+
+
+def _check_method(args: argparse.Namespace) -> None:
+    """A flag that the chosen --method ignores is an error naming both (not a run that silently drops it), and MH's
+    humanization needs a sampler with an MH test: its target always holds the Hamming term to the parent and the
+    mutation cap (mhfast.humanize), which an always-accepting sampler or the static step cannot honour."""
+    if args.method == "biophi":
+        flags = [(opt.flag, opt.name, DEFAULTS.get(opt.name, opt.default)) for opt in options.SPEC
+                 if opt.cli and opt.name not in BIOPHI_OPTIONS]
+        for flag, name, default in flags + [(f, n, d) for n, (f, d) in MH_ONLY.items()]:
+            if getattr(args, name) != default:
+                raise ValueError(f"{flag} has no effect with --method biophi (it is an MH option; use --method mh)")
+        return
+    if args.iterations != 1:
+        raise ValueError(f"--iterations ({args.iterations}) has no effect with --method mh (it is the BioPhi argmax's "
+                         "rounds; use --method biophi, or --epochs for MH)")
+    if options.KERNELS[args.sampler].capabilities.always_accepts:
+        raise ValueError(f"--sampler {args.sampler} cannot humanize: it accepts every proposal, and humanize's target "
+                         "holds the Hamming term to the parent and the mutation cap, which need an MH test (use mh or "
+                         "block-mh)")
+    if args.capture != "none":
+        raise ValueError(f"--capture {args.capture} cannot humanize: the static step does not evaluate the Hamming "
+                         "term to the parent (use --capture none)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -109,3 +109,34 @@ def test_cli(lm):
         assert (r[6] == "-") == (int(r[4]) == 0) and (r[6] == "-" or r[6].split() == mutations(SHORT, r[5]))
     bad = _cli("--chain", "L", "--parent", SHORT, "--cdr", "23:99")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "23:99" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--method", "biophi", "--chains", "3"], "--chains has no effect with --method biophi"),
+    (["--method", "biophi", "--sampler", "gibbs"], "--sampler has no effect with --method biophi"),
+    (["--method", "biophi", "--top", "3"], "--top has no effect with --method biophi"),
+    (["--method", "biophi", "--max-mutations", "2"], "--max-mutations has no effect with --method biophi"),
+    (["--iterations", "2"], "--iterations (2) has no effect with --method mh"),
+    (["--sampler", "gibbs"], "--sampler gibbs cannot humanize"),
+    (["--sampler", "block-gibbs", "--hamming", "0"], "--sampler block-gibbs cannot humanize"),
+    (["--capture", "static"], "--capture static cannot humanize"),
+])
+def test_flags_the_method_ignores_or_cannot_honour_are_errors(flags, words, capsys):
+    """Checked before the model loads: one line naming the flags (before, --method biophi dropped MH's flags
+    silently, and --sampler gibbs with --hamming 0 failed as 'extra_energy cannot be used with sampler=')."""
+    from mhfast.cli import main
+
+    assert main(["humanize", "--parent", SHORT, "--cdr", "23:34", "-q", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
+
+
+def test_biophi_takes_its_own_flags():
+    """--method biophi reads --iterations, --hamming, --energy and --device: no error for them."""
+    from mhfast.cli import build_parser
+    from mhfast.commands import humanize as command
+
+    args = build_parser().parse_args(
+        ["humanize", "--parent", SHORT, "--cdr", "23:34", "--method", "biophi", "--iterations", "2", "--hamming",
+         "2", "--energy", "raw", "--device", "cpu"])
+    command._check(args)  # raises on a flag it takes for MH's
