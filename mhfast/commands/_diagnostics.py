@@ -41,6 +41,11 @@ def check(args: argparse.Namespace) -> None:
         if asked:
             raise ValueError(f"{asked[0]} needs --method mh (Mask-Predict has no chains)")
         return
+    readers = asked + [flag for flag, v in (("--until-rhat", args.until_rhat), ("--min-ess", args.min_ess))
+                       if v is not None]
+    if args.trace_every != 1 and not readers:  # (the API returns the traces; a command shows them only so)
+        raise ValueError(f"--trace-every ({args.trace_every}) has no effect without --diagnostics, --plot-traces, "
+                         "--until-rhat or --min-ess (the traces it thins feed them)")
     if args.diagnostics:
         if args.chains < 2:
             raise ValueError(f"--diagnostics needs --chains >= 2 (R-hat compares chains), got {args.chains}")

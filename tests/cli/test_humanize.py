@@ -120,6 +120,7 @@ def test_cli(lm):
     (["--sampler", "gibbs"], "--sampler gibbs cannot humanize"),
     (["--sampler", "block-gibbs", "--hamming", "0"], "--sampler block-gibbs cannot humanize"),
     (["--capture", "static"], "--capture static cannot humanize"),
+    (["--trace-every", "2"], "--trace-every (2) has no effect without --until-rhat or --min-ess"),
 ])
 def test_flags_the_method_ignores_or_cannot_honour_are_errors(flags, words, capsys):
     """Checked before the model loads: one line naming the flags (before, --method biophi dropped MH's flags
