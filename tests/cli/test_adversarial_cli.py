@@ -127,7 +127,7 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
      ("--init-file", "bad_residue.txt': line 3:", "'1' at position 0")),
     # issue 37: a --hamming-reference of another length than its sequence (the API refuses it too)
     (SAMPLE[:3] + ["--init", "a b c d e", "--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
-     ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "compared with 7")),
+     ("error: --hamming-reference", "ref_short.txt': line 1 has 5 tokens", "compared with 7")),
     (SAMPLE[:3] + ["--length", "6", "--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
      ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "compared with 8")),
     (["sample", "--init", "EVQL", "--hamming", "1", "--hamming-reference", "{d}/bad_ref.txt"],
