@@ -179,21 +179,26 @@ def _check_problem(cfg, problem) -> None:
                          "candidate per source: nothing to choose)")
     caps = KERNELS[cfg.sampler].capabilities
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
+    # (a command names its flags: --hamming, --sampler gibbs; options.shown, options.terms_name)
+    terms, sampler, capture = options.terms_name(), options.shown("sampler", cfg.sampler), options.shown("capture",
+                                                                                                         cfg.capture)
     if problem.terms is not None and not caps.extra_energy:
-        raise ValueError(f"mhfast.sample: extra_energy cannot be used with sampler={cfg.sampler!r}: it accepts "
-                         "every proposal, so it cannot honour energy terms (use 'mh' or 'block-mh')")
+        raise ValueError(f"mhfast.sample: {terms} cannot be used with {sampler}: it accepts every proposal, so it "
+                         "cannot honour energy terms (use 'mh' or 'block-mh')")
     if cfg.capture != "none" and extra_terms:
-        raise ValueError(f"mhfast.sample: extra_energy terms cannot be used with capture={cfg.capture!r} (the static "
-                         "step does not recompute them; an AllowedTokens mask alone is fine)")
+        raise ValueError(f"mhfast.sample: {terms} cannot be used with {capture} (the static step does not recompute "
+                         "them; an AllowedTokens mask alone is fine)")
     num_energy = int(problem.energy_mask.sum(1).max())
     delayed = options.resolved_delayed(cfg, num_energy, problem.device) is not None
     # (the options checked sampler and capture; what is left is the extra terms)
     if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms, delayed):
-        raise ValueError(f"mhfast.sample: memo={cfg.memo} cannot be used with extra_energy terms (the memo keeps "
-                         "the MLM's energy terms only) unless delayed acceptance acts; use memo=0")
+        off = "" if cfg.delayed is None else f" ({options.shown('delayed', cfg.delayed)} is off for these inputs)"
+        raise ValueError(f"mhfast.sample: {options.shown('memo', cfg.memo)} cannot be used with {terms} (the memo "
+                         f"keeps the MLM's energy terms only) unless delayed acceptance acts{off}; use "
+                         f"{options.shown('memo', 0)}")
     if (cfg.until_rhat is not None or cfg.min_ess is not None) and not hasattr(KERNELS[cfg.sampler], "restrict"):
-        raise ValueError(f"mhfast.sample: until_rhat/min_ess need a sampler whose chains can leave the batch; "
-                         f"{cfg.sampler!r} cannot")
+        raise ValueError(f"mhfast.sample: {options.display_name('until_rhat')}/{options.display_name('min_ess')} "
+                         f"need a sampler whose chains can leave the batch; {sampler} cannot")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
         raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
                          f"{problem.device} (capture='static' runs the same step eagerly on any device)")

@@ -83,6 +83,28 @@ def display_name(name: str) -> str:
     return OPTIONS[name].flag if _FLAG_NAMES.get() and OPTIONS[name].cli else name
 
 
+def shown(name: str, value: Any) -> str:
+    """Option ``name`` set to ``value`` as an error shows it: ``--memo 4`` inside :func:`flag_names`, else
+    ``memo=4``.
+
+    Example:
+        >>> shown("sampler", "gibbs")
+        "sampler='gibbs'"
+        >>> with flag_names():
+        ...     shown("sampler", "gibbs")
+        '--sampler gibbs'
+    """
+    if _FLAG_NAMES.get() and OPTIONS[name].cli:
+        return f"{OPTIONS[name].flag} {value}"
+    return f"{name}={value!r}"
+
+
+def terms_name() -> str:
+    """How an error names the extra energy terms: ``extra_energy`` (the API's argument), or in a command the flags
+    that make them (the commands turn them into extra_energy terms)."""
+    return "the energy terms (--hamming, --classifier)" if _FLAG_NAMES.get() else "extra_energy"
+
+
 # ---------------------------------------------------------------------------- value checks
 def _described(text: str) -> Callable[[Callable], Callable]:
     """Attach the human-readable range (``check.values``) that the docs table shows."""
@@ -315,8 +337,10 @@ AUTO_WINDOW = 2
 #: the second stage could save are then too few to pay for the first stage's extra host sync and op calls.
 AUTO_MIN_SAVED = 4
 MAX_WINDOW = 1 << 20
-#: What delayed_min_temperature="auto" gives delayed="auto": delayed acceptance in the epochs whose target
-#: temperature is at least this, plain MH's step in the colder ones. Chosen by measurement (bench/RESULTS.md,
+#: What delayed_min_temperature="auto" gives delayed="auto" in an annealed run: delayed acceptance in the epochs whose
+#: target temperature is at least this, plain MH's step in the colder ones. A fixed target gets 0, every epoch: there
+#: influence:2 forwards 2.07x [1.85, 2.31] fewer rows per accepted change at 0.2 and 1.01x at 0.1 (the CMLM;
+#: bench/RESULTS.md "At a fixed cold target"). Chosen by measurement (bench/RESULTS.md,
 #: "Delayed acceptance only while warm", 2026-11-29): on the annealed main job (16 seeds) influence:2 switched off
 #: below 0.25 (its last two epochs) needs 1.40x [1.11, 1.91] fewer rows than plain MH's own curve for the same best
 #: energy, against 1.31x [1.06, 1.80] for influence:2 in every epoch, and ends 0.39 [0.12, 0.66] nats lower than
@@ -389,17 +413,20 @@ def _delayed_min_temperature(v: Any) -> Any:
 
 def resolved_delayed_min_temperature(cfg: Any) -> float:
     """The target temperature below which an epoch runs plain MH's step instead of delayed acceptance's: ``auto``
-    -> :data:`AUTO_DELAYED_MIN_TEMPERATURE` for ``delayed="auto"``, else 0 (every epoch, as the option asks).
+    -> :data:`AUTO_DELAYED_MIN_TEMPERATURE` for ``delayed="auto"`` in an annealed run, else 0 (every epoch: a
+    setting named by hand, as the option asks, and a fixed target, where delayed acceptance pays at every
+    temperature measured, 0.1 included).
 
     Example:
         >>> [resolved_delayed_min_temperature(config_from_kwargs(kw)) for kw in
-        ...  ({"delayed": "auto"}, {"delayed": "influence:2"},
+        ...  ({"delayed": "auto", "anneal": 0.08}, {"delayed": "auto", "target_temperature": 0.2},
+        ...   {"delayed": "influence:2", "anneal": 0.08},
         ...   {"delayed": "window:1", "delayed_min_temperature": 0.5, "anneal": 0.1, "epochs": 12})]
-        [0.25, 0.0, 0.5]
+        [0.25, 0.0, 0.0, 0.5]
     """
     if cfg.delayed_min_temperature != "auto":
         return float(cfg.delayed_min_temperature)
-    return AUTO_DELAYED_MIN_TEMPERATURE if cfg.delayed == "auto" else 0.0
+    return AUTO_DELAYED_MIN_TEMPERATURE if cfg.delayed == "auto" and cfg.anneal > 0 else 0.0
 
 
 # ---------------------------------------------------------------------------- CLI parsers
@@ -582,8 +609,9 @@ SPEC: tuple[Option, ...] = (
            "keeps that epoch's target either way; with tempering the target rung's temperature decides for all "
            "rungs). For annealed runs: near the cold end the moves a chain can still make trade a local cost for "
            f"a gain elsewhere, and a first stage passes them ever more rarely. auto = "
-           f"{AUTO_DELAYED_MIN_TEMPERATURE} with delayed=auto (measured on the annealed main job: 1.40x fewer rows "
-           "than plain MH for the same best energy, against 1.31x in every epoch), else 0 (every epoch)", "-",
+           f"{AUTO_DELAYED_MIN_TEMPERATURE} with delayed=auto and anneal > 0 (measured on the annealed main job: 1.40x "
+           "fewer rows than plain MH for the same best energy, against 1.31x in every epoch), else 0 (every epoch; "
+           "at a fixed target it pays at 0.2 and 0.1 too)", "-",
            "mix", metavar="TAU|auto"),
     Option("compile", False, _bool, "torch.compile the model's repeated blocks (its layers, each on its own, "
            "dynamic shapes; mhfast.models.compiled_blocks) for the run; the compile time is reported "

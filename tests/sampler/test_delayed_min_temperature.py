@@ -4,7 +4,7 @@ it (mhfast.sampler.moves.delayed.DelayedAcceptance.acts); a colder epoch runs pl
 Checks: an annealed run that crosses the bound does delayed acceptance's tests in exactly its warm epochs (the
 counts of a run stopped there), single-site and block MH, with exact committed energies after the switch; the
 enumerated target after a crossing, with the memo, an extra energy term and early rejection's partial entries
-carried over; auto's resolution end to end, with parallel tempering too (the target rung decides for every rung);
+carried over; auto's resolution end to end (annealed: off below 0.25; a fixed target, tempered too: every epoch);
 bad values, and a bound that would not split the epochs (never acting, or acting in all), are clear errors.
 """
 from __future__ import annotations
@@ -63,10 +63,10 @@ def test_enumerated_target_after_the_switch(energy, delayed, device):
     assert result.delayed_tested > 0 and result.memo_hits > 0
 
 
-def test_auto_switches_off_below_a_quarter():
-    """delayed='auto' is influence:2 with delayed_min_temperature 0.25 (options.AUTO_DELAYED_MIN_TEMPERATURE):
-    the same chains as those options spelt out; a named delayed keeps every epoch unless told otherwise. With
-    tempering the target rung's temperature decides for every rung: a target below 0.25 runs plain tempering."""
+def test_auto_switches_off_below_a_quarter_when_annealing():
+    """delayed='auto' in an annealed run is influence:2 with delayed_min_temperature 0.25
+    (options.AUTO_DELAYED_MIN_TEMPERATURE): the same chains as those options spelt out; a named delayed keeps every
+    epoch unless told otherwise. At a fixed target, tempered or not, auto acts in every epoch, however cold."""
     from exact_checks import tiny_bert
 
     model = tiny_bert()
@@ -76,13 +76,14 @@ def test_auto_switches_off_below_a_quarter():
     assert auto.delayed_tested > 0 and _same_chains(auto, spelt) and auto.delayed_tested == spelt.delayed_tested
     named = mhfast.sample(model, delayed="influence:2", **kw)
     assert named.delayed_tested > auto.delayed_tested
-    cfg = options.config_from_kwargs({"delayed": "auto"})
-    assert options.resolved_delayed_min_temperature(cfg) == options.AUTO_DELAYED_MIN_TEMPERATURE == 0.25
-    tempered = dict(length=10, chains=2, epochs=3, burn_in=1, seed=4, energy="local", tempering=3)
-    cold_auto, cold_plain = (mhfast.sample(model, target_temperature=0.2, **tempered, **d)
-                             for d in ({"delayed": "auto"}, {}))
-    assert cold_auto.delayed_tested == 0 and _same_chains(cold_auto, cold_plain)
-    assert mhfast.sample(model, target_temperature=0.3, delayed="auto", **tempered).delayed_tested > 0
+    annealed = options.config_from_kwargs({"delayed": "auto", "anneal": 0.1})
+    assert options.resolved_delayed_min_temperature(annealed) == options.AUTO_DELAYED_MIN_TEMPERATURE == 0.25
+    assert options.resolved_delayed_min_temperature(options.config_from_kwargs({"delayed": "auto"})) == 0
+    fixed = dict(length=10, chains=2, epochs=3, burn_in=1, seed=4, energy="local", target_temperature=0.1)
+    for extra in ({}, {"tempering": 3}):
+        cold_auto, cold_named = (mhfast.sample(model, **fixed, **extra, delayed=d) for d in ("auto", "influence:2"))
+        assert cold_auto.delayed_tested > 0 and _same_chains(cold_auto, cold_named)
+        assert cold_auto.delayed_tested == cold_named.delayed_tested
 
 
 @pytest.mark.parametrize("kwargs,words", [

@@ -320,7 +320,7 @@ def test_cuda_graph_needs_a_cuda_device_and_no_extra_terms():
     model = TabularMLM.random(3, 2, seed=0)
     with pytest.raises(ValueError, match="capture='cuda-graph' needs the chains on a CUDA device, not cpu"):
         mhfast.sample(model, 2, capture="cuda-graph", device="cpu")
-    with pytest.raises(ValueError, match="extra_energy terms cannot be used with capture='static'"):
+    with pytest.raises(ValueError, match="extra_energy cannot be used with capture='static'"):
         mhfast.sample(model, 2, capture="static", extra_energy=lambda x: x.float().sum(dim=1))
 
 
