@@ -819,16 +819,16 @@ TERM_FLAGS = ("hamming", "classifier")
 def _term_flag_checks(values: Mapping[str, Any], name: str, name_of: Callable[[str], str]) -> None:
     """An energy term needs a kernel with an MH test, the dynamic step, and no memo unless delayed acceptance acts
     (:meth:`mhfast.sampler.kernels.base.Capabilities.memo_acts`)."""
-    sampler, caps, shown = values["sampler"], KERNELS[values["sampler"]].capabilities, name_of(name)
+    sampler, caps, flag = values["sampler"], KERNELS[values["sampler"]].capabilities, name_of(name)
     if not caps.extra_energy:
-        raise OptionError(f"{shown} has no effect with {name_of('sampler')} {sampler}: it accepts every proposal, so "
+        raise OptionError(f"{flag} has no effect with {name_of('sampler')} {sampler}: it accepts every proposal, so "
                           f"no acceptance test sees the energy term (use {_kernels_that('extra_energy')})")
     if values["capture"] != "none":
-        raise OptionError(f"{shown} cannot be combined with {name_of('capture')} {values['capture']}: the static "
+        raise OptionError(f"{flag} cannot be combined with {name_of('capture')} {values['capture']}: the static "
                           f"step does not recompute energy terms (use {name_of('capture')} none)")
     if values["memo"] not in ("auto", 0) and not caps.memo_acts(values["capture"], extra_terms=True,
                                                                  delayed=values["delayed"] is not None):
-        raise OptionError(f"{name_of('memo')} {values['memo']} cannot be combined with {shown}: the memo keeps the "
+        raise OptionError(f"{name_of('memo')} {values['memo']} cannot be combined with {flag}: the memo keeps the "
                           f"model's energy terms only, so with an energy term it needs {name_of('delayed')} (or use "
                           f"{name_of('memo')} 0)")
 
