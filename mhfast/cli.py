@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("MHFAST_DEBUG") == "1":
             raise
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the library wrote
-        return _ended(2, f"{args._prog}: error: {message}")
+        return _ended(2, f"{args._prog}: error: {as_flags(message, args)}")
     except (MemoryError, RuntimeError) as e:
         if not _out_of_memory(e) or os.environ.get("MHFAST_DEBUG") == "1":
             raise
@@ -171,6 +171,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 #: the options that size what a command holds in memory, in the order the advice names them
 MEMORY_OPTIONS = (("chains", "--chains"), ("batch_size", "--batch-size"), ("length_beam", "--length-beam"),
                   ("max_tokens_per_batch", "--max-tokens-per-batch"))
+
+
+#: The arguments of the loaders and the API that an error may start with, and the flag that sets each in the
+#: commands that have it: a command's error names what the user typed (``--model: ...``, not ``model_or_path: ...``).
+API_FLAGS = {"checkpoint": "--model", "model_or_path": "--model", "model": "--model", "classifier": "--classifier",
+             "data_dir_or_dictionary": "--data", "k (length_beam)": "--length-beam"}
+
+
+def as_flags(message: str, args: argparse.Namespace) -> str:
+    """``message`` with a leading API argument (after an optional ``mhfast.<function>: ``) named by its flag, where
+    the command has that flag (:data:`API_FLAGS`).
+
+    Example:
+        >>> as_flags("model_or_path: no config.json", argparse.Namespace(model="m"))
+        '--model: no config.json'
+        >>> as_flags("mhfast.sample: k (length_beam): at most 3", argparse.Namespace(length_beam=9))
+        '--length-beam: at most 3'
+        >>> as_flags("model_or_path: no config.json", argparse.Namespace())  # (no --model here: as it was)
+        'model_or_path: no config.json'
+    """
+    rest = message.split(": ", 1)[1] if message.startswith("mhfast.") and ": " in message else message
+    for name, flag in API_FLAGS.items():
+        if rest.startswith(name + ": ") and hasattr(args, flag[2:].replace("-", "_")):
+            return flag + rest[len(name):]
+    return message
 
 
 def _memory_advice(args: argparse.Namespace) -> str:

@@ -133,13 +133,13 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (["sample", "--init", "EVQL", "--hamming", "1", "--hamming-reference", "{d}/bad_ref.txt"],
      ("--hamming-reference", "bad_ref.txt': line 1:", "'1' at position 2")),
     (["sample", "--model", "{d}/nonexistent", "--length", "3"], "--model"),
-    (["sample", "--model", "{d}/empty_dir", "--length", "3"], "empty_dir"),
-    (["sample", "--model", "{d}/bad_json", "--length", "3"], "bad_json"),
-    (["sample", "--model", "{d}/no_weights", "--length", "3"], "no_weights"),
+    (["sample", "--model", "{d}/empty_dir", "--length", "3"], ("error: --model", "empty_dir")),
+    (["sample", "--model", "{d}/bad_json", "--length", "3"], ("error: --model", "bad_json")),
+    (["sample", "--model", "{d}/no_weights", "--length", "3"], ("error: --model", "no_weights")),
     (["sample", "--model", "{d}/empty.txt", "--length", "3"], "empty.txt"),
-    (["sample", "--model", "{d}/truncated_bert", "--length", "3"], "truncated_bert"),
+    (["sample", "--model", "{d}/truncated_bert", "--length", "3"], ("error: --model", "truncated_bert")),
     (SAMPLE + ["--classifier", "{bert}"], "classifier"),  # a masked LM has no trained classification head
-    (SAMPLE + ["--classifier", "{d}/bad_json"], "bad_json"),
+    (SAMPLE + ["--classifier", "{d}/bad_json"], ("error: --classifier", "bad_json")),
     (SAMPLE + ["--classifier", "{d}/empty_dir"], "empty_dir"),
     (SAMPLE + ["--hamming", "1", "--hamming-reference", "{d}"], ("--hamming-reference", "is a directory")),
     (["sample", "--model", "", "--length", "3"], "model"),
@@ -149,14 +149,14 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
 TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (TRANSLATE + ["--threads", "100000"], "--threads"), (TRANSLATE + ["--threads", "-1"], "--threads"),
     (TRANSLATE + ["--threads", str(10 ** 9)], "--threads"), (TRANSLATE + ["--threads", "two"], "--threads"),
-    (TRANSLATE + ["--batch-size", "0"], "--batch-size"), (TRANSLATE + ["--length-beam", "100000"], "length_beam"), (TRANSLATE + ["--length-beam", "0"], "--length-beam"),
+    (TRANSLATE + ["--batch-size", "0"], "--batch-size"), (TRANSLATE + ["--length-beam", "100000"], "error: --length-beam: at most"), (TRANSLATE + ["--length-beam", "0"], "--length-beam"),
     (TRANSLATE + ["--method", "mask-predict", "--iterations", "0"], "--iterations"),
     (TRANSLATE + ["--method", "beam"], "--method"), (TRANSLATE + ["--limit", "-1"], "--limit"),
     (TRANSLATE + ["--limit", "-1e2"], ("--limit", "-1e2")),
     (TRANSLATE + ["--resume"], "--resume"), (TRANSLATE + ["--format", "json"], "--format"),
     (TRANSLATE + ["--model", "{d}/truncated.pt"], "--model needs --data"),
     (TRANSLATE + ["--data", str(BUNDLE_DIR)], "--data"),
-    (LOAD + ["--model", "{d}/truncated.pt"], "truncated.pt"),
+    (LOAD + ["--model", "{d}/truncated.pt"], ("error: --model", "truncated.pt")),
     (LOAD + ["--model", "{d}/garbage.pt"], "garbage.pt"),
     (LOAD + ["--model", "{d}/empty.txt"], "empty.txt"),
     (LOAD + ["--model", "{d}/wrong_kind.pt"], "wrong_kind.pt"),
@@ -167,7 +167,7 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (LOAD + ["--model", str(BUNDLE_DIR / "model.pt"), "--spm", "{d}/garbage.pt"], "--spm"),
     (LOAD + ["--model", str(BUNDLE_DIR / "model.pt"), "--spm", "{d}/nonexistent"], "--spm"),
     (TRANSLATE + ["--model", str(BUNDLE_DIR / "model.pt"), "--data", "{d}/bad_dict", "--tokenizer", "none"],
-     "dict.de.txt"),
+     ("error: --data", "dict.de.txt")),
     (TRANSLATE + ["--model", str(BUNDLE_DIR / "model.pt"), "--data", "{d}/short_dict", "--tokenizer", "none"],
      "do not fit"),
     (TRANSLATE + ["--model", str(BUNDLE_DIR / "model.pt"), "--data", "{d}/nonexistent"], "--data"),
@@ -316,7 +316,7 @@ def _run(args: list[str], shell_suffix: str = "", timeout: float = 120) -> subpr
 
 @pytest.mark.parametrize("template,needle", [
     (TRANSLATE + ["--threads", "100000"], "--threads"),  # reached torch unchecked: a crash
-    (LOAD + ["--model", "{d}/truncated.pt"], "truncated.pt"),
+    (LOAD + ["--model", "{d}/truncated.pt"], ("error: --model", "truncated.pt")),
 ])
 def test_no_traceback_or_crash_reaches_the_terminal(template, needle, paths):
     proc = _run(_argv(template, paths))
