@@ -56,7 +56,8 @@ stdout and stderr in a file of its own, against plain MH at the main job's 12 ep
     python3 bench/bench_delayed.py --case cmlm-translate --epochs 6 --anneal 0.176 --settings mh > mh6.log 2>&1
     python3 bench/bench_delayed.py --from-log mh6.log mh12.log c1-18.log c1-36.log --budget 12
 
-Delayed acceptance only while warm (option ``delayed_min_temperature``; ``delayed-auto`` is ``delayed-i2-t0.25``):
+Delayed acceptance only while warm (option ``delayed_min_temperature``; on an annealed case ``delayed-auto`` is
+``delayed-i2-t0.25``):
 
     python3 bench/bench_delayed.py --case cmlm-translate --seeds 0 1 --settings delayed-auto delayed-i2-t0.5 > w 2>&1
 """
@@ -86,7 +87,8 @@ SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0},
             **{f"early-{k}": {"delayed": f"early:{k}"} for k in (0, 1, 2, 4, 8)},
             # a cascade (delayed="cascade:K"): the own term first (no rows), then window:K's rows, then the rest
             **{f"delayed-c{k}": {"delayed": f"cascade:{k}"} for k in (1, 2)},
-            # what delayed="auto" runs: influence:2 in the epochs at target temperature >= 0.25 (CPU)
+            # what delayed="auto" runs (CPU): annealed, influence:2 in the epochs at target temperature >= 0.25; at a
+            # fixed target early:2 with the local energy, influence:2 with the raw one
             "delayed-auto": {"delayed": "auto"},
             # delayed acceptance only while warm: plain MH's step in the epochs colder than the bound
             **{f"delayed-{k}-t{t}": {"delayed": d, "delayed_min_temperature": float(t)}
