@@ -87,8 +87,8 @@ SETTINGS = {"mh": {}, "mh-nomemo": {"memo": 0},
             **{f"early-{k}": {"delayed": f"early:{k}"} for k in (0, 1, 2, 4, 8)},
             # a cascade (delayed="cascade:K"): the own term first (no rows), then window:K's rows, then the rest
             **{f"delayed-c{k}": {"delayed": f"cascade:{k}"} for k in (1, 2)},
-            # what delayed="auto" runs (CPU): annealed, influence:2 in the epochs at target temperature >= 0.25; at a
-            # fixed target early:2 with the local energy, influence:2 with the raw one
+            # what delayed="auto" runs (CPU): influence:2, in an annealed run in the epochs at target temperature
+            # >= 0.25 only
             "delayed-auto": {"delayed": "auto"},
             # delayed acceptance only while warm: plain MH's step in the epochs colder than the bound
             **{f"delayed-{k}-t{t}": {"delayed": d, "delayed_min_temperature": float(t)}

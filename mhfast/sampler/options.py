@@ -331,14 +331,6 @@ def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) ->
 #: fewer rows per accepted change than influence:2 on the annealed CMLM cases, but per row budget finds no better
 #: energies ("Best energy per row budget", 2026-11-29), and at beta = 1/tau (infilling) it is window:1.
 AUTO_DELAYED = "influence:2"
-#: What delayed="auto" runs instead at a fixed target with energy local in that sampler: exact early rejection, plain
-#: MH's chains bit for bit with fewer rows, so turning auto on changes no result. Measured on AntiBERTy infilling
-#: (bench/RESULTS.md, "At a fixed cold target"): 1.45x [1.37, 1.53] fewer rows at temperature 1 (12 seeds;
-#: influence:2 1.43x per accepted change, its ESS per row 1.45x [0.90, 2.35] over 24 seeds), 4.8x [4.2, 5.5] at 0.5
-#: (influence:2 2.2x) and 8.1x [7.0, 9.4] at 0.2 (influence:2 2.1x; 4 seeds each). From a random start it saves
-#: nothing (influence:2 1.07x, 2 seeds). Raw energy has no bound (a raw term -logit is not >= 0), and on an annealed
-#: run influence:2 forwards 1.40x against 1.06x fewer rows (appendix F's Table 5, local).
-AUTO_EARLY = "early:2"
 #: What delayed="auto" runs in the other delayed-acceptance samplers (block-mh: its windows are distance windows).
 AUTO_WINDOW = 2
 #: delayed="auto" stays off for an input whose energy rows per proposal (T_e - 1) are at most 2 K + this: the rows
@@ -380,10 +372,8 @@ def _delayed(v: Any) -> Any:
 
 def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "cpu") -> Any:
     """Option ``delayed`` as the kernel runs it, for a run on ``device`` whose longest input has ``num_energy``
-    energy positions: None (off), ``"window:K"``, ``"influence:K"``, ``"early:K"``, ``"cascade:K"`` or the user's
-    callable. ``auto`` -> :data:`AUTO_EARLY` at a fixed target (``anneal`` 0) with energy local and
-    :data:`AUTO_DELAYED` otherwise in a sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in
-    the others,
+    energy positions: None (off), ``"window:K"``, ``"influence:K"`` or the user's callable. ``auto`` ->
+    :data:`AUTO_DELAYED` in a sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in the others,
     each where ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off: too few rows left to save), and off on a CUDA
     device: there a step's small forwards are bound by kernel launches, not rows, so the rows the second stage saves
     save no time while the first stage adds its launches (bench/CUDA_NOTES.md, fourth run: on an H200 the main job
@@ -394,10 +384,6 @@ def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "
         'window:3'
         >>> resolved_delayed(config_from_kwargs({"delayed": "auto"}), 32), resolved_delayed(config_from_kwargs({}), 32)
         ('influence:2', None)
-        >>> resolved_delayed(config_from_kwargs({"delayed": "auto", "energy": "local"}), 32)
-        'early:2'
-        >>> resolved_delayed(config_from_kwargs({"delayed": "auto", "energy": "local", "anneal": 0.08}), 32)
-        'influence:2'
         >>> resolved_delayed(config_from_kwargs({"delayed": "auto", "sampler": "block-mh"}), 32)
         'window:2'
         >>> auto = config_from_kwargs({"delayed": "auto"})
@@ -410,10 +396,7 @@ def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "
         return cfg.delayed
     if torch.device(device).type == "cuda":
         return None
-    if not KERNELS[cfg.sampler].capabilities.influence:
-        chosen = f"window:{AUTO_WINDOW}"
-    else:
-        chosen = AUTO_EARLY if cfg.energy == "local" and cfg.anneal == 0 else AUTO_DELAYED
+    chosen = AUTO_DELAYED if KERNELS[cfg.sampler].capabilities.influence else f"window:{AUTO_WINDOW}"
     k = int(chosen.split(":")[1])
     return None if num_energy - 1 <= 2 * k + AUTO_MIN_SAVED else chosen
 
@@ -614,8 +597,7 @@ SPEC: tuple[Option, ...] = (
            "rejects stop early and the chains are plain MH's, bit for bit, with fewer rows; cascade:K = three "
            "stages (sampler mh): the proposal's own term alone (no rows), then window:K's rows for its survivors, "
            "then the rest, each stage tested against the previous one's energy; "
-           "auto = early:2 at a fixed target with energy local (plain MH's chains, so auto changes no result), "
-           "else influence:2 (block-mh: window:2), where an "
+           "auto = influence:2 (block-mh: window:2) where an "
            "input has more than 2*2+4 energy rows per proposal and the chains are not on a CUDA device (there the "
            "saved rows save no time: measured 1.8x slower on an H200), else off; None = off; API only: a callable "
            "surrogate(tokens, pos) -> E~ of each row at its proposed position (mhfast.surrogates.model_energy: a "

@@ -232,8 +232,8 @@ def test_conditional_model_sub_batches_and_backends_give_the_same_chains():
 def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
     """delayed='auto' (options.resolved_delayed): influence:2 (the same chains; the kernel ranks its windows, K = 2)
     on an input with more than 8 energy rows per proposal, with the memo on or off and with extra energy terms (the
-    memo composes with it), with and without burn-in (energy raw; local: the next test); window:2 in block MH (its
-    windows are distance windows); off on a shorter input (the same chains as delayed=None)."""
+    memo composes with it), with and without burn-in; window:2 in block MH (its windows are distance windows); off
+    on a shorter input (the same chains as delayed=None)."""
     from test_sampler_exact import tiny_bert
 
     import mhfast.sampler.moves.delayed as delayed_move
@@ -243,7 +243,7 @@ def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
     monkeypatch.setattr(delayed_move, "InfluenceWindows",
                         lambda k, until, **kw: ranked.append(k) or real(k, until, **kw))
     model = tiny_bert()
-    kw = dict(length=10, chains=3, epochs=3, seed=4, energy="raw")
+    kw = dict(length=10, chains=3, epochs=3, seed=4, energy="local")
     for extra in ({"burn_in": 0}, {"burn_in": 0, "memo": 0}, {"burn_in": 0, "extra_energy": [ends_term]},
                   {"burn_in": 1}):
         auto, chosen = (mhfast.sample(model, delayed=d, **kw, **extra) for d in ("auto", "influence:2"))
@@ -258,25 +258,6 @@ def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
     off, plain = mhfast.sample(model, delayed="auto", **short), mhfast.sample(model, **short)
     assert len(ranked) == 8  # neither block MH nor a run with auto off ranked windows
     assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows
-
-
-@pytest.mark.parametrize("extra", [{}, {"memo": 0}, {"extra_energy": [ends_term]}, {"tempering": 2},
-                                   {"force_accept_epochs": 1}])
-def test_auto_at_a_fixed_target_with_the_local_energy_is_early_rejection(extra):
-    """delayed='auto' with energy local at a fixed target is early:2 (options.AUTO_EARLY): plain MH's chains bit for
-    bit (tokens, energies, acceptance) with early:2's rows, no more than plain MH's; annealed it is influence:2."""
-    from exact_checks import tiny_bert
-
-    model = tiny_bert()
-    kw = dict(length=10, chains=3, epochs=4, burn_in=1, seed=4, energy="local", target_temperature=0.5, **extra)
-    auto, early, plain = (mhfast.sample(model, **kw, **d) for d in ({"delayed": "auto"}, {"delayed": "early:2"}, {}))
-    assert auto.delayed_tested > 0 and auto.model_rows == early.model_rows <= plain.model_rows
-    for r in (auto, early):
-        assert torch.equal(r.tokens, plain.tokens) and torch.equal(r.energy, plain.energy)
-        assert torch.equal(r.acceptance_rate, plain.acceptance_rate)
-    cfg = lambda **o: options.config_from_kwargs({"delayed": "auto", "energy": "local", **o})  # noqa: E731
-    assert (options.resolved_delayed(cfg(), 32), options.resolved_delayed(cfg(anneal=0.1), 32)) == \
-        (options.AUTO_EARLY, options.AUTO_DELAYED) == ("early:2", "influence:2")
 
 
 def test_auto_is_off_on_a_cuda_device_and_on_elsewhere(device):

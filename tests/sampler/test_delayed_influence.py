@@ -27,8 +27,8 @@ CASES = [
     ("raw-influence1-coupled", dict(scale=1.2), dict(energy="raw", tau=2.0)),
     ("local-influence1-annealed", dict(), dict(energy="local", tau=0.5, start_tau=1.0, anneal=0.1,
                                                min_target_temperature=0.5)),
-    # parallel tempering (delayed="auto" runs influence:2 with the raw energy, so the two meet by default): every
-    # rung's replicas feed one ranking per input in burn-in, frozen with the ladder; rung 0 is the target
+    # parallel tempering (delayed="auto" runs influence:2, so the two meet by default): every rung's replicas
+    # feed one ranking per input in burn-in, frozen with the ladder; rung 0 is the target
     ("raw-influence1-tempered", dict(scale=1.2), dict(energy="raw", tempering=[1.0, 2.5])),
     ("local-influence1-tempered-tuned", dict(), dict(energy="local", tempering=3)),
 ]
