@@ -190,8 +190,12 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
         '--length-beam: at most 3'
         >>> as_flags("model_or_path: no config.json", argparse.Namespace())  # (no --model here: as it was)
         'model_or_path: no config.json'
+        >>> as_flags("mhfast.sample: extra_energy: --hamming-reference 'r.txt': line 1 ...", argparse.Namespace())
+        "--hamming-reference 'r.txt': line 1 ..."
     """
     rest = message.split(": ", 1)[1] if message.startswith("mhfast.") and ": " in message else message
+    if rest.startswith("extra_energy: --"):  # a term the command built from its flags names its flag itself
+        return rest[len("extra_energy: "):]
     for name, flag in API_FLAGS.items():
         if rest.startswith(name + ": ") and hasattr(args, flag[2:].replace("-", "_")):
             return flag + rest[len(name):]

@@ -41,11 +41,7 @@ def check(args: argparse.Namespace) -> None:
         if asked:
             raise ValueError(f"{asked[0]} needs --method mh (Mask-Predict has no chains)")
         return
-    readers = asked + [flag for flag, v in (("--until-rhat", args.until_rhat), ("--min-ess", args.min_ess))
-                       if v is not None]
-    if args.trace_every != 1 and not readers:  # (the API returns the traces; a command shows them only so)
-        raise ValueError(f"--trace-every ({args.trace_every}) has no effect without --diagnostics, --plot-traces, "
-                         "--until-rhat or --min-ess (the traces it thins feed them)")
+    check_trace_every(args)
     if args.diagnostics:
         if args.chains < 2:
             raise ValueError(f"--diagnostics needs --chains >= 2 (R-hat compares chains), got {args.chains}")
@@ -61,6 +57,28 @@ def check(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ValueError("--plot-traces needs matplotlib (pip install \"mhfast[plots]\")") from None
+
+
+#: The flags that read the traces --trace-every thins, by their argparse names (a command has some of them)
+TRACE_READERS = (("diagnostics", "--diagnostics"), ("plot_traces", "--plot-traces"), ("until_rhat", "--until-rhat"),
+                 ("min_ess", "--min-ess"))
+
+
+def check_trace_every(args: argparse.Namespace) -> None:
+    """--trace-every set while none of the command's readers of the traces is on has no effect there (the API
+    returns the traces; a command shows them only so): an error naming the readers the command has.
+
+    Example:
+        >>> check_trace_every(argparse.Namespace(trace_every=3, until_rhat=None, min_ess=None))
+        Traceback (most recent call last):
+        ...
+        ValueError: --trace-every (3) has no effect without --until-rhat or --min-ess (the traces it thins feed them)
+    """
+    readers = [(dest, flag) for dest, flag in TRACE_READERS if hasattr(args, dest)]
+    if args.trace_every != 1 and all(getattr(args, dest) in (None, False) for dest, _ in readers):
+        flags = [flag for _, flag in readers]
+        raise ValueError(f"--trace-every ({args.trace_every}) has no effect without {', '.join(flags[:-1])} or "
+                         f"{flags[-1]} (the traces it thins feed them)")
 
 
 def wanted(args: argparse.Namespace) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..files import stdout_print
 from ..sampler import options
+from . import _diagnostics
 from .sample import _span
 
 NAME = "humanize"
@@ -86,9 +87,7 @@ def _check_method(args: argparse.Namespace) -> None:
         raise ValueError(f"--sampler {args.sampler} cannot humanize: it accepts every proposal, and humanize's target "
                          "holds the Hamming term to the parent and the mutation cap, which need an MH test (use mh or "
                          "block-mh)")
-    if args.trace_every != 1 and args.until_rhat is None and args.min_ess is None:
-        raise ValueError(f"--trace-every ({args.trace_every}) has no effect without --until-rhat or --min-ess (the "
-                         "traces it thins feed them)")
+    _diagnostics.check_trace_every(args)
     if args.capture != "none":
         raise ValueError(f"--capture {args.capture} cannot humanize: the static step does not evaluate the Hamming "
                          "term to the parent (use --capture none)")

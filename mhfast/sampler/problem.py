@@ -329,8 +329,8 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     if terms is not None:
         try:
             terms.check_rows(rows, term_index, int(model.pad_id))
-        except ValueError as e:  # a term a command built from its flags names the flag (--hamming-reference ...)
-            raise (ValueError(str(e)) if str(e).startswith("--") else _err("extra_energy:", str(e))) from None
+        except ValueError as e:
+            raise _err("extra_energy:", str(e)) from None
     problem = Problem(rows=rows, energy_mask=energy_mask, free=free, is_pad=is_pad,
                       input_index=_input_index(input_ids, B // per_source, per_source, device), device=device,
                       context=context, ctx_rows=term_index if source is not None else None,
