@@ -42,6 +42,26 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(_usage_error(self.prog, f"{self.prog}: error: {message}"))
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after a flag's help, except where it says nothing: no default (None), a
+    switch's False, or a help that already states its default in words ("(default: stdout)").
+
+    Example:
+        >>> p = argparse.ArgumentParser(formatter_class=DefaultsHelpFormatter)
+        >>> _ = p.add_argument("--n", type=int, default=3, help="chains")
+        >>> _ = p.add_argument("--out", help="file (default: stdout)")
+        >>> _ = p.add_argument("--quiet", action="store_true", help="less")
+        >>> [" ".join(line.split()) for line in p.format_help().splitlines()[-3:]]
+        ['--n N chains (default: 3)', '--out OUT file (default: stdout)', '--quiet less']
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _usage_error(prog: str, line: str) -> int:
     """The exit status of an argparse error, printed once. Every rank of a torchrun job parses the same argv, so
     all fail alike; they agree first (rank 0 reports), since a rank that exited at once would have torchrun stop
@@ -67,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.commands = {}
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=DefaultsHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _prog=p.prog, _stdout=getattr(mod, "results_on_stdout", _always))
         parser.commands[mod.NAME] = p

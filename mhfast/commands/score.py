@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     "committed per batch, one writer at a time")
     io.add_argument("--resume", action="store_true", help="continue a killed run into the same --output (its "
                     "progress record must match the model, input and options)")
-    io.add_argument("--format", choices=("tsv", "jsonl"), default="tsv")
+    io.add_argument("--format", choices=("tsv", "jsonl"), default="tsv",
+                    help="tsv: the columns above, tab-separated; jsonl: one JSON object per line")
     io.add_argument("--per-token", action="store_true", help="add each scored token's log-probability")
     io.add_argument("--per-word", action="store_true", help="add each word's log-probability (sum of its pieces)")
     io.add_argument("--ids", action="store_true", help="lines are space-separated token ids (models without "
@@ -69,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sc.add_argument("--max-tokens-per-batch", type=int, default=None,
                     help="tokens of masked copies at once (default: from free memory)")
     sc.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu)")
-    sc.add_argument("--backend", choices=("compiled", "reference"), default="compiled")
+    sc.add_argument("--backend", choices=("compiled", "reference"), default="compiled",
+                    help="compiled ops (mhfast.ops) or their pure-PyTorch references (same scores)")
 
 
 # ---------------------------------------------------------------------------- lines in, records out

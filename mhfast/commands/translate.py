@@ -101,7 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "fastest on a busy machine")
 
     dec = p.add_argument_group("decoding")
-    dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh")
+    dec.add_argument("--method", choices=("mh", "mask-predict"), default="mh",
+                     help="mh: Metropolis-Hastings under the CMLM's energy; mask-predict: fairseq's decoder")
     dec.add_argument("--iterations", type=int, default=ITERATIONS_DEFAULT,
                      help="mask-predict: decoder passes (the paper's T; fairseq --iter-decode-max-iter T-1)")
     dec.add_argument("--length-beam", type=int, default=1, help="length candidates per source")

@@ -127,3 +127,19 @@ def test_every_command_with_quiet_takes_dash_q():
     for name, p in with_quiet.items():
         (action,) = [a for a in p._actions if "--quiet" in a.option_strings]
         assert "-q" in action.option_strings, name
+
+
+def test_every_flag_states_its_default_once():
+    """Each command's --help: no "(default: None)", and no flag whose help says its default twice (argparse's
+    "(default: X)" after a help that already says "(default: stdout)" did, for 10 flags)."""
+    import re
+
+    from mhfast.cli import build_parser
+
+    for name, p in build_parser().commands.items():
+        text = " ".join(p.format_help().split())
+        assert "(default: None)" not in text, name
+        doubled = re.findall(r"\(default[^)]*\)[^()]{0,3}\(default[^)]*\)", text)
+        assert not doubled, (name, doubled)
+        for action in p._actions:  # every flag with a value says what it is for
+            assert action.help or not action.option_strings, (name, action.option_strings)
