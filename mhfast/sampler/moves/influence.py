@@ -77,7 +77,8 @@ class InfluenceWindows:
             G = int(state.inputs.max()) + 1
             self.sums = torch.zeros(G, T, T, device=state.tokens.device)
             self.counts = torch.zeros(G, T, device=state.tokens.device)
-        G = self.sums.shape[0]  # (not from the inputs present: those that left keep their rows, unread)
+        else:  # (the size from the first use, not from the inputs present: those that left keep their rows, unread)
+            G = self.sums.shape[0]
         new = new_raw if state.energy == "raw" else new_local
         if self.by_value:  # (a term of X' may be inf: p = 0; capped so that the mean stays a rank)
             change = new.float().abs().nan_to_num(posinf=1e30)
