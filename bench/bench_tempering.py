@@ -153,14 +153,18 @@ def cmlm_fixed_case(sentences: int) -> dict:
                     "chains from the warm start (bench_ess.py's cmlm case)", "options": dict(chains=5, energy="raw")}
 
 
-def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering, echo: int = 0) -> tuple:
+def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering, echo: int = 0,
+               cpu_at: list[float] | None = None) -> tuple:
     """``(result, cumulative model rows after each epoch, CPU s)``; ``echo`` > 0 prints the rows and CPU seconds
-    so far every ``echo`` sweeps (long runs: is it on time?)."""
+    so far every ``echo`` sweeps (long runs: is it on time?); ``cpu_at``: a list that gets the cumulative CPU
+    seconds after each sweep (for budgets in seconds: plain MH's sweeps cost about the same whatever their rows)."""
     rows: list[int] = []
     cpu = time.process_time()
 
     def progress(epoch: int, stats: dict) -> None:
         rows.append(int(stats["model_rows"]))
+        if cpu_at is not None:
+            cpu_at.append(time.process_time() - cpu)
         if echo and len(rows) % echo == 0:
             print(f"  sweep {len(rows)}: {rows[-1]} rows, {time.process_time() - cpu:.0f} CPU s", flush=True)
 
@@ -169,9 +173,11 @@ def traced_run(case: dict, epochs: int, burn_in: int, seed: int, tempering, echo
     return r, rows, time.process_time() - cpu
 
 
-def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dict:
+def window_figures(r, rows: list[int], cpu: float, first: int, last: int, cpu_at: list[float] | None = None
+                   ) -> dict:
     """The figures of the draws of sweeps ``first .. last - 1`` (its traces; rows and CPU up to sweep ``last``,
-    CPU prorated by rows where the run went on after it)."""
+    CPU prorated by rows where the run went on after it, or read from ``cpu_at``, :func:`traced_run`'s CPU seconds
+    after each sweep, where given)."""
     import bench_ess
 
     keep = ((r.trace_epochs >= first) & (r.trace_epochs < last)).nonzero().flatten()
@@ -180,7 +186,8 @@ def window_figures(r, rows: list[int], cpu: float, first: int, last: int) -> dic
                                     r.trace_names)
     e = r.traces[0][:, keep].double().numpy()[:, :, r.trace_names.index("e_local")]  # [C, D]
     used = rows[last - 1]
-    return {"rows": used, "cpu": cpu * used / rows[-1], "sweeps": last, "burn": first,
+    return {"rows": used, "cpu": cpu * used / rows[-1] if cpu_at is None else cpu_at[last - 1],
+            "sweeps": last, "burn": first,
             "draws": int(keep.numel()) * e.shape[0],
             **{k: figures[k] for k in ("ess_e", "ess_p", "rhat", "rhat_e")},
             "chain_min": e.min(axis=1).round(2).tolist(),

@@ -13,6 +13,17 @@ rows (bench/plain_long.py) can be cut to match later.
     python3 bench/tempering_long.py --model antiberty --temperature 1 --rungs 6 --seed 0 --epochs 832 \
         --burn-in 128 --at 320 576 --echo 32                                    # ~80 min of one core
 
+``--plain`` runs plain single-site MH on the same case instead (the same seed's chains without tempering), for a
+comparison at equal CPU seconds: with the proposal memo a stuck plain chain forwards almost no rows (every neighbour
+of its state is remembered), so at equal rows it would run ~25x the sweeps of a tempered one and ~10x its CPU, while
+its sweeps cost about the same CPU whatever their rows. ``--at-cpu`` gives budgets in CPU seconds (each: the last
+sweep within it); every budget's CPU is then read from the per-sweep CPU clock, not prorated by rows.
+
+    python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --rungs 6 --seed 0 \
+        --epochs 12000 --burn-in 200 --at 1000 2000 4000 8000                   # ~30 min of one core
+    python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --plain --seed 0 \
+        --epochs 130000 --burn-in 2200 --at-cpu 150 300 600 1200               # plain MH, the same CPU budgets
+
 Writes ``--out`` (JSON: the figures per budget and the run's ladder, swap rates and round trips).
 """
 from __future__ import annotations
@@ -36,7 +47,10 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=19200, help="sweeps in all, burn-in included")
     ap.add_argument("--burn-in", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=8)
+    ap.add_argument("--plain", action="store_true", help="plain single-site MH instead of tempering (no --rungs)")
     ap.add_argument("--at", type=int, nargs="*", default=[], help="shorter budgets (sweeps) to report as well")
+    ap.add_argument("--at-cpu", type=float, nargs="*", default=[],
+                    help="budgets in CPU seconds to report as well (each: the last sweep within it)")
     ap.add_argument("--model", choices=("sapiens", "antiberty"), default="sapiens")
     ap.add_argument("--length", type=int, default=8, help="free residues T")
     ap.add_argument("--temperature", type=float, default=0.5, help="the target temperature (the ladder's cold end)")
@@ -50,21 +64,26 @@ def main() -> int:
     torch.set_num_threads(1)
     case = bt.dispersed_case(args.model, args.length, 4, args.temperature)
     t0 = time.perf_counter()
-    r, rows, cpu = bt.traced_run(case, args.epochs, args.burn_in, args.seed, args.rungs, echo=args.echo)
+    rungs = None if args.plain else args.rungs
+    cpu_at: list[float] = []
+    r, rows, cpu = bt.traced_run(case, args.epochs, args.burn_in, args.seed, rungs, echo=args.echo, cpu_at=cpu_at)
     if args.save is not None:
         torch.save({"traces": r.traces, "names": r.trace_names, "epochs": r.trace_epochs, "novel": r.novel_rate,
-                    "rows_cum": rows, "cpu": cpu, "burn_in": args.burn_in, "ladder": r.ladder, "swap": r.swap_rate,
-                    "trips": r.round_trips},
+                    "rows_cum": rows, "cpu_at": cpu_at, "cpu": cpu, "burn_in": args.burn_in, "ladder": r.ladder,
+                    "swap": r.swap_rate, "trips": r.round_trips},
                    args.save)
     out = {"model": args.model, "length": args.length, "temperature": args.temperature, "seed": args.seed,
-           "epochs": args.epochs, "burn_in": args.burn_in, "rungs": args.rungs,
-           "wall": time.perf_counter() - t0, "cpu": cpu, "what": case["what"],
-           "ladder": [round(t, 2) for t in r.ladder[0].tolist()],
-           "swap": [round(x, 2) for x in r.swap_rate[0].tolist()], "trips": r.round_trips[0].tolist()}
-    for last in sorted({*args.at, args.epochs}):
-        out[str(last)] = bt.window_figures(r, rows, cpu, args.burn_in, last)
+           "epochs": args.epochs, "burn_in": args.burn_in, "rungs": rungs,
+           "wall": time.perf_counter() - t0, "cpu": cpu, "what": case["what"]}
+    if rungs is not None:
+        out.update(ladder=[round(t, 2) for t in r.ladder[0].tolist()],
+                   swap=[round(x, 2) for x in r.swap_rate[0].tolist()], trips=r.round_trips[0].tolist())
+    within = [bt.last_within(cpu_at, budget, 0) for budget in args.at_cpu]  # (CPU s: non-decreasing; 0: none)
+    for last in sorted({*args.at, *(w for w in within if w > args.burn_in), args.epochs}):
+        out[str(last)] = bt.window_figures(r, rows, cpu, args.burn_in, last, cpu_at)
         print(last, out[str(last)], flush=True)
-    print(out["ladder"], out["swap"], out["trips"], flush=True)
+    if rungs is not None:
+        print(out["ladder"], out["swap"], out["trips"], flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(out, indent=1, default=float) + "\n", encoding="utf-8")
     return 0
