@@ -1,0 +1,113 @@
+"""The AntiBERTy T=3 case at target temperature 0.5 (RESULTS.md, "AntiBERTy at T=3, target temperature 0.5"): the
+enumerated target's basins and barriers, the exact checks of saved runs, and plain MH's figures at the tempered runs'
+CPU budgets. Needs the runs' saved traces (``--save`` of bench/tempering_long.py; not kept here, 19 MB a plain run):
+
+    python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --rungs 6 --seed 0 --epochs 12000 \\
+        --burn-in 200 --at 1000 2000 4000 8000 --save t0.pt --out long_t_seed0.json      # and --seed 1
+    python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --plain --seed 0 --epochs 180000 \\
+        --burn-in 2000 --at-cpu 154 300 600 1190 1760 1786 --save p0.pt --out long_p_seed0.json   # and --seed 1
+    python3 bench/tempering_runs/2026-11-29-antiberty-t3-cold/analysis.py barriers          # barriers.txt (~3 min)
+    python3 .../analysis.py exact t0.pt t1.pt p0.pt p1.pt                                   # exact_check.txt
+    python3 .../analysis.py match long_t_seed0.json p0.pt long_t_seed1.json p1.pt   # plain_at_tempered_cpu.json
+"""
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
+import bench_tempering as bt  # noqa: E402
+
+TEMPERATURE = 0.5
+V = 20
+
+
+def enumerated() -> torch.Tensor:
+    """E_local of the 8,000 sequences (cached beside this file)."""
+    cache = Path(__file__).with_name("enum_t3.pt")
+    if not cache.exists():
+        torch.set_num_threads(1)
+        _, e = bt.enumerated_target(bt.dispersed_case("antiberty", 3, 4, 1.0))
+        torch.save(e, cache)
+    return torch.load(cache)
+
+
+def barriers() -> None:
+    """Each local minimum's escape barrier (the lowest saddle to a basin with a lower minimum; single-site moves),
+    by adding the sequences in order of energy (union-find), and the target's concentration per temperature."""
+    e = enumerated()
+    parent, added, lowest, escape = list(range(8000)), [False] * 8000, {}, {}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def neighbours(s):
+        a, b, c = s // (V * V), (s // V) % V, s % V
+        for k in range(V):
+            for t in ((k * V + b) * V + c, (a * V + k) * V + c, (a * V + b) * V + k):
+                if t != s:
+                    yield t
+    for s in torch.argsort(e).tolist():
+        added[s], lowest[s] = True, s
+        roots = sorted({find(t) for t in neighbours(s) if added[t]}, key=lambda r: float(e[lowest[r]]))
+        if not roots:
+            continue
+        for r in roots[1:]:
+            escape[lowest[r]] = float(e[s]) - float(e[lowest[r]])
+            parent[r] = roots[0]
+        parent[s] = find(roots[0])
+    print("lowest minima (the global one has no escape): E_local, escape barrier in nats at temperature 1")
+    for s, b in sorted(escape.items(), key=lambda kv: float(e[kv[0]]))[:8]:
+        print(f"  sequence {s}: E {float(e[s]):.2f}, barrier {b:.2f}")
+    for t in (1.0, 0.5, 0.3):
+        p = torch.softmax(-e / t, 0)
+        print(f"temperature {t}: mean E_local {float((p * e).sum()):.3f}, P(lowest) {float(p.max()):.3f}")
+
+
+def exact(paths: list[str]) -> None:
+    """Mean E_local and P(the lowest sequence, E_local 1.080: its energy is unique) of each saved run's draws at a
+    quarter, half and all of its sweeps, against the enumerated target, in MCSE units (ArviZ's bulk-ESS)."""
+    from arviz_stats.base import array_stats
+    e = enumerated()
+    p = torch.softmax(-e / TEMPERATURE, 0)
+    mean, low, p_low = float((p * e).sum()), float(e.min()), float(p.max())
+    print(f"exact: mean E_local {mean:.4f}, P(lowest, E={low:.3f}) {p_low:.4f}")
+    for f in paths:
+        s = torch.load(f, weights_only=False)
+        k, tr, ep = s["names"].index("e_local"), s["traces"][0], s["epochs"]
+        for frac in (0.25, 0.5, 1.0):
+            last = int(round(frac * len(s["rows_cum"])))
+            x = tr[:, ((ep >= s["burn_in"]) & (ep < last)).nonzero().flatten(), k].double().numpy()
+            out = []
+            for name, v, want in (("mean E", x, mean), ("P(lowest)", (x < low + 1e-3).astype(float), p_low)):
+                ess = float(array_stats.ess(v, method="bulk", chain_axis=0, draw_axis=1))
+                out.append(f"{name} {v.mean():.4f} (exact {want:.4f}, ESS {ess:.0f}, "
+                           f"z {(v.mean() - want) / (v.std() / np.sqrt(ess)):+.2f})")
+            cpu = s["cpu_at"][last - 1] if s.get("cpu_at") else s["cpu"] * s["rows_cum"][last - 1] / s["rows_cum"][-1]
+            print(f"{Path(f).name} sweeps {last} cpu {cpu:.0f}: " + "; ".join(out))
+
+
+def match(pairs: list[str]) -> None:
+    """Plain MH's figures (bench_tempering.window_figures) at each tempered budget's CPU seconds: the last plain
+    sweep within it by the plain run's per-sweep CPU clock."""
+    out = {}
+    for seed, (tempered, plain) in enumerate(zip(pairs[::2], pairs[1::2])):
+        t, d = json.loads(Path(tempered).read_text()), torch.load(plain, weights_only=False)
+        r = SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"], novel_rate=d["novel"])
+        out[seed] = {}
+        for k in sorted((k for k in t if k.isdigit()), key=int):
+            last = bt.last_within(d["cpu_at"], t[k]["cpu"], 0)
+            if last > d["burn_in"]:
+                out[seed][k] = bt.window_figures(r, d["rows_cum"], d["cpu"], d["burn_in"], last, d["cpu_at"])
+    Path("plain_at_tempered_cpu.json").write_text(json.dumps(out, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    {"barriers": lambda: barriers(), "exact": lambda: exact(sys.argv[2:]), "match": lambda: match(sys.argv[2:])}[
+        sys.argv[1]]()
