@@ -44,20 +44,22 @@ class OneLineParser(argparse.ArgumentParser):
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """argparse's "(default: X)" after a flag's help, except where it says nothing: no default (None), a
-    switch's False, or a help that already states its default in words ("(default: stdout)").
+    switch's False, or a help that already states its default in parentheses ("(default: stdout)", "(default 10
+    when ...)"). A help that only mentions a default of something else keeps the flag's own.
 
     Example:
         >>> p = argparse.ArgumentParser(formatter_class=DefaultsHelpFormatter)
         >>> _ = p.add_argument("--n", type=int, default=3, help="chains")
         >>> _ = p.add_argument("--out", help="file (default: stdout)")
         >>> _ = p.add_argument("--quiet", action="store_true", help="less")
-        >>> [" ".join(line.split()) for line in p.format_help().splitlines()[-3:]]
-        ['--n N chains (default: 3)', '--out OUT file (default: stdout)', '--quiet less']
+        >>> _ = p.add_argument("--w", type=float, default=1.0, help="weight; reference: the input by default")
+        >>> [" ".join(line.split()) for line in p.format_help().splitlines()[-4:]]
+        ['--n N chains (default: 3)', '--out OUT file (default: stdout)', '--quiet less', \
+'--w W weight; reference: the input by default (default: 1.0)']
     """
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if action.default is None or action.default is False or "default" in text:
+        if action.default is None or action.default is False or "(default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
