@@ -4,7 +4,8 @@
 * the import graph of ``mhfast`` (every ``import``, also those inside functions) has no cycle;
 * ``mhfast sample --help`` and ``mhfast translate --help`` list every sampler option with the
   spec's default, and the two commands reject a bad value with the same message;
-* ``docs/options.md`` holds the table generated from the spec, and ``docs/api.md`` names every option;
+* ``docs/options.md`` holds the table generated from the spec; ``docs/api.md`` and ``docs/cli.md`` name every
+  option and flag;
 * every C++/CUDA function in ``csrc/`` is at most 50 lines (signature to closing brace).
 """
 from __future__ import annotations
@@ -165,6 +166,14 @@ def test_docs_api_lists_every_option_of_the_spec():
     listed = re.search(r"The options \(([^)]*)\) are declared", text)
     assert listed, "docs/api.md: the sentence 'The options (...) are declared once' is gone"
     assert re.findall(r"`(\w+)`", listed.group(1)) == [o.name for o in options.SPEC if o.api]
+
+
+def test_docs_cli_lists_every_flag_of_the_spec():
+    """The same for docs/cli.md's list of the commands' sampler flags."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    listed = re.search(r"generated from\s+the option spec \((.*?); see \[`docs/options.md`\]", text, re.S)
+    assert listed, "docs/cli.md: the sentence listing the flags 'generated from the option spec (...)' is gone"
+    assert re.findall(r"`(--[\w-]+)`", listed.group(1)) == [o.flag for o in options.SPEC if o.cli]
 
 
 # ---------------------------------------------------------------------------- who may import what (issue 32)
