@@ -9,6 +9,16 @@ CPU budgets. Needs the runs' saved traces (``--save`` of bench/tempering_long.py
     python3 bench/tempering_runs/2026-11-29-antiberty-t3-cold/analysis.py barriers          # barriers.txt (~3 min)
     python3 .../analysis.py exact t0.pt t1.pt p0.pt p1.pt                                   # exact_check.txt
     python3 .../analysis.py match long_t_seed0.json p0.pt long_t_seed1.json p1.pt   # plain_at_tempered_cpu.json
+
+The 3x longer pair of seed 0 (2026-11-29, xlong_*; its first 12,000 sweeps are those of long_t_seed0 bit for bit):
+
+    python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --rungs 6 --seed 0 --epochs 36000 \
+        --burn-in 200 --at 1000 2000 4000 8000 12000 16000 20000 24000 28000 32000 --save t0.pt \
+        --out xlong_t_seed0.json
+    python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --plain --seed 0 --epochs 540000 \
+        --burn-in 2000 --at-cpu 154 600 1787 2380 2980 3570 4170 4760 5360 --save p0.pt --out xlong_p_seed0.json
+    python3 .../analysis.py trajectory t0.pt p0.pt 1000                                 # xlong_trajectory.md
+    python3 .../analysis.py exact t0.pt p0.pt                                           # xlong_exact_check.txt
 """
 import json
 import sys
@@ -108,6 +118,36 @@ def match(pairs: list[str]) -> None:
     Path("plain_at_tempered_cpu.json").write_text(json.dumps(out, indent=1, default=float))
 
 
+def _run(path: str) -> tuple:
+    d = torch.load(path, weights_only=False)
+    r = SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"], novel_rate=d["novel"])
+    return r, d
+
+
+def trajectory(tempered: str, plain: str, every: int) -> None:
+    """Max R-hat (and ESS, error of the mean E_local in MCSE) of a tempered run every ``every`` sweeps, with plain
+    MH's at the same CPU seconds (per-sweep CPU clocks of both runs), and the first budget from which the tempered
+    one stays below 1.01 to the end of the run: does a crossing last?"""
+    e = enumerated()
+    exact_mean = float((torch.softmax(-e / TEMPERATURE, 0) * e).sum())
+    (rt, t), (rp, p) = _run(tempered), _run(plain)
+    print("| sweeps | CPU s | max R-hat tempered | plain MH | ESS E_local tempered | plain MH | "
+          "mean E_local error / MCSE, tempered | plain MH |")
+    print("|---|---|---|---|---|---|---|---|")
+    below = None
+    for last in range(t["burn_in"] + every, len(t["rows_cum"]) + 1, every):
+        a = bt.window_figures(rt, t["rows_cum"], t["cpu"], t["burn_in"], last, t["cpu_at"])
+        k = bt.last_within(p["cpu_at"], a["cpu"], 0)
+        b = bt.window_figures(rp, p["rows_cum"], p["cpu"], p["burn_in"], k, p["cpu_at"]) if k > p["burn_in"] else None
+        below = (below or last) if a["rhat"] < 1.01 else None
+        z = [f"{(f['mean_e'] - exact_mean) / (f['sd_e'] / np.sqrt(f['ess_e'])):+.2f}" if f else "-" for f in (a, b)]
+        print(f"| {last} | {a['cpu']:.0f} | {a['rhat']:.4f} | {b['rhat'] if b else float('nan'):.3f} | "
+              f"{a['ess_e']:.0f} | {b['ess_e'] if b else float('nan'):.1f} | {z[0]} | {z[1]} |", flush=True)
+    print(f"tempered max R-hat below 1.01 from sweep {below} to the end" if below else
+          "tempered max R-hat not below 1.01 at the end")
+
+
 if __name__ == "__main__":
-    {"barriers": lambda: barriers(), "exact": lambda: exact(sys.argv[2:]), "match": lambda: match(sys.argv[2:])}[
+    {"barriers": lambda: barriers(), "exact": lambda: exact(sys.argv[2:]), "match": lambda: match(sys.argv[2:]),
+     "trajectory": lambda: trajectory(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1000)}[
         sys.argv[1]]()
