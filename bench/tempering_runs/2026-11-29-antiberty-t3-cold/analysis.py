@@ -103,25 +103,26 @@ def exact(paths: list[str]) -> None:
             print(f"{Path(f).name} sweeps {last} cpu {cpu:.0f}: " + "; ".join(out))
 
 
+def _run(path: str) -> tuple:
+    """A saved run (``--save`` of bench/tempering_long.py): the result fields bench_tempering.window_figures reads,
+    and the saved dict (rows, CPU clock, burn-in)."""
+    d = torch.load(path, weights_only=False)
+    r = SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"], novel_rate=d["novel"])
+    return r, d
+
+
 def match(pairs: list[str]) -> None:
     """Plain MH's figures (bench_tempering.window_figures) at each tempered budget's CPU seconds: the last plain
     sweep within it by the plain run's per-sweep CPU clock."""
     out = {}
     for seed, (tempered, plain) in enumerate(zip(pairs[::2], pairs[1::2])):
-        t, d = json.loads(Path(tempered).read_text()), torch.load(plain, weights_only=False)
-        r = SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"], novel_rate=d["novel"])
+        t, (r, d) = json.loads(Path(tempered).read_text()), _run(plain)
         out[seed] = {}
         for k in sorted((k for k in t if k.isdigit()), key=int):
             last = bt.last_within(d["cpu_at"], t[k]["cpu"], 0)
             if last > d["burn_in"]:
                 out[seed][k] = bt.window_figures(r, d["rows_cum"], d["cpu"], d["burn_in"], last, d["cpu_at"])
     Path("plain_at_tempered_cpu.json").write_text(json.dumps(out, indent=1, default=float))
-
-
-def _run(path: str) -> tuple:
-    d = torch.load(path, weights_only=False)
-    r = SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"], novel_rate=d["novel"])
-    return r, d
 
 
 def trajectory(tempered: str, plain: str, every: int) -> None:
