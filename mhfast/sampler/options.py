@@ -641,6 +641,10 @@ SPEC: tuple[Option, ...] = (
            cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
+    Option("replicas", False, _bool, "with tempering: also return the auxiliary replicas, every rung's final "
+           "states (SampleResult.replica_tokens) and each replica's target energy after every epoch "
+           "(replica_energy); rung k's chains sample exp(-E / T_k), so one run gives samples at every temperature "
+           "of the ladder (after burn-in, when the ladder is fixed)", "-", "flag", cli=False),
     Option("extra_energy", None, _described("a callable, or a list of callables, (callable, weight) pairs and an "
            "AllowedTokens")(lambda v: _as_option_error(check_extra_energy, v)),
            "energy terms added to the MLM energy (product of experts; see mhfast.energy_terms): the target is "
@@ -838,6 +842,9 @@ def _tempering_checks(values: dict, name_of: Callable[[str], str]) -> None:
     itself: the ladder would have to move with it), the dynamic step, and a ladder that starts at the target."""
     ladder = values["tempering"]
     if ladder is None:
+        if values["replicas"]:
+            raise OptionError(f"{name_of('replicas')} (True) has no effect without {name_of('tempering')}: there "
+                              "are no auxiliary replicas to return")
         return
     name = name_of("tempering")
     if KERNELS[values["sampler"]].capabilities.always_accepts:

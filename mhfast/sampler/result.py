@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import diagnostics_report
+from . import diagnostics_report, tempering
 from .driver import Trace
 from .problem import Problem
 from .state import ChainCounts, ChainState
@@ -84,6 +84,11 @@ class SampleResult:
             the pooled ``acceptance_rate``/``novel_rate``, ``chain_*`` and ``position_*`` the target chains'.
         round_trips: Long[B, C] after burn-in, per chain, how many times a replica's state went from the target
             rung to the hottest and back (how often the hot replicas' exploration reaches the samples).
+        replica_tokens: Long[B, K, C, T] with ``tempering`` and ``replicas=True`` (None without): the final states
+            at every rung k of ``ladder`` (rung 0: ``tokens``); rung k's chains sample ``exp(-E / ladder[b, k])``,
+            the auxiliary targets. An input that left the batch early (``until_rhat``): its last states.
+        replica_energy: f32[B, K, C, E] likewise: the target energy (as ``energy``: unscaled by the temperature) of
+            the state at every rung after each epoch's swaps (NaN after an input left the batch).
         diagnostics: (property) per input, ArviZ's R-hat, bulk/tail ESS and MCSE of the mean of every traced
             summary (:mod:`mhfast.sampler.diagnostics`); also :meth:`summary`, :meth:`to_arviz`.
     """
@@ -132,6 +137,8 @@ class SampleResult:
     ladder: torch.Tensor | None = None
     swap_rate: torch.Tensor | None = None
     round_trips: torch.Tensor | None = None
+    replica_tokens: torch.Tensor | None = None
+    replica_energy: torch.Tensor | None = None
     _diagnostics: list | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -239,9 +246,10 @@ def _choose_candidates(problem: Problem, result: dict, select: str) -> torch.Ten
     return chosen
 
 
-#: the per-input fields of :meth:`mhfast.sampler.adaptive.RunMonitor.result_fields` (a kept candidate's are kept)
+#: the per-input fields of :meth:`mhfast.sampler.adaptive.RunMonitor.result_fields` and of the tempering kernel's
+#: (:meth:`mhfast.sampler.tempering.Tempered.result_fields`): a kept candidate's are kept
 PER_INPUT = ("traces", "position_proposals", "position_accepted", "position_changed", "epochs_run", "converged",
-             "ladder", "swap_rate", "round_trips")  # and the tempering kernel's (tempering.Tempered.result_fields)
+             *tempering.per_input_fields())
 
 
 def assemble(problem: Problem, state: ChainState, trace: Trace, cfg, model_rows: int, model_calls: int,

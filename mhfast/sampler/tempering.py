@@ -21,7 +21,9 @@ after burn-in is a plain Markov chain with a fixed ladder.
 Only rung 0 is a sample (:meth:`Tempered.samples`: what the driver traces, records and returns); the
 others are auxiliary. Counters (:meth:`Tempered.result_fields`): the final ladder, each adjacent pair's swap
 acceptance rate after burn-in, and each chain's round trips after burn-in (a replica's state reaching the
-hottest rung from the target rung and coming back: how often information crosses the ladder).
+hottest rung from the target rung and coming back: how often information crosses the ladder). Asked for (option
+``replicas``), the auxiliary replicas too: every rung's final states and each replica's energy after every sweep
+(each rung samples its own tempered target, so these are samples at K temperatures from one run).
 
 Example:
     >>> import mhfast
@@ -66,8 +68,9 @@ class Tempered:
     chain and swaps neighbours after each sweep (module doc). ``samples(state)`` are the target's chains."""
 
     def __init__(self, inner: Any, tempering: Any, chains: int, burn_in: int, target_temperature: float,
-                 uniforms_op: Callable = rng.counter_uniforms):
+                 uniforms_op: Callable = rng.counter_uniforms, replicas: bool = False):
         self.inner, self.C, self.burn_in = inner, int(chains), int(burn_in)
+        self.replicas = bool(replicas)  #: keep every rung's final states and per-sweep energies (_record)
         #: the backend's counter_uniforms for the swaps' uniforms (compiled: one kernel; the reference twin, the
         #: default, makes ~50 small ops of the same numbers: launches that a GPU pays one by one)
         self.uniforms_op = uniforms_op
@@ -113,6 +116,8 @@ class Tempered:
         self._counts_at_heat: torch.Tensor | None = None
         self._sample_counts: torch.Tensor | None = None  # the rung-0 rows' counts at the last epoch's end
         self._pairs_made: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # _pairs'
+        self._replica_tokens: torch.Tensor | None = None  # Long[B, K, C, T] every rung's last recorded states
+        self._replica_energy: list[torch.Tensor] = []  # f32[B, K, C] per sweep (NaN: the input had left)
         return self.inner.init(full)
 
     def sweep(self, state: ChainState, epoch: Epoch) -> list[Any]:
@@ -120,7 +125,10 @@ class Tempered:
 
     def step(self, state: ChainState, epoch: Epoch, move: Any) -> tuple[ChainState, StepInfo]:
         if isinstance(move, str) and move == SWAP:
-            return self._swap(state, epoch), StepInfo(0, 0, 0, scored=True)
+            state = self._swap(state, epoch)
+            if self.replicas:  # (the swap is every sweep's last move: the sweep's end state, forced epochs too)
+                self._record(state)
+            return state, StepInfo(0, 0, 0, scored=True)
         return self.inner.step(state, self._tempered(epoch, state), move)
 
     def restrict(self, state: ChainState, keep: torch.Tensor) -> ChainState:
@@ -158,17 +166,21 @@ class Tempered:
         proposals, accepted, novel = (now - before).sum(dim=1).tolist()
         return StepInfo(proposals, accepted, novel, info.scored)
 
-    def result_fields(self) -> dict[str, torch.Tensor]:
+    def result_fields(self) -> dict[str, torch.Tensor | None]:
         """Per input (every input of the run): ``ladder`` f64[B, K] the final temperatures, ``swap_rate``
         f64[B, K-1] each adjacent pair's accepted share of swaps after burn-in (NaN: none proposed),
-        ``round_trips`` Long[B, C] each chain's round trips after burn-in."""
+        ``round_trips`` Long[B, C] each chain's round trips after burn-in; with ``replicas``, ``replica_tokens``
+        Long[B, K, C, T] every rung's final states (an input that left the batch early: its last ones) and
+        ``replica_energy`` f32[B, K, C, E] the target energy at each rung after every sweep (None without)."""
         self._save_ladder()
         proposed, accepted = self.swaps
         rate = torch.where(proposed > 0, accepted / proposed.clamp(min=1), torch.full_like(proposed, float("nan")))
         advice = ladder.sparse_ladder(rate, proposed)
         if advice is not None:  # (a cut ladder is not an error: the target chains are still exact, only unhelped)
             warnings.warn(f"mhfast.sample: {advice}", stacklevel=2)
-        return {"ladder": self._ladder_all.clone(), "swap_rate": rate, "round_trips": self.round_trips.clone()}
+        energy = torch.stack(self._replica_energy, dim=-1) if self.replicas and self._replica_energy else None
+        return {"ladder": self._ladder_all.clone(), "swap_rate": rate, "round_trips": self.round_trips.clone(),
+                "replica_tokens": self._replica_tokens, "replica_energy": energy}
 
     # --- internals ---
     def _tempered(self, epoch: Epoch, state: ChainState) -> Epoch:
@@ -278,6 +290,18 @@ class Tempered:
                           torch.full_like(tested, float("nan")))
         return hot, now
 
+    def _record(self, state: ChainState) -> None:
+        """Every rung's states and target energies at the end of a sweep, into the records of every input of the
+        run (an input that left the batch keeps its last states; its energies are NaN from then on)."""
+        B, K, C = self.betas.shape[0], self.K, self.C
+        T = state.tokens.shape[1]
+        if self._replica_tokens is None:
+            self._replica_tokens = state.tokens.new_zeros((self._ladder_all.shape[0], K, C, T))
+        self._replica_tokens[self.inputs.to(state.tokens.device)] = state.tokens.view(B, K, C, T)
+        energy = torch.full((self._ladder_all.shape[0], K, C), float("nan"))
+        energy[self.inputs] = state.target.view(B, K, C).float().cpu()
+        self._replica_energy.append(energy)
+
     def _save_ladder(self) -> None:
         """The current ladders into the per-input record of every input of the run."""
         self._ladder_all[self.inputs] = 1.0 / self.betas
@@ -302,9 +326,10 @@ def wrap(kernel: Any, cfg: Any, uniforms_op: Callable = rng.counter_uniforms) ->
     backend's counter_uniforms)."""
     if cfg.tempering is None:
         return kernel
-    return Tempered(kernel, cfg.tempering, cfg.chains, cfg.burn_in, cfg.target_temperature, uniforms_op)
+    return Tempered(kernel, cfg.tempering, cfg.chains, cfg.burn_in, cfg.target_temperature, uniforms_op,
+                    cfg.replicas)
 
 
 def per_input_fields() -> Sequence[str]:
     """The :class:`~mhfast.sampler.result.SampleResult` fields of :meth:`Tempered.result_fields` (inputs first)."""
-    return ("ladder", "swap_rate", "round_trips")
+    return ("ladder", "swap_rate", "round_trips", "replica_tokens", "replica_energy")

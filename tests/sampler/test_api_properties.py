@@ -258,7 +258,7 @@ OTHER_VALUE = {
     "compile": True, "length_beam": 2, "record": "final", "select": "energy",
     "extra_energy": [(lambda tokens: (tokens == 0).sum(dim=1).float(), 0.7)],
     "start": "random", "trace_every": 2, "until_rhat": 1.5, "min_ess": 1.0, "delayed": "window:1", "tempering": 2,
-    "delayed_min_temperature": 0.5,
+    "delayed_min_temperature": 0.5, "replicas": True,
 }
 #: Options whose other value returns the same chains by design (their own tests check that): they may act
 #: without changing anything here, so only a crash counts.

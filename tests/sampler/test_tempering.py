@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,8 +25,8 @@ from mhfast.sampler.state import ChainState
 from mhfast.sampler.step import StepInfo
 from mhfast.sampler.tempering import Tempered, swap_log_alpha
 from test_energy_terms import TableTerm, term_target
-from exact_checks import (coupled_modes, empirical, enumerate_states, masks, run_and_compare, sample,
-                          target_distribution, tiny_bert, tv_and_bound)
+from exact_checks import (coupled_modes, empirical, energies, enumerate_states, masks, run_and_compare, sample,
+                          tiny_bert, tv_and_bound)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -55,15 +57,26 @@ def test_target_replicas_match_enumeration(name, kwargs, device):
     tau = kwargs.pop("tau", 1.0)
     if isinstance(kwargs["tempering"], list):
         kwargs["tempering"] = [t * tau for t in kwargs["tempering"]]
-    p = target_distribution(model, states, torch.ones(3, dtype=torch.bool), kwargs["energy"], tau)
     r = sample(device, model, init=template[None], chains=N, epochs=30, burn_in=8, seed=1, target_temperature=tau,
-               **kwargs)
-    tv, bound = tv_and_bound(p, empirical(states, r.tokens[0]), N)
-    assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
+               replicas=True, **kwargs)
     K = ladder.rungs(kwargs["tempering"])
     assert r.tokens.shape == (1, N, 3) and r.ladder.shape == (1, K) and r.round_trips.shape == (1, N)
     assert float(r.ladder[0, 0]) == tau and bool((r.ladder[0, 1:] > r.ladder[0, :-1]).all())
     assert bool(((r.swap_rate > 0) & (r.swap_rate <= 1)).all()), r.swap_rate
+    # every rung, the target's (its states are the samples) and the auxiliary ones (replicas=True), at its own
+    # temperature of the final ladder (fixed since burn-in): the final states, and the mean energy over the epochs
+    # after burn-in, within 4 standard errors; a chain's mean over epochs varies no more than one draw, and the
+    # chains are independent, so sd / sqrt(N) bounds the error (a neighbouring rung's temperature is > 7 away)
+    assert torch.equal(r.replica_tokens[:, 0], r.tokens)
+    e_raw, e_local = energies(model, states, torch.ones(3, dtype=torch.bool))
+    e = (e_raw if kwargs["energy"] == "raw" else e_local).double()
+    for k, temperature in enumerate(r.ladder[0].tolist()):
+        p = torch.softmax(-e / temperature, dim=0)
+        tv, bound = tv_and_bound(p, empirical(states, r.replica_tokens[0, k]), N)
+        assert tv < bound, f"{name}, rung {k} (temperature {temperature:.3f}): TV {tv:.4f} >= bound {bound:.4f}"
+        mean, sd = float((p * e).sum()), float((p * (e - (p * e).sum()) ** 2).sum().sqrt())
+        z = (float(r.replica_energy[0, k, :, 8:].double().mean()) - mean) / (sd / math.sqrt(N))
+        assert abs(z) < 4, f"{name}, rung {k} (temperature {temperature:.3f}): mean energy {z:+.1f} SE off"
 
 
 @pytest.mark.parametrize("sampler", ["mh", "block-mh"])
@@ -86,12 +99,14 @@ def test_with_an_extra_energy_term_the_target_replicas_are_exact(sampler, device
 def test_the_static_step_gives_the_dynamic_steps_tempered_chains(tempering):
     """capture='static' (the step a CUDA graph replays) with tempering: the rungs' betas as a buffer, a swap's rows
     copied into the step's buffers. On a tabular model (rows do not depend on their batch) the chains, swaps,
-    ladders and round trips equal the dynamic step's bit for bit."""
+    ladders and round trips (and every rung's states and energies) equal the dynamic step's bit for bit."""
     model = TabularMLM.random(num_tokens=3, length=4, seed=11, scale=0.5, features=True)
-    kw = dict(chains=6, epochs=20, burn_in=6, seed=3, energy="local", tempering=tempering, record="epoch")
+    kw = dict(chains=6, epochs=20, burn_in=6, seed=3, energy="local", tempering=tempering, record="epoch",
+              replicas=True)
     a, b = mhfast.sample(model, 4, **kw), mhfast.sample(model, 4, capture="static", **kw)
     assert b.model_rows > a.model_rows  # (the static step forwards every moving chain's rows)
-    for f in ("tokens", "energy", "history", "ladder", "swap_rate", "round_trips", "acceptance_rate"):
+    for f in ("tokens", "energy", "history", "ladder", "swap_rate", "round_trips", "acceptance_rate",
+              "replica_tokens", "replica_energy"):
         assert torch.equal(getattr(a, f), getattr(b, f)), f
     assert int(a.round_trips.sum()) > 0 and bool((a.swap_rate > 0).all())
 
@@ -361,6 +376,57 @@ def test_pooled_acceptance_rates_are_the_target_chains_like_the_per_chain_counts
     assert r.proposals > int(proposals.sum())  # ... while proposals counts the hot replicas' too
 
 
+# ---------------------------------------------------------------------------- the auxiliary replicas, if asked
+@pytest.mark.parametrize("until_rhat", [None, 1.03], ids=["fixed-epochs", "until-rhat"])
+def test_replicas_returns_every_rungs_states_and_energies_without_changing_the_chains(until_rhat):
+    """``replicas=True`` returns what the run held at every rung (each state's energy is its own, rescored), the
+    target's rung as the samples, and leaves the chains as they are without it; an input that left the batch
+    (until_rhat) keeps its last states and has NaN energies after its last epoch."""
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=0.5)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p], [m, m, m, m]])
+    base = dict(chains=4, epochs=120 if until_rhat else 12, burn_in=6, seed=1, start="random", energy="local",
+                tempering=3, until_rhat=until_rhat, min_ess=80 if until_rhat else None)
+    r = mhfast.sample(model, init=init, replicas=True, **base)
+    plain = mhfast.sample(model, init=init, **base)
+    assert plain.replica_tokens is None and plain.replica_energy is None
+    for name in ("tokens", "best_tokens", "energy", "ladder", "swap_rate", "round_trips", "chain_accepted"):
+        torch.testing.assert_close(getattr(r, name), getattr(plain, name), rtol=0, atol=0, equal_nan=True, msg=name)
+    B, K, C, T, E = 3, 3, 4, 4, r.e_local.shape[0]
+    assert r.replica_tokens.shape == (B, K, C, T) and r.replica_energy.shape == (B, K, C, E)
+    assert torch.equal(r.replica_tokens[:, 0], r.tokens)
+    for b in range(B):
+        ran = int(r.epochs_run[b])
+        assert torch.equal(r.replica_energy[b, 0, :, ran - 1], r.energy[b]), b
+        e = r.replica_energy[b]
+        assert bool(e[:, :, :ran].isfinite().all()) and bool(e[:, :, ran:].isnan().all()), b
+        rescored = mhfast.energy(model, r.replica_tokens[b].reshape(K * C, T), energy="local").e_local.view(K, C)
+        assert torch.allclose(rescored, r.replica_energy[b, :, :, ran - 1], atol=1e-5), b
+    if until_rhat:
+        assert len(set(r.epochs_run.tolist())) > 1, r.epochs_run  # inputs left at different epochs
+    # the hot rungs move more: their energies spread wider over the epochs after burn-in
+    spread = r.replica_energy[:, :, :, 6:].nan_to_num(nan=0.0).std(dim=-1).mean(dim=(0, 2))
+    assert float(spread[-1]) > float(spread[0]), spread
+
+
+def test_with_a_length_beam_the_kept_candidates_replicas_are_returned():
+    """source= with length_beam 2: each candidate has its own replicas; the result keeps the chosen one's, whose
+    rung 0 is the returned chains."""
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3, 4), num_sources=3, seed=5)
+    r = mhfast.sample(model, source=[0, 1, 2], length_beam=2, chains=3, epochs=8, burn_in=2, seed=0, tempering=3,
+                      replicas=True)
+    assert r.replica_tokens.shape[:3] == (3, 3, 3) and r.replica_energy.shape == (3, 3, 3, 8)
+    assert torch.equal(r.replica_tokens[:, 0], r.tokens)
+    assert torch.equal(r.replica_energy[:, 0, :, -1], r.energy)
+
+
+def test_replicas_without_tempering_is_an_error_naming_both():
+    with pytest.raises(ValueError, match="replicas .*has no effect without tempering"):
+        mhfast.sample(_model(), 3, epochs=2, burn_in=0, replicas=True)
+
+
 # ---------------------------------------------------------------------------- options and errors
 @pytest.mark.parametrize("value,message", [
     ([2.0, 1.0], "strictly increasing"), ([1.0, 1.0], "strictly increasing"), ([1.0, -2.0], "> 0"),
@@ -445,3 +511,13 @@ def test_a_ladder_whose_rungs_never_swap_warns_with_the_rungs_it_needs():
         warnings.simplefilter("error")  # a close ladder: no advice
         close = mhfast.sample(model, 6, tempering=[1.0, 1.05], **kw)
     assert float(close.swap_rate[0, 0]) >= ladder.SPARSE_SWAP
+
+
+def test_the_docs_replicas_example_prints_what_it_shows(capsys):
+    """docs/tempering.md's example of the auxiliary replicas (stepping stones against enumeration) runs and prints
+    the output the page shows."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "tempering.md").read_text(encoding="utf-8")
+    section = text.split("## The auxiliary replicas", 1)[1]
+    code, shown = re.search(r"```python\n(.*?)```\n\n```text\n(.*?)```", section, re.S).groups()
+    exec(compile(code, "docs/tempering.md", "exec"), {})
+    assert capsys.readouterr().out == shown
