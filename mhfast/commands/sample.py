@@ -23,6 +23,7 @@ import torch
 
 from ..files import stdout_print
 from ..sampler import options
+from ..sampler.tempering import counters_line
 from . import _diagnostics, _energy_terms
 
 NAME = "sample"
@@ -384,21 +385,6 @@ def delayed_stats(result: Any) -> str:
             f"({accepted / max(passed, 1):.3f}), rows saved {result.delayed_rows_saved}")
 
 
-def tempering_line(ladder: Any, swap_rate: Any, round_trips: Any) -> str:
-    """One input's tempering counters: the final ladder, the swap rate of each adjacent pair and the round trips
-    of each chain, after burn-in (mhfast.sampler.tempering).
-
-    Example:
-        >>> import torch
-        >>> tempering_line(torch.tensor([1.0, 2.5]), torch.tensor([0.25]), torch.tensor([3, 0]))
-        'tempering: ladder 1,2.5  swap rates 0.25  round trips 3,0 (after burn-in)'
-    """
-    ladder_text = ",".join(f"{float(t):.3g}" for t in ladder)
-    rates = ",".join(f"{float(r):.2f}" for r in swap_rate)
-    trips = ",".join(str(int(n)) for n in round_trips)
-    return f"tempering: ladder {ladder_text}  swap rates {rates}  round trips {trips} (after burn-in)"
-
-
 def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, seconds: float) -> None:
     """Samples with their energies, the best sample per input, and the run's rates."""
     from ..sampler.result import summary_epochs, target_label
@@ -418,7 +404,7 @@ def print_result(lm: Any, result: Any, energy: str, args: argparse.Namespace, se
             stdout_print(f"  {'converged' if bool(result.converged[b]) else 'not converged'} after "
                          f"{int(result.epochs_run[b])} epochs")
         if getattr(result, "ladder", None) is not None:  # --tempering
-            stdout_print("  " + tempering_line(result.ladder[b], result.swap_rate[b], result.round_trips[b]))
+            stdout_print("  " + counters_line(result.ladder[b], result.swap_rate[b], result.round_trips[b]))
     stdout_print(f"[{energy}] acceptance {acc:.3f}  novel {novel:.3f} (mean over {which})  "
                  f"model rows {result.model_rows}"
                  + (f" (memo hits {result.memo_hits})" if result.memo_hits else "") + delayed_stats(result)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from . import diagnostics
+from .tempering import counters_line
 
 
 def input_draws(result: Any, b: int) -> np.ndarray:
@@ -50,13 +51,18 @@ def per_input(result: Any) -> list[dict[str, dict[str, float]]]:
 
 def summary(result: Any, inputs: Any = None) -> str:
     """A compact table in the spirit of ``arviz.summary``: per input and summary the mean, sd, mcse_mean, ess_bulk,
-    ess_tail and r_hat of the post-burn-in draws, then one line per input (epochs run, converged)."""
+    ess_tail and r_hat of the post-burn-in draws, then one line per input (epochs run, converged; with tempering
+    also its counters, since a ladder that never brings a state down to the target explains a high R-hat)."""
     _check_chains(result)
     B = result.traces.shape[0]
     chosen = range(B) if inputs is None else list(inputs)
     diags = result.diagnostics
     rows = [(str(b), diagnostics.summary_rows(input_draws(result, b), result.trace_names, diags[b])) for b in chosen]
-    return "\n".join([diagnostics.format_table(rows, result.traces.shape[1])] + [input_line(result, b) for b in chosen])
+    lines = [input_line(result, b) for b in chosen]
+    if getattr(result, "ladder", None) is not None:
+        lines = [f"{line}\n  {counters_line(result.ladder[b], result.swap_rate[b], result.round_trips[b])}"
+                 for b, line in zip(chosen, lines)]
+    return "\n".join([diagnostics.format_table(rows, result.traces.shape[1])] + lines)
 
 
 def input_line(result: Any, b: int, label: str | None = None) -> str:

@@ -333,3 +333,18 @@ def wrap(kernel: Any, cfg: Any, uniforms_op: Callable = rng.counter_uniforms) ->
 def per_input_fields() -> Sequence[str]:
     """The :class:`~mhfast.sampler.result.SampleResult` fields of :meth:`Tempered.result_fields` (inputs first)."""
     return ("ladder", "swap_rate", "round_trips", "replica_tokens", "replica_energy")
+
+
+def counters_line(ladder: Any, swap_rate: Any, round_trips: Any) -> str:
+    """One input's tempering counters in a line (``mhfast sample`` prints it, ``SampleResult.summary()`` after each
+    input's verdict line): the final ladder, the swap rate of each adjacent pair and the round trips of each chain,
+    after burn-in.
+
+    Example:
+        >>> counters_line(torch.tensor([1.0, 2.5]), torch.tensor([0.25]), torch.tensor([3, 0]))
+        'tempering: ladder 1,2.5  swap rates 0.25  round trips 3,0 (after burn-in)'
+    """
+    ladder_text = ",".join(f"{float(t):.3g}" for t in ladder)
+    rates = ",".join(f"{float(r):.2f}" for r in swap_rate)
+    trips = ",".join(str(int(n)) for n in round_trips)
+    return f"tempering: ladder {ladder_text}  swap rates {rates}  round trips {trips} (after burn-in)"

@@ -422,6 +422,19 @@ def test_with_a_length_beam_the_kept_candidates_replicas_are_returned():
     assert torch.equal(r.replica_energy[:, 0, :, -1], r.energy)
 
 
+def test_the_summary_shows_each_inputs_tempering_counters_under_its_verdict():
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=0.5)
+    m, p = model.mask_id, model.pad_id
+    r = mhfast.sample(model, init=torch.tensor([[m, m, m, m], [m, m, m, p]]), chains=4, epochs=40, burn_in=6, seed=1,
+                      start="random", tempering=3)
+    lines = r.summary().splitlines()
+    for b in range(2):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"input {b}:"))
+        trips = ",".join(str(int(n)) for n in r.round_trips[b])
+        assert lines[at + 1].startswith("  tempering: ladder 1,") and f"round trips {trips} " in lines[at + 1]
+    assert "tempering" not in mhfast.sample(model, 4, chains=2, epochs=4, burn_in=1).summary()
+
+
 def test_replicas_without_tempering_is_an_error_naming_both():
     with pytest.raises(ValueError, match="replicas .*has no effect without tempering"):
         mhfast.sample(_model(), 3, epochs=2, burn_in=0, replicas=True)

@@ -45,6 +45,13 @@ def enumerated() -> torch.Tensor:
     return torch.load(cache)
 
 
+def target() -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The enumerated energies, the target's probabilities at TEMPERATURE and its mean E_local."""
+    e = enumerated()
+    p = torch.softmax(-e / TEMPERATURE, 0)
+    return e, p, float((p * e).sum())
+
+
 def barriers() -> None:
     """Each local minimum's escape barrier (the lowest saddle to a basin with a lower minimum; single-site moves),
     by adding the sequences in order of energy (union-find), and the target's concentration per temperature."""
@@ -84,9 +91,8 @@ def exact(paths: list[str]) -> None:
     """Mean E_local and P(the lowest sequence, E_local 1.080: its energy is unique) of each saved run's draws at a
     quarter, half and all of its sweeps, against the enumerated target, in MCSE units (ArviZ's bulk-ESS)."""
     from arviz_stats.base import array_stats
-    e = enumerated()
-    p = torch.softmax(-e / TEMPERATURE, 0)
-    mean, low, p_low = float((p * e).sum()), float(e.min()), float(p.max())
+    e, p, mean = target()
+    low, p_low = float(e.min()), float(p.max())
     print(f"exact: mean E_local {mean:.4f}, P(lowest, E={low:.3f}) {p_low:.4f}")
     for f in paths:
         s = torch.load(f, weights_only=False)
@@ -129,8 +135,7 @@ def trajectory(tempered: str, plain: str, every: int) -> None:
     """Max R-hat (and ESS, error of the mean E_local in MCSE) of a tempered run every ``every`` sweeps, with plain
     MH's at the same CPU seconds (per-sweep CPU clocks of both runs), and the first budget from which the tempered
     one stays below 1.01 to the end of the run: does a crossing last?"""
-    e = enumerated()
-    exact_mean = float((torch.softmax(-e / TEMPERATURE, 0) * e).sum())
+    exact_mean = target()[2]
     (rt, t), (rp, p) = _run(tempered), _run(plain)
     print("| sweeps | CPU s | max R-hat tempered | plain MH | ESS E_local tempered | plain MH | "
           "mean E_local error / MCSE, tempered | plain MH |")
