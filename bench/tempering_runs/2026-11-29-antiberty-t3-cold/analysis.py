@@ -10,15 +10,16 @@ CPU budgets. Needs the runs' saved traces (``--save`` of bench/tempering_long.py
     python3 .../analysis.py exact t0.pt t1.pt p0.pt p1.pt                                   # exact_check.txt
     python3 .../analysis.py match long_t_seed0.json p0.pt long_t_seed1.json p1.pt   # plain_at_tempered_cpu.json
 
-The 3x longer pair of seed 0 (2026-11-29, xlong_*; its first 12,000 sweeps are those of long_t_seed0 bit for bit):
+The 3x longer pairs of seeds 0 and 1 (2026-11-29, xlong_*; their first 12,000 sweeps are those of long_t_seed* bit
+for bit; seed 1: the same commands with --seed 1, t1.pt, p1.pt and *_seed1 outputs):
 
     python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --rungs 6 --seed 0 --epochs 36000 \
         --burn-in 200 --at 1000 2000 4000 8000 12000 16000 20000 24000 28000 32000 --save t0.pt \
         --out xlong_t_seed0.json
     python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --plain --seed 0 --epochs 540000 \
         --burn-in 2000 --at-cpu 154 600 1787 2380 2980 3570 4170 4760 5360 --save p0.pt --out xlong_p_seed0.json
-    python3 .../analysis.py trajectory t0.pt p0.pt 1000                                 # xlong_trajectory.md
-    python3 .../analysis.py exact t0.pt p0.pt                                           # xlong_exact_check.txt
+    python3 .../analysis.py trajectory t0.pt p0.pt 1000                           # xlong_trajectory_seed0.md
+    python3 .../analysis.py exact t0.pt p0.pt                                     # xlong_exact_check_seed0.txt
 """
 import json
 import sys
