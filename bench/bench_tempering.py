@@ -114,6 +114,13 @@ def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0, de
     return case
 
 
+def ordinary_tokens(lm) -> list[int]:
+    """The tokens the sampler proposes at a free position (none of the model's special, mask or pad ids), in order:
+    :func:`enumerated_target`'s sequences run through their products in this order."""
+    special = {int(i) for i in lm.special_ids} | {int(lm.mask_id), int(lm.pad_id)}
+    return [t for t in range(int(lm.vocab_size)) if t not in special]
+
+
 def enumerated_target(case: dict, max_states: int = 20000) -> tuple[torch.Tensor, torch.Tensor]:
     """Every sequence the case's chains can reach (its ``init`` outside the free positions, ordinary tokens, what the
     sampler proposes, at them) and its E_local by ``mhfast.energy``: ``(states Long[S, W], e_local f64[S])``. Only
@@ -124,8 +131,7 @@ def enumerated_target(case: dict, max_states: int = 20000) -> tuple[torch.Tensor
     if init is None:
         raise ValueError(f"--exact: the {case['name']} case has no init to enumerate around (antiberty-dispersed only)")
     free = case["inputs"]["free_positions"][0].nonzero().flatten().tolist()
-    special = {int(i) for i in lm.special_ids} | {int(lm.mask_id), int(lm.pad_id)}
-    words = [t for t in range(int(lm.vocab_size)) if t not in special]
+    words = ordinary_tokens(lm)
     if len(words) ** len(free) > max_states:
         raise ValueError(f"--exact: {len(words)}^{len(free)} sequences is more than {max_states}: use a smaller "
                          "--dispersed-length")

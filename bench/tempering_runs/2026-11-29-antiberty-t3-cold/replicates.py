@@ -1,0 +1,132 @@
+"""The AntiBERTy T=3 case at target temperature 0.5, checked by independent replications instead of one long run's ESS.
+
+Seed 1's 3x longer tempered run ended 1.9 MCSE below the exact mean E_local (xlong_exact_check_seed1.txt, 2.6 at
+half its length), with an MCSE from the ESS of 4 chains. Is that the kernel or the error bar? Here the error bar
+needs no ESS estimate: one run of ``tempering=6`` with many chains (the ladder tuned in the first ``--burn-in``
+sweeps, as in the long runs, and fixed after), every chain from its own uniformly random residues, is as many
+independent replications. Each chain's average over the sweeps ``[--discard, --sweeps)`` is one estimate; the chains'
+averages are independent given the ladder, and any fixed ladder leaves the target exact, so their mean has the plain
+standard error sd / sqrt(n) (Student t, no autocorrelation model). Two more checks, as free of assumptions:
+
+- the transient: the same average over the sweeps ``[--burn-in, --discard)``: if the first window's chains had not
+  forgotten their start, the two windows would differ;
+- the final states: one draw per chain, iid, their mean E_local and P(lowest) with the binomial/iid error.
+
+The windows and the statistics are fixed here before the runs. Two processes, one core each (~60 min each on AMD EPYC):
+
+    python3 .../replicates.py --seed 10 --out replicates_seed10.json
+    python3 .../replicates.py --seed 11 --out replicates_seed11.json
+    python3 .../replicates.py --report replicates_seed10.json replicates_seed11.json     # replicates.txt
+
+Needs the enumerated energies (analysis.py's ``enum_t3.pt``, made on first use: ~3 min).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import analysis  # noqa: E402
+import bench_tempering as bt  # noqa: E402
+import mhfast  # noqa: E402
+
+
+def run(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    e, _, _ = analysis.target()
+    low = float(e.min())
+    case = bt.dispersed_case("antiberty", 3, args.chains, analysis.TEMPERATURE)
+    lm, free = case["model"], case["inputs"]["free_positions"]
+    pos = free[0].nonzero().flatten().tolist()
+    cpu, wall = time.process_time(), time.perf_counter()
+
+    def progress(epoch: int, stats: dict) -> None:
+        if (epoch + 1) % 200 == 0:  # is it on time?
+            print(f"  sweep {epoch + 1}: {time.process_time() - cpu:.0f} CPU s", flush=True)
+
+    r = mhfast.sample(lm, **case["inputs"], **case["options"], epochs=args.sweeps, burn_in=args.burn_in,
+                      seed=args.seed, tempering=args.rungs, progress=progress)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    x = r.traces[0][:, :, r.trace_names.index("e_local")].double().numpy()  # [C, sweeps]
+    ep = r.trace_epochs.numpy()
+    late, early = (ep >= args.discard), (ep >= args.burn_in) & (ep < args.discard)
+    # the final states' energies from the enumeration (the same 8,000 sequences, in itertools.product order)
+    words = bt.ordinary_tokens(lm)
+    index = {w: i for i, w in enumerate(words)}
+    final = r.tokens[0][:, pos].tolist()
+    e_final = [float(e[sum(index[t] * len(words) ** (len(pos) - 1 - j) for j, t in enumerate(s))]) for s in final]
+    out = {"seed": args.seed, "chains": args.chains, "sweeps": args.sweeps, "burn_in": args.burn_in,
+           "discard": args.discard, "rungs": args.rungs, "cpu": cpu, "wall": wall, "rows": r.model_rows,
+           "ladder": r.ladder[0].tolist(), "swap": r.swap_rate[0].tolist(),
+           "trips": r.round_trips[0].tolist(),
+           "late_mean": x[:, late].mean(1).tolist(), "late_low": (x[:, late] < low + 1e-3).mean(1).tolist(),
+           "early_mean": x[:, early].mean(1).tolist(), "early_low": (x[:, early] < low + 1e-3).mean(1).tolist(),
+           "final_e": e_final, "final_e_sampler": r.energy_local[0].tolist(),
+           # every chain's mean over each block of 100 sweeps: the approach to the target, sweep by sweep
+           "blocks": x[:, : x.shape[1] // 100 * 100].reshape(x.shape[0], -1, 100).mean(2).tolist()}
+    args.out.write_text(json.dumps(out) + "\n", encoding="utf-8")
+    print(f"seed {args.seed}: {args.chains} chains x {args.sweeps} sweeps, {cpu:.0f} CPU s, {r.model_rows} rows",
+          flush=True)
+
+
+def _line(name: str, v: np.ndarray, want: float) -> str:
+    se = v.std(ddof=1) / len(v) ** 0.5
+    return f"{name}: {v.mean():.4f} +- {se:.4f} (exact {want:.4f}, z {(v.mean() - want) / se:+.2f}, n {len(v)})"
+
+
+def report(paths: list[Path]) -> None:
+    e, p, mean = analysis.target()
+    p_low = float(p.max())
+    runs = [json.loads(q.read_text(encoding="utf-8")) for q in paths]
+    print(f"exact at target temperature {analysis.TEMPERATURE}: mean E_local {mean:.4f}, P(lowest) {p_low:.4f}")
+    for q in runs:
+        print(f"seed {q['seed']}: {q['chains']} chains x {q['sweeps']} sweeps (ladder tuned in {q['burn_in']}), "
+              f"{q['cpu']:.0f} CPU s, {q['rows']} rows; ladder {[round(t, 2) for t in q['ladder']]}, swap rates "
+              f"{min(q['swap']):.2f}-{max(q['swap']):.2f}, round trips per chain {np.mean(q['trips']):.1f}")
+    cat = {k: np.concatenate([np.asarray(q[k], dtype=float) for q in runs])
+           for k in ("late_mean", "late_low", "early_mean", "early_low", "final_e")}
+    a, b = runs[0]["discard"], runs[0]["sweeps"]
+    print(f"each chain's average over sweeps [{a}, {b}), one estimate per chain:")
+    print("  " + _line("mean E_local", cat["late_mean"], mean))
+    print("  " + _line("P(lowest)", cat["late_low"], p_low))
+    print(f"the transient: the same over sweeps [{runs[0]['burn_in']}, {a}):")
+    print("  " + _line("mean E_local", cat["early_mean"], mean))
+    print("  " + _line("P(lowest)", cat["early_low"], p_low))
+    fin = cat["final_e"]
+    print("each chain's final state, one iid draw per chain:")
+    print("  " + _line("mean E_local", fin, mean))
+    print("  " + _line("P(lowest)", (fin < float(e.min()) + 1e-3).astype(float), p_low))
+    blocks = np.concatenate([np.asarray(q["blocks"]) for q in runs])  # [chains, sweeps // 100]
+    print("mean E_local of all chains per block of 100 sweeps (from sweep 0):")
+    print("  " + " ".join(f"{v:.3f}" for v in blocks.mean(0)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=10)
+    ap.add_argument("--chains", type=int, default=512)
+    ap.add_argument("--sweeps", type=int, default=2400, help="sweeps in all, burn-in included")
+    ap.add_argument("--burn-in", type=int, default=400, help="sweeps that tune the ladder")
+    ap.add_argument("--discard", type=int, default=1000, help="first sweep of the averaged window")
+    ap.add_argument("--rungs", type=int, default=6)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--report", type=Path, nargs="*", default=None, help="summarise these runs' JSON files")
+    args = ap.parse_args()
+    if args.report:
+        report(args.report)
+    elif args.out is None:
+        ap.error("--out is needed to run")
+    else:
+        run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
