@@ -380,3 +380,27 @@ def test_bench_delayed_examples_run(monkeypatch):
     import bench_delayed
     result = doctest.testmod(bench_delayed, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 10 and result.failed == 0, result
+
+
+def test_replicates_mcse_coverage_of_iid_runs_is_right_and_stuck_runs_count_outside(monkeypatch):
+    """bench/tempering_runs/2026-11-29-antiberty-t3-cold/replicates.py's MCSE check on draws whose truth is known:
+    runs of 4 chains of iid N(1, 1) draws have their mean within 2 MCSE of 1 in about 95.4% of runs, and almost never
+    within 2 MCSE of 1.3; a run whose summary is constant (MCSE 0 or NaN) counts outside, and is said to."""
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "tempering_runs" / "2026-11-29-antiberty-t3-cold"))
+    import replicates
+
+    def share(line: str) -> float:
+        return float(re.search(r"\|z\| < 2 in ([0-9.]+) \[", line).group(1))
+
+    x = np.random.default_rng(0).normal(1.0, 1.0, size=(800, 100))
+    g = replicates.groups(x, low=-1.0, size=4)
+    assert len(g["e_mean"]) == 200 and set(g) >= {"e_rhat", "e_ess_bulk", "e_mcse_mean", "low_mean"}
+    assert 0.91 <= share(replicates._coverage(g, "e", 1.0)) <= 0.99
+    assert share(replicates._coverage(g, "e", 1.3)) < 0.05
+    # the lowest sequence's indicator (x < low + 1e-3) is never 1 here: a constant summary in every run
+    stuck = replicates.groups(x[:8], low=-100.0, size=4)
+    line = replicates._coverage(stuck, "low", 0.0)
+    assert "MCSE 0 or NaN in 2 (counted outside)" in line and share(line) == 0.0
