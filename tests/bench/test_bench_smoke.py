@@ -398,9 +398,9 @@ def test_replicates_mcse_coverage_of_iid_runs_is_right_and_stuck_runs_count_outs
     x = np.random.default_rng(0).normal(1.0, 1.0, size=(800, 100))
     g = replicates.groups(x, low=-1.0, size=4)
     assert len(g["e_mean"]) == 200 and set(g) >= {"e_rhat", "e_ess_bulk", "e_mcse_mean", "low_mean"}
-    assert 0.91 <= share(replicates._coverage(g, "e", 1.0)) <= 0.99
-    assert share(replicates._coverage(g, "e", 1.3)) < 0.05
+    assert 0.91 <= share(replicates.coverage_line(g, "e", 1.0)) <= 0.99
+    assert share(replicates.coverage_line(g, "e", 1.3)) < 0.05
     # the lowest sequence's indicator (x < low + 1e-3) is never 1 here: a constant summary in every run
     stuck = replicates.groups(x[:8], low=-100.0, size=4)
-    line = replicates._coverage(stuck, "low", 0.0)
+    line = replicates.coverage_line(stuck, "low", 0.0)
     assert "MCSE 0 or NaN in 2 (counted outside)" in line and share(line) == 0.0

@@ -110,7 +110,7 @@ def groups(x: np.ndarray, low: float, size: int) -> dict:
     return out
 
 
-def _coverage(g: dict, name: str, want: float) -> str:
+def coverage_line(g: dict, name: str, want: float) -> str:
     """How often a run's mean lies within 2 of its MCSEs of the exact value (0.954 if the MCSE is right)."""
     mcse = np.asarray(g[f"{name}_mcse_mean"])
     # a summary constant over a run's draws (its chains all stuck on or off the lowest sequence) has MCSE 0 or NaN:
@@ -167,8 +167,8 @@ def report(paths: list[Path]) -> None:
     print(f"  max R-hat of E_local and the lowest's indicator: median {np.median(rhat):.4g}, below 1.01 in "
           f"{(rhat < 1.01).mean():.3f}, above 1.2 in {(rhat > 1.2).mean():.3f}{nan}; bulk-ESS of E_local median "
           f"{np.median(g['e_ess_bulk']):.0f}")
-    print(f"  mean E_local: {_coverage(g, 'e', mean)}")
-    print(f"  P(lowest): {_coverage(g, 'low', p_low)}")
+    print(f"  mean E_local: {coverage_line(g, 'e', mean)}")
+    print(f"  P(lowest): {coverage_line(g, 'low', p_low)}")
     blocks = np.concatenate([np.asarray(q["blocks"]) for q in runs])  # [chains, sweeps // 100]
     print("mean E_local of all chains per block of 100 sweeps (from sweep 0):")
     print("  " + " ".join(f"{v:.3f}" for v in blocks.mean(0)))
