@@ -16,6 +16,7 @@ standard error sd / sqrt(n) (no autocorrelation model). Two more checks, as free
   within 2 MCSE of the exact value.
 
 With ``--rungs 0`` the same chains run plain MH instead: the test's power (it must fail a sampler that has not mixed).
+With ``--delayed`` they run delayed acceptance (issue 34) as well: its exactness on a real model.
 The windows and the statistics were fixed before the first runs (the MCSE check was added after them, and the runs
 repeated: the same chains bit for bit; then two seeds 5x longer, whose 11,000 averaged sweeps are about a 30-minute
 run's). One core each. With the memo each of the 8,000 sequences is scored about once (~26,000 rows in a run), so
@@ -27,6 +28,8 @@ run's). One core each. With the memo each of the 8,000 sequences is scored about
     python3 .../replicates.py --report replicates_plain_seed1?.json                         # replicates_plain.txt
     python3 .../replicates.py --seed 12 --sweeps 12000 --out replicates_12k_seed12.json    # and 13: ~25-35 min each
     python3 .../replicates.py --report replicates_12k_seed1?.json                           # replicates_12k.txt
+    python3 .../replicates.py --delayed window:0 --seed 20 --out replicates_delayed_seed20.json   # and 21
+    python3 .../replicates.py --report replicates_delayed_seed2?.json                       # replicates_delayed.txt
 
 Needs the enumerated energies (analysis.py's ``enum_t3.pt``, made on first use: ~3 min).
 """
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"  sweep {epoch + 1}: {time.process_time() - cpu:.0f} CPU s", flush=True)
 
     r = mhfast.sample(lm, **case["inputs"], **case["options"], epochs=args.sweeps, burn_in=args.burn_in,
-                      seed=args.seed, tempering=args.rungs or None, progress=progress)
+                      seed=args.seed, tempering=args.rungs or None, delayed=args.delayed, progress=progress)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     x = r.traces[0][:, :, r.trace_names.index("e_local")].double().numpy()  # [C, sweeps]
     ep = r.trace_epochs.numpy()
@@ -74,7 +77,8 @@ def run(args: argparse.Namespace) -> None:
     e_final = [float(e[sum(index[t] * len(words) ** (len(pos) - 1 - j) for j, t in enumerate(s))]) for s in final]
     out = {"seed": args.seed, "chains": args.chains, "sweeps": args.sweeps, "burn_in": args.burn_in,
            "discard": args.discard, "rungs": args.rungs, "group": args.group, "cpu": cpu, "wall": wall,
-           "rows": r.model_rows,
+           "rows": r.model_rows, "delayed": args.delayed,
+           "delayed_counts": [r.delayed_tested, r.delayed_passed, r.delayed_accepted, r.delayed_rows_saved],
            "ladder": r.ladder[0].tolist() if args.rungs else [analysis.TEMPERATURE],
            "swap": r.swap_rate[0].tolist() if args.rungs else [],
            "trips": r.round_trips[0].tolist() if args.rungs else [],
@@ -142,6 +146,10 @@ def report(paths: list[Path]) -> None:
                f"{[round(t, 2) for t in q['ladder']]}, swap rates {min(q['swap']):.2f}-{max(q['swap']):.2f}, round "
                f"trips per chain {np.mean(q['trips']):.1f}" if q["rungs"] else
                f"plain MH), {q['cpu']:.0f} CPU s, {q['rows']} rows")
+        if q.get("delayed"):
+            tested, passed, accepted, saved = q["delayed_counts"]
+            how += (f"; delayed={q['delayed']}: stage 1 {passed}/{tested} = {passed / max(tested, 1):.3f}, stage 2 "
+                    f"{accepted}/{passed} = {accepted / max(passed, 1):.3f}, {saved} rows saved")
         print(f"seed {q['seed']}: {q['chains']} chains x {q['sweeps']} sweeps ({how}")
     cat = {k: np.concatenate([np.asarray(q[k], dtype=float) for q in runs])
            for k in ("late_mean", "late_low", "early_mean", "early_low", "final_e")}
@@ -182,6 +190,9 @@ def main() -> int:
     ap.add_argument("--burn-in", type=int, default=400, help="sweeps that tune the ladder")
     ap.add_argument("--discard", type=int, default=1000, help="first sweep of the averaged window")
     ap.add_argument("--rungs", type=int, default=6, help="the ladder's rungs (0: plain MH, the test's power check)")
+    ap.add_argument("--delayed", default=None,
+                    help="delayed acceptance's first stage (option delayed), e.g. window:0 (the proposal's own row "
+                         "only: at T=3 the one first stage that is not the exact energy)")
     ap.add_argument("--group", type=int, default=4, help="chains per run in the MCSE check (4: the long runs')")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--report", type=Path, nargs="*", default=None, help="summarise these runs' JSON files")
