@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> None:
     x = r.traces[0][:, :, r.trace_names.index("e_local")].double().numpy()  # [C, sweeps]
     ep = r.trace_epochs.numpy()
     late, early = (ep >= args.discard), (ep >= args.burn_in) & (ep < args.discard)
+    at_low = analysis.at_lowest(x, low)
     # the final states' energies from the enumeration (the same 8,000 sequences, in itertools.product order)
     words = bt.ordinary_tokens(lm)
     index = {w: i for i, w in enumerate(words)}
@@ -84,8 +85,8 @@ def run(args: argparse.Namespace) -> None:
            "ladder": r.ladder[0].tolist() if args.rungs else [analysis.TEMPERATURE],
            "swap": r.swap_rate[0].tolist() if args.rungs else [],
            "trips": r.round_trips[0].tolist() if args.rungs else [],
-           "late_mean": x[:, late].mean(1).tolist(), "late_low": (x[:, late] < low + 1e-3).mean(1).tolist(),
-           "early_mean": x[:, early].mean(1).tolist(), "early_low": (x[:, early] < low + 1e-3).mean(1).tolist(),
+           "late_mean": x[:, late].mean(1).tolist(), "late_low": at_low[:, late].mean(1).tolist(),
+           "early_mean": x[:, early].mean(1).tolist(), "early_low": at_low[:, early].mean(1).tolist(),
            "final_e": e_final, "final_e_sampler": r.energy_local[0].tolist(),
            "groups": groups(x[:, late], low, args.group),
            # every chain's mean over each block of 100 sweeps: the approach to the target, sweep by sweep
@@ -107,7 +108,7 @@ def groups(x: np.ndarray, low: float, size: int) -> dict:
     out: dict = {}
     for g in range(x.shape[0] // size):
         chunk = x[g * size:(g + 1) * size]
-        draws = np.stack([chunk, (chunk < low + 1e-3).astype(float)], axis=2)  # [size, D, 2]
+        draws = np.stack([chunk, analysis.at_lowest(chunk, low)], axis=2)  # [size, D, 2]
         d = diagnose(draws, ["e", "low"], ("rhat", "ess_bulk", "mcse_mean"))
         for name in ("e", "low"):
             out.setdefault(f"{name}_mean", []).append(float(draws[:, :, ("e", "low").index(name)].mean()))
@@ -165,7 +166,7 @@ def report(paths: list[Path]) -> None:
     fin = cat["final_e"]
     print("each chain's final state, one iid draw per chain:")
     print("  " + _line("mean E_local", fin, mean))
-    print("  " + _line("P(lowest)", (fin < float(e.min()) + 1e-3).astype(float), p_low))
+    print("  " + _line("P(lowest)", analysis.at_lowest(fin, float(e.min())), p_low))
     size = runs[0]["group"]
     g = {k: np.concatenate([np.asarray(q["groups"][k], dtype=float) for q in runs]) for k in runs[0]["groups"]}
     rhat = np.maximum(g["e_rhat"], g["low_rhat"])
