@@ -117,8 +117,9 @@ def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0, de
 def ordinary_tokens(lm) -> list[int]:
     """The tokens the sampler proposes at a free position (none of the model's special, mask or pad ids), in order:
     :func:`enumerated_target`'s sequences run through their products in this order."""
-    special = {int(i) for i in lm.special_ids} | {int(lm.mask_id), int(lm.pad_id)}
-    return [t for t in range(int(lm.vocab_size)) if t not in special]
+    from mhfast.models.base import never_proposed
+
+    return (~never_proposed(lm)).nonzero().flatten().tolist()
 
 
 def enumerated_target(case: dict, max_states: int = 20000) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ import torch
 
 import mhfast
 from mhfast import reference
+from mhfast.models.base import never_proposed
 from mhfast.models.tabular import TabularMLM
 
 
@@ -36,8 +37,8 @@ N_CHAINS = 3000
 
 
 def ordinary_tokens(model) -> list[int]:
-    special = set(int(i) for i in model.special_ids) | {model.mask_id, model.pad_id}
-    return [t for t in range(model.vocab_size) if t not in special]
+    """The tokens the sampler proposes at a free position, in id order (``mhfast.models.base.never_proposed``)."""
+    return (~never_proposed(model)).nonzero().flatten().tolist()
 
 
 def enumerate_states(model, template: torch.Tensor, free: torch.Tensor):
@@ -174,8 +175,7 @@ def nucleus_connected(model, template, free, proposal_temperature, top_p) -> boo
     """Whether single-site moves inside the nucleus connect every state (else MH is reducible)."""
     states = enumerate_states(model, template, free)
     K = states.shape[0]
-    special = torch.zeros(model.vocab_size, dtype=torch.bool)
-    special[list(model.special_ids)] = True
+    special = never_proposed(model)  # what the sampler masks before it proposes
     adj = torch.zeros(K, K, dtype=torch.bool)
     for i in free.nonzero().squeeze(1).tolist():
         rows = states.clone()

@@ -142,6 +142,25 @@ def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | 
         raise ValueError(f"positions: values must lie in [0, {length})")
 
 
+def never_proposed(model: Any, device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool[V]: the token ids the sampler never proposes at a free position (``special_ids``, ``mask_id`` and
+    ``pad_id``; ids outside ``[0, V)`` are ignored here and rejected where the model is checked). The one
+    definition of an ordinary token: proposals, ``AllowedTokens`` checks and the enumerations of the exactness
+    tests all read it.
+
+    Example:
+        >>> class M:
+        ...     vocab_size, mask_id, pad_id, special_ids = 5, 4, 0, (1,)
+        >>> (~never_proposed(M())).nonzero().flatten().tolist()
+        [2, 3]
+    """
+    V = int(model.vocab_size)
+    ids = {int(i) for i in model.special_ids} | {int(model.mask_id), int(model.pad_id)}
+    out = torch.zeros(V, dtype=torch.bool, device=device)
+    out[torch.tensor(sorted(i for i in ids if 0 <= i < V), dtype=torch.long, device=device)] = True
+    return out
+
+
 def has_features(model: Any) -> bool:
     """Whether ``model`` offers the feature/output-layer split of :class:`FeatureMaskedLM`."""
     return callable(getattr(model, "masked_features", None)) and callable(getattr(model, "output_layer", None))

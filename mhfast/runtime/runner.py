@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..models.base import has_features, model_width
+from ..models.base import has_features, model_width, never_proposed
 from . import cpu_info
 from .attention import without_cudnn_attention
 
@@ -100,10 +100,7 @@ class ModelRunner:
         V = int(model.vocab_size)
         self.vocab_size = V
         self.feature_dim: int | None = None  #: width of masked_features, fixed by the first call
-        special = torch.zeros(V, dtype=torch.bool, device=device)
-        ids = [int(i) for i in model.special_ids] + [int(model.mask_id), int(model.pad_id)]
-        special[torch.tensor([i for i in ids if 0 <= i < V], dtype=torch.long, device=device)] = True
-        self.special = special  #: Bool[V], token ids never proposed (get -inf before propose)
+        self.special = never_proposed(model, device)  #: Bool[V], token ids never proposed (get -inf before propose)
         self.mask_id = int(model.mask_id)
         #: 0-d Bool on the device while output checks are deferred (:meth:`defer_output_checks`), else None
         self._bad: torch.Tensor | None = None

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from ..energy_terms import normalize as normalize_terms
-from ..models.base import check_rows_fit, has_features, model_width
+from ..models.base import check_rows_fit, has_features, model_width, never_proposed
 from ..runtime.attention import without_cudnn_attention
 from .ladder import rungs
 from .options import display_name
@@ -441,9 +441,7 @@ def _check_allowed(problem: Problem, model: Any) -> None:
     allowed = problem.allowed
     if allowed is None:
         return
-    special = torch.zeros(allowed.shape[2], dtype=torch.bool, device=allowed.device)
-    special[[int(i) for i in set(model.special_ids) | {int(model.mask_id), int(model.pad_id)}]] = True
-    usable = (allowed & ~special).any(dim=2)
+    usable = (allowed & ~never_proposed(model, allowed.device)).any(dim=2)
     if bool((problem.free & ~usable).any()):
         b, t = (problem.free & ~usable).nonzero()[0].tolist()
         raise _err("extra_energy", f"AllowedTokens allows no ordinary token at free position {t} of input {b}")
