@@ -123,6 +123,18 @@ class RefinementModel(ConditionalMaskedLM, Protocol):
 #   static-shape sampler step (``capture=``) needs a forward without host syncs.
 
 
+def check_positions(tokens: Any, positions: Any) -> None:
+    """``masked_features``' arguments: ``positions`` holds one position per row of ``tokens`` (a ValueError naming
+    it otherwise; its values are checked where the rows are read, :func:`check_reads`).
+
+    >>> check_positions(torch.zeros(2, 5, dtype=torch.long), torch.tensor([1, 3]))
+    """
+    if not isinstance(positions, torch.Tensor) or not isinstance(tokens, torch.Tensor) \
+            or positions.shape != tokens.shape[:1]:
+        raise ValueError(f"positions: expected Long[{getattr(tokens, 'shape', (0,))[0]}], one per row, got "
+                         f"{tuple(getattr(positions, 'shape', ()))}")
+
+
 def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | None = None) -> None:
     """The read indices of the ``*_at`` hooks: ``row_index`` Long[N] in [0, ``rows``) and ``positions`` of its
     shape in [0, ``length``) (a bound of None is not checked); a ValueError naming the argument otherwise.

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_reads
+from .base import check_positions, check_reads
 from .fairseq_cmlm import INSTALL_COMMAND, _first_line, import_fairseq
 
 _INSTALL_HINT = "mhfast.models.fairseq_mlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): " + INSTALL_COMMAND
@@ -128,10 +128,7 @@ class FairseqMaskedLM:
     def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
                         context_index: torch.Tensor | None = None) -> torch.Tensor:
         """Encoder features at ``positions[n]`` of row ``n``: Long[N, T], Long[N] -> float[N, d]."""
-        if not isinstance(positions, torch.Tensor) or not isinstance(tokens, torch.Tensor) \
-                or positions.shape != tokens.shape[:1]:
-            raise ValueError(f"positions: expected Long[{getattr(tokens, 'shape', (0,))[0]}], one per row, got "
-                             f"{tuple(getattr(positions, 'shape', ()))}")
+        check_positions(tokens, positions)
         return self.masked_features_at(tokens, torch.arange(tokens.shape[0]), positions, context, context_index)
 
     @torch.no_grad()

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .base import check_reads
+from .base import check_positions, check_reads
 from .fairseq_mlm import FairseqMaskedLM
 from .fast_decoder import _attend, _attention_ok, _heads
 
@@ -78,10 +78,7 @@ class LastEncoderLayerAtMask:
 
     def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any = None,
                         context_index: torch.Tensor | None = None) -> torch.Tensor:
-        if not isinstance(positions, torch.Tensor) or not isinstance(tokens, torch.Tensor) \
-                or positions.shape != tokens.shape[:1]:
-            raise ValueError(f"positions: expected Long[{getattr(tokens, 'shape', (0,))[0]}], one per row, got "
-                             f"{tuple(getattr(positions, 'shape', ()))}")
+        check_positions(tokens, positions)
         return self._features(tokens, None, positions, context, context_index)
 
     def masked_logits_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor,

@@ -104,8 +104,9 @@ def test_fast_forward_is_the_last_layer_at_the_reads(lm):
     ri, pi = torch.tensor([0, 0, 5, 9, 9]), torch.tensor([1, 2, 1, 3, 1])
     torch.testing.assert_close(fast.masked_logits_at(rows, ri, pi), lm.masked_logits_at(rows, ri, pi),
                                atol=1e-4, rtol=1e-5)
-    with pytest.raises(ValueError, match="positions"):
-        fast.masked_logits(rows, positions[:3])
+    for model in (fast, lm):  # (base.check_positions)
+        with pytest.raises(ValueError, match=r"positions: expected Long\[16\], one per row, got \(3,\)"):
+            model.masked_logits(rows, positions[:3])
     lm.model.train()  # dropout on: not the computation the fast path does
     try:
         assert fast_encoder_model(lm) is lm
