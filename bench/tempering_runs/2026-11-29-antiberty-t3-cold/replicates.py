@@ -30,6 +30,8 @@ run's). One core each. With the memo each of the 8,000 sequences is scored about
     python3 .../replicates.py --report replicates_12k_seed1?.json                           # replicates_12k.txt
     python3 .../replicates.py --group 16 --seed 10 --out replicates_g16_seed10.json       # and 11: 16 to a run
     python3 .../replicates.py --report replicates_g16_seed1?.json                           # replicates_g16.txt
+    python3 .../replicates.py --group 16 --seed 12 --sweeps 12000 --out replicates_g16_12k_seed12.json  # and 13
+    python3 .../replicates.py --report replicates_g16_12k_seed1?.json                       # replicates_g16_12k.txt
     python3 .../replicates.py --delayed window:0 --seed 20 --out replicates_delayed_seed20.json   # and 21
     python3 .../replicates.py --report replicates_delayed_seed2?.json                       # replicates_delayed.txt
 
