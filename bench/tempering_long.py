@@ -33,12 +33,21 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_tempering as bt  # noqa: E402
+
+
+def load_saved(path: str | Path) -> tuple[SimpleNamespace, dict]:
+    """A run saved by ``--save``: the result fields bench_tempering.window_figures reads (traces, their names and
+    epochs, novel rate), and the saved dict itself (cumulative rows, per-sweep CPU clock, burn-in, ladder...)."""
+    d = torch.load(path, weights_only=False)  # our own file: lists and tensors
+    return SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"],
+                           novel_rate=d["novel"]), d
 
 
 def main() -> int:

@@ -24,13 +24,13 @@ for bit; seed 1: the same commands with --seed 1, t1.pt, p1.pt and *_seed1 outpu
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
 import bench_tempering as bt  # noqa: E402
+import tempering_long as tl  # noqa: E402
 
 TEMPERATURE = 0.5
 V = 20
@@ -116,20 +116,12 @@ def exact(paths: list[str]) -> None:
             print(f"{Path(f).name} sweeps {last} cpu {cpu:.0f}: " + "; ".join(out))
 
 
-def _run(path: str) -> tuple:
-    """A saved run (``--save`` of bench/tempering_long.py): the result fields bench_tempering.window_figures reads,
-    and the saved dict (rows, CPU clock, burn-in)."""
-    d = torch.load(path, weights_only=False)
-    r = SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"], novel_rate=d["novel"])
-    return r, d
-
-
 def match(pairs: list[str]) -> None:
     """Plain MH's figures (bench_tempering.window_figures) at each tempered budget's CPU seconds: the last plain
     sweep within it by the plain run's per-sweep CPU clock."""
     out = {}
     for seed, (tempered, plain) in enumerate(zip(pairs[::2], pairs[1::2])):
-        t, (r, d) = json.loads(Path(tempered).read_text()), _run(plain)
+        t, (r, d) = json.loads(Path(tempered).read_text()), tl.load_saved(plain)
         out[seed] = {}
         for k in sorted((k for k in t if k.isdigit()), key=int):
             last = bt.last_within(d["cpu_at"], t[k]["cpu"], 0)
@@ -143,7 +135,7 @@ def trajectory(tempered: str, plain: str, every: int) -> None:
     MH's at the same CPU seconds (per-sweep CPU clocks of both runs), and the first budget from which the tempered
     one stays below 1.01 to the end of the run: does a crossing last?"""
     exact_mean = target()[2]
-    (rt, t), (rp, p) = _run(tempered), _run(plain)
+    (rt, t), (rp, p) = tl.load_saved(tempered), tl.load_saved(plain)
     print("| sweeps | CPU s | max R-hat tempered | plain MH | ESS E_local tempered | plain MH | "
           "mean E_local error / MCSE, tempered | plain MH |")
     print("|---|---|---|---|---|---|---|---|")

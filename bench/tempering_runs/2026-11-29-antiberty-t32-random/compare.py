@@ -21,19 +21,10 @@ split-R-hat through mhfast's diagnose) and each chain's lowest E_local over the 
 """
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
 import bench_tempering as bt  # noqa: E402
-
-
-def load(path: str) -> tuple:
-    """A saved run: the result fields window_figures reads, and the saved dict."""
-    d = torch.load(path, weights_only=False)
-    return SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"],
-                           novel_rate=d["novel"]), d
+import tempering_long as tl  # noqa: E402
 
 
 def lowest(r) -> list[float]:
@@ -42,7 +33,7 @@ def lowest(r) -> list[float]:
 
 
 def main(tempered: str, plain: str, budgets: list[int]) -> None:
-    (rt, t), (rp, p) = load(tempered), load(plain)
+    (rt, t), (rp, p) = tl.load_saved(tempered), tl.load_saved(plain)
     burn = t["burn_in"]
     print(f"tempered: ladder {[round(x, 2) for x in t['ladder'][0].tolist()]}, swap rates "
           f"{[round(x, 2) for x in t['swap'][0].tolist()]}, round trips {t['trips'][0].tolist()}; "
