@@ -65,13 +65,21 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.5, help="the target temperature (the ladder's cold end)")
     ap.add_argument("--echo", type=int, default=0, help="print the rows and seconds so far every this many sweeps")
     ap.add_argument("--save", type=Path, default=None,
-                    help="also save the run's traces and cumulative rows (torch.save) for later comparisons")
+                    help="also save the run's traces, cumulative rows and final states (torch.save) for later "
+                         "comparisons")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start every chain from the final state of a run saved by --save (the same case and "
+                         "chains) instead of its own random residues: a second stage")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
     args = ap.parse_args()
     if not all(args.burn_in < a <= args.epochs for a in args.at) or args.epochs <= args.burn_in:
         ap.error("--at and --epochs must exceed --burn-in, and --at must be <= --epochs")
     torch.set_num_threads(1)
     case = bt.dispersed_case(args.model, args.length, 4, args.temperature)
+    if args.init is not None:
+        # per-chain init (Long[B, C, T], its free positions all filled): start="greedy" fills only masks, so none
+        case["inputs"]["init"] = torch.load(args.init, weights_only=False)["tokens"]
+        case["options"]["start"] = "greedy"
     t0 = time.perf_counter()
     rungs = None if args.plain else args.rungs
     cpu_at: list[float] = []
@@ -79,9 +87,10 @@ def main() -> int:
     if args.save is not None:
         torch.save({"traces": r.traces, "names": r.trace_names, "epochs": r.trace_epochs, "novel": r.novel_rate,
                     "rows_cum": rows, "cpu_at": cpu_at, "cpu": cpu, "burn_in": args.burn_in, "ladder": r.ladder,
-                    "swap": r.swap_rate, "trips": r.round_trips},
+                    "swap": r.swap_rate, "trips": r.round_trips, "tokens": r.tokens},
                    args.save)
     out = {"model": args.model, "length": args.length, "temperature": args.temperature, "seed": args.seed,
+           "init": None if args.init is None else str(args.init),
            "epochs": args.epochs, "burn_in": args.burn_in, "rungs": rungs,
            "wall": time.perf_counter() - t0, "cpu": cpu, "what": case["what"]}
     if rungs is not None:
