@@ -50,6 +50,50 @@ def load_saved(path: str | Path) -> tuple[SimpleNamespace, dict]:
                            novel_rate=d["novel"]), d
 
 
+def compare_saved(tempered: str | Path, plain: str | Path, budgets: list[int], seed: int = 0) -> list[str]:
+    """A tempered run against plain MH on the same chains (same case, seed and start), both saved by ``--save``,
+    at each of the tempered run's ``budgets`` (sweeps; the draws exclude its burn-in): a header (ladder, swap
+    rates, round trips, totals, each chain's lowest E_local, how far the target chains are from plain MH's) and
+    bench_tempering's equal-rows table. Plain MH is cut twice per budget: where its forwarded rows reach the
+    tempered run's (its burn-in ends where its rows reach those of the tempered burn-in, its draws at the last
+    sweep within the budget's rows: bench_tempering.equal_rows' rule), and where its CPU seconds do (the same rule
+    on the per-sweep CPU clocks)."""
+    (rt, t), (rp, p) = load_saved(tempered), load_saved(plain)
+    burn = t["burn_in"]
+
+    def lowest(r) -> list[float]:  # each chain's lowest E_local over every traced sweep
+        return r.traces[0][:, :, r.trace_names.index("e_local")].min(dim=1).values.double().round(decimals=2).tolist()
+
+    # rung 0 keeps plain MH's chain ids, hence its random numbers: until a swap first reaches rung 0 the target
+    # chains are plain MH's (up to the rounding of a differently composed batch); how long they stay so is a
+    # measure of how little the ladder reaches the target
+    k, n = rt.trace_names.index("e_local"), rt.traces.shape[2]
+    gap = (rt.traces[0][:, :, k] - rp.traces[0][:, :n, k]).abs().amax(dim=0)  # per sweep, over chains
+    apart = (gap > 1e-3).nonzero()
+    out = [f"tempered: ladder {[round(x, 2) for x in t['ladder'][0].tolist()]}, swap rates "
+           f"{[round(x, 2) for x in t['swap'][0].tolist()]}, round trips {t['trips'][0].tolist()}; "
+           f"{len(t['rows_cum'])} sweeps, {t['rows_cum'][-1]} rows, {t['cpu']:.0f} CPU s",
+           f"plain MH: {len(p['rows_cum'])} sweeps, {p['rows_cum'][-1]} rows, {p['cpu']:.0f} CPU s",
+           f"lowest E_local per chain over the whole run: tempered {lowest(rt)}, plain MH {lowest(rp)}",
+           f"tempered target chains against plain MH's first {n} sweeps: E_local at most {float(gap.max()):.2g} apart"
+           + ("" if apart.numel() == 0 else f" (the same to 1e-3 up to sweep {int(apart[0])}, "
+                                           f"apart from sweep {int(apart[0]) + 1} on)"), ""]
+    runs = []
+    for last in budgets:
+        a = bt.window_figures(rt, t["rows_cum"], t["cpu"], burn, last, t["cpu_at"])
+        runs.append({"tempering": f"tempering={t['ladder'].shape[1]}, {last} sweeps", "seed": seed, **a})
+        for how, clock in (("rows", "rows_cum"), ("CPU s", "cpu_at")):
+            first = bt.first_reaching(p[clock], t[clock][burn - 1])
+            end = bt.last_within(p[clock], t[clock][last - 1], 0)
+            if end <= first:
+                continue
+            b = bt.window_figures(rp, p["rows_cum"], p["cpu"], first, end, p["cpu_at"])
+            short = t[clock][last - 1] - p[clock][end - 1]
+            runs.append({"tempering": f"plain MH at equal {how}" + (f" ({short:.0f} short)" if end == len(
+                p[clock]) and short > 0.02 * t[clock][last - 1] else ""), "seed": seed, **b})
+    return out + bt.equal_rows_lines({}, runs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
