@@ -24,6 +24,15 @@ sweep within it); every budget's CPU is then read from the per-sweep CPU clock, 
     python3 bench/tempering_long.py --model antiberty --length 3 --temperature 0.5 --plain --seed 0 \
         --epochs 130000 --burn-in 2200 --at-cpu 150 300 600 1200               # plain MH, the same CPU budgets
 
+``--init`` starts every chain from the final states of a run saved by ``--save`` (a second stage: from noise at
+T=32 plain MH descends first, then tempering and more plain MH go on from where it ended, on the same seed), and
+:func:`compare_saved` sets a saved tempered run against a saved plain one:
+
+    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --plain --seed 0 --epochs 120 \
+        --burn-in 8 --save stage1.pt                                            # ~60 min of one core
+    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --rungs 4 --seed 1 --epochs 16 \
+        --burn-in 8 --init stage1.pt --save tempered.pt
+
 Writes ``--out`` (JSON: the figures per budget and the run's ladder, swap rates and round trips).
 """
 from __future__ import annotations
@@ -121,8 +130,10 @@ def main() -> int:
     torch.set_num_threads(1)
     case = bt.dispersed_case(args.model, args.length, 4, args.temperature)
     if args.init is not None:
-        # per-chain init (Long[B, C, T], its free positions all filled): start="greedy" fills only masks, so none
-        case["inputs"]["init"] = torch.load(args.init, weights_only=False)["tokens"]
+        # per-chain init (Long[B, C, T], every free position filled: start="greedy" fills only masks, so none),
+        # in place of the case's length or shared init; its free positions stay the case's
+        case["inputs"] = {"init": torch.load(args.init, weights_only=False)["tokens"],
+                          **{k: v for k, v in case["inputs"].items() if k == "free_positions"}}
         case["options"]["start"] = "greedy"
     t0 = time.perf_counter()
     rungs = None if args.plain else args.rungs

@@ -1,6 +1,6 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
-bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py,
-plain_long.py (--match too), bench_tempering.py --exact's enumeration, graph_overhead.py, propose_ab.py and
+bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py
+(--init and compare_saved too), plain_long.py (--match too), bench_tempering.py --exact's enumeration, graph_overhead.py, propose_ab.py and
 bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
@@ -254,6 +254,37 @@ def test_tempering_long_plain_reports_budgets_in_cpu_seconds(tmp_path):
     assert cpu_at == sorted(cpu_at) and set(got) >= {"30"}  # (budget 0: no sweep within it, so no figures)
     assert not any(k.isdigit() and int(k) <= 4 for k in got)
     assert got["30"]["cpu"] == cpu_at[-1] and got["30"]["sweeps"] == 30 and got["30"]["draws"] == 26 * 4
+
+
+@pytest.mark.slow  # loads Sapiens four times: 15 sweeps of T=8 in all
+def test_tempering_long_second_stage_starts_from_the_saved_states(tmp_path, monkeypatch):
+    """bench/tempering_long.py --init: a run from a saved run's final states (RESULTS.md's two-stage T=32 case:
+    plain MH's descent, then tempering or more plain MH from where it ended), and compare_saved on such a pair. At
+    target temperature 0.1 a first sweep barely moves, so each chain's first E_local is that of the state it
+    started from: the saved run's last, not a random start's."""
+    def run(*args: str) -> torch.Tensor:
+        saved = tmp_path / f"run{len(list(tmp_path.glob('*.pt')))}.pt"
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tempering_long.py"), "--seed", "0",
+                               "--temperature", "0.1", *args, "--save", str(saved)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        d = torch.load(saved, weights_only=False)
+        assert d["tokens"].shape[:2] == (1, 4)  # the final states, for a next stage
+        return saved, d["traces"][0][:, :, d["names"].index("e_local")]  # [chains, sweeps]
+
+    first, e_first = run("--plain", "--epochs", "6", "--burn-in", "2")
+    again, e_again = run("--plain", "--epochs", "3", "--burn-in", "1", "--init", str(first))
+    fresh, e_fresh = run("--plain", "--epochs", "3", "--burn-in", "1")
+    tempered, _ = run("--rungs", "2", "--epochs", "3", "--burn-in", "1", "--init", str(first))
+    assert torch.allclose(e_again[:, 0], e_first[:, -1], atol=1.0), (e_again, e_first)
+    assert not torch.allclose(e_fresh[:, 0], e_first[:, -1], atol=1.0), (e_fresh, e_first)
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # put back after the test, with what the script adds
+    import tempering_long
+
+    lines = tempering_long.compare_saved(tempered, again, [3])
+    assert lines[0].startswith("tempered: ladder [0.1, ") and lines[1].startswith("plain MH: 3 sweeps, ")
+    assert "tempered target chains against plain MH's first 3 sweeps" in lines[3]
+    assert any(x.startswith("| tempering=2, 3 sweeps | 0 | 3 (1) |") for x in lines), lines
 
 
 @pytest.mark.slow  # loads Sapiens twice: 8 tempered sweeps of T=8 x 3 rungs, 40 plain ones in segments
