@@ -1,7 +1,8 @@
 """Smoke runs of bench/bench_ops.py, bench_decoder.py, bench_sampler.py, bench_mixmatch.py, bench_memo.py,
 bench_floor.py --compare capture, bench_tempering.py --quick (Sapiens), tempering_device.py (CPU), tempering_long.py
-(--init and compare_saved too), plain_long.py (--match too), bench_tempering.py --exact's enumeration, graph_overhead.py, propose_ab.py and
-bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot unnoticed.
+(--init and compare_saved too), plain_long.py (--match too), bench_tempering.py --exact's enumeration,
+graph_overhead.py, propose_ab.py and bench_forward.py's compile lines on tiny sizes, so the scripts cannot rot
+unnoticed.
 
 It checks that the script runs and reports every op; it asserts nothing about speed (speed is
 measured in bench/, never asserted in tests).
