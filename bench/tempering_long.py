@@ -78,15 +78,21 @@ def compare_saved(tempered: str | Path, plain: str | Path, budgets: list[int], s
     # measure of how little the ladder reaches the target
     k, n = rt.trace_names.index("e_local"), rt.traces.shape[2]
     gap = (rt.traces[0][:, :, k] - rp.traces[0][:, :n, k]).abs().amax(dim=0)  # per sweep, over chains
-    apart = (gap > 1e-3).nonzero()
+    apart = (gap > 1e-3).nonzero().flatten().tolist()
+
+    def where_apart(apart: list[int]) -> str:
+        if not apart:
+            return ""
+        same = f"the same to 1e-3 in the first {apart[0]} sweeps, " if apart[0] else ""
+        return f" ({same}apart from sweep {apart[0] + 1} on)"
+
     out = [f"tempered: ladder {[round(x, 2) for x in t['ladder'][0].tolist()]}, swap rates "
            f"{[round(x, 2) for x in t['swap'][0].tolist()]}, round trips {t['trips'][0].tolist()}; "
            f"{len(t['rows_cum'])} sweeps, {t['rows_cum'][-1]} rows, {t['cpu']:.0f} CPU s",
            f"plain MH: {len(p['rows_cum'])} sweeps, {p['rows_cum'][-1]} rows, {p['cpu']:.0f} CPU s",
            f"lowest E_local per chain over the whole run: tempered {lowest(rt)}, plain MH {lowest(rp)}",
            f"tempered target chains against plain MH's first {n} sweeps: E_local at most {float(gap.max()):.2g} apart"
-           + ("" if apart.numel() == 0 else f" (the same to 1e-3 up to sweep {int(apart[0])}, "
-                                           f"apart from sweep {int(apart[0]) + 1} on)"), ""]
+           + where_apart(apart), ""]
     runs = []
     for last in budgets:
         a = bt.window_figures(rt, t["rows_cum"], t["cpu"], burn, last, t["cpu_at"])
