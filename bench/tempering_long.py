@@ -25,13 +25,14 @@ sweep within it); every budget's CPU is then read from the per-sweep CPU clock, 
         --epochs 130000 --burn-in 2200 --at-cpu 150 300 600 1200               # plain MH, the same CPU budgets
 
 ``--init`` starts every chain from the final states of a run saved by ``--save`` (a second stage: from noise at
-T=32 plain MH descends first, then tempering and more plain MH go on from where it ended, on the same seed), and
-:func:`compare_saved` sets a saved tempered run against a saved plain one:
+T=32 plain MH descends first, then tempering and more plain MH go on from where it ended, both on one seed), and
+:func:`compare_saved` sets a saved tempered run against a saved plain one (RESULTS.md, "AntiBERTy at T=32 in two
+stages"; the commands: bench/tempering_runs/2026-11-30-antiberty-t32-two-stage/compare.py):
 
     python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --plain --seed 0 --epochs 120 \
-        --burn-in 8 --save stage1.pt                                            # ~60 min of one core
-    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --rungs 4 --seed 1 --epochs 16 \
-        --burn-in 8 --init stage1.pt --save tempered.pt
+        --burn-in 8 --save stage1.pt                                            # ~50-60 min of one core
+    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --rungs 6 --seed 1 --epochs 14 \
+        --burn-in 8 --init stage1.pt --save tempered.pt                         # ~60 min
 
 Writes ``--out`` (JSON: the figures per budget and the run's ladder, swap rates and round trips).
 """
@@ -80,11 +81,11 @@ def compare_saved(tempered: str | Path, plain: str | Path, budgets: list[int], s
     gap = (rt.traces[0][:, :, k] - rp.traces[0][:, :n, k]).abs().amax(dim=0)  # per sweep, over chains
     apart = (gap > 1e-3).nonzero().flatten().tolist()
 
-    def where_apart(apart: list[int]) -> str:
-        if not apart:
+    def where_apart(sweeps: list[int]) -> str:  # (0-based sweeps where the chains are apart)
+        if not sweeps:
             return ""
-        same = f"the same to 1e-3 in the first {apart[0]} sweeps, " if apart[0] else ""
-        return f" ({same}apart from sweep {apart[0] + 1} on)"
+        same = f"the same to 1e-3 in the first {sweeps[0]} sweeps, " if sweeps[0] else ""
+        return f" ({same}apart from sweep {sweeps[0] + 1} on)"
 
     out = [f"tempered: ladder {[round(x, 2) for x in t['ladder'][0].tolist()]}, swap rates "
            f"{[round(x, 2) for x in t['swap'][0].tolist()]}, round trips {t['trips'][0].tolist()}; "
