@@ -139,7 +139,7 @@ def main() -> int:
     if args.init is not None:
         # per-chain init (Long[B, C, T], every free position filled: start="greedy" fills only masks, so none),
         # in place of the case's length or shared init; its free positions stay the case's
-        case["inputs"] = {"init": torch.load(args.init, weights_only=False)["tokens"],
+        case["inputs"] = {"init": load_saved(args.init)[1]["tokens"],
                           **{k: v for k, v in case["inputs"].items() if k == "free_positions"}}
         case["options"]["start"] = "greedy"
     t0 = time.perf_counter()

@@ -263,7 +263,7 @@ def test_tempering_long_second_stage_starts_from_the_saved_states(tmp_path, monk
     plain MH's descent, then tempering or more plain MH from where it ended), and compare_saved on such a pair. At
     target temperature 0.1 a first sweep barely moves, so each chain's first E_local is that of the state it
     started from: the saved run's last, not a random start's."""
-    def run(*args: str) -> torch.Tensor:
+    def run(*args: str) -> tuple[Path, torch.Tensor]:
         saved = tmp_path / f"run{len(list(tmp_path.glob('*.pt')))}.pt"
         proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tempering_long.py"), "--seed", "0",
                                "--temperature", "0.1", *args, "--save", str(saved)], cwd=ROOT, capture_output=True,
