@@ -166,8 +166,9 @@ def _without_syncs(runner: ModelRunner, state: ChainState) -> Any:
 
 
 def _check_problem(cfg, problem) -> None:
-    """The options that depend on the inputs: ``length_beam``/``select`` need ``source=``, extra energy terms need
-    a kernel with an MH test (and the dynamic step), ``capture='cuda-graph'`` chains on a CUDA device."""
+    """The options that depend on the inputs: ``length_beam``/``select`` need ``source=``, extra energy terms meet
+    :func:`options.terms_conflict`'s rules (whether delayed acceptance acts depends on the inputs' lengths),
+    ``capture='cuda-graph'`` chains on a CUDA device."""
     if problem.candidate_lengths is None:  # no source: no length candidates to make or choose from
         for name in ("length_beam", "select"):
             if getattr(cfg, name) != options.OPTIONS[name].default:
@@ -177,28 +178,22 @@ def _check_problem(cfg, problem) -> None:
     elif cfg.select != options.OPTIONS["select"].default and cfg.length_beam == 1:
         raise ValueError(f"mhfast.sample: select ({cfg.select!r}) has no effect with length_beam 1 (one length "
                          "candidate per source: nothing to choose)")
-    caps = KERNELS[cfg.sampler].capabilities
-    extra_terms = problem.terms is not None and bool(problem.terms.terms)
-    # (a command names its flags: --hamming, --sampler gibbs; options.shown, options.terms_name)
-    terms, sampler, capture = options.terms_name(), options.shown("sampler", cfg.sampler), options.shown("capture",
-                                                                                                         cfg.capture)
-    if problem.terms is not None and not caps.extra_energy:
-        raise ValueError(f"mhfast.sample: {terms} cannot be used with {sampler}: it accepts every proposal, so it "
-                         "cannot honour energy terms (use 'mh' or 'block-mh')")
-    if cfg.capture != "none" and extra_terms:
-        raise ValueError(f"mhfast.sample: {terms} cannot be used with {capture} (the static step does not recompute "
-                         "them; an AllowedTokens mask alone is fine)")
-    num_energy = int(problem.energy_mask.sum(1).max())
-    delayed = options.resolved_delayed(cfg, num_energy, problem.device) is not None
-    # (the options checked sampler and capture; what is left is the extra terms)
-    if cfg.memo not in ("auto", 0) and not caps.memo_acts(cfg.capture, extra_terms, delayed):
-        off = "" if cfg.delayed is None else f" ({options.shown('delayed', cfg.delayed)} is off for these inputs)"
-        raise ValueError(f"mhfast.sample: {options.shown('memo', cfg.memo)} cannot be used with {terms} (the memo "
-                         f"keeps the MLM's energy terms only) unless delayed acceptance acts{off}; use "
-                         f"{options.shown('memo', 0)}")
+    if problem.terms is not None:  # (the rules are options.terms_conflict's; a command names its flags)
+        num_energy = int(problem.energy_mask.sum(1).max())
+        delayed = options.resolved_delayed(cfg, num_energy, problem.device) is not None
+        conflict = options.terms_conflict(cfg.sampler, cfg.capture, cfg.memo, delayed, options.display_name,
+                                          scored=bool(problem.terms.terms))
+        if conflict is not None:
+            at, reason = conflict
+            terms, other = options.terms_name(), options.shown(at, getattr(cfg, at))
+            if at == "memo" and cfg.delayed is not None:
+                reason += f"; {options.shown('delayed', cfg.delayed)} is off for these inputs"
+            raise ValueError(f"mhfast.sample: {other} cannot be used with {terms}: {reason}" if at == "memo" else
+                             f"mhfast.sample: {terms} cannot be used with {other}: {reason}")
     if (cfg.until_rhat is not None or cfg.min_ess is not None) and not hasattr(KERNELS[cfg.sampler], "restrict"):
         raise ValueError(f"mhfast.sample: {options.display_name('until_rhat')}/{options.display_name('min_ess')} "
-                         f"need a sampler whose chains can leave the batch; {sampler} cannot")
+                         f"need a sampler whose chains can leave the batch; {options.shown('sampler', cfg.sampler)} "
+                         "cannot")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
         raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
                          f"{problem.device} (capture='static' runs the same step eagerly on any device)")

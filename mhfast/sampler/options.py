@@ -816,25 +816,57 @@ def _no_effect_checks(values: Mapping[str, Any], name_of: Callable[[str], str]) 
 
 
 #: The CLI flags that add an energy term. Each reaches mhfast.sample as an ``extra_energy`` term, so it meets that
-#: option's rules (api.py's ``_check_problem``), checked here as well, where the message can name the flag.
+#: option's rules (:func:`terms_conflict`), checked here as well, where the message can name the flag.
 TERM_FLAGS = ("hamming", "classifier")
 
 
-def _term_flag_checks(values: Mapping[str, Any], name: str, name_of: Callable[[str], str]) -> None:
-    """An energy term needs a kernel with an MH test, the dynamic step, and no memo unless delayed acceptance acts
-    (:meth:`mhfast.sampler.kernels.base.Capabilities.memo_acts`)."""
-    sampler, caps, flag = values["sampler"], KERNELS[values["sampler"]].capabilities, name_of(name)
+def terms_conflict(sampler: str, capture: str, memo: Any, delayed_acts: bool, name_of: Callable[[str], str],
+                   scored: bool = True) -> tuple[str, str] | None:
+    """Why energy terms cannot run with these options: ``(the option at fault, the reason)``, or None where they
+    can. The one statement of those rules: the check of a command's term flags (:func:`_term_flag_checks`, at
+    parse time, naming flags) and ``mhfast.sample``'s check of ``extra_energy`` (``api._check_problem``, once the
+    inputs are known) both word their errors from it.
+
+    An energy term needs a kernel with an MH test (an always-accepting one never looks at an energy), the dynamic
+    step (the static one does not recompute terms) and, with an explicit memo size, a memo that acts with terms
+    (:meth:`mhfast.sampler.kernels.base.Capabilities.memo_acts`: it keeps the MLM's terms only, so it needs delayed
+    acceptance to act). ``scored=False`` is a term that scores nothing (an ``AllowedTokens`` mask alone): only the
+    first rule applies to it. ``name_of`` names options in the reason (a flag in a command).
+
+    Example:
+        >>> terms_conflict("gibbs", "none", "auto", False, str)[0]
+        'sampler'
+        >>> terms_conflict("mh", "static", "auto", False, str)
+        ('capture', 'the static step does not recompute energy terms (use capture none)')
+        >>> terms_conflict("mh", "none", 4, True, str) is None
+        True
+    """
+    caps = KERNELS[sampler].capabilities
     if not caps.extra_energy:
-        raise OptionError(f"{flag} has no effect with {name_of('sampler')} {sampler}: it accepts every proposal, so "
-                          f"no acceptance test sees the energy term (use {_kernels_that('extra_energy')})")
-    if values["capture"] != "none":
-        raise OptionError(f"{flag} cannot be combined with {name_of('capture')} {values['capture']}: the static "
-                          f"step does not recompute energy terms (use {name_of('capture')} none)")
-    if values["memo"] not in ("auto", 0) and not caps.memo_acts(values["capture"], extra_terms=True,
-                                                                 delayed=values["delayed"] is not None):
-        raise OptionError(f"{name_of('memo')} {values['memo']} cannot be combined with {flag}: the memo keeps the "
-                          f"model's energy terms only, so with an energy term it needs {name_of('delayed')} (or use "
-                          f"{name_of('memo')} 0)")
+        return "sampler", (f"it accepts every proposal, so no acceptance test sees an energy term (use "
+                           f"{_kernels_that('extra_energy')})")
+    if not scored:
+        return None
+    if capture != "none":
+        return "capture", f"the static step does not recompute energy terms (use {name_of('capture')} none)"
+    if memo not in ("auto", 0) and not caps.memo_acts(capture, extra_terms=True, delayed=delayed_acts):
+        return "memo", (f"the memo keeps the MLM's energy terms only, so with an energy term it needs "
+                        f"{name_of('delayed')} to act (or use {name_of('memo')} 0)")
+    return None
+
+
+def _term_flag_checks(values: Mapping[str, Any], name: str, name_of: Callable[[str], str]) -> None:
+    """A command's energy-term flag ``name`` meets :func:`terms_conflict`'s rules; the error names the flags."""
+    conflict = terms_conflict(values["sampler"], values["capture"], values["memo"], values["delayed"] is not None,
+                              name_of)
+    if conflict is None:
+        return
+    at, reason = conflict
+    flag, other = name_of(name), f"{name_of(at)} {values[at]}"
+    if at == "sampler":
+        raise OptionError(f"{flag} has no effect with {other}: {reason}")
+    raise OptionError(f"{flag} cannot be combined with {other}: {reason}" if at == "capture" else
+                      f"{other} cannot be combined with {flag}: {reason}")
 
 
 def _tempering_checks(values: dict, name_of: Callable[[str], str]) -> None:
