@@ -16,6 +16,9 @@ forwards fewer rows per accepted change. Its own forwards are not in ``result.mo
 ``mhfast.energy``, another runner); they are reported apart (``oracle rows``). ``block-mh`` and
 ``block-mh-delayed-wK``: block MH with blocks of 2 (bench_ess.py's), without and with its two-stage move (window:K
 around the block; block MH has no memo); compare them with each other, not with ``mh`` (another move).
+``distilled`` (an AntiBERTy case, ``--student FILE``): ``delayed=`` a small model's local energy
+(``mhfast.surrogates.model_energy`` of a student trained by bench/distilled_mlm.py); its own rows are charged to the
+run's ``rows`` at their measured cost in AntiBERTy rows, and listed apart (``student rows``).
 
 Cases: ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8
 free, energy local, 4 chains starting from the parent; ``cmlm-translate`` the main job (scripts/main.sh's
@@ -111,6 +114,35 @@ def oracle_setting(model, inputs: dict, options: dict) -> dict:
 
 
 SETTINGS["oracle"] = oracle_setting
+
+#: ``--student FILE``: the small model of the ``distilled`` setting (bench/distilled_mlm.py) and the measured cost of
+#: one of its masked rows in rows of the sampled model
+STUDENT: dict = {}
+
+
+class CountingSurrogate:
+    """``mhfast.surrogates.model_energy(small)`` that also counts the masked rows ``small`` forwards (one per energy
+    position of every sequence it scores: X and X' of each tested proposal). Counting changes no value, so the
+    surrogate stays a fixed function of the sequence."""
+
+    def __init__(self, small, energy: str):
+        self.inner, self.rows = mhfast.surrogates.model_energy(small, energy), 0
+        self.special = torch.tensor(sorted(small.special_ids))
+
+    def __call__(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.rows += int((~torch.isin(tokens, self.special.to(tokens.device))).sum())
+        return self.inner(tokens, pos)
+
+
+def distilled_setting(model, inputs: dict, options: dict) -> dict:
+    """``distilled``: delayed=<the student's local energy> (``--student FILE``). Its rows are charged to the run at
+    their measured cost (:func:`one_run`): a first stage is judged with what it costs."""
+    if "model" not in STUDENT:
+        raise SystemExit("bench_delayed.py: setting distilled needs --student FILE (bench/distilled_mlm.py)")
+    return {"delayed": CountingSurrogate(STUDENT["model"], options["energy"])}
+
+
+SETTINGS["distilled"] = distilled_setting
 # "-terms": the memo as it was before it kept model rows (terms only: an accepted remembered X' forwards its rows)
 SETTINGS.update({f"{k}-terms": SETTINGS[k] for k in ("mh", "delayed-w2", "delayed-i2", "oracle")})
 
@@ -203,6 +235,9 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     oracle = extra.get("delayed") if isinstance(extra.get("delayed"), ExactEnergyOracle) else None
     rows = r.model_rows - r.init_rows
+    student = extra.get("delayed") if isinstance(extra.get("delayed"), CountingSurrogate) else None
+    if student is not None:  # the student's rows at their cost in the sampled model's rows, charged to the run
+        rows += round(student.rows * STUDENT["cost"])
     changes = int(r.chain_novel.sum())
     try:
         ess = sum(d["ess_bulk"]["e_local"] for d in r.diagnostics)
@@ -215,7 +250,8 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
             "accept": float(r.acceptance_rate[r.burn_in:].mean()), "tested": r.delayed_tested,
             "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved,
             "hits": r.memo_hits, "best": best, "oracle rows": oracle.rows if oracle else 0,
-            "best each": [round(v, 3) for v in best_each.tolist()]}
+            "best each": [round(v, 3) for v in best_each.tolist()],
+            **({"student rows": student.rows, "sampler rows": r.model_rows - r.init_rows} if student else {})}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -228,7 +264,7 @@ def summary(runs: list[dict]) -> dict:
             "stage 1": s["passed"] / s["tested"] if s["tested"] else None,
             "stage 2": s["accepted"] / s["passed"] if s["passed"] else None, "rows saved": s["saved"],
             "memo hits": s["hits"], "best E": statistics.mean(r["best"] for r in runs),
-            "oracle rows": s["oracle rows"] or None,
+            "oracle rows": s["oracle rows"] or None, "student rows": s.get("student rows"),
             # the largest R-hat of E_local over the seeds' inputs (logs before 2026-11-29 have none)
             "max R-hat": max(r["rhat"] for r in runs) if all("rhat" in r for r in runs) else None}
 
@@ -238,6 +274,8 @@ def table(results: dict[str, dict]) -> str:
             "stage 1", "stage 2", "rows saved", "memo hits", "best E"]
     if any(s["oracle rows"] for s in results.values()):  # the oracle's own rows: not the sampler's (a bound)
         cols.append("oracle rows")
+    if any(s["student rows"] for s in results.values()):  # the student's own rows (charged in rows at their cost)
+        cols.append("student rows")
     if all(s["max R-hat"] is not None for s in results.values()):
         cols.append("max R-hat")
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) and v < 10 else  # noqa: E731
@@ -505,6 +543,8 @@ def main() -> int:
                     "over (default: mh, today's default)")
     ap.add_argument("--settings", nargs="+", default=None, choices=list(SETTINGS),
                     help=f"default: {' '.join(DEFAULT_SETTINGS)} (with --from-log: every setting logged)")
+    ap.add_argument("--student", default=None, metavar="FILE", help="the distilled setting's small model, saved by "
+                    "bench/distilled_mlm.py (its rows are charged to the run at their measured cost)")
     ap.add_argument("--from-log", type=Path, nargs="+", default=None, metavar="LOG",
                     help="run nothing: print the tables of the runs that earlier invocations logged to stderr "
                          "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
@@ -542,6 +582,17 @@ def main() -> int:
         if options.get("anneal"):
             ap.error(f"--target-temperature: case {args.case} is annealed (its schedule sets the temperature)")
         options = {**options, "target_temperature": args.target_temperature}
+    if args.student:
+        if "init" not in inputs:
+            ap.error("--student: the distilled setting needs an AntiBERTy case (the student has its vocabulary)")
+        import distilled_mlm
+        import truncated_mlm
+
+        STUDENT["model"] = distilled_mlm.load_student(args.student)
+        length = int(inputs["init"].shape[1])
+        STUDENT["cost"] = truncated_mlm.row_cost(model, {"s": STUDENT["model"]}, length, reps=9)["s"]
+        print(f"# student {args.student}: one of its rows costs {STUDENT['cost']:.4f} of a row of the sampled model "
+              f"({length} tokens, median of 9 interleaved timings)", file=sys.stderr, flush=True)
     runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     if args.device != "cpu":  # the device's warm-up (context, cuBLAS, kernels loaded: ~4 s on an H200), discarded
         for setting in args.settings:

@@ -20,6 +20,9 @@ few sweeps, for these surrogates of the change at position i:
   model for X' (row i of X' equals row i of X: i is masked in both), counted at their measured cost relative to a
   full row (printed); stage 2 reuses none of them. ``mhfast.surrogates.model_energy(small)`` is its API form (it
   does not cache X: 2 T rows of the small model per tested proposal); ``--sample-steps`` runs it in mhfast.sample.
+* ``distilled``: the same with a small BERT trained to imitate AntiBERTy's conditionals on the infilling case's
+  sequences (bench/distilled_mlm.py; ``--distilled FILE``), its rows costed the same way; ``window k + distilled``:
+  the window's exact terms (2k rows, reused by stage 2) and the small model's changes of the other terms.
 
 For each: the correlation of dE~ with dE over the proposals that change the state, the stage-1 and overall
 acceptance (expected values, from the probabilities, not from draws), and the expected rows per proposal and
@@ -104,13 +107,18 @@ def summarize(m: dict) -> list[dict]:
     exact_rows_acc = (T - 1) / alpha.mean().item()
     out = [{"name": "exact MH", "corr": 1.0, "mae": 0.0, "a1": alpha.mean().item(), "a": alpha.mean().item(),
             "rows": T - 1, "rows_acc": exact_rows_acc, "saving": 1.0}]
-    for name, (dS, c1) in m["surrogates"].items():
+    for name, entry in m["surrogates"].items():
+        dS, c1 = entry[:2]
         a1 = torch.clamp(torch.exp(-dS + lh), max=1.0)
         a2 = torch.clamp(torch.exp(-(dE - dS)), max=1.0)
         c1 = torch.as_tensor(c1, dtype=torch.float64).expand(n)
         # a window's rows are rows of X' that stage 2 needs anyway (it forwards the other T-1-2k); the maskless
-        # row and a smaller model's rows are not: stage 2 still forwards all T-1
-        reused = torch.zeros_like(c1) if name.startswith(("maskless", "first")) else c1
+        # row and a smaller model's rows are not: stage 2 still forwards all T-1 (an entry's third element, where
+        # given, is the part of its cost that stage 2 reuses)
+        if len(entry) > 2:
+            reused = torch.as_tensor(entry[2], dtype=torch.float64).expand(n)
+        else:
+            reused = torch.zeros_like(c1) if name.startswith(("maskless", "first", "distilled")) else c1
         rows = (c1 + a1 * (T - 1 - reused)).mean().item()
         acc = (a1 * a2).mean().item()
         corr = torch.corrcoef(torch.stack([dS, dE]))[0, 1].item() if n > 1 else float("nan")
@@ -170,6 +178,8 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["random", "infill"], choices=["random", "infill"])
     ap.add_argument("--layers", type=int, nargs="*", default=[2, 4],
                     help="first-k-layers surrogates to measure (AntiBERTy has 8 layers)")
+    ap.add_argument("--distilled", nargs="*", default=[], metavar="FILE",
+                    help="students saved by bench/distilled_mlm.py to measure as first stages")
     ap.add_argument("--save", default=None, help="torch.save the per-seed measurements (per-position term changes "
                     "diff [n, T], proposed column i, log Hastings ratio) to this file, for bench/delayed_influence.py")
     ap.add_argument("--sample-steps", type=int, default=2,
@@ -180,12 +190,18 @@ def main() -> None:
 
     lm = load_antiberty()
     T = 8 if args.quick else 32
-    small = {k: truncated_mlm.first_layers(lm, k) for k in args.layers}
+    small = {f"first {k} layers": truncated_mlm.first_layers(lm, k) for k in args.layers}
+    for path in args.distilled:
+        import distilled_mlm
+
+        st = distilled_mlm.load_student(path)
+        c = st.model.config
+        small[f"distilled d={c.hidden_size} x{c.num_hidden_layers} ({Path(path).stem})"] = st
     cost = {}
     if small:  # (the timing forwards 10 x 256 full rows: only when a small model is measured)
         cost = truncated_mlm.row_cost(lm, small, T + 2, rows=64 if args.quick else 256, reps=3 if args.quick else 9)
         print("relative cost of one masked row (T+2 tokens, batch of rows) vs the full 8-layer model: "
-              + ", ".join(f"first {k} layers {c:.3f}" for k, c in cost.items()))
+              + ", ".join(f"{k} {c:.3f}" for k, c in cost.items()))
     # (from the parent, AntiBERTy mostly proposes the residue already there: many draws per position are needed
     # to see enough proposals that change the state)
     cases = [(kind, chains, epochs, draws) for kind, chains, epochs, draws in
@@ -205,12 +221,12 @@ def main() -> None:
               f" ({chains} chains after {epochs} sweeps, seeds {args.seeds}; "
               f"{sum(m['dE'].numel() for m, _ in rows_all)} changing proposals of {sum(m['made'] for m, _ in rows_all)})")
         print("\n".join(markdown_table([rows for _, rows in rows_all])))
-        for k in args.layers if args.sample_steps > 0 else ():
+        for k in small if args.sample_steps > 0 else ():
             print(sample_with_small(lm, small[k], k, kind, T, 1 if args.quick else args.sample_steps, args.seeds[0]))
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 
-def sample_with_small(lm, small, k: int, kind: str, T: int, epochs: int, seed: int) -> str:
+def sample_with_small(lm, small, name: str, kind: str, T: int, epochs: int, seed: int) -> str:
     """One line: ``mhfast.sample(lm, ..., delayed=mhfast.surrogates.model_energy(small))`` run for ``epochs`` sweeps
     of the case (4 chains, local energy), its stage-1 and stage-2 acceptance and rows saved."""
     import bench_mixmatch
@@ -223,7 +239,7 @@ def sample_with_small(lm, small, k: int, kind: str, T: int, epochs: int, seed: i
     r = mhfast.sample(lm, init=start, free_positions=free, chains=4, epochs=epochs, burn_in=0, energy="local",
                       seed=seed, delayed=mhfast.surrogates.model_energy(small))
     rate = lambda a, b: f"{a}/{b} = {a / b:.3f}" if b else f"{a}/0"  # noqa: E731
-    return (f"mhfast.sample(delayed=model_energy(first {k} layers)), {kind}, 4 chains x {epochs} sweeps, seed {seed}: "
+    return (f"mhfast.sample(delayed=model_energy({name})), {kind}, 4 chains x {epochs} sweeps, seed {seed}: "
             f"stage 1 {rate(r.delayed_passed, r.delayed_tested)}, stage 2 {rate(r.delayed_accepted, r.delayed_passed)}, "
             f"rows saved {r.delayed_rows_saved}, {time.perf_counter() - t:.1f} s")
 
@@ -232,7 +248,8 @@ def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.T
             draws: int = 1, small: dict | None = None, cost: dict | None = None) -> dict:
     """Exact and surrogate energy changes of real proposals at ``states`` [S, L]: proposals at the free positions
     ``free_pos``, the energy over every energy position ``positions`` (both Long, positions in the row); ``small``
-    {k: truncated model} adds the ``first k layers`` surrogates, their rows costed at ``cost[k]`` full rows. Each
+    {name: small model} adds those surrogates (``first k layers``, ``distilled ...``), their rows costed at
+    ``cost[name]`` full rows. Each
     proposal's tokens come back too: ``old``/``new`` at its position, ``x_old``/``x_new`` Long[n, T] (X and X' at
     the energy positions; bench/delayed_movetable.py's tables are keyed by them)."""
     gen = torch.Generator().manual_seed(seed)
@@ -261,7 +278,12 @@ def measure(lm, states: torch.Tensor, positions: torch.Tensor, free_pos: torch.T
     surrogates["maskless+own"] = (mdiff.sum(1) - mdiff[torch.arange(n), i] + own, 1.0)
     for k, sm in (small or {}).items():
         sdiff = term_matrix(sm, x_new, positions) - term_matrix(sm, states, positions)[p["state"]]
-        surrogates[f"first {k} layers"] = (sdiff.sum(1), cost[k] * (T - 1))
+        surrogates[k] = (sdiff.sum(1), cost[k] * (T - 1))
+        if k.startswith("distilled"):  # the window's exact terms near i, the small model's change elsewhere
+            for w in (1, 2):
+                near = (dist <= w).double()
+                surrogates[f"window {w} + {k}"] = ((diff * near + sdiff * (1 - near)).sum(1),
+                                                    near.sum(1) - 1 + cost[k] * (T - 1), near.sum(1) - 1)
     return {"dE": diff.sum(1), "log_hastings": p["logq_r"] - p["logq_f"], "surrogates": surrogates, "T": T,
             "made": p["made"], "diff": diff, "i": i, "state": p["state"], "old": states[p["state"], positions[i]],
             "new": p["new"], "x_old": states[p["state"]][:, positions], "x_new": x_new[:, positions]}
