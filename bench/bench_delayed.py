@@ -332,12 +332,16 @@ def seed_ratios(base: dict[int, dict], runs: dict[int, dict]) -> dict:
     return {"fewer rows/change": figure(fewer), "ESS per row": figure(per_row), "best E": figure(best, log=False)}
 
 
+def _interval(f: dict) -> str:
+    """A figure's 95% interval as " [low, high]" (empty where there is none: fewer than two seeds)."""
+    return f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
+
+
 def _figure_cell(f: dict, unit: str = "x") -> str:
     """One :func:`seed_ratios` figure as a table cell: mean, interval, per seed."""
     if f["mean"] is None:
         return "-"
-    ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
-    return f"{f['mean']:.2f}{unit}{ci}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
+    return f"{f['mean']:.2f}{unit}{_interval(f)}; " + ", ".join(f"{v:.2f}" for v in f["per seed"])
 
 
 def ratio_table(runs: dict[str, dict[int, dict]], base: str) -> str:
@@ -472,9 +476,8 @@ def _saving_cell(f: dict | None) -> str:
         return "-"
     if isinstance(f["outside"], str):  # (no figure: a bound from noisy ends of a curve would read as one)
         return f"outside its curve ({f['outside']} energy than all its budgets)"
-    ci = f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
     out = f" ({f['outside']} resamples outside)" if f["outside"] else ""
-    return f"{f['mean']:.2f}x{ci}, {f['seeds']} seeds{out}"
+    return f"{f['mean']:.2f}x{_interval(f)}, {f['seeds']} seeds{out}"
 
 
 def budget_table(points: dict[Schedule, dict[int, dict]], base: tuple[str, int]) -> str:
