@@ -60,6 +60,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mhfast  # noqa: E402
+from mhfast.models.base import ordinary_tokens  # noqa: E402  (replicates.py reads it from here)
 
 
 def antiberty_case(kind: str, T: int, chains: int, device: str = "cpu") -> dict:
@@ -112,14 +113,6 @@ def dispersed_case(model: str, T: int, chains: int, temperature: float = 1.0, de
                     f"(start random), target temperature {temperature:g}")
     case["options"].update(start="random", target_temperature=temperature)
     return case
-
-
-def ordinary_tokens(lm) -> list[int]:
-    """The tokens the sampler proposes at a free position (none of the model's special, mask or pad ids), in order:
-    :func:`enumerated_target`'s sequences run through their products in this order."""
-    from mhfast.models.base import never_proposed
-
-    return (~never_proposed(lm)).nonzero().flatten().tolist()
 
 
 def enumerated_target(case: dict, max_states: int = 20000) -> tuple[torch.Tensor, torch.Tensor]:

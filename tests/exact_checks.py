@@ -21,7 +21,7 @@ import torch
 
 import mhfast
 from mhfast import reference
-from mhfast.models.base import never_proposed
+from mhfast.models.base import never_proposed, ordinary_tokens
 from mhfast.models.tabular import TabularMLM
 
 
@@ -34,11 +34,6 @@ def sample(device: str, *args, **kwargs) -> mhfast.SampleResult:
                                           if isinstance(getattr(result, f.name), torch.Tensor)})
 
 N_CHAINS = 3000
-
-
-def ordinary_tokens(model) -> list[int]:
-    """The tokens the sampler proposes at a free position, in id order (``mhfast.models.base.never_proposed``)."""
-    return (~never_proposed(model)).nonzero().flatten().tolist()
 
 
 def enumerate_states(model, template: torch.Tensor, free: torch.Tensor):

@@ -173,6 +173,19 @@ def never_proposed(model: Any, device: torch.device | str | None = None) -> torc
     return out
 
 
+def ordinary_tokens(model: Any) -> list[int]:
+    """The token ids the sampler proposes at a free position, in id order: the complement of
+    :func:`never_proposed` (the enumerations of the exactness tests and benchmarks run through them in this order).
+
+    Example:
+        >>> class M:
+        ...     vocab_size, mask_id, pad_id, special_ids = 5, 4, 0, (1,)
+        >>> ordinary_tokens(M())
+        [2, 3]
+    """
+    return (~never_proposed(model)).nonzero().flatten().tolist()
+
+
 def has_features(model: Any) -> bool:
     """Whether ``model`` offers the feature/output-layer split of :class:`FeatureMaskedLM`."""
     return callable(getattr(model, "masked_features", None)) and callable(getattr(model, "output_layer", None))
