@@ -80,10 +80,9 @@ def maskless_terms(lm, x: torch.Tensor, positions: torch.Tensor, chunk: int = 64
     return torch.cat(out)
 
 
-def proposals(lm, states: torch.Tensor, positions: torch.Tensor, gen: torch.Generator, draws: int = 1) -> dict:
-    """``draws`` proposals per state and free position, drawn from the masked conditional (special tokens excluded,
-    as mhfast's proposal): the proposals that change the state, with log q forward/reverse."""
-    states = states.repeat_interleave(draws, dim=0)  # (a proposal's state index below counts the copies)
+def proposal_logits(lm, states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The logits of mhfast's proposal at each state [S, L] and position: the masked conditional there with the
+    special tokens at -inf, f64 [S*T, V] (row ``s*T + t``: state s masked at ``positions[t]``)."""
     S, T = states.shape[0], positions.numel()
     rows = states.repeat_interleave(T, dim=0)
     at = positions.repeat(S)
@@ -91,7 +90,16 @@ def proposals(lm, states: torch.Tensor, positions: torch.Tensor, gen: torch.Gene
     with torch.no_grad():
         logits = lm.masked_logits(rows, at).double()
     logits[:, list(lm.special_ids)] = float("-inf")
-    logq = torch.log_softmax(logits, -1)
+    return logits
+
+
+def proposals(lm, states: torch.Tensor, positions: torch.Tensor, gen: torch.Generator, draws: int = 1) -> dict:
+    """``draws`` proposals per state and free position, drawn from the masked conditional (special tokens excluded,
+    as mhfast's proposal): the proposals that change the state, with log q forward/reverse."""
+    states = states.repeat_interleave(draws, dim=0)  # (a proposal's state index below counts the copies)
+    S, T = states.shape[0], positions.numel()
+    at = positions.repeat(S)
+    logq = torch.log_softmax(proposal_logits(lm, states, positions), -1)
     new = torch.multinomial(logq.exp(), 1, generator=gen)[:, 0]
     old = states.repeat_interleave(T, dim=0)[torch.arange(S * T), at]
     keep = new != old

@@ -49,13 +49,11 @@ def neighbours(lm, seqs: torch.Tensor, free_pos: torch.Tensor, draws: int, gen: 
     """Single-site proposals from each sequence: at every free position ``draws`` residues drawn from the teacher's
     masked conditional there (special tokens excluded, as mhfast proposes); those that change the sequence, unique,
     and the teacher rows spent (one per sequence and free position)."""
+    import delayed_surrogates
+
     S, F = seqs.shape[0], free_pos.numel()
-    rows = seqs.repeat_interleave(F, dim=0)
     at = free_pos.repeat(S)
-    rows[torch.arange(S * F), at] = lm.mask_id
-    with torch.no_grad():
-        logits = lm.masked_logits(rows, at).double()
-    logits[:, list(lm.special_ids)] = float("-inf")
+    logits = delayed_surrogates.proposal_logits(lm, seqs, free_pos)
     new = torch.multinomial(torch.softmax(logits, -1), draws, replacement=True, generator=gen)  # [S*F, draws]
     out = seqs.repeat_interleave(F, dim=0)[:, None, :].repeat(1, draws, 1)
     out[torch.arange(S * F)[:, None], torch.arange(draws)[None, :], at[:, None]] = new
