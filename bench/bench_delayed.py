@@ -18,7 +18,8 @@ forwards fewer rows per accepted change. Its own forwards are not in ``result.mo
 around the block; block MH has no memo); compare them with each other, not with ``mh`` (another move).
 ``distilled`` (an AntiBERTy case, ``--student FILE``): ``delayed=`` a small model's local energy
 (``mhfast.surrogates.model_energy`` of a student trained by bench/distilled_mlm.py); its own rows are charged to the
-run's ``rows`` at their measured cost in AntiBERTy rows, and listed apart (``student rows``).
+run's ``rows`` at their measured cost in AntiBERTy rows, and listed apart (``student rows``); ``distilled-nomemo``
+the same with memo 0 (compare it with ``mh-nomemo``).
 
 Cases: ``antiberty-infill`` is bench/bench_ess.py's: AntiBERTy, T = 32 residues of adalimumab's VH, the last 8
 free, energy local, 4 chains starting from the parent; ``cmlm-translate`` the main job (scripts/main.sh's
@@ -143,6 +144,8 @@ def distilled_setting(model, inputs: dict, options: dict) -> dict:
 
 
 SETTINGS["distilled"] = distilled_setting
+# the same with memo 0: against mh-nomemo, what the student saves where the memo spares nothing
+SETTINGS["distilled-nomemo"] = lambda model, inputs, options: {**distilled_setting(model, inputs, options), "memo": 0}
 # "-terms": the memo as it was before it kept model rows (terms only: an accepted remembered X' forwards its rows)
 SETTINGS.update({f"{k}-terms": SETTINGS[k] for k in ("mh", "delayed-w2", "delayed-i2", "oracle")})
 
