@@ -247,9 +247,9 @@ def _rows_from_source(model: Any, source: Any, length_beam: int, free_positions:
 
 
 def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(is_pad, energy positions): non-pad positions holding an ordinary token or ``mask_id``."""
+    """(is_pad, energy positions): non-pad positions holding an ordinary token (``never_proposed``'s complement) or
+    ``mask_id``."""
     V, mask_id, pad_id = int(model.vocab_size), int(model.mask_id), int(model.pad_id)
-    device = rows.device
     if bool(((rows < 0) | (rows >= V)).any()):
         bad = int(rows[(rows < 0) | (rows >= V)][0])
         raise _err("init", f"contains token id {bad}, outside the vocabulary [0, {V})")
@@ -258,11 +258,7 @@ def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Te
         raise _err("init", f"must be padded at the end of each row (pad_id={pad_id} followed by a token)")
     if bool(is_pad.all(dim=1).any()):
         raise _err("init", "has a row of length 0 (only padding)")
-    special = torch.zeros(V, dtype=torch.bool, device=device)
-    special[torch.tensor([int(i) for i in model.special_ids if 0 <= int(i) < V], dtype=torch.long,
-                         device=device)] = True
-    special[pad_id] = True
-    return is_pad, ~is_pad & (~special[rows] | (rows == mask_id))
+    return is_pad, ~is_pad & (~never_proposed(model, rows.device)[rows] | (rows == mask_id))
 
 
 def checked_positions(free_positions: Any, energy_mask: torch.Tensor, where: str, like: str, allowed: str

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..models.base import check_rows_fit
+from ..models.base import check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, checked_positions, run_device
 from ..runtime.runner import ModelRunner, sum_terms
@@ -123,10 +123,7 @@ def energy_positions(model: Any, tokens: torch.Tensor, where: str = "mhfast.ener
         b, t = (tokens == mask_id).nonzero()[0].tolist()
         raise _err(name, f"holds mask_id ({mask_id}) at row {b}, position {t}: scoring needs complete "
                    "sequences (for a CMLM, a word missing from the target dictionary becomes <unk>, its mask)", where)
-    special = torch.zeros(V, dtype=torch.bool, device=tokens.device)
-    ids = [int(i) for i in model.special_ids if 0 <= int(i) < V] + [pad_id]
-    special[torch.tensor(ids, dtype=torch.long, device=tokens.device)] = True
-    return ~special[tokens]
+    return ~never_proposed(model, tokens.device)[tokens]  # (mask_id is refused above: the ordinary tokens)
 
 
 def _score_mask(free_positions: Any, energy_mask: torch.Tensor) -> torch.Tensor:
