@@ -127,11 +127,13 @@ class CountingSurrogate:
     surrogate stays a fixed function of the sequence."""
 
     def __init__(self, small, energy: str):
+        from mhfast.models.base import never_proposed
+
         self.inner, self.rows = mhfast.surrogates.model_energy(small, energy), 0
-        self.special = torch.tensor(sorted(small.special_ids))
+        self.ordinary = ~never_proposed(small)  # (the energy positions of a complete sequence: the scoring rule)
 
     def __call__(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        self.rows += int((~torch.isin(tokens, self.special.to(tokens.device))).sum())
+        self.rows += int(self.ordinary.to(tokens.device)[tokens].sum())
         return self.inner(tokens, pos)
 
 
@@ -237,7 +239,7 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
     sync(model)  # the wall time of a device's run ends when its work does
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     oracle = extra.get("delayed") if isinstance(extra.get("delayed"), ExactEnergyOracle) else None
-    rows = r.model_rows - r.init_rows
+    rows = sampler_rows = r.model_rows - r.init_rows
     student = extra.get("delayed") if isinstance(extra.get("delayed"), CountingSurrogate) else None
     if student is not None:  # the student's rows at their cost in the sampled model's rows, charged to the run
         rows += round(student.rows * STUDENT["cost"])
@@ -254,7 +256,7 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
             "passed": r.delayed_passed, "accepted": r.delayed_accepted, "saved": r.delayed_rows_saved,
             "hits": r.memo_hits, "best": best, "oracle rows": oracle.rows if oracle else 0,
             "best each": [round(v, 3) for v in best_each.tolist()],
-            **({"student rows": student.rows, "sampler rows": r.model_rows - r.init_rows} if student else {})}
+            **({"student rows": student.rows, "sampler rows": sampler_rows} if student else {})}
 
 
 def summary(runs: list[dict]) -> dict:
