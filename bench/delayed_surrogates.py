@@ -52,15 +52,24 @@ import truncated_mlm  # noqa: E402
 WINDOWS = (1, 2, 4, 8)
 
 
+def masked_rows(seqs: torch.Tensor, positions: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                       torch.Tensor]:
+    """Every sequence [N, L] masked at each of ``positions`` (T of them): rows Long[N*T, L] (row ``n*T + t``: sequence
+    n masked at ``positions[t]``), their masked position Long[N*T], and the token that was there Long[N*T]."""
+    N, T = seqs.shape[0], positions.numel()
+    rows = seqs.repeat_interleave(T, dim=0)
+    pos = positions.repeat(N)
+    target = rows[torch.arange(N * T), pos].clone()
+    rows[torch.arange(N * T), pos] = mask_id
+    return rows, pos, target
+
+
 def term_matrix(lm, x: torch.Tensor, positions: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """-log p(x_t | x without t) for every row of ``x`` [N, L] and energy position t: f64 [N, T]."""
     N, T = x.shape[0], positions.numel()
     if N == 0:
         return torch.zeros(0, T, dtype=torch.float64)
-    rows = x.repeat_interleave(T, dim=0)
-    pos = positions.repeat(N)
-    rows[torch.arange(N * T), pos] = lm.mask_id
-    target = x.repeat_interleave(T, dim=0)[torch.arange(N * T), pos]
+    rows, pos, target = masked_rows(x, positions, lm.mask_id)
     out = []
     with torch.no_grad():
         for s in range(0, N * T, chunk):
@@ -83,10 +92,7 @@ def maskless_terms(lm, x: torch.Tensor, positions: torch.Tensor, chunk: int = 64
 def proposal_logits(lm, states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """The logits of mhfast's proposal at each state [S, L] and position: the masked conditional there with the
     special tokens at -inf, f64 [S*T, V] (row ``s*T + t``: state s masked at ``positions[t]``)."""
-    S, T = states.shape[0], positions.numel()
-    rows = states.repeat_interleave(T, dim=0)
-    at = positions.repeat(S)
-    rows[torch.arange(S * T), at] = lm.mask_id
+    rows, at, _ = masked_rows(states, positions, lm.mask_id)
     with torch.no_grad():
         logits = lm.masked_logits(rows, at).double()
     logits[:, list(lm.special_ids)] = float("-inf")

@@ -43,14 +43,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import delayed_surrogates  # noqa: E402
+from delayed_surrogates import masked_rows  # noqa: E402  (every sequence masked at each energy position)
+
 
 def neighbours(lm, seqs: torch.Tensor, free_pos: torch.Tensor, draws: int, gen: torch.Generator) -> tuple[
         torch.Tensor, int]:
     """Single-site proposals from each sequence: at every free position ``draws`` residues drawn from the teacher's
     masked conditional there (special tokens excluded, as mhfast proposes); those that change the sequence, unique,
     and the teacher rows spent (one per sequence and free position)."""
-    import delayed_surrogates
-
     S, F = seqs.shape[0], free_pos.numel()
     at = free_pos.repeat(S)
     logits = delayed_surrogates.proposal_logits(lm, seqs, free_pos)
@@ -94,18 +95,6 @@ def job_sequences(lm, T: int, seeds: list[int], chains: int, epochs: int, hops: 
         seqs = uniq
         per_hop.append(len(frontier))
     return seqs, {"states": len(states), "new_per_hop": per_hop, "sequences": len(seqs), "rows": rows}
-
-
-def masked_rows(seqs: torch.Tensor, positions: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                       torch.Tensor]:
-    """Every sequence masked at each energy position: rows Long[N*T, L], their masked position Long[N*T], and the
-    token that was there Long[N*T]."""
-    N, T = seqs.shape[0], positions.numel()
-    rows = seqs.repeat_interleave(T, dim=0)
-    pos = positions.repeat(N)
-    target = rows[torch.arange(N * T), pos].clone()
-    rows[torch.arange(N * T), pos] = mask_id
-    return rows, pos, target
 
 
 def teacher_logprobs(lm, rows: torch.Tensor, pos: torch.Tensor, chunk: int = 256) -> torch.Tensor:
@@ -174,8 +163,6 @@ def train(student, rows: torch.Tensor, pos: torch.Tensor, teacher: torch.Tensor,
 def held_out_report(lm, student, seqs: torch.Tensor, positions: torch.Tensor, rows, pos, teacher) -> dict:
     """Held-out KL per row, and how the student's energies track the teacher's: the correlation of the local energy
     differences between random pairs of held-out sequences that differ at one position (as a proposal does)."""
-    import delayed_surrogates
-
     with torch.no_grad():
         kl = (teacher.exp() * (teacher - student_logprobs(student, rows, pos))).sum(1).mean().item()
     e_t = delayed_surrogates.term_matrix(lm, seqs, positions).sum(1)
