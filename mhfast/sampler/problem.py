@@ -246,19 +246,38 @@ def _rows_from_source(model: Any, source: Any, length_beam: int, free_positions:
     return context, candidate_lengths, rows
 
 
-def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(is_pad, energy positions): non-pad positions holding an ordinary token (``never_proposed``'s complement) or
-    ``mask_id``."""
-    V, mask_id, pad_id = int(model.vocab_size), int(model.mask_id), int(model.pad_id)
-    if bool(((rows < 0) | (rows >= V)).any()):
-        bad = int(rows[(rows < 0) | (rows >= V)][0])
-        raise _err("init", f"contains token id {bad}, outside the vocabulary [0, {V})")
+def checked_padding(model: Any, rows: torch.Tensor, where: str = "mhfast.sample", name: str = "init") -> torch.Tensor:
+    """Bool[B, T], where ``rows`` (Long[B, T]) hold ``model.pad_id``, after checking that every id is in the
+    vocabulary, that padding comes only at the end of a row and that no row is padding only; errors read
+    ``"<where>: <name> ..."``. Shared by :func:`mhfast.sample` (its inputs and per-chain starts) and
+    :func:`mhfast.energy` (the sequences it scores), so both refuse the same rows in the same words.
+
+        >>> from mhfast.models.tabular import TabularMLM
+        >>> m = TabularMLM.random(3, 4, seed=0)  # vocabulary 5, pad_id 4
+        >>> checked_padding(m, torch.tensor([[0, 1, 4]])).tolist()
+        [[False, False, True]]
+        >>> checked_padding(m, torch.tensor([[4, 1]]), "f", "rows")
+        Traceback (most recent call last):
+        ValueError: f: rows must be padded at the end of each row (pad_id=4 followed by a token)
+    """
+    V, pad_id = int(model.vocab_size), int(model.pad_id)
+    bad = (rows < 0) | (rows >= V)
+    if bool(bad.any()):
+        raise ValueError(f"{where}: {name} contains token id {int(rows[bad][0])}, outside the vocabulary [0, {V})")
     is_pad = rows == pad_id
     if bool((is_pad[:, :-1] & ~is_pad[:, 1:]).any()):
-        raise _err("init", f"must be padded at the end of each row (pad_id={pad_id} followed by a token)")
+        raise ValueError(f"{where}: {name} must be padded at the end of each row (pad_id={pad_id} followed by a "
+                         "token)")
     if bool(is_pad.all(dim=1).any()):
-        raise _err("init", "has a row of length 0 (only padding)")
-    return is_pad, ~is_pad & (~never_proposed(model, rows.device)[rows] | (rows == mask_id))
+        raise ValueError(f"{where}: {name} has a row of length 0 (only padding)")
+    return is_pad
+
+
+def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(is_pad, energy positions) of checked rows (:func:`checked_padding`): non-pad positions holding an ordinary
+    token (``never_proposed``'s complement) or ``mask_id``."""
+    is_pad = checked_padding(model, rows)
+    return is_pad, ~is_pad & (~never_proposed(model, rows.device)[rows] | (rows == int(model.mask_id)))
 
 
 def checked_positions(free_positions: Any, energy_mask: torch.Tensor, where: str, like: str, allowed: str

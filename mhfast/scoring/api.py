@@ -24,7 +24,7 @@ import torch
 
 from ..models.base import check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
-from ..sampler.problem import check_devices, checked_positions, run_device
+from ..sampler.problem import check_devices, checked_padding, checked_positions, run_device
 from ..runtime.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
@@ -110,15 +110,8 @@ def energy_positions(model: Any, tokens: torch.Tensor, where: str = "mhfast.ener
                      ) -> torch.Tensor:
     """Bool[B, T]: the positions in the energy (the sampler's rule: non-pad, non-special), checked; errors read
     ``"<where>: <name> ..."``."""
-    V, pad_id, mask_id = int(model.vocab_size), int(model.pad_id), int(model.mask_id)
-    bad = (tokens < 0) | (tokens >= V)
-    if bool(bad.any()):
-        raise _err(name, f"contains token id {int(tokens[bad][0])}, outside the vocabulary [0, {V})", where)
-    is_pad = tokens == pad_id
-    if bool((is_pad[:, :-1] & ~is_pad[:, 1:]).any()):
-        raise _err(name, f"must be padded at the end of each row (pad_id={pad_id} followed by a token)", where)
-    if bool(is_pad.all(dim=1).any()):
-        raise _err(name, "has a row of length 0 (only padding)", where)
+    checked_padding(model, tokens, where, name)
+    mask_id = int(model.mask_id)
     if bool((tokens == mask_id).any()):
         b, t = (tokens == mask_id).nonzero()[0].tolist()
         raise _err(name, f"holds mask_id ({mask_id}) at row {b}, position {t}: scoring needs complete "
