@@ -20,6 +20,12 @@ for bit; seed 1: the same commands with --seed 1, t1.pt, p1.pt and *_seed1 outpu
         --burn-in 2000 --at-cpu 154 600 1787 2380 2980 3570 4170 4760 5360 --save p0.pt --out xlong_p_seed0.json
     python3 .../analysis.py trajectory t0.pt p0.pt 1000                           # xlong_trajectory_seed0.md
     python3 .../analysis.py exact t0.pt p0.pt                                     # xlong_exact_check_seed0.txt
+
+Seed 2 the same length (2026-11-30, an Intel Xeon: its first 4,000 tempered sweeps are long_t_seed2's bit for bit,
+then float rounding parts them): the same commands with --seed 2, then
+
+    python3 .../analysis.py trajectory t2.pt - 1000              # xlong_tempered_trajectory_seed2.md (tempered only)
+    python3 .../analysis.py exact t2.pt                          # xlong_exact_check_seed2.txt
 """
 import json
 import sys
@@ -132,18 +138,19 @@ def match(pairs: list[str]) -> None:
 
 def trajectory(tempered: str, plain: str, every: int) -> None:
     """Max R-hat (and ESS, error of the mean E_local in MCSE) of a tempered run every ``every`` sweeps, with plain
-    MH's at the same CPU seconds (per-sweep CPU clocks of both runs), and the first budget from which the tempered
-    one stays below 1.01 to the end of the run: does a crossing last?"""
+    MH's at the same CPU seconds (per-sweep CPU clocks of both runs; ``plain`` "-": none), and the first budget from
+    which the tempered one stays below 1.01 to the end of the run: does a crossing last?"""
     exact_mean = target()[2]
-    (rt, t), (rp, p) = tl.load_saved(tempered), tl.load_saved(plain)
+    (rt, t), (rp, p) = tl.load_saved(tempered), (tl.load_saved(plain) if plain != "-" else (None, None))
     print("| sweeps | CPU s | max R-hat tempered | plain MH | ESS E_local tempered | plain MH | "
           "mean E_local error / MCSE, tempered | plain MH |")
     print("|---|---|---|---|---|---|---|---|")
     below = None
     for last in range(t["burn_in"] + every, len(t["rows_cum"]) + 1, every):
         a = bt.window_figures(rt, t["rows_cum"], t["cpu"], t["burn_in"], last, t["cpu_at"])
-        k = bt.last_within(p["cpu_at"], a["cpu"], 0)
-        b = bt.window_figures(rp, p["rows_cum"], p["cpu"], p["burn_in"], k, p["cpu_at"]) if k > p["burn_in"] else None
+        k = bt.last_within(p["cpu_at"], a["cpu"], 0) if p else 0
+        b = (bt.window_figures(rp, p["rows_cum"], p["cpu"], p["burn_in"], k, p["cpu_at"]) if p and k > p["burn_in"]
+             else None)
         below = (below or last) if a["rhat"] < 1.01 else None
         z = [f"{(f['mean_e'] - exact_mean) / (f['sd_e'] / np.sqrt(f['ess_e'])):+.2f}" if f else "-" for f in (a, b)]
         print(f"| {last} | {a['cpu']:.0f} | {a['rhat']:.4f} | {b['rhat'] if b else float('nan'):.3f} | "
