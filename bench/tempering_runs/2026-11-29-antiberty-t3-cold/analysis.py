@@ -25,6 +25,7 @@ Seed 2 the same length (2026-11-30, an Intel Xeon: its first 4,000 tempered swee
 then float rounding parts them): the same commands with --seed 2, then
 
     python3 .../analysis.py trajectory t2.pt - 1000              # xlong_tempered_trajectory_seed2.md (tempered only)
+    python3 .../analysis.py trajectory t2.pt p2.pt 1000          # xlong_trajectory_seed2.md (with plain MH)
     python3 .../analysis.py exact t2.pt                          # xlong_exact_check_seed2.txt
 """
 import json
