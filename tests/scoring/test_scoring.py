@@ -9,6 +9,7 @@ the masked position, gather_energies op), so agreement is a real check.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -172,6 +173,26 @@ def test_a_plain_transformers_object_is_wrapped(tmp_path):
 def test_bad_arguments_name_the_argument(bert, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         mhfast.energy(bert[1], **kwargs)
+
+
+# (TabularMLM.random(3, 4): vocabulary 5, mask_id 3, pad_id 4)
+@pytest.mark.parametrize("rows, words", [
+    ([[0, 7, 1, 2]], "contains token id 7, outside the vocabulary [0, 5)"),
+    ([[0, 4, 1, 2]], "must be padded at the end of each row (pad_id=4 followed by a token)"),
+    ([[0, 1, 2, 0], [4, 4, 4, 4]], "has a row of length 0 (only padding)"),
+])
+def test_sampling_and_scoring_refuse_the_same_rows_in_the_same_words(rows, words):
+    """problem.checked_padding serves mhfast.sample's inputs, its per-chain starts and mhfast.energy's tokens: each
+    refuses these rows with the same words after its own prefix."""
+    model = TabularMLM.random(3, 4, seed=0)
+    rows = torch.tensor(rows)
+    with pytest.raises(ValueError, match="^" + re.escape(f"mhfast.sample: init {words}") + "$"):
+        mhfast.sample(model, init=rows, epochs=1, burn_in=0)
+    good = torch.zeros_like(rows)  # (chain 0 builds the problem; chain 1's row is checked against it)
+    with pytest.raises(ValueError, match="^" + re.escape(f"mhfast.sample: init {words}") + "$"):
+        mhfast.sample(model, init=torch.stack([good, rows], 1), chains=2, epochs=1, burn_in=0)
+    with pytest.raises(ValueError, match="^" + re.escape(f"mhfast.energy: tokens {words}") + "$"):
+        mhfast.energy(model, tokens=rows)
 
 
 def test_score_words_and_pseudo_perplexity():
