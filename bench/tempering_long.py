@@ -130,12 +130,17 @@ def main() -> int:
     ap.add_argument("--init", type=Path, default=None,
                     help="start every chain from the final state of a run saved by --save (the same case and "
                          "chains) instead of its own random residues: a second stage")
+    ap.add_argument("--dtype", default=None, help="the model's forward precision (option dtype, e.g. bfloat16: "
+                    "the target is then the model as evaluated in it; default the model's own, float32)")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default: print only)")
     args = ap.parse_args()
     if not all(args.burn_in < a <= args.epochs for a in args.at) or args.epochs <= args.burn_in:
         ap.error("--at and --epochs must exceed --burn-in, and --at must be <= --epochs")
     torch.set_num_threads(1)
     case = bt.dispersed_case(args.model, args.length, 4, args.temperature)
+    if args.dtype is not None:
+        case["options"]["dtype"] = args.dtype
+        case["what"] += f", forward in {args.dtype}"
     if args.init is not None:
         # per-chain init (Long[B, C, T], every free position filled: start="greedy" fills only masks, so none),
         # in place of the case's length or shared init; its free positions stay the case's
@@ -152,7 +157,7 @@ def main() -> int:
                     "swap": r.swap_rate, "trips": r.round_trips, "tokens": r.tokens},
                    args.save)
     out = {"model": args.model, "length": args.length, "temperature": args.temperature, "seed": args.seed,
-           "init": None if args.init is None else str(args.init),
+           "init": None if args.init is None else str(args.init), "dtype": args.dtype,
            "epochs": args.epochs, "burn_in": args.burn_in, "rungs": rungs,
            "wall": time.perf_counter() - t0, "cpu": cpu, "what": case["what"]}
     if rungs is not None:

@@ -244,14 +244,16 @@ def test_tempering_long_reports_every_budget_and_the_shorter_is_a_prefix(tmp_pat
 def test_tempering_long_plain_reports_budgets_in_cpu_seconds(tmp_path):
     """bench/tempering_long.py --plain --at-cpu: plain MH (no ladder), and each CPU budget's figures are those of the
     last sweep within it by the run's own per-sweep CPU clock (saved), not prorated by rows (RESULTS.md's AntiBERTy
-    T=3 comparison at equal CPU seconds)."""
+    T=3 comparison at equal CPU seconds); ``--dtype`` reaches the sampler (the T=32 runs in bfloat16)."""
     saved, out = tmp_path / "plain.pt", tmp_path / "plain.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tempering_long.py"), "--plain", "--seed", "0",
                            "--epochs", "30", "--burn-in", "4", "--at-cpu", "0", "1e9", "--save", str(saved),
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--dtype", "bfloat16", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got, cpu_at = json.loads(out.read_text()), torch.load(saved, weights_only=False)["cpu_at"]
     assert got["rungs"] is None and "ladder" not in got and len(cpu_at) == 30
+    assert got["dtype"] == "bfloat16" and got["what"].endswith("forward in bfloat16")
     assert cpu_at == sorted(cpu_at) and set(got) >= {"30"}  # (budget 0: no sweep within it, so no figures)
     assert not any(k.isdigit() and int(k) <= 4 for k in got)
     assert got["30"]["cpu"] == cpu_at[-1] and got["30"]["sweeps"] == 30 and got["30"]["draws"] == 26 * 4
