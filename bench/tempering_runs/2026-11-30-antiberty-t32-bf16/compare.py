@@ -1,0 +1,30 @@
+"""Issue 38's AntiBERTy case at T=32, second stage again, with the model's forward in bfloat16: on this CPU (an
+Intel Xeon with AMX) a bf16 row costs ~0.28 of an fp32 one (bench/RESULTS.md, "The cost of a forwarded row"), so the
+~12 CPU hours the fp32 second stage (../2026-11-30-antiberty-t32-two-stage) said a verdict needs shrink to a few.
+
+The same case (AntiBERTy, 32 free residues, energy local, target temperature 1, 4 chains) and the same starts: the
+final states of that folder's stage 1 (plain MH's fp32 descent from random residues, seed 0, 120 sweeps). The target
+is now the model as evaluated in bfloat16 (option ``dtype``; autocast), for both samplers alike. Both ran at once, one
+core each, seed 1 (rung 0 and plain MH share their random numbers); tempering=6 tuned in burn-in 16 (twice the fp32
+run's), plain MH as long in CPU seconds:
+
+    S=../2026-11-30-antiberty-t32-two-stage/stage1_plain_seed0.pt
+    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --rungs 6 --seed 1 --epochs 80 \\
+        --burn-in 16 --at 24 32 40 48 56 64 72 --echo 1 --init $S --dtype bfloat16 --save tempered_bf16_seed1.pt \\
+        --out tempered_bf16_seed1.json
+    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --plain --seed 1 --epochs 950 \\
+        --burn-in 16 --echo 10 --init $S --dtype bfloat16 --save plain_bf16_seed1.pt --out plain_bf16_seed1.json
+    python3 .../compare.py tempered_bf16_seed1.pt plain_bf16_seed1.pt 24 32 40 48 56 64 72 80 > compare_seed1.md
+
+bench/tempering_long.py's compare_saved: plain MH cut at equal rows and at equal CPU seconds at each tempered budget.
+"""
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # bench/
+import tempering_long as tl  # noqa: E402
+
+
+if __name__ == "__main__":
+    print("\n".join(tl.compare_saved(sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]], seed=1)))
