@@ -16,14 +16,16 @@ run's), plain MH as long in CPU seconds:
         --burn-in 16 --echo 10 --init $S --dtype bfloat16 --save plain_bf16_seed1.pt --out plain_bf16_seed1.json
     python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --plain --seed 2 --epochs 500 \\
         --burn-in 1 --echo 10 --init plain_bf16_seed1.pt --dtype bfloat16 --save plain_bf16_seed1b.pt
-    python3 .../compare.py tempered_bf16_seed1.pt plain_bf16_seed1.pt+plain_bf16_seed1b.pt 24 32 40 48 56 64 72 80 \\
-        > compare_seed1.md
+    python3 bench/tempering_long.py --model antiberty --length 32 --temperature 1 --plain --seed 3 --epochs 400 \\
+        --burn-in 1 --echo 10 --init plain_bf16_seed1b.pt --dtype bfloat16 --save plain_bf16_seed1c.pt
+    python3 .../compare.py tempered_bf16_seed1.pt plain_bf16_seed1.pt+plain_bf16_seed1b.pt+plain_bf16_seed1c.pt \\
+        24 32 40 48 56 64 72 80 > compare_seed1.md
 
 bench/tempering_long.py's compare_saved: plain MH cut at equal rows and at equal CPU seconds at each tempered budget.
 Plain MH's sweeps got cheaper as its chains settled (the memo), so its 950 sweeps ended short of the tempered run's
-CPU seconds; a second plain run went on from their final states (``--init plain_bf16_seed1.pt --seed 2 --epochs
-500``: a new call, so a new seed's random numbers and an empty memo) and the two are joined here into one chain per
-chain (``plain_bf16_seed1.pt+plain_bf16_seed1b.pt``: traces, rows and CPU seconds continued).
+CPU seconds; two more plain runs went on from the final states of the one before (``--init``, seeds 2 and 3: a new
+call, so a new seed's random numbers and an empty memo, the same kernel), and the three are joined here into one
+chain per chain (``a.pt+b.pt+c.pt``: traces, rows and CPU seconds continued).
 """
 import sys
 import tempfile
