@@ -1,6 +1,7 @@
-"""Issue 38's AntiBERTy case at T=32, second stage again, with the model's forward in bfloat16: on this CPU (an
-Intel Xeon with AMX) a bf16 row costs ~0.28 of an fp32 one (bench/RESULTS.md, "The cost of a forwarded row"), so the
-~12 CPU hours the fp32 second stage (../2026-11-30-antiberty-t32-two-stage) said a verdict needs shrink to a few.
+"""Issue 38's AntiBERTy case at T=32, second stage again, with the model's forward in bfloat16: on this CPU (an Intel
+Xeon with AMX) a bf16 row costs ~0.3 of an fp32 one (bench/RESULTS.md, "The cost of a forwarded row"; measured here
+3.9 against 14.3 ms per row, tempered), so the ~12 CPU hours the fp32 second stage
+(../2026-11-30-antiberty-t32-two-stage) said a verdict needs shrink to a few.
 
 The same case (AntiBERTy, 32 free residues, energy local, target temperature 1, 4 chains) and the same starts: the
 final states of that folder's stage 1 (plain MH's fp32 descent from random residues, seed 0, 120 sweeps). The target
