@@ -254,6 +254,10 @@ def test_tempering_long_plain_reports_budgets_in_cpu_seconds(tmp_path):
     got, cpu_at = json.loads(out.read_text()), torch.load(saved, weights_only=False)["cpu_at"]
     assert got["rungs"] is None and "ladder" not in got and len(cpu_at) == 30
     assert got["dtype"] == "bfloat16" and got["what"].endswith("forward in bfloat16")
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "tempering_long.py"), "--plain", "--epochs", "5",
+                          "--burn-in", "1", "--dtype", "float17"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)  # (the sampler's own option check refuses it: the flag reaches mhfast.sample)
+    assert bad.returncode != 0 and "mhfast.sample: dtype must be" in bad.stderr, bad.stderr[-2000:]
     assert cpu_at == sorted(cpu_at) and set(got) >= {"30"}  # (budget 0: no sweep within it, so no figures)
     assert not any(k.isdigit() and int(k) <= 4 for k in got)
     assert got["30"]["cpu"] == cpu_at[-1] and got["30"]["sweeps"] == 30 and got["30"]["draws"] == 26 * 4
