@@ -34,45 +34,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from early_ceiling import LOG_U, RULES, U, expected_rows  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/
+from delayed_influence import influence_table, ranked_sets  # noqa: E402
+from early_ceiling import LOG_U, RULES, expected_rows, fewest_certifying, staged  # noqa: E402
 
 WINDOW = 2  # influence:2 forwards as many rows as window:2: the positions within 2 of i
+ROUNDS = (4, 16)  # early:2's rounds before the rest
 
 
 def influence_sets(train: list[dict], T: int) -> list[torch.Tensor]:
-    """Per proposed column i, the positions W_i (i excluded): the most influential by the training proposals'
-    mean |term change|, as many as the distance window of half-width WINDOW has; unseen i: the distance window."""
-    total, count = torch.zeros(T, T, dtype=torch.float64), torch.zeros(T, dtype=torch.long)
-    for d in train:
-        total.index_add_(0, d["i"], (d["e_new"] - d["e_x"]).abs())
-        count += torch.bincount(d["i"], minlength=T)
-    mean = total / count.clamp(min=1)[:, None]
-    sets = []
-    for i in range(T):
-        dist = (torch.arange(T) - i).abs()
-        n = int(((dist <= WINDOW) & (dist > 0)).sum())
-        score = (mean[i] if count[i] > 0 else torch.zeros(T, dtype=torch.float64)) - dist * 1e-9  # ties: nearest
-        score[i] = -math.inf
-        sets.append(score.topk(n).indices)
-    return sets
-
-
-def stage2_rows(tn_rest: torch.Tensor, need: torch.Tensor, order: torch.Tensor, rule: str) -> torch.Tensor:
-    """Expected rows of stage 2 per quantile of u2: all of R for an acceptance, fewer for a certified rejection."""
-    full = float(len(tn_rest))
-    accept = tn_rest.sum() < need
-    if rule == "all":
-        return torch.full_like(need, full)
-    if rule == "oracle":
-        c = torch.cumsum(tn_rest.sort(descending=True).values, 0)
-        fewest = (torch.searchsorted(c, need.contiguous()) + 1).double().clamp(max=full)
-        return torch.where(accept, torch.full_like(need, full), fewest)
-    c = torch.cumsum(tn_rest[order], 0)
-    r = torch.full_like(need, full)
-    for size in (16, 4):  # the first round that certifies wins
-        if size < len(c):
-            r = torch.where(c[size - 1] >= need, torch.full_like(need, float(size)), r)
-    return r
+    """Per proposed column i, the positions W_i (i excluded): bench/delayed_influence.py's ``influence 2`` sets
+    (the training proposals' mean |term change|; unseen i: the distance window), as index tensors."""
+    table, count = influence_table([{"i": d["i"], "diff": d["e_new"] - d["e_x"]} for d in train], T)
+    return [row.nonzero().flatten() for row in ranked_sets(table, count, WINDOW)[1]]
 
 
 def evaluate(d: dict, sets: list[torch.Tensor], rule: str) -> tuple[float, float]:
@@ -84,15 +58,13 @@ def evaluate(d: dict, sets: list[torch.Tensor], rule: str) -> tuple[float, float
     for k in range(n):
         tx, tn, a = e_x[k], e_new[k], int(i[k])
         w = sets[a]
-        rest = torch.tensor([j for j in range(T) if j != a and j not in set(w.tolist())])
+        in_w = set(w.tolist())
+        rest = torch.tensor([j for j in range(T) if j != a and j not in in_w])
+        by_value = rest[mean_new[a][rest].argsort(descending=True, stable=True)]
         if rule == "early-first-influence":  # plain MH's decisions; first round W, then the top 16 by value, all
-            others = torch.cat([w, rest[mean_new[a][rest].argsort(descending=True, stable=True)]])
+            others = torch.cat([w, by_value])
             need = tx.sum() - tn[a] + lh[k] - LOG_U
-            c = torch.cumsum(tn[others], 0)
-            r = torch.full((U,), float(len(others)), dtype=torch.float64)
-            for size in (16, len(w)):
-                r = torch.where(c[size - 1] >= need, torch.full_like(r, float(size)), r)
-            rows += float(r.mean())
+            rows += float(staged(tn[others], need, (len(w), ROUNDS[1]))[0].mean())
             acc += float((tn[others].sum() < need).double().mean())
             continue
         log_r1 = -float((tn[a] + tn[w].sum()) - (tx[a] + tx[w].sum())) + float(lh[k])
@@ -100,10 +72,13 @@ def evaluate(d: dict, sets: list[torch.Tensor], rule: str) -> tuple[float, float
         log_r2 = -float(tn[rest].sum() - tx[rest].sum())
         p2 = min(1.0, math.exp(min(log_r2, 0.0)))
         need2 = tx[rest].sum() - LOG_U  # stage 2 rejects iff sum_R t(X') >= need2
-        order = mean_new[a][rest].argsort(descending=True, stable=True)
-        r2 = stage2_rows(tn[rest], need2, order, {"influence": "all", "influence-early": "early",
-                                                  "influence-oracle": "oracle"}[rule])
-        rows += len(w) + p1 * float(r2.mean())
+        if rule == "influence":
+            r2 = float(len(rest))
+        elif rule == "influence-early":
+            r2 = float(staged(tn[by_value], need2, ROUNDS)[0].mean())
+        else:  # "influence-oracle"
+            r2 = float(fewest_certifying(tn[rest], need2, tn[rest].sum() < need2).mean())
+        rows += len(w) + p1 * r2
         acc += p1 * p2
     return rows, acc
 
@@ -115,10 +90,10 @@ def main() -> None:
     data = torch.load(args.terms)
     seeds = sorted(data)
     T = data[seeds[0]]["e_x"].shape[1]
+    n_all = {s: data[s]["e_x"].shape[0] for s in seeds}
     per = {}
     for s in seeds:
-        d = data[s]
-        n = d["e_x"].shape[0]
+        d, n = data[s], n_all[s]
         plain_rows, _, plain_acc, _ = expected_rows(d, RULES["plain MH"])
         early_rows, _, _, _ = expected_rows(d, RULES["`early:2` (4, 16), learnt ranking"])
         sets = influence_sets([data[t] for t in seeds if t != s], T)
@@ -132,7 +107,6 @@ def main() -> None:
     print("| rule | rows per proposal | acceptance per proposal | rows per accepted change | fewer rows per accepted "
           "change than plain MH, per seed | geometric mean |")
     print("|---|---|---|---|---|---|")
-    n_all = {s: data[s]["e_x"].shape[0] for s in seeds}
     tot = sum(n_all.values())
     for name in names:
         rows = sum(per[s][name][0] * n_all[s] for s in seeds) / tot

@@ -63,6 +63,27 @@ def _const(n: int, value: float) -> torch.Tensor:
     return torch.full((n,), float(value), dtype=torch.float64)
 
 
+def fewest_certifying(terms: torch.Tensor, need: torch.Tensor, accept: torch.Tensor) -> torch.Tensor:
+    """Rows per quantile of u when a rejection forwards the fewest terms of X' that reach ``need`` (the largest first,
+    known in advance: the oracle), an acceptance all of ``terms``."""
+    full = float(len(terms))
+    c = torch.cumsum(terms.sort(descending=True).values, 0)
+    fewest = (torch.searchsorted(c, need.contiguous()) + 1).double().clamp(max=full)
+    return torch.where(accept, _const(len(need), full), fewest)
+
+
+def staged(ranked: torch.Tensor, need: torch.Tensor, sizes: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, forwards) per quantile of u when the terms of X' (``ranked``, in forwarding order) come in rounds of
+    the top ``sizes[0]``, the top ``sizes[1]``, ..., then all, and a round whose sum reaches ``need`` stops it."""
+    c = torch.cumsum(ranked, 0)
+    r, f = _const(len(need), len(ranked)), _const(len(need), len(sizes) + 1)
+    for s_idx in range(len(sizes) - 1, -1, -1):  # (the first round that stops it wins)
+        stop = c[sizes[s_idx] - 1] >= need
+        r = torch.where(stop, _const(len(need), sizes[s_idx]), r)
+        f = torch.where(stop, _const(len(need), s_idx + 1), f)
+    return r, f
+
+
 def expected_rows(d: dict, rule: tuple) -> tuple[float, float, float, int]:
     """(rows, forwards, acceptance) summed over the seed's proposals (expectations over u), and their number."""
     e_x, e_new, i, lh = d["e_x"], d["e_new"], d["i"], d["lh"]
@@ -82,18 +103,11 @@ def expected_rows(d: dict, rule: tuple) -> tuple[float, float, float, int]:
         elif kind == "free":
             r, f = torch.where(accept, _const(U, full), _const(U, 0)), accept.double()
         elif kind == "oracle":
-            c = torch.cumsum(tn[others].sort(descending=True).values, 0)
-            fewest = (torch.searchsorted(c, need.contiguous()) + 1).double().clamp(max=full)
-            r, f = torch.where(accept, _const(U, full), fewest), _const(U, 1)
+            r, f = fewest_certifying(tn[others], need, accept), _const(U, 1)
         elif kind == "staged":
             _, rank, sizes = rule
             order = others[rank(tx, a, others, mean_new).argsort(descending=True, stable=True)]
-            c = torch.cumsum(tn[order], 0)
-            r, f = _const(U, full), _const(U, len(sizes) + 1)
-            for s_idx in range(len(sizes) - 1, -1, -1):  # (the first stage that stops it wins)
-                stop = c[sizes[s_idx] - 1] >= need
-                r = torch.where(stop, _const(U, sizes[s_idx]), r)
-                f = torch.where(stop, _const(U, s_idx + 1), f)
+            r, f = staged(tn[order], need, sizes)
         elif kind == "slack":
             _, k1, gamma = rule
             order = others[by_mean_of_new(tx, a, others, mean_new).argsort(descending=True, stable=True)]
