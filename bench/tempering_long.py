@@ -52,22 +52,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_tempering as bt  # noqa: E402
 
 
-def load_saved(path: str | Path) -> tuple[SimpleNamespace, dict]:
+def load_saved(path: str | Path | list) -> tuple[SimpleNamespace, dict]:
     """A run saved by ``--save``: the result fields bench_tempering.window_figures reads (traces, their names and
-    epochs, novel rate), and the saved dict itself (cumulative rows, per-sweep CPU clock, burn-in, ladder...)."""
-    d = torch.load(path, weights_only=False)  # our own file: lists and tensors
+    epochs, novel rate), and the saved dict itself (cumulative rows, per-sweep CPU clock, burn-in, ladder...).
+    A list of such runs, each started from the previous one's final states (``--init``), is joined into one chain
+    per chain: traces appended, sweeps, rows and CPU seconds counted on; burn-in and ladder the first run's."""
+    parts = [torch.load(p, weights_only=False) for p in (path if isinstance(path, list) else [path])]  # our files
+    d = dict(parts[0])
+    for more in parts[1:]:
+        sweeps, rows, cpu = len(d["rows_cum"]), d["rows_cum"][-1], d["cpu"]
+        d["traces"] = torch.cat([d["traces"], more["traces"]], dim=2)
+        d["epochs"] = torch.cat([d["epochs"], more["epochs"] + sweeps])
+        d["novel"] = torch.cat([d["novel"], more["novel"]])
+        d["rows_cum"] = d["rows_cum"] + [rows + r for r in more["rows_cum"]]
+        d["cpu_at"] = d["cpu_at"] + [cpu + c for c in more["cpu_at"]]
+        d["cpu"], d["tokens"] = cpu + more["cpu"], more["tokens"]
     return SimpleNamespace(traces=d["traces"], trace_names=d["names"], trace_epochs=d["epochs"],
                            novel_rate=d["novel"]), d
 
 
-def compare_saved(tempered: str | Path, plain: str | Path, budgets: list[int], seed: int = 0) -> list[str]:
+def compare_saved(tempered: str | Path, plain: str | Path | list, budgets: list[int], seed: int = 0) -> list[str]:
     """A tempered run against plain MH on the same chains (same case, seed and start), both saved by ``--save``,
     at each of the tempered run's ``budgets`` (sweeps; the draws exclude its burn-in): a header (ladder, swap
     rates, round trips, totals, each chain's lowest E_local, how far the target chains are from plain MH's) and
     bench_tempering's equal-rows table. Plain MH is cut twice per budget: where its forwarded rows reach the
     tempered run's (its burn-in ends where its rows reach those of the tempered burn-in, its draws at the last
     sweep within the budget's rows: bench_tempering.equal_rows' rule), and where its CPU seconds do (the same rule
-    on the per-sweep CPU clocks)."""
+    on the per-sweep CPU clocks). ``plain`` may be a list of runs, joined (:func:`load_saved`)."""
     (rt, t), (rp, p) = load_saved(tempered), load_saved(plain)
     burn = t["burn_in"]
 

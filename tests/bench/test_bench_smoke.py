@@ -268,7 +268,7 @@ def test_tempering_long_second_stage_starts_from_the_saved_states(tmp_path, monk
     """bench/tempering_long.py --init: a run from a saved run's final states (RESULTS.md's two-stage T=32 case:
     plain MH's descent, then tempering or more plain MH from where it ended), and compare_saved on such a pair. At
     target temperature 0.1 a first sweep barely moves, so each chain's first E_local is that of the state it
-    started from: the saved run's last, not a random start's."""
+    started from: the saved run's last, not a random start's. load_saved joins a run and its continuation."""
     def run(*args: str) -> tuple[Path, torch.Tensor]:
         saved = tmp_path / f"run{len(list(tmp_path.glob('*.pt')))}.pt"
         proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tempering_long.py"), "--seed", "0",
@@ -292,6 +292,15 @@ def test_tempering_long_second_stage_starts_from_the_saved_states(tmp_path, monk
     assert lines[0].startswith("tempered: ladder [0.1, ") and lines[1].startswith("plain MH: 3 sweeps, ")
     assert "tempered target chains against plain MH's first 3 sweeps" in lines[3]
     assert any(x.startswith("| tempering=2, 3 sweeps | 0 | 3 (1) |") for x in lines), lines
+    # a run and its continuation from its final states, joined into one chain per chain (the T=32 bf16 comparison)
+    (r1, d1), (r2, d2) = tempering_long.load_saved(first), tempering_long.load_saved(again)
+    rj, dj = tempering_long.load_saved([first, again])
+    assert torch.equal(rj.traces, torch.cat([r1.traces, r2.traces], dim=2))
+    assert rj.trace_epochs.tolist() == r1.trace_epochs.tolist() + (r2.trace_epochs + 6).tolist()
+    assert dj["rows_cum"] == d1["rows_cum"] + [d1["rows_cum"][-1] + r for r in d2["rows_cum"]]
+    assert dj["cpu_at"] == d1["cpu_at"] + [d1["cpu"] + c for c in d2["cpu_at"]] and dj["cpu"] == d1["cpu"] + d2["cpu"]
+    assert torch.equal(dj["tokens"], d2["tokens"]) and dj["burn_in"] == d1["burn_in"] == 2
+    assert tempering_long.compare_saved(tempered, [first, again], [3])[1].startswith("plain MH: 9 sweeps, ")
 
 
 @pytest.mark.slow  # loads Sapiens twice: 8 tempered sweeps of T=8 x 3 rungs, 40 plain ones in segments

@@ -25,38 +25,16 @@ run's), plain MH as long in CPU seconds:
 bench/tempering_long.py's compare_saved: plain MH cut at equal rows and at equal CPU seconds at each tempered budget.
 Plain MH's sweeps got cheaper as its chains settled (the memo), so its 950 sweeps ended short of the tempered run's
 CPU seconds; two more plain runs went on from the final states of the one before (``--init``, seeds 2 and 3: a new
-call, so a new seed's random numbers and an empty memo, the same kernel), and the three are joined here into one
-chain per chain (``a.pt+b.pt+c.pt``: traces, rows and CPU seconds continued).
+call, so a new seed's random numbers and an empty memo, the same kernel), and the three are joined into one chain
+per chain (``a.pt+b.pt+c.pt``: tempering_long.load_saved on a list; traces, rows and CPU seconds continued).
 """
 import sys
-import tempfile
 from pathlib import Path
-
-import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # bench/
 import tempering_long as tl  # noqa: E402
 
 
-def joined(paths: list[str]) -> str:
-    """Runs saved by ``--save``, each started from the previous one's final states, as one saved run (a file)."""
-    parts = [torch.load(p, weights_only=False) for p in paths]
-    out = dict(parts[0])
-    for d in parts[1:]:
-        sweeps, rows, cpu = len(out["rows_cum"]), out["rows_cum"][-1], out["cpu"]
-        out["traces"] = torch.cat([out["traces"], d["traces"]], dim=2)
-        out["epochs"] = torch.cat([out["epochs"], d["epochs"] + sweeps])
-        out["novel"] = torch.cat([out["novel"], d["novel"]])
-        out["rows_cum"] = out["rows_cum"] + [rows + r for r in d["rows_cum"]]
-        out["cpu_at"] = out["cpu_at"] + [cpu + c for c in d["cpu_at"]]
-        out["cpu"], out["tokens"] = cpu + d["cpu"], d["tokens"]
-    path = Path(tempfile.mkdtemp()) / "joined.pt"
-    torch.save(out, path)
-    return str(path)
-
-
 if __name__ == "__main__":
-    plain = sys.argv[2].split("+")
-    print("\n".join(tl.compare_saved(sys.argv[1], joined(plain) if len(plain) > 1 else plain[0],
-                                     [int(x) for x in sys.argv[3:]], seed=1)))
+    print("\n".join(tl.compare_saved(sys.argv[1], sys.argv[2].split("+"), [int(x) for x in sys.argv[3:]], seed=1)))
