@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from cli_runner import run_main
 from hf_tiny_models import save_tiny_bert_dir
-from mhfast.cli import main
 from mhfast.models.antiberty import AMINO_ACIDS
 
 WORDS = set("abcdefg")
@@ -18,12 +18,6 @@ WORDS = set("abcdefg")
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     return save_tiny_bert_dir(tmp_path_factory.mktemp("cli") / "tiny_bert")
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["sample", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def sample_lines(out: str, energy: str) -> list[tuple[str, float, float]]:
@@ -40,9 +34,9 @@ def sample_lines(out: str, energy: str) -> list[tuple[str, float, float]]:
     return lines
 
 
-def test_unconditional_both_energies_on_tiny_bert(capsys, tiny_dir):
-    code, out, err = run_cli(capsys, "--model", tiny_dir, "--length", "5", "--energy", "both", "--chains", "3",
-                             "--epochs", "3", "--burn-in", "1", "--seed", "4")
+def test_unconditional_both_energies_on_tiny_bert(tiny_dir):
+    code, out, err = run_main(["sample", "--model", tiny_dir, "--length", "5", "--energy", "both", "--chains", "3",
+                               "--epochs", "3", "--burn-in", "1", "--seed", "4"])
     assert code == 0, err
     for energy in ("raw", "local"):
         chains = sample_lines(out, energy)
@@ -53,9 +47,9 @@ def test_unconditional_both_energies_on_tiny_bert(capsys, tiny_dir):
     assert out.count("epoch   3/3") == 2  # progress lines of both runs
 
 
-def test_infilling_keeps_fixed_tokens(capsys, tiny_dir):
-    code, out, err = run_cli(capsys, "--model", tiny_dir, "--init", "a b c d e f", "g g g", "--free", "1:3",
-                             "--chains", "4", "--epochs", "3", "--burn-in", "0", "--quiet")
+def test_infilling_keeps_fixed_tokens(tiny_dir):
+    code, out, err = run_main(["sample", "--model", tiny_dir, "--init", "a b c d e f", "g g g", "--free", "1:3",
+                               "--chains", "4", "--epochs", "3", "--burn-in", "0", "--quiet"])
     assert code == 0, err
     chains = sample_lines(out, "raw")
     assert len(chains) == 8
@@ -67,11 +61,11 @@ def test_infilling_keeps_fixed_tokens(capsys, tiny_dir):
     assert "  epoch " not in out and "# model" not in out  # --quiet: no progress, no headers
 
 
-def test_init_file_fasta_on_antiberty(capsys, tmp_path):
+def test_init_file_fasta_on_antiberty(tmp_path):
     fasta = tmp_path / "in.fasta"
     fasta.write_text(">h1\nEVQLVESGG\nGLVQPG\n>h2\nQVQLQESG_PG\n")
-    code, out, err = run_cli(capsys, "--init-file", str(fasta), "--free", "6:9", "--chains", "2", "--epochs", "1",
-                             "--burn-in", "0", "--energy", "local", "--backend", "reference")
+    code, out, err = run_main(["sample", "--init-file", str(fasta), "--free", "6:9", "--chains", "2", "--epochs", "1",
+                               "--burn-in", "0", "--energy", "local", "--backend", "reference"])
     assert code == 0, err
     chains = sample_lines(out, "local")
     assert len(chains) == 4
@@ -95,14 +89,10 @@ def test_init_file_fasta_on_antiberty(capsys, tmp_path):
     (["--init", "a b", "--free", "0:5"], "has only 2 tokens"),
     (["--top-p", "1.5", "--length", "3"], "--top-p must be in (0, 1]"),
 ])
-def test_bad_options_print_one_line_and_exit_2(capsys, tiny_dir, argv, message):
+def test_bad_options_print_one_line_and_exit_2(tiny_dir, argv, message):
     if "--model" not in argv:
         argv = ["--model", tiny_dir, *argv]
-    try:
-        code = main(["sample", *argv])
-    except SystemExit as e:  # argparse errors exit from inside parse_args
-        code = e.code
-    out, err = capsys.readouterr()
+    code, out, err = run_main(["sample", *argv])
     assert code == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
 

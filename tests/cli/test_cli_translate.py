@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import mhfast
-from mhfast.cli import main
+from cli_runner import run_main
 from mhfast.models.tabular import ConditionalTabularMLM, TabularMLM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,15 +30,6 @@ FAST = ["--chains", "2", "--epochs", "2", "--burn-in", "1"]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as e:  # argparse rejects an option value
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------------------- sample(input_ids=)
@@ -108,11 +99,11 @@ def write_input(path: Path, lines: list[str]) -> Path:
     return path
 
 
-def test_translate_plain_is_the_best_sample_per_source(tiny, translator, sources, tmp_path, capsys):
+def test_translate_plain_is_the_best_sample_per_source(tiny, translator, sources, tmp_path):
     lines = sources[:2] + [""] + sources[2:4]
     src = write_input(tmp_path / "src.txt", lines)
-    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--batch-size", "2", *FAST,
-                              "--seed", "3", "--quiet"], capsys)
+    code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--batch-size", "2", *FAST,
+                               "--seed", "3", "--quiet"])
     assert code == 0, err
     assert err == ""  # --quiet: no progress bar
     got = out.split("\n")
@@ -129,23 +120,23 @@ def test_translate_plain_is_the_best_sample_per_source(tiny, translator, sources
         assert got[i]  # a real translation, not an empty line
 
 
-def test_translate_mask_predict_and_stdin(tiny, translator, sources, monkeypatch, capsys):
+def test_translate_mask_predict_and_stdin(tiny, translator, sources, monkeypatch):
     lines = sources[:4]
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
-    code, out, err = run_cli(["translate", *model_args(tiny), "--method", "mask-predict", "--iterations", "4",
-                              "--length-beam", "2", "--quiet"], capsys)
+    code, out, err = run_main(["translate", *model_args(tiny), "--method", "mask-predict", "--iterations", "4",
+                               "--length-beam", "2", "--quiet"])
     assert code == 0, err
     ref = mhfast.mask_predict(translator.cmlm, [translator.source_ids(s) for s in lines], iterations=3,
                               length_beam=2)
     assert out.splitlines() == [translator.cmlm.decode(t) for t in ref.tokens]
 
 
-def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path, capsys):
+def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path):
     lines = sources[:1] + [""] + sources[1:2]
     src = write_input(tmp_path / "src.txt", lines)
     stats = tmp_path / "stats.json"
-    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--format", "fairseq",
-                              "--energy", "local", "--batch-size", "2", "--stats-out", str(stats), *FAST], capsys)
+    code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--format", "fairseq",
+                               "--energy", "local", "--batch-size", "2", "--stats-out", str(stats), *FAST])
     assert code == 0, err
     assert "sent/s" in err and "accept" in err  # the tqdm bar on stderr
     blocks: dict[str, dict[str, list[str]]] = {}
@@ -168,21 +159,21 @@ def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path
     data = json.loads(stats.read_text())
     assert [(b["start"], b["end"], b["sentences"]) for b in data["batches"]] == [(0, 2, 1), (2, 3, 1)]
     assert all(len(b["epochs"]) == 2 for b in data["batches"])
-    code, out, err = run_cli(["evaluate", "--stats", str(stats)], capsys)
+    code, out, err = run_main(["evaluate", "--stats", str(stats)])
     assert code == 0, err
     rows = [ln for ln in out.splitlines() if re.match(r"\s*\d+\*? ", ln)]
     assert "post-burn-in mean" in out and len(rows) == 2 and rows[0].lstrip().startswith("1*")
 
 
-def test_translate_memo_reports_its_hits(tiny, sources, tmp_path, capsys):
+def test_translate_memo_reports_its_hits(tiny, sources, tmp_path):
     """--memo 0, the default (auto: 8 slots here) and --memo 8: the same translations, the memo's hits per batch
     in --stats-out (0 with --memo 0, the same with the default as with --memo 8)."""
     src = write_input(tmp_path / "src.txt", sources[:3])
     outs, hits = [], []
     for i, extra in enumerate((["--memo", "0"], [], ["--memo", "8"])):
         stats = tmp_path / f"stats{i}.json"
-        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
-                                  *FAST, "--epochs", "6", *extra], capsys)
+        code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
+                                   *FAST, "--epochs", "6", *extra])
         assert code == 0, err
         outs.append(out)
         hits.append([b["memo_hits"] for b in json.loads(stats.read_text())["batches"]])
@@ -190,15 +181,15 @@ def test_translate_memo_reports_its_hits(tiny, sources, tmp_path, capsys):
     assert all(h == 0 for h in hits[0]) and hits[1] == hits[2] and all(isinstance(h, int) for h in hits[1])
 
 
-def test_translate_delayed_reports_its_stages(tiny, sources, tmp_path, capsys):
+def test_translate_delayed_reports_its_stages(tiny, sources, tmp_path):
     """--delayed window:1 on the CMLM (a conditional model): it runs, and --stats-out has each batch's two stages
     (passed <= tested, accepted <= passed) and rows saved; without it the batches have no such entry."""
     src = write_input(tmp_path / "src.txt", sources[-2:])  # the longest: more rows than a window
     found = []
     for i, extra in enumerate((["--delayed", "window:1", "--memo", "0"], [])):
         stats = tmp_path / f"stats{i}.json"
-        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
-                                  *FAST, "--epochs", "4", *extra], capsys)
+        code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
+                                   *FAST, "--epochs", "4", *extra])
         assert code == 0, err
         found.append([b.get("delayed") for b in json.loads(stats.read_text())["batches"]])
     d = found[0][0]
@@ -206,15 +197,15 @@ def test_translate_delayed_reports_its_stages(tiny, sources, tmp_path, capsys):
     assert all(x is None for x in found[1])
 
 
-def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path, capsys):
+def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path):
     """--compile: the same translations as without it here, the seconds spent compiling in --stats-out."""
     src = write_input(tmp_path / "src.txt", sources[:2])
     torch.compiler.reset()  # so that this run compiles (an earlier test may have compiled the same layers)
     outs = []
     for extra in ([], ["--compile"]):
         stats = tmp_path / f"stats{len(extra)}.json"
-        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
-                                  *FAST, *extra], capsys)
+        code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--stats-out", str(stats),
+                                   *FAST, *extra])
         assert code == 0, err
         outs.append(out)
         batches = json.loads(stats.read_text())["batches"]
@@ -226,7 +217,7 @@ def test_translate_compile_reports_its_compile_time(tiny, sources, tmp_path, cap
     assert outs[0] == outs[1]
 
 
-def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsys):
+def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path):
     """--ref adds T- lines after S- lines, --limit keeps the first N lines, and the BLEU/chrF on stderr
     are sacreBLEU's on the D- hypotheses (the same numbers `mhfast evaluate` prints)."""
     import sacrebleu
@@ -237,8 +228,8 @@ def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsy
     lines, refs = [de[i] for i in short], [en[i] for i in short]
     src = write_input(tmp_path / "src.txt", lines)
     ref = write_input(tmp_path / "ref.txt", refs)
-    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref), "--limit", "2",
-                              "--format", "fairseq", *FAST, "--quiet"], capsys)
+    code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref), "--limit", "2",
+                               "--format", "fairseq", *FAST, "--quiet"])
     assert code == 0, err
     tags = [line.split("\t", 1)[0] for line in out.splitlines()]
     assert [t for t in tags if t[0] in "STHD"] == ["S-0", "T-0", "H-0", "D-0", "S-1", "T-1", "H-1", "D-1"]
@@ -252,14 +243,14 @@ def test_translate_references_limit_and_scores(tiny, tiny_paths, tmp_path, capsy
 
     # plain output + --output file: stdout and the file hold only the translations, scores on stderr
     hyp_file = tmp_path / "hyp.txt"
-    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref),
-                              "--output", str(hyp_file), *FAST, "--quiet"], capsys)
+    code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref),
+                               "--output", str(hyp_file), *FAST, "--quiet"])
     assert code == 0 and out == "", err
     hyps = hyp_file.read_text(encoding="utf-8").splitlines()
     assert len(hyps) == 3 and f"BLEU = {sacrebleu.corpus_bleu(hyps, [refs]).score:.2f}" in err
 
 
-def test_translate_reference_errors_are_one_line(tiny, tmp_path, capsys):
+def test_translate_reference_errors_are_one_line(tiny, tmp_path):
     src = write_input(tmp_path / "src.txt", ["ein hund .", "eine frau ."])
     ref = write_input(tmp_path / "ref.txt", ["a dog ."])
     cases = [
@@ -269,13 +260,12 @@ def test_translate_reference_errors_are_one_line(tiny, tmp_path, capsys):
         (["--limit", "-1"], "--limit must be >= 0"),
     ]
     for extra, needle in cases:
-        code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), *extra, *FAST, "--quiet"],
-                                 capsys)
+        code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), *extra, *FAST, "--quiet"])
         assert code == 2, (extra, err)
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (extra, err)
     # --limit 1 leaves one line of each: accepted
-    code, out, err = run_cli(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref), "--limit", "1",
-                              *FAST, "--quiet"], capsys)
+    code, out, err = run_main(["translate", *model_args(tiny), "--input", str(src), "--ref", str(ref), "--limit", "1",
+                               *FAST, "--quiet"])
     assert code == 0 and len(out.splitlines()) == 1, err
 
 
@@ -287,7 +277,7 @@ def _env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 
-def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, capsys):
+def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path):
     lines = sources[:10]
     lines[3] = ""
     src = write_input(tmp_path / "src.txt", lines)
@@ -327,7 +317,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, 
 
     # Other options: refused, output untouched.
     before = part.read_bytes()
-    code, _, err = run_cli(["translate", *common, "--output", str(part), "--resume", "--seed", "8"], capsys)
+    code, _, err = run_main(["translate", *common, "--output", str(part), "--resume", "--seed", "8"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "differ" in err
     assert part.read_bytes() == before
 
@@ -341,7 +331,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tiny, sources, tmp_path, 
     assert json.loads(progress.read_text())["lines_done"] == len(lines)
 
 
-def test_translate_errors_are_one_line(tiny, tmp_path, capsys):
+def test_translate_errors_are_one_line(tiny, tmp_path):
     src = write_input(tmp_path / "src.txt", ["ein hund ."])
     cases = [
         (["--input", str(tmp_path / "missing.txt"), *model_args(tiny)], "--input"),
@@ -360,34 +350,34 @@ def test_translate_errors_are_one_line(tiny, tmp_path, capsys):
         (["--input", str(src), "--threads", "-1", *model_args(tiny)], "--threads"),
     ]
     for argv, needle in cases:
-        code, out, err = run_cli(["translate", *argv], capsys)
+        code, out, err = run_main(["translate", *argv])
         assert code == 2, (argv, err)
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (argv, err)
 
 
-def test_translate_bundled_model_and_clear_error_without_it(tmp_path, monkeypatch, capsys):
+def test_translate_bundled_model_and_clear_error_without_it(tmp_path, monkeypatch):
     """The bundled model translates by default; a missing bundle is a one-line error naming it."""
     import mhfast.translation as translation
 
     src = write_input(tmp_path / "src.txt", ["Ein Hund läuft über eine Wiese.", ""])
-    code, out, err = run_cli(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"], capsys)
+    code, out, err = run_main(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"])
     assert code == 0, err
     got = out.split("\n")
     assert len(got) == 3 and "dog" in got[0].lower() and got[1] == "" and got[2] == ""
 
     monkeypatch.setattr(translation, "BUNDLE_DIR", tmp_path / "nothing-here")
-    code, out, err = run_cli(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"], capsys)
+    code, out, err = run_main(["translate", "--input", str(src), "--method", "mask-predict", "--quiet"])
     assert code == 2 and "bundled De->En model is incomplete" in err and len(err.strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------------------- evaluate
-def test_evaluate_matches_sacrebleu(tmp_path, capsys):
+def test_evaluate_matches_sacrebleu(tmp_path):
     import sacrebleu
 
     hyps = ["a dog runs on the grass .", "two men are talking .", "a woman sits at a bar ."]
     refs = ["a dog is running on the grass .", "two men talk .", "a woman sits at a dark bar ."]
     h, r, s = (write_input(tmp_path / n, x) for n, x in (("h", hyps), ("r", refs), ("s", ["x"] * 3)))
-    code, out, err = run_cli(["evaluate", "--hyp", str(h), "--ref", str(r), "--src", str(s)], capsys)
+    code, out, err = run_main(["evaluate", "--hyp", str(h), "--ref", str(r), "--src", str(s)])
     assert code == 0, err
     bleu = sacrebleu.corpus_bleu(hyps, [refs])
     chrf = sacrebleu.corpus_chrf(hyps, [refs])
@@ -395,7 +385,7 @@ def test_evaluate_matches_sacrebleu(tmp_path, capsys):
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in out and "nc:6|nw:0" in out  # the signatures
 
 
-def test_evaluate_errors_are_one_line(tmp_path, capsys):
+def test_evaluate_errors_are_one_line(tmp_path):
     h = write_input(tmp_path / "h", ["a", "b"])
     r = write_input(tmp_path / "r", ["a", "b", "c"])
     bad_stats = tmp_path / "bad.json"
@@ -410,7 +400,7 @@ def test_evaluate_errors_are_one_line(tmp_path, capsys):
         (["--stats", str(tmp_path / "missing.json")], "--stats: no such file"),
     ]
     for argv, needle in cases:
-        code, out, err = run_cli(["evaluate", *argv], capsys)
+        code, out, err = run_main(["evaluate", *argv])
         assert code == 2, (argv, err)
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (argv, err)
 

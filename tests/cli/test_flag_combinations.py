@@ -11,8 +11,6 @@ that reads the traces).
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 
 import pytest
@@ -21,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mhfast
+from cli_runner import run_main
 from hf_tiny_models import save_tiny_bert_dir
-from mhfast.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -65,22 +63,12 @@ def flags(draw) -> tuple[list[str], int, int]:
     return argv, n_in, chains
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:  # argparse's own errors
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flags())
 def test_a_command_is_refused_naming_a_flag_or_prints_exact_energies(bert, case):
     argv, n_in, chains = case
     path, lm = bert
-    code, out, err = _run(["sample", "--model", path, *argv])
+    code, out, err = run_main(["sample", "--model", path, *argv])
     if code == 2:
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and re.search(r"error: (.*\W)?--[a-z]", lines[0]), (argv, err)  # names a flag
@@ -135,8 +123,8 @@ def test_translate_is_refused_naming_a_flag_or_prints_one_translation_per_senten
     source = folder / "in.de"
     source.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     output = folder / "out.txt"
-    code, out, err = _run(["translate", "--input", str(source), "-q", "--format", fmt, *argv]
-                          + (["--output", str(output)] if to_file else []))
+    code, out, err = run_main(["translate", "--input", str(source), "-q", "--format", fmt, *argv]
+                               + (["--output", str(output)] if to_file else []))
     if code == 2:
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and re.search(r"error: (.*\W)?--[a-z]", lines[0]), (argv, err)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import mhfast
+from cli_runner import run_main
 from hf_tiny_models import save_tiny_bert_dir
-from mhfast.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -16,16 +16,10 @@ def bert_dir(tmp_path_factory):
     return save_tiny_bert_dir(tmp_path_factory.mktemp("score") / "bert", seed=7)
 
 
-def _run(capsys, *argv):
-    code = main(["score", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_tsv_has_one_line_per_input_line_and_the_api_numbers(bert_dir, tmp_path, capsys):
+def test_tsv_has_one_line_per_input_line_and_the_api_numbers(bert_dir, tmp_path):
     # \r\n is one separator; \x0b and U+2028 are inside a line (str.splitlines would split there)
     (tmp_path / "in.txt").write_bytes("a b c\r\n\nd e\x0bf\nb\u2028c a\n".encode("utf-8"))
-    code, out, err = _run(capsys, "--model", bert_dir, "--input", str(tmp_path / "in.txt"), "--per-token", "-q")
+    code, out, err = run_main(["score", "--model", bert_dir, "--input", str(tmp_path / "in.txt"), "--per-token", "-q"])
     assert code == 0 and err == ""
     rows = [line.split("\t") for line in out.split("\n")[:-1]]
     assert len(rows) == 4 and rows[1][:3] == ["0.000000", "0.000000", "0"]
@@ -36,11 +30,11 @@ def test_tsv_has_one_line_per_input_line_and_the_api_numbers(bert_dir, tmp_path,
     assert [float(x) for x in rows[0][6].split()] == pytest.approx(want[0].token_scores, abs=1e-5)
 
 
-def test_jsonl_output_file_and_summary(bert_dir, tmp_path, capsys):
+def test_jsonl_output_file_and_summary(bert_dir, tmp_path):
     (tmp_path / "in.txt").write_text("a b c\nd\n")
     out_file = tmp_path / "out.jsonl"
-    code, out, err = _run(capsys, "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-o", str(out_file),
-                          "--format", "jsonl", "--per-word", "--metric", "within_word_l2r", "--batch-size", "1")
+    code, out, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-o", str(out_file),
+                               "--format", "jsonl", "--per-word", "--metric", "within_word_l2r", "--batch-size", "1"])
     assert code == 0 and out == ""
     recs = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert [r["tokens"] for r in recs] == [3, 1] and [w for w, _ in recs[0]["word_scores"]] == ["a", "b", "c"]
@@ -55,19 +49,19 @@ def test_jsonl_output_file_and_summary(bert_dir, tmp_path, capsys):
     (["--ids"], b"5 6\n5 x\n", "line 2: expected space-separated integer token ids"),
     (["--ids"], b"2 4 3\n", "line 1: mhfast.energy: tokens holds mask_id (4)"),
 ])
-def test_errors_are_one_line_with_status_2(bert_dir, tmp_path, capsys, argv, content, message):
+def test_errors_are_one_line_with_status_2(bert_dir, tmp_path, argv, content, message):
     (tmp_path / "in.txt").write_bytes(content)
-    code, out, err = _run(capsys, "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-q", *argv)
+    code, out, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-q", *argv])
     assert code == 2 and message in err and err.count("\n") == 1 and err.startswith("mhfast score: error:")
 
 
-def test_missing_hub_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
+def test_missing_hub_model_is_one_clear_line(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     (tmp_path / "in.txt").write_text("a\n")
-    code, _, err = _run(capsys, "--model", "bert-base-cased", "-i", str(tmp_path / "in.txt"), "-q")
+    code, _, err = run_main(["score", "--model", "bert-base-cased", "-i", str(tmp_path / "in.txt"), "-q"])
     assert code == 2 and err.count("\n") == 1
     assert "'bert-base-cased' is not a local directory and not in the HuggingFace cache" in err
 
@@ -81,7 +75,7 @@ def bundled():
     return load_bundled_model()
 
 
-def test_bundled_model_scores_targets_given_sources(bundled, tmp_path, capsys, monkeypatch):
+def test_bundled_model_scores_targets_given_sources(bundled, tmp_path, monkeypatch):
     import mhfast.translation
 
     monkeypatch.setattr(mhfast.translation, "load_bundled_model", lambda device=None: bundled)  # load once
@@ -89,13 +83,13 @@ def test_bundled_model_scores_targets_given_sources(bundled, tmp_path, capsys, m
     (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
     (tmp_path / "de").write_text("\n".join(p.split("\t")[0] for p in pairs) + "\n")
     (tmp_path / "en").write_text("\n".join(p.split("\t")[1] for p in pairs) + "\n")
-    code, tsv, _ = _run(capsys, "--model", "bundled", "-i", str(tmp_path / "pairs.tsv"), "-q")
-    code2, tsv2, _ = _run(capsys, "--model", "bundled", "-i", str(tmp_path / "en"), "--source", str(tmp_path / "de"),
-                          "-q")
+    code, tsv, _ = run_main(["score", "--model", "bundled", "-i", str(tmp_path / "pairs.tsv"), "-q"])
+    code2, tsv2, _ = run_main(["score", "--model", "bundled", "-i", str(tmp_path / "en"),
+                               "--source", str(tmp_path / "de"), "-q"])
     assert code == code2 == 0 and tsv == tsv2 and len(tsv.splitlines()) == 2
     first = mhfast.score(bundled, ["A dog runs."], sources=["Ein Hund läuft."])[0]
     assert float(tsv.split("\t")[0]) == pytest.approx(first.pll, abs=1e-5)
-    code, _, err = _run(capsys, "--model", "bundled", "-i", str(tmp_path / "en"), "-q")
+    code, _, err = run_main(["score", "--model", "bundled", "-i", str(tmp_path / "en"), "-q"])
     assert code == 2 and "line 1 has no TAB" in err
 
 
@@ -109,12 +103,12 @@ def test_bundled_energy_equals_what_sample_reports(bundled):
     assert torch.allclose(e.e_local, res.energy_local.reshape(-1), atol=1e-4)
 
 
-def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path, capsys):
+def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path):
     from mhfast.models.antiberty import load_antiberty
 
     seq = "EVQLVESGGGLVQPGGSLRLSCAAS"
     (tmp_path / "in.txt").write_text(seq + "\n")
-    code, out, _ = _run(capsys, "-i", str(tmp_path / "in.txt"), "-q", "--format", "jsonl", "--per-word")
+    code, out, _ = run_main(["score", "-i", str(tmp_path / "in.txt"), "-q", "--format", "jsonl", "--per-word"])
     rec = json.loads(out)
     lm = load_antiberty()
     e = mhfast.energy(lm, [lm.encode(seq)])
@@ -124,14 +118,14 @@ def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path, capsys):
     assert rec["e_raw"] == pytest.approx(float(e.e_raw[0]), abs=1e-3)
 
 
-def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path, capsys, monkeypatch):
+def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path, monkeypatch):
     """Committed per batch: a run stopped at its third batch resumes to the uninterrupted run's bytes;
     --resume refuses another model, other options or an edited output."""
     import mhfast.scoring
 
     (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
     base = ["--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q"]
-    assert _run(capsys, *base, "-o", str(tmp_path / "full.tsv"))[0] == 0
+    assert run_main(["score", *base, "-o", str(tmp_path / "full.tsv")])[0] == 0
     real, calls = mhfast.scoring.score, []
 
     def stop_at_third(*a, **k):
@@ -142,13 +136,13 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
 
     monkeypatch.setattr(mhfast.scoring, "score", stop_at_third)
     part = tmp_path / "part.tsv"
-    assert _run(capsys, *base, "-o", str(part))[0] == 130
+    assert run_main(["score", *base, "-o", str(part)])[0] == 130
     monkeypatch.setattr(mhfast.scoring, "score", real)
     assert part.read_text().count("\n") == 4  # two committed batches
-    code, out, err = _run(capsys, *base, "-o", str(part), "--metric", "within_word_l2r", "--resume")
+    code, out, err = run_main(["score", *base, "-o", str(part), "--metric", "within_word_l2r", "--resume"])
     assert code == 2 and "--metric" in err
-    assert _run(capsys, *base, "-o", str(part), "--resume")[0] == 0
+    assert run_main(["score", *base, "-o", str(part), "--resume"])[0] == 0
     assert part.read_bytes() == (tmp_path / "full.tsv").read_bytes()
     part.write_text(part.read_text().replace("-", "+", 1))
-    code, out, err = _run(capsys, *base, "-o", str(part), "--resume")
+    code, out, err = run_main(["score", *base, "-o", str(part), "--resume"])
     assert code == 2 and "changed" in err and err.count("\n") == 1

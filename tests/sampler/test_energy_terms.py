@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import mhfast
+from cli_runner import run_main
 from mhfast.energy_terms import AllowedTokens, Hamming, HFClassifier
 from mhfast.models.tabular import TabularMLM
 from exact_checks import empirical, energies, enumerate_states, masks, tv_and_bound
@@ -206,20 +207,12 @@ def tiny_dir(tmp_path_factory):
     return save_tiny_bert_dir(tmp_path_factory.mktemp("terms") / "bert")
 
 
-def _cli(capsys, *argv):
-    from mhfast.cli import main
-
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_sample_hamming_flag_keeps_infills_close_to_the_init(capsys, tiny_dir):
+def test_sample_hamming_flag_keeps_infills_close_to_the_init(tiny_dir):
     base = ["sample", "--model", tiny_dir, "--init", "a b c d e f", "--chains", "6", "--epochs", "4", "--burn-in", "1",
             "--quiet"]
     dist = []
     for extra in ([], ["--hamming", "20"]):
-        code, out, err = _cli(capsys, *base, *extra)
+        code, out, err = run_main([*base, *extra])
         assert code == 0, err
         seqs = [line.split("\t")[0].split() for line in out.splitlines() if line.startswith("  ")
                 and not line.strip().startswith("best")]
@@ -235,10 +228,10 @@ def test_sample_hamming_flag_keeps_infills_close_to_the_init(capsys, tiny_dir):
     (["sample", "--length", "3", "--classifier-weight", "nan"], "--classifier-weight must be a finite number"),
     (["translate", "--input", "bundled", "--limit", "1", "--hamming", "1"], "--hamming needs --hamming-reference"),
 ])
-def test_energy_term_flag_errors_are_one_line(capsys, tiny_dir, argv, needle):
+def test_energy_term_flag_errors_are_one_line(tiny_dir, argv, needle):
     if argv[0] == "sample":
         argv = [argv[0], "--model", tiny_dir, *argv[1:]]
-    code, out, err = _cli(capsys, *argv)
+    code, out, err = run_main([*argv])
     assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
