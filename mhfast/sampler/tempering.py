@@ -68,8 +68,9 @@ class Tempered:
     chain and swaps neighbours after each sweep (module doc). ``samples(state)`` are the target's chains."""
 
     def __init__(self, inner: Any, tempering: Any, chains: int, burn_in: int, target_temperature: float,
-                 uniforms_op: Callable = rng.counter_uniforms, replicas: bool = False):
+                 uniforms_op: Callable = rng.counter_uniforms, replicas: bool = False, force_accept_epochs: int = 0):
         self.inner, self.C, self.burn_in = inner, int(chains), int(burn_in)
+        self.forced = int(force_accept_epochs)  #: the first epochs accept everything: tuning starts after them
         self.replicas = bool(replicas)  #: keep every rung's final states and per-sweep energies (_record)
         #: the backend's counter_uniforms for the swaps' uniforms (compiled: one kernel; the reference twin, the
         #: default, makes ~50 small ops of the same numbers: launches that a GPU pays one by one)
@@ -110,7 +111,9 @@ class Tempered:
         self._round = torch.zeros(2, B, K - 1, dtype=torch.float64)  # this tuning round's (proposed, sum alpha)
         self._hot_prev = torch.full((B,), float("nan"), dtype=torch.float64)
         self.settled = torch.zeros(B, dtype=torch.bool)  # the hot end no longer moves (ladder module doc)
-        self._ends = ladder.tuning_ends(self.burn_in)
+        # The tuning rounds are those of the burn-in epochs that sample (forced ones neither swap nor say how the
+        # hottest replica mixes), so forced epochs do not use up the rounds in which the hot end may move.
+        self._ends = [self.forced + end for end in ladder.tuning_ends(max(self.burn_in - self.forced, 0))]
         #: the per-row counts when each input's hot end last moved (None: at the start); its acceptance is measured
         #: from the proposals tested since then, over as many rounds as it takes (ladder module doc)
         self._counts_at_heat: torch.Tensor | None = None
@@ -206,11 +209,24 @@ class Tempered:
 
     def _swap(self, state: ChainState, epoch: Epoch) -> ChainState:
         """The even/odd swaps of the epoch (none in forced epochs), the counters, and the tuning of the ladder."""
-        if epoch.beta is None or self.K < 2:
+        if self.K < 2:
+            return state
+        if epoch.beta is None:
+            # A forced epoch accepts every proposal: its accepts say nothing of how the hottest replica mixes, so
+            # the hot end's acceptance is counted from the first epoch that is not forced (_hot_acceptance).
+            if self.tuned and state.counts is not None:
+                self._counts_at_heat = state.counts.snapshot().double()
             return state
         lo, hi, ks = self._pairs(epoch.index % 2)
-        if lo.numel() == 0:
-            return state
+        if lo.numel():  # (with K = 2 the odd sweeps have no pair, yet they end tuning rounds: 2, 4, 8, ...)
+            state = self._exchange(state, epoch, lo, hi, ks)
+        if self.tuned and not epoch.post_burn_in and epoch.index + 1 in self._ends:
+            self._retune(state, self._ends.index(epoch.index + 1))
+        return state
+
+    def _exchange(self, state: ChainState, epoch: Epoch, lo: torch.Tensor, hi: torch.Tensor,
+                  ks: torch.Tensor) -> ChainState:
+        """The swaps of the pairs (lo, hi) at rungs ks: accepted with swap_log_alpha, counted, followed."""
         C = self.C
         dev = state.tokens.device
         target = state.target.double().cpu()
@@ -225,8 +241,6 @@ class Tempered:
         perm[lo[accepted]], perm[hi[accepted]] = hi[accepted], lo[accepted]
         state = _permuted(state, perm)
         self._follow(perm, epoch)
-        if self.tuned and not epoch.post_burn_in and epoch.index + 1 in self._ends:
-            self._retune(state, self._ends.index(epoch.index + 1))
         return state
 
     def _count(self, epoch: Epoch, ks: torch.Tensor, log_alpha: torch.Tensor, accepted: torch.Tensor) -> None:
@@ -327,7 +341,7 @@ def wrap(kernel: Any, cfg: Any, uniforms_op: Callable = rng.counter_uniforms) ->
     if cfg.tempering is None:
         return kernel
     return Tempered(kernel, cfg.tempering, cfg.chains, cfg.burn_in, cfg.target_temperature, uniforms_op,
-                    cfg.replicas)
+                    cfg.replicas, cfg.force_accept_epochs)
 
 
 def per_input_fields() -> Sequence[str]:

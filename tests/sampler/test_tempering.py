@@ -309,18 +309,24 @@ def test_the_hot_end_doubles_while_the_hottest_replica_does_not_mix():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_short_burn_in_moves_the_hot_end_when_the_hottest_replica_does_not_mix(seed):
+@pytest.mark.parametrize("rungs,forced", [(3, 0), (2, 0), (3, 2)], ids=["3-rungs", "2-rungs", "2-forced-epochs"])
+def test_a_short_burn_in_moves_the_hot_end_when_the_hottest_replica_does_not_mix(seed, rungs, forced):
     """Burn-in 32: tuning rounds end after sweeps 2, 4, 8, 16, 32, and the hot end may move at the first two. With
     8 chains of 6 free sites a round of 2 sweeps tests at most 96 proposals at the hottest rung, fewer than the
     HOT_MIN_TESTS a decision needs, so no round alone can decide (the tuning before this test, which counted per
     round, kept the hot end at 8 x the target here whatever the model); counted since the hot end last moved,
     the two rounds together can. A peaked model (scale 30) whose hottest replica at 8 x accepts ~0.1 of its
-    changing proposals gets a hotter end (16 x); a flat one (scale 0.1), whose hottest replica mixes, keeps 8 x."""
-    C, T, burn_in = 8, 6, 32
-    assert ladder.tuning_ends(burn_in)[:ladder.heating_rounds(5)] == [2, 4]
+    changing proposals gets a hotter end (16 x); a flat one (scale 0.1), whose hottest replica mixes, keeps 8 x.
+
+    The same with 2 rungs, whose odd sweeps have no pair to swap yet end the rounds (the tuning skipped them until
+    2026-11-30, so a 2-rung ladder never moved), and after 2 forced-accept epochs, whose accepts are not the
+    hottest replica's mixing and whose sweeps are not tuning rounds (until 2026-11-30 they were pooled into the
+    first measurement, which then settled the hot end at 8 x, and they used up the heating rounds)."""
+    C, T, burn_in = 8, 6, 32 + forced
+    assert ladder.tuning_ends(burn_in - forced)[:ladder.heating_rounds(5)] == [2, 4]
     assert C * T * 2 < ladder.HOT_MIN_TESTS  # the premise: one round cannot decide
-    kw = dict(chains=C, epochs=burn_in, burn_in=burn_in, seed=seed, energy="local", tempering=3, uniform_mix=0.9,
-              start="random")
+    kw = dict(chains=C, epochs=burn_in, burn_in=burn_in, seed=seed, energy="local", tempering=rungs, uniform_mix=0.9,
+              start="random", force_accept_epochs=forced)
     peaked = mhfast.sample(TabularMLM.random(num_tokens=8, length=T, seed=0, scale=30.0), T, **kw)
     flat = mhfast.sample(TabularMLM.random(num_tokens=8, length=T, seed=0, scale=0.1), T, **kw)
     assert round(float(peaked.ladder[0, -1]), 9) == 16.0, peaked.ladder
