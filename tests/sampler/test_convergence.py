@@ -125,6 +125,14 @@ def test_only_values_within_rounding_are_merged():
     assert d["ess_bulk"]["x"] == pytest.approx(float(array_stats.ess(normal, method="bulk")), rel=1e-3)
     assert d["rhat"]["x"] == pytest.approx(float(array_stats.rhat(normal, method="rank")), rel=1e-4)
     assert np.isnan(diagnostics.merge_rounding_ties(np.array([1.0, np.nan]))[1])  # left for ArviZ to report
+    # dense values (many states of a long sequence at a large energy): neighbours within the tolerance chain up, yet
+    # no value moves further than it (merging every such pair had collapsed whole stretches: a shift of 9.4 here)
+    dense = -2000.0 + 5.0 * np.random.default_rng(3).normal(size=(4, 5000))
+    tol = diagnostics.TIE_RTOL * np.abs(dense).max()
+    merged = diagnostics.merge_rounding_ties(dense)
+    assert 0 <= (dense - merged).min() and (dense - merged).max() <= tol  # each value to its group's smallest
+    assert np.unique(merged).size > 2000  # still many groups: ~30 values within one tolerance of each other
+    assert abs(merged.mean() - dense.mean()) <= tol
 
 
 def test_rhat_by_hand_sees_the_chain_axis():
@@ -191,6 +199,12 @@ def test_reducible_nucleus_is_flagged_and_never_converges():
     same = mhfast.sample(model, 2, until_rhat=1.01, **kw)
     assert all(math.isnan(v) for v in same.diagnostics[0]["rhat"].values())
     assert same.converged.tolist() == [False] and same.epochs_run.tolist() == [60]
+    # nor does min_ess alone pass them: ArviZ gives a constant trace an ESS of all its draws (and an MCSE of 0),
+    # which the diagnostics report as NaN (until 2026-11-30 this run stopped as converged after 2 epochs)
+    ess = mhfast.sample(model, 2, min_ess=50, **kw)
+    assert ess.converged.tolist() == [False] and ess.epochs_run.tolist() == [60]
+    d = ess.diagnostics[0]
+    assert all(math.isnan(v) for stat in ("ess_bulk", "ess_tail", "mcse_mean") for v in d[stat].values()), d
 
 
 def test_two_equal_energy_modes_are_flagged_by_the_projections():
