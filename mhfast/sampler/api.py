@@ -179,7 +179,9 @@ def _check_problem(cfg, problem) -> None:
         raise ValueError(f"mhfast.sample: select ({cfg.select!r}) has no effect with length_beam 1 (one length "
                          "candidate per source: nothing to choose)")
     if problem.terms is not None:  # (the rules are options.terms_conflict's; a command names its flags)
-        num_energy = int(problem.energy_mask.sum(1).max())
+        # delayed="auto" acts on an input by its own length (auto_fewest_energy), so the shortest input decides
+        # whether it acts on all of them: an input fails here alone or not at all, whatever shares the call
+        num_energy = int(problem.energy_mask.sum(1).min())
         delayed = options.resolved_delayed(cfg, num_energy, problem.device) is not None
         conflict = options.terms_conflict(cfg.sampler, cfg.capture, cfg.memo, delayed, options.display_name,
                                           scored=bool(problem.terms.terms))
@@ -203,16 +205,21 @@ def _kernel(cfg, runner: ModelRunner, problem):
     """The sampler kernel of ``cfg`` with its step constants: ``uniform_mix="auto"`` resolved to the proposal's
     uniform share (warned about where fp32 uniforms cannot realize it), ``memo="auto"`` to the proposal memo's size
     (:func:`mhfast.sampler.options.resolved_memo`), ``delayed`` to what delayed acceptance runs
-    (:func:`mhfast.sampler.options.resolved_delayed`, from the longest input's energy positions and the device) and
+    (:func:`mhfast.sampler.options.resolved_delayed`, from the inputs' energy positions and the device) and
     ``delayed_min_temperature`` to the coldest epoch it acts in."""
     uniform_mix = options.resolved_uniform_mix(cfg, runner.vocab_size)
     _warn_coarse_mixture(uniform_mix, runner.vocab_size)
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
-    delayed = options.resolved_delayed(cfg, int(problem.energy_mask.sum(1).max()), problem.device)
-    memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=delayed is not None)
+    num_energy = problem.energy_mask.sum(1)
+    delayed = options.resolved_delayed(cfg, int(num_energy.max()), problem.device)  # (acts on some input)
+    # with extra terms the memo acts only where delayed acceptance does: for every input (memo "auto" is off
+    # otherwise; the memo changes no chain, only rows)
+    everywhere = options.resolved_delayed(cfg, int(num_energy.min()), problem.device) is not None
+    memo = options.resolved_memo(cfg, extra_terms=extra_terms, delayed=everywhere)
+    fewest = options.auto_fewest_energy(delayed) if cfg.delayed == "auto" and delayed is not None else None
     backend = get_backend(cfg.backend)
     kernel = KERNELS[cfg.sampler](StepContext(cfg, backend, runner, uniform_mix, problem.terms, memo, delayed,
-                                              options.resolved_delayed_min_temperature(cfg)))
+                                              options.resolved_delayed_min_temperature(cfg), fewest))
     # parallel tempering: the kernel on replicas of every chain, and swaps
     return tempering.wrap(kernel, cfg, backend.counter_uniforms)
 

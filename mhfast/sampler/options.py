@@ -371,11 +371,13 @@ def _delayed(v: Any) -> Any:
 
 
 def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "cpu") -> Any:
-    """Option ``delayed`` as the kernel runs it, for a run on ``device`` whose longest input has ``num_energy``
-    energy positions: None (off), ``"window:K"``, ``"influence:K"`` or the user's callable. ``auto`` ->
-    :data:`AUTO_DELAYED` in a sampler that ranks windows by influence, ``window:``:data:`AUTO_WINDOW` in the others,
-    each where ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off: too few rows left to save), and off on a CUDA
-    device: there a step's small forwards are bound by kernel launches, not rows, so the rows the second stage saves
+    """Option ``delayed`` as the kernel runs it, for a run on ``device`` whose input has ``num_energy`` energy
+    positions (the kernel is built with the longest input's choice): None (off), ``"window:K"``, ``"influence:K"``
+    or the user's callable. ``auto`` -> :data:`AUTO_DELAYED` in a sampler that ranks windows by influence,
+    ``window:``:data:`AUTO_WINDOW` in the others, each where ``num_energy - 1 > 2 K + AUTO_MIN_SAVED`` (else off:
+    too few rows left to save; the kernel applies the same rule to each input, :func:`auto_fewest_energy`, so an
+    input's chains do not depend on what else is in the batch), and off on a CUDA device: there a step's small
+    forwards are bound by kernel launches, not rows, so the rows the second stage saves
     save no time while the first stage adds its launches (bench/CUDA_NOTES.md, fourth run: on an H200 the main job
     took 1.8x the wall time with ``influence:2``, with 2x fewer rows).
 
@@ -397,8 +399,19 @@ def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "
     if torch.device(device).type == "cuda":
         return None
     chosen = AUTO_DELAYED if KERNELS[cfg.sampler].capabilities.influence else f"window:{AUTO_WINDOW}"
-    k = int(chosen.split(":")[1])
-    return None if num_energy - 1 <= 2 * k + AUTO_MIN_SAVED else chosen
+    return chosen if num_energy >= auto_fewest_energy(chosen) else None
+
+
+def auto_fewest_energy(chosen: str) -> int:
+    """The fewest energy positions of an input on which ``delayed="auto"``'s choice ``chosen`` (``"influence:K"`` /
+    ``"window:K"``) acts: ``T_e - 1 > 2 K + AUTO_MIN_SAVED`` rows per proposal. The kernel tests each input against
+    it (the other inputs of a run take plain MH's step), so that an input's chains are those it gets alone.
+
+    Example:
+        >>> auto_fewest_energy("influence:2")
+        10
+    """
+    return 2 * int(chosen.split(":")[1]) + AUTO_MIN_SAVED + 2
 
 
 @_described("`auto`, or a finite number >= 0")

@@ -32,6 +32,9 @@ class StepContext:
     #: option delayed_min_temperature resolved: delayed acceptance acts in the epochs whose target temperature is at
     #: least this (0: every epoch; mhfast.sampler.options.resolved_delayed_min_temperature)
     delayed_min_temperature: float = 0.0
+    #: delayed="auto": the fewest energy positions of an input it acts on (mhfast.sampler.options.auto_fewest_energy:
+    #: shorter inputs take plain MH's step, as alone); None: it acts on every input
+    delayed_fewest_energy: int | None = None
 
     @property
     def delayed_window(self) -> int | None:

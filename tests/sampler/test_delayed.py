@@ -260,6 +260,39 @@ def test_auto_is_influence2_on_inputs_long_enough(monkeypatch):
     assert off.delayed_tested == 0 and torch.equal(off.tokens, plain.tokens) and off.model_rows == plain.model_rows
 
 
+@pytest.mark.parametrize("extra", [{}, {"sampler": "block-mh"}, {"sampler": "block-mh", "block_schedule": 1},
+                                   {"tempering": 2}, {"extra_energy": [lambda x: (x == 5).sum(1).float()]}],
+                         ids=["mh", "block-mh", "block-mh-single-site", "tempering", "extra-term"])
+def test_auto_acts_on_each_input_by_its_own_length_whatever_shares_the_batch(extra):
+    """delayed='auto' acts where an input has more than 9 energy positions (options.auto_fewest_energy). A batch of
+    a long input (14 free positions) and a short one (5) gives each the chains it gets alone: the long one delayed
+    acceptance's, the short one plain MH's. Until 2026-11-30 the longest input decided for the whole batch, so the
+    short input's chains changed with what shared its call (a review found it), against the promise that chains do
+    not depend on the batch. And an input that cannot run (an explicit memo with an extra term needs delayed
+    acceptance to act on it) fails alone and in any batch alike. (The extra term counts a token: one of a row's ends
+    would see the padding of a batch.)"""
+    from exact_checks import tiny_bert
+
+    model = tiny_bert()
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m] * 14, [m] * 5 + [p] * 9])
+    kw = dict(chains=2, epochs=5, burn_in=1, seed=0, start="random", energy="local", delayed="auto", **extra)
+    both = mhfast.sample(model, init=init, **kw)
+    long, short = (mhfast.sample(model, init=init[b:b + 1, :n], input_ids=[b], **kw) for b, n in ((0, 14), (1, 5)))
+    assert long.delayed_tested > 0 and short.delayed_tested == 0
+    assert both.delayed_tested == long.delayed_tested and both.delayed_accepted == long.delayed_accepted
+    assert torch.equal(both.tokens[0], long.tokens[0]) and torch.equal(both.tokens[1, :, :5], short.tokens[0])
+    assert torch.equal(both.chain_accepted[:, 0], long.chain_accepted[:, 0])  # [epochs, inputs, chains]
+    assert torch.equal(both.chain_accepted[:, 1], short.chain_accepted[:, 0])
+    assert torch.equal(both.energy[1], short.energy[0]) and torch.equal(both.energy[0], long.energy[0])
+    if extra.get("sampler", "mh") == "mh" and "tempering" not in extra:
+        refused = {**kw, "memo": 8, "extra_energy": [ends_term]}
+        mhfast.sample(model, init=init[:1], **refused)  # the long input alone: delayed acceptance acts, memo may too
+        for x in (init, init[1:, :5]):
+            with pytest.raises(ValueError, match="memo"):
+                mhfast.sample(model, init=x, **refused)
+
+
 def test_auto_is_off_on_a_cuda_device_and_on_elsewhere(device):
     """delayed='auto' stays off where the chains are on a CUDA device (options.resolved_delayed: there the rows it
     saves save no time; measured 1.8x slower on an H200): the same chains as delayed=None; on the CPU it acts. A

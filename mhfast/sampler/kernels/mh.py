@@ -91,6 +91,23 @@ class SingleSiteMH:
         if self._static is not None:
             return self._static.step(state, move.chains, move.chains_host, move.pos, epoch.beta, epoch.index,
                                      move.index)
+        if move.chains.shape[0] == 0:
+            return state, NO_STEP
+        da = self.delayed if self.delayed is not None and self.delayed.acts(epoch) else None
+        on = None if da is None else da.acts_on(state, move.chains_host)
+        if on is None:
+            return self._step(state, epoch, move, da)
+        # delayed="auto" on some inputs only (the long ones): the others' chains take plain MH's step, the same
+        # numbers they draw alone (every random number is keyed by its chain, the memo's tables by their input)
+        state, info = self._step(state, epoch, _some(move, ~on), None)
+        if bool(on.any()):
+            state, more = self._step(state, epoch, _some(move, on), da)
+            info = info + more
+        return state, info
+
+    def _step(self, state: ChainState, epoch: Epoch, move: SiteMove, da: DelayedAcceptance | None
+              ) -> tuple[ChainState, StepInfo]:
+        """The dynamic step of the chains of ``move``, with delayed acceptance ``da`` (None: plain MH's test)."""
         A = move.chains.shape[0]
         if A == 0:
             return state, NO_STEP
@@ -102,8 +119,8 @@ class SingleSiteMH:
         if picked.index_host.shape[0] == 0:  # X' = X everywhere: accepted with probability 1, nothing to compute
             return state, StepInfo(A, A, 0, scored=True)
         tested = tested_sites(state, move, draw, picked)
-        if self.delayed is not None and self.delayed.acts(epoch):  # (not forced acceptance, not too cold)
-            state, accepted = delayed_commit(self.ctx, state, tested, self.delayed, self.memo, beta=epoch.beta,
+        if da is not None:  # (not forced acceptance, not too cold)
+            state, accepted = delayed_commit(self.ctx, state, tested, da, self.memo, beta=epoch.beta,
                                              epoch=epoch.index, step=move.index)
         else:
             # a plain epoch (forced-accept, or colder than delayed_min_temperature) reads the remembered terms:
@@ -116,3 +133,10 @@ class SingleSiteMH:
             refresh_remembered_rows(self.ctx, state, tested, accepted, self.memo)
         novel = accepted.sum()
         return state, StepInfo(A, A - picked.index_host.shape[0] + novel, novel, scored=True)
+
+
+def _some(move: SiteMove, keep: torch.Tensor) -> SiteMove:
+    """The chains of ``move`` where ``keep`` (CPU Bool[A]) is true, in their order, at the same step."""
+    idx = keep.nonzero().squeeze(1)
+    return SiteMove(move.index, move.chains.index_select(0, idx.to(move.chains.device)),
+                    move.chains_host.index_select(0, idx), move.pos.index_select(0, idx.to(move.pos.device)))

@@ -125,11 +125,32 @@ def block_move(ctx: StepContext, state: ChainState, plan: BlockStep, order: torc
     if gibbs:
         return _take_blocks(ctx, state, ch, pos_ch, prop_ch, lf_ch, epoch, step), StepInfo(A, A, n, scored=False)
     n_single = int((picked_host < plan.num_single).sum())  # single-site chains come first in act: a prefix of ch
-    test = evaluate_and_accept if delayed is None or beta is None else functools.partial(delayed_evaluate, delayed)
-    state, accepted = test(ctx, state, ch, ch_host, pos_ch, prop_ch, lf_ch, draw.logq_reverse.index_select(0, picked),
-                           draw.logits.index_select(0, picked[:n_single]), beta, epoch, step)
+    delayed = None if beta is None else delayed
+    args = (ch, ch_host, pos_ch, prop_ch, lf_ch, draw.logq_reverse.index_select(0, picked),
+            draw.logits.index_select(0, picked[:n_single]))
+    on = None if delayed is None else delayed.acts_on(state, ch_host)
+    if on is None:
+        test = evaluate_and_accept if delayed is None else functools.partial(delayed_evaluate, delayed)
+        state, accepted = test(ctx, state, *args, beta, epoch, step)
+    else:  # delayed="auto" on the long inputs only: the others' chains take plain MH's test, as they would alone
+        accepted = torch.zeros(n, dtype=torch.bool, device=ch.device)
+        for part, test in ((~on, evaluate_and_accept), (on, functools.partial(delayed_evaluate, delayed))):
+            idx = part.nonzero().squeeze(1)
+            if idx.numel():
+                state, taken = test(ctx, state, *_rows(args, idx, n_single), beta, epoch, step)
+                accepted = accepted.index_copy(0, idx.to(ch.device), taken)
     k = accepted.sum()
     return state, StepInfo(A, A - n + k, k, scored=True)
+
+
+def _rows(args: tuple, idx: torch.Tensor, n_single: int) -> tuple:
+    """The test's arguments (chains, host chains, positions, proposed, logq forward and reverse, the single-site
+    proposals' logits) of the tested proposals ``idx`` (CPU Long, increasing): single-site ones stay a prefix."""
+    dev = args[0].device
+    ch, ch_host, *rest, logits = args
+    single = idx[idx < n_single]
+    return (ch.index_select(0, idx.to(dev)), ch_host.index_select(0, idx),
+            *(v.index_select(0, idx.to(dev)) for v in rest), logits.index_select(0, single.to(dev)))
 
 
 def _take_blocks(ctx: StepContext, state: ChainState, ch: torch.Tensor, positions: torch.Tensor,

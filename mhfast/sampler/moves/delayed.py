@@ -98,6 +98,9 @@ class DelayedAcceptance:
     cascade: bool = False
     #: option delayed_min_temperature: an epoch with a colder target runs plain MH's step (:meth:`acts`)
     min_temperature: float = 0.0
+    #: option delayed="auto": the fewest energy positions of an input it acts on (options.auto_fewest_energy); the
+    #: chains of shorter inputs take plain MH's step, as they would alone (:meth:`acts_on`). None: every input
+    fewest_energy: int | None = None
     tested: int = 0  #: proposals X' != X that met the first test
     passed: int = 0  #: of them, passed it (their other rows were forwarded)
     accepted: Any = 0  #: of them, accepted by the second test (a device count until read: no host sync)
@@ -115,6 +118,21 @@ class DelayedAcceptance:
             [True, True, False, False]
         """
         return epoch.beta is not None and epoch.target_temperature >= self.min_temperature
+
+    def acts_on(self, state: Any, chains_host: torch.Tensor) -> torch.Tensor | None:
+        """CPU Bool[A]: which of the chains ``chains_host`` (CPU Long[A]) it acts on, by their input's energy
+        positions (option ``auto``); None: all of them.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> state = SimpleNamespace(num_energy_host=torch.tensor([12, 12, 6, 6]))
+            >>> DelayedAcceptance(2, fewest_energy=10).acts_on(state, torch.tensor([0, 2, 3])).tolist()
+            [True, False, False]
+        """
+        if self.fewest_energy is None:
+            return None
+        on = state.num_energy_host.index_select(0, chains_host) >= self.fewest_energy
+        return None if bool(on.all()) else on
 
 
 def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
@@ -138,7 +156,7 @@ def delayed_acceptance(ctx: StepContext) -> DelayedAcceptance | None:
                if influence_ranked(ctx.delayed) else None)
     return DelayedAcceptance(ctx.delayed_window, user_surrogate(ctx.delayed), ranking, early=early,
                              widen=EARLY_WIDEN if early else 1, cascade=cascade,
-                             min_temperature=ctx.delayed_min_temperature)
+                             min_temperature=ctx.delayed_min_temperature, fewest_energy=ctx.delayed_fewest_energy)
 
 
 class Screened(NamedTuple):
