@@ -87,6 +87,27 @@ def test_influence_without_burn_in_is_the_distance_window():
     assert torch.equal(runs[0].tokens, runs[1].tokens) and runs[0].model_rows == runs[1].model_rows
 
 
+@pytest.mark.parametrize("delayed", ["influence:1", "early:1"])
+def test_the_tables_have_a_row_per_input_whatever_its_id(monkeypatch, delayed):
+    """A piece of a long list keeps its inputs' global ids (option input_ids), so an id indexes no table: the sums
+    and ranks have one row per input of the call (until 2026-11-30 one per id up to the largest: 100,001 rows of
+    T x T for one input with id 100,000), and each input's chains are those it gets alone."""
+    import mhfast.sampler.moves.influence as influence
+
+    shapes = []
+    real = influence.InfluenceWindows._rank
+    monkeypatch.setattr(influence.InfluenceWindows, "_rank", lambda self, state: real(self, state) or
+                        shapes.append(tuple(self.rank.shape)))
+    model = TabularMLM.random(num_tokens=3, length=6, seed=2)
+    kw = dict(chains=3, epochs=4, burn_in=2, delayed=delayed, seed=5, energy="local")
+    init = torch.full((2, 6), model.mask_id)
+    both = mhfast.sample(model, init=init, input_ids=[7, 100_000], **kw)
+    assert set(shapes) == {(2, 6, 6)}, shapes
+    alone = mhfast.sample(model, init=init[1:], input_ids=[100_000], **kw)
+    assert shapes[-1] == (1, 6, 6) and torch.equal(both.tokens[1], alone.tokens[0])
+    assert both.delayed_tested > alone.delayed_tested > 0
+
+
 @pytest.mark.parametrize("value", ["influence:", "influence:-1", "influence:x"])
 def test_bad_influence_values_are_refused(value):
     model = TabularMLM.random(num_tokens=3, length=4, seed=0)

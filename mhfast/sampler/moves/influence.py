@@ -51,6 +51,15 @@ class InfluenceWindows:
         self.rank: torch.Tensor | None = None  #: int16/32 [G, T, T] each position's rank at (input, proposed)
         self.size: torch.Tensor | None = None  #: Long[G, T, 1] the rows of ``sets`` at (input, proposed)
         self.ranked_at: int | None = None  #: (learn_until None) the epoch the sets were last ranked at
+        #: Long[G] the run's input ids (sorted) at first use: row g of the tables is input ids[g]. Ids may be global
+        #: (option input_ids: a piece of a long list), so they index no table directly; inputs only leave the batch
+        self.ids: torch.Tensor | None = None
+
+    def _rows(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Long[n]: the table row of each input id in ``inputs`` (the ids are taken from the first call's)."""
+        if self.ids is None:
+            self.ids = torch.unique(inputs)
+        return torch.searchsorted(self.ids, inputs)
 
     def learning(self, epoch: int) -> bool:
         """Whether ``epoch`` still learns (burn-in, or the whole run with ``learn_until=None``)."""
@@ -73,12 +82,11 @@ class InfluenceWindows:
         if proposal.ch.numel() == 0:
             return
         T = state.tokens.shape[1]
-        if self.sums is None:  # (inputs keep their ids when others leave the batch: the largest id present now)
-            G = int(state.inputs.max()) + 1
+        rows = self._rows(state.inputs)
+        G = self.ids.shape[0]  # (from the first use: the inputs that left the batch since keep their rows, unread)
+        if self.sums is None:
             self.sums = torch.zeros(G, T, T, device=state.tokens.device)
             self.counts = torch.zeros(G, T, device=state.tokens.device)
-        else:  # (the size from the first use, not from the inputs present: those that left keep their rows, unread)
-            G = self.sums.shape[0]
         new = new_raw if state.energy == "raw" else new_local
         if self.by_value:  # (a term of X' may be inf: p = 0; capped so that the mean stays a rank)
             change = new.float().abs().nan_to_num(posinf=1e30)
@@ -86,7 +94,7 @@ class InfluenceWindows:
             old = (state.raw_terms if state.energy == "raw" else state.local_terms).index_select(0, proposal.ch)
             change = (new.float() - old.float()).abs()
         change = change * state.energy_mask.index_select(0, proposal.ch)
-        at = state.inputs.index_select(0, proposal.ch) * T + proposal.pos
+        at = rows.index_select(0, proposal.ch) * T + proposal.pos
         self.sums.view(G * T, T).index_add_(0, at, change)
         self.counts.view(G * T).index_add_(0, at, torch.ones_like(at, dtype=self.counts.dtype))
 
@@ -99,8 +107,9 @@ class InfluenceWindows:
     def _rank(self, state: ChainState) -> None:
         """The sets from the sums so far (kept)."""
         T, dev = state.tokens.shape[1], state.tokens.device
-        G = self.sums.shape[0] if self.sums is not None else int(state.inputs.max()) + 1
-        energy = torch.zeros(G, T, dtype=torch.bool, device=dev).index_copy_(0, state.inputs, state.energy_mask)
+        rows = self._rows(state.inputs)
+        G = self.ids.shape[0]
+        energy = torch.zeros(G, T, dtype=torch.bool, device=dev).index_copy_(0, rows, state.energy_mask)
         at = torch.arange(T, device=dev)
         dist = (at[None, :] - at[:, None]).abs()
         window = ((dist <= self.k) & (dist > 0))[None] & energy[:, None, :]  # [G, T, T]
@@ -117,7 +126,7 @@ class InfluenceWindows:
     def near(self, state: ChainState, proposal: SiteProposal, widen: int = 1) -> torch.Tensor:
         """Bool[n, T]: each proposal's frozen set with its own position (the ``near`` of a window); ``widen``:
         the top ``widen`` times as many positions of the same ranking (so the sets nest)."""
-        at = (state.inputs.index_select(0, proposal.ch), proposal.pos)
+        at = (self._rows(state.inputs).index_select(0, proposal.ch), proposal.pos)
         sets = self.sets[at] if widen == 1 else self.rank[at] < widen * self.size[at]
         return sets.scatter(1, proposal.pos[:, None], True)
 
