@@ -6,8 +6,11 @@ crash), so a dead run never leaves a stale lock and nothing has to guess from a 
 holder is alive (pids are reused). The lock file is never deleted: unlinking it while another
 process waits on the old inode would let two processes hold "the" lock on two different inodes. The
 path is resolved (symlinks) first, so two spellings of one output share one lock. ``O_EXCL`` pid
-files fail the first point; locking the output itself would need it opened before its truncation
-and would not cover the progress record beside it.
+files fail the first point; locking the output itself alone would need it opened before its truncation
+and would not cover the progress record beside it. Two hard links of one file are two names, so two
+lock files: the output itself is locked too (opened, created if new, before anything writes it), and
+two names of one inode share that lock (a review found a second run emptying the file of a first one
+through a hard link, and both exiting 0).
 
 Example:
     >>> import tempfile, os
@@ -40,6 +43,7 @@ class OutputLock:
         self.path, self.option = str(path), option
         self.lock_path = os.path.realpath(self.path) + LOCK_SUFFIX
         self.fd: int | None = None
+        self.file_fd: int | None = None  #: the output itself, flocked too (hard links: one inode, many names)
 
     def acquire(self) -> "OutputLock":
         with named(f"{self.option} {self.path!r} (its lock file {self.lock_path!r})", "create"):
@@ -56,12 +60,30 @@ class OutputLock:
         os.ftruncate(fd, 0)  # for the message of a refused second writer only
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
+        try:
+            with named(f"{self.option} {self.path!r}", "open"):
+                file_fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                fcntl.flock(file_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(file_fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process is writing this file "
+                                      "under another name (a hard link of it); wait for it to end or choose another "
+                                      "path") from None
+                raise
+        except BaseException:
+            self.release()
+            raise
+        self.file_fd = file_fd
         return self
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = None
+        for name in ("file_fd", "fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)  # closing drops the flock
+                setattr(self, name, None)
 
     def __enter__(self) -> "OutputLock":
         return self.acquire()

@@ -1,4 +1,4 @@
-"""mhfast.files.lock and journal without a model: one holder per output path (symlinks included), the
+"""mhfast.files.lock and journal without a model: one holder per output (symlinks and hard links included), the
 lock gone when its holder is SIGKILLed, and the progress record's own checks."""
 from __future__ import annotations
 
@@ -25,6 +25,19 @@ def test_second_holder_refused_until_release(tmp_path):
     with OutputLock(link, "--output"):  # released: free again
         pass
     assert (tmp_path / "out.txt.lock").is_file()  # kept: deleting it would let two holders in
+
+
+def test_a_hard_link_of_a_held_output_is_refused(tmp_path):
+    """Two hard links are two names (two lock files) of one file: the file itself is locked too. Until 2026-11-30 a
+    second run wrote through a hard link, emptying the first run's file, and both exited 0 (a review found it)."""
+    out, other = tmp_path / "out.txt", tmp_path / "other.txt"
+    with OutputLock(out, "--output"):
+        assert out.is_file()  # created by the lock, before anything writes it
+        os.link(out, other)
+        with pytest.raises(OutputInUse, match=r"--output .*other.txt.*under another name \(a hard link"):
+            OutputLock(other, "--output").acquire()
+    with OutputLock(other, "--output"):  # released: free again
+        pass
 
 
 def test_lock_of_a_killed_holder_is_free_at_once(tmp_path):
