@@ -57,6 +57,27 @@ def check(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ValueError("--plot-traces needs matplotlib (pip install \"mhfast[plots]\")") from None
+        check_image_path(args.plot_traces)
+
+
+def check_image_path(path: str) -> None:
+    """``--plot-traces PATH`` names a file matplotlib can write, by its extension, checked before the run (it is
+    written after it): not a folder (matplotlib would write ``PATH.png`` beside it), no unknown extension.
+
+    Example:
+        >>> check_image_path("t.txt")
+        Traceback (most recent call last):
+        ...
+        ValueError: --plot-traces: 't.txt' does not end in an image format matplotlib writes (.png, .pdf, .svg, ...)
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if os.path.isdir(path):
+        raise ValueError(f"--plot-traces: {path!r} is a folder, not an image file")
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in FigureCanvasBase.get_supported_filetypes():
+        raise ValueError(f"--plot-traces: {path!r} does not end in an image format matplotlib writes (.png, .pdf, "
+                         ".svg, ...)")
 
 
 #: The flags that read the traces --trace-every thins, by their argparse names (a command has some of them)

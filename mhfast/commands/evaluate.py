@@ -84,7 +84,7 @@ def _read_stats(path: str) -> dict:
             raise ValueError
         epoch_table(stats)  # the fields are there and numeric
         convergence_rows(stats)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # (1e400 sentences: inf, not an int)
         raise ValueError(f"--stats: {path!r} is not a statistics file of 'mhfast translate --stats-out'") from None
     return stats
 

@@ -180,6 +180,12 @@ def _check(args: argparse.Namespace) -> Any:
         raise ValueError(f"--length must be an int >= 1, got {args.length}")
     cfg = options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
     _diagnostics.check(args)
+    if args.plot_traces:  # (the images are written after the run: never over a file it reads)
+        from ..files.lock import check_distinct
+
+        energies = ["raw", "local"] if args.energy == "both" else [args.energy]
+        check_distinct({"--plot-traces": _diagnostics.energy_path(args.plot_traces, e, energies) for e in energies},
+                       {"--init-file": args.init_file, "--hamming-reference": args.hamming_reference})
     return cfg
 
 

@@ -119,8 +119,10 @@ def output_spec(args: argparse.Namespace, lines: list[str], sources: list[str] |
     import mhfast
 
     digest = lambda rs: hashlib.sha256("\n".join(rs).encode("utf-8")).hexdigest()  # noqa: E731
+    # (the chunking and the backend change a score's last bits: a resumed file must be one run's bytes)
     options = {f"--{k.replace('_', '-')}": getattr(args, k) for k in ("model", "metric", "format", "per_token",
-                                                                       "per_word", "ids", "batch_size", "device")}
+                                                                       "per_word", "ids", "batch_size", "device",
+                                                                       "max_tokens_per_batch", "backend")}
     return {"command": "score", "mhfast": mhfast.__version__, "options": options,
             "model": {k: file_sha256(v, "--model") for k, v in sorted(_model_files(args).items())},
             "input": {"lines": len(lines), "sha256": digest(lines)},
@@ -288,7 +290,9 @@ def run(args: argparse.Namespace) -> int:
         # no token scored (empty input): the corpus pseudo-perplexity is undefined, not NaN
         pppl = (f"pseudo-perplexity {corpus_pppl(results[0]):.4f} per token, {corpus_pppl(results[0], 'word'):.4f} "
                 "per word" if tokens else "pseudo-perplexity undefined (no tokens)")
-        print(f"{len(results[0])} sequences scored, {tokens} tokens, {pppl}; {seconds:.1f} s "
+        # a resumed run scored the lines after the interrupted one's only: say so rather than pass them as all
+        earlier = f" by this run ({start} before it, in --output)" if start else ""
+        print(f"{len(results[0])} sequences scored{earlier}, {tokens} tokens, {pppl}; {seconds:.1f} s "
               f"({tokens / max(seconds, 1e-9):.0f} tokens/s)", file=sys.stderr)
     return 0
 

@@ -337,9 +337,11 @@ def _read_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]
 def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack) -> Any:
     """stdout, or --output locked for this process (and --stats-out with it), started or verified
     and resumed: the lock is taken before the progress record is read or anything is written."""
-    check_distinct({"--output": args.output, "--stats-out": args.stats_out},
-                   {"--input": None if args.input in (None, "bundled") else args.input,
-                    "--ref": None if args.ref in (None, "bundled") else args.ref})
+    from ..translation import bundled_test_file
+
+    check_distinct({"--output": args.output, "--stats-out": args.stats_out, "--plot-traces": args.plot_traces},
+                   {"--input": None if args.input is None else bundled_test_file(args.input, "--input"),
+                    "--ref": None if args.ref is None else bundled_test_file(args.ref, "--ref")})
     if args.stats_out is not None and is_special(args.stats_out):  # it is replaced by rename: never a device
         raise ValueError(f"--stats-out: {args.stats_out!r} is not a regular file")
     special = args.output is not None and is_special(args.output)  # /dev/null, a FIFO: a stream

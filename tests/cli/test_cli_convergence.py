@@ -10,8 +10,9 @@ import json
 
 import pytest
 
+import mhfast.translation
+from cli_runner import run_main
 from hf_tiny_models import save_tiny_bert_dir
-from mhfast.cli import main
 from mhfast.sampler.diagnostics import format_rhat
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -24,23 +25,15 @@ def tiny_dir(tmp_path_factory):
     return save_tiny_bert_dir(tmp_path_factory.mktemp("cli") / "tiny_bert")
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as e:  # argparse's own errors (a choice): its one line, exit 2
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 SAMPLE = ["--length", "4", "--chains", "3", "--epochs", "10", "--burn-in", "2", "--seed", "1", "--quiet"]
 
 
-def test_sample_diagnostics_table_and_plot(capsys, tiny_dir, tmp_path):
-    code, plain, err = run(capsys, "sample", "--model", tiny_dir, *SAMPLE)
+def test_sample_diagnostics_table_and_plot(tiny_dir, tmp_path):
+    code, plain, err = run_main(["sample", "--model", tiny_dir, *SAMPLE])
     assert code == 0, err
     png = tmp_path / "traces.png"
-    code, out, err = run(capsys, "sample", "--model", tiny_dir, *SAMPLE, "--diagnostics", "--plot-traces", str(png))
+    code, out, err = run_main(["sample", "--model", tiny_dir, *SAMPLE, "--diagnostics", "--plot-traces", str(png)])
     assert code == 0, err
     assert out.split("model rows")[0] == plain.split("model rows")[0], "--diagnostics changed the samples"
     lines = out.splitlines()
@@ -51,11 +44,11 @@ def test_sample_diagnostics_table_and_plot(capsys, tiny_dir, tmp_path):
     assert png.read_bytes()[:8] == PNG
 
 
-def test_sample_until_rhat_reports_each_input(capsys, tiny_dir, tmp_path):
-    code, out, err = run(capsys, "sample", "--model", tiny_dir, "--init", "a b c d", "a b c d", "--chains", "3",
-                         "--epochs", "6", "--burn-in", "1", "--until-rhat", "1.001", "--min-ess", "1000", "--quiet",
-                         "--start", "random", "--trace-every", "1", "--energy", "both", "--plot-traces",
-                         str(tmp_path / "t.png"))
+def test_sample_until_rhat_reports_each_input(tiny_dir, tmp_path):
+    code, out, err = run_main(["sample", "--model", tiny_dir, "--init", "a b c d", "a b c d", "--chains", "3",
+                               "--epochs", "6", "--burn-in", "1", "--until-rhat", "1.001", "--min-ess", "1000",
+                               "--quiet", "--start", "random", "--trace-every", "1", "--energy", "both",
+                               "--plot-traces", str(tmp_path / "t.png")])
     assert code == 0, err
     assert out.count("not converged after 6 epochs") == 4  # 2 inputs x 2 energies, the cap reached
     assert (tmp_path / "t.raw.png").read_bytes()[:8] == PNG and (tmp_path / "t.local.png").is_file()
@@ -71,29 +64,52 @@ def test_sample_until_rhat_reports_each_input(capsys, tiny_dir, tmp_path):
     (["--start", "wide"], "argument --start: invalid choice: 'wide'"),
 ])
 @pytest.mark.parametrize("command", ["sample", "translate"])
-def test_bad_flags_are_one_line_exit_2(capsys, tmp_path, command, argv, message):
+def test_bad_flags_are_one_line_exit_2(tmp_path, command, argv, message):
     where = ["--length", "3"] if command == "sample" else ["--input", str(tmp_path / "none.txt")]
-    code, out, err = run(capsys, command, *where, *argv)
+    code, out, err = run_main([command, *where, *argv])
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
-def test_plot_traces_needs_an_existing_folder(capsys, tmp_path):
-    code, _, err = run(capsys, "sample", "--length", "3", "--plot-traces", str(tmp_path / "no" / "t.png"))
+def test_plot_traces_needs_an_existing_folder(tmp_path):
+    code, _, err = run_main(["sample", "--length", "3", "--plot-traces", str(tmp_path / "no" / "t.png")])
     assert code == 2 and "--plot-traces: folder" in err and err.count("\n") == 1, err
 
 
-def test_translate_diagnostics_lines_stats_and_plot(capsys, tiny_paths, tmp_path):
+def test_plot_traces_is_an_image_file_that_overwrites_nothing_checked_before_the_run(tiny_dir, tmp_path):
+    """The image is written after the run, so its path is checked before it (until 2026-11-30 a .txt path failed
+    after the whole run with matplotlib's message, a folder got PATH.png beside it, and translate's image could
+    overwrite its own --output or --input; a review found them)."""
+    init = tmp_path / "init.png"
+    init.write_text("a b c\n")
+    out = tmp_path / "hyp.png"
+    cases = [(["sample", "--model", tiny_dir, "--length", "3", "--plot-traces", str(tmp_path / "t.txt")],
+              "does not end in an image format"),
+             (["sample", "--model", tiny_dir, "--length", "3", "--plot-traces", str(tmp_path)], "is a folder"),
+             (["sample", "--model", tiny_dir, "--init-file", str(init), "--plot-traces", str(init)],
+              "--plot-traces and --init-file name the same file"),
+             (["translate", "--input", "bundled", "--limit", "1", "--output", str(out), "--plot-traces", str(out)],
+              "--output and --plot-traces name the same file"),
+             (["translate", "--input", "bundled", "--limit", "1", "--ref", "bundled", "--output",
+               str(mhfast.translation.BUNDLED_TEST_REFERENCE)], "--output and --ref name the same file")]
+    for argv, message in cases:
+        before = init.read_bytes()
+        code, out_text, err = run_main([*argv, "--chains", "2", "--epochs", "2", "--burn-in", "0", "--quiet"])
+        assert code == 2 and message in err and err.count("\n") == 1 and out_text == "", (argv, err)
+        assert init.read_bytes() == before and not out.exists()
+
+
+def test_translate_diagnostics_lines_stats_and_plot(tiny_paths, tmp_path):
     tiny = tiny_paths
     lines = sorted(tiny["valid_de"].read_text(encoding="utf-8").splitlines(), key=lambda s: len(s.split()))[:2]
     src = tmp_path / "src.txt"
     src.write_text("".join(line + "\n" for line in lines[:1] + [""] + lines[1:]), encoding="utf-8")
     model = ["--model", str(tiny["checkpoint"]), "--data", str(tiny["data"]), "--tokenizer", "none"]
     fast = ["--chains", "3", "--epochs", "8", "--burn-in", "2", "--batch-size", "2", "--quiet"]
-    code, plain, err = run(capsys, "translate", *model, "--input", str(src), *fast)
+    code, plain, err = run_main(["translate", *model, "--input", str(src), *fast])
     assert code == 0, err
     stats, png = tmp_path / "stats.json", tmp_path / "tr.png"
-    code, out, err = run(capsys, "translate", *model, "--input", str(src), *fast, "--diagnostics", "--stats-out",
-                         str(stats), "--plot-traces", str(png))
+    code, out, err = run_main(["translate", *model, "--input", str(src), *fast, "--diagnostics", "--stats-out",
+                               str(stats), "--plot-traces", str(png)])
     assert code == 0, err
     assert out == plain, "--diagnostics changed the translations"
     verdicts = [line for line in err.splitlines() if line.startswith("sentence ")]
@@ -107,22 +123,22 @@ def test_translate_diagnostics_lines_stats_and_plot(capsys, tiny_paths, tmp_path
         assert set(d["rhat"]) == {"e_raw", "e_local", "proj_0", "proj_1", "proj_2"}
     assert png.read_bytes()[:8] == PNG
     # evaluate --stats summarises the same figures: the worst R-hat over the two sentences, and where it is
-    code, out, err = run(capsys, "evaluate", "--stats", str(stats))
+    code, out, err = run_main(["evaluate", "--stats", str(stats)])
     assert code == 0, err
     worst = {j: max(figures[j]["rhat"].values()) for j in (0, 2)}
     j = max(worst, key=worst.get)
     assert "convergence of 2 sentences" in out
     assert f"worst {format_rhat(worst[j])} (sentence {j}); below 1.01: {sum(v < 1.01 for v in worst.values())} of 2" \
         in out
-    code, out, err = run(capsys, "translate", *model, "--input", str(src), *fast, "--until-rhat", "1.5", "--stats-out",
-                         str(stats))
+    code, out, err = run_main(["translate", *model, "--input", str(src), *fast, "--until-rhat", "1.5", "--stats-out",
+                               str(stats)])
     assert code == 0, err
     batches = json.loads(stats.read_text())["batches"]
     runs = [e for b in batches for e in b["epochs_run"]]
     assert runs[1] is None and all(3 <= e <= 8 for e in (runs[0], runs[2]))
     assert "diagnostics" not in batches[0]
     conv = [c for b in batches for c in b["converged"]]
-    code, out, err = run(capsys, "evaluate", "--stats", str(stats))
+    code, out, err = run_main(["evaluate", "--stats", str(stats)])
     assert code == 0, err
     assert "convergence of" not in out  # no --diagnostics figures in this file
     assert (f"converged (--until-rhat / --min-ess): {sum(bool(c) for c in conv if c is not None)} of 2 sentences, "
@@ -131,10 +147,10 @@ def test_translate_diagnostics_lines_stats_and_plot(capsys, tiny_paths, tmp_path
 
 @pytest.mark.parametrize("bad", [{"diagnostics": "x"}, {"diagnostics": [{"rhat": {"e_raw": "high"}}]},
                                  {"converged": [True], "epochs_run": ["many"]}])
-def test_evaluate_refuses_malformed_convergence_figures(capsys, tmp_path, bad):
+def test_evaluate_refuses_malformed_convergence_figures(tmp_path, bad):
     stats = tmp_path / "stats.json"
     stats.write_text(json.dumps({"method": "mh", "burn_in": 0, "batches": [{"start": 0, "sentences": 1,
                                                                           "epochs": [], **bad}]}))
-    code, out, err = run(capsys, "evaluate", "--stats", str(stats))
+    code, out, err = run_main(["evaluate", "--stats", str(stats)])
     assert code == 2 and out == ""
     assert err.strip().endswith("is not a statistics file of 'mhfast translate --stats-out'"), err

@@ -390,6 +390,8 @@ def test_evaluate_errors_are_one_line(tmp_path):
     r = write_input(tmp_path / "r", ["a", "b", "c"])
     bad_stats = tmp_path / "bad.json"
     bad_stats.write_text('{"batches": [{"epochs": [{"epoch": 0}]}]}')
+    huge = tmp_path / "huge.json"  # json reads 1e400 as inf, which int() cannot take (a traceback until 2026-11-30)
+    huge.write_text('{"batches": [{"sentences": 1e400, "epochs": []}]}')
     cases = [
         (["--hyp", str(h), "--ref", str(r)], "line counts differ: --hyp 2, --ref 3"),
         (["--hyp", str(h), "--ref", str(h), "--src", str(r)], "--src 3"),
@@ -397,6 +399,7 @@ def test_evaluate_errors_are_one_line(tmp_path):
         (["--hyp", str(h)], "--hyp and --ref go together"),
         ([], "give --hyp"),
         (["--stats", str(bad_stats)], "--stats"),
+        (["--stats", str(huge)], "is not a statistics file"),
         (["--stats", str(tmp_path / "missing.json")], "--stats: no such file"),
     ]
     for argv, needle in cases:

@@ -15,8 +15,8 @@ import re
 import pytest
 
 import mhfast
+from cli_runner import run_main
 from hf_tiny_models import save_tiny_bert_dir
-from mhfast.cli import main
 from mhfast.commands.translate import format_sentence
 from mhfast.translation import Hypothesis
 
@@ -33,9 +33,9 @@ def tiny(tmp_path_factory):
     return path, load_masked_lm(path)
 
 
-def _cli(capsys, *argv: str) -> str:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
+def _cli(*argv: str) -> str:
+    """stdout of a command that must succeed."""
+    code, out, err = run_main(list(argv))
     assert code == 0, err
     return out
 
@@ -46,9 +46,9 @@ def _labelled(text: str) -> tuple[str, float]:
 
 
 @pytest.mark.parametrize("terms", [False, True])
-def test_every_energy_sample_prints_is_what_its_label_says(capsys, tiny, terms):
+def test_every_energy_sample_prints_is_what_its_label_says(tiny, terms):
     path, lm = tiny
-    out = _cli(capsys, "sample", "--model", path, "--init", *INITS, "--free", "1:3", "--chains", "2", "--epochs", "3",
+    out = _cli("sample", "--model", path, "--init", *INITS, "--free", "1:3", "--chains", "2", "--epochs", "3",
                "--burn-in", "1", "--seed", "5", *(["--hamming", str(HAMMING)] if terms else []))
     checked = 0
     for line in out.splitlines():
@@ -70,8 +70,8 @@ def test_every_energy_sample_prints_is_what_its_label_says(capsys, tiny, terms):
 
 @pytest.mark.parametrize("burn_in,which", [("1", "post-burn-in epochs"),
                                            ("2", "all epochs, as burn-in takes every epoch")])
-def test_the_sample_summary_names_the_epochs_it_averages(capsys, tiny, burn_in, which):
-    out = _cli(capsys, "sample", "--model", tiny[0], "--length", "3", "--chains", "2", "--epochs", "2", "--burn-in",
+def test_the_sample_summary_names_the_epochs_it_averages(tiny, burn_in, which):
+    out = _cli("sample", "--model", tiny[0], "--length", "3", "--chains", "2", "--epochs", "2", "--burn-in",
                burn_in, "--quiet")
     summary = [line for line in out.splitlines() if line.startswith("[raw] acceptance")]
     assert len(summary) == 1 and f"(mean over {which})" in summary[0], summary
@@ -84,16 +84,16 @@ def test_the_translate_e_line_labels_the_target_energy():
     assert "\nE-4\tE_local+terms=3.0000\t" in format_sentence(4, "x y", hyp(True), "fairseq")
 
 
-def test_translate_with_a_term_prints_e_raw_plus_terms(capsys, tmp_path):
+def test_translate_with_a_term_prints_e_raw_plus_terms(tmp_path):
     """End to end on the bundled model: the translator says when its best energy holds terms."""
     src, ref = tmp_path / "src.de", tmp_path / "ref.en"
     src.write_text("Ein Hund läuft.\n")
     argv = ["translate", "--input", str(src), "--format", "fairseq", "--chains", "1", "--epochs", "2", "--burn-in", "0",
             "--length-beam", "1", "-q"]
-    plain = _cli(capsys, *argv)
+    plain = _cli(*argv)
     # a Hamming reference must have the target's (predicted) length: the plain run's own translation has it
     ref.write_text(re.search(r"^D-0\t\S+\t(.*)$", plain, re.M).group(1) + "\n")
-    steered = _cli(capsys, *argv, "--hamming", "1", "--hamming-reference", str(ref))
+    steered = _cli(*argv, "--hamming", "1", "--hamming-reference", str(ref))
     assert re.search(r"^E-0\tE_raw=-?\d", plain, re.M) and re.search(r"^E-0\tE_raw\+terms=-?\d", steered, re.M)
 
 
@@ -106,10 +106,10 @@ def _stats(burn_in: int, epochs: int) -> dict:
 
 @pytest.mark.parametrize("burn_in,label,accept", [(1, "post-burn-in mean:", 0.65),
                                                   (3, "mean over all epochs, as burn-in takes every epoch:", 0.6)])
-def test_evaluate_names_the_epochs_it_averages(capsys, tmp_path, burn_in, label, accept):
+def test_evaluate_names_the_epochs_it_averages(tmp_path, burn_in, label, accept):
     stats = tmp_path / "stats.json"
     stats.write_text(json.dumps(_stats(burn_in, 3)))
-    out = _cli(capsys, "evaluate", "--stats", str(stats))
+    out = _cli("evaluate", "--stats", str(stats))
     summary = [line for line in out.splitlines() if "mean" in line and "accept " in line]
     assert len(summary) == 1 and summary[0].startswith(label) and f"accept {accept:.4f}" in summary[0], summary
 
