@@ -119,13 +119,19 @@ class MutationCap:
 def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor,
                                                                                         list[int]]:
     """The parent's row (Long[1, T], <s>/[CLS] + residues + </s>/[SEP]), its free mask and the framework."""
-    ids = model.encode(parent)[None]
+    try:
+        ids = model.encode(parent)[None]
+    except ValueError as e:  # the model names its argument "text": here it is the parent
+        raise ValueError(f"parent: {str(e).removeprefix('text: ')}") from None
     residues = ids.shape[1] - 2
     if residues != len(parent):
         raise ValueError(f"parent: expected one token per residue ({len(parent)}), the model made {residues}")
     if bool((ids == model.mask_id).any()):
         raise ValueError("parent: a masked residue ('_', '*' or 'X'); give the whole parent sequence")
     framework = framework_positions(len(parent), cdrs)
+    if not framework:
+        raise ValueError(f"cdrs: the spans cover all {len(parent)} residues of the parent: no framework residue to "
+                         "humanize")
     free = torch.zeros_like(ids, dtype=torch.bool)
     free[0, [p + 1 for p in framework]] = True
     return ids, free, framework

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import mhfast
+from cli_runner import run_main
 from mhfast.humanize import MutationCap, framework_positions, humanize, mutations, sapiens_argmax
 from mhfast.models.sapiens import AMINO_ACIDS, load_sapiens
 
@@ -108,7 +109,20 @@ def test_cli(lm):
         assert r[5][23:34] == SHORT[23:34] and int(r[4]) <= 2
         assert (r[6] == "-") == (int(r[4]) == 0) and (r[6] == "-" or r[6].split() == mutations(SHORT, r[5]))
     bad = _cli("--chain", "L", "--parent", SHORT, "--cdr", "23:99")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "23:99" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cdr: span 23:99" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("method", ["mh", "biophi"])
+def test_a_bad_parent_or_cdr_is_one_line_naming_the_flag(method):
+    """The API names its arguments (``cdrs``, ``parent``; the model's encoder says ``text``), the command its flags
+    (until 2026-11-30 the command printed ``cdrs: ...``, ``text: ...`` or, for CDRs covering every residue,
+    ``mhfast.sample: init leaves no free position``; a review found them)."""
+    n, z = len(SHORT), SHORT[:10] + "Z" + SHORT[11:]
+    for argv, needle in ((["--parent", SHORT, "--cdr", "23:99"], "--cdr: span 23:99"),
+                         (["--parent", z, "--cdr", "23:34"], "--parent: 'Z' at position 10"),
+                         (["--parent", SHORT, "--cdr", f"0:{n}"], f"--cdr: the spans cover all {n} residues")):
+        code, out, err = run_main(["humanize", "--chain", "L", *argv, "--method", method, "-q"])
+        assert code == 2 and err.count("\n") == 1 and needle in err and out == "", (argv, err)
 
 
 @pytest.mark.parametrize("flags,words", [
