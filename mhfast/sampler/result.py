@@ -46,7 +46,9 @@ class SampleResult:
         proposals: proposals made (one per moving chain and step, summed over epochs).
         init_rows: the rows of ``model_rows`` spent before the first step (warm start, initial
             energies); ``rows_per_proposal`` = the others / ``proposals``.
-        history: Long[E - burn_in, B, C, T] end-of-epoch states after burn-in (``record="epoch"``).
+        history: Long[E - burn_in, B, C, T] end-of-epoch states after burn-in (``record="epoch"``). An input that
+            left the batch (``until_rhat``/``min_ess``) repeats its last state from then on, here, in
+            ``terms_per_epoch`` and in the pooled ``e_raw``/``e_local``: read it up to ``epochs_run[b]``.
         terms: f32[B, C, K] final (unweighted) value of each ``extra_energy`` term per chain; ``energy``
             and ``best_energy`` include the weighted terms, ``energy_raw``/``energy_local`` do not.
         terms_per_epoch: f32[E, B, C, K] the same at the end of every epoch.
