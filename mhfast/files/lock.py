@@ -49,13 +49,17 @@ class OutputLock:
         with named(f"{self.option} {self.path!r} (its lock file {self.lock_path!r})", "create"):
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            with named(f"{self.option} {self.path!r} (its lock file {self.lock_path!r})", "lock"):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as e:
+                    if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                        raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process (pid {holder}) is "
+                                          "writing it; wait for it to end or choose another path") from None
+                    raise  # (e.g. ENOLCK on a file system without locks: named, one line)
+        except BaseException:
             os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process (pid {holder}) is writing "
-                                  "it; wait for it to end or choose another path") from None
             raise
         os.ftruncate(fd, 0)  # for the message of a refused second writer only
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -64,13 +68,17 @@ class OutputLock:
             with named(f"{self.option} {self.path!r}", "open"):
                 file_fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
             try:
-                fcntl.flock(file_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
+                with named(f"{self.option} {self.path!r}", "lock"):
+                    try:
+                        fcntl.flock(file_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError as e:
+                        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                            raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process is writing this "
+                                              "file under another name (a hard link of it); wait for it to end or "
+                                              "choose another path") from None
+                        raise
+            except BaseException:
                 os.close(file_fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process is writing this file "
-                                      "under another name (a hard link of it); wait for it to end or choose another "
-                                      "path") from None
                 raise
         except BaseException:
             self.release()

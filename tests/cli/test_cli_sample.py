@@ -88,6 +88,7 @@ def test_init_file_fasta_on_antiberty(tmp_path):
     (["--length", "4", "--free", "0:2"], "--free needs --init"),
     (["--init", "a b", "--free", "0:5"], "has only 2 tokens"),
     (["--top-p", "1.5", "--length", "3"], "--top-p must be in (0, 1]"),
+    (["--init", "a b", ""], "--init 2: no token to sample"),  # (was mhfast.sample's 'init row 1 leaves no ...')
 ])
 def test_bad_options_print_one_line_and_exit_2(tiny_dir, argv, message):
     if "--model" not in argv:

@@ -40,6 +40,22 @@ def test_a_hard_link_of_a_held_output_is_refused(tmp_path):
         pass
 
 
+def test_a_file_system_without_locks_is_named(tmp_path, monkeypatch):
+    """flock failing for another reason than a holder (ENOLCK: some network file systems) is one line naming the
+    option and the lock file, not a bare errno; nothing stays open."""
+    import errno
+    import fcntl
+
+    from mhfast.files import FileError
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(FileError, match=r"^--output '.*out.txt' \(its lock file .*\): cannot lock: No locks"):
+        OutputLock(tmp_path / "out.txt", "--output").acquire()
+
+
 def test_lock_of_a_killed_holder_is_free_at_once(tmp_path):
     out = tmp_path / "out.txt"
     ready = tmp_path / "ready"
