@@ -37,4 +37,5 @@ import tempering_long as tl  # noqa: E402
 
 
 if __name__ == "__main__":
-    print("\n".join(tl.compare_saved(sys.argv[1], sys.argv[2].split("+"), [int(x) for x in sys.argv[3:]], seed=1)))
+    seed = int(sys.argv.pop(1).removeprefix("--seed=")) if sys.argv[1].startswith("--seed=") else 1  # (the label)
+    print("\n".join(tl.compare_saved(sys.argv[1], sys.argv[2].split("+"), [int(x) for x in sys.argv[3:]], seed=seed)))
