@@ -27,6 +27,15 @@ Plain MH's sweeps got cheaper as its chains settled (the memo), so its 950 sweep
 CPU seconds; two more plain runs went on from the final states of the one before (``--init``, seeds 2 and 3: a new
 call, so a new seed's random numbers and an empty memo, the same kernel), and the three are joined into one chain
 per chain (``a.pt+b.pt+c.pt``: tempering_long.load_saved on a list; traces, rows and CPU seconds continued).
+
+Seed 2 (tempered 14:32-16:49 UTC, sampler of 96dd736; plain MH 15:28-16:57, later commits that change neither
+run's chains): the same commands with ``--seed 2``, the tempered run 64 sweeps
+(``--at 24 32 40 48 56``), plain MH 350 sweeps (``--seed 2``) and one continuation of 200 (``--seed 3``), shorter than
+seed 1's for the session's time (a first plain run of 1,600 sweeps was stopped at 360 and not kept); most of it ran
+beside a fresh-clone test run, so its CPU seconds are inflated alike for both samplers:
+
+    python3 .../compare.py --seed=2 tempered_bf16_seed2.pt plain_bf16_seed2.pt+plain_bf16_seed2b.pt \
+        24 32 40 48 56 64 > compare_seed2.md
 """
 import sys
 from pathlib import Path
