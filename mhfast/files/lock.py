@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from typing import Callable
 
 from .errors import named
 
@@ -46,44 +47,21 @@ class OutputLock:
         self.file_fd: int | None = None  #: the output itself, flocked too (hard links: one inode, many names)
 
     def acquire(self) -> "OutputLock":
-        with named(f"{self.option} {self.path!r} (its lock file {self.lock_path!r})", "create"):
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            with named(f"{self.option} {self.path!r} (its lock file {self.lock_path!r})", "lock"):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as e:
-                    if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-                        raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process (pid {holder}) is "
-                                          "writing it; wait for it to end or choose another path") from None
-                    raise  # (e.g. ENOLCK on a file system without locks: named, one line)
-        except BaseException:
-            os.close(fd)
-            raise
+        what = f"{self.option} {self.path!r}"
+        lock_file = f"{what} (its lock file {self.lock_path!r})"
+        fd = _locked(self.lock_path, os.O_RDWR, lock_file, lambda fd: (
+            f"{what}: another mhfast process (pid {os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or '?'}) "
+            "is writing it; wait for it to end or choose another path"))
         os.ftruncate(fd, 0)  # for the message of a refused second writer only
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
         try:
-            with named(f"{self.option} {self.path!r}", "open"):
-                file_fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            try:
-                with named(f"{self.option} {self.path!r}", "lock"):
-                    try:
-                        fcntl.flock(file_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except OSError as e:
-                        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                            raise OutputInUse(f"{self.option} {self.path!r}: another mhfast process is writing this "
-                                              "file under another name (a hard link of it); wait for it to end or "
-                                              "choose another path") from None
-                        raise
-            except BaseException:
-                os.close(file_fd)
-                raise
+            self.file_fd = _locked(self.path, os.O_RDONLY, what, lambda fd: (
+                f"{what}: another mhfast process is writing this file under another name (a hard link of it); wait "
+                "for it to end or choose another path"))
         except BaseException:
             self.release()
             raise
-        self.file_fd = file_fd
         return self
 
     def release(self) -> None:
@@ -98,6 +76,26 @@ class OutputLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _locked(path: str, mode: int, what: str, in_use: Callable[[int], str]) -> int:
+    """A descriptor of ``path`` (opened with ``mode``, created if new) holding an exclusive flock: OutputInUse with
+    ``in_use(fd)`` where another descriptor holds it; any other failure (ENOLCK on a file system without locks) a
+    FileError naming ``what``; nothing left open on failure."""
+    with named(what, "open"):
+        fd = os.open(path, mode | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        with named(what, "lock"):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutputInUse(in_use(fd)) from None
+                raise
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _same(a: str, b: str) -> bool:
