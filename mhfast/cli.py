@@ -198,7 +198,8 @@ MEMORY_OPTIONS = (("chains", "--chains"), ("batch_size", "--batch-size"), ("leng
 #: The arguments of the loaders and the API that an error may start with, and the flag that sets each in the
 #: commands that have it: a command's error names what the user typed (``--model: ...``, not ``model_or_path: ...``).
 API_FLAGS = {"checkpoint": "--model", "model_or_path": "--model", "model": "--model", "classifier": "--classifier",
-             "data_dir_or_dictionary": "--data", "k (length_beam)": "--length-beam"}
+             "data_dir_or_dictionary": "--data", "k (length_beam)": "--length-beam", "cdrs": "--cdr",
+             "parent": "--parent"}
 
 
 def as_flags(message: str, args: argparse.Namespace) -> str:

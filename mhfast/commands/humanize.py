@@ -102,20 +102,13 @@ def run(args: argparse.Namespace) -> int:
     lm = load_masked_lm(args.model or f"sapiens-{args.chain.lower()}", **({"device": args.device}
                                                                           if args.device else {}))
     parent = "".join(args.parent.split()).upper()
-    try:
-        if args.method == "biophi":
-            h = sapiens_argmax(lm, parent, args.cdr, iterations=args.iterations, hamming=args.hamming,
-                               energy=cfg.energy)
-        else:
-            kwargs = {k: v for k, v in options.as_kwargs(cfg, cli_only=True).items() if k != "energy"}
-            h = humanize(lm, parent, args.cdr, hamming=args.hamming, max_mutations=args.max_mutations,
-                         top=args.top, energy=cfg.energy, **kwargs)
-    except ValueError as e:  # the API names its arguments (cdrs, parent): a command names its flags
-        message = str(e)
-        for api, flag in (("cdrs:", "--cdr:"), ("parent:", "--parent:")):
-            if message.startswith(api):
-                raise ValueError(flag + message[len(api):]) from None
-        raise
+    if args.method == "biophi":
+        h = sapiens_argmax(lm, parent, args.cdr, iterations=args.iterations, hamming=args.hamming,
+                           energy=cfg.energy)
+    else:
+        kwargs = {k: v for k, v in options.as_kwargs(cfg, cli_only=True).items() if k != "energy"}
+        h = humanize(lm, parent, args.cdr, hamming=args.hamming, max_mutations=args.max_mutations, top=args.top,
+                     energy=cfg.energy, **kwargs)
     if not args.quiet:
         acceptance = f", acceptance {h.acceptance_rate:.3f}" if args.method == "mh" else ""
         stdout_print(f"# parent E_local={h.parent_e_local:.3f} E_raw={h.parent_e_raw:.3f}; {len(h.framework)} "

@@ -130,8 +130,9 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
 
     try:
         ids = lm.encode(record.text)
-        if len(ids) == 0:
-            raise ValueError("empty sequence")
+        special = set(lm.special_ids) - {lm.mask_id}
+        if all(int(i) in special for i in ids):  # ([CLS] [SEP] of "" too: the API would name init)
+            raise ValueError("no token to sample (an empty sequence); give text, or --length N")
         check_length(lm, len(ids), "the sequence")
     except ValueError as e:
         for where, text in record.lines:
@@ -153,17 +154,14 @@ def _inputs(lm: Any, args: argparse.Namespace) -> dict:
     if not callable(getattr(lm, "encode", None)):
         raise ValueError("--init: this model has no tokenizer to encode text")
     encoded = [_encode(lm, r) for r in records]
-    special = torch.zeros(lm.vocab_size, dtype=torch.bool)
-    special[[i for i in lm.special_ids if i != lm.mask_id]] = True
-    for r, e in zip(records, encoded):  # (the API would name its argument: init)
-        if bool(special[e].all()):
-            raise ValueError(f"{r.where}: no token to sample (an empty sequence); give text, or --length N")
     T = max(len(e) for e in encoded)
     init = torch.full((len(encoded), T), lm.pad_id, dtype=torch.long)
     for b, e in enumerate(encoded):
         init[b, :len(e)] = e
     out: dict = {"init": init}
     if args.free:
+        special = torch.zeros(lm.vocab_size, dtype=torch.bool)
+        special[[i for i in lm.special_ids if i != lm.mask_id]] = True
         free = torch.zeros_like(init, dtype=torch.bool)
         for b, e in enumerate(encoded):
             ordinary = (~special[e]).nonzero().flatten()  # token index of each ordinary token

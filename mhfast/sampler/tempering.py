@@ -214,7 +214,7 @@ class Tempered:
         if epoch.beta is None:
             # A forced epoch accepts every proposal: its accepts say nothing of how the hottest replica mixes, so
             # the hot end's acceptance is counted from the first epoch that is not forced (_hot_acceptance).
-            if self.tuned and state.counts is not None:
+            if self.tuned and state.counts is not None and epoch.index + 1 == self.forced:
                 self._counts_at_heat = state.counts.snapshot().double()
             return state
         lo, hi, ks = self._pairs(epoch.index % 2)

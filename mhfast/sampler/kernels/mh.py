@@ -91,8 +91,6 @@ class SingleSiteMH:
         if self._static is not None:
             return self._static.step(state, move.chains, move.chains_host, move.pos, epoch.beta, epoch.index,
                                      move.index)
-        if move.chains.shape[0] == 0:
-            return state, NO_STEP
         da = self.delayed if self.delayed is not None and self.delayed.acts(epoch) else None
         on = None if da is None else da.acts_on(state, move.chains_host)
         if on is None:
