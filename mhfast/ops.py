@@ -3,10 +3,12 @@
 Each wrapper has the signature of its pure-PyTorch twin in :mod:`mhfast.reference` plus a
 keyword ``validate``. Validation happens once per kind (see :mod:`mhfast._validate`): the
 compiled kernels check dtypes, ranks, sizes and devices at the op boundary (csrc/checks.cpp);
-the CPU kernels also check value ranges (token ids, positions), which costs nothing there. On
-CUDA a value check needs a device->host sync, so the wrapper makes it in Python when
-``validate=True`` (the default; the metadata check op runs first so that the data checks see
-well-formed tensors) and skips it when ``validate=False``; mhfast's sampler, which builds its own
+the CPU kernels also check value ranges (token ids, positions), which costs nothing there. With
+``validate=True`` (the default) every wrapper checks the Python types of its arguments first (a
+non-tensor, an epoch of 1.5 or a temperature given as a string is an error naming it, as in the
+reference, not a number silently truncated); on CUDA a value check needs a device->host sync, so
+the wrapper makes that in Python too (the metadata check op runs first so that the data checks see
+well-formed tensors); ``validate=False`` skips both; mhfast's sampler, which builds its own
 indices, passes ``validate=False``. The CUDA kernels never read or write out of bounds even on
 invalid input (a NaN / +inf logits row proposes its current token with NaN log q).
 
@@ -31,23 +33,26 @@ _ops = torch.ops.mhfast
 
 
 def _needs_python_checks(validate: bool, t: torch.Tensor) -> bool:
-    # CPU kernels check values themselves; under torch.compile tracing values are unknown.
-    return validate and t.device.type != "cpu" and not torch.compiler.is_compiling()
+    # CPU kernels check values themselves; under torch.compile tracing values are unknown. (Not a tensor: the type
+    # check that runs next names it.)
+    return (validate and isinstance(t, torch.Tensor) and t.device.type != "cpu"
+            and not torch.compiler.is_compiling())
 
 
 def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torch.Tensor, mask_id: int,
                   *, validate: bool = True) -> torch.Tensor:
     """Compiled :func:`mhfast.reference.masked_copies`."""
-    if _needs_python_checks(validate, tokens):
-        _validate.masked_copies(tokens, seq_index, pos_index, mask_id, values=True)
+    if validate:
+        _validate.masked_copies(tokens, seq_index, pos_index, mask_id, values=_needs_python_checks(validate, tokens))
     return _ops.masked_copies(tokens, seq_index, pos_index, mask_id)
 
 
 def gather_energies(logits: torch.Tensor, targets: torch.Tensor, seq_index: torch.Tensor, num_seqs: int,
                     *, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.gather_energies`."""
-    if _needs_python_checks(validate, logits):
-        _validate.gather_energies(logits, targets, seq_index, num_seqs, values=True)
+    if validate:
+        _validate.gather_energies(logits, targets, seq_index, num_seqs,
+                                  values=_needs_python_checks(validate, logits))
     return _ops.gather_energies(logits, targets, seq_index, num_seqs)
 
 
@@ -55,10 +60,9 @@ def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top
             uniforms: torch.Tensor, uniform_mix: float = 0.0, *, validate: bool = True
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.propose`."""
-    if _needs_python_checks(validate, logits):
-        _validate.propose(logits, current, temperature, top_p, uniforms, uniform_mix, values=True)
-    elif isinstance(uniform_mix, bool) or not isinstance(uniform_mix, (int, float)):
-        _validate.number("propose", "uniform_mix", uniform_mix)  # float() below would hide the name
+    if validate:
+        _validate.propose(logits, current, temperature, top_p, uniforms, uniform_mix,
+                          values=_needs_python_checks(validate, logits))
     return _ops.propose(logits, current, float(temperature), float(top_p), uniforms, float(uniform_mix))
 
 
@@ -66,9 +70,9 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
                energy_proposed: torch.Tensor, logq_forward: torch.Tensor, logq_reverse: torch.Tensor,
                beta: torch.Tensor, uniforms: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
     """Compiled :func:`mhfast.reference.mh_accept_`."""
-    if _needs_python_checks(validate, tokens):
+    if validate:
         _validate.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
-                             logq_reverse, beta, uniforms, values=True)
+                             logq_reverse, beta, uniforms, values=_needs_python_checks(validate, tokens))
     return _ops.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse,
                            beta, uniforms)
 
@@ -76,6 +80,8 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
 def counter_uniforms(keys: torch.Tensor, epoch: int, step: int, stream: int, lanes: torch.Tensor | None = None,
                      *, validate: bool = True) -> torch.Tensor:
     """Compiled :func:`mhfast.reference.counter_uniforms` (no value checks needed: every key is valid)."""
+    if validate:  # types only: int() below would truncate an epoch of 1.5 instead of naming it
+        _validate.counter_uniforms(keys, epoch, step, stream, lanes)
     return _ops.counter_uniforms(keys, int(epoch), int(step), int(stream), lanes)
 
 
@@ -84,11 +90,9 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
                     temperature: float, top_p: float, *, validate: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.mh_propose_site` (one kernel: gather, mask, RNG, propose)."""
-    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
-        _validate.tensors("mh_propose_site", cache=cache, tokens=tokens, keys=keys, act=act, pos=pos, blocked=blocked)
-    if _needs_python_checks(validate, cache):
+    if validate:  # types always (isinstance checks, no sync); values where the kernel does not check them
         _validate.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature,
-                                  top_p, values=True)
+                                  top_p, values=_needs_python_checks(validate, cache))
     return _ops.mh_propose_site(cache, tokens, keys, act, pos, blocked, int(epoch), int(step), int(stream),
                                 float(temperature), float(top_p))
 
@@ -98,10 +102,9 @@ def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compiled :func:`mhfast.reference.mh_commit_site_` (one kernel: MH test, state copies with the
     accepted moves, cache rows in place)."""
-    if validate:  # a bundle, tensor or beta of the wrong type: TypeError naming it (isinstance checks only)
-        _validate.commit_site_types(chains, proposal, terms, rows, beta)
-        if _needs_python_checks(validate, chains.tokens):
-            _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, values=True)
+    if validate:  # types always (isinstance checks, no sync); values where the kernel does not check them
+        _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream,
+                                  values=_needs_python_checks(validate, chains.tokens))
     # (.default: the one overload, without the packet's overload resolution, ~10 us a call on CPU)
     return _ops.mh_commit_site_.default(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch,
                                                                       step, stream))
@@ -111,13 +114,9 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
                  local_terms: torch.Tensor, ch: torch.Tensor, pos: torch.Tensor, proposed: torch.Tensor,
                  num_rows: int, mask_id: int, *, validate: bool = True) -> tuple[torch.Tensor, ...]:
     """Compiled :func:`mhfast.reference.mh_site_rows` (X', its term copies and its model rows in one call)."""
-    if validate:  # a non-tensor argument: TypeError naming it (isinstance checks only, no sync)
-        _validate.tensors("mh_site_rows", tokens=tokens, energy_mask=energy_mask, raw_terms=raw_terms,
-                          local_terms=local_terms, ch=ch, pos=pos, proposed=proposed)
-        _validate.ints("mh_site_rows", num_rows=num_rows, mask_id=mask_id)
-    if _needs_python_checks(validate, tokens):
+    if validate:  # types always (isinstance checks, no sync); values where the kernel does not check them
         _validate.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id,
-                               values=True)
+                               values=_needs_python_checks(validate, tokens))
     return _ops.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id)
 
 

@@ -125,7 +125,9 @@ class BlockSizeRuns:
     change only a few times (the default schedule at most ``max(2, n // 4)`` times per chain, an int never), so a
     list per epoch would hold 2**31 tensors. The default schedule is non-increasing in the epoch for every chain,
     so the epochs of equal sizes are intervals, found by bisection (a few evaluations per run); a list is
-    compressed as given, and a callable is called once per epoch (as it always was: its values are checked then).
+    compressed as given. A callable is called once per epoch as the run reaches it (:meth:`at`), not for every
+    epoch up to the cap at the start: a run with ``until_rhat`` and a large ``epochs`` cap calls it only for the
+    epochs it runs, and its values are checked then.
 
     Example:
         >>> runs = BlockSizeRuns(None, 2 ** 31 - 1, torch.tensor([20, 3]))
@@ -138,6 +140,13 @@ class BlockSizeRuns:
     def __init__(self, schedule: BlockSchedule, epochs: int, num_free: torch.Tensor) -> None:
         self.starts: list[int] = []
         self.requested: list[torch.Tensor] = []
+        self.sizes: list[torch.Tensor] = []
+        #: a callable schedule and the chains' free counts, kept to evaluate its epochs as they are reached
+        self._callable: tuple[Callable[[int], int], int, torch.Tensor] | None = None
+        self._evaluated = 0  #: epochs of the callable evaluated so far
+        if callable(schedule):
+            self._callable = (schedule, epochs, num_free)
+            return
         if schedule is None or isinstance(schedule, int):
             e = 0
             while e < epochs:
@@ -149,22 +158,32 @@ class BlockSizeRuns:
                         lo = mid
                     else:
                         hi = mid - 1
-                self._add(e, current)
+                self._add(e, current, num_free)
                 e = lo + 1
         else:
             for e in range(epochs):
-                current = requested_block_sizes(schedule, e, epochs, num_free)
-                if not self.requested or not torch.equal(current, self.requested[-1]):
-                    self._add(e, current)
-        self.sizes = [clamp_to_free(r, num_free) for r in self.requested]
+                self._add(e, requested_block_sizes(schedule, e, epochs, num_free), num_free)
 
-    def _add(self, epoch: int, requested: torch.Tensor) -> None:
-        self.starts.append(epoch)
-        self.requested.append(requested)
+    def _add(self, epoch: int, requested: torch.Tensor, num_free: torch.Tensor) -> None:
+        """``requested`` as the sizes from ``epoch`` on (a new run only where they differ from the last run's)."""
+        if not self.requested or not torch.equal(requested, self.requested[-1]):
+            self.starts.append(epoch)
+            self.requested.append(requested)
+            self.sizes.append(clamp_to_free(requested, num_free))
 
     def at(self, epoch: int) -> torch.Tensor:
-        """The clamped block sizes of ``epoch`` (Long[M])."""
+        """The clamped block sizes of ``epoch`` (Long[M]); a callable schedule is evaluated up to ``epoch`` here."""
+        if self._callable is not None:
+            schedule, epochs, num_free = self._callable
+            for e in range(self._evaluated, epoch + 1):
+                self._add(e, requested_block_sizes(schedule, e, epochs, num_free), num_free)
+            self._evaluated = max(self._evaluated, epoch + 1)
         return self.sizes[bisect.bisect_right(self.starts, epoch) - 1]
+
+    def requested_at(self, epoch: int) -> torch.Tensor:
+        """The requested (unclamped) block sizes of ``epoch`` (Long[M]), for the oversize warning."""
+        self.at(epoch)
+        return self.requested[bisect.bisect_right(self.starts, epoch) - 1]
 
     def select(self, keep: torch.Tensor) -> "BlockSizeRuns":
         """The same runs for the chains ``keep`` only (host indices)."""
@@ -172,6 +191,11 @@ class BlockSizeRuns:
         out.starts = list(self.starts)
         out.requested = [r.index_select(0, keep) for r in self.requested]
         out.sizes = [r.index_select(0, keep) for r in self.sizes]
+        out._evaluated = self._evaluated
+        out._callable = None
+        if self._callable is not None:
+            schedule, epochs, num_free = self._callable
+            out._callable = (schedule, epochs, num_free.index_select(0, keep))
         return out
 
 

@@ -415,6 +415,30 @@ def test_the_most_epochs_start_at_once_and_one_more_is_refused(sampler):
     with pytest.raises(ValueError, match=r"epochs must be an int in \[1, 2147483647\], got 2147483648"):
         mhfast.sample(model4(), 4, chains=2, epochs=MAX_EPOCHS + 1, sampler=sampler)
 
+def test_a_callable_block_schedule_is_called_only_for_the_epochs_run():
+    """A callable ``block_schedule`` is evaluated as the run reaches each epoch, not for every epoch up to the
+    ``epochs`` cap at the start (which, with ``until_rhat`` and a large cap, took as long as the cap): stopped after
+    2 of 10,000 epochs, it was called for epochs 0 and 1 only; its oversize warning comes at the epoch that asks for
+    too much."""
+    class Enough(Exception):
+        pass
+
+    def stop(epoch: int, stats: dict) -> None:
+        if epoch >= 1:
+            raise Enough
+
+    calls: list[int] = []
+
+    def schedule(epoch: int) -> int:
+        calls.append(epoch)
+        return 2 if epoch == 0 else 5  # model4 has 4 free positions: epoch 1 asks for too many
+
+    with pytest.raises(Enough), pytest.warns(UserWarning, match="blocks of 5 positions, more than an input's 4"):
+        mhfast.sample(model4(), 4, chains=2, epochs=10_000, burn_in=0, sampler="block-mh",
+                      block_schedule=schedule, progress=stop)
+    assert calls == [0, 1]
+
+
 def test_fixed_target_temperature_is_used_as_given():
     model = model4()
     r = mhfast.sample(model, 4, chains=2, epochs=3, burn_in=0, target_temperature=0.02)

@@ -28,15 +28,16 @@ from ..subset import select_chains
 RESCORE = "rescore"
 
 
-def _warn_oversized(requested: list[torch.Tensor], num_free: torch.Tensor) -> None:
+def _warn_oversized(requested: list[torch.Tensor], num_free: torch.Tensor) -> bool:
     """A warning (not silence) when ``block_schedule`` asks for more positions than an input has free: that input's
     blocks are clamped to all of its free positions. Clamping stays, since one size must serve a batch of inputs of
-    different lengths; the default schedule never asks for more than an input has."""
+    different lengths; the default schedule never asks for more than an input has. Returns whether it warned."""
     over = oversized_block(requested, num_free)
     if over is not None:
         warnings.warn(f"mhfast.sample: block_schedule gives blocks of {over[0]} positions, more than an input's "
                       f"{over[1]} free positions: that input's blocks are clamped to its free positions (all of "
                       "them proposed at once)", stacklevel=4)
+    return over is not None
 
 
 class BlockMH:
@@ -51,6 +52,7 @@ class BlockMH:
         self.ctx = ctx
         self._sizes: BlockSizeRuns | None = None
         self._single_site = False
+        self._warned = False  #: a callable block_schedule's oversize warning given (once per run)
         self._plans: list[BlockStep] = []
         self._plans_for: torch.Tensor | None = None  # the block sizes ``_plans`` were made for
         #: option delayed resolved (None: off); block Gibbs accepts every proposal, so it has none
@@ -61,8 +63,11 @@ class BlockMH:
         # Block sizes per epoch, on the host copy of the free counts (no device sync in the loop).
         n = state.num_free_host
         self._sizes = BlockSizeRuns(cfg.block_schedule, cfg.epochs, n)
-        _warn_oversized(self._sizes.requested, n)
-        self._single_site = not self.gibbs and any(uses_single_site(n, s) for s in self._sizes.sizes)
+        _warn_oversized(self._sizes.requested, n)  # a callable's: at its first oversized epoch (_plans_of)
+        # A callable's sizes are known only as epochs are reached: keep the cache for one-position blocks in case
+        # (a run without them makes the same moves either way; the cache costs memory, not results).
+        self._single_site = not self.gibbs and (callable(cfg.block_schedule)
+                                                or any(uses_single_site(n, s) for s in self._sizes.sizes))
         if self.gibbs:
             return state
         return rescore(state, self.ctx.runner, self.ctx.backend, keep_cache=self._single_site, terms=self.ctx.terms)
@@ -72,6 +77,8 @@ class BlockMH:
         if self._plans_for is None or not torch.equal(sizes, self._plans_for):  # sizes repeat across epochs
             self._plans_for = sizes
             n = state.num_free_host
+            if callable(self.ctx.config.block_schedule) and not self._warned:
+                self._warned = _warn_oversized([self._sizes.requested_at(epoch)], n)
             self._plans = [block_step_plan(n, sizes, k, self._single_site, state.tokens.device)
                            for k in range(steps_per_epoch(n, sizes))]
         return self._plans
