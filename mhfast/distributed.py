@@ -39,6 +39,7 @@ import heapq
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -81,8 +82,11 @@ def world(device: str | None = None, timeout_s: float | None = None) -> World:
     """The launcher's world, with the process group initialized (idempotent).
 
     ``device``: "cuda" uses NCCL with one GPU per local rank, anything else gloo. ``timeout_s``
-    (default ``MHFAST_DIST_TIMEOUT`` or 600 s) bounds every collective: a rank that died makes the
-    others raise instead of waiting forever.
+    (default ``MHFAST_DIST_TIMEOUT`` or 600 s) bounds how long a rank waits for a peer that shows no sign of
+    life: every rank sends a heartbeat through the launcher's store every few seconds (a thread), a rank that
+    ends its share of the work early waits for the others' arrival for as long as they keep beating (their work
+    may take hours), and the collectives start only once every rank has arrived. A rank that died (or a
+    machine that went away) makes the others raise within about ``timeout_s`` instead of waiting forever.
     """
     size = _env_int("WORLD_SIZE", 1)
     if size <= 1:
@@ -101,6 +105,8 @@ def world(device: str | None = None, timeout_s: float | None = None) -> World:
         td.init_process_group(backend, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=seconds))
         atexit.register(_destroy_at_exit)
         _MADE.append(True)
+        _LIVENESS["timeout_s"] = seconds
+    _start_heartbeat(rank)
     return World(rank, size, local_rank, td.get_backend())
 
 
@@ -156,6 +162,7 @@ def _destroy_at_exit() -> None:
     """
     import torch.distributed as td
 
+    _LIVENESS["stop"].set()
     if td.is_available() and td.is_initialized():
         td.destroy_process_group()
 
@@ -214,10 +221,10 @@ def together(w: World) -> Iterator[None]:
         mine = None if isinstance(e, PeerFailed) else Failure.of(e, w.rank)
         if mine is not None:
             _post(key)
-        _agree(w, mine)  # returns on the rank that reports its error; raises PeerFailed on the others
+        _agree(w, mine, key)  # returns on the rank that reports its error; raises PeerFailed on the others
         raise
     else:
-        _agree(w, None)
+        _agree(w, None, key)
     finally:
         _blocks["open"].remove(key)
 
@@ -257,12 +264,89 @@ def _post(key: str) -> None:
             store.set(key, "1")
 
 
-def _agree(w: World, mine: Failure | None) -> None:
+#: The heartbeat (:func:`_start_heartbeat`): the liveness timeout, the thread, and the event that stops it.
+_LIVENESS: dict[str, Any] = {"timeout_s": DEFAULT_TIMEOUT_S, "thread": None, "stop": threading.Event()}
+
+
+def _beat_key(rank: int) -> str:
+    return f"mhfast/alive/{rank}"
+
+
+def _start_heartbeat(rank: int) -> None:
+    """A daemon thread that adds 1 to this rank's counter in the store every ``timeout / 20`` s (at most 5 s),
+    for as long as the process lives: the sign of life that ranks waiting at an agreement read (:func:`_arrive`).
+    Why a thread and not a beat per epoch or per unit of work: one unit (a long sentence's chains, a model
+    load) may take longer than the timeout, and a slow rank must not look dead. Idempotent."""
+    store = _store()
+    if store is None or _LIVENESS["thread"] is not None:
+        return
+    period = min(5.0, _LIVENESS["timeout_s"] / 20)
+    stop = _LIVENESS["stop"]
+
+    def beat() -> None:
+        while True:
+            try:
+                store.add(_beat_key(rank), 1)
+            except (RuntimeError, ValueError):  # the store is gone (the job is ending): nothing left to tell
+                return
+            if stop.wait(period):
+                return
+
+    _LIVENESS["thread"] = threading.Thread(target=beat, name="mhfast-heartbeat", daemon=True)
+    _LIVENESS["thread"].start()
+
+
+def _arrive(w: World, key: str) -> None:
+    """Wait, through the store and with no collective, until every rank has reached the end of the block ``key``.
+
+    Why: a collective waits at most the process group's timeout, so a rank whose share of the work ended early
+    (fewer inputs, or none: ``mhfast sample --length`` samples on rank 0 alone) took a peer still working
+    after 10 minutes for a lost one, and the job ended with nothing written. Here a rank waits for as long as
+    every rank not yet arrived keeps its heartbeat going, and gives up (PeerFailed, lost contact) when one has
+    been silent for the timeout. Without this process's heartbeat (a world made elsewhere) it returns at once:
+    the agreement's collective then waits under the group's timeout, as before."""
+    store = _store()
+    if store is None or _LIVENESS["thread"] is None:
+        return
+    timeout = _LIVENESS["timeout_s"]
+    try:
+        store.set(f"{key}/at/{w.rank}", "1")
+        waiting = {r: (None, time.monotonic()) for r in range(w.size) if r != w.rank}
+        pause = 0.001
+        while waiting:
+            for r in list(waiting):
+                if store.check([f"{key}/at/{r}"]):
+                    del waiting[r]
+                    continue
+                beats, since = waiting[r]
+                now_beats = store.add(_beat_key(r), 0)
+                if now_beats != beats:
+                    waiting[r] = (now_beats, time.monotonic())
+                elif time.monotonic() - since > timeout:
+                    raise PeerFailed(None, f"rank {r} sent no heartbeat for {timeout:g} s")
+            if waiting:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.2)
+    except RuntimeError as e:  # the store's host (rank 0's launcher) is gone
+        if isinstance(e, PeerFailed):
+            raise
+        raise _lost(e) from None
+
+
+def _agree(w: World, mine: Failure | None, key: str | None = None) -> None:
     """Every rank's outcome of a block, to every rank: returns when no rank failed or this rank reports (the
-    lowest failed rank); raises PeerFailed on the others."""
+    lowest failed rank); raises PeerFailed on the others. ``key``: the block, whose ranks are waited for
+    (:func:`_arrive`) before the all-gather."""
     global _agreed
     import torch.distributed as td
 
+    if key is not None:
+        try:
+            _arrive(w, key)
+        except PeerFailed:
+            if mine is not None:
+                return  # this rank reports its own error
+            raise
     everyone: list[Any] = [None] * w.size
     try:
         td.all_gather_object(everyone, mine)

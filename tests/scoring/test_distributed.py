@@ -158,6 +158,64 @@ def test_a_rank_that_fails_makes_the_others_stop_quietly_within_an_epoch(tmp_pat
     assert int(epochs0) < 20, f"rank 0 ran {epochs0} epochs after its peer failed"
 
 
+LIVENESS_SCRIPT = textwrap.dedent("""
+    import os, sys, time, torch, mhfast.distributed as dist
+    from mhfast.models.tabular import TabularMLM
+    w = dist.world(timeout_s=2)
+    victim = int(sys.argv[1])
+    model = TabularMLM.random(num_tokens=3, length=(4,), seed=2)
+    m = model.mask_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, m]])  # one row per rank; rank 1's takes about 8 s longer
+
+    def each_epoch(epoch, stats):
+        if w.rank == 1:
+            time.sleep(0.05)
+            if victim == 1 and epoch == 60:
+                os._exit(7)  # dies mid-work, as a killed process: no error posted, no agreement
+
+    start = time.time()
+    try:
+        out = dist.sample(model, init=init, chains=2, epochs=200, burn_in=0, seed=4, world=w, progress=each_epoch)
+        print("ok", "|", out["rows_per_rank"], "|", round(time.time() - start, 1), flush=True)
+    except Exception as e:
+        print(type(e).__name__, "|", e, "|", round(time.time() - start, 1), flush=True)
+""")
+
+
+def _two_ranks(tmp_path, script: str, *args: str) -> list[tuple[int, str, str]]:
+    path = tmp_path / "run.py"
+    path.write_text(script)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(path), *args], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+@pytest.mark.slow  # ~12 s
+def test_a_rank_done_early_waits_for_a_slow_peer_longer_than_the_timeout(tmp_path):
+    """The timeout bounds a peer's silence, not its work: rank 0 ends its share at once and waits about 10 s for
+    rank 1 (timeout 2 s); both finish. Before, rank 0's agreement (a collective under the 2 s timeout) took the
+    working rank for a lost one: PeerFailed, and nothing was gathered."""
+    (rc0, out0, err0), (rc1, out1, err1) = _two_ranks(tmp_path, LIVENESS_SCRIPT, "-1")
+    assert rc0 == rc1 == 0, (err0[-2000:], err1[-2000:])
+    kind0, shares, seconds = out0.strip().split(" | ")
+    assert (kind0, shares) == ("ok", "[1, 1]") and out1.startswith("ok |"), (out0, out1, err0[-2000:])
+    assert float(seconds) > 4, "rank 1's share should take well over the 2 s timeout"
+
+
+@pytest.mark.slow  # ~10 s
+def test_a_rank_that_dies_while_a_peer_waits_is_found_by_its_silent_heartbeat(tmp_path):
+    """Rank 1 dies mid-work (os._exit, nothing posted): rank 0, waiting at the agreement, stops with PeerFailed
+    naming rank 1's silent heartbeat about 2 s (the timeout) later, instead of waiting forever."""
+    (rc0, out0, err0), (rc1, _, _) = _two_ranks(tmp_path, LIVENESS_SCRIPT, "1")
+    assert rc1 == 7 and rc0 == 0, err0[-2000:]
+    kind0, message0, seconds = out0.strip().split(" | ")
+    assert kind0 == "PeerFailed" and "rank 1 sent no heartbeat for 2 s" in message0, out0
+    assert float(seconds) < 60
+
+
 def test_exit_rank_runs_the_exit_handlers_flushes_and_keeps_the_status(tmp_path):
     """exit_rank (a finished torchrun rank's exit, skipping the C++ teardown that could abort it): the atexit
     handlers still run (they destroy the process group), buffered output still arrives, the status is kept."""
