@@ -555,6 +555,48 @@ def run_in_order(keys: Sequence[Any], work: Callable[[Any], Any], cost: Callable
                 commit(res)
 
 
+class _GlobalInputs:
+    """An energy term that reads ``input_index`` (e.g. a :class:`~mhfast.energy_terms.Hamming` with one reference
+    per input, or a user's ``f(tokens, input_index)``), called with the global row of ``init`` instead of the row
+    in this rank's share: on a rank, ``mhfast.sample`` numbers its inputs 0..n-1, so the term read another
+    input's reference and every rank but the first sampled a different target, silently."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], rows: torch.Tensor):
+        self.fn, self.rows = fn, rows  # rows: Long[n], the global index of each input of this rank's share
+        self.name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+    def _global(self, input_index: torch.Tensor) -> torch.Tensor:
+        return self.rows.to(input_index.device)[input_index]
+
+    def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
+        return self.fn(tokens, self._global(input_index))
+
+    def check_rows(self, tokens: torch.Tensor, input_index: torch.Tensor, pad_id: int) -> None:
+        check = getattr(self.fn, "check_rows", None)
+        if callable(check):
+            check(tokens, self._global(input_index), pad_id)
+
+
+def _share_terms(extra_energy: Any, rows: list[int]) -> Any:
+    """``extra_energy`` for the inputs ``rows`` (global indices) of one rank: terms that read ``input_index`` see
+    the global rows (:class:`_GlobalInputs`), and an AllowedTokens mask with one entry per input keeps this
+    rank's entries. The structure (a list, ``(term, weight)`` pairs) stays, so names and weights are the same."""
+    from .energy_terms import AllowedTokens, wants_index, check_extra_energy
+
+    index = torch.tensor(rows, dtype=torch.long)
+
+    def one(item: Any) -> Any:
+        if isinstance(item, AllowedTokens):
+            mask = item.mask
+            return item if mask.shape[0] == 1 else AllowedTokens(mask.index_select(0, index.to(mask.device)))
+        if isinstance(item, tuple) and len(item) == 2:
+            return (one(item[0]), item[1])
+        return _GlobalInputs(item, index) if callable(item) and wants_index(item) else item
+
+    value = check_extra_energy(extra_energy)
+    return [one(i) for i in value] if isinstance(value, list) else None if value is None else one(value)
+
+
 _PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "epochs_run")
 
 
@@ -591,7 +633,8 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     per-chain proposal counts (``chain_proposals``/``_accepted``/``_novel``, Long[E, B, C]; zeros after an input
     stopped, with ``until_rhat``) for all rows, in
     order, plus ``rows_per_rank``. ``cost(row)`` (default: its length squared, the cost of an MH
-    sweep) balances the shards.
+    sweep) balances the shards. Energy terms that read ``input_index`` (``extra_energy``) get the row of
+    ``init`` on every rank, and a per-input AllowedTokens mask is shared out with the rows.
     """
     import mhfast
     from .sampler.state import ChainCounts
@@ -607,8 +650,11 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
         if mine:
             idx = torch.tensor(mine, dtype=torch.long)
             fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
+            share = dict(options)
+            if options.get("extra_energy") is not None:
+                share["extra_energy"] = _share_terms(options["extra_energy"], mine)
             r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
-                              input_ids=mine, **options)
+                              input_ids=mine, **share)
             for j, i in enumerate(mine):
                 items[i] = {**{k: getattr(r, k)[j].cpu() for k in _PER_INPUT},
                             **{k: getattr(r, k)[:, j].cpu() for k in ChainCounts.FIELDS}}  # Long[E, B, C]

@@ -112,14 +112,15 @@ class Hamming:
         return input_index
 
     def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
+        which = self._rows_of(input_index.to(tokens.device))
         ref = self.reference.to(tokens.device)
-        ref = ref[self._rows_of(input_index)] if ref.shape[0] > 1 else ref.expand(tokens.shape[0], -1)
-        # Widths differ only where rows and references are padded (their lengths match, see check_rows): pad
-        # the narrower with the reference's pad. Unpadded references are as wide as their rows.
-        width = max(ref.shape[1], tokens.shape[1])
-        value = 0 if self.pad_id is None else self.pad_id
-        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)  # noqa: E731
-        return (pad(tokens) != pad(ref)).sum(dim=1).float()
+        ref = ref[which] if ref.shape[0] > 1 else ref.expand(tokens.shape[0], -1)
+        # Only the positions inside the reference's length count (check_rows: the row has that length too):
+        # past it both are padding, each with its own pad id (the model's and the reference's, which may
+        # differ, e.g. a reference given unpadded to a RoBERTa whose rows are padded with 1).
+        width = min(ref.shape[1], tokens.shape[1])
+        inside = torch.arange(width, device=tokens.device) < self._lengths().to(tokens.device)[which][:, None]
+        return ((tokens[:, :width] != ref[:, :width]) & inside).sum(dim=1).float()
 
 
 def _load_classifier(path: str) -> Any:
@@ -277,7 +278,8 @@ def _checked(term: Term, v: Any, tokens: torch.Tensor) -> torch.Tensor:
     return v.float()
 
 
-def _wants_index(fn: Callable) -> bool:
+def wants_index(fn: Callable) -> bool:
+    """Whether a term is called as ``fn(tokens, input_index)`` (it declares a second positional parameter)."""
     try:
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
@@ -307,7 +309,7 @@ def _term_or_constraint(item: Any) -> Term | AllowedTokens:
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
         raise ValueError(f"weights must be finite numbers, got {weight!r}")
     name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return Term(fn, float(weight), str(name), _wants_index(fn))
+    return Term(fn, float(weight), str(name), wants_index(fn))
 
 
 def normalize(value: Any, num_inputs: int, width: int, vocab_size: int) -> EnergyTerms | None:

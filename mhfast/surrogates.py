@@ -42,11 +42,18 @@ class ModelEnergy:
 
     def __init__(self, model: Any, energy: str = "local", max_tokens_per_batch: int | None = None,
                  backend: str = "compiled"):
+        from .scoring.api import as_model, check_options  # (here: mhfast.scoring imports the sampler's options)
+
+        where = "mhfast.surrogates.model_energy"
         if energy not in ENERGIES:
-            raise ValueError(f"mhfast.surrogates.model_energy: energy must be 'raw' or 'local', got {energy!r}")
+            raise ValueError(f"{where}: energy must be 'raw' or 'local', got {energy!r}")
+        check_options(where, max_tokens_per_batch, backend)
+        # Loaded (a name, a directory, a transformers object) once here, not at every call: mhfast.energy would
+        # resolve it again at each MH step.
+        model = as_model(model, where)
         if callable(getattr(model, "predict_lengths", None)):
-            raise ValueError("mhfast.surrogates.model_energy: model is conditional (a CMLM needs a source per "
-                             "sequence); pass an unconditional MLM")
+            raise ValueError(f"{where}: model is conditional (a CMLM needs a source per sequence); pass an "
+                             "unconditional MLM")
         self.model, self.energy = model, energy
         self.max_tokens_per_batch, self.backend = max_tokens_per_batch, backend
 

@@ -70,7 +70,17 @@ def check_model(model: Any, where: str = "mhfast.sample") -> Any:
             raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
     if not callable(getattr(model, "masked_logits", None)):
         raise TypeError(f"{where}: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+    check_model_dtype(model, where)
     return model
+
+
+def check_model_dtype(model: Any, where: str) -> None:
+    """A ValueError naming the model's dtype for a float64 model (one whose ``dtype`` says so): the ops take
+    float32, float16 or bfloat16 outputs, and without this the first op call failed deep inside, naming none of
+    the caller's arguments (``mhfast.gather_energies: logits must be Float ...``)."""
+    if getattr(model, "dtype", None) == torch.float64:
+        raise ValueError(f"{where}: model is float64; mhfast computes in float32, float16 or bfloat16: load it "
+                         "with dtype=torch.float32 (or one of the others)")
 
 
 def _tensors_of(name: str, value: Any) -> list[tuple[str, torch.Tensor]]:

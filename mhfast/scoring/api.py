@@ -24,7 +24,7 @@ import torch
 
 from ..models.base import check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
-from ..sampler.problem import check_devices, checked_padding, checked_positions, run_device
+from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
 from ..runtime.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
@@ -51,6 +51,16 @@ class Energies(namedtuple("Energies", ["e_raw", "e_local"])):
         self.terms, self.term_names, self.e_extra = terms, term_names, e_extra
         return self
 
+    _EXTRA = ("raw_terms", "local_terms", "terms", "term_names", "e_extra")
+
+    def _replace(self, **changes: Any) -> "Energies":
+        """A copy with ``changes`` (any field, the extra ones too): the namedtuple's own dropped the extras."""
+        fields = {name: getattr(self, name) for name in (*self._fields, *self._EXTRA)}
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise ValueError(f"Energies._replace: unknown field(s) {sorted(unknown)}")
+        return type(self)(**{**fields, **changes})
+
 
 def _err(name: str, msg: str, where: str = "mhfast.energy") -> ValueError:
     return ValueError(f"{where}: {name} {msg}")
@@ -65,6 +75,7 @@ def as_model(model: Any, where: str = "mhfast.energy") -> Any:
     for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
         if not hasattr(lm, attr):
             raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+    check_model_dtype(lm, where)
     return lm
 
 
@@ -189,7 +200,9 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
             free memory (:func:`mhfast.scoring.budget.auto_max_tokens`).
         backend: "compiled" (the C++/CUDA ops) or "reference" (pure PyTorch).
         extra_energy: the energy terms of :func:`mhfast.sample` (see :mod:`mhfast.energy_terms`),
-            evaluated on the rows (``input_index`` = the row); reported as ``terms``/``e_extra``.
+            evaluated on the rows (``input_index`` = the row); reported as ``terms``/``e_extra``. An
+            :class:`~mhfast.energy_terms.AllowedTokens` constraint is not an energy (it restricts the
+            sampler's proposals): rows are not checked against it here.
 
     Returns:
         :class:`Energies` ``(e_raw, e_local)``: f32[B] each, summed in float64 like the sampler.
@@ -201,31 +214,41 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
     rows = pad_sequences(tokens, int(lm.pad_id), int(lm.vocab_size))
     check_rows_fit(lm, rows, int(lm.pad_id), lambda b: f"mhfast.energy: tokens row {b}")
     mask = _score_mask(free_positions, energy_positions(lm, rows))
+    terms = _extra_terms(extra_energy, rows, lm)  # checked before any model work, as in mhfast.sample
     raw, local = compute_terms(lm, rows, mask, source=source, max_tokens_per_batch=max_tokens_per_batch,
                                backend=backend)
     keep = (lambda name, value: value if name in names else None)  # noqa: E731
-    extra = _extra_terms(extra_energy, rows, lm)
+    extra = (None, None, None) if terms is None else _evaluate_terms(terms, rows.to(raw.device))
     return Energies(keep("raw", sum_terms(raw)), keep("local", sum_terms(local)),
                     keep("raw", raw) if per_position else None, keep("local", local) if per_position else None,
                     *extra)
 
 
-def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> tuple:
-    """(values f32[B, K], names, weighted sum f32[B]) of ``extra_energy`` on ``rows``, or Nones."""
+def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> Any:
+    """``extra_energy`` as the sampler reads it (:func:`mhfast.energy_terms.normalize`: a tuple of terms is a
+    list of them, as in :func:`mhfast.sample`), its rows checked; None without terms. Errors name
+    ``mhfast.energy: extra_energy``."""
     from ..energy_terms import check_extra_energy, normalize
 
     if extra_energy is None:
-        return None, None, None
+        return None
     try:
-        check_extra_energy(extra_energy)
+        terms = normalize(check_extra_energy(extra_energy), rows.shape[0], rows.shape[1], int(lm.vocab_size))
     except ValueError as e:
-        raise _err("extra_energy", str(e)) from None
-    terms = normalize(extra_energy if isinstance(extra_energy, list) else [extra_energy], rows.shape[0],
-                      rows.shape[1], int(lm.vocab_size))
-    index = torch.arange(rows.shape[0], device=rows.device)
+        raise _err("extra_energy", str(e).removeprefix("mhfast.sample: extra_energy ")) from None
     try:
-        terms.check_rows(rows, index, int(lm.pad_id))
+        terms.check_rows(rows, torch.arange(rows.shape[0], device=rows.device), int(lm.pad_id))
     except ValueError as e:
         raise _err("extra_energy:", str(e)) from None
-    values = terms.evaluate(rows, index)
+    return terms
+
+
+def _evaluate_terms(terms: Any, rows: torch.Tensor) -> tuple:
+    """(values f32[B, K], names, weighted sum f32[B]) of the terms on ``rows`` (on the device the energies were
+    computed on, where the sampler evaluates them too: ``e_local + e_extra`` needs no move)."""
+    index = torch.arange(rows.shape[0], device=rows.device)
+    try:
+        values = terms.evaluate(rows, index)
+    except ValueError as e:
+        raise _err("extra_energy", str(e).removeprefix("mhfast.sample: extra_energy ")) from None
     return values, terms.names, terms.weighted(values)

@@ -117,6 +117,29 @@ def test_model_energy_of_a_smaller_model_matches_enumeration(energy, memo, devic
     assert 0 < r.delayed_accepted < r.delayed_passed < r.delayed_tested
 
 
+def test_model_energy_loads_its_model_and_checks_its_options_once_up_front(monkeypatch, tmp_path):
+    """model_energy resolves its model (a name, a directory, a transformers object) once, when made: before, each
+    MH step's call passed the directory to mhfast.energy, which loaded it from disk again (9 loads in a 2-chain,
+    2-epoch run); bad options are refused when it is made, naming it, not at the first step."""
+    from hf_tiny_models import BERT_IDS, save_tiny_bert_dir, tiny_model
+    from mhfast.models import loading
+    from mhfast.models.hf import HFMaskedLM
+
+    small_dir = save_tiny_bert_dir(tmp_path / "small", seed=1)
+    loads: list[object] = []
+    real = loading.load_masked_lm
+    monkeypatch.setattr(loading, "load_masked_lm", lambda m, *a, **k: loads.append(m) or real(m, *a, **k))
+    surrogate = model_energy(small_dir)
+    big = HFMaskedLM(tiny_model("bert", seed=0), **BERT_IDS)
+    r = mhfast.sample(big, 5, chains=2, epochs=2, burn_in=0, start="random", top_p=1.0, delayed=surrogate)
+    assert r.delayed_tested > 0 and loads.count(small_dir) == 1
+    small = TabularMLM.random(num_tokens=3, length=4, seed=12, scale=0.5)
+    with pytest.raises(ValueError, match="mhfast.surrogates.model_energy: max_tokens_per_batch must be"):
+        model_energy(small, max_tokens_per_batch=0)
+    with pytest.raises(ValueError, match="mhfast.surrogates.model_energy: backend"):
+        model_energy(small, backend="gpu")
+
+
 def _two_stage(model, sur, x: torch.Tensor, i: int, energy: str, tau: float) -> torch.Tensor:
     """By hand: the probability of each token at position i after one delayed-acceptance step from ``x`` with the
     surrogate ``sur``: q(y | x) alpha1(y) alpha2(y), the rest on x_i (f64[V])."""

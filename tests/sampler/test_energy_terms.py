@@ -248,6 +248,47 @@ def test_mhfast_energy_reports_the_same_terms_as_sample():
         mhfast.energy(model, r.tokens[0], extra_energy=3)
 
 
+def test_hamming_counts_no_padding_when_the_pads_differ():
+    """Past a row's length both the row and its reference are padding, each with its own pad id (the model's 4
+    here; an unpadded reference has none, a padded one may use another id): none of it is a difference. Before,
+    an unpadded reference was padded with 0 and each pad column of a wider ``init`` counted 1, so
+    ``result.terms`` and ``energy`` were off by the padding (the chains' target only by a constant)."""
+    model = TabularMLM.random(num_tokens=V_ORD, length=[3, 4], seed=1)  # pad 4
+    h = Hamming(torch.tensor([0, 1, 2]))
+    assert h(torch.tensor([[0, 1, 2, 4], [0, 2, 2, 4]]), torch.tensor([0, 0])).tolist() == [0.0, 1.0]
+    assert mhfast.energy(model, torch.tensor([[0, 1, 2, 4]]), extra_energy=[h]).terms.tolist() == [[0.0]]
+    padded_with_0 = Hamming(torch.tensor([[0, 1, 2, 0, 0], [1, 1, 1, 1, 0]]), pad_id=0)
+    rows = torch.tensor([[0, 1, 2, 4, 4], [1, 1, 1, 1, 4]])
+    assert padded_with_0(rows, torch.tensor([0, 1])).tolist() == [0.0, 0.0]
+    init = torch.tensor([[3, 3, 3, 4], [0, 3, 3, 4]])  # rows of length 3 in a width of 4
+    r = mhfast.sample(model, init=init, chains=2, epochs=2, burn_in=0, seed=0, extra_energy=[(h, 1.0)])
+    recomputed = (r.tokens[..., :3] != torch.tensor([0, 1, 2])).sum(dim=-1).float()
+    assert torch.equal(r.terms[..., 0], recomputed)
+
+
+def test_mhfast_energy_reads_extra_energy_as_sample_does_and_checks_it_first():
+    """A tuple of terms is a list of them (as in mhfast.sample, not a (term, weight) pair); a bad term or a
+    reference of another length is refused before any model call; a term's bad value names mhfast.energy."""
+    model = TabularMLM.random(num_tokens=V_ORD, length=3, seed=1)
+    x = torch.tensor([[0, 1, 2], [2, 2, 2]])
+    h = Hamming(torch.tensor([0, 1, 2]))
+    as_tuple, as_list = mhfast.energy(model, x, extra_energy=(h, h)), mhfast.energy(model, x, extra_energy=[h, h])
+    assert as_tuple.term_names == as_list.term_names == ["hamming_0", "hamming_1"]
+    assert torch.equal(as_tuple.e_extra, as_list.e_extra) and as_list.e_extra.tolist() == [0.0, 4.0]
+    calls = []
+    original = model.masked_logits
+    model.masked_logits = lambda *a, **k: calls.append(1) or original(*a, **k)
+    with pytest.raises(ValueError, match="mhfast.energy: extra_energy: Hamming reference row 0 has 4 tokens"):
+        mhfast.energy(model, x, extra_energy=[Hamming(torch.tensor([0, 1, 2, 0]))])
+    with pytest.raises(ValueError, match="mhfast.energy: extra_energy weights must be finite"):
+        mhfast.energy(model, x, extra_energy=[(h, float("nan"))])
+    assert calls == []
+    with pytest.raises(ValueError, match=r"^mhfast.energy: extra_energy term 'nan' returned NaN"):
+        def nan(tokens):
+            return torch.full((tokens.shape[0],), float("nan"))
+        mhfast.energy(model, x, extra_energy=[nan])
+
+
 def test_a_hamming_reference_of_another_length_is_refused():
     """Issue 37: a reference shorter or longer than its sequence would count padding and specials as
     differences; mhfast.sample and mhfast.energy refuse it before any work, naming it and both lengths."""

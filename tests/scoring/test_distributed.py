@@ -98,6 +98,57 @@ def test_sharded_sample_over_ranks_equals_one_process(tmp_path, ranks):
         assert torch.equal(got[key], getattr(ref, key)), key
 
 
+TERMS_SCRIPT = textwrap.dedent("""
+    import sys, torch, mhfast, mhfast.distributed as dist
+    from mhfast.energy_terms import AllowedTokens, Hamming
+    from mhfast.models.tabular import TabularMLM
+    w = dist.world(timeout_s=60)
+    model = TabularMLM.random(num_tokens=3, length=(4,), seed=2)
+    m = model.mask_id
+    init = torch.tensor([[m, m, m, m], [0, 1, m, m], [m, m, m, 2]])
+    ref = torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2]])
+    allowed = torch.ones(3, 4, model.vocab_size, dtype=torch.bool)
+    allowed[0, :, 2] = allowed[1, 2:, 0] = allowed[2, 0, 1] = False  # a different constraint per input
+
+    def last_is_row(tokens, input_index):  # a user's term that reads the input's index
+        return (tokens[:, -1] != input_index.remainder(3)).float()
+
+    terms = [(Hamming(ref), 2.0), (last_is_row, 0.5), AllowedTokens(allowed)]
+    out = dist.sample(model, init=init, chains=3, epochs=5, burn_in=1, seed=4, world=w, extra_energy=terms)
+    if w.is_main:
+        torch.save({k: v for k, v in out.items() if k != "rows_per_rank"}, sys.argv[1])
+        print("rows per rank", out["rows_per_rank"], flush=True)
+""")
+
+
+@pytest.mark.slow  # ~8 s
+def test_per_input_energy_terms_over_ranks_equal_one_process(tmp_path):
+    """extra_energy terms that read input_index (a Hamming reference per input, a user's f(tokens, input_index))
+    and a per-input AllowedTokens mask: 2 ranks give one process's results. Before, each rank's inputs were
+    numbered from 0, so rank 1 compared its input with reference 0 (silently another target) and its mask of
+    3 inputs did not fit its 1 input."""
+    (rc0, out0, err0), (rc1, _, err1) = _two_ranks(tmp_path, TERMS_SCRIPT, str(tmp_path / "out.pt"))
+    assert rc0 == rc1 == 0, (err0[-2000:], err1[-2000:])
+    assert "rows per rank [2, 1]" in out0 or "rows per rank [1, 2]" in out0, out0
+    got = torch.load(tmp_path / "out.pt")
+    from mhfast.energy_terms import AllowedTokens, Hamming
+
+    model = TabularMLM.random(num_tokens=3, length=(4,), seed=2)
+    m = model.mask_id
+    init = torch.tensor([[m, m, m, m], [0, 1, m, m], [m, m, m, 2]])
+    ref = torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2]])
+    allowed = torch.ones(3, 4, model.vocab_size, dtype=torch.bool)
+    allowed[0, :, 2] = allowed[1, 2:, 0] = allowed[2, 0, 1] = False
+
+    def last_is_row(tokens, input_index):
+        return (tokens[:, -1] != input_index.remainder(3)).float()
+
+    one = mhfast.sample(model, init=init, chains=3, epochs=5, burn_in=1, seed=4,
+                        extra_energy=[(Hamming(ref), 2.0), (last_is_row, 0.5), AllowedTokens(allowed)])
+    for key in ("tokens", "best_tokens", "best_energy", "energy_raw", "energy_local", "chain_accepted"):
+        assert torch.equal(got[key], getattr(one, key)), key
+
+
 EXIT_SCRIPT = textwrap.dedent("""
     import atexit, torch, torch.distributed as td, mhfast.distributed as dist
     # atexit runs last-registered first: this check runs after mhfast's own exit handler.

@@ -255,3 +255,24 @@ def test_last_layer_fast_path_equals_the_full_layer(kind):
     rows[torch.arange(3), pos] = ids["mask_id"]
     assert torch.allclose(fast.masked_logits(rows, pos), lm.masked_logits(rows, pos), atol=1e-4)
     assert fast_scoring_model(HFMaskedLM(tiny_model("distilbert"), **BERT_IDS)).__class__ is HFMaskedLM
+
+
+def test_a_float64_model_is_refused_naming_it_before_any_work():
+    """The ops take float32/float16/bfloat16 outputs: a float64 model was accepted and every call then failed in
+    the first op (``mhfast.gather_energies: logits must be Float ...``, naming no argument of the caller)."""
+    lm = HFMaskedLM(tiny_model("bert", seed=3), dtype=torch.float64, **BERT_IDS)
+    for call, where in ((lambda: mhfast.energy(lm, [[2, 5, 6, 3]]), "mhfast.energy"),
+                        (lambda: mhfast.score(lm, [[2, 5, 6, 3]]), "mhfast.score"),
+                        (lambda: mhfast.sample(lm, 4, chains=1, epochs=1, burn_in=0), "mhfast.sample")):
+        with pytest.raises(ValueError, match=f"^{where}: model is float64"):
+            call()
+
+
+def test_energies_replace_keeps_the_extra_fields():
+    model = TabularMLM.random(num_tokens=3, length=3, seed=0)
+    e = mhfast.energy(model, torch.tensor([[0, 1, 2]]), per_position=True)
+    r = e._replace(e_raw=None)
+    assert r.e_raw is None and torch.equal(r.raw_terms, e.raw_terms) and torch.equal(r.local_terms, e.local_terms)
+    assert e._replace(terms=torch.ones(1, 1)).terms.shape == (1, 1)
+    with pytest.raises(ValueError, match="unknown field"):
+        e._replace(e_total=1)
