@@ -133,9 +133,11 @@ def propose(logits, current, temperature, top_p, uniforms, uniform_mix=0.0, *, v
     _ops.propose_check(logits, current, float(temperature), float(top_p), uniforms, float(uniform_mix))
     if values:
         in_range(op, "current", current, 0, logits.shape[1])
-        if logits.numel() and bool((torch.isnan(logits) | (logits == float("inf"))).any()):
-            raise ValueError(f"mhfast.{op}: logits contains NaN or +inf")
-        if logits.numel() and not bool(torch.isfinite(logits).any(dim=1).all()):
+        scaled = logits.float() / float(temperature)  # what is sampled from (as the kernels check it)
+        if logits.numel() and bool((torch.isnan(scaled) | (scaled == float("inf"))).any()):
+            raise ValueError(f"mhfast.{op}: logits contains NaN or +inf (or overflows fp32 when divided by "
+                             "temperature)")
+        if logits.numel() and not bool(torch.isfinite(scaled).any(dim=1).all()):
             raise ValueError(f"mhfast.{op}: logits has a row with no finite entry (nothing can be proposed)")
         if uniforms.numel() and bool(((uniforms < 0) | (uniforms > 1) | torch.isnan(uniforms)).any()):
             raise ValueError(f"mhfast.{op}: uniforms must lie in [0, 1]")
@@ -175,9 +177,10 @@ def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream,
     in_range(op, "act", act, 0, cache.shape[0])
     in_range(op, "pos", pos, 0, cache.shape[1])
     in_range(op, "tokens[act, pos]", tokens[act, pos], 0, cache.shape[2])
-    rows = cache[act, pos].masked_fill(blocked, float("-inf"))  # blocked entries are never read
+    rows = cache[act, pos].float().masked_fill(blocked, float("-inf")) / float(temperature)  # blocked: never read
     if bool((torch.isnan(rows) | (rows == float("inf"))).any()):
-        raise ValueError(f"mhfast.{op}: cache contains NaN or +inf at a proposed site")
+        raise ValueError(f"mhfast.{op}: cache contains NaN or +inf at a proposed site (or overflows fp32 when "
+                         "divided by temperature)")
     if not bool(torch.isfinite(rows).any(dim=1).all()):
         raise ValueError(f"mhfast.{op}: cache has a proposed site with no finite unblocked entry "
                          "(nothing can be proposed)")

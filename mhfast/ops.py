@@ -49,7 +49,9 @@ def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torc
 
 def gather_energies(logits: torch.Tensor, targets: torch.Tensor, seq_index: torch.Tensor, num_seqs: int,
                     *, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Compiled :func:`mhfast.reference.gather_energies`."""
+    """Compiled :func:`mhfast.reference.gather_energies`. With ``seq_index`` sorted (as mhfast passes it) each
+    sequence sums its own rows; unsorted, the CUDA kernel scans every row for every sequence (O(N S)) and a
+    sequence's float32 sums then depend on where its rows sit among the others (last bits only)."""
     if validate:
         _validate.gather_energies(logits, targets, seq_index, num_seqs,
                                   values=_needs_python_checks(validate, logits))
@@ -135,7 +137,9 @@ def mh_memo_lookup_(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, p
 def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel: torch.Tensor,
                    raw_new: torch.Tensor, local_new: torch.Tensor, num_misses: int, step: int, *,
                    validate: bool = True) -> None:
-    """Compiled :func:`mhfast.reference.mh_memo_store_` (the terms of the step's misses into the memo, in place)."""
+    """Compiled :func:`mhfast.reference.mh_memo_store_` (the terms of the step's misses into the memo, in place).
+    The first ``num_misses`` entries of ``sel`` must be distinct (the memo's own are): on CUDA two blocks writing
+    one entry race (the CPU kernel keeps the first)."""
     if validate:
         _validate.mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step,
                                  values=_needs_python_checks(validate, act))

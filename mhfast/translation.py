@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .files.errors import check_input
+from .models.base import check_length
 
 #: The bundled Multi30k De->En CMLM.
 BUNDLE_DIR = Path(__file__).resolve().parent / "data" / "multi30k_de_en"
@@ -185,7 +186,8 @@ class Translator:
         Args:
             method: "mh" (mhfast.sample with ``source=``, best sample per source) or "mask-predict".
             input_ids: global index of each source (the sampler's RNG identity, so a sentence gets
-                the same chains whatever batch it is in); default ``0..len(sources)-1``.
+                the same random numbers whatever batch it is in: the same chains up to the model's
+                float rounding); default ``0..len(sources)-1``.
             sampler_options: keyword arguments of :func:`mhfast.sample` (MH only).
             iterations: Mask-Predict decoder passes (the paper's T; fairseq's max_iter + 1), >= 1.
             length_beam: length candidates per source (both methods).
@@ -207,6 +209,8 @@ class Translator:
         if not keep:
             return BatchOutput(hyps, [], 0, None)
         ids = [self.source_ids(sources[i]) for i in keep]
+        for i, row in zip(keep, ids):  # named by its index in ``sources`` (the model's check sees only the kept)
+            check_length(self.cmlm, len(row), f"sources[{i}]", side="source")
         if method == "mask-predict":
             import mhfast
 

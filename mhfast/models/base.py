@@ -192,7 +192,8 @@ def has_features(model: Any) -> bool:
 
 
 def model_width(model: Any) -> int | None:
-    """The hidden width d of a model adapter, when it can be read (HF config, fairseq decoder), else None.
+    """The hidden width d of a model adapter, when it can be read (HF config, fairseq decoder, the adapter's own
+    ``width``), else None.
 
     One reading for everything sized by d (the sampler's CPU sub-batches, the scorer's memory budget).
 
@@ -205,6 +206,8 @@ def model_width(model: Any) -> int | None:
     width = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
     if width is None:
         width = getattr(getattr(inner, "decoder", None), "embed_dim", None)
+    if width is None:  # an adapter that reads it itself (the fairseq masked LM, Sapiens: no config, no decoder)
+        width = getattr(model, "width", None)
     return int(width) if isinstance(width, int) and width > 0 else None
 
 

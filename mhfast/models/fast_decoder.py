@@ -221,5 +221,6 @@ class FastCMLMDecoder:
 
 
 def fast_decoder_model(lm: Any) -> Any:
-    """``lm`` wrapped in :class:`FastCMLMDecoder` when that is exact for it, else ``lm`` itself."""
-    return FastCMLMDecoder(lm) if _decoder_ok(lm) else lm
+    """``lm`` wrapped in :class:`FastCMLMDecoder` when that is exact for it, else ``lm`` itself (a wrapper already,
+    too: wrapping twice nested it, and its first call failed)."""
+    return FastCMLMDecoder(lm) if not isinstance(lm, FastCMLMDecoder) and _decoder_ok(lm) else lm

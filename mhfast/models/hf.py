@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 import warnings
@@ -52,6 +53,7 @@ _HEADS: dict[str, Callable[[Any], Callable[[torch.Tensor], torch.Tensor]]] = {
 }
 
 # Position embeddings of these model types start after the padding index (fairseq convention).
+_FILLER = re.compile(r"madeupword\d+|<null_\d+>")  #: vocabulary fillers, never real tokens (fairseq, ESM)
 _PADDING_OFFSET_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert"}
 
 
@@ -149,13 +151,32 @@ class HFMaskedLM:
             :meth:`frame` puts around unconditional samples ([CLS]/[SEP] for BERT, <s>/</s> for RoBERTa).
 
     Attributes (the protocol): ``vocab_size``, ``mask_id``, ``pad_id``, ``special_ids`` (every
-    special token that exists: pad, cls, sep, mask, unk, bos, eos), plus ``model`` (in eval mode),
+    special token that exists: pad, cls, sep, mask, unk, bos, eos; with a tokenizer also the ids it marks
+    special, ``madeupwordN`` / ``<null_N>`` fillers and the output rows past its end: never proposed), plus
+    ``model`` (in eval mode),
     ``tokenizer``, ``max_length`` (longest row the position embeddings allow, or None).
 
     Rows of different lengths are right-padded with ``pad_id`` (as the sampler does); padding is
     masked out of attention, so a padded row scores like the unpadded one (up to float rounding).
     Left padding would shift absolute position embeddings and is not supported.
     """
+
+    def _not_tokens(self, tokenizer: Any) -> list[int]:
+        """Ids of the output layer that are no ordinary token of ``tokenizer`` (none without one): every id the
+        tokenizer marks special (e.g. CamemBERT's ``<s>NOTUSED``), fairseq-style fillers (``madeupwordN``,
+        ESM's ``<null_N>``), and the rows past the tokenizer's end in a model whose embedding matrix was padded
+        (``resize_token_embeddings(pad_to_multiple_of=...)``). Why: proposed, they became samples whose
+        decoded text silently lacked them (decode drops specials and unknown ids)."""
+        if tokenizer is None:
+            return []
+        ids = [int(i) for i in getattr(tokenizer, "all_special_ids", ()) if 0 <= int(i) < self.vocab_size]
+        try:
+            vocab = tokenizer.get_vocab()
+            size = len(tokenizer)
+        except (AttributeError, NotImplementedError, TypeError):
+            return ids
+        ids += [int(i) for w, i in vocab.items() if 0 <= int(i) < self.vocab_size and _FILLER.fullmatch(w)]
+        return ids + list(range(min(size, self.vocab_size), self.vocab_size))
 
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str | torch.device | None = None,
                  dtype: torch.dtype | None = None, mask_id: int | None = None, pad_id: int | None = None,
@@ -203,7 +224,7 @@ class HFMaskedLM:
         self.eos_id = pick(eos_id, "sep_token_id", "eos_token_id")
         if special_ids is None:
             named = [pick(None, f"{n}_token_id") for n in ("pad", "cls", "sep", "mask", "unk", "bos", "eos")]
-            special_ids = [i for i in named if i is not None] + [mask, pad]
+            special_ids = [i for i in named if i is not None] + [mask, pad] + self._not_tokens(tokenizer)
         self.special_ids = tuple(sorted({int(i) for i in special_ids}))
         for name, value in (("mask_id", self.mask_id), ("pad_id", self.pad_id)):
             if not 0 <= value < self.vocab_size:
@@ -357,7 +378,14 @@ class HFMaskedLM:
         limit = getattr(config, "max_position_embeddings", None)
         if limit is None:
             return None
-        if getattr(config, "model_type", "") in _PADDING_OFFSET_TYPES:
+        # Models whose positions count from the padding index + 1 (RoBERTa and its kin, MPNet, ESM-1b/1v) say so
+        # by a padding_idx on their position embeddings; the type list is for models that hide it.
+        table = getattr(getattr(getattr(self.model, "base_model", None), "embeddings", None), "position_embeddings",
+                        None)
+        offset = getattr(table, "padding_idx", None)
+        if offset is not None:
+            limit -= int(offset) + 1
+        elif getattr(config, "model_type", "") in _PADDING_OFFSET_TYPES:
             limit -= self.pad_id + 1
         return int(limit)
 

@@ -40,7 +40,9 @@ def native(dtype: torch.dtype, device: torch.device) -> bool:
     if dtype == torch.float32:
         return True
     if device.type == "cuda":
-        return dtype == torch.float16 or torch.cuda.is_bf16_supported()
+        # bf16 tensor cores from compute capability 8.0 (Ampere) on; is_bf16_supported() also counts the
+        # emulation that older GPUs (V100, T4) run, slowly, and reads the current device, not ``device``.
+        return dtype == torch.float16 or torch.cuda.get_device_capability(device)[0] >= 8
     flags = cpu_info.flags()
     if dtype == torch.bfloat16:
         return bool({"avx512_bf16", "amx_bf16"} & flags)
@@ -50,6 +52,8 @@ def native(dtype: torch.dtype, device: torch.device) -> bool:
 def check_native(dtype: torch.dtype | None, device: torch.device) -> None:
     """Warn (once per call site) when ``dtype`` has no fast path on ``device``."""
     if dtype is not None and not native(dtype, device):
-        what = "this CPU has no AVX512-BF16/AMX" if device.type == "cpu" else "this GPU lacks it"
+        fp16 = dtype == torch.float16
+        what = (("this CPU has no AVX512-FP16/AMX-FP16" if fp16 else "this CPU has no AVX512-BF16/AMX")
+                if device.type == "cpu" else "this GPU (compute capability < 8.0) emulates it")
         warnings.warn(f"mhfast.sample: dtype={str(dtype).replace('torch.', '')} has no native support here "
                       f"({what}): the model will run slower than in float32", RuntimeWarning, stacklevel=3)

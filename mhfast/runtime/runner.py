@@ -41,7 +41,9 @@ def sum_terms(terms: torch.Tensor) -> torch.Tensor:
     """Per-chain energy from per-position terms [M, T]: summed in float64, returned as float32.
 
     float64 makes the sum (practically) independent of the summation order and of the padded
-    width, so a chain's energy is bit-identical alone or inside any batch.
+    width, so the sum adds no batch dependence of its own. (The terms themselves come from the model, whose
+    outputs for a row may differ in the last bits with the batch it is in or the sub-batch size: a real
+    model's energies are equal across batches up to float rounding; a tabular model's exactly.)
     """
     return terms.double().sum(dim=1).float()
 
@@ -262,6 +264,8 @@ class ModelRunner:
             ci = ctx_index.index_select(0, row_index) if ctx_index is not None else None
             return self.outputs(rows.index_select(0, row_index), positions, ci)
         R, T = rows.shape
+        if R == 0:  # one call on the empty batch (the adapter's empty [0, D]), as outputs() makes
+            return self._call(hook, rows, row_index, positions, ctx_index=ctx_index)
         step = self._chunk(T)
         host = row_index_host if row_index_host is not None else row_index
         bounds = torch.searchsorted(host, torch.arange(0, R + step, step, device=host.device)).tolist()

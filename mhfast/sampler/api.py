@@ -85,8 +85,10 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
 
     Sampler options (keyword arguments; declared once in :data:`mhfast.sampler.options.SPEC`, which
     also makes the CLI flags and ``docs/options.md``). All randomness is a hash of (seed, input,
-    chain, epoch, step, stream), so chains do not depend on batch composition or
-    ``max_tokens_per_batch``, and both backends give the same chains:
+    chain, epoch, step, stream), so the random numbers do not depend on batch composition or
+    ``max_tokens_per_batch``, and both backends draw the same ones: the chains are the same up to
+    the model's float rounding, which may differ in the last bits with the batch (an MH test that
+    close to its threshold could go the other way; with a tabular model they are identical):
     """
     model = check_model(model)  # a name, a directory, a hub id or a plain transformers model object: loaded
     cfg = options.config_from_kwargs(_merged_options(config, generator, sampler_options))

@@ -430,3 +430,16 @@ def test_sentencepiece_processor_round_trip(tmp_path):
         TextProcessor("spm", tmp_path / "missing.model")
     with pytest.raises(ValueError, match="tokenizer"):
         TextProcessor("moses")
+
+
+@pytest.mark.parametrize("method", ["mh", "mask-predict"])
+def test_a_too_long_source_is_named_by_its_index_among_all_sources(translator, sources, method):
+    """Empty sources are left out before the model sees the rest: the length error named the too-long source's
+    index among the kept ones (``sources[1]`` for the third of ["", short, long])."""
+    from mhfast.models.base import position_limit
+
+    limit = position_limit(translator.cmlm, "source")
+    too_long = " ".join(["hund"] * (limit + 5))
+    with pytest.raises(ValueError, match=r"^sources\[2\] has \d+ tokens"):
+        translator.translate(["", sources[0], too_long], method=method, sampler_options=dict(epochs=1, burn_in=0)
+                             if method == "mh" else None)

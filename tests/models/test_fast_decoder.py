@@ -192,3 +192,11 @@ def test_other_decoders_keep_the_adapter(cmlm):
     cross = copy.deepcopy(cmlm)
     cross.model.decoder.layers[0].cross_self_attention = True
     assert fast_decoder_model(cross) is cross
+
+
+def test_wrapping_a_wrapped_decoder_returns_it(cmlm, sources):
+    """fast_forward_model of a FastCMLMDecoder is the same wrapper (as for the encoder wrappers): a second
+    wrapper nested the first, whose call then failed with an AttributeError."""
+    fast = fast_forward_model(cmlm)
+    assert isinstance(fast, FastCMLMDecoder) and fast_forward_model(fast) is fast
+    assert fast_decoder_model(fast) is fast

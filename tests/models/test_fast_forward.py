@@ -57,10 +57,15 @@ def test_features_at_rejects_bad_indices():
         lm.masked_features_at(rows, row_index.float(), positions)
 
 
-def test_models_without_a_head_split_offer_no_features_at():
-    """ESM (rotary) keeps the plain path: no last-layer wrapper; DistilBERT has no known head split here."""
-    esm = HFMaskedLM(tiny_model("esm"), **ids_for("esm"))
-    assert fast_forward_model(esm) is esm
+@pytest.mark.parametrize("kind", ["esm", "distilbert", "albert", "electra"])
+def test_models_without_a_known_last_layer_keep_the_plain_path(kind):
+    """These have a head split (features, then the LM head) but no last-layer wrapper: ESM's positions are rotary,
+    DistilBERT's layers sit in ``transformer.layer``, ALBERT shares one layer, ELECTRA's is not in the list; the
+    adapter itself is used (every row through every layer)."""
+    from mhfast.models.base import has_features
+
+    lm = HFMaskedLM(tiny_model(kind), **ids_for(kind))
+    assert has_features(lm) and fast_forward_model(lm) is lm
 
 
 @pytest.mark.parametrize("sampler", ["mh", "block-mh", "gibbs"])

@@ -8,7 +8,8 @@ import warnings
 import pytest
 import torch
 
-from hf_tiny_models import BERT_IDS, WORDS, ids_for, save_tiny_bert_dir, tiny_model
+import mhfast
+from hf_tiny_models import BERT_IDS, VOCAB, WORDS, ids_for, save_tiny_bert_dir, tiny_model
 from mhfast.models import hf
 from mhfast.models.base import FeatureMaskedLM, MaskedLM, has_features
 from mhfast.models.hf import HFMaskedLM
@@ -106,6 +107,32 @@ def test_load_from_directory_with_tokenizer(tmp_path):
                                rtol=1e-5, atol=ATOL)
 
 
+def test_ids_that_are_no_ordinary_token_of_the_tokenizer_are_never_proposed(tmp_path):
+    """With a tokenizer, the default special ids also hold the ids it marks special (an additional special token,
+    as CamemBERT's ``<s>NOTUSED``), fillers (``madeupwordN``, ``<null_N>``) and the output rows past its end (an
+    embedding matrix padded to a multiple): before, these were proposed, and decode dropped them from the text."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=18, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=40, pad_token_id=0)).eval()
+    with torch.no_grad():
+        model.cls.predictions.bias[11:] += 5.0  # the ids to ban are the likeliest: a run would show them
+    model.save_pretrained(tmp_path)
+    vocab = {w: i for i, w in enumerate(VOCAB)}
+    tokenizer = transformers.BertTokenizer(vocab=vocab, do_lower_case=False, additional_special_tokens=["g"])
+    tokenizer.add_tokens(["madeupword0", "<null_1>"])  # ids 12, 13
+    tokenizer.save_pretrained(tmp_path)
+    lm = load_masked_lm(str(tmp_path))
+    assert len(lm.tokenizer) == 14 and lm.vocab_size == 18
+    assert lm.special_ids == (0, 1, 2, 3, 4, 11, 12, 13, 14, 15, 16, 17)
+    r = mhfast.sample(lm, 6, chains=3, epochs=3, burn_in=0, start="random", top_p=0.9, seed=1)
+    assert int(r.tokens[..., 1:-1].max()) <= 10 and int(r.tokens[..., 1:-1].min()) >= 5
+    explicit = HFMaskedLM(str(tmp_path), special_ids=(0, 1, 2, 3, 4))  # an explicit list is taken as given
+    assert explicit.special_ids == (0, 1, 2, 3, 4)
+
+
 def test_loading_returns_with_no_thread_of_its_own_left(tmp_path):
     """transformers >= 5 loads weights on a pool it shuts down without waiting; the load returns only once
     those workers have ended, so a caller may fork right after it (tests/leak_guard.py says why it matters)."""
@@ -130,6 +157,30 @@ def test_frame_and_max_length():
     assert roberta.max_length == 40 - 2  # positions start after padding_idx=1
     esm = HFMaskedLM(tiny_model("esm"), **ids_for("esm"))
     assert esm.max_length is None  # rotary: no embedding-table limit
+
+
+@pytest.mark.parametrize("kind", ["mpnet", "esm-absolute"])
+def test_max_length_of_models_whose_positions_start_after_the_padding_index(kind):
+    """MPNet and ESM-1b/1v (absolute positions) count positions from padding_idx + 1 like RoBERTa: their longest
+    row is 2 shorter than max_position_embeddings. Before, rows of that length + 1 or + 2 failed inside
+    transformers with an IndexError, not the adapter's ValueError naming the length."""
+    import transformers
+
+    torch.manual_seed(0)
+    small = dict(vocab_size=12, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                 max_position_embeddings=12, pad_token_id=1)
+    model = (transformers.MPNetForMaskedLM(transformers.MPNetConfig(**small)) if kind == "mpnet" else
+             transformers.EsmForMaskedLM(transformers.EsmConfig(mask_token_id=4, position_embedding_type="absolute",
+                                                                **small)))
+    lm = HFMaskedLM(model.eval(), **ids_for("roberta"))
+    assert lm.max_length == 10
+    longest = lm.frame(8)  # 10 tokens with <s> and </s>
+    longest[1:-1] = 5
+    assert torch.isfinite(mhfast.energy(lm, longest[None]).e_raw).all()
+    with pytest.raises(ValueError, match="length"):
+        lm.frame(9)
+    with pytest.raises(ValueError, match="10"):
+        mhfast.energy(lm, torch.cat([longest[:1], torch.full((10,), 5), longest[-1:]])[None])
 
 
 def test_dtype_and_empty_batch():

@@ -82,6 +82,16 @@ def test_vocabulary_is_the_packages(lm, chain):
         lm.encode("A" * 143)
 
 
+def test_the_cpu_sub_batches_follow_the_model_width(lm, chain):
+    """The CPU rule sizes sub-batches from d (the L2 cache over d floats per row): the adapter's width, 128, is
+    what it reads. Before, nothing read a fairseq masked LM's width and Sapiens ran 65,536-token sub-batches."""
+    from mhfast.models.base import model_width
+    from mhfast.runtime.runner import cpu_max_tokens, default_max_tokens
+
+    assert model_width(lm) == lm.width == 128
+    assert default_max_tokens(lm, "cpu") == cpu_max_tokens(128)
+
+
 def test_masked_logits_equal_the_packages_model(lm, chain):
     model = package_model(chain).model.eval()
     encoded = [lm.encode(s) for s in SEQUENCES[chain]]

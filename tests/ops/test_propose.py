@@ -261,3 +261,18 @@ def test_a_row_gives_the_same_bits_anywhere_in_the_batch(device, V, top_p):
         sub = ops.propose(logits[k:].clone(), current[k:], 1.0, top_p, u[k:])
         for a, b in zip(sub, full):
             assert torch.equal(a, b[k:]), k
+
+
+def test_logits_that_overflow_when_divided_by_the_temperature_are_refused_everywhere():
+    """What is sampled from is logits / temperature: the compiled kernel checked that, the reference only the raw
+    logits, and returned a NaN log q for [3e38, 1] at temperature 0.1 (and for a row that all underflows to
+    -inf); now both refuse it with the same message."""
+    current, u = torch.tensor([0]), torch.tensor([0.5])
+    raises_everywhere("propose", (torch.tensor([[3e38, 1.0]]), current, 0.1, 1.0, u),
+                      r"logits contains NaN or \+inf \(or overflows fp32")
+    raises_everywhere("propose", (torch.tensor([[-3e38, -3e38]]), current, 0.01, 1.0, u),
+                      "logits has a row with no finite entry")
+    cache = torch.tensor([[[3e38, 1.0, 0.0]]])
+    site = (cache, torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.tensor([0]), torch.tensor([0]),
+            torch.zeros(3, dtype=torch.bool), 0, 0, 1, 0.1, 1.0)
+    raises_everywhere("mh_propose_site", site, r"cache contains NaN or \+inf at a proposed site \(or overflows")

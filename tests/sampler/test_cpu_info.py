@@ -82,3 +82,24 @@ def test_native_bf16_reads_the_flags(monkeypatch):
         precision.check_native(torch.bfloat16, cpu)
     monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx512_bf16"}))
     assert precision.native(torch.bfloat16, cpu)
+
+
+@pytest.mark.parametrize("capability, bf16", [((7, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_native_bf16_on_a_gpu_reads_its_compute_capability(monkeypatch, capability, bf16):
+    """bf16 is native from compute capability 8.0; torch.cuda.is_bf16_supported() also counts older GPUs' slow
+    emulation (True on a V100 or T4), so the warning never came there. The device asked about is the one read."""
+    asked: list = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: asked.append(d) or capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # what torch says on a V100
+    gpu = torch.device("cuda", 1)
+    assert precision.native(torch.bfloat16, gpu) is bf16 and asked == [gpu]
+    assert precision.native(torch.float16, gpu)
+    if not bf16:
+        with pytest.warns(RuntimeWarning, match=r"compute capability < 8.0"):
+            precision.check_native(torch.bfloat16, gpu)
+
+
+def test_the_float16_warning_on_a_cpu_names_the_fp16_flags(monkeypatch):
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx2"}))
+    with pytest.warns(RuntimeWarning, match="AVX512-FP16"):
+        precision.check_native(torch.float16, torch.device("cpu"))

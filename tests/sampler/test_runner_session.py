@@ -83,3 +83,14 @@ def test_sample_in_bf16_gives_the_same_chains_with_and_without_the_session(monke
     monkeypatch.setattr(ModelRunner, "session", lambda self: contextlib.nullcontext())
     b = mhfast.sample(model, 5, **kw)
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.energy, b.energy) and torch.equal(a.e_raw, b.e_raw)
+
+
+def test_outputs_at_an_empty_batch_is_empty_as_outputs_is():
+    """outputs_at with no rows (a direct caller's empty batch) returns [0, D] like outputs; it raised in
+    torch.cat of no parts."""
+    runner, _ = bert_runner(None)
+    tokens, positions = rows(0)
+    full = runner.outputs_at(tokens, torch.arange(6), positions)
+    empty = runner.outputs_at(tokens[:0], torch.zeros(0, dtype=torch.long), positions[:0])
+    assert empty.shape == (0, full.shape[1]) and empty.dtype == full.dtype
+    assert runner.outputs(tokens[:0], positions[:0]).shape == empty.shape
