@@ -5,6 +5,7 @@
 #include "checks.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -249,8 +250,9 @@ void check_commit_devices(const CommitSiteTensors& a) {
 
 void check_commit_scalars(const CommitSiteTensors& a) {
   const char* op = kCommit;
-  TORCH_CHECK_VALUE(!a.beta.has_value() || std::isfinite(*a.beta), "mhfast.", op,
-                    ": beta must be a finite number or None, got ", a.beta.value_or(0.0));
+  // Within float32's range too: beta is rounded to float32 (static_cast of a larger double is undefined).
+  TORCH_CHECK_VALUE(!a.beta.has_value() || (std::isfinite(*a.beta) && std::fabs(*a.beta) <= FLT_MAX), "mhfast.",
+                    op, ": beta must be a finite number within float32's range or None, got ", a.beta.value_or(0.0));
   if (a.beta_rows.has_value()) {
     const at::Tensor& b = *a.beta_rows;
     TORCH_CHECK_VALUE(!a.beta.has_value(), "mhfast.", op,

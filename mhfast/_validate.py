@@ -280,6 +280,9 @@ def mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, *,
     in_range(op, "proposal.pos", proposal.pos, 0, T)
     in_range(op, "rows.seq", rows.seq, 0, ch.shape[0])
     in_range(op, "rows.q", rows.q, 0, T)
-    if isinstance(beta, torch.Tensor) and beta.numel() and not bool(torch.isfinite(beta).all()):
-        bad = int((~torch.isfinite(beta)).nonzero()[0, 0])
-        raise ValueError(f"mhfast.{op}: beta must be finite, got {float(beta[bad])} in row {bad}")
+    if isinstance(beta, torch.Tensor) and beta.numel():
+        ok = torch.isfinite(beta) & (beta.abs() <= torch.finfo(torch.float32).max)  # rounded to float32 in the ops
+        if not bool(ok.all()):
+            bad = int((~ok).nonzero()[0, 0])
+            raise ValueError(f"mhfast.{op}: beta must be finite (within float32's range), got {float(beta[bad])} "
+                             f"in row {bad}")

@@ -99,6 +99,10 @@ def world(device: str | None = None, timeout_s: float | None = None) -> World:
     if not td.is_initialized():
         backend = "nccl" if _usable_cuda(device) else "gloo"
         if backend == "nccl":
+            if local_rank >= torch.cuda.device_count():  # torch's own error here is a traceback per rank
+                raise ValueError(f"LOCAL_RANK={local_rank}, but this machine has {torch.cuda.device_count()} "
+                                 "GPU(s): with the cuda device each local rank takes one GPU; start at most that "
+                                 "many ranks per node (torchrun --nproc-per-node)")
             torch.cuda.set_device(local_rank)
         seconds = timeout_s if timeout_s is not None else float(os.environ.get("MHFAST_DIST_TIMEOUT",
                                                                                 DEFAULT_TIMEOUT_S))

@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cfloat>
 #include <cmath>
 #include <vector>
 
@@ -42,8 +43,9 @@ void check_finite(const char* op, const char* name, const at::Tensor& t) {
   const int64_t n = t.numel(), s = n > 0 ? t.stride(0) : 0;
   const double* p = n > 0 ? t.const_data_ptr<double>() : nullptr;
   for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK_VALUE(std::isfinite(p[i * s]), "mhfast.", op, ": ", name, " must be finite, got ", p[i * s],
-                      " in row ", i);
+    // within float32's range too: the kernels round it to float32 (a larger double's cast is undefined)
+    TORCH_CHECK_VALUE(std::isfinite(p[i * s]) && std::fabs(p[i * s]) <= FLT_MAX, "mhfast.", op, ": ", name,
+                      " must be finite (within float32's range), got ", p[i * s], " in row ", i);
   }
 }
 

@@ -314,11 +314,13 @@ class HFMaskedLM:
     def _prepare_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor, context: Any,
                     context_index: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """:meth:`_prepare` for the ``*_at`` hooks: also checks ``row_index`` (Long[N], in [0, R))."""
-        R = tokens.shape[0] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else None
-        check_reads(row_index, positions, R)
+        two_d = isinstance(tokens, torch.Tensor) and tokens.dim() == 2
+        R, T = (tokens.shape[0], tokens.shape[1]) if two_d else (None, None)
+        # (values checked outside static_inputs only: inside, the sampler's own indices, and no host sync)
+        check_reads(row_index, positions, R, T if self._static_inputs is None else None)
         # _prepare checks tokens and builds the attention mask; its positions argument is one per row.
         tokens, _, attention_mask = self._prepare(tokens, torch.zeros(R or 0, dtype=torch.long), context,
-                                                  context_index)
+                                                  context_index, reads=positions)
         return tokens, row_index.to(tokens.device), positions.to(tokens.device), attention_mask
 
     @torch.no_grad()
@@ -410,8 +412,11 @@ class HFMaskedLM:
             self._static_inputs = before
 
     def _prepare(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any,
-                 context_index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Checks shapes, moves to the model's device, drops all-pad columns, builds the attention mask."""
+                 context_index: torch.Tensor | None, reads: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Checks shapes (and, outside :meth:`static_inputs`, that positions lie in the rows), moves to the model's
+        device, drops all-pad columns (none that ``reads``, the positions read, or ``positions`` point into),
+        builds the attention mask."""
         if context is not None or context_index is not None:
             raise ValueError("context: HuggingFace masked LMs are unconditional; pass context=None")
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
@@ -429,10 +434,15 @@ class HFMaskedLM:
         real = tokens != self.pad_id
         if self._static_inputs is not None:  # the caller said whether rows hold pads: no data-dependent shape
             return self._fits(tokens), positions, (real.long() if self._static_inputs else None)
+        read = positions if reads is None else reads
+        if read.numel() and (int(read.min()) < 0 or int(read.max()) >= tokens.shape[1]):
+            raise ValueError(f"positions: values must lie in [0, {tokens.shape[1]}) (the rows' width)")
         if bool(real.all()):
             return self._fits(tokens), positions, None  # no padding: skip the attention mask entirely
         # Columns that are padding in every row change nothing (attention mask) but cost compute.
         used = int(real.any(0).nonzero().max()) + 1 if bool(real.any()) else 1
+        if read.numel():
+            used = max(used, int(read.max()) + 1)  # a read of a padding column stays a read of that column
         return self._fits(tokens[:, :used]), positions, real[:, :used].long()
 
     def _fits(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -196,8 +196,9 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
         source: conditional models (a CMLM): one source per row; scores the targets given it.
         energy: the energies to return ("raw", "local" or both; both cost the same).
         per_position: also return the per-token terms (``raw_terms``/``local_terms`` f32[B, T]).
-        max_tokens_per_batch: tokens of masked copies at once (and per forward); None: from
-            free memory (:func:`mhfast.scoring.budget.auto_max_tokens`).
+        max_tokens_per_batch: tokens of masked copies at once (and per forward), but at least one
+            whole row (a budget below the row width runs one row at a time); None: from free
+            memory (:func:`mhfast.scoring.budget.auto_max_tokens`).
         backend: "compiled" (the C++/CUDA ops) or "reference" (pure PyTorch).
         extra_energy: the energy terms of :func:`mhfast.sample` (see :mod:`mhfast.energy_terms`),
             evaluated on the rows (``input_index`` = the row); reported as ``terms``/``e_extra``. An

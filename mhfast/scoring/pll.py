@@ -127,7 +127,8 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
             text processing; then ``sources`` gives one source sentence per target).
         sequences: texts (encoded with the model's tokenizer, specials added) or token id sequences.
             Empty texts get an empty score.
-        metric: "original" (one masked copy per token) or "within_word_l2r".
+        metric: "original" (one masked copy per token) or "within_word_l2r" (needs words: with token id
+            sequences each token is its own word, so it gives the same scores as "original").
     """
     if metric not in METRICS:
         raise ValueError(f"mhfast.score: metric must be one of {', '.join(METRICS)}, got {metric!r}")

@@ -53,7 +53,8 @@ def masked_terms(runner: ModelRunner, backend: Any, tokens: torch.Tensor, score_
         tokens: Long[B, T] padded at the end; best sorted by length, longest first (each chunk is
             then cut to its own longest row, and HF models skip all-pad columns).
         score_mask: Bool[B, T] the positions to score.
-        max_tokens: at most this many tokens of masked copies exist at once (and per forward).
+        max_tokens: at most this many tokens of masked copies exist at once (and per forward), but at
+            least one row (a budget below the row width runs one row at a time).
         ctx_index: Long[B] source of each row (conditional models).
         word_ids: Long[B, T] word of each position (-1: none); given = the within-word variant.
         lengths: Long[B] non-pad length of each row (default: all T).

@@ -148,5 +148,7 @@ def test_infilling_a_cdr_like_span_never_changes_fixed_positions(lm):
     assert torch.equal(states[fixed], inputs[fixed])
     for s in states:
         assert set(lm.decode(s)) <= set(AMINO_ACIDS)
+    # decode drops [CLS]/[SEP]/[PAD]: the ids themselves show that no special token entered the span
+    assert not bool(torch.isin(states[~fixed], torch.tensor(lm.special_ids)).any())
     # The span was actually sampled (temperature 2 proposals on 2 inputs x 2 chains x 2 epochs).
     assert bool((states[~fixed] != inputs[~fixed]).any())

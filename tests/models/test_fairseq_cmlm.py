@@ -139,6 +139,24 @@ def test_mask_predict_equals_fairseq_generator(cmlm, sources, beam, iterations):
     assert bool((out.tokens[0][1:-1] != cmlm.mask_id).all())  # everything is filled at the end
 
 
+@pytest.mark.parametrize("beam,iterations", [(1, 0), (2, 2), (5, 10)])
+def test_mask_predict_equals_fairseq_generator_at_extreme_lengths(cmlm, sources, beam, iterations, monkeypatch):
+    """The tiny CMLM predicts about the same length for every source, so the test above never reaches fairseq's
+    clamp of short lengths to 2 (duplicate candidates in the beam), a one-token target or a long one: the
+    length predictor is forced (the same for both) to 0, 1, 2, 3 and 20 tokens."""
+    forced = torch.tensor([0, 1, 2, 3, 20])
+    decoder = cmlm.model.decoder
+    monkeypatch.setattr(decoder, "forward_length_prediction", lambda length_out, encoder_out, tgt_tokens=None:
+                        forced.clone())
+    five = sources[:5]
+    out = mhfast.mask_predict(cmlm, five, iterations=iterations, length_beam=beam)
+    hyps = _generator_output(cmlm, five, iterations, beam)
+    for s, h in enumerate(hyps):
+        assert torch.equal(out.tokens[s], h[0]["tokens"]), f"source {s}"
+        assert torch.equal(out.positional_scores[s], h[0]["positional_scores"]), f"source {s}"
+        assert out.score[s].item() == h[0]["score"].item()
+
+
 def test_mask_predict_topk_lengths_and_refinement(cmlm, sources):
     out = mhfast.mask_predict(cmlm, sources[:4], iterations=4, length_beam=3, length_strategy="topk")
     ctx = cmlm.encode(sources[:4])

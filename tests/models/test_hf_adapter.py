@@ -133,6 +133,24 @@ def test_ids_that_are_no_ordinary_token_of_the_tokenizer_are_never_proposed(tmp_
     assert explicit.special_ids == (0, 1, 2, 3, 4)
 
 
+def test_read_positions_outside_the_rows_are_named_and_padding_columns_stay_readable():
+    """A position of -1 read some column silently (which one depended on the other rows: all-pad columns are
+    dropped), one in a dropped column or past the width was an IndexError; now -1 and past-the-width are a
+    ValueError naming positions, and a read of a padding column reads it, whatever else is in the batch."""
+    lm = HFMaskedLM(tiny_model("bert"), **BERT_IDS)
+    rows = torch.tensor([[2, 5, 4, 6, 3, 0, 0], [2, 4, 6, 3, 0, 0, 0]])
+    for bad in (torch.tensor([2, -1]), torch.tensor([2, 7])):
+        with pytest.raises(ValueError, match=r"positions: values must lie in \[0, 7\)"):
+            lm.masked_logits(rows, bad)
+        with pytest.raises(ValueError, match=r"positions: values must lie in \[0, 7\)"):
+            lm.masked_logits_at(rows, torch.tensor([0, 1]), bad)
+    batch = lm.masked_logits(rows, torch.tensor([2, 6]))  # column 6 is padding in every row
+    alone = lm.masked_logits(rows[1:], torch.tensor([6]))
+    torch.testing.assert_close(batch[1], alone[0], rtol=1e-5, atol=ATOL)
+    at = lm.masked_logits_at(rows, torch.tensor([0, 1]), torch.tensor([2, 6]))
+    torch.testing.assert_close(at, batch, rtol=1e-5, atol=ATOL)
+
+
 def test_loading_returns_with_no_thread_of_its_own_left(tmp_path):
     """transformers >= 5 loads weights on a pool it shuts down without waiting; the load returns only once
     those workers have ended, so a caller may fork right after it (tests/leak_guard.py says why it matters)."""

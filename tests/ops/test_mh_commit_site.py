@@ -2,6 +2,8 @@
 which is the op sequence the sampler ran before the fusion: every output and the cache bit for bit."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -211,11 +213,14 @@ def test_bad_bundles_and_beta(device):
                         (good[:, None], "beta must be 1-D"), (good.cpu() if device != "cpu" else good.to("meta"),
                                                                "beta is on")):
         raises_everywhere("mh_commit_site_", (*args, beta, 0, 0, 2), match)
-    for v in (float("nan"), float("inf")):
+    for v in (float("nan"), float("inf"), 1e39):  # 1e39: finite in float64, inf once rounded to float32
         beta = good.clone()
         beta[4] = v
-        raises_everywhere("mh_commit_site_", (*args, beta, 0, 0, 2), f"beta must be finite, got {v} in row 4",
+        raises_everywhere("mh_commit_site_", (*args, beta, 0, 0, 2),
+                          rf"beta must be finite \(within float32's range\), got {re.escape(str(v))} in row 4",
                           raw=device == "cpu")
+    for v in (1e39, -1e39):  # a number beyond float32: named, where the reference failed in torch.full
+        raises_everywhere("mh_commit_site_", (*args, v, 0, 0, 2), "beta must be a finite number within float32")
     raw = list(op_types.commit_site_op_args(*args, good, 0, 0, 2))
     raw[7] = 1.0  # float? beta too
     with pytest.raises(ValueError, match="beta is given twice"):

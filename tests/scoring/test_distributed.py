@@ -283,3 +283,16 @@ def test_exit_rank_runs_the_exit_handlers_flushes_and_keeps_the_status(tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "buffered, no newline"
     assert marker.read_text() == "yes"
+
+
+def test_more_local_ranks_than_gpus_is_one_clear_error(monkeypatch):
+    """With device="cuda" each local rank takes one GPU: LOCAL_RANK beyond the GPU count is a ValueError naming
+    it, before any process group exists (torch.cuda.set_device printed a traceback on each extra rank)."""
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: pytest.fail("set_device reached"))
+    with pytest.raises(ValueError, match=r"LOCAL_RANK=2, but this machine has 2 GPU\(s\)"):
+        dist.world(device="cuda")
