@@ -97,13 +97,21 @@ def load_masked_lm(model: Any, **kwargs: Any) -> Any:
         'EVQLV'
     """
     if isinstance(model, (str, os.PathLike)):
-        if isinstance(model, str) and model.lower() == "antiberty" and not os.path.exists(model):
+        named = isinstance(model, str) and not os.path.exists(model) and \
+            (model.lower() == "antiberty" or model.lower() in SAPIENS_NAMES)
+        if named and set(kwargs) - {"device", "dtype"}:  # the named models' loaders take these two only
+            raise TypeError(f"model: {model!r} takes only device= and dtype=, got "
+                            f"{', '.join(sorted(set(kwargs) - {'device', 'dtype'}))}")
+        if named and model.lower() == "antiberty":
             return load_antiberty(**kwargs)
-        if isinstance(model, str) and model.lower() in SAPIENS_NAMES and not os.path.exists(model):
+        if named:
             from .sapiens import load_sapiens  # fairseq is imported only when a fairseq model is asked for
 
             return load_sapiens(SAPIENS_NAMES[model.lower()], **kwargs)
-        if os.path.isfile(model):  # a file, not a model directory: a fairseq checkpoint
+        if os.path.isfile(model):  # a file, not a model directory: a fairseq checkpoint, unless it is a part of one
+            if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(model)), "config.json")):
+                raise ValueError(f"model: {os.fspath(model)!r} is a file of a HuggingFace model directory; pass the "
+                                 f"directory ({os.path.dirname(os.path.abspath(model))!r})")
             from .fairseq_mlm import load_fairseq_mlm
 
             return load_fairseq_mlm(model, **kwargs)

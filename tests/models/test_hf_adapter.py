@@ -231,3 +231,18 @@ def test_bad_input_raises_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="tokens"):
         lm.masked_logits(rows.float(), positions)
     assert load_masked_lm(lm) is lm  # protocol objects pass through
+
+
+def test_loading_names_what_to_pass_instead(tmp_path):
+    """A file inside a HuggingFace model directory (its weights, its config) was read as a fairseq checkpoint
+    ("not a readable torch checkpoint (truncated or corrupt?)"); the named models' loaders got the HF options
+    and failed with the loader's own TypeError."""
+    path = save_tiny_bert_dir(tmp_path / "tiny")
+    for name in ("config.json", "model.safetensors"):
+        with pytest.raises(ValueError, match=r"is a file of a HuggingFace model directory; pass the directory"):
+            load_masked_lm(str(tmp_path / "tiny" / name))
+    assert isinstance(load_masked_lm(path), HFMaskedLM)
+    for name, option in (("antiberty", dict(mask_id=4)), ("sapiens-h", dict(tokenizer=None))):
+        with pytest.raises(TypeError, match=rf"model: '{name}' takes only device= and dtype=, got "
+                                            rf"{next(iter(option))}"):
+            load_masked_lm(name, **option)
