@@ -34,13 +34,14 @@ Example (a checkpoint and its ``fairseq-preprocess`` data directory)::
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_length
+from .base import check_length, check_positions, check_reads
 
 INSTALL_COMMAND = ("pip install cython && env -u CUDA_HOME pip install --no-build-isolation "
                    "fairseq-fixed==0.12.3.1")
@@ -147,6 +148,7 @@ class FairseqCMLM:
         self.max_source_positions = int(self.model.encoder.max_positions())
         self.encoder_calls = 0
         self.decoder_rows = 0
+        self._static = False  #: inside static_inputs (read indices not checked)
 
     # ------------------------------------------------------------------ sources
     def source_ids(self, source: str | torch.Tensor | Sequence[int]) -> torch.Tensor:
@@ -299,6 +301,16 @@ class FairseqCMLM:
         return torch.tensor([self.bos_id] + [self.mask_id] * length + [self.eos_id], dtype=torch.long)
 
     # ------------------------------------------------------------------ decoder
+    @contextlib.contextmanager
+    def static_inputs(self, has_pad: bool) -> Iterator[None]:
+        """Inside: the caller (the sampler's static step) vouches for its read indices, so they are not checked
+        (each check is a host sync on a GPU). The protocol's optional hook (mhfast.models.base)."""
+        before, self._static = self._static, True
+        try:
+            yield
+        finally:
+            self._static = before
+
     def _check_rows(self, tokens: torch.Tensor) -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             raise ValueError(f"tokens: expected an int64 tensor [N, T], got "
@@ -333,6 +345,13 @@ class FairseqCMLM:
                            context: FairseqContext = None, context_index: torch.Tensor | None = None
                            ) -> torch.Tensor:
         """Features at ``positions[n]`` of row ``row_index[n]``: one decoder pass per row -> float[N, d]."""
+        self._check_rows(tokens)
+        if not self._static:  # value checks (host syncs), unless the caller vouches for its indices
+            check_reads(row_index, positions, tokens.shape[0], tokens.shape[1])  # -1 read the last column, silently
+        if tokens.shape[0] == 0 or row_index.numel() == 0:  # fairseq's decoder fails on an empty batch
+            decoder = self.model.decoder
+            width = int(getattr(decoder, "output_embed_dim", decoder.embed_dim))
+            return torch.empty(0, width, device=self.device, dtype=next(self.model.parameters()).dtype)
         features = self.decoder_features(tokens, context, context_index)
         return features[row_index.to(features.device), positions.to(features.device)]
 
@@ -344,8 +363,7 @@ class FairseqCMLM:
     def masked_features(self, tokens: torch.Tensor, positions: torch.Tensor, context: FairseqContext = None,
                         context_index: torch.Tensor | None = None) -> torch.Tensor:
         """Features at ``positions[n]`` of row ``n``: Long[N, T], Long[N] -> float[N, d]."""
-        if positions.shape != tokens.shape[:1]:
-            raise ValueError(f"positions: expected shape ({tokens.shape[0]},), got {tuple(positions.shape)}")
+        check_positions(tokens, positions)  # (shared with FastCMLMDecoder: its masked_features_at checks the rest)
         rows = torch.arange(tokens.shape[0], device=positions.device)
         return self.masked_features_at(tokens, rows, positions, context, context_index)
 

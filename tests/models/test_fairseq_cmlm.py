@@ -269,3 +269,22 @@ def test_missing_fairseq_names_the_install_command():
     assert out.returncode == 0, out.stderr
     assert "IMPORT-ERROR:" in out.stdout
     assert "fairseq-fixed==0.12.3.1" in out.stdout and "pip install" in out.stdout
+
+
+def test_read_positions_and_empty_batches_like_the_fast_decoder(cmlm, sources):
+    """The full CMLM adapter checks its read indices as the fast decoder does (position -1 read the last column
+    silently, a list of positions was an AttributeError) and takes an empty batch (fairseq's decoder failed)."""
+    context = cmlm.encode(sources[:2])
+    rows, ci = cmlm.frame(3)[None].repeat(2, 1), torch.tensor([0, 1])
+    for bad in (torch.tensor([1, -1]), torch.tensor([1, 5])):
+        with pytest.raises(ValueError, match=r"positions: values must lie in \[0, 5\)"):
+            cmlm.masked_logits(rows, bad, context, ci)
+    with pytest.raises(ValueError, match="positions: expected Long"):
+        cmlm.masked_logits(rows, [1, 2], context, ci)
+    empty = torch.zeros(0, dtype=torch.long)
+    assert cmlm.masked_logits(rows[:0], empty, context, empty).shape == (0, cmlm.vocab_size)
+    full = cmlm.masked_logits(rows, torch.tensor([1, 2]), context, ci)
+    from mhfast.models.fast_forward import fast_forward_model
+
+    fast = fast_forward_model(cmlm).masked_logits(rows, torch.tensor([1, 2]), context, ci)
+    torch.testing.assert_close(full, fast, rtol=1e-5, atol=1e-4)
