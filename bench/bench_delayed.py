@@ -106,6 +106,17 @@ DEFAULT_SETTINGS = ["mh", "mh-nomemo", "delayed-w1", "delayed-w2", "delayed-w3"]
 DEFAULT_EPOCHS = {"cmlm-translate": 12, "cmlm-table5": 33, "cmlm-table5-local": 33, "antiberty-random": 8}
 
 
+def max_or_nan(values) -> float:
+    """The largest value, or NaN where any is NaN (an input whose R-hat could not be computed is not hidden behind the
+    others; plain ``max`` gave NaN or not depending on the order).
+
+    >>> max_or_nan([1.3, float("nan")]), max_or_nan([1.3, 1.1])
+    (nan, 1.3)
+    """
+    values = [float(v) for v in values]
+    return float("nan") if any(v != v for v in values) else max(values)
+
+
 def oracle_setting(model, inputs: dict, options: dict) -> dict:
     """``oracle``: A BOUND, NOT A SAMPLER. delayed=<the exact energy> (bench/oracle_surrogate.py): stage 1 is exact
     MH's test, so rows are forwarded only for proposals that will be accepted: no first stage forwards fewer."""
@@ -246,7 +257,7 @@ def one_run(model, inputs: dict, options: dict, setting: str, seed: int) -> dict
     changes = int(r.chain_novel.sum())
     try:
         ess = sum(d["ess_bulk"]["e_local"] for d in r.diagnostics)
-        rhat = max(d["rhat"]["e_local"] for d in r.diagnostics)  # whether that ESS is one of mixed chains
+        rhat = max_or_nan(d["rhat"]["e_local"] for d in r.diagnostics)  # whether that ESS is one of mixed chains
     except ImportError:  # no arviz-stats (the GPU machine): the run's other figures still count
         ess = rhat = float("nan")
     best_each = r.energy.min(1).values.double()  # each input's lowest final energy
@@ -271,7 +282,7 @@ def summary(runs: list[dict]) -> dict:
             "memo hits": s["hits"], "best E": statistics.mean(r["best"] for r in runs),
             "oracle rows": s["oracle rows"] or None, "student rows": s.get("student rows"),
             # the largest R-hat of E_local over the seeds' inputs (logs before 2026-11-29 have none)
-            "max R-hat": max(r["rhat"] for r in runs) if all("rhat" in r for r in runs) else None}
+            "max R-hat": max_or_nan(r["rhat"] for r in runs) if all("rhat" in r for r in runs) else None}
 
 
 def table(results: dict[str, dict]) -> str:
@@ -338,8 +349,12 @@ def seed_ratios(base: dict[int, dict], runs: dict[int, dict]) -> dict:
 
 
 def _interval(f: dict) -> str:
-    """A figure's 95% interval as " [low, high]" (empty where there is none: fewer than two seeds)."""
-    return f" [{f['low']:.2f}, {f['high']:.2f}]" if f["low"] is not None else ""
+    """A figure's 95% interval as " [low, high]" (empty where there is none: fewer than two seeds); an end beyond
+    what the data can show (:func:`equal_energy_saving`'s resamples beyond its curve) reads "open"."""
+    if f["low"] is None:
+        return ""
+    end = lambda v: "open" if v in (0.0, float("inf")) else f"{v:.2f}"  # noqa: E731
+    return f" [{end(f['low'])}, {end(f['high'])}]"
 
 
 def _figure_cell(f: dict, unit: str = "x") -> str:
@@ -374,7 +389,9 @@ def print_tables(runs: dict[str, dict[int, dict]], against: str, label: bool = F
 
 def logged_runs(paths: list[Path]) -> dict[str, dict[int, dict]]:
     """The runs logged by :func:`main` (stderr lines ``# seed S SETTING: {...}``) in ``paths``, as ``{setting:
-    {seed: run}}`` in order of first appearance; the same (setting, seed) twice keeps the later line.
+    {seed: run}}`` in order of first appearance; the same (setting, seed) twice keeps the later line, with a warning on
+    stderr where the two differ (logs of other runs of the same seeds, e.g. another epoch count or diagnostics from
+    another version of the estimator: name the files to read explicitly, in order).
 
     Example:
         >>> import tempfile
@@ -390,7 +407,12 @@ def logged_runs(paths: list[Path]) -> dict[str, dict[int, dict]]:
             if line.startswith("# seed "):
                 head, _, run = line[len("# seed "):].partition(": ")
                 seed, setting = head.split(" ", 1)
-                out.setdefault(setting, {})[int(seed)] = ast.literal_eval(run)
+                runs, value = out.setdefault(setting, {}), ast.literal_eval(run)
+                if int(seed) in runs and runs[int(seed)] != value:
+                    differ = sorted(k for k in value if runs[int(seed)].get(k) != value[k])[:4]
+                    print(f"warning: {path}: seed {seed} {setting} logged again with other values ({', '.join(differ)}):"
+                          " the later line is kept", file=sys.stderr)
+                runs[int(seed)] = value
     return out
 
 
@@ -453,7 +475,9 @@ def equal_energy_saving(curve: list[dict[int, dict]], point: dict[int, dict], n_
     if len(curve) < 2 or not seeds:
         return None
 
-    def saving(picked: list[int]) -> float | None:
+    def saving(picked: list[int]) -> float:
+        """The saving for these seeds; beyond the curve's energies, 0 (a higher energy than all its budgets: fewer
+        rows than its smallest would do) or inf (a lower one: more than its largest): a side, not a number."""
         stats = sorted((statistics.mean(c[k]["rows"] for k in picked), statistics.mean(c[k]["best"] for k in picked))
                        for c in curve)
         e = statistics.mean(point[k]["best"] for k in picked)
@@ -462,18 +486,18 @@ def equal_energy_saving(curve: list[dict[int, dict]], point: dict[int, dict], n_
                 t = (e0 - e) / (e0 - e1)
                 return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0))) / statistics.mean(
                     point[k]["rows"] for k in picked)
-        return None
+        return math.inf if e < min(energy for _, energy in stats) else 0.0
 
     mean = saving(seeds)
-    if mean is None:
-        lowest = min(statistics.mean(c[k]["best"] for k in seeds) for c in curve)
-        return {"outside": "lower" if statistics.mean(point[k]["best"] for k in seeds) < lowest else "higher"}
+    if mean in (0.0, math.inf):
+        return {"outside": "lower" if mean == math.inf else "higher"}
     rng = random.Random(seed)
-    boot = [saving([rng.choice(seeds) for _ in seeds]) for _ in range(n_boot)]
-    inside = sorted(v for v in boot if v is not None)
-    low, high = (inside[int(0.025 * len(inside))], inside[min(len(inside) - 1, int(0.975 * len(inside)))]
-                 ) if inside else (None, None)
-    return {"mean": mean, "low": low, "high": high, "seeds": len(seeds), "outside": n_boot - len(inside)}
+    # Percentiles over every resample, those beyond the curve kept on their side: dropping them (as this did before
+    # 2026-11-30) moved the interval away from the side they were on (1.31x [1.06, 1.80] was [open, 1.80]).
+    boot = sorted(saving([rng.choice(seeds) for _ in seeds]) for _ in range(n_boot))
+    low, high = boot[int(0.025 * n_boot)], boot[min(n_boot - 1, int(0.975 * n_boot))]
+    outside = sum(1 for v in boot if v in (0.0, math.inf))
+    return {"mean": mean, "low": low, "high": high, "seeds": len(seeds), "outside": outside, "resamples": n_boot}
 
 
 def _saving_cell(f: dict | None) -> str:
@@ -481,7 +505,7 @@ def _saving_cell(f: dict | None) -> str:
         return "-"
     if isinstance(f["outside"], str):  # (no figure: a bound from noisy ends of a curve would read as one)
         return f"outside its curve ({f['outside']} energy than all its budgets)"
-    out = f" ({f['outside']} resamples outside)" if f["outside"] else ""
+    out = f" ({f['outside']} of {f['resamples']:,} resamples beyond its curve)" if f["outside"] else ""
     return f"{f['mean']:.2f}x{_interval(f)}, {f['seeds']} seeds{out}"
 
 

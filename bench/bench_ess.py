@@ -233,7 +233,8 @@ def ess_figures(draws: list, names: list[str]) -> dict:
             "draws": sum(d.shape[0] * d.shape[1] for d in draws),
             # NaN: a summary no chain ever changed (ArviZ cannot rank it); the largest of the others
             "rhat": max((v for d in diags for v in d["rhat"].values() if v == v), default=float("nan")),
-            "rhat_e": max(d["rhat"]["e_local"] for d in diags)}
+            "rhat_e": (lambda v: float("nan") if any(x != x for x in v) else max(v))(  # NaN shows, in any order
+                [d["rhat"]["e_local"] for d in diags])}
 
 
 def mixmatch_run(case: dict, seed: int) -> dict:
