@@ -284,7 +284,7 @@ def _start_heartbeat(rank: int) -> None:
     store = _store()
     if store is None or _LIVENESS["thread"] is not None:
         return
-    period = min(5.0, _LIVENESS["timeout_s"] / 20)
+    period = min(5.0, max(0.05, _LIVENESS["timeout_s"] / 20))  # (a timeout of 0 must not spin on the store)
     stop = _LIVENESS["stop"]
 
     def beat() -> None:
@@ -307,8 +307,10 @@ def _arrive(w: World, key: str) -> None:
     (fewer inputs, or none: ``mhfast sample --length`` samples on rank 0 alone) took a peer still working
     after 10 minutes for a lost one, and the job ended with nothing written. Here a rank waits for as long as
     every rank not yet arrived keeps its heartbeat going, and gives up (PeerFailed, lost contact) when one has
-    been silent for the timeout. Without this process's heartbeat (a world made elsewhere) it returns at once:
-    the agreement's collective then waits under the group's timeout, as before."""
+    been silent for the timeout. Without this process's heartbeat (a World made by hand, not by :func:`world`) it
+    returns at once: the agreement's collective then waits under the group's timeout, as before. Without torchrun
+    (its agent holds the store), rank 0's process holds it: a rank that outlives rank 0 by more than a heartbeat
+    period may print torch's c10d warning about the lost store once before its heartbeat stops."""
     store = _store()
     if store is None or _LIVENESS["thread"] is None:
         return
@@ -656,6 +658,10 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
             fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
             share = dict(options)
             if options.get("extra_energy") is not None:
+                from .energy_terms import check_extra_energy, normalize
+
+                # checked against all of init first, as one process checks it (a mask of 5 rows for 3 inputs)
+                normalize(check_extra_energy(options["extra_energy"]), *init.shape, int(model.vocab_size))
                 share["extra_energy"] = _share_terms(options["extra_energy"], mine)
             r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
                               input_ids=mine, **share)

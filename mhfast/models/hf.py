@@ -316,8 +316,7 @@ class HFMaskedLM:
         """:meth:`_prepare` for the ``*_at`` hooks: also checks ``row_index`` (Long[N], in [0, R))."""
         two_d = isinstance(tokens, torch.Tensor) and tokens.dim() == 2
         R, T = (tokens.shape[0], tokens.shape[1]) if two_d else (None, None)
-        # (values checked outside static_inputs only: inside, the sampler's own indices, and no host sync)
-        check_reads(row_index, positions, R, T if self._static_inputs is None else None)
+        check_reads(row_index, positions, R)  # (the positions' values: in _prepare, with its reads)
         # _prepare checks tokens and builds the attention mask; its positions argument is one per row.
         tokens, _, attention_mask = self._prepare(tokens, torch.zeros(R or 0, dtype=torch.long), context,
                                                   context_index, reads=positions)
@@ -435,14 +434,14 @@ class HFMaskedLM:
         if self._static_inputs is not None:  # the caller said whether rows hold pads: no data-dependent shape
             return self._fits(tokens), positions, (real.long() if self._static_inputs else None)
         read = positions if reads is None else reads
-        if read.numel() and (int(read.min()) < 0 or int(read.max()) >= tokens.shape[1]):
+        lo, hi = torch.stack(torch.aminmax(read)).tolist() if read.numel() else (0, -1)  # one host read of both
+        if lo < 0 or hi >= tokens.shape[1]:
             raise ValueError(f"positions: values must lie in [0, {tokens.shape[1]}) (the rows' width)")
         if bool(real.all()):
             return self._fits(tokens), positions, None  # no padding: skip the attention mask entirely
         # Columns that are padding in every row change nothing (attention mask) but cost compute.
         used = int(real.any(0).nonzero().max()) + 1 if bool(real.any()) else 1
-        if read.numel():
-            used = max(used, int(read.max()) + 1)  # a read of a padding column stays a read of that column
+        used = max(used, hi + 1)  # a read of a padding column stays a read of that column
         return self._fits(tokens[:, :used]), positions, real[:, :used].long()
 
     def _fits(self, tokens: torch.Tensor) -> torch.Tensor:

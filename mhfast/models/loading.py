@@ -80,6 +80,10 @@ def _wrap_model_object(model: Any, **kwargs: Any) -> HFMaskedLM:
     return HFMaskedLM(model, **kwargs)
 
 
+#: Endings of the files of a HuggingFace model directory (a fairseq checkpoint beside a config.json is still one).
+_HF_FILES = (".json", ".safetensors", ".bin", ".txt", ".model", ".msgpack", ".h5")
+
+
 def load_masked_lm(model: Any, **kwargs: Any) -> Any:
     """Anything mhfast can sample from, from a user's argument.
 
@@ -109,7 +113,9 @@ def load_masked_lm(model: Any, **kwargs: Any) -> Any:
 
             return load_sapiens(SAPIENS_NAMES[model.lower()], **kwargs)
         if os.path.isfile(model):  # a file, not a model directory: a fairseq checkpoint, unless it is a part of one
-            if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(model)), "config.json")):
+            name = os.path.basename(os.fspath(model))
+            if name.endswith(_HF_FILES) and os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(model)),
+                                                                       "config.json")):
                 raise ValueError(f"model: {os.fspath(model)!r} is a file of a HuggingFace model directory; pass the "
                                  f"directory ({os.path.dirname(os.path.abspath(model))!r})")
             from .fairseq_mlm import load_fairseq_mlm

@@ -48,7 +48,7 @@ def get_backend(name: str, where: str = "mhfast.sample") -> Backend:
             functools.partial(ops.gather_energies, validate=False),
             functools.partial(ops.propose, validate=False),
             functools.partial(ops.mh_accept_, validate=False),
-            ops.counter_uniforms,
+            functools.partial(ops.counter_uniforms, validate=False),
             functools.partial(ops.mh_propose_site, validate=False),
             functools.partial(ops.mh_commit_site_, validate=False),
             # The op whose wrapper only passes its arguments on: its overload directly (one Python layer less,

@@ -342,8 +342,8 @@ MAX_WINDOW = 1 << 20
 #: influence:2 forwards 2.07x [1.85, 2.31] fewer rows per accepted change at 0.2 and 1.01x at 0.1 (the CMLM;
 #: bench/RESULTS.md "At a fixed cold target"). Chosen by measurement (bench/RESULTS.md,
 #: "Delayed acceptance only while warm", 2026-11-29): on the annealed main job (16 seeds) influence:2 switched off
-#: below 0.25 (its last two epochs) needs 1.40x [1.11, 1.91] fewer rows than plain MH's own curve for the same best
-#: energy, against 1.31x [1.06, 1.80] for influence:2 in every epoch, and ends 0.39 [0.12, 0.66] nats lower than
+#: below 0.25 (its last two epochs) needs 1.40x [1.11, 1.92] fewer rows than plain MH's own curve for the same best
+#: energy, against 1.31x [open, 1.80] for influence:2 in every epoch, and ends 0.39 [0.12, 0.66] nats lower than
 #: it for 1.20x its rows, more than influence:2 gains from 1.42x the rows on a stretched schedule (0.28). A cold
 #: chain's remaining moves trade a local cost for a gain elsewhere, which every factorised first stage takes
 #: with a probability that vanishes as 1 / temperature grows (docs/delayed.md, "Only while warm").

@@ -250,6 +250,6 @@ def _evaluate_terms(terms: Any, rows: torch.Tensor) -> tuple:
     index = torch.arange(rows.shape[0], device=rows.device)
     try:
         values = terms.evaluate(rows, index)
-    except ValueError as e:
-        raise _err("extra_energy", str(e).removeprefix("mhfast.sample: extra_energy ")) from None
+    except (TypeError, ValueError) as e:  # a term's bad value: named as this call's
+        raise type(e)(f"mhfast.energy: extra_energy {str(e).removeprefix('mhfast.sample: extra_energy ')}") from None
     return values, terms.names, terms.weighted(values)

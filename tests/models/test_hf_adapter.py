@@ -242,6 +242,10 @@ def test_loading_names_what_to_pass_instead(tmp_path):
         with pytest.raises(ValueError, match=r"is a file of a HuggingFace model directory; pass the directory"):
             load_masked_lm(str(tmp_path / "tiny" / name))
     assert isinstance(load_masked_lm(path), HFMaskedLM)
+    beside = tmp_path / "tiny" / "checkpoint.pt"  # any other file there is not refused for its neighbour
+    beside.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable torch checkpoint"):
+        load_masked_lm(str(beside))
     for name, option in (("antiberty", dict(mask_id=4)), ("sapiens-h", dict(tokenizer=None))):
         with pytest.raises(TypeError, match=rf"model: '{name}' takes only device= and dtype=, got "
                                             rf"{next(iter(option))}"):

@@ -287,6 +287,10 @@ def test_mhfast_energy_reads_extra_energy_as_sample_does_and_checks_it_first():
         def nan(tokens):
             return torch.full((tokens.shape[0],), float("nan"))
         mhfast.energy(model, x, extra_energy=[nan])
+    with pytest.raises(TypeError, match=r"^mhfast.energy: extra_energy term 'ints' returned dtype"):
+        def ints(tokens):
+            return tokens[:, 0]
+        mhfast.energy(model, x, extra_energy=[ints])
 
 
 def test_a_hamming_reference_of_another_length_is_refused():

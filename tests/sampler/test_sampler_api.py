@@ -431,9 +431,9 @@ def test_a_callable_block_schedule_is_called_only_for_the_epochs_run():
 
     def schedule(epoch: int) -> int:
         calls.append(epoch)
-        return 2 if epoch == 0 else 5  # model4 has 4 free positions: epoch 1 asks for too many
+        return 4 if epoch == 0 else 9  # model4 has 4 free positions: epoch 1 asks for too many (clamped alike)
 
-    with pytest.raises(Enough), pytest.warns(UserWarning, match="blocks of 5 positions, more than an input's 4"):
+    with pytest.raises(Enough), pytest.warns(UserWarning, match="blocks of 9 positions, more than an input's 4"):
         mhfast.sample(model4(), 4, chains=2, epochs=10_000, burn_in=0, sampler="block-mh",
                       block_schedule=schedule, progress=stop)
     assert calls == [0, 1]

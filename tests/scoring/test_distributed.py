@@ -121,6 +121,22 @@ TERMS_SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_a_mask_of_another_number_of_inputs_is_refused_as_in_one_process():
+    """distributed.sample checks extra_energy against all of init before it shares a per-input mask out (a mask of 5
+    rows for 3 inputs ran over 2 ranks, one of 2 rows failed with an IndexError on one rank)."""
+    from mhfast.energy_terms import AllowedTokens
+
+    model = TabularMLM.random(num_tokens=3, length=(4,), seed=2)
+    m = model.mask_id
+    init = torch.tensor([[m, m, m, m], [0, 1, m, m], [m, m, m, 2]])
+    for rows in (5, 2):
+        mask = AllowedTokens(torch.ones(rows, 4, model.vocab_size, dtype=torch.bool))
+        with pytest.raises(ValueError, match=r"AllowedTokens mask has shape \(%d, 4, 5\)" % rows):
+            dist.sample(model, init=init, chains=2, epochs=1, burn_in=0, extra_energy=[mask])
+        with pytest.raises(ValueError, match=r"AllowedTokens mask has shape \(%d, 4, 5\)" % rows):
+            mhfast.sample(model, init=init, chains=2, epochs=1, burn_in=0, extra_energy=[mask])
+
+
 @pytest.mark.slow  # ~8 s
 def test_per_input_energy_terms_over_ranks_equal_one_process(tmp_path):
     """extra_energy terms that read input_index (a Hamming reference per input, a user's f(tokens, input_index))

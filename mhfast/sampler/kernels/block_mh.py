@@ -65,7 +65,8 @@ class BlockMH:
         self._sizes = BlockSizeRuns(cfg.block_schedule, cfg.epochs, n)
         _warn_oversized(self._sizes.requested, n)  # a callable's: at its first oversized epoch (_plans_of)
         # A callable's sizes are known only as epochs are reached: keep the cache for one-position blocks in case
-        # (a run without them makes the same moves either way; the cache costs memory, not results).
+        # (a run without them makes the same moves either way; the cache costs memory, [chains, T, d or V] as in
+        # single-site MH, not results).
         self._single_site = not self.gibbs and (callable(cfg.block_schedule)
                                                 or any(uses_single_site(n, s) for s in self._sizes.sizes))
         if self.gibbs:
@@ -74,11 +75,11 @@ class BlockMH:
 
     def _plans_of(self, state: ChainState, epoch: int) -> list[BlockStep]:
         sizes = self._sizes.at(epoch)
+        if callable(self.ctx.config.block_schedule) and not self._warned:  # each epoch: 4 then 9 of 4 free clamp alike
+            self._warned = _warn_oversized([self._sizes.requested_at(epoch)], state.num_free_host)
         if self._plans_for is None or not torch.equal(sizes, self._plans_for):  # sizes repeat across epochs
             self._plans_for = sizes
             n = state.num_free_host
-            if callable(self.ctx.config.block_schedule) and not self._warned:
-                self._warned = _warn_oversized([self._sizes.requested_at(epoch)], n)
             self._plans = [block_step_plan(n, sizes, k, self._single_site, state.tokens.device)
                            for k in range(steps_per_epoch(n, sizes))]
         return self._plans
