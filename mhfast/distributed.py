@@ -318,21 +318,22 @@ def _arrive(w: World, key: str) -> None:
     try:
         store.set(f"{key}/at/{w.rank}", "1")
         waiting = {r: (None, time.monotonic()) for r in range(w.size) if r != w.rank}
-        pause = 0.001
-        while waiting:
-            for r in list(waiting):
-                if store.check([f"{key}/at/{r}"]):
+        pause, read_beats = 0.001, 0.0
+        # One store call per poll while ranks are missing (all their keys at once); the missing ones, and their
+        # heartbeats, at most once a second: the store is one server for every waiting rank.
+        while waiting and not store.check([f"{key}/at/{r}" for r in waiting]):
+            if time.monotonic() >= read_beats:
+                read_beats = time.monotonic() + 1.0
+                for r in [r for r in waiting if store.check([f"{key}/at/{r}"])]:
                     del waiting[r]
-                    continue
-                beats, since = waiting[r]
-                now_beats = store.add(_beat_key(r), 0)
-                if now_beats != beats:
-                    waiting[r] = (now_beats, time.monotonic())
-                elif time.monotonic() - since > timeout:
-                    raise PeerFailed(None, f"rank {r} sent no heartbeat for {timeout:g} s")
-            if waiting:
-                time.sleep(pause)
-                pause = min(2 * pause, 0.2)
+                for r, (beats, since) in list(waiting.items()):
+                    now_beats = store.add(_beat_key(r), 0)
+                    if now_beats != beats:
+                        waiting[r] = (now_beats, time.monotonic())
+                    elif time.monotonic() - since > timeout:
+                        raise PeerFailed(None, f"rank {r} sent no heartbeat for {timeout:g} s")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.2)
     except RuntimeError as e:  # the store's host (rank 0's launcher) is gone
         if isinstance(e, PeerFailed):
             raise
