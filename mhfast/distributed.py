@@ -569,8 +569,10 @@ class _GlobalInputs:
     input's reference and every rank but the first sampled a different target, silently."""
 
     def __init__(self, fn: Callable[..., torch.Tensor], rows: torch.Tensor):
+        from .energy_terms import term_name
+
         self.fn, self.rows = fn, rows  # rows: Long[n], the global index of each input of this rank's share
-        self.name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
+        self.name = term_name(fn)
 
     def _global(self, input_index: torch.Tensor) -> torch.Tensor:
         return self.rows.to(input_index.device)[input_index]
@@ -584,11 +586,12 @@ class _GlobalInputs:
             check(tokens, self._global(input_index), pad_id)
 
 
-def _share_terms(extra_energy: Any, rows: list[int]) -> Any:
+def _share_terms(extra_energy: Any, rows: list[int], init: torch.Tensor, vocab_size: int) -> Any:
     """``extra_energy`` for the inputs ``rows`` (global indices) of one rank: terms that read ``input_index`` see
     the global rows (:class:`_GlobalInputs`), and an AllowedTokens mask with one entry per input keeps this
-    rank's entries. The structure (a list, ``(term, weight)`` pairs) stays, so names and weights are the same."""
-    from .energy_terms import AllowedTokens, wants_index, check_extra_energy
+    rank's entries. The structure (a list, ``(term, weight)`` pairs) stays, so names and weights are the same.
+    Checked first against all of ``init``, as one process checks it (a mask of 5 rows for 3 inputs)."""
+    from .energy_terms import AllowedTokens, check_extra_energy, normalize, wants_index
 
     index = torch.tensor(rows, dtype=torch.long)
 
@@ -601,6 +604,7 @@ def _share_terms(extra_energy: Any, rows: list[int]) -> Any:
         return _GlobalInputs(item, index) if callable(item) and wants_index(item) else item
 
     value = check_extra_energy(extra_energy)
+    normalize(value, *init.shape, vocab_size)
     return [one(i) for i in value] if isinstance(value, list) else None if value is None else one(value)
 
 
@@ -659,11 +663,7 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
             fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
             share = dict(options)
             if options.get("extra_energy") is not None:
-                from .energy_terms import check_extra_energy, normalize
-
-                # checked against all of init first, as one process checks it (a mask of 5 rows for 3 inputs)
-                normalize(check_extra_energy(options["extra_energy"]), *init.shape, int(model.vocab_size))
-                share["extra_energy"] = _share_terms(options["extra_energy"], mine)
+                share["extra_energy"] = _share_terms(options["extra_energy"], mine, init, int(model.vocab_size))
             r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
                               input_ids=mine, **share)
             for j, i in enumerate(mine):

@@ -278,6 +278,11 @@ def _checked(term: Term, v: Any, tokens: torch.Tensor) -> torch.Tensor:
     return v.float()
 
 
+def term_name(fn: Callable) -> str:
+    """How results and messages name a term: its ``name``, else its ``__name__``, else its type's name."""
+    return str(getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__)
+
+
 def wants_index(fn: Callable) -> bool:
     """Whether a term is called as ``fn(tokens, input_index)`` (it declares a second positional parameter)."""
     try:
@@ -308,8 +313,7 @@ def _term_or_constraint(item: Any) -> Term | AllowedTokens:
         raise ValueError(f"items must be callables or (callable, weight) pairs, got {item!r}")
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
         raise ValueError(f"weights must be finite numbers, got {weight!r}")
-    name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return Term(fn, float(weight), str(name), wants_index(fn))
+    return Term(fn, float(weight), term_name(fn), wants_index(fn))
 
 
 def normalize(value: Any, num_inputs: int, width: int, vocab_size: int) -> EnergyTerms | None:

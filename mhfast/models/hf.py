@@ -314,8 +314,7 @@ class HFMaskedLM:
     def _prepare_at(self, tokens: torch.Tensor, row_index: torch.Tensor, positions: torch.Tensor, context: Any,
                     context_index: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """:meth:`_prepare` for the ``*_at`` hooks: also checks ``row_index`` (Long[N], in [0, R))."""
-        two_d = isinstance(tokens, torch.Tensor) and tokens.dim() == 2
-        R, T = (tokens.shape[0], tokens.shape[1]) if two_d else (None, None)
+        R = tokens.shape[0] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else None
         check_reads(row_index, positions, R)  # (the positions' values: in _prepare, with its reads)
         # _prepare checks tokens and builds the attention mask; its positions argument is one per row.
         tokens, _, attention_mask = self._prepare(tokens, torch.zeros(R or 0, dtype=torch.long), context,

@@ -236,7 +236,7 @@ def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> Any:
     try:
         terms = normalize(check_extra_energy(extra_energy), rows.shape[0], rows.shape[1], int(lm.vocab_size))
     except ValueError as e:
-        raise _err("extra_energy", str(e).removeprefix("mhfast.sample: extra_energy ")) from None
+        raise _renamed(e) from None
     try:
         terms.check_rows(rows, torch.arange(rows.shape[0], device=rows.device), int(lm.pad_id))
     except ValueError as e:
@@ -250,6 +250,12 @@ def _evaluate_terms(terms: Any, rows: torch.Tensor) -> tuple:
     index = torch.arange(rows.shape[0], device=rows.device)
     try:
         values = terms.evaluate(rows, index)
-    except (TypeError, ValueError) as e:  # a term's bad value: named as this call's
-        raise type(e)(f"mhfast.energy: extra_energy {str(e).removeprefix('mhfast.sample: extra_energy ')}") from None
+    except (TypeError, ValueError) as e:  # a term's bad value
+        raise _renamed(e) from None
     return values, terms.names, terms.weighted(values)
+
+
+def _renamed(e: Exception) -> Exception:
+    """An error of :mod:`mhfast.energy_terms` (whose messages name ``mhfast.sample: extra_energy``) named as this
+    call's: ``mhfast.energy: extra_energy ...``, of the same type."""
+    return type(e)(f"mhfast.energy: extra_energy {str(e).removeprefix('mhfast.sample: extra_energy ')}")
