@@ -278,7 +278,7 @@ def _beat_key(rank: int) -> str:
 
 def _start_heartbeat(rank: int) -> None:
     """A daemon thread that adds 1 to this rank's counter in the store every ``timeout / 20`` s (at most 5 s),
-    for as long as the process lives: the sign of life that ranks waiting at an agreement read (:func:`_arrive`).
+    for as long as the process lives and the store answers within the timeout: the sign of life that ranks waiting at an agreement read (:func:`_arrive`).
     Why a thread and not a beat per epoch or per unit of work: one unit (a long sentence's chains, a model
     load) may take longer than the timeout, and a slow rank must not look dead. Idempotent."""
     store = _store()
@@ -288,11 +288,19 @@ def _start_heartbeat(rank: int) -> None:
     stop = _LIVENESS["stop"]
 
     def beat() -> None:
+        failing_since = None
         while True:
             try:
                 store.add(_beat_key(rank), 1)
-            except (RuntimeError, ValueError):  # the store is gone (the job is ending): nothing left to tell
-                return
+                failing_since = None
+            except (RuntimeError, ValueError):
+                # One failed call may be a transient store error (a timeout under load): keep beating. Failing
+                # for the whole liveness timeout means the store is gone (the job is ending), and by then every
+                # waiting peer has taken this rank for lost anyway: nothing left to tell.
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since > _LIVENESS["timeout_s"]:
+                    return
             if stop.wait(period):
                 return
 

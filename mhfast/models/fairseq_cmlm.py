@@ -316,6 +316,10 @@ class FairseqCMLM:
             raise ValueError(f"tokens: expected an int64 tensor [N, T], got "
                              f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
         check_length(self, int(tokens.shape[1]), "tokens: a row")
+        # An id past the dictionary is an IndexError deep in the embedding (a device-side assert on CUDA); the
+        # static step vouches for its ids, and each check is a host sync there.
+        if not self._static and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}) (the target dictionary)")
 
     @torch.no_grad()
     def decoder_features(self, tokens: torch.Tensor, context: FairseqContext,

@@ -288,3 +288,19 @@ def test_read_positions_and_empty_batches_like_the_fast_decoder(cmlm, sources):
 
     fast = fast_forward_model(cmlm).masked_logits(rows, torch.tensor([1, 2]), context, ci)
     torch.testing.assert_close(full, fast, rtol=1e-5, atol=1e-4)
+
+
+def test_token_ids_outside_the_dictionary_are_named(cmlm, sources):
+    """An id past the target dictionary (or negative) is one ValueError naming `tokens`, on the full adapter and
+    its fast decoder alike (it was an IndexError inside the embedding: a device-side assert on CUDA)."""
+    from mhfast.models.fast_forward import fast_forward_model
+
+    context = cmlm.encode(sources[:1])
+    for model in (cmlm, fast_forward_model(cmlm)):
+        for bad_id in (cmlm.vocab_size, -1):
+            rows = cmlm.frame(3)[None].clone()
+            rows[0, 2] = bad_id
+            with pytest.raises(ValueError, match=rf"tokens: ids must lie in \[0, {cmlm.vocab_size}\)"):
+                model.masked_logits(rows, torch.tensor([1]), context)
+            with pytest.raises(ValueError, match=r"tokens: ids must lie in"):
+                cmlm.decoder_log_probs(rows, context)

@@ -312,3 +312,36 @@ def test_more_local_ranks_than_gpus_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", lambda i: pytest.fail("set_device reached"))
     with pytest.raises(ValueError, match=r"LOCAL_RANK=2, but this machine has 2 GPU\(s\)"):
         dist.world(device="cuda")
+
+
+def test_the_heartbeat_outlives_a_transient_store_error(monkeypatch):
+    """One failed store call (a timeout under load) no longer ends a rank's heartbeat (its peers would take it for
+    lost after the timeout while it works on); a store that keeps failing for the whole timeout ends it."""
+    import threading
+    import time
+
+    class FlakyStore:
+        def __init__(self, fail_calls):
+            self.calls, self.beats, self.fail_calls = 0, 0, fail_calls
+
+        def add(self, key, n):
+            self.calls += 1
+            if self.calls in self.fail_calls:
+                raise RuntimeError("Socket Timeout")
+            self.beats += n
+            return self.beats
+
+    def run(store, timeout_s, seconds):
+        monkeypatch.setattr(dist, "_store", lambda: store)
+        monkeypatch.setattr(dist, "_LIVENESS", {"timeout_s": timeout_s, "thread": None, "stop": threading.Event()})
+        dist._start_heartbeat(0)
+        time.sleep(seconds)
+        alive = dist._LIVENESS["thread"].is_alive()
+        dist._LIVENESS["stop"].set()
+        dist._LIVENESS["thread"].join(5)
+        return alive
+
+    transient = FlakyStore({2})
+    assert run(transient, 1.0, 0.6) and transient.beats >= 5  # period 0.05 s: beats went on after call 2 failed
+    gone = FlakyStore(set(range(3, 10**6)))
+    assert not run(gone, 0.5, 1.5) and gone.beats == 2  # failing for longer than the timeout: the thread ended
