@@ -4,10 +4,13 @@
 CDR spans the user gives, and samples ``exp(-(E(X) + w * Hamming(X, parent)) / tau)`` with Metropolis-Hastings
 (:func:`mhfast.sample`): ``E`` is the model's energy (by default ``E_local``, minus the pseudo-log-likelihood:
 how human the whole sequence looks to Sapiens), the Hamming term keeps variants near the parent (fewer
-mutations, less risk to binding), and ``max_mutations`` caps the distance (a hard constraint: a proposal beyond
-it has energy +1e4 per extra mutation, so its acceptance probability is exactly 0 in floating point and no chain
-ever crosses it). The chains' states after burn-in are pooled into distinct variants, each with its energies and
-its mutations from the parent, lowest energy first.
+mutations, less risk to binding), and ``max_mutations`` caps the distance (a proposal beyond it has energy +1e4
+per extra mutation, so at any target temperature below ~250 its acceptance probability is below the smallest
+uniform the sampler draws and no chain crosses it; at hotter targets a chain can, and such states are left out of
+the variants, so the cap holds for what is returned at any temperature). The chains' states after burn-in (every
+epoch's, up to where ``until_rhat`` / ``min_ess`` stopped the run) are pooled into distinct variants, each with
+its energies and its mutations from the parent, lowest energy first. The parent is read without whitespace and
+in upper case (as the command does).
 
 :func:`sapiens_argmax` is a re-implementation (written here from the BioPhi paper's description, Prihoda et al.,
 mAbs 2022) of BioPhi's Sapiens humanization: the model reads the whole sequence unmasked, every framework
@@ -28,6 +31,7 @@ Example (the mouse 4D5 heavy chain, trastuzumab's parent, Kabat CDRs; about a mi
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -98,8 +102,9 @@ def framework_positions(length: int, cdrs: Sequence[tuple[int, int]]) -> list[in
 
 
 class MutationCap:
-    """A hard cap on the Hamming distance to a reference, as an energy term: ``CAP_PENALTY`` per mutation beyond
-    ``cap`` (0 within it). MH never accepts a move past the cap (its acceptance underflows to exactly 0).
+    """A cap on the Hamming distance to a reference, as an energy term: ``CAP_PENALTY`` per mutation beyond
+    ``cap`` (0 within it). At target temperatures below ~250, MH never accepts a move past the cap (``exp(-1e4 /
+    tau)`` is below the smallest uniform drawn); :func:`humanize` also drops any state past it from its variants.
 
     >>> MutationCap(torch.tensor([[0, 1, 2]]), cap=1)(torch.tensor([[0, 1, 2], [0, 2, 0]]), torch.tensor([0, 0]))
     tensor([    0., 10000.])
@@ -114,6 +119,14 @@ class MutationCap:
 
     def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
         return CAP_PENALTY * (self.distance(tokens, input_index) - self.cap).clamp(min=0)
+
+
+def _normalized(parent: Any) -> str:
+    """The parent's residues without whitespace, in upper case (a lower-case parent made every residue a
+    "mutation": the model's encode upper-cases, the mutation list compared the raw string)."""
+    if not isinstance(parent, str):
+        raise TypeError(f"parent: expected a string of one-letter residues, got {type(parent).__name__}")
+    return "".join(parent.split()).upper()
 
 
 def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor,
@@ -176,24 +189,33 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"top: expected an int >= 1, got {top!r}")
+    parent = _normalized(parent)
     ids, free, framework = _parent_and_free(model, parent, cdrs)
     terms: list = [(Hamming(ids, pad_id=model.pad_id), float(hamming))]
     if max_mutations is not None:
         terms.append((MutationCap(ids, max_mutations, pad_id=model.pad_id), 1.0))
-    from .sampler.options import OPTIONS
-
-    burn_in = options.get("burn_in", OPTIONS["burn_in"].default)
     r = mhfast.sample(model, init=ids, free_positions=free, energy=energy, extra_energy=terms, record="epoch",
                       **options)
-    states = r.history[burn_in:, 0] if r.history is not None and len(r.history) > burn_in else r.tokens
+    # history holds the epochs after burn-in already; an input that until_rhat / min_ess stopped repeats its last
+    # state after epochs_run: those copies are not samples
+    ran = int(r.epochs_run[0]) if r.epochs_run is not None else len(r.acceptance_rate)
+    states = r.history[:ran - r.burn_in, 0]
+    if states.shape[0] == 0:  # epochs == burn_in: no state after burn-in, the final ones stand in
+        states = r.tokens
+    states = states.reshape(-1, ids.shape[1])
+    if max_mutations is not None:  # past the cap only at very hot targets (see MutationCap): never a variant
+        states = states[(states != ids).sum(1) <= max_mutations]
     counts: dict[str, int] = {}
-    for row in states.reshape(-1, ids.shape[1]):
+    for row in states:
         seq = model.decode(row)
         counts[seq] = counts.get(seq, 0) + 1
+    if not counts:  # a warning, not an error: the run's acceptance and the parent's energies still stand
+        warnings.warn(f"humanize: every state after burn-in was past max_mutations ({max_mutations}): no variant "
+                      "(the target temperature is far too hot for the cap: see MutationCap)", stacklevel=2)
     seqs = list(counts)
-    variants = _scored(model, parent, seqs, [counts[s] for s in seqs], float(hamming), energy)[:top]
+    variants = _scored(model, parent, seqs, [counts[s] for s in seqs], float(hamming), energy)[:top] if seqs else []
     p = _scored(model, parent, [parent], [0], 0.0, energy)[0]
-    post = r.acceptance_rate[burn_in:] if len(r.acceptance_rate) > burn_in else r.acceptance_rate
+    post = r.acceptance_rate[r.burn_in:ran] if ran > r.burn_in else r.acceptance_rate[:ran]
     return Humanization(parent, tuple(framework), p.e_local, p.e_raw, tuple(variants), float(post.mean()))
 
 
@@ -210,6 +232,7 @@ def sapiens_argmax(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], ite
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError(f"iterations: expected an int >= 1, got {iterations!r}")
+    parent = _normalized(parent)
     if not callable(getattr(model, "position_logits", None)):
         raise TypeError("model: needs position_logits (every position's prediction, nothing masked): a fairseq "
                         "masked LM such as load_sapiens()")

@@ -248,3 +248,37 @@ def coupled_modes(T: int = 6, J: float = 1.5) -> TabularMLM:
         others = torch.cat([digits[:, :t], digits[:, t + 1:]], dim=1)
         table[:, t, :2] = torch.log_softmax(J * torch.stack([(others == 0).sum(1), (others == 1).sum(1)], 1).float(), 1)
     return TabularMLM({T: table}, mask_id=2, pad_id=3)
+
+
+def consistent_joint(num_tokens: int = 3, length: int = 3, seed: int = 1, scale: float = 1.5
+                     ) -> tuple[TabularMLM, torch.Tensor]:
+    """A tabular MLM whose conditionals are those of one random joint ``p`` over ``num_tokens ** length``
+    sequences: position t's logits given a row are log p(x_t | the row's unmasked others), its masked positions
+    marginalized. Gibbs with these conditionals samples ``p`` exactly (for the paper's inconsistent MLMs it does
+    not). Returns (model, p f64[num_tokens ** length] in the order of :func:`enumerate_states`)."""
+    n, V = num_tokens, num_tokens + 2  # mask n, pad n + 1
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(n ** length, generator=g, dtype=torch.float64) * scale, 0).view([n] * length)
+    table = torch.full((V ** length, length, V), -30.0)  # specials: finite but never proposed, never scored
+    for code in range(V ** length):
+        digits = [(code // V ** (length - 1 - i)) % V for i in range(length)]
+        if n + 1 in digits:
+            continue  # a row with padding inside is never looked up
+        for t in range(length):
+            index = tuple(slice(None) if i == t or d == n else d for i, d in enumerate(digits))
+            sub = p[index]  # axes: t and the masked positions, in order
+            axis_t = sum(1 for i, d in enumerate(digits[:t]) if d == n)
+            marginal = sub.sum(dim=[a for a in range(sub.dim()) if a != axis_t]) if sub.dim() > 1 else sub
+            table[code, t, :n] = (marginal / marginal.sum()).log().float()
+    return TabularMLM({length: table}, mask_id=n, pad_id=n + 1), p.flatten()
+
+
+def independent_positions(num_tokens: int = 3, length: int = 3, seed: int = 2, scale: float = 1.5) -> TabularMLM:
+    """A tabular MLM whose position t ignores its context: p(x) = prod_t softmax(logits_t)[x_t]. Every block
+    conditional is then a product of the single-site ones, so block Gibbs with any block size samples p, and
+    exp(-E_local) = p (E_raw differs by a constant)."""
+    V = num_tokens + 2
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(length, V, generator=g) * scale
+    return TabularMLM({length: logits[None].expand(V ** length, length, V).clone()},
+                      mask_id=num_tokens, pad_id=num_tokens + 1)

@@ -36,6 +36,8 @@ Example:
     >>> check_tempering([1, 2, 4]), check_tempering(3), check_tempering(None)
     ([1.0, 2.0, 4.0], 3, None)
     >>> import torch
+
+from .scalars import as_int
     >>> b = torch.tensor([[1.0, 0.5, 0.25]])
     >>> [round(x, 4) for x in retuned(b, torch.tensor([[0.9, 0.1]]))[0].tolist()]   # the cold pair rejected most:
     [1.0, 0.7222, 0.25]
@@ -48,6 +50,8 @@ import math
 from typing import Any
 
 import torch
+
+from .scalars import as_int
 
 #: the hot end to begin with, as a multiple of the target temperature (then measured, see the module doc)
 HOT_START = 8.0
@@ -77,10 +81,10 @@ def check_tempering(v: Any) -> Any:
         return None
     if isinstance(v, bool):
         raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {v!r}")
-    if isinstance(v, int):
-        if v < 2:
+    if as_int(v) is not None:
+        if as_int(v) < 2:
             raise LadderError(f"needs at least 2 rungs (the target and one hotter), got {v}")
-        return v
+        return as_int(v)
     if isinstance(v, torch.Tensor):
         v = v.tolist()
     if not isinstance(v, (list, tuple)):
@@ -100,7 +104,7 @@ def check_tempering(v: Any) -> Any:
 
 def rungs(v: Any) -> int:
     """The number of rungs K of a checked ``tempering`` value (1: no tempering)."""
-    return 1 if v is None else (v if isinstance(v, int) else len(v))
+    return 1 if v is None else (v if isinstance(v, int) else len(v))  # (checked: an int is a Python int)
 
 
 def geometric(cold: float, hot: float, k: int) -> torch.Tensor:

@@ -38,6 +38,7 @@ from ..runtime.precision import NAMES as DTYPE_NAMES
 from ..runtime.precision import parse as parse_dtype
 from .kernels import KERNELS
 from .ladder import check_tempering
+from .scalars import as_int, as_real
 from .schedules import target_temperature
 
 #: where the chains start (option start=): defined here, with the other choices of the spec, and explained in
@@ -119,9 +120,10 @@ def _int(low: int, high: int | None = None) -> Callable[[Any], Any]:
 
     @_described("64-bit signed int" if (low, high) == (INT64_MIN, INT64_MAX) else f"int {span}")
     def check(v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        n = as_int(v)
+        if n is None or n < low or (high is not None and n > high):
             raise OptionError(f"must be an int {span}, got {v!r}")
-        return v
+        return n
     return check
 
 
@@ -139,11 +141,12 @@ def _float(low: float, *, strict: bool, high: float | None = None) -> Callable[[
 
     @_described(span.replace("a finite number", "finite,"))
     def check(v: Any) -> Any:
-        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-        ok = ok and (v > low if strict else v >= low) and (high is None or v <= high)
+        x = as_real(v)
+        ok = x is not None and math.isfinite(x)
+        ok = ok and (x > low if strict else x >= low) and (high is None or x <= high)
         if not ok:
             raise OptionError(f"must be {span}, got {v!r}")
-        return v
+        return v if isinstance(v, (int, float)) else x  # numpy's numbers stored as Python's
     return check
 
 
@@ -161,13 +164,14 @@ def _block_schedule(v: Any) -> Any:
     """None, an int >= 1, one int >= 1 per epoch (list/tuple; length checked against epochs), or a callable."""
     if v is None or callable(v):
         return v
-    if not isinstance(v, bool) and isinstance(v, int):
+    if as_int(v) is not None:
         return _int(1)(v)
     if isinstance(v, (list, tuple)) and v:
-        for b in v:
-            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        sizes = [as_int(b) for b in v]
+        for b, n in zip(v, sizes):
+            if n is None or n < 1:
                 raise OptionError(f"entries must be ints >= 1, got {b!r}")
-        return list(v)
+        return sizes
     raise OptionError(f"must be None, an int, a list of ints or a callable, got {v!r}")
 
 
@@ -229,9 +233,10 @@ def _bool(v: Any) -> Any:
 
 @_described("finite")
 def _finite(v: Any) -> Any:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    x = as_real(v)
+    if x is None or not math.isfinite(x):
         raise OptionError(f"must be a finite number, got {v!r}")
-    return v
+    return v if isinstance(v, (int, float)) else x
 
 
 @_described("a path (or None)")
@@ -256,9 +261,10 @@ def _uniform_mix(v: Any) -> Any:
     """``"auto"`` or a number in [0, 1) (1 would leave nothing of the MLM proposal)."""
     if v == "auto":
         return v
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:  # NaN fails too
+    x = as_real(v)
+    if x is None or not 0 <= x < 1:  # NaN fails too
         raise OptionError(f"must be 'auto' or a number in [0, 1), got {v!r}")
-    return float(v)
+    return x
 
 
 @_described("None (off), an int K >= 2 (a ladder tuned in burn-in), or K >= 2 increasing temperatures "
@@ -302,9 +308,10 @@ def _memo(v: Any) -> Any:
     """``"auto"`` or an int in [0, MAX_MEMO] (entries per chain; 0 = off)."""
     if v == "auto":
         return v
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_MEMO:
+    n = as_int(v)
+    if n is None or not 0 <= n <= MAX_MEMO:
         raise OptionError(f"must be 'auto' or an int in [0, {MAX_MEMO}], got {v!r}")
-    return v
+    return n
 
 
 def resolved_memo(cfg: Any, extra_terms: bool = False, delayed: bool = False) -> int:
@@ -419,9 +426,10 @@ def _delayed_min_temperature(v: Any) -> Any:
     """``"auto"`` or a finite temperature >= 0 (0: delayed acceptance in every epoch)."""
     if v == "auto":
         return v
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    x = as_real(v)
+    if x is None or not math.isfinite(x) or x < 0:
         raise OptionError(f"must be 'auto' or a finite number >= 0, got {v!r}")
-    return float(v)
+    return x
 
 
 def resolved_delayed_min_temperature(cfg: Any) -> float:
@@ -708,6 +716,11 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
             if not 1.0 / FLOAT32_MAX <= values[name] <= FLOAT32_MAX:
                 raise OptionError(f"{name_of(name)} ({values[name]}) must be in [{1 / FLOAT32_MAX:.3g}, "
                                   f"{FLOAT32_MAX:.3g}]: it and 1 / it must fit in float32")
+    every, epochs, burn_in = values["trace_every"], values["epochs"], values["burn_in"]
+    if every > 1 and epochs // every == burn_in // every:  # (sweep e is traced when (e + 1) % every == 0)
+        # no sweep after burn-in would be traced: every diagnostic NaN and until_rhat / min_ess never met, silently
+        raise OptionError(f"{name_of('trace_every')} ({every}) traces no sweep after {name_of('burn_in')} ({burn_in}) "
+                          f"within {name_of('epochs')} ({epochs}): the diagnostics would have nothing to read")
     caps = KERNELS[values["sampler"]].capabilities
     if values["uniform_mix"] not in ("auto", 0.0) and not caps.hastings:
         raise OptionError(f"{name_of('uniform_mix')} ({values['uniform_mix']}) must be 0 or 'auto' with "

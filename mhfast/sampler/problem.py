@@ -25,6 +25,7 @@ from ..models.base import check_rows_fit, has_features, model_width, never_propo
 from ..runtime.attention import without_cudnn_attention
 from .ladder import rungs
 from .options import display_name
+from .scalars import as_int
 
 
 def _err(name: str, msg: str) -> ValueError:
@@ -213,9 +214,10 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
         if isinstance(input_ids, (str, bytes)) or not hasattr(input_ids, "__iter__"):
             raise TypeError(f"mhfast.sample: input_ids must be a sequence of ints or a 1-D integer tensor, got "
                             f"{type(input_ids).__name__}")
-        values = list(input_ids)
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
-            raise _err("input_ids", f"must be ints, got {values!r}")
+        given = list(input_ids)
+        values = [as_int(v) for v in given]
+        if any(v is None for v in values):
+            raise _err("input_ids", f"must be ints, got {given!r}")
         if any(v < 0 for v in values):
             raise _err("input_ids", "must be >= 0")
         # each id times per_id (plus j) is the RNG's int64 input index
@@ -328,8 +330,12 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     check_devices("mhfast.sample", init=init, free_positions=free_positions, source=source, input_ids=input_ids)
     context = candidate_lengths = None
     if length is not None:
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        if as_int(length) is None or length < 1:
             raise _err("length", f"must be an int >= 1, got {length!r}")
+        length = as_int(length)
+        if free_positions is not None:  # the row is all masks, and masks must be free: nothing to choose
+            raise _err("free_positions", "cannot be combined with length (every masked position is free); pass "
+                                         "init= with the fixed tokens in place to fix some")
         check_slots(model, 1, int(cfg.chains), length, cfg.device, "length",  # before the template row exists
                     rungs(cfg.tempering))
         rows = _template(model, length)[None]

@@ -31,6 +31,7 @@ from typing import Callable, Sequence, Union
 import torch
 
 from ..runtime import rng
+from .scalars import as_int
 
 BlockSchedule = Union[None, int, Sequence[int], Callable[[int], int]]
 
@@ -111,9 +112,10 @@ def requested_block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_
             b = schedule
         else:
             b = schedule[epoch]
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        n = as_int(b)  # numpy's ints too (a callable may index an array)
+        if n is None or n < 1:
             raise ValueError(f"mhfast.sample: block_schedule must give ints >= 1, got {b!r} at epoch {epoch}")
-        sizes = torch.full_like(num_free, b)
+        sizes = torch.full_like(num_free, n)
     return sizes
 
 

@@ -70,7 +70,8 @@ def test_humanize_keeps_cdrs_respects_the_cap_and_scores_its_variants(lm):
                  seed=0, proposal_temperature=1.5)
     assert h.framework == tuple(framework_positions(len(SHORT), SHORT_CDRS))
     variants = h.variants
-    assert len(variants) >= 3 and sum(v.seen for v in variants) <= 6 * 2  # chains x post-burn-in epochs
+    # every state after burn-in, each once: chains x post-burn-in epochs (it skipped burn-in twice: 6 x 1)
+    assert len(variants) >= 3 and sum(v.seen for v in variants) == 6 * 2
     assert [v.energy for v in variants] == sorted(v.energy for v in variants)
     e = mhfast.energy(lm, [lm.encode(v.sequence) for v in variants]).e_local
     for v, e_local in zip(variants, e.tolist()):
@@ -89,6 +90,32 @@ def test_the_cap_holds_in_every_state(lm):
                       proposal_temperature=3.0, record="epoch", extra_energy=[(MutationCap(ids, 2, lm.pad_id), 1.0)])
     distance = (r.history[:, 0] != ids).sum(-1)
     assert int(distance.max()) == 2  # the chains reach the cap (hot proposals) and never pass it
+
+
+def test_a_lower_case_parent_is_the_same_parent(lm):
+    """humanize and sapiens_argmax read the parent as the command does (no whitespace, upper case): a lower-case
+    parent made every residue a "mutation" (the model's encode upper-cases, the mutation list compared the raw
+    string)."""
+    lower = " ".join([SHORT[:20].lower(), SHORT[20:]])
+    a = humanize(lm, SHORT, SHORT_CDRS, chains=2, epochs=2, burn_in=1, seed=0)
+    b = humanize(lm, lower, SHORT_CDRS, chains=2, epochs=2, burn_in=1, seed=0)
+    assert a == b and b.parent == SHORT
+    assert sapiens_argmax(lm, lower, SHORT_CDRS) == sapiens_argmax(lm, SHORT, SHORT_CDRS)
+    with pytest.raises(TypeError, match="parent"):
+        humanize(lm, list(SHORT), SHORT_CDRS)
+
+
+def test_no_variant_past_the_cap_at_any_temperature(lm):
+    """At a target hot enough that moves past the cap are accepted (exp(-1e4 / tau) above the smallest uniform),
+    those states are left out of the variants, and all-past-the-cap is a warning with no variant."""
+    h = humanize(lm, SHORT, SHORT_CDRS, max_mutations=1, top=100, chains=4, epochs=3, burn_in=1, seed=0,
+                 target_temperature=1500.0, proposal_temperature=3.0)
+    assert h.variants and all(len(v.mutations) <= 1 for v in h.variants)
+    assert sum(v.seen for v in h.variants) < 4 * 2  # some states were past it and dropped (2 of 8 here)
+    with pytest.warns(UserWarning, match="past max_mutations"):
+        h = humanize(lm, SHORT, SHORT_CDRS, max_mutations=1, top=100, chains=4, epochs=3, burn_in=1, seed=0,
+                     target_temperature=1e5, proposal_temperature=3.0)
+    assert h.variants == ()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -319,6 +319,8 @@ def test_generator_seed_is_reproducible(device):
     (dict(block_schedule=[1, 2], sampler="block-mh", epochs=3, burn_in=0), "block_schedule"),
     (dict(anneal=-0.1), "anneal"),
     (dict(backend="gpu"), "backend"),
+    (dict(trace_every=5, epochs=4, burn_in=0), "trace_every"),  # no sweep traced: diagnostics would read nothing
+    (dict(trace_every=3, epochs=5, burn_in=3), "trace_every"),  # sweep 3 traced, but inside burn-in
 ])
 def test_bad_arguments_raise_value_error_naming_them(kwargs, name, device):
     with pytest.raises(ValueError, match=name):
@@ -346,6 +348,31 @@ def test_bad_inputs_raise_value_error_naming_them(device):
         sample(device, model, init=torch.tensor([[0, m, 1]]), free_positions=torch.tensor([[True, True]]))
     with pytest.raises(TypeError, match="source"):
         sample(device, model, source=torch.tensor([0]))
+    with pytest.raises(ValueError, match="free_positions cannot be combined with length"):  # (was named init)
+        sample(device, model, 3, free_positions=torch.tensor([[True, False, True]]))
+
+
+def test_numpy_numbers_are_numbers():
+    """Option values read from numpy arrays are ints and floats like Python's (np.int64(2) was refused with "must
+    be an int >= 1, got np.int64(2)"), stored as Python's, and give the same chains."""
+    np = pytest.importorskip("numpy")
+    model = model4()
+    blocks = dict(sampler="block-mh", target_temperature=0.5)
+    plain = mhfast.sample(model, 3, chains=2, epochs=4, burn_in=1, seed=3, block_schedule=[1, 2, 2, 1], input_ids=[7],
+                          **blocks)
+    numpy = mhfast.sample(model, np.int64(3), chains=np.int32(2), epochs=np.int64(4), burn_in=np.uint8(1),
+                          seed=np.int64(3), block_schedule=list(np.array([1, 2, 2, 1])),
+                          input_ids=list(np.array([7])), **{**blocks, "target_temperature": np.float32(0.5)})
+    assert torch.equal(plain.tokens, numpy.tokens)
+    plain = mhfast.sample(model, 3, chains=2, epochs=4, burn_in=1, seed=3, memo=4, uniform_mix=0.25, tempering=2)
+    numpy = mhfast.sample(model, 3, chains=2, epochs=4, burn_in=1, seed=3, memo=np.int16(4),
+                          uniform_mix=np.float16(0.25), tempering=np.int64(2))
+    assert torch.equal(plain.tokens, numpy.tokens)
+    call = mhfast.sample(model, 3, chains=2, epochs=3, burn_in=1, seed=3, sampler="block-mh",
+                         block_schedule=lambda e: np.int64(1 + e % 2))
+    assert call.tokens.shape == (1, 2, 3)
+    with pytest.raises(ValueError, match="chains must be an int >= 1"):
+        mhfast.sample(model, 3, chains=np.bool_(True))
 
 
 def test_counter_rng_is_uniform_and_a_pure_function_of_its_counters():

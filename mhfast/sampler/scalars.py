@@ -1,0 +1,26 @@
+"""Option values that are numbers of any kind: Python's and numpy's ints and floats, never bools.
+
+Why: ``chains=np.int64(4)`` (a value read from an array) was refused with "must be an int >= 1, got
+np.int64(4)", which reads as a contradiction. The checks take any ``numbers.Integral`` / ``numbers.Real`` and
+keep the plain Python value, so what is stored (and written to a run's fingerprint) is an ``int`` or ``float``.
+
+Example:
+    >>> import numpy as np
+    >>> from mhfast.sampler.scalars import as_int, as_real
+    >>> as_int(np.int64(4)), as_int(True), as_int(2.0), as_real(np.float32(0.5)), as_real("1")
+    (4, None, None, 0.5, None)
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+
+def as_int(v: Any) -> int | None:
+    """``v`` as a Python int if it is an integer of any kind but bool (bool is an int in Python), else None."""
+    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else None
+
+
+def as_real(v: Any) -> float | None:
+    """``v`` as a Python float if it is a real number of any kind but bool (ints included), else None."""
+    return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else None
