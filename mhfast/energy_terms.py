@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -316,8 +317,9 @@ def _term_or_constraint(item: Any) -> Term | AllowedTokens:
     return Term(fn, float(weight), term_name(fn), wants_index(fn))
 
 
-def normalize(value: Any, num_inputs: int, width: int, vocab_size: int) -> EnergyTerms | None:
-    """The sampler's :class:`EnergyTerms` for ``extra_energy=value`` (None: no terms)."""
+def normalize(value: Any, num_inputs: int, width: int, vocab_size: int, traced: bool = True) -> EnergyTerms | None:
+    """The sampler's :class:`EnergyTerms` for ``extra_energy=value`` (None: no terms). ``traced``: the terms'
+    values are traced beside e_raw, e_local and proj_N (the sampler), so those names are refused."""
     if value is None:
         return None
     items = [_term_or_constraint(i) for i in (value if isinstance(value, list) else [value])]
@@ -332,4 +334,8 @@ def normalize(value: Any, num_inputs: int, width: int, vocab_size: int) -> Energ
     names = [t.name for t in terms]
     terms = tuple(Term(t.fn, t.weight, f"{t.name}_{names[:i].count(t.name)}" if names.count(t.name) > 1 else t.name,
                        t.wants_index) for i, t in enumerate(terms))
+    for t in terms if traced else ():  # the traces and diagnostics are keyed by name: it would hide that summary
+        if t.name in ("e_raw", "e_local") or re.fullmatch(r"proj_\d+", t.name):
+            raise ValueError(f"mhfast.sample: extra_energy: a term is named {t.name!r}, the name of a traced summary "
+                             "(e_raw, e_local, proj_N); give it another (its `name` attribute)")
     return EnergyTerms(terms, allowed)

@@ -3,7 +3,7 @@
 (``--until-rhat``, ``--min-ess``, ``--trace-every`` and ``--start`` are sampler options: they come from the option
 spec like every other.) ``--diagnostics`` prints, per input, ArviZ's R-hat / ESS / MCSE of every traced summary
 (``mhfast sample``: a table and a line per input; ``mhfast translate``: a line per sentence on stderr, and the
-figures in ``--stats-out``). ``--plot-traces`` draws each input's target-energy trace per chain (burn-in shaded,
+figures in ``--stats-out``). ``--plot-traces`` draws each input's ``--energy`` trace per chain (burn-in shaded,
 R-hat in the title) with matplotlib.
 
 Example:
@@ -28,7 +28,7 @@ def add_arguments(p: Any) -> None:
                         "(energies, extra terms, random projections) over the post-burn-in sweeps, by ArviZ's "
                         "functions (needs --chains >= 2 and arviz-stats: mhfast[diagnostics])")
     g.add_argument("--plot-traces", metavar="FILE.png",
-                   help=f"draw each input's target-energy trace per chain (first {MAX_PANELS} inputs; burn-in shaded, "
+                   help=f"draw each input's --energy trace per chain (first {MAX_PANELS} inputs; burn-in shaded, "
                         "R-hat in the title) into this image (matplotlib)")
 
 

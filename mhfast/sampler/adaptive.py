@@ -2,11 +2,16 @@
 stop when converged (options ``until_rhat``, ``min_ess``; ``epochs`` is the cap).
 
 :class:`RunMonitor` records the traces (:mod:`mhfast.sampler.traces`) and the per-position tallies
-(:mod:`mhfast.sampler.site_counts`) of every run. With ``until_rhat`` and/or ``min_ess`` it also checks, after
-every traced post-burn-in sweep, each input still in the batch: the input has converged when EVERY traced
-summary (energies, extra terms, projections) has rank-normalized split R-hat below ``until_rhat`` and bulk and
-tail ESS of at least ``min_ess`` over its post-burn-in draws (:mod:`mhfast.sampler.diagnostics`, ArviZ's
-functions). A converged input **leaves the batch**: its chains are no longer stepped or forwarded (the kernel's
+(:mod:`mhfast.sampler.site_counts`) of every run. With ``until_rhat`` and/or ``min_ess`` it also checks each
+input still in the batch, after every traced post-burn-in sweep up to :data:`EVERY_DRAW` draws per chain and then
+after every ``D // (EVERY_DRAW // 2)``-th (:func:`check_due`: a check reads all D draws, so checking every sweep made
+a run's cost grow with the square of its length: 29x the sampling at 1,000 epochs of a small model; this way a stop
+comes at most 0.8% of the draws later): the input has converged when EVERY traced summary (energies, extra terms,
+projections) that varies has rank-normalized split R-hat below ``until_rhat`` and bulk and tail ESS of at least
+``min_ess`` over its post-burn-in draws (:mod:`mhfast.sampler.diagnostics`, ArviZ's functions). A summary that
+takes one value in every draw of every chain while another varies is left out (a term constant over the states
+visited, such as a length penalty, says nothing about mixing, and its NaN would never pass); when none varies, the
+chains never moved and the input has not converged. A converged input **leaves the batch**: its chains are no longer stepped or forwarded (the kernel's
 ``restrict``), its final state is the one at that sweep, and the others go on; the run ends when every input has
 left or at ``epochs``. The chains that go on are the chains of a run without the options (the same random
 numbers, plans and memo tables: :mod:`mhfast.sampler.subset`), so until an input leaves, everything about it
@@ -41,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import diagnostics
@@ -48,6 +54,22 @@ from .site_counts import SiteCounts
 from .state import ChainState
 from .subset import merge_chains
 from .traces import TraceRecorder
+
+
+#: checks after every traced post-burn-in sweep up to this many draws per chain (then sparser: :func:`check_due`)
+EVERY_DRAW = 256
+
+
+def check_due(draws: int) -> bool:
+    """Whether an input with ``draws`` post-burn-in draws per chain is checked now: every draw up to
+    :data:`EVERY_DRAW`, then every ``draws // (EVERY_DRAW // 2)``-th (gaps below 0.8% of the draws; the checks'
+    total cost linear in the run's length, not quadratic).
+
+    Example:
+        >>> [d for d in range(250, 400) if check_due(d)][:12]
+        [250, 251, 252, 253, 254, 255, 256, 258, 260, 262, 264, 266]
+    """
+    return draws <= EVERY_DRAW or draws % (draws // (EVERY_DRAW // 2)) == 0
 
 
 class _FullCounts:
@@ -120,7 +142,7 @@ class RunMonitor:
         recorded = self.recorder.record(state, self.rows, epoch.index)
         if not (self.adaptive and recorded and epoch.post_burn_in):
             return full_state
-        newly = [b for b in self.running.nonzero().flatten().tolist() if self._converged(b)]
+        newly = self._converged(self.running.nonzero().flatten().tolist())
         if not newly:
             return full_state
         self.converged[newly] = True
@@ -138,15 +160,37 @@ class RunMonitor:
         self.rows = rows.cpu()[keep]
         return full_state
 
-    def _converged(self, b: int) -> bool:
-        draws = self.recorder.input_draws(b, self.cfg.burn_in).numpy()
-        if draws.shape[1] < diagnostics.MIN_DRAWS:
-            return False
-        for stat in self.stats:  # one at a time: the first that fails decides (each costs ~1 ms per summary)
-            if not diagnostics.meets(diagnostics.diagnose(draws, self.recorder.names, (stat,)), self.until_rhat,
-                                     self.min_ess):
-                return False
-        return True
+    def _converged(self, inputs: list[int]) -> list[int]:
+        """Which of the running ``inputs`` meet the criteria now (all share the same post-burn-in draws count).
+
+        One ArviZ call per diagnostic for all of them (their summaries side by side: ArviZ computes each summary
+        on its own), not one per input: a call's overhead, not its arithmetic, dominated with few draws."""
+        if not inputs:
+            return []
+        per_input = [self.recorder.input_draws(b, self.cfg.burn_in).numpy() for b in inputs]  # [C, D, S] each
+        draws = per_input[0].shape[1]
+        if draws < diagnostics.MIN_DRAWS or not check_due(draws):
+            return []
+        columns, owner = [], []
+        for i, x in enumerate(per_input):
+            varying = diagnostics.varying(x)
+            # a summary constant while another varies says nothing about mixing; none varies: the chains never
+            # moved, and the NaN of the constant summaries fails below
+            kept = x[:, :, varying] if varying.any() and not varying.all() else x
+            columns.append(kept)
+            owner += [i] * kept.shape[2]
+        stacked, labels = np.concatenate(columns, axis=2), [str(k) for k in range(len(owner))]
+        passing = set(range(len(inputs)))
+        for stat in self.stats:  # one diagnostic at a time: the inputs that fail one are not asked the next
+            cols = [k for k, i in enumerate(owner) if i in passing]
+            if not cols:
+                break
+            diag = diagnostics.diagnose(stacked[:, :, cols], [labels[k] for k in cols], (stat,))
+            for i in list(passing):
+                mine = {stat: {labels[k]: diag[stat][labels[k]] for k in cols if owner[k] == i}}
+                if not diagnostics.meets(mine, self.until_rhat, self.min_ess):
+                    passing.discard(i)
+        return [inputs[i] for i in sorted(passing)]
 
     def site_totals(self, state: ChainState) -> torch.Tensor:
         """Long[3, M, T]: every chain's cumulative per-position tallies (stopped chains: their last)."""

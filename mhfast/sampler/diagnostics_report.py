@@ -86,8 +86,10 @@ def arviz_dict(result: Any) -> dict[str, Any]:
     """What :func:`to_arviz` builds from: ``{"posterior": {name: float64 [C, D, B]}, "dims": {name: ["input"]},
     "coords": {"input": [...]}}`` with the post-burn-in draws (NaN after an input left the batch; rounding ties
     merged per input and summary, as the diagnostics see them: :func:`mhfast.sampler.diagnostics.merge_rounding_ties`,
-    so ArviZ's own functions on this data agree with ``result.diagnostics``), plus ``"sample_stats"``: each chain's
-    acceptance and novel rate per epoch of those draws (``[C, D, B]``)."""
+    so ArviZ's own functions on this data agree with ``result.diagnostics``, except for an input that left the batch
+    early, where ArviZ sees the NaN padding and gives NaN: select its draws up to ``epochs_run`` first; and for a
+    summary constant in every draw, where ``result.diagnostics`` gives NaN ESS and MCSE), plus ``"sample_stats"``:
+    each chain's acceptance and novel rate per epoch of those draws (``[C, D, B]``)."""
     if result.traces is None:
         raise ValueError("this result has no traces")
     B, C, _, S = result.traces.shape

@@ -650,9 +650,9 @@ SPEC: tuple[Option, ...] = (
     Option("trace_every", 1, _int(1), "record the traces (E_raw, E_local, each extra term, random projections of "
            "the sequence; per chain) after every N-th sweep; the diagnostics use the post-burn-in ones "
            "(mhfast.sampler.traces)", "-", "int", metavar="N"),
-    Option("until_rhat", None, _optional_float(1.0, strict=True), "stop an input once every traced summary has "
-           "rank-normalized split R-hat below this (ArviZ's threshold: 1.01), checked after every traced "
-           "post-burn-in sweep; epochs is the cap. A converged input leaves the batch, the others go on with the "
+    Option("until_rhat", None, _optional_float(1.0, strict=True), "stop an input once every traced summary that "
+           "varies has rank-normalized split R-hat below this (ArviZ's threshold: 1.01), checked after every traced "
+           "post-burn-in sweep (past 256 draws per chain, after every D/128-th); epochs is the cap. A converged input leaves the batch, the others go on with the "
            "same chains (mhfast.sampler.adaptive, which says what this does and does not guarantee). Needs chains "
            ">= 2, a fixed target (anneal 0) and arviz-stats (mhfast[diagnostics])", "-", "float", metavar="RHAT"),
     Option("min_ess", None, _optional_float(0.0, strict=False), "with or without until_rhat: an input is "

@@ -1,4 +1,7 @@
-"""A figure of the energy traces: each input's target-energy trace per chain, R-hat in the title.
+"""A figure of the energy traces: each input's E_raw or E_local trace per chain, R-hat in the title.
+
+The commands draw the run's ``--energy``; ``result.plot_traces`` draws ``energy="local"`` unless told otherwise. The
+weighted extra terms are not added (their own traces are in ``result.traces``; R-hat of each is in the title's max).
 
 Used by ``result.plot_traces(path)`` and by ``--plot-traces`` of both commands. matplotlib is imported here, when a
 figure is drawn (``pip install "mhfast[plots]"``), into a Figure of its own (pyplot's state is not touched).

@@ -234,7 +234,8 @@ def _extra_terms(extra_energy: Any, rows: torch.Tensor, lm: Any) -> Any:
     if extra_energy is None:
         return None
     try:
-        terms = normalize(check_extra_energy(extra_energy), rows.shape[0], rows.shape[1], int(lm.vocab_size))
+        terms = normalize(check_extra_energy(extra_energy), rows.shape[0], rows.shape[1], int(lm.vocab_size),
+                          traced=False)
     except ValueError as e:
         raise _renamed(e) from None
     try:

@@ -265,6 +265,37 @@ def test_until_rhat_alone_and_min_ess_alone():
     assert mhfast.sample(model, 3, chains=2, epochs=3, burn_in=1).converged is None  # no criteria: no verdict
 
 
+def test_a_summary_constant_by_design_does_not_block_the_stop():
+    """A term that is the same for every state of an input (a length penalty) has NaN R-hat; it is left out of the
+    check while another summary varies (it blocked until_rhat to the cap, silently). The stop is the one of the run
+    without the term, and the report still shows the term's NaN."""
+    model = mixing_toy(scale=0.3)
+
+    def length(tokens):
+        return (tokens != model.pad_id).sum(1).float()
+
+    kw = dict(chains=4, epochs=300, burn_in=5, seed=0, start="random", until_rhat=1.05)
+    plain = mhfast.sample(model, 3, **kw)
+    termed = mhfast.sample(model, 3, extra_energy=[(length, 0.1)], **kw)
+    assert termed.converged.tolist() == [True] and termed.epochs_run.tolist() == plain.epochs_run.tolist()
+    assert math.isnan(termed.diagnostics[0]["rhat"]["length"])
+
+
+@pytest.mark.parametrize("names", [["e_raw"], ["proj_0"], ["proj", "proj"], ["e_local", "x"]])
+def test_a_term_named_like_a_traced_summary_is_refused(names):
+    """The traces and diagnostics are keyed by name: a term named e_raw / e_local / proj_N (also by the _0, _1
+    numbering of two terms of one name) would hide that summary from the report and from until_rhat."""
+    def term(name):
+        f = lambda tokens: torch.zeros(tokens.shape[0])  # noqa: E731
+        f.name = name
+        return f
+
+    with pytest.raises(ValueError, match="extra_energy: a term is named .* the name of a traced summary"):
+        mhfast.sample(mixing_toy(), 3, chains=2, epochs=2, burn_in=1, extra_energy=[term(n) for n in names])
+    assert mhfast.energy(mixing_toy(), torch.tensor([[0, 1, 2]]), extra_energy=[term(n) for n in names]).terms \
+        .shape == (1, len(names))  # scoring traces nothing: any name
+
+
 def test_length_beam_keeps_the_chosen_candidates_diagnostics():
     from mhfast.models.tabular import ConditionalTabularMLM
 
