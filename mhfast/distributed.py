@@ -28,7 +28,7 @@ Example (a user's own script, run as ``torchrun --nproc-per-node 2 script.py``):
     w = dist.world()                                   # rank, size; process group ready
     result = dist.sample(model, init=rows, chains=5, epochs=33, world=w)   # every rank: all rows
     if w.rank == 0:
-        print(result.best_tokens)
+        print(result["best_tokens"])                   # a dict of the gathered fields (see :func:`sample`)
 """
 from __future__ import annotations
 

@@ -22,6 +22,8 @@ residue, 1-based sequential position, new residue), not in an antibody numbering
 
 Example (the mouse 4D5 heavy chain, trastuzumab's parent, Kabat CDRs; about a minute on one CPU core):
     >>> from mhfast.models.sapiens import load_sapiens                                  # doctest: +SKIP
+    >>> parent = ("QVQLQQSGPELVKPGASLKLSCTASGFNIKDTYIHWVKQRPEQGLEWIGRIYPTNGYTRYDPKFQDKATITADTSSNTAYLQVSRLTSE"
+    ...           "DTAVYYCSRWGGDGFYAMDYWGQGASVTVSS")                  # (bench/bench_humanize.py) doctest: +SKIP
     >>> h = humanize(load_sapiens("H"), parent, [(30, 35), (49, 66), (98, 109)], max_mutations=15,
     ...              chains=8, epochs=4, burn_in=2, seed=0)                              # doctest: +SKIP
     >>> [(v.energy, v.mutations) for v in h.variants[:2]]                               # doctest: +SKIP

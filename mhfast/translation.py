@@ -21,7 +21,7 @@ Example::
     >>> out = tr.translate(["Ein Hund läuft."], method="mh", input_ids=[0],
     ...                    sampler_options=dict(chains=2, epochs=4, burn_in=1))   # doctest: +SKIP
     >>> out.hypotheses[0].text                                              # doctest: +SKIP
-    'A dog runs.'
+    'A dog is running while up.'
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ Example:
     >>> from mhfast.models.antiberty import load_antiberty
     >>> lm = load_antiberty()                               # doctest: +SKIP
     >>> lm.encode("EVQL")                                   # doctest: +SKIP
-    tensor([ 2,  8, 22, 19, 15,  3])
+    tensor([ 2,  8, 22, 18, 14,  3])
     >>> lm.decode(lm.encode("EVQL"))                        # doctest: +SKIP
     'EVQL'
 """
