@@ -133,6 +133,14 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
         special = set(lm.special_ids) - {lm.mask_id}
         if all(int(i) in special for i in ids):  # ([CLS] [SEP] of "" too: the API would name init)
             raise ValueError("no token to sample (an empty sequence); give text, or --length N")
+        inner = _inner_special(ids.tolist(), special)
+        if inner is not None:  # ([UNK] would stay fixed, and print as nothing: the energies of another text)
+            tokenizer = getattr(lm, "tokenizer", None)
+            shown = tokenizer.convert_ids_to_tokens(inner[1]) if hasattr(tokenizer, "convert_ids_to_tokens") else \
+                lm.decode(torch.tensor([inner[1]]))
+            raise ValueError(f"token {inner[0]} is {shown!r} (id {inner[1]}): a word the model does not know or a "
+                             "special token, inside the text; it would stay fixed and print as nothing: remove or "
+                             "replace it")
         check_length(lm, len(ids), "the sequence")
     except ValueError as e:
         for where, text in record.lines:
@@ -142,6 +150,20 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
                 raise ValueError(f"{where}: {line_error}") from None
         raise ValueError(f"{record.where}: {e}") from None
     return ids
+
+
+def _inner_special(ids: list[int], special: set[int]) -> tuple[int, int] | None:
+    """(index, id) of the first special id (unknown word, [SEP], ...) between the first and last ordinary token
+    (the model's own framing, [CLS] ... [SEP], lies outside them), or None.
+
+    Example:
+        >>> _inner_special([2, 7, 1, 8, 3], {1, 2, 3}), _inner_special([2, 7, 8, 3], {1, 2, 3})
+        ((2, 1), None)
+    """
+    ordinary = [k for k, i in enumerate(ids) if i not in special]
+    if not ordinary:
+        return None
+    return next(((k, ids[k]) for k in range(ordinary[0], ordinary[-1]) if ids[k] in special), None)
 
 
 def _inputs(lm: Any, args: argparse.Namespace) -> dict:
@@ -185,8 +207,11 @@ def _check(args: argparse.Namespace) -> Any:
         from ..files.lock import check_distinct
 
         energies = ["raw", "local"] if args.energy == "both" else [args.energy]
-        check_distinct({"--plot-traces": _diagnostics.energy_path(args.plot_traces, e, energies) for e in energies},
-                       {"--init-file": args.init_file, "--hamming-reference": args.hamming_reference})
+        check_distinct({f"--plot-traces ({e})": _diagnostics.energy_path(args.plot_traces, e, energies)
+                        for e in energies},
+                       {"--init-file": args.init_file, "--hamming-reference": args.hamming_reference,
+                        "--model": args.model if args.model and os.path.exists(args.model) else None,
+                        "--classifier": args.classifier})
     return cfg
 
 

@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from contextlib import ExitStack
@@ -139,7 +140,9 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
         folder = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"--output: folder {folder!r} does not exist")
-        check_distinct({"--output": args.output}, {"--input": args.input, "--source": args.source})
+        check_distinct({"--output": args.output}, {"--input": args.input, "--source": args.source,
+                                                    "--model": [*_model_files(args).values(),
+                                                                *([args.model] if os.path.exists(args.model) else [])]})
         stack.enter_context(OutputLock(args.output, "--output"))
         if args.resume:
             sink = CommittedOutput.resume(args.output, spec, total, lambda data: data.count(b"\n"))
@@ -177,8 +180,8 @@ def format_record(s: Any, fmt: str, per_token: bool, per_word: bool) -> str:
 def _check(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
-    if args.max_tokens_per_batch is not None and args.max_tokens_per_batch < 1:
-        raise ValueError(f"--max-tokens-per-batch must be an int >= 1, got {args.max_tokens_per_batch}")
+    if args.max_tokens_per_batch is not None and not 1 <= args.max_tokens_per_batch <= 2 ** 40:
+        raise ValueError(f"--max-tokens-per-batch must be an int in [1, {2 ** 40}], got {args.max_tokens_per_batch}")
     if args.source is not None and args.model != "bundled":
         raise ValueError("--source goes with --model bundled (a conditional model)")
     if args.ids and args.model == "bundled":
@@ -225,10 +228,12 @@ def _encode_ids(model: Any, line: str) -> Any:
     the vocabulary, one beyond 64 bits too)."""
     from ..scoring.text import encode
 
-    try:
-        ids = [int(x) for x in line.split()]
-    except ValueError:
-        raise ValueError("expected space-separated integer token ids (--ids)") from None
+    words = line.split()
+    # ASCII digits only: int() also reads "1_0" as 10 and other scripts' digits, which no id file means
+    bad = next((w for w in words if not re.fullmatch(r"-?[0-9]+", w)), None)
+    if bad is not None:
+        raise ValueError(f"expected space-separated integer token ids (--ids), got {bad!r}")
+    ids = [int(x) for x in words]
     try:
         return encode(model, ids)
     except ValueError as e:
@@ -310,6 +315,8 @@ def _score_batches(args: argparse.Namespace, model: Any, lines: list[str], sourc
     # encodes every line alike, so the ranks agree and rank 0 alone reports it
     with distributed.together(world):
         encoded = _encode_lines(model, lines[start:], start, args, name, None if sources is None else sources[start:])
+        if world.is_main:  # the model loaded and every line checked: only now is a fresh --output emptied
+            sink.begin()
 
     def work(first: int) -> tuple[int, list]:
         chunk = encoded[first - start:first - start + args.batch_size]

@@ -341,7 +341,10 @@ def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSt
 
     check_distinct({"--output": args.output, "--stats-out": args.stats_out, "--plot-traces": args.plot_traces},
                    {"--input": None if args.input is None else bundled_test_file(args.input, "--input"),
-                    "--ref": None if args.ref is None else bundled_test_file(args.ref, "--ref")})
+                    "--ref": None if args.ref is None else bundled_test_file(args.ref, "--ref"),
+                    "--model": [str(p) for p in _model_files(args).values() if p is not None],
+                    "--data": args.data, "--hamming-reference": args.hamming_reference,
+                    "--classifier": args.classifier})
     if args.stats_out is not None and is_special(args.stats_out):  # it is replaced by rename: never a device
         raise ValueError(f"--stats-out: {args.stats_out!r} is not a regular file")
     special = args.output is not None and is_special(args.output)  # /dev/null, a FIFO: a stream
@@ -404,6 +407,8 @@ def run(args: argparse.Namespace) -> int:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
         with distributed.together(world):
             work, stats, hyps = _start(args, world, sink, lines, refs, digest)
+            if world.is_main:  # the model loaded and every line checked: only now is a fresh --output emptied
+                sink.begin()
         _translate_chunks(work, sink, stats, hyps, world)
     if refs is not None and lines and world.is_main:
         report_scores(hyps, refs)

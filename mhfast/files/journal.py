@@ -9,7 +9,10 @@ Commit protocol (one chunk of translations = one record):
 
 A kill at any instant leaves the record of the last commit and an output that starts with the bytes
 it names (anything after them is a chunk that was being written: ``--resume`` cuts it off). A fresh
-run writes its empty record BEFORE truncating the output, so an old record never describes a new file.
+run writes its empty record BEFORE truncating the output, so an old record never describes a new file, and it
+does both only at :meth:`CommittedOutput.begin` (the commands call it once the model has loaded and every input
+line has been checked; the first commit calls it too): a run that fails before then (a mistyped model path, a
+line too long) leaves the previous results as they were.
 ``--resume`` believes nothing unchecked: the record's checksum and version, the spec (differences are
 named), and the output's committed bytes against the record's size and hash.
 
@@ -115,7 +118,7 @@ class CommittedOutput:
     """The output file of one run, appended to in committed records; use :meth:`start` or :meth:`resume`."""
 
     def __init__(self, path: str, spec: dict, total_lines: int, fd: int, lines_done: int, committed: bytes,
-                 option: str = "--output"):
+                 option: str = "--output", begun: bool = True):
         self.path, self.spec, self.total_lines, self.fd = path, canonical(spec), total_lines, fd
         self.progress_path = path + PROGRESS_SUFFIX
         self.name = describe(path, option)  #: how I/O errors name the output: --output 'out.txt'
@@ -123,23 +126,26 @@ class CommittedOutput:
         self.lines_done, self.committed = lines_done, committed  # committed: bytes of the resumed prefix
         self.size = len(committed)
         self._sha = hashlib.sha256(committed)
+        self.begun = begun  #: False for a fresh run until :meth:`begin` (the file is untouched until then)
 
     @classmethod
     def start(cls, path: str, spec: dict, total_lines: int, option: str = "--output") -> "CommittedOutput":
-        """A fresh run: empty record first, then the output is emptied (kill-safe in this order)."""
+        """A fresh run: the output opened (created if missing), left as it is until :meth:`begin`."""
         with named(describe(path, option), "open"):
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        out = cls(path, spec, total_lines, fd, 0, b"", option)
-        try:
-            out._write_record()
-            with named(out.name, "write"):
-                os.ftruncate(fd, 0)
-                os.fsync(fd)
-        except BaseException:
-            out.close()
-            raise
-        fsync_dir(path)
-        return out
+        return cls(path, spec, total_lines, fd, 0, b"", option, begun=False)
+
+    def begin(self) -> None:
+        """A fresh run's point of no return: its empty record first, then the output emptied (kill-safe in this
+        order). Once; a resumed run has begun already."""
+        if self.begun:
+            return
+        self._write_record()
+        with named(self.name, "write"):
+            os.ftruncate(self.fd, 0)
+            os.fsync(self.fd)
+        fsync_dir(self.path)
+        self.begun = True
 
     @classmethod
     def resume(cls, path: str, spec: dict, total_lines: int, count_records: Callable[[bytes], int] | None = None,
@@ -194,6 +200,7 @@ class CommittedOutput:
     def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
         """Append ``data`` (whole records), make it durable, then record ``lines_done`` as done.
         ``before_record()`` runs between the two (e.g. writing a statistics file)."""
+        self.begin()
         with named(self.name, "write"):
             write_all(self.fd, data)
             os.fsync(self.fd)
@@ -306,6 +313,9 @@ class StreamOutput:
         with named(name, "open"):
             binary = open(path, "wb")
         return cls(binary, name)
+
+    def begin(self) -> None:
+        """Nothing to prepare: a stream is written as it goes (the interface of :meth:`CommittedOutput.begin`)."""
 
     def commit(self, data: bytes, lines_done: int, before_record: Any = None) -> None:
         with named(self.name, "write"):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from .errors import named
 
@@ -105,12 +105,28 @@ def _same(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_distinct(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
-    """ValueError when an output path names an input or another output (``{"--output": path, ...}``):
-    writing would destroy what is read, or two streams would interleave in one file."""
-    outs = [(k, v) for k, v in outputs.items() if v is not None]
-    ins = [(k, v) for k, v in inputs.items() if v is not None]
+def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:
+    """ValueError when an output path names an input, lies inside an input folder (a model directory), names
+    another output, or names another output's side files (``.progress``, ``.lock``, ``.tmp``):
+    writing would destroy what is read (a checkpoint emptied by a typo), or two streams would interleave in one
+    file. ``inputs``: ``{"--input": path, "--model": [paths], ...}`` (a path, a list of paths, or None); folders
+    are fine."""
+    outs = [(k, str(v)) for k, v in outputs.items() if v is not None]
+    ins = [(k, str(p)) for k, v in inputs.items() if v is not None
+           for p in (v if isinstance(v, (list, tuple)) else [v]) if p is not None]
+    sides = [(f"{k}'s {suffix} file", v + suffix) for k, v in outs if k == "--output"
+             for suffix in (".progress", LOCK_SUFFIX, ".tmp")]
     for i, (name, path) in enumerate(outs):
-        for other, other_path in outs[i + 1:] + ins:
+        for other, other_path in outs[i + 1:] + ins + sides:
             if _same(path, other_path):
                 raise ValueError(f"{name} and {other} name the same file ({path!r}); choose another {name}")
+        for other, folder in ins:
+            if os.path.isdir(folder) and _inside(path, folder):
+                raise ValueError(f"{name} {path!r} lies inside {other} {folder!r}, which this run reads; choose "
+                                 f"another {name}")
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (existing or not) lies inside ``folder``, links resolved."""
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p != f and os.path.commonpath([p, f]) == f

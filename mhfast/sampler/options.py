@@ -49,6 +49,9 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 #: (block sizes interpolated over the epochs), which must not overflow int64; 2**31 - 1 epochs of even a
 #: millisecond each are 25 days.
 MAX_EPOCHS = 2 ** 31 - 1
+#: the largest block size and sub-batch token budget: far beyond any input, and products with a model's width and
+#: bytes per value stay inside int64 (2**63 was a RuntimeError / OverflowError deep in the step or the runner)
+MAX_SIZE = 2 ** 40
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -127,10 +130,11 @@ def _int(low: int, high: int | None = None) -> Callable[[Any], Any]:
     return check
 
 
-def _optional_int(low: int) -> Callable[[Any], Any]:
-    inner = _int(low)
+def _optional_int(low: int, high: int | None = None) -> Callable[[Any], Any]:
+    inner = _int(low, high)
 
-    @_described(f"int >= {low}, or None (chosen from the model and device)")
+    @_described(f"int {f'>= {low}' if high is None else f'in [{low}, {high}]'}, or None (chosen from the model and "
+                "device)")
     def check(v: Any) -> Any:
         return None if v is None else inner(v)
     return check
@@ -165,12 +169,12 @@ def _block_schedule(v: Any) -> Any:
     if v is None or callable(v):
         return v
     if as_int(v) is not None:
-        return _int(1)(v)
+        return _int(1, MAX_SIZE)(v)
     if isinstance(v, (list, tuple)) and v:
         sizes = [as_int(b) for b in v]
         for b, n in zip(v, sizes):
-            if n is None or n < 1:
-                raise OptionError(f"entries must be ints >= 1, got {b!r}")
+            if n is None or not 1 <= n <= MAX_SIZE:
+                raise OptionError(f"entries must be ints in [1, {MAX_SIZE}], got {b!r}")
         return sizes
     raise OptionError(f"must be None, an int, a list of ints or a callable, got {v!r}")
 
@@ -577,8 +581,8 @@ SPEC: tuple[Option, ...] = (
            "-", "str", metavar="DEVICE"),
     Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
-    Option("max_tokens_per_batch", None, _optional_int(1), "masked rows are forwarded in sub-batches of at most "
-           "max_tokens_per_batch // T rows; default on CPU: hidden states of twice one core's L2 cache (tokens = 2 L2 / "
+    Option("max_tokens_per_batch", None, _optional_int(1, MAX_SIZE), "masked rows are forwarded in sub-batches of "
+           "at most max_tokens_per_batch // T rows; default on CPU: hidden states of twice one core's L2 cache (tokens = 2 L2 / "
            "(d x bytes per value) for a model of width d: 2048 at d=512 in fp32 with 2 MiB of L2, 1024 with 1 MiB; "
            "4x L2 for a bf16/fp16 forward on AMX), the fastest sub-batches bench/bench_forward.py measured on two "
            "CPUs; else (GPUs, models of unknown width) 65536", "-", "int"),

@@ -83,8 +83,9 @@ def check_options(where: str, max_tokens_per_batch: Any, backend: Any, **flags: 
     """The plain options of :func:`energy` and :func:`mhfast.score`, before any work; errors name ``where`` and
     the option (``flags``: options that must be True or False, e.g. ``per_position``)."""
     if max_tokens_per_batch is not None and (isinstance(max_tokens_per_batch, bool)
-                                             or not isinstance(max_tokens_per_batch, int) or max_tokens_per_batch < 1):
-        raise _err("max_tokens_per_batch", f"must be an int >= 1 or None (from free memory), got "
+                                             or not isinstance(max_tokens_per_batch, int)
+                                             or not 1 <= max_tokens_per_batch <= 2 ** 40):  # (options.MAX_SIZE)
+        raise _err("max_tokens_per_batch", f"must be an int in [1, {2 ** 40}] or None (from free memory), got "
                    f"{max_tokens_per_batch!r}", where)
     for name, value in flags.items():
         if not isinstance(value, bool):

@@ -82,7 +82,8 @@ SAMPLER_FLAGS: list[tuple[list[str], str]] = [
     (["--force-accept-epochs", "3"], "--force-accept-epochs (3) must be <= --epochs (2)"),
     (["--classifier-label", "0"], "--classifier-label (0) has no effect without --classifier"),
     (["--classifier-weight", "2"], "--classifier-weight (2.0) has no effect without --classifier"),
-    (["--trace-every", "3"], "--trace-every (3) has no effect without --diagnostics"),
+    (["--trace-every", "2"], "--trace-every (2) has no effect without --diagnostics"),
+    (["--trace-every", "3"], "--trace-every (3) traces no sweep after --burn-in"),
     # an energy-term flag meets extra_energy's rules, named by its flag (not as extra_energy / sampler='gibbs')
     (["--hamming", "1", "--sampler", "gibbs"], "--hamming has no effect with --sampler gibbs"),
     (["--classifier", "{d}/nonexistent", "--sampler", "block-gibbs"],

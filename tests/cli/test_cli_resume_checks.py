@@ -218,3 +218,44 @@ def test_output_must_not_be_an_input(setup, capsys):
         code, err = cli(extra, capsys)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert src.read_bytes() == before
+
+
+def test_outputs_never_overwrite_what_the_run_reads(setup, capsys):
+    """An output naming the checkpoint, a file of the --data folder or another output's side file is refused
+    before anything is opened (--output emptied the checkpoint; --stats-out replaced it and exited 0;
+    --stats-out OUT.progress lost the statistics and the run's resumability)."""
+    cli, model, tmp = setup["cli"], setup["model"], setup["tmp"]
+    checkpoint = model / "checkpoint.pt"
+    before = checkpoint.read_bytes()
+    for extra, needle in ((["--output", str(checkpoint)], "--output and --model name the same file"),
+                          (["--output", str(tmp / "o"), "--stats-out", str(checkpoint)],
+                           "--stats-out and --model name the same file"),
+                          (["--output", str(model / "hyp.txt")], "lies inside --data"),
+                          (["--output", str(tmp / "o"), "--stats-out", str(tmp / "o.progress")],
+                           "--stats-out and --output's .progress file"),
+                          (["--output", str(tmp / "o"), "--stats-out", str(tmp / "o.lock")],
+                           "--stats-out and --output's .lock file")):
+        code, err = cli(extra, capsys)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (extra, err)
+    assert checkpoint.read_bytes() == before and not (model / "hyp.txt").exists() and not (tmp / "o").exists()
+
+
+def test_a_fresh_run_that_fails_before_its_first_line_keeps_the_previous_output(setup, capsys):
+    """A fresh run (no --resume) empties --output only once the model has loaded and every line has been checked:
+    a mistyped model or a bad line used to leave an empty file where the previous complete results were."""
+    cli, state, out = setup["cli"], setup["state"], setup["tmp"] / "out.txt"
+    assert cli(["--output", str(out)], capsys)[0] == 0
+    kept, record = out.read_bytes(), (setup["tmp"] / "out.txt.progress").read_bytes()
+    translator = state["translator"]
+
+    class Unloadable:
+        def __getattr__(self, name):
+            raise ValueError("--model: not a fairseq checkpoint (a stand-in for a failed load)")
+
+    state["translator"] = Unloadable()
+    code, err = cli(["--output", str(out), "--seed", "4"], capsys)
+    state["translator"] = translator
+    assert code == 2 and "a stand-in for a failed load" in err, err
+    assert out.read_bytes() == kept and (setup["tmp"] / "out.txt.progress").read_bytes() == record
+    code, err = cli(["--output", str(out), "--resume"], capsys)  # the earlier run's record still stands
+    assert code == 0 and out.read_bytes() == kept, err

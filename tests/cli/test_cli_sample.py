@@ -134,3 +134,12 @@ def test_every_flag_states_its_default_once():
         assert not doubled, (name, doubled)
         for action in p._actions:  # every flag with a value says what it is for
             assert action.help or not action.option_strings, (name, action.option_strings)
+
+
+def test_an_unknown_word_or_a_special_token_inside_the_text_is_named(tiny_dir):
+    """A word outside the vocabulary ([UNK]) or a special token typed inside --init stayed fixed and printed as
+    nothing: the printed text and its energies did not match (energies of 'a [UNK] b' beside the text 'a b')."""
+    for text, shown in (("a z b", "[UNK]"), ("a [SEP] b", "[SEP]")):
+        code, out, err = run_main(["sample", "--model", tiny_dir, "--init", text, "--epochs", "2", "--burn-in", "0",
+                                   "--chains", "2", "-q"])
+        assert code == 2 and f"--init: token 2 is '{shown}'" in err and err.count("\n") == 1, err

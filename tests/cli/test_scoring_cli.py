@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,6 +48,9 @@ def test_jsonl_output_file_and_summary(bert_dir, tmp_path):
     (["--source", "x"], b"a\n", "--source goes with --model bundled"),
     ([], b"a b\n\xff c\n", "line 2: not valid UTF-8"),
     (["--ids"], b"5 6\n5 x\n", "line 2: expected space-separated integer token ids"),
+    (["--ids"], b"5 1_0\n", "line 1: expected space-separated integer token ids (--ids), got '1_0'"),  # (read 10)
+    (["--ids"], "5 \u0665\n".encode(), "line 1: expected space-separated integer token ids"),  # (an Arabic 5)
+    (["--max-tokens-per-batch", str(10 ** 23)], b"a\n", "--max-tokens-per-batch must be an int in [1, "),
     (["--ids"], b"2 4 3\n", "line 1: mhfast.energy: tokens holds mask_id (4)"),
 ])
 def test_errors_are_one_line_with_status_2(bert_dir, tmp_path, argv, content, message):
@@ -152,3 +156,22 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
     part.write_text(part.read_text().replace("-", "+", 1))
     code, out, err = run_main(["score", *base, "-o", str(part), "--resume"])
     assert code == 2 and "changed" in err and err.count("\n") == 1
+
+
+def test_output_inside_the_model_folder_is_refused_and_a_failed_run_keeps_the_old_output(bert_dir, tmp_path):
+    """--output inside the --model folder (config.json) is refused before anything is opened (it was emptied);
+    a fresh run that stops on a bad line leaves the previous output as it was (it was emptied first)."""
+    (tmp_path / "in.txt").write_text("a b c\nd e\n")
+    config = Path(bert_dir) / "config.json"
+    before = config.read_bytes()
+    for target, needle in ((config, "--output and --model name the same file"),
+                           (Path(bert_dir) / "scores.tsv", "lies inside --model")):
+        code, _, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-o", str(target), "-q"])
+        assert code == 2 and needle in err, err
+    assert config.read_bytes() == before and not (Path(bert_dir) / "scores.tsv").exists()
+    out = tmp_path / "out.tsv"
+    assert run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "-o", str(out), "-q"])[0] == 0
+    kept = out.read_bytes()
+    (tmp_path / "long.txt").write_text("a b c\n" + " ".join(["a"] * 5000) + "\n")
+    code, _, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "long.txt"), "-o", str(out), "-q"])
+    assert code == 2 and out.read_bytes() == kept, err

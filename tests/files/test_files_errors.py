@@ -49,8 +49,10 @@ def test_a_failed_atomic_write_removes_its_temp_file_and_keeps_the_old_file(tmp_
 
 def test_a_full_disk_at_the_first_progress_record_names_it_and_leaves_no_temp_file(tmp_path, monkeypatch):
     out = tmp_path / "out.txt"
+    started = CommittedOutput.start(str(out), {"seed": 1}, 2)  # (opens only: the record comes at begin)
     monkeypatch.setattr(os, "write", _enospc)
     with pytest.raises(FileError, match=r"--output progress record '.*out.txt.progress': cannot write: No space"):
-        CommittedOutput.start(str(out), {"seed": 1}, 2)
+        started.begin()
     monkeypatch.undo()
+    started.close()
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]

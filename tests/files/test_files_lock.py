@@ -91,6 +91,42 @@ def test_check_distinct(tmp_path):
     check_distinct({"--output": str(tmp_path / "c"), "--stats-out": None}, {"--input": str(a), "--ref": None})
 
 
+def test_check_distinct_covers_folders_read_and_side_files(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="--output .* lies inside --model"):
+        check_distinct({"--output": str(model / "sub" / "new.txt")}, {"--model": [str(model / "config.json"),
+                                                                                 str(model)]})
+    with pytest.raises(ValueError, match="--output and --model name the same file"):
+        check_distinct({"--output": str(model / "config.json")}, {"--model": [str(model / "config.json")]})
+    for suffix in (".progress", ".lock", ".tmp"):
+        with pytest.raises(ValueError, match=f"--stats-out and --output's \\{suffix} file"):
+            check_distinct({"--output": str(tmp_path / "o"), "--stats-out": str(tmp_path / f"o{suffix}")}, {})
+    check_distinct({"--output": str(tmp_path / "model2" / "o")}, {"--model": str(model)})  # a neighbour: fine
+
+
+def test_a_fresh_output_is_untouched_until_begin(tmp_path):
+    """start() opens; the empty record and the truncation come at begin() (or the first commit): a run that
+    fails before its first line leaves the previous results and their record as they were."""
+    path = tmp_path / "out.txt"
+    first = CommittedOutput.start(str(path), {"seed": 1}, total_lines=1)
+    first.commit(b"old\n", lines_done=1)
+    first.close()
+    record = (tmp_path / f"out.txt{PROGRESS_SUFFIX}").read_bytes()
+    second = CommittedOutput.start(str(path), {"seed": 2}, total_lines=1)
+    second.close()  # failed before begin
+    assert path.read_bytes() == b"old\n" and (tmp_path / f"out.txt{PROGRESS_SUFFIX}").read_bytes() == record
+    third = CommittedOutput.start(str(path), {"seed": 2}, total_lines=1)
+    third.begin()
+    assert path.read_bytes() == b""
+    assert json.loads((tmp_path / f"out.txt{PROGRESS_SUFFIX}").read_text())["lines_done"] == 0
+    third.begin()  # once
+    third.commit(b"new\n", lines_done=1)
+    third.close()
+    assert path.read_bytes() == b"new\n"
+
+
 def test_record_checks(tmp_path):
     path = str(tmp_path / "out.txt")
     out = CommittedOutput.start(path, {"options": {"--seed": 1}}, total_lines=3)

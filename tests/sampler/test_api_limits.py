@@ -16,6 +16,7 @@ import mhfast
 from hf_tiny_models import ids_for, save_tiny_bert_dir, tiny_model
 from mhfast.models.base import check_length, position_limit
 from mhfast.models.hf import HFMaskedLM
+from mhfast.models.tabular import TabularMLM
 
 KINDS = ["bert", "roberta", "distilbert", "electra", "albert"]  # absolute positions: a limit (esm: rotary, none)
 
@@ -156,3 +157,13 @@ def test_chains_beyond_the_available_memory_are_refused_before_allocating(lm, mo
     init = torch.stack([_row(lm, 3), _row(lm, 3)])
     with pytest.raises(ValueError, match=r"mhfast.sample: init x chains: 2 input\(s\) x 5000000 chains"):
         mhfast.sample(lm, init=init, chains=5 * 10 ** 6, epochs=1, burn_in=0)
+
+
+def test_a_huge_token_budget_is_named():
+    """max_tokens_per_batch beyond 2**40 is one ValueError naming it (an OverflowError inside the runner)."""
+    model = TabularMLM.random(3, 3, seed=0)
+    for call in (lambda: mhfast.score(model, [torch.tensor([0, 1, 2])], max_tokens_per_batch=10 ** 23),
+                 lambda: mhfast.energy(model, torch.tensor([[0, 1, 2]]), max_tokens_per_batch=10 ** 23),
+                 lambda: mhfast.sample(model, 3, chains=2, epochs=2, burn_in=1, max_tokens_per_batch=10 ** 23)):
+        with pytest.raises(ValueError, match="max_tokens_per_batch"):
+            call()

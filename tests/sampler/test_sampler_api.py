@@ -319,6 +319,9 @@ def test_generator_seed_is_reproducible(device):
     (dict(block_schedule=[1, 2], sampler="block-mh", epochs=3, burn_in=0), "block_schedule"),
     (dict(anneal=-0.1), "anneal"),
     (dict(backend="gpu"), "backend"),
+    (dict(block_schedule=2 ** 63, sampler="block-mh"), "block_schedule"),  # (a RuntimeError in the step)
+    (dict(block_schedule=[1, 2 ** 63, 1], sampler="block-mh", epochs=3, burn_in=0), "block_schedule"),
+    (dict(max_tokens_per_batch=10 ** 23), "max_tokens_per_batch"),  # (an OverflowError in the runner)
     (dict(trace_every=5, epochs=4, burn_in=0), "trace_every"),  # no sweep traced: diagnostics would read nothing
     (dict(trace_every=3, epochs=5, burn_in=3), "trace_every"),  # sweep 3 traced, but inside burn-in
 ])
