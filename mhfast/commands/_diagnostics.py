@@ -18,7 +18,17 @@ import argparse
 import os
 from typing import Any, Sequence
 
-from ..sampler.trace_plot import MAX_PANELS, plot_traces  # noqa: F401  (the commands' plotter)
+from ..files.errors import named
+from ..files.lines import describe
+from ..sampler.trace_plot import MAX_PANELS
+from ..sampler.trace_plot import plot_traces as _plot_traces
+
+
+def plot_traces(path: str, panels: Sequence[dict]) -> None:
+    """The commands' plotter: :func:`mhfast.sampler.trace_plot.plot_traces`, a write error naming --plot-traces and
+    the path (it was a bare "[Errno 28] No space left on device")."""
+    with named(describe(path, "--plot-traces"), "write"):
+        _plot_traces(path, panels)
 
 
 def add_arguments(p: Any) -> None:

@@ -48,12 +48,20 @@ class OutputLock:
 
     def acquire(self) -> "OutputLock":
         what = f"{self.option} {self.path!r}"
+        if not self.path or self.path.endswith((os.sep, "/")) or os.path.isdir(self.path):
+            # ("" resolved to the working folder, "new/" to new.lock beside it: a stray lock file, then a failure)
+            raise ValueError(f"{what} is not a file name (a folder, or empty)")
         lock_file = f"{what} (its lock file {self.lock_path!r})"
         fd = _locked(self.lock_path, os.O_RDWR, lock_file, lambda fd: (
             f"{what}: another mhfast process (pid {os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or '?'}) "
             "is writing it; wait for it to end or choose another path"))
-        os.ftruncate(fd, 0)  # for the message of a refused second writer only
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            with named(lock_file, "write"):
+                os.ftruncate(fd, 0)  # for the message of a refused second writer only
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
         self.fd = fd
         try:
             self.file_fd = _locked(self.path, os.O_RDONLY, what, lambda fd: (

@@ -154,3 +154,26 @@ def test_evaluate_refuses_malformed_convergence_figures(tmp_path, bad):
     code, out, err = run_main(["evaluate", "--stats", str(stats)])
     assert code == 2 and out == ""
     assert err.strip().endswith("is not a statistics file of 'mhfast translate --stats-out'"), err
+
+
+def test_a_failed_image_write_names_plot_traces(tmp_path, monkeypatch):
+    """A full disk at the image write is one line naming --plot-traces and the path (it was a bare
+    "[Errno 28] No space left on device")."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from mhfast.commands import _diagnostics
+    from mhfast.files.errors import FileError
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    from mhfast.models.tabular import TabularMLM
+    from mhfast.sampler.diagnostics_report import trace_panel
+
+    result = mhfast.sample(TabularMLM.random(3, 3, seed=0), 3, chains=2, epochs=6, burn_in=1, seed=0)
+    panel = {**trace_panel(result, 0, "local"), "label": "input 0"}
+    with pytest.raises(FileError, match=r"--plot-traces '.*t\.png': cannot write: No space left on device"):
+        _diagnostics.plot_traces(str(tmp_path / "t.png"), [panel])

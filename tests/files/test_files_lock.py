@@ -127,6 +127,18 @@ def test_a_fresh_output_is_untouched_until_begin(tmp_path):
     assert path.read_bytes() == b"new\n"
 
 
+def test_an_empty_or_folder_output_name_is_refused_without_a_stray_lock(tmp_path, monkeypatch):
+    """--output "" took the working folder's name (a stray <folder>.lock beside it), "new/" made new.lock, before
+    failing: both are refused first, naming the option."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    for name in ("", "new/", str(tmp_path / "work")):
+        with pytest.raises(ValueError, match=r"--output .* is not a file name"):
+            OutputLock(name).acquire()
+    assert sorted(os.listdir(tmp_path)) == ["work"] and os.listdir(tmp_path / "work") == []
+
+
 def test_record_checks(tmp_path):
     path = str(tmp_path / "out.txt")
     out = CommittedOutput.start(path, {"options": {"--seed": 1}}, total_lines=3)
