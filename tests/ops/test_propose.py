@@ -4,6 +4,8 @@ random uniforms 10^5 draws follow q (chi-square); -inf logits are never proposed
 is rejected with an error naming the argument."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from scipy import stats
@@ -276,3 +278,24 @@ def test_logits_that_overflow_when_divided_by_the_temperature_are_refused_everyw
     site = (cache, torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.tensor([0]), torch.tensor([0]),
             torch.zeros(3, dtype=torch.bool), 0, 0, 1, 0.1, 1.0)
     raises_everywhere("mh_propose_site", site, r"cache contains NaN or \+inf at a proposed site \(or overflows")
+
+
+def test_the_proposal_against_a_hand_computed_row(device):
+    """Not against the reference: against the definition, worked by hand (section 4.1: temperature first, then
+    the nucleus of the tempered distribution). Logits [2, 1, 0, -1] at temperature 2 give p ~ [.455, .276, .167,
+    .102]; the nucleus of mass 0.6 is tokens 0 and 1 (mass before token 1: .455 < .6; before token 2: .731), so q =
+    softmax([1, .5]) on them. Applying top_p before the temperature would keep token 0 alone (.644 >= .6), and
+    ignoring the temperature too."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    z = math.exp(1.0) + math.exp(0.5)
+    want = torch.tensor([1.0 - math.log(z), 0.5 - math.log(z), float("-inf"), float("-inf")])
+    torch.testing.assert_close(reference.nucleus_log_probs(logits, 2.0, 0.6)[0], want)
+    n = 20_000
+    u = torch.rand(n, generator=torch.Generator().manual_seed(3))
+    for op in (ops.propose, reference.propose):
+        proposed, logq, logq_current = (t.cpu() for t in op(logits.expand(n, 4).to(device),
+                                                             torch.full((n,), 2, device=device), 2.0, 0.6, u.to(device)))
+        torch.testing.assert_close(logq, want[proposed])
+        assert bool(torch.isinf(logq_current).all()), "token 2 lies outside the nucleus"
+        share = float((proposed == 0).double().mean())
+        assert abs(share - math.exp(1.0) / z) < 5 * math.sqrt(0.25 / n), share  # 0.6225

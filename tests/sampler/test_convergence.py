@@ -384,6 +384,17 @@ def test_random_and_sampled_starts_follow_their_distributions():
             counts = torch.bincount(x[:, t], minlength=4).double()
             _, pval = stats.chisquare(counts.numpy(), (expected.double() * n).numpy())
             assert pval > 1e-4, f"{start} start, position {t}: chi-square p = {pval:.2e}"
+        # the joint of the two positions (16 cells): independent draws, each from its own distribution (one
+        # uniform per chain for all its positions kept every marginal and made every chain "aa", "bb", ...)
+        if start == "random":
+            joint = torch.full((16,), 1 / 16)
+        else:  # both positions are drawn from the all-mask row's conditionals, independently
+            rows = torch.full((2, 2), model.mask_id)
+            logits = model.masked_logits(rows, torch.tensor([0, 1]))[:, :4].double() / 0.7
+            joint = torch.outer(torch.softmax(logits[0], 0), torch.softmax(logits[1], 0)).flatten()
+        counts = torch.bincount(x[:, 0] * 4 + x[:, 1], minlength=16).double()
+        _, pval = stats.chisquare(counts.numpy(), (joint * n).numpy())
+        assert pval > 1e-4, f"{start} start, joint of the positions: chi-square p = {pval:.2e}"
 
 
 def test_per_chain_init_and_sampled_masks():

@@ -56,7 +56,7 @@ def test_enumerated_target_after_the_switch(energy, delayed, device):
     e_raw, e_local = energies(model, states, energy_mask)
     weight = torch.softmax(-((e_raw if energy == "raw" else e_local) + ends_term(states).double()) / 0.5, 0)
     result = sample(device, model, init=template[None], free_positions=free[None], chains=N_CHAINS, energy=energy,
-                    target_temperature=1.0, anneal=0.1, min_target_temperature=0.5, epochs=40, burn_in=10, seed=5,
+                    target_temperature=1.0, anneal=0.1, min_target_temperature=0.5, epochs=150, burn_in=10, seed=5,
                     delayed=delayed, delayed_min_temperature=0.7, extra_energy=[ends_term])
     tv, bound = tv_and_bound(weight, empirical(states, result.tokens[0]), N_CHAINS)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"

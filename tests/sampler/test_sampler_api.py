@@ -143,6 +143,33 @@ def test_annealing_schedule_and_force_accept(device):
     assert bool((r.novel_rate <= r.acceptance_rate).all())
 
 
+@pytest.mark.parametrize("sampler", ["mh", "block-mh"])
+def test_each_annealed_epoch_accepts_at_its_own_temperature(sampler, device):
+    """The acceptance rate of each of the first two epochs equals the exact one at that epoch's temperature (one
+    free position: the chain's law after epoch 0 is known in closed form). The reported schedule was checked, but
+    not the beta the MH test used: a beta one epoch ahead (1 / tau(e + 1)) passed every test."""
+    model = TabularMLM.random(num_tokens=4, length=1, seed=5, scale=1.5)
+    logits = model.masked_logits(torch.tensor([[model.mask_id]]), torch.tensor([0]))[0, :4].double()
+    q = torch.softmax(logits, 0)  # proposal temperature 1, top_p 1: the conditional itself
+
+    def accept(beta):  # a[x, x'] = min(1, exp(-beta dE) q(x) / q(x')), dE = -(l[x'] - l[x])
+        return torch.clamp(torch.exp((beta - 1) * (logits[None, :] - logits[:, None])), max=1.0)
+
+    n, taus = 6000, (0.5, 0.25)
+    x0 = int(logits.argmax())  # the greedy start
+    a0, a1 = accept(1 / taus[0]), accept(1 / taus[1])
+    after0 = q * a0[x0]
+    after0[x0] += 1 - float(after0.sum())
+    want = [float((q * a0[x0]).sum()), float((after0[:, None] * q[None, :] * a1).sum())]
+    kw = dict(block_schedule=1) if sampler == "block-mh" else {}
+    r = sample(device, model, 1, chains=n, epochs=2, burn_in=0, seed=8, sampler=sampler, target_temperature=0.5,
+               anneal=0.25, min_target_temperature=0.1, proposal_temperature=1.0, top_p=1.0, **kw)
+    torch.testing.assert_close(r.target_temperature, torch.tensor(taus, dtype=torch.float32))
+    for e in range(2):
+        bound = 5 * (want[e] * (1 - want[e]) / n) ** 0.5
+        assert abs(float(r.acceptance_rate[e]) - want[e]) < bound, (e, float(r.acceptance_rate[e]), want[e])
+
+
 class RowCounter:
     """Wraps a model and records the rows of every masked_logits call."""
 

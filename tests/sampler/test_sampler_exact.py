@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mhfast import reference
 from mhfast.models.tabular import TabularMLM, counter_example
 from exact_checks import (N_CHAINS, consistent_joint, empirical, enumerate_states, independent_positions, masks,
                           nucleus_connected, run_and_compare, sample, target_distribution, tiny_bert, tv_and_bound)
@@ -96,6 +97,25 @@ def test_gibbs_samples_the_joint_of_consistent_conditionals(name, kind, kwargs, 
                     seed=7, **kwargs)
     tv, bound = tv_and_bound(p, empirical(states, result.tokens[0]), N_CHAINS)
     assert tv < bound, f"{name}: TV {tv:.4f} >= bound {bound:.4f}"
+
+
+@pytest.mark.parametrize("kwargs", [dict(sampler="gibbs"), dict(sampler="block-gibbs", block_schedule=3)],
+                         ids=["gibbs", "block-gibbs"])
+def test_one_sweep_draws_from_the_tempered_nucleus(kwargs, device):
+    """What proposal_temperature and top_p mean inside the sampler (MH's target does not depend on them, so the
+    exactness tests cannot see a sampler that ignores them): one Gibbs sweep on independent positions draws each
+    position from its conditional's nucleus at the proposal temperature (mhfast.reference.nucleus_log_probs, itself
+    checked by hand in tests/ops/test_propose.py)."""
+    model = independent_positions(3, 3, seed=2)
+    template, free = masks(model, 3)
+    states = enumerate_states(model, template, free)
+    logits = model.masked_logits(template[None].repeat(3, 1), torch.arange(3))[:, :3]  # context-free: any row
+    q = reference.nucleus_log_probs(logits, 0.5, 0.8).double().exp()  # [3 positions, 3 tokens]
+    p = q[0][states[:, 0]] * q[1][states[:, 1]] * q[2][states[:, 2]]
+    result = sample(device, model, init=template[None], chains=N_CHAINS, epochs=1, burn_in=0, seed=4,
+                    proposal_temperature=0.5, top_p=0.8, **kwargs)
+    tv, bound = tv_and_bound(p, empirical(states, result.tokens[0]), N_CHAINS)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
 
 
 def test_infilling_with_padding_matches_enumeration(device):
