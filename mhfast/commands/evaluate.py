@@ -84,6 +84,9 @@ def _read_stats(path: str) -> dict:
             raise ValueError
         epoch_table(stats)  # the fields are there and numeric
         convergence_rows(stats)
+        burn_in = stats.get("burn_in")  # an int >= 0 or null (a string failed after half the table was printed)
+        if burn_in is not None and (type(burn_in) is not int or burn_in < 0):
+            raise ValueError
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # (1e400 sentences: inf, not an int)
         raise ValueError(f"--stats: {path!r} is not a statistics file of 'mhfast translate --stats-out'") from None
     return stats

@@ -154,7 +154,7 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
 
 # ---------------------------------------------------------------------------- records
 def _num(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{x:.6f}"
+    return "nan" if math.isnan(x) else f"{x + 0.0:.6f}"  # (+ 0.0: a sum of no tokens is -0.0, printed as 0)
 
 
 def format_record(s: Any, fmt: str, per_token: bool, per_word: bool) -> str:
@@ -184,6 +184,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--max-tokens-per-batch must be an int in [1, {2 ** 40}], got {args.max_tokens_per_batch}")
     if args.source is not None and args.model != "bundled":
         raise ValueError("--source goes with --model bundled (a conditional model)")
+    if args.ids and args.metric != "original":  # (ids carry no word boundaries: it scored as original, silently)
+        raise ValueError(f"--metric {args.metric} has no effect with --ids (token ids carry no words)")
     if args.ids and args.model == "bundled":
         raise ValueError("--ids is for unconditional models (give the bundled model text)")
     if args.output is not None and os.path.isdir(args.output):

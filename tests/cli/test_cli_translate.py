@@ -392,6 +392,11 @@ def test_evaluate_errors_are_one_line(tmp_path):
     bad_stats.write_text('{"batches": [{"epochs": [{"epoch": 0}]}]}')
     huge = tmp_path / "huge.json"  # json reads 1e400 as inf, which int() cannot take (a traceback until 2026-11-30)
     huge.write_text('{"batches": [{"sentences": 1e400, "epochs": []}]}')
+    epochs = [{"epoch": e, "acceptance_rate": 0.5, "novel_rate": 0.1, "e_raw": 1, "e_local": 2,
+               "target_temperature": 1} for e in range(2)]
+    word_burn_in = tmp_path / "word.json"  # (half the table was printed, then "'<' not supported ...")
+    word_burn_in.write_text(json.dumps({"method": "mh", "burn_in": "x", "batches": [{"sentences": 2,
+                                                                                   "epochs": epochs}]}))
     cases = [
         (["--hyp", str(h), "--ref", str(r)], "line counts differ: --hyp 2, --ref 3"),
         (["--hyp", str(h), "--ref", str(h), "--src", str(r)], "--src 3"),
@@ -400,12 +405,14 @@ def test_evaluate_errors_are_one_line(tmp_path):
         ([], "give --hyp"),
         (["--stats", str(bad_stats)], "--stats"),
         (["--stats", str(huge)], "is not a statistics file"),
+        (["--stats", str(word_burn_in)], "is not a statistics file"),
         (["--stats", str(tmp_path / "missing.json")], "--stats: no such file"),
     ]
     for argv, needle in cases:
         code, out, err = run_main(["evaluate", *argv])
         assert code == 2, (argv, err)
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (argv, err)
+        assert out == "", (argv, out)
 
 
 # ---------------------------------------------------------------------------- text processing

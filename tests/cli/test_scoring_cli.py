@@ -51,6 +51,7 @@ def test_jsonl_output_file_and_summary(bert_dir, tmp_path):
     (["--ids"], b"5 1_0\n", "line 1: expected space-separated integer token ids (--ids), got '1_0'"),  # (read 10)
     (["--ids"], "5 \u0665\n".encode(), "line 1: expected space-separated integer token ids"),  # (an Arabic 5)
     (["--max-tokens-per-batch", str(10 ** 23)], b"a\n", "--max-tokens-per-batch must be an int in [1, "),
+    (["--ids", "--metric", "within_word_l2r"], b"5 6\n", "--metric within_word_l2r has no effect with --ids"),
     (["--ids"], b"2 4 3\n", "line 1: mhfast.energy: tokens holds mask_id (4)"),
 ])
 def test_errors_are_one_line_with_status_2(bert_dir, tmp_path, argv, content, message):
@@ -175,3 +176,12 @@ def test_output_inside_the_model_folder_is_refused_and_a_failed_run_keeps_the_ol
     (tmp_path / "long.txt").write_text("a b c\n" + " ".join(["a"] * 5000) + "\n")
     code, _, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "long.txt"), "-o", str(out), "-q"])
     assert code == 2 and out.read_bytes() == kept, err
+
+
+def test_a_row_with_no_scored_token_prints_zero_like_an_empty_line(bert_dir, tmp_path):
+    """--ids of specials only scores no token: its PLL printed -0.000000 (a sum of nothing), an empty line 0.000000."""
+    (tmp_path / "in.txt").write_text("2 3\n\n")
+    code, out, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--ids", "-q"])
+    assert code == 0, err
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows[0][:2] == ["0.000000", "0.000000"] and rows[0][:4] == rows[1][:4], rows
