@@ -287,16 +287,22 @@ def _start_heartbeat(rank: int) -> None:
     period = min(5.0, max(0.05, _LIVENESS["timeout_s"] / 20))  # (a timeout of 0 must not spin on the store)
     stop = _LIVENESS["stop"]
 
+    import torch.distributed as td
+
+    gone = getattr(td, "DistNetworkError", ())  # a closed connection (torch >= 2.2; () catches nothing)
+
     def beat() -> None:
         failing_since = None
         while True:
             try:
                 store.add(_beat_key(rank), 1)
                 failing_since = None
+            except gone:  # the store's host is gone (the job is ending): nothing left to tell, and every retry
+                return  # would print torch's c10d warning with its C++ stack again
             except (RuntimeError, ValueError):
-                # One failed call may be a transient store error (a timeout under load): keep beating. Failing
-                # for the whole liveness timeout means the store is gone (the job is ending), and by then every
-                # waiting peer has taken this rank for lost anyway: nothing left to tell.
+                # Another failed call may be a transient store error (a timeout under load): keep beating.
+                # Failing for the whole liveness timeout means the store is gone, and by then every waiting peer
+                # has taken this rank for lost anyway: nothing left to tell.
                 now = time.monotonic()
                 failing_since = now if failing_since is None else failing_since
                 if now - failing_since > _LIVENESS["timeout_s"]:

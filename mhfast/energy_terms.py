@@ -317,6 +317,25 @@ def _term_or_constraint(item: Any) -> Term | AllowedTokens:
     return Term(fn, float(weight), term_name(fn), wants_index(fn))
 
 
+def _unique(names: list[str]) -> list[str]:
+    """Terms' names, a name given twice numbered ``name_0``, ``name_1``, ... in order, skipping any number that
+    another term's own name already takes (``x, x, x_0`` made ``x_0, x_1, x_0``: one summary hid the other).
+
+    Example:
+        >>> _unique(["hamming", "hamming", "len"]), _unique(["x", "x", "x_0"])
+        (['hamming_0', 'hamming_1', 'len'], ['x_1', 'x_2', 'x_0'])
+    """
+    out: list[str] = []
+    for i, name in enumerate(names):
+        if names.count(name) > 1:
+            k = names[:i].count(name)
+            while f"{name}_{k}" in names or f"{name}_{k}" in out:
+                k += 1
+            name = f"{name}_{k}"
+        out.append(name)
+    return out
+
+
 def normalize(value: Any, num_inputs: int, width: int, vocab_size: int, traced: bool = True) -> EnergyTerms | None:
     """The sampler's :class:`EnergyTerms` for ``extra_energy=value`` (None: no terms). ``traced``: the terms'
     values are traced beside e_raw, e_local and proj_N (the sampler), so those names are refused."""
@@ -331,9 +350,7 @@ def normalize(value: Any, num_inputs: int, width: int, vocab_size: int, traced: 
     if allowed is not None and (allowed.shape[1:] != (width, vocab_size) or allowed.shape[0] not in (1, num_inputs)):
         raise ValueError(f"mhfast.sample: extra_energy AllowedTokens mask has shape {tuple(allowed.shape)}, expected "
                          f"[{width}, {vocab_size}] or [{num_inputs}, {width}, {vocab_size}] (inputs, width, vocab)")
-    names = [t.name for t in terms]
-    terms = tuple(Term(t.fn, t.weight, f"{t.name}_{names[:i].count(t.name)}" if names.count(t.name) > 1 else t.name,
-                       t.wants_index) for i, t in enumerate(terms))
+    terms = tuple(Term(t.fn, t.weight, name, t.wants_index) for t, name in zip(terms, _unique([t.name for t in terms])))
     for t in terms if traced else ():  # the traces and diagnostics are keyed by name: it would hide that summary
         if t.name in ("e_raw", "e_local") or re.fullmatch(r"proj_\d+", t.name):
             raise ValueError(f"mhfast.sample: extra_energy: a term is named {t.name!r}, the name of a traced summary "

@@ -20,7 +20,7 @@ position takes the residue it predicts most probable, CDRs are grafted back from
 Positions are 0-based over the residues (as ``mhfast sample --free``); mutations are written ``Q1E`` (parent
 residue, 1-based sequential position, new residue), not in an antibody numbering scheme.
 
-Example (the mouse 4D5 heavy chain, trastuzumab's parent, Kabat CDRs; about a minute on one CPU core):
+Example (the mouse 4D5 heavy chain, trastuzumab's parent, Kabat CDRs; a few minutes on one CPU core):
     >>> from mhfast.models.sapiens import load_sapiens                                  # doctest: +SKIP
     >>> parent = ("QVQLQQSGPELVKPGASLKLSCTASGFNIKDTYIHWVKQRPEQGLEWIGRIYPTNGYTRYDPKFQDKATITADTSSNTAYLQVSRLTSE"
     ...           "DTAVYYCSRWGGDGFYAMDYWGQGASVTVSS")                  # (bench/bench_humanize.py) doctest: +SKIP

@@ -36,8 +36,6 @@ Example:
     >>> check_tempering([1, 2, 4]), check_tempering(3), check_tempering(None)
     ([1.0, 2.0, 4.0], 3, None)
     >>> import torch
-
-from .scalars import as_int
     >>> b = torch.tensor([[1.0, 0.5, 0.25]])
     >>> [round(x, 4) for x in retuned(b, torch.tensor([[0.9, 0.1]]))[0].tolist()]   # the cold pair rejected most:
     [1.0, 0.7222, 0.25]

@@ -150,7 +150,7 @@ def _float(low: float, *, strict: bool, high: float | None = None) -> Callable[[
         ok = ok and (x > low if strict else x >= low) and (high is None or x <= high)
         if not ok:
             raise OptionError(f"must be {span}, got {v!r}")
-        return v if isinstance(v, (int, float)) else x  # numpy's numbers stored as Python's
+        return v if type(v) in (int, float) else x  # numpy's numbers (np.float64 too) stored as Python's
     return check
 
 
@@ -240,7 +240,7 @@ def _finite(v: Any) -> Any:
     x = as_real(v)
     if x is None or not math.isfinite(x):
         raise OptionError(f"must be a finite number, got {v!r}")
-    return v if isinstance(v, (int, float)) else x
+    return v if type(v) in (int, float) else x
 
 
 @_described("a path (or None)")

@@ -9,18 +9,29 @@ Example:
     >>> from mhfast.sampler.scalars import as_int, as_real
     >>> as_int(np.int64(4)), as_int(True), as_int(2.0), as_real(np.float32(0.5)), as_real("1")
     (4, None, None, 0.5, None)
+    >>> as_int(np.timedelta64(2)), as_real(10 ** 400), type(as_real(np.float64(0.5))).__name__
+    (None, inf, 'float')
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 
 def as_int(v: Any) -> int | None:
-    """``v`` as a Python int if it is an integer of any kind but bool (bool is an int in Python), else None."""
-    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else None
+    """``v`` as a Python int if it is an integer of any kind but bool (bool is an int in Python) or a numpy
+    timedelta (numpy registers it as an integer), else None."""
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        return None
+    return int(v) if getattr(getattr(v, "dtype", None), "kind", "i") in "iu" else None
 
 
 def as_real(v: Any) -> float | None:
     """``v`` as a Python float if it is a real number of any kind but bool (ints included), else None."""
-    return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else None
+    if not isinstance(v, numbers.Real) or isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", "f") == "m":
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an int beyond float's range: infinite, which every finite check then refuses
+        return math.inf if v > 0 else -math.inf

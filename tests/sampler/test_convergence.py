@@ -296,6 +296,19 @@ def test_a_term_named_like_a_traced_summary_is_refused(names):
         .shape == (1, len(names))  # scoring traces nothing: any name
 
 
+def test_terms_numbered_apart_never_share_a_name():
+    """Terms named x, x and x_0 were numbered x_0, x_1, x_0: two traced summaries under one name, one of them
+    missing from the report. Every term now has a name of its own."""
+    def term(name):
+        f = lambda tokens: torch.zeros(tokens.shape[0])  # noqa: E731
+        f.name = name
+        return f
+
+    r = mhfast.sample(mixing_toy(), 3, chains=2, epochs=4, burn_in=1, extra_energy=[term("x"), term("x"), term("x_0")])
+    assert r.term_names == ["x_1", "x_2", "x_0"] and len(set(r.trace_names)) == len(r.trace_names)
+    assert len(r.diagnostics[0]["rhat"]) == len(r.trace_names)
+
+
 def test_length_beam_keeps_the_chosen_candidates_diagnostics():
     from mhfast.models.tabular import ConditionalTabularMLM
 

@@ -403,6 +403,14 @@ def test_numpy_numbers_are_numbers():
     assert call.tokens.shape == (1, 2, 3)
     with pytest.raises(ValueError, match="chains must be an int >= 1"):
         mhfast.sample(model, 3, chains=np.bool_(True))
+    from mhfast.sampler.options import config_from_kwargs
+
+    cfg = config_from_kwargs({"target_temperature": np.float64(0.5), "chains": np.int64(2), "memo": np.uint8(4)})
+    assert (type(cfg.target_temperature), type(cfg.chains), type(cfg.memo)) == (float, int, int)
+    for bad in (dict(chains=np.timedelta64(2)), dict(uniform_mix=10 ** 400),  # (ran 2 chains; an OverflowError)
+                dict(block_schedule=[np.timedelta64(1, "D")] * 3, sampler="block-mh", epochs=3, burn_in=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            mhfast.sample(model, 3, **bad)
 
 
 def test_counter_rng_is_uniform_and_a_pure_function_of_its_counters():

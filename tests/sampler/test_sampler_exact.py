@@ -84,7 +84,7 @@ def test_gibbs_samples_the_joint_of_consistent_conditionals(name, kind, kwargs, 
     """The positive check of the degenerate samplers (the controls above only show they miss an MH target): where
     the MLM's conditionals are those of one joint p, Gibbs (and block Gibbs with blocks of 1) samples p; where the
     positions are independent, block Gibbs does for any block size. A kernel that draws from anything but the
-    conditional (uniform draws: TV ~0.7 here) or that freezes fails the bound."""
+    conditional (uniform draws: TV 0.5-0.6 here, bounds ~0.1) or that freezes fails the bound."""
     if kind == "joint":
         model, p = consistent_joint(3, 3, seed=1)
     else:

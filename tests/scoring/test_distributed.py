@@ -316,7 +316,8 @@ def test_more_local_ranks_than_gpus_is_one_clear_error(monkeypatch):
 
 def test_the_heartbeat_outlives_a_transient_store_error(monkeypatch):
     """One failed store call (a timeout under load) no longer ends a rank's heartbeat (its peers would take it for
-    lost after the timeout while it works on); a store that keeps failing for the whole timeout ends it."""
+    lost after the timeout while it works on); a store that keeps failing for the whole timeout ends it, and a
+    closed connection (the store's host gone) at once."""
     import threading
     import time
 
@@ -343,5 +344,14 @@ def test_the_heartbeat_outlives_a_transient_store_error(monkeypatch):
 
     transient = FlakyStore({2})
     assert run(transient, 1.0, 0.6) and transient.beats >= 5  # period 0.05 s: beats went on after call 2 failed
-    gone = FlakyStore(set(range(3, 10**6)))
-    assert not run(gone, 0.5, 1.5) and gone.beats == 2  # failing for longer than the timeout: the thread ended
+    failing = FlakyStore(set(range(3, 10**6)))
+    assert not run(failing, 0.5, 1.5) and failing.beats == 2  # failing for longer than the timeout: it ended
+    import torch.distributed as td
+
+    class ClosedStore(FlakyStore):  # the store's host is gone: one call, no retry (each printed c10d's warning)
+        def add(self, key, n):
+            self.calls += 1
+            raise td.DistNetworkError("Broken pipe")
+
+    closed = ClosedStore(set())
+    assert not run(closed, 5.0, 0.5) and closed.calls == 1
