@@ -317,3 +317,18 @@ def test_a_hamming_reference_of_another_length_is_refused():
     with pytest.raises(ValueError, match=r"mhfast.energy: extra_energy: ref.txt line 1 has 2 tokens, the sequence it "
                                          r"is compared with 3"):
         mhfast.energy(model, init, extra_energy=[named])
+
+
+def test_the_best_state_is_the_targets_best_with_extra_terms():
+    """best_energy / best_tokens are judged by the target, model energy plus the weighted terms: a best state kept
+    by the model energy alone passed every test (no best-state check used an extra term)."""
+    model = model3()
+    term = TableTerm(seed=3)
+    r = mhfast.sample(model, 3, chains=6, epochs=12, burn_in=2, seed=4, energy="local", extra_energy=[(term, 3.0)],
+                      record="epoch")
+    e = mhfast.energy(model, r.best_tokens[0][None]).e_local
+    best = float(e[0]) + 3.0 * float(term(r.best_tokens[0][None])[0])
+    assert abs(float(r.best_energy[0]) - best) < 1e-4
+    seen = mhfast.energy(model, r.history[:, 0].reshape(-1, 3)).e_local.double() \
+        + 3.0 * term(r.history[:, 0].reshape(-1, 3)).double()
+    assert float(r.best_energy[0]) <= float(seen.min()) + 1e-4  # no state visited after burn-in was better

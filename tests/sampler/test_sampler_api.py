@@ -92,9 +92,14 @@ def test_chain_does_not_depend_on_batch_or_sub_batching(sampler, device):
     assert b.lengths.tolist() == [3, 4, 2]
 
 
-def test_energies_and_best_state_are_consistent(device):
+@pytest.mark.parametrize("kwargs", [dict(), dict(force_accept_epochs=6),
+                                    dict(force_accept_epochs=6, sampler="block-mh", block_schedule=2)],
+                         ids=["mh", "mh-forced", "block-mh-forced"])
+def test_energies_and_best_state_are_consistent(kwargs, device):
+    """The cached energies are the final tokens' (also after forced-accept epochs, whose moves skip the test: a
+    commit that kept the old energies there was seen only by comparing two samplers) and the best state's."""
     model = model4(features=True)
-    r = sample(device, model, 4, chains=5, epochs=6, burn_in=2, seed=2, energy="local")
+    r = sample(device, model, 4, chains=5, epochs=6, burn_in=2, seed=2, energy="local", **kwargs)
     for c in range(5):
         e_raw, e_local = energy_of(model, r.tokens[0, c])
         assert abs(e_raw - float(r.energy_raw[0, c])) < 1e-4
