@@ -218,3 +218,27 @@ def test_cli_runs_it_and_refuses_the_raw_energy_in_one_line(tmp_path):
     assert ok.returncode == 0, ok.stderr
     stats = ok.stdout.strip().splitlines()[-1]
     assert "delayed: stage 1 " in stats and "rows saved " in stats, stats
+
+
+@pytest.mark.parametrize("log_alpha", [-0.5, -2.0, -5.0])
+def test_the_first_test_leans_towards_passing_by_its_margin(log_alpha, monkeypatch):
+    """Early rejection promises never to reject what exact MH accepts, float rounding included: its test
+    (moves.delayed.first_stage, early=True) passes log u up to 1e-4 (1 + |log alpha|) ABOVE the lower bound's log
+    alpha. A margin of the other sign passed every run (the chains' uniforms never fell that close); here u is put
+    just inside the margin and just outside it."""
+    from types import SimpleNamespace
+
+    import mhfast.sampler.moves.delayed as delayed
+
+    n = 2
+    margin = 1e-4 * (1 + abs(log_alpha))
+    # log u = log_alpha + margin/2 (inside: must pass) and log_alpha + 2 margin (outside: must not)
+    u = torch.tensor([log_alpha + margin / 2, log_alpha + 2 * margin], dtype=torch.float64).exp().float()
+    monkeypatch.setattr(delayed.rng, "uniforms_from_keys", lambda *a, **k: u)
+    state = SimpleNamespace(target=torch.zeros(n), tokens=torch.zeros(n, 3, dtype=torch.long),
+                            rng_keys=torch.zeros(n, dtype=torch.long))
+    proposal = SimpleNamespace(ch=torch.arange(n), logq_reverse=torch.full((n,), log_alpha),
+                               logq_forward=torch.zeros(n))
+    ctx = SimpleNamespace(backend=SimpleNamespace(counter_uniforms=None))
+    passed = delayed.first_stage(ctx, state, proposal, torch.zeros(n), beta=1.0, epoch=0, step=0, early=True)
+    assert passed.tolist() == [True, False]
