@@ -342,8 +342,9 @@ def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSt
     check_distinct({"--output": args.output, "--stats-out": args.stats_out, "--plot-traces": args.plot_traces},
                    {"--input": None if args.input is None else bundled_test_file(args.input, "--input"),
                     "--ref": None if args.ref is None else bundled_test_file(args.ref, "--ref"),
+                    # the files read, not --data's folder: an output beside the dictionaries harms nothing
                     "--model": [str(p) for p in _model_files(args).values() if p is not None],
-                    "--data": args.data, "--hamming-reference": args.hamming_reference,
+                    "--hamming-reference": args.hamming_reference,
                     "--classifier": args.classifier})
     if args.stats_out is not None and is_special(args.stats_out):  # it is replaced by rename: never a device
         raise ValueError(f"--stats-out: {args.stats_out!r} is not a regular file")
