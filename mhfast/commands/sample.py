@@ -207,10 +207,10 @@ def _check(args: argparse.Namespace) -> Any:
         from ..files.lock import check_distinct
 
         energies = ["raw", "local"] if args.energy == "both" else [args.energy]
-        check_distinct({f"--plot-traces ({e})": _diagnostics.energy_path(args.plot_traces, e, energies)
-                        for e in energies},
+        check_distinct({"--plot-traces" + (f" ({e})" if len(energies) > 1 else ""):
+                        _diagnostics.energy_path(args.plot_traces, e, energies) for e in energies},
                        {"--init-file": args.init_file, "--hamming-reference": args.hamming_reference,
-                        "--model": args.model if args.model and os.path.exists(args.model) else None,
+                        "--model": args.model if args.model and os.path.isfile(args.model) else None,
                         "--classifier": args.classifier})
     return cfg
 

@@ -113,17 +113,22 @@ def _same(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+#: the files an output's writer makes beside it (journal.py's progress record and its atomic replacement; the
+#: statistics' atomic replacement; every locked output's lock file)
+SIDE_FILES = {"--output": (".progress", ".progress.tmp", LOCK_SUFFIX), "--stats-out": (".tmp", LOCK_SUFFIX)}
+
+
 def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:
     """ValueError when an output path names an input, lies inside an input folder (a model directory), names
-    another output, or names another output's side files (``.progress``, ``.lock``, ``.tmp``):
+    another output, or names a file another output writes beside it (``--output``: ``.progress``, its
+    ``.progress.tmp`` and ``.lock``; ``--stats-out``: ``.tmp`` and ``.lock``):
     writing would destroy what is read (a checkpoint emptied by a typo), or two streams would interleave in one
     file. ``inputs``: ``{"--input": path, "--model": [paths], ...}`` (a path, a list of paths, or None); folders
     are fine."""
     outs = [(k, str(v)) for k, v in outputs.items() if v is not None]
     ins = [(k, str(p)) for k, v in inputs.items() if v is not None
            for p in (v if isinstance(v, (list, tuple)) else [v]) if p is not None]
-    sides = [(f"{k}'s {suffix} file", v + suffix) for k, v in outs if k == "--output"
-             for suffix in (".progress", LOCK_SUFFIX, ".tmp")]
+    sides = [(f"{k}'s {suffix} file", v + suffix) for k, v in outs for suffix in SIDE_FILES.get(k, ())]
     for i, (name, path) in enumerate(outs):
         for other, other_path in outs[i + 1:] + ins + sides:
             if _same(path, other_path):

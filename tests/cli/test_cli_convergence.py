@@ -177,3 +177,12 @@ def test_a_failed_image_write_names_plot_traces(tmp_path, monkeypatch):
     panel = {**trace_panel(result, 0, "local"), "label": "input 0"}
     with pytest.raises(FileError, match=r"--plot-traces '.*t\.png': cannot write: No space left on device"):
         _diagnostics.plot_traces(str(tmp_path / "t.png"), [panel])
+
+
+def test_sample_may_draw_its_image_into_the_model_folder(tmp_path):
+    """sample keeps no resume record, so an image beside the model's files harms nothing (it was refused as lying
+    inside --model; score's --output still is: there every file of the folder is part of the model's identity)."""
+    model = save_tiny_bert_dir(tmp_path / "model")
+    argv = ["sample", "--model", str(model), *SAMPLE[:2], "--chains", "2", "--epochs", "2", "--burn-in", "0", "-q"]
+    code, _, err = run_main([*argv, "--plot-traces", str(tmp_path / "model" / "traces.png")])
+    assert code == 0 and (tmp_path / "model" / "traces.png").is_file(), err

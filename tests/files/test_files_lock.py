@@ -100,9 +100,12 @@ def test_check_distinct_covers_folders_read_and_side_files(tmp_path):
                                                                                  str(model)]})
     with pytest.raises(ValueError, match="--output and --model name the same file"):
         check_distinct({"--output": str(model / "config.json")}, {"--model": [str(model / "config.json")]})
-    for suffix in (".progress", ".lock", ".tmp"):
+    for suffix in (".progress", ".progress.tmp", ".lock"):
         with pytest.raises(ValueError, match=f"--stats-out and --output's \\{suffix} file"):
             check_distinct({"--output": str(tmp_path / "o"), "--stats-out": str(tmp_path / f"o{suffix}")}, {})
+    for suffix in (".tmp", ".lock"):  # (the statistics are replaced through STATS.tmp: it truncated the output)
+        with pytest.raises(ValueError, match=f"--output and --stats-out's \\{suffix} file"):
+            check_distinct({"--output": str(tmp_path / f"s{suffix}"), "--stats-out": str(tmp_path / "s")}, {})
     check_distinct({"--output": str(tmp_path / "model2" / "o")}, {"--model": str(model)})  # a neighbour: fine
 
 
