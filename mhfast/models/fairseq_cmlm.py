@@ -311,14 +311,18 @@ class FairseqCMLM:
         finally:
             self._static = before
 
-    def _check_rows(self, tokens: torch.Tensor) -> None:
+    def _check_rows(self, tokens: torch.Tensor, values: bool | None = None) -> None:
+        """The rows' type and width, and (``values``; default: outside ``static_inputs``) their ids. A wrapper with
+        its own static_inputs (the fast decoder) passes its own flag: a value check is a host sync, which a traced
+        or captured step cannot make."""
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             raise ValueError(f"tokens: expected an int64 tensor [N, T], got "
                              f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
         check_length(self, int(tokens.shape[1]), "tokens: a row")
         # An id past the dictionary is an IndexError deep in the embedding (a device-side assert on CUDA); the
         # static step vouches for its ids, and each check is a host sync there.
-        if not self._static and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+        values = not self._static if values is None else values
+        if values and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}) (the target dictionary)")
 
     @torch.no_grad()

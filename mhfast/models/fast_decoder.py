@@ -138,7 +138,7 @@ class FastCMLMDecoder:
                            context: Any = None, context_index: torch.Tensor | None = None) -> torch.Tensor:
         """Features at ``positions[n]`` of row ``row_index[n]``: float[N, d], as the adapter's, from one pass."""
         lm = self.lm
-        lm._check_rows(tokens)
+        lm._check_rows(tokens, values=not self._static)
         R = tokens.shape[0]
         if not self._static:  # value checks (host syncs), unless the caller vouches for its indices
             lm.check_context(context, context_index, R)
