@@ -278,7 +278,8 @@ def _beat_key(rank: int) -> str:
 
 def _start_heartbeat(rank: int) -> None:
     """A daemon thread that adds 1 to this rank's counter in the store every ``timeout / 20`` s (at most 5 s),
-    for as long as the process lives and the store answers within the timeout: the sign of life that ranks waiting at an agreement read (:func:`_arrive`).
+    for as long as the process lives and the store answers within the timeout: the sign of life that ranks waiting
+    at an agreement read (:func:`_arrive`).
     Why a thread and not a beat per epoch or per unit of work: one unit (a long sentence's chains, a model
     load) may take longer than the timeout, and a slow rank must not look dead. Idempotent."""
     store = _store()

@@ -194,8 +194,9 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
     parent = _normalized(parent)
     ids, free, framework = _parent_and_free(model, parent, cdrs)
     terms: list = [(Hamming(ids, pad_id=model.pad_id), float(hamming))]
-    if max_mutations is not None:
-        terms.append((MutationCap(ids, max_mutations, pad_id=model.pad_id), 1.0))
+    cap = MutationCap(ids, max_mutations, pad_id=model.pad_id) if max_mutations is not None else None
+    if cap is not None:
+        terms.append((cap, 1.0))
     r = mhfast.sample(model, init=ids, free_positions=free, energy=energy, extra_energy=terms, record="epoch",
                       **options)
     # history holds the epochs after burn-in already; an input that until_rhat / min_ess stopped repeats its last
@@ -205,8 +206,8 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
     if states.shape[0] == 0:  # epochs == burn_in: no state after burn-in, the final ones stand in
         states = r.tokens
     states = states.reshape(-1, ids.shape[1])
-    if max_mutations is not None:  # past the cap only at very hot targets (see MutationCap): never a variant
-        states = states[(states != ids).sum(1) <= max_mutations]
+    if cap is not None:  # past the cap only at very hot targets (see MutationCap): never a variant
+        states = states[cap(states, torch.zeros(states.shape[0], dtype=torch.long)) == 0]
     counts: dict[str, int] = {}
     for row in states:
         seq = model.decode(row)

@@ -180,8 +180,10 @@ def format_record(s: Any, fmt: str, per_token: bool, per_word: bool) -> str:
 def _check(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be an int >= 1, got {args.batch_size}")
-    if args.max_tokens_per_batch is not None and not 1 <= args.max_tokens_per_batch <= 2 ** 40:
-        raise ValueError(f"--max-tokens-per-batch must be an int in [1, {2 ** 40}], got {args.max_tokens_per_batch}")
+    from ..sampler.scalars import MAX_SIZE
+
+    if args.max_tokens_per_batch is not None and not 1 <= args.max_tokens_per_batch <= MAX_SIZE:
+        raise ValueError(f"--max-tokens-per-batch must be an int in [1, {MAX_SIZE}], got {args.max_tokens_per_batch}")
     if args.source is not None and args.model != "bundled":
         raise ValueError("--source goes with --model bundled (a conditional model)")
     if args.ids and args.metric != "original":  # (ids carry no word boundaries: it scored as original, silently)

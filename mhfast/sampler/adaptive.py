@@ -8,12 +8,12 @@ after every ``D // (EVERY_DRAW // 2)``-th (:func:`check_due`: a check reads all 
 a run's cost grow with the square of its length: 29x the sampling at 1,000 epochs of a small model; the checks are
 at most 0.8% of the draws apart, but R-hat and ESS go up and down from draw to draw, so a criterion met at a skipped
 draw can fail at the next checks and the stop come later than that: measured, 42 sweeps later at ~550 draws): the
-input has converged when EVERY traced summary (energies, extra terms,
-projections) that varies has rank-normalized split R-hat below ``until_rhat`` and bulk and tail ESS of at least
-``min_ess`` over its post-burn-in draws (:mod:`mhfast.sampler.diagnostics`, ArviZ's functions). A summary that
-takes one value in every draw of every chain while another varies is left out (a term constant over the states
-visited, such as a length penalty, says nothing about mixing, and its NaN would never pass); when none varies, the
-chains never moved and the input has not converged. A converged input **leaves the batch**: its chains are no longer stepped or forwarded (the kernel's
+input has converged when EVERY traced summary (energies, extra terms, projections) that varies has rank-normalized
+split R-hat below ``until_rhat`` and bulk and tail ESS of at least ``min_ess`` over its post-burn-in draws
+(:mod:`mhfast.sampler.diagnostics`, ArviZ's functions). A summary that takes one value in every draw of every chain
+while another varies is left out (a term constant over the states visited, such as a length penalty, says nothing
+about mixing, and its NaN would never pass); when none varies, the chains never moved and the input has not
+converged. A converged input **leaves the batch**: its chains are no longer stepped or forwarded (the kernel's
 ``restrict``), its final state is the one at that sweep, and the others go on; the run ends when every input has
 left or at ``epochs``. The chains that go on are the chains of a run without the options (the same random
 numbers, plans and memo tables: :mod:`mhfast.sampler.subset`), so until an input leaves, everything about it

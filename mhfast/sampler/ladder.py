@@ -79,10 +79,11 @@ def check_tempering(v: Any) -> Any:
         return None
     if isinstance(v, bool):
         raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {v!r}")
-    if as_int(v) is not None:
-        if as_int(v) < 2:
+    k = as_int(v)
+    if k is not None:
+        if k < 2:
             raise LadderError(f"needs at least 2 rungs (the target and one hotter), got {v}")
-        return as_int(v)
+        return k
     if isinstance(v, torch.Tensor):
         v = v.tolist()
     if not isinstance(v, (list, tuple)):

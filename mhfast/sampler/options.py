@@ -38,7 +38,7 @@ from ..runtime.precision import NAMES as DTYPE_NAMES
 from ..runtime.precision import parse as parse_dtype
 from .kernels import KERNELS
 from .ladder import check_tempering
-from .scalars import as_int, as_real
+from .scalars import MAX_SIZE, as_int, as_real
 from .schedules import target_temperature
 
 #: where the chains start (option start=): defined here, with the other choices of the spec, and explained in
@@ -49,9 +49,6 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 #: (block sizes interpolated over the epochs), which must not overflow int64; 2**31 - 1 epochs of even a
 #: millisecond each are 25 days.
 MAX_EPOCHS = 2 ** 31 - 1
-#: the largest block size and sub-batch token budget: far beyond any input, and products with a model's width and
-#: bytes per value stay inside int64 (2**63 was a RuntimeError / OverflowError deep in the step or the runner)
-MAX_SIZE = 2 ** 40
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -582,8 +579,8 @@ SPEC: tuple[Option, ...] = (
     Option("backend", "compiled", _choice(("compiled", "reference")), "compiled ops (mhfast.ops) or their "
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
     Option("max_tokens_per_batch", None, _optional_int(1, MAX_SIZE), "masked rows are forwarded in sub-batches of "
-           "at most max_tokens_per_batch // T rows; default on CPU: hidden states of twice one core's L2 cache (tokens = 2 L2 / "
-           "(d x bytes per value) for a model of width d: 2048 at d=512 in fp32 with 2 MiB of L2, 1024 with 1 MiB; "
+           "at most max_tokens_per_batch // T rows; default on CPU: hidden states of twice one core's L2 cache "
+           "(tokens = 2 L2 / (d x bytes per value) for a model of width d: 2048 at d=512 in fp32 with 2 MiB of L2, 1024 with 1 MiB; "
            "4x L2 for a bf16/fp16 forward on AMX), the fastest sub-batches bench/bench_forward.py measured on two "
            "CPUs; else (GPUs, models of unknown width) 65536", "-", "int"),
     Option("forward", "fast", _choice(FORWARDS), "fast: skip model work whose output is never read (the last "
@@ -656,8 +653,8 @@ SPEC: tuple[Option, ...] = (
            "(mhfast.sampler.traces)", "-", "int", metavar="N"),
     Option("until_rhat", None, _optional_float(1.0, strict=True), "stop an input once every traced summary that "
            "varies has rank-normalized split R-hat below this (ArviZ's threshold: 1.01), checked after every traced "
-           "post-burn-in sweep (past 256 draws per chain, after every D/128-th); epochs is the cap. A converged input leaves the batch, the others go on with the "
-           "same chains (mhfast.sampler.adaptive, which says what this does and does not guarantee). Needs chains "
+           "post-burn-in sweep (past 256 draws per chain, after every D/128-th); epochs is the cap. A converged input "
+           "leaves the batch, the others go on with the same chains (mhfast.sampler.adaptive, which says what this does and does not guarantee). Needs chains "
            ">= 2, a fixed target (anneal 0) and arviz-stats (mhfast[diagnostics])", "-", "float", metavar="RHAT"),
     Option("min_ess", None, _optional_float(0.0, strict=False), "with or without until_rhat: an input is "
            "converged only once every traced summary also has bulk and tail ESS of at least this (ArviZ "

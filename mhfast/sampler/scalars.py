@@ -18,6 +18,11 @@ import math
 import numbers
 from typing import Any
 
+#: the largest block size and sub-batch token budget (the option spec, the block schedules, the scorers): far
+#: beyond any input, and products with a model's width and bytes per value stay inside int64 (2**63 was a
+#: RuntimeError / OverflowError deep in the step or the runner)
+MAX_SIZE = 2 ** 40
+
 
 def as_int(v: Any) -> int | None:
     """``v`` as a Python int if it is an integer of any kind but bool (bool is an int in Python) or a numpy

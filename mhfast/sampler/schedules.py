@@ -31,7 +31,7 @@ from typing import Callable, Sequence, Union
 import torch
 
 from ..runtime import rng
-from .scalars import as_int
+from .scalars import MAX_SIZE, as_int
 
 BlockSchedule = Union[None, int, Sequence[int], Callable[[int], int]]
 
@@ -113,8 +113,8 @@ def requested_block_sizes(schedule: BlockSchedule, epoch: int, epochs: int, num_
         else:
             b = schedule[epoch]
         n = as_int(b)  # numpy's ints too (a callable may index an array)
-        if n is None or not 1 <= n <= 2 ** 40:  # (options.MAX_SIZE)
-            raise ValueError(f"mhfast.sample: block_schedule must give ints in [1, {2 ** 40}], got {b!r} at epoch "
+        if n is None or not 1 <= n <= MAX_SIZE:
+            raise ValueError(f"mhfast.sample: block_schedule must give ints in [1, {MAX_SIZE}], got {b!r} at epoch "
                              f"{epoch}")
         sizes = torch.full_like(num_free, n)
     return sizes

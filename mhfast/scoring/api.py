@@ -25,6 +25,7 @@ import torch
 from ..models.base import check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
+from ..sampler.scalars import MAX_SIZE
 from ..runtime.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
@@ -84,8 +85,8 @@ def check_options(where: str, max_tokens_per_batch: Any, backend: Any, **flags: 
     the option (``flags``: options that must be True or False, e.g. ``per_position``)."""
     if max_tokens_per_batch is not None and (isinstance(max_tokens_per_batch, bool)
                                              or not isinstance(max_tokens_per_batch, int)
-                                             or not 1 <= max_tokens_per_batch <= 2 ** 40):  # (options.MAX_SIZE)
-        raise _err("max_tokens_per_batch", f"must be an int in [1, {2 ** 40}] or None (from free memory), got "
+                                             or not 1 <= max_tokens_per_batch <= MAX_SIZE):
+        raise _err("max_tokens_per_batch", f"must be an int in [1, {MAX_SIZE}] or None (from free memory), got "
                    f"{max_tokens_per_batch!r}", where)
     for name, value in flags.items():
         if not isinstance(value, bool):

@@ -293,8 +293,9 @@ def test_the_proposal_against_a_hand_computed_row(device):
     n = 20_000
     u = torch.rand(n, generator=torch.Generator().manual_seed(3))
     for op in (ops.propose, reference.propose):
-        proposed, logq, logq_current = (t.cpu() for t in op(logits.expand(n, 4).to(device),
-                                                             torch.full((n,), 2, device=device), 2.0, 0.6, u.to(device)))
+        current = torch.full((n,), 2, device=device)
+        proposed, logq, logq_current = (t.cpu() for t in op(logits.expand(n, 4).to(device), current, 2.0, 0.6,
+                                                             u.to(device)))
         torch.testing.assert_close(logq, want[proposed])
         assert bool(torch.isinf(logq_current).all()), "token 2 lies outside the nucleus"
         share = float((proposed == 0).double().mean())
