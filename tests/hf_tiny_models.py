@@ -68,3 +68,21 @@ def save_tiny_bert_dir(path: str | os.PathLike, seed: int = 0) -> str:
     vocab = {w: i for i, w in enumerate(VOCAB)}
     transformers.BertTokenizer(vocab=vocab, do_lower_case=False).save_pretrained(path)
     return path
+
+
+# The same 12 ids, with word pieces: "ab ca d" is 5 tokens (a ##b c ##a d) in 3 words, so token and word scores,
+# counts and pseudo-perplexities differ, and within_word_l2r differs from original.
+WORDPIECE_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "##a", "##b", "##c", "d"]
+
+
+def wordpiece_tokenizer() -> transformers.BertTokenizerFast:
+    """A fast tokenizer (it has ``word_ids``) over :data:`WORDPIECE_VOCAB`."""
+    return transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDPIECE_VOCAB)}, do_lower_case=False)
+
+
+def save_tiny_wordpiece_dir(path: str | os.PathLike, seed: int = 2) -> str:
+    """A local model directory of :func:`tiny_model` ("bert") with :func:`wordpiece_tokenizer`."""
+    path = os.fspath(path)
+    tiny_model("bert", seed).save_pretrained(path)
+    wordpiece_tokenizer().save_pretrained(path)
+    return path

@@ -154,25 +154,31 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
 
 # ---------------------------------------------------------------------------- records
 def _num(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{x + 0.0:.6f}"  # (+ 0.0: a sum of no tokens is -0.0, printed as 0)
+    return "nan" if math.isnan(x) else f"{_round(x):.6f}"
+
+
+def _round(x: float) -> float:
+    """``x`` to the 6 digits printed, with no negative zero: a sum of no tokens is -0.0 and a score in
+    (-5e-7, 0) rounds to it; both print as 0, the way an empty line's score does (TSV and JSONL alike)."""
+    return round(x, 6) + 0.0
 
 
 def format_record(s: Any, fmt: str, per_token: bool, per_word: bool) -> str:
     """One output line (without newline) for a :class:`mhfast.scoring.SequenceScore`."""
     if fmt == "jsonl":
-        rec: dict = {"pll": round(s.pll, 6), "e_raw": round(s.e_raw, 6), "tokens": s.num_tokens,
-                     "words": s.num_words, "pppl": None if math.isnan(s.pppl) else round(s.pppl, 6),
-                     "pppl_word": None if math.isnan(s.pppl_word) else round(s.pppl_word, 6)}
+        rec: dict = {"pll": _round(s.pll), "e_raw": _round(s.e_raw), "tokens": s.num_tokens,
+                     "words": s.num_words, "pppl": None if math.isnan(s.pppl) else _round(s.pppl),
+                     "pppl_word": None if math.isnan(s.pppl_word) else _round(s.pppl_word)}
         if per_token:
-            rec["token_scores"] = [[t, round(x, 6)] for t, x in zip(s.tokens, s.token_scores)]
+            rec["token_scores"] = [[t, _round(x)] for t, x in zip(s.tokens, s.token_scores)]
         if per_word:
-            rec["word_scores"] = [[w, round(x, 6)] for w, x in zip(s.words, s.word_scores)]
+            rec["word_scores"] = [[w, _round(x)] for w, x in zip(s.words, s.word_scores)]
         return json.dumps(rec, ensure_ascii=False)
     cols = [_num(s.pll), _num(s.e_raw), str(s.num_tokens), str(s.num_words), _num(s.pppl), _num(s.pppl_word)]
     if per_token:
-        cols.append(" ".join(f"{x:.6f}" for x in s.token_scores))
+        cols.append(" ".join(_num(x) for x in s.token_scores))
     if per_word:
-        cols.append(" ".join(f"{x:.6f}" for x in s.word_scores))
+        cols.append(" ".join(_num(x) for x in s.word_scores))
     return "\t".join(cols)
 
 

@@ -75,13 +75,13 @@ def corpus_pppl(scores: Sequence[SequenceScore], per: str = "token") -> float:
 
 def _result(enc: Encoded, scored: torch.Tensor, raw: torch.Tensor, local: torch.Tensor) -> SequenceScore:
     pos = scored.nonzero().flatten().tolist()
-    logp = [-float(local[t]) for t in pos]
+    logp = [0.0 - float(local[t]) for t in pos]  # (0.0 - x, not -x: a term of 0 is a score of 0, not -0.0)
     word_scores = [0.0] * enc.num_words
     for t, s in zip(pos, logp):
         w = int(enc.word_ids[t])
         if w >= 0:
             word_scores[w] += s
-    return SequenceScore(pll=-float(sum_terms(local[None])[0]), e_raw=float(sum_terms(raw[None])[0]),
+    return SequenceScore(pll=0.0 - float(sum_terms(local[None])[0]), e_raw=float(sum_terms(raw[None])[0]) + 0.0,
                          tokens=[enc.pieces[t] for t in pos], token_scores=logp, words=list(enc.words),
                          word_scores=word_scores)
 

@@ -9,7 +9,7 @@ import torch
 
 import mhfast
 from cli_runner import run_main
-from hf_tiny_models import save_tiny_bert_dir
+from hf_tiny_models import save_tiny_bert_dir, save_tiny_wordpiece_dir
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,53 @@ def test_a_row_with_no_scored_token_prints_zero_like_an_empty_line(bert_dir, tmp
     assert code == 0, err
     rows = [line.split("\t") for line in out.splitlines()]
     assert rows[0][:2] == ["0.000000", "0.000000"] and rows[0][:4] == rows[1][:4], rows
+    code, out, err = run_main(["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--ids", "-q",
+                               "--format", "jsonl"])
+    assert code == 0 and "-0.0" not in out, out  # (JSONL printed "pll": -0.0 for the first line)
+    first, empty = (json.loads(line) for line in out.splitlines())
+    assert first == empty and first["pll"] == 0.0 and first["tokens"] == 0, first
+
+
+def test_ids_lines_split_on_any_whitespace(bert_dir, tmp_path):
+    """--ids reads a line as str.split() does: tabs, repeated and trailing spaces separate ids like one space."""
+    (tmp_path / "plain.txt").write_text("2 5 6 3\n2 7 3\n")
+    (tmp_path / "spaced.txt").write_text("2  5\t6 3 \n\t2 7 3\t\n")
+    outs = [run_main(["score", "--model", bert_dir, "-i", str(tmp_path / name), "--ids", "-q", "--per-token"])
+            for name in ("plain.txt", "spaced.txt")]
+    assert outs[0][0] == outs[1][0] == 0 and outs[0][1] == outs[1][1] and outs[0][1].count("\n") == 2, outs
+
+
+@pytest.fixture(scope="module")
+def wordpiece_dir(tmp_path_factory):
+    return save_tiny_wordpiece_dir(tmp_path_factory.mktemp("score") / "wordpiece")
+
+
+@pytest.mark.parametrize("metric", ["original", "within_word_l2r"])
+def test_every_field_is_the_api_score_on_a_model_with_word_pieces(wordpiece_dir, tmp_path, metric):
+    """Words of several pieces, and one the tokenizer does not know ([UNK]: no word): every TSV column and JSONL
+    field is mhfast.score's with the same --metric, and the metrics differ here. The other tests' tiny BERT has
+    whole-word tokens only, so a command that dropped --metric, printed the per-token PPPL as PPPL_word or
+    counted the [UNK] as a word passed them."""
+    lines = ["ab ca d", "ab x d", "c", "cc ba"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    want = mhfast.score(wordpiece_dir, lines, metric=metric)
+    other = mhfast.score(wordpiece_dir, lines, metric="original" if metric != "original" else "within_word_l2r")
+    assert abs(want[0].pll - other[0].pll) > 0.01 and [s.num_words for s in want] == [3, 2, 1, 2]
+    base = ["score", "--model", wordpiece_dir, "-i", str(tmp_path / "in.txt"), "-q", "--metric", metric,
+            "--per-token", "--per-word"]
+    code, tsv, err = run_main(base)
+    assert code == 0, err
+    code, jsonl, err = run_main([*base, "--format", "jsonl"])
+    assert code == 0, err
+    for row, rec, s in zip((r.split("\t") for r in tsv.splitlines()), map(json.loads, jsonl.splitlines()), want,
+                           strict=True):
+        assert [int(row[2]), int(row[3]), rec["tokens"], rec["words"]] == [s.num_tokens, s.num_words] * 2
+        for got, value in ((row[0], s.pll), (row[1], s.e_raw), (rec["pll"], s.pll), (rec["e_raw"], s.e_raw)):
+            assert float(got) == pytest.approx(value, abs=2e-6)
+        for got, value in ((row[4], s.pppl), (row[5], s.pppl_word), (rec["pppl"], s.pppl),
+                           (rec["pppl_word"], s.pppl_word)):
+            assert float(got) == pytest.approx(value, rel=1e-5)
+        assert [float(x) for x in row[6].split()] == pytest.approx(s.token_scores, abs=2e-6)
+        assert [float(x) for x in row[7].split()] == pytest.approx(s.word_scores, abs=2e-6)
+        assert [t for t, _ in rec["token_scores"]] == s.tokens and [w for w, _ in rec["word_scores"]] == s.words
+        assert [x for _, x in rec["word_scores"]] == pytest.approx(s.word_scores, abs=2e-6)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import mhfast
-from hf_tiny_models import BERT_IDS, save_tiny_bert_dir, tiny_model
+from hf_tiny_models import BERT_IDS, save_tiny_bert_dir, tiny_model, wordpiece_tokenizer
 from mhfast.models.hf import HFMaskedLM
 from mhfast.models.tabular import TabularMLM
 from mhfast.scoring.api import compute_terms, energy_positions
@@ -197,10 +197,7 @@ def test_sampling_and_scoring_refuse_the_same_rows_in_the_same_words(rows, words
 
 def test_score_words_and_pseudo_perplexity():
     """Word pieces from a fast tokenizer's word_ids(); word scores sum their pieces; PPPL definitions."""
-    import transformers
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "##a", "##b", "##c", "d"]
-    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=False)
+    tok = wordpiece_tokenizer()
     model = tiny_model("bert", seed=2)
     lm = HFMaskedLM(model, tok)
     for metric in ("original", "within_word_l2r"):
@@ -276,3 +273,96 @@ def test_energies_replace_keeps_the_extra_fields():
     assert e._replace(terms=torch.ones(1, 1)).terms.shape == (1, 1)
     with pytest.raises(ValueError, match="unknown field"):
         e._replace(e_total=1)
+
+
+@pytest.mark.parametrize("metric", ["original", "within_word_l2r"])
+def test_every_chunk_budget_gives_the_unchunked_scores(metric):
+    """Budgets at and around each row width, the total and odd values: a chunk loop that stopped one position
+    short (the shortest row's last one, alone in the last chunk at these budgets) changed E_local by 2.8 nats
+    unnoticed: the chunking test above used one budget."""
+    tok = wordpiece_tokenizer()
+    lm = HFMaskedLM(tiny_model("bert", seed=2), tok)
+    texts = ["ab ca d", "d", "c ab ba cc d a"]  # widths 7, 3, 11 with [CLS]/[SEP]: 13 scored positions
+    whole = mhfast.score(lm, texts, metric=metric, max_tokens_per_batch=10 ** 6)
+    for budget in (1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13, 14, 33, 77, 143):
+        got = mhfast.score(lm, texts, metric=metric, max_tokens_per_batch=budget)
+        for g, w in zip(got, whole):
+            assert g.num_tokens == w.num_tokens
+            assert g.token_scores == pytest.approx(w.token_scores, abs=1e-5), budget
+            assert g.e_raw == pytest.approx(w.e_raw, abs=1e-4), budget
+
+
+def test_corpus_pseudo_perplexity_pools_the_sums_not_the_sequences():
+    """``exp(-sum PLL / sum N)`` per token and per word, over sequences of different lengths whose words are not
+    their tokens (the only test pooled one sequence with an empty one: per-sequence means, or the token count for
+    the word count, passed it)."""
+    tok = wordpiece_tokenizer()
+    s = mhfast.score(HFMaskedLM(tiny_model("bert", seed=2), tok), ["ab ca d", "d", "c ab ba cc"])
+    assert [x.num_tokens for x in s] == [5, 1, 7] and [x.num_words for x in s] == [3, 1, 4]
+    pll = sum(x.pll for x in s)
+    assert mhfast.scoring.corpus_pppl(s) == pytest.approx(math.exp(-pll / 13), rel=1e-9)
+    assert mhfast.scoring.corpus_pppl(s, per="word") == pytest.approx(math.exp(-pll / 8), rel=1e-9)
+    with pytest.raises(ValueError, match="per: must be 'token' or 'word'"):
+        mhfast.scoring.corpus_pppl(s, per="sequence")
+
+
+def test_a_word_the_tokenizer_does_not_know_is_no_word():
+    """An out-of-vocabulary word is one [UNK] piece, which is not scored (a special token): it is no word either,
+    so the word count, the word scores and the per-word pseudo-perplexity skip it (it was a word scoring 0)."""
+    tok = wordpiece_tokenizer()
+    one = mhfast.score(HFMaskedLM(tiny_model("bert", seed=2), tok), ["ab x d"])[0]
+    assert tok("ab x d")["input_ids"][3] == 1  # x is [UNK]
+    assert one.tokens == ["a", "##b", "d"] and one.words == ["ab", "d"] and one.num_words == 2
+    assert one.word_scores == pytest.approx([one.token_scores[0] + one.token_scores[1], one.token_scores[2]])
+    assert one.pppl_word == pytest.approx(math.exp(-one.pll / 2))
+
+
+def test_a_sequence_with_no_scored_token_scores_positive_zero(bert):
+    """A sum of no terms is 0.0, not -0.0 (which printed as -0.0 in the command's JSONL), like an empty text's."""
+    _, lm = bert
+    for s in mhfast.score(lm, [[2, 3], ""]):
+        assert (s.pll, s.e_raw, s.num_tokens) == (0.0, 0.0, 0)
+        assert math.copysign(1.0, s.pll) == math.copysign(1.0, s.e_raw) == 1.0
+
+
+@pytest.mark.parametrize("device, share", [("cpu", 4), ("cuda", 2)])
+def test_the_memory_budget_follows_its_documented_formula(monkeypatch, device, share):
+    """auto_max_tokens = the usable memory (a quarter of the available CPU memory, half of the free GPU memory)
+    over the estimated bytes per token, clamped to [T, 65536]; only the clamps were tested, so a budget from half
+    the CPU memory or one without the logits' share passed."""
+    import mhfast.sampler.problem as problem
+    from mhfast.scoring.budget import auto_max_tokens
+
+    class Model:  # no config: 1024 hidden, 16 heads
+        vocab_size = 30522
+
+    monkeypatch.setattr(problem, "available_memory", lambda dev: 8 << 30)
+    for T in (16, 128, 512):
+        per_token = 4 * (12 * 1024 + 2 * 16 * T) + (3 * 4 * 30522) // T
+        want = max(T, min(65536, (8 << 30) // share // per_token))
+        assert auto_max_tokens(Model(), device, T) == want, T
+    monkeypatch.setattr(problem, "available_memory", lambda dev: 1 << 20)
+    assert auto_max_tokens(Model(), device, 300) == 300  # at least one row
+    monkeypatch.setattr(problem, "available_memory", lambda dev: 1 << 50)
+    assert auto_max_tokens(Model(), device, 300) == 65536
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from mhfast.translation import bundle_missing, load_bundled_model
+
+    if bundle_missing():
+        pytest.skip(f"bundled model files missing: {bundle_missing()}")
+    return load_bundled_model()
+
+
+def test_each_target_is_scored_with_its_own_source_around_empty_targets(bundled):
+    """Empty targets are left out of the scored batch: the others keep their own sources (a source taken by the
+    target's place among the non-empty ones scored "A dog runs." against "Zwei Katzen.", -22.2 for -2.0)."""
+    targets = ["", "A dog runs.", "", "Two men.", "A cat sleeps."]
+    sources = ["Zwei Katzen.", "Ein Hund läuft.", "Ein Mann.", "Zwei Männer.", "Eine Katze schläft."]
+    batch = mhfast.score(bundled, targets, sources=sources)
+    for k in (1, 3, 4):
+        alone = mhfast.score(bundled, [targets[k]], sources=[sources[k]])[0]
+        assert batch[k].pll == pytest.approx(alone.pll, abs=1e-4) and batch[k].tokens == alone.tokens
+    assert batch[0].num_tokens == batch[2].num_tokens == 0
