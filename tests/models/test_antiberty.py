@@ -74,6 +74,25 @@ def test_encode_decode_roundtrip(lm):
     assert has_features(lm)
 
 
+def test_dtype_is_the_callers_and_loading_keeps_the_log_level():
+    """load_antiberty(dtype=) gives the model in that precision (one that ignored it ran fp32 at twice the
+    memory); the load silences transformers' report for its own duration only: the caller's verbosity and
+    progress bars are as they were (left at ERROR, the user's later warnings were hidden)."""
+    import transformers
+
+    log = transformers.utils.logging
+    before = (log.get_verbosity(), log.is_progress_bar_enabled())
+    log.set_verbosity_warning()
+    log.enable_progress_bar()
+    try:
+        half = load_antiberty(dtype=torch.bfloat16)
+        assert log.get_verbosity() == log.WARNING and log.is_progress_bar_enabled()
+    finally:
+        log.set_verbosity(before[0])
+        (log.enable_progress_bar if before[1] else log.disable_progress_bar)()
+    assert half.dtype == torch.bfloat16 and next(half.model.parameters()).dtype == torch.bfloat16
+
+
 @pytest.fixture(scope="module")
 def protocol_logits(lm, batch):
     """The masked rows of every residue of every sequence, scored once through the protocol."""

@@ -78,8 +78,18 @@ def test_vocabulary_is_the_packages(lm, chain):
     assert lm.decode(lm.encode("ev*ql_x")) == "EV_QL__"
     with pytest.raises(ValueError, match="'B' at position 2"):
         lm.encode("EVBQL")
+    longest = {"H": 142, "L": 126}[chain]  # the longest sequence the model's positions take (with <s>, </s>)
+    assert lm.encode("A" * longest).numel() == lm.max_length
+    with pytest.raises(ValueError, match="variable region"):
+        lm.encode("A" * (longest + 1))
     with pytest.raises(ValueError, match="variable region"):
         lm.encode("A" * 143)
+
+
+def test_dtype_is_the_callers(chain):
+    """load_sapiens(dtype=) gives the model in that precision (one that ignored it ran fp32 at twice the memory)."""
+    half = load_sapiens(chain, dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and next(half.model.parameters()).dtype == torch.bfloat16
 
 
 def test_the_cpu_sub_batches_follow_the_model_width(lm, chain):
