@@ -201,6 +201,7 @@ def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | No
     if args.method == "mh":
         options.update(("--" + k.replace("_", "-"), v) for k, v in sampler_options(args).items())
         options.update(_energy_term_spec(args))
+        options["--diagnostics"] = args.diagnostics  # (--stats-out's records hold its tables or not)
     return {"mhfast": getattr(mhfast, "__version__", None), "options": options, "--tokenizer": args.tokenizer,
             "model": {name: file_sha256(path, MODEL_FILE_OPTIONS.get(name, "--data"))
                       for name, path in _model_files(args).items()},

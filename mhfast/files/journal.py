@@ -49,6 +49,19 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def read_prefix(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of ``fd`` (fewer only at the end of the file): ``os.pread`` until then, since one
+    call may return less (Linux at most 2,147,479,552 bytes: an output of 2 GiB read as "changed")."""
+    parts, done = [], 0
+    while done < size:
+        part = os.pread(fd, size - done, done)
+        if not part:
+            break
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
+
+
 def fsync_dir(path: str) -> None:
     """Make a rename/creation in ``path``'s folder durable (a no-op where folders cannot be opened)."""
     try:
@@ -167,7 +180,7 @@ class CommittedOutput:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
             with named(name, "read"):
-                committed = os.pread(fd, size, 0) if size else b""
+                committed = read_prefix(fd, size)
             if len(committed) != size or hashlib.sha256(committed).hexdigest() != record["output_sha256"]:
                 have = os.fstat(fd).st_size
                 raise ValueError(f"--resume: {path!r} does not match its progress record ({have} bytes, the first "

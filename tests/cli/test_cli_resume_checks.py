@@ -144,6 +144,23 @@ def test_resume_verifies_model_input_options_record_and_output(setup, capsys):
     refused(cli, o, capsys, "no progress file", out)
 
 
+@pytest.mark.parametrize("extra, needle", [
+    (["--length-beam", "2"], "--length-beam (1 -> 2)"),
+    (["--batch-size", "3"], "--batch-size (2 -> 3)"),
+    (["--chains", "3"], "--chains (2 -> 3)"),
+    (["--epochs", "2"], "--epochs (1 -> 2)"),
+    (["--proposal-temperature", "0.8"], "--proposal-temperature"),
+    (["--diagnostics"], "--diagnostics (false -> true)"),  # (its --stats-out records hold the tables or not)
+])
+def test_resume_refuses_each_option_that_shapes_the_output(setup, capsys, extra, needle):
+    """Every option the output (or --stats-out) depends on is in the progress record: a resume with another
+    value is refused naming it (only --seed, --energy and --format were tried; --diagnostics was not recorded,
+    so a resumed run's statistics mixed records with and without its tables)."""
+    cli, out = setup["cli"], setup["tmp"] / "out.txt"
+    assert cli(["--output", str(out)], capsys)[0] == 0
+    refused(cli, ["--output", str(out), "--resume", *extra], capsys, needle, out)
+    assert cli(["--output", str(out), "--resume"], capsys)[0] == 0
+
 def test_interrupted_run_resumes_and_drops_uncommitted_bytes(setup, translator, capsys):
     cli, tmp = setup["cli"], setup["tmp"]
     full, part = tmp / "full.txt", tmp / "part.txt"

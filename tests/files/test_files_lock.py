@@ -168,3 +168,60 @@ def test_spec_differences_names_what_changed():
     old = {"model": {"checkpoint": "a" * 64}, "options": {"--seed": 1, "--chains": 5}}
     new = {"model": {"checkpoint": "b" * 64}, "options": {"--seed": 1, "--chains": 4}, "extra": None}
     assert spec_differences(old, new) == ["model checkpoint (content)", "options --chains (5 -> 4)"]
+
+
+def test_resume_cuts_a_torn_tail_longer_than_the_rest_and_reads_in_short_calls(tmp_path, monkeypatch):
+    """The bytes after the committed ones are cut even when the rest of the run writes fewer of them (every other
+    test's tail was a prefix of what the resumed run rewrote, so a resume that kept it passed); the committed
+    prefix is read however few bytes each os.pread returns (Linux returns at most 2,147,479,552: an output of
+    2 GiB was "changed")."""
+    path = str(tmp_path / "out.txt")
+    out = CommittedOutput.start(path, {"seed": 1}, total_lines=3)
+    out.commit(b"one\n", 1)
+    out.commit(b"two\n", 2)
+    out.close()
+    with open(path, "ab") as f:
+        f.write(b"a chunk of a killed run, longer than the rest\n")
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: real(fd, min(n, 3), offset))
+    again = CommittedOutput.resume(path, {"seed": 1}, 3, lambda data: data.count(b"\n"))
+    assert (again.lines_done, again.committed) == (2, b"one\ntwo\n")
+    again.commit(b"x\n", 3)
+    again.close()
+    with open(path, "rb") as f:
+        assert f.read() == b"one\ntwo\nx\n"
+
+
+@pytest.mark.parametrize("field, value", [("spec", {"seed": 2}), ("output_sha256", "0" * 64), ("output_bytes", 3),
+                                          ("total_lines", 3), ("lines_done", 0), ("spec_sha256", "1" * 64)])
+def test_the_record_checksum_covers_every_field(tmp_path, field, value):
+    """A record edited by hand without its checksum is refused whatever field changed (a checksum that left out
+    the spec resumed a seed-1 output as a seed-2 run)."""
+    path = str(tmp_path / "out.txt")
+    out = CommittedOutput.start(path, {"seed": 1}, total_lines=2)
+    out.commit(b"one\n", 1)
+    out.close()
+    progress = tmp_path / ("out.txt" + PROGRESS_SUFFIX)
+    record = json.loads(progress.read_text())
+    assert record[field] != value
+    progress.write_text(json.dumps(dict(record, **{field: value})))
+    with pytest.raises(ValueError, match="checksum"):
+        CommittedOutput.resume(path, value if field == "spec" else {"seed": 1}, 2)
+
+
+def test_partial_writes_are_continued(tmp_path, monkeypatch):
+    """A file system may take fewer bytes than asked per write: every byte of the output and of the progress
+    record still lands (one os.write per commit left b"hel" and a cut record)."""
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[:3])))
+    path = str(tmp_path / "out.txt")
+    out = CommittedOutput.start(path, {"seed": 1}, total_lines=2)
+    out.commit(b"hello\n", 1)
+    out.commit(b"world, at length\n", 2)
+    out.close()
+    monkeypatch.setattr(os, "write", real)
+    with open(path, "rb") as f:
+        assert f.read() == b"hello\nworld, at length\n"
+    again = CommittedOutput.resume(path, {"seed": 1}, 2, lambda data: data.count(b"\n"))
+    assert again.lines_done == 2
+    again.close()
