@@ -200,3 +200,51 @@ def test_wrapping_a_wrapped_decoder_returns_it(cmlm, sources):
     fast = fast_forward_model(cmlm)
     assert isinstance(fast, FastCMLMDecoder) and fast_forward_model(fast) is fast
     assert fast_decoder_model(fast) is fast
+
+
+def test_pre_layer_norm_decoder_with_its_final_layer_norm(cmlm, sources):
+    """A decoder trained with --decoder-normalize-before has a final layer norm after its last layer (the test
+    above flips the layers only, so its decoder has none and a fast path that skipped it passed; skipping it
+    moves the features by ~2)."""
+    pre = copy.deepcopy(cmlm)
+    for layer in pre.model.decoder.layers:
+        layer.normalize_before = True
+    pre.model.decoder.layer_norm = torch.nn.LayerNorm(pre.model.decoder.embed_dim)
+    with torch.no_grad():
+        pre.model.decoder.layer_norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(0))
+        pre.model.decoder.layer_norm.bias.uniform_(-0.5, 0.5, generator=torch.Generator().manual_seed(1))
+    _assert_same_features(pre, cmlm, sources)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from mhfast.translation import bundle_missing, load_bundled_model
+
+    if bundle_missing():
+        pytest.skip(f"bundled model files missing: {bundle_missing()}")
+    return load_bundled_model()
+
+
+def test_each_row_reads_its_own_source_on_a_model_that_uses_it(bundled):
+    """On the bundled model, whose logits move by ~10 with the source (the tiny CMLM's by ~1e-4: it barely reads
+    its source, so only exact comparisons see a row read against another one): as many rows as sources with a
+    non-identity index (the adapter must reorder then too), and under static_inputs a second context of the same
+    shape (the sources reversed: cached keys and values of the first one would pass a check of shapes)."""
+    cmlm = bundled.cmlm
+    srcs = [bundled.source_ids(s) for s in ("Ein Hund läuft.", "Zwei Männer spielen Fußball.", "Eine Frau singt.")]
+    ctx, rev = cmlm.encode(srcs), cmlm.encode(srcs[::-1])
+    rows = torch.stack([cmlm.frame(6)] * 3)
+    positions, index = torch.tensor([1, 3, 5]), torch.tensor([1, 1, 0])
+    alone = torch.cat([cmlm.masked_logits(rows[n:n + 1], positions[n:n + 1], cmlm.encode([srcs[int(index[n])]]))
+                       for n in range(3)])
+    other = cmlm.masked_logits(rows, positions, ctx, torch.tensor([2, 0, 1]))
+    assert float((other - alone).abs().max()) > 1.0  # the source matters here
+    fast = fast_decoder_model(cmlm)
+    for model in (cmlm, fast):
+        torch.testing.assert_close(model.masked_logits(rows, positions, ctx, index), alone, atol=1e-4, rtol=1e-5)
+    want = fast.masked_features_at(rows, torch.arange(3), positions, rev, torch.arange(3))
+    with fast.static_inputs(True):
+        fast.masked_features_at(rows, torch.arange(3), positions, ctx, torch.arange(3))
+        got = fast.masked_features_at(rows, torch.arange(3), positions, rev, torch.arange(3))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
