@@ -311,3 +311,19 @@ def test_fairseqs_filler_symbols_are_special(cmlm):
     bundled model's golden outputs noticed when they were not special)."""
     fillers = {i for i, s in enumerate(cmlm.tgt_dict.symbols) if s.startswith("madeupword")}
     assert fillers and fillers <= set(cmlm.special_ids)
+
+
+def test_an_empty_read_of_a_bfloat16_model_is_in_its_dtype(cmlm, sources):
+    """No read positions: both forwards return no features in the model's dtype (the fast decoder's were float32,
+    and a bfloat16 model's output layer then failed on the mixed dtypes)."""
+    import copy
+
+    from mhfast.models.fast_forward import fast_forward_model
+
+    half = copy.deepcopy(cmlm)
+    half.model.to(torch.bfloat16)
+    context = half.encode(sources[:2])
+    rows, ci, empty = half.frame(3)[None].repeat(2, 1), torch.tensor([0, 1]), torch.zeros(0, dtype=torch.long)
+    for model in (half, fast_forward_model(half)):
+        assert model.masked_features_at(rows, empty, empty, context, ci).dtype == torch.bfloat16
+        assert model.masked_logits_at(rows, empty, empty, context, ci).shape == (0, half.vocab_size)
