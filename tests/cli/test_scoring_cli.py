@@ -148,8 +148,9 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
     assert code == 2 and "--metric" in err
     # the chunking and the backend change a score's last bits: they are part of the run (not recorded until
     # 2026-11-30, when a review resumed a file into bytes no single run gives)
-    for flag, value in (("--max-tokens-per-batch", "7"), ("--backend", "reference")):
-        code, out, err = run_main(["score", *base, "-o", str(part), flag, value, "--resume"])
+    for flag, value in (("--max-tokens-per-batch", "7"), ("--backend", "reference"), ("--per-word", None),
+                        ("--per-token", None), ("--format", "jsonl")):  # (the last three: the columns written)
+        code, out, err = run_main(["score", *base, "-o", str(part), flag, *([value] if value else []), "--resume"])
         assert code == 2 and flag in err and err.count("\n") == 1, err
     code, out, err = run_main(["score", *base[:-1], "-o", str(part), "--resume"])  # (not -q: the summary)
     assert code == 0 and part.read_bytes() == (tmp_path / "full.tsv").read_bytes()
