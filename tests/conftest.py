@@ -106,3 +106,13 @@ def cmlm(tiny_paths):
 def sources(tiny_paths):
     """16 held-out German sentences (already tokenized; the tokenizer is idempotent on them)."""
     return tiny_paths["valid_de"].read_text(encoding="utf-8").splitlines()[:16]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    """The bundled Multi30k De->En translator (mhfast translate's default model), loaded once per module."""
+    from mhfast.translation import bundle_missing, load_bundled_model
+
+    if bundle_missing():
+        pytest.skip(f"bundled model files missing: {bundle_missing()}")
+    return load_bundled_model()

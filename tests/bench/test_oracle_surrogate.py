@@ -99,15 +99,6 @@ def test_the_oracle_stays_exact_through_forced_accept_epochs(bundled):
     assert run["rows"] == sum(a["rows"] for a in alone) and run["changes"] == sum(a["changes"] for a in alone)
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    from mhfast.translation import bundle_missing, load_bundled_model
-
-    if bundle_missing():
-        pytest.skip(f"bundled model files missing: {bundle_missing()}")
-    return load_bundled_model()
-
-
 def _coupled(seed: int, n: int = 200, T: int = 10) -> dict:
     """Proposals whose change at i moves the term at (i + 3) % T most (so no distance window sees it)."""
     g = torch.Generator().manual_seed(seed)

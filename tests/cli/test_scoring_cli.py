@@ -71,15 +71,6 @@ def test_missing_hub_model_is_one_clear_line(tmp_path, monkeypatch):
     assert "'bert-base-cased' is not a local directory and not in the HuggingFace cache" in err
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    from mhfast.translation import bundle_missing, load_bundled_model
-
-    if bundle_missing():
-        pytest.skip(f"bundled model files missing: {bundle_missing()}")
-    return load_bundled_model()
-
-
 def test_bundled_model_scores_targets_given_sources(bundled, tmp_path, monkeypatch):
     import mhfast.translation
 

@@ -216,15 +216,6 @@ def test_pre_layer_norm_decoder_with_its_final_layer_norm(cmlm, sources):
     _assert_same_features(pre, cmlm, sources)
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    from mhfast.translation import bundle_missing, load_bundled_model
-
-    if bundle_missing():
-        pytest.skip(f"bundled model files missing: {bundle_missing()}")
-    return load_bundled_model()
-
-
 def test_each_row_reads_its_own_source_on_a_model_that_uses_it(bundled):
     """On the bundled model, whose logits move by ~10 with the source (the tiny CMLM's by ~1e-4: it barely reads
     its source, so only exact comparisons see a row read against another one): as many rows as sources with a

@@ -347,15 +347,6 @@ def test_the_memory_budget_follows_its_documented_formula(monkeypatch, device, s
     assert auto_max_tokens(Model(), device, 300) == 65536
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    from mhfast.translation import bundle_missing, load_bundled_model
-
-    if bundle_missing():
-        pytest.skip(f"bundled model files missing: {bundle_missing()}")
-    return load_bundled_model()
-
-
 def test_each_target_is_scored_with_its_own_source_around_empty_targets(bundled):
     """Empty targets are left out of the scored batch: the others keep their own sources (a source taken by the
     target's place among the non-empty ones scored "A dog runs." against "Zwei Katzen.", -22.2 for -2.0)."""
