@@ -580,9 +580,9 @@ SPEC: tuple[Option, ...] = (
            "pure-PyTorch references (same chains)", "-", "choice", ("compiled", "reference")),
     Option("max_tokens_per_batch", None, _optional_int(1, MAX_SIZE), "masked rows are forwarded in sub-batches of "
            "at most max_tokens_per_batch // T rows; default on CPU: hidden states of twice one core's L2 cache "
-           "(tokens = 2 L2 / (d x bytes per value) for a model of width d: 2048 at d=512 in fp32 with 2 MiB of L2, 1024 with 1 MiB; "
-           "4x L2 for a bf16/fp16 forward on AMX), the fastest sub-batches bench/bench_forward.py measured on two "
-           "CPUs; else (GPUs, models of unknown width) 65536", "-", "int"),
+           "(tokens = 2 L2 / (d x bytes per value) for a model of width d: 2048 at d=512 in fp32 with 2 MiB of L2, "
+           "1024 with 1 MiB; 4x L2 for a bf16/fp16 forward on AMX), the fastest sub-batches bench/bench_forward.py "
+           "measured on two CPUs; else (GPUs, models of unknown width) 65536", "-", "int"),
     Option("forward", "fast", _choice(FORWARDS), "fast: skip model work whose output is never read (the last "
            "encoder layer only at the masked positions, where that is the layer's own computation: BERT-family "
            "HuggingFace models and AntiBERTy; for fairseq CMLMs also the encoder-attention keys/values once per "
@@ -654,8 +654,9 @@ SPEC: tuple[Option, ...] = (
     Option("until_rhat", None, _optional_float(1.0, strict=True), "stop an input once every traced summary that "
            "varies has rank-normalized split R-hat below this (ArviZ's threshold: 1.01), checked after every traced "
            "post-burn-in sweep (past 256 draws per chain, after every D/128-th); epochs is the cap. A converged input "
-           "leaves the batch, the others go on with the same chains (mhfast.sampler.adaptive, which says what this does and does not guarantee). Needs chains "
-           ">= 2, a fixed target (anneal 0) and arviz-stats (mhfast[diagnostics])", "-", "float", metavar="RHAT"),
+           "leaves the batch, the others go on with the same chains (mhfast.sampler.adaptive, which says what this "
+           "does and does not guarantee). Needs chains >= 2, a fixed target (anneal 0) and arviz-stats "
+           "(mhfast[diagnostics])", "-", "float", metavar="RHAT"),
     Option("min_ess", None, _optional_float(0.0, strict=False), "with or without until_rhat: an input is "
            "converged only once every traced summary also has bulk and tail ESS of at least this (ArviZ "
            "recommends 100 per chain)", "-", "float", metavar="ESS"),
