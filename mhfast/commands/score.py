@@ -121,9 +121,12 @@ def output_spec(args: argparse.Namespace, lines: list[str], sources: list[str] |
 
     digest = lambda rs: hashlib.sha256("\n".join(rs).encode("utf-8")).hexdigest()  # noqa: E731
     # (the chunking and the backend change a score's last bits: a resumed file must be one run's bytes)
-    options = {f"--{k.replace('_', '-')}": getattr(args, k) for k in ("model", "metric", "format", "per_token",
-                                                                       "per_word", "ids", "batch_size", "device",
+    options = {f"--{k.replace('_', '-')}": getattr(args, k) for k in ("metric", "format", "per_token", "per_word",
+                                                                       "ids", "batch_size", "device",
                                                                        "max_tokens_per_batch", "backend")}
+    # a name (antiberty, bundled, a hub id) is part of the run; a local path is not: its files' content below is
+    # the model, so a moved or copied model resumes (as translate's --model)
+    options["--model"] = None if os.path.exists(args.model) else args.model
     return {"command": "score", "mhfast": mhfast.__version__, "options": options,
             "model": {k: file_sha256(v, "--model") for k, v in sorted(_model_files(args).items())},
             "input": {"lines": len(lines), "sha256": digest(lines)},

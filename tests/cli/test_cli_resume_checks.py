@@ -5,7 +5,9 @@ the first run's output stays that of an uninterrupted run; a killed writer's loc
 ``--resume`` refuses, with one line naming the problem and without touching the output, a model file
 with other content (same size and mtime), other dictionaries, input, references or options, an
 edited, truncated, re-checksummed or missing progress record, and an edited or truncated output;
-bytes after the committed ones are dropped. Runs are in-process or forked with the tiny CMLM loaded.
+bytes after the committed ones are dropped. Every option of the command is either in the progress record or
+listed as one that leaves the output's bytes as they are (a structural test: a new option must be classified).
+Runs are in-process or forked with the tiny CMLM loaded.
 """
 from __future__ import annotations
 
@@ -160,6 +162,138 @@ def test_resume_refuses_each_option_that_shapes_the_output(setup, capsys, extra,
     assert cli(["--output", str(out)], capsys)[0] == 0
     refused(cli, ["--output", str(out), "--resume", *extra], capsys, needle, out)
     assert cli(["--output", str(out), "--resume"], capsys)[0] == 0
+
+
+#: How each ``translate`` option meets ``--resume``: the argv added (``{tmp}``: the test's folder, ``{model}``: its
+#: model folder, ``{bundle}``: the bundled model's), base tokens dropped, and the text that names the difference in
+#: the refusal, or None where the option does not decide the output and the resume is accepted.
+TRANSLATE_RESUME = {
+    "--input": (["--input", "{tmp}/other.txt"], (), "input"),
+    "--ref": (["--ref", "{tmp}/other.txt"], (), "references"),
+    "--limit": (["--limit", "4"], (), "input lines (6 -> 4)"),
+    "--format": (["--format", "fairseq"], (), "--format"),
+    "--stats-out": (["--stats-out", "{tmp}/stats.json"], (), "--stats-out"),
+    "--quiet": ([], ("--quiet",), None),
+    "--model": (["--model", "{tmp}/copy/checkpoint.pt"], (), None),  # (by content, not by path)
+    "--data": (["--data", "{tmp}/copy"], (), None),
+    "--spm": (["--spm", "{bundle}/spm.model"], ("--tokenizer", "none"), "spm"),
+    "--tokenizer": ([], ("--tokenizer", "none"), "--tokenizer"),
+    # (same bytes need the same thread count, as docs/cli.md says; a resume on another machine may use others)
+    "--threads": (["--threads", "1"], (), None),
+    "--length-beam": (["--length-beam", "2"], (), "--length-beam"),
+    "--batch-size": (["--batch-size", "3"], (), "--batch-size"),
+    "--energy": (["--energy", "local"], (), "--energy"),
+    "--sampler": (["--sampler", "gibbs"], (), "--sampler"),
+    "--chains": (["--chains", "3"], (), "--chains"),
+    "--epochs": (["--epochs", "2"], (), "--epochs"),
+    "--burn-in": (["--epochs", "2", "--burn-in", "1"], (), "--burn-in"),
+    "--order": (["--order", "left-to-right"], (), "--order"),
+    "--proposal-temperature": (["--proposal-temperature", "0.8"], (), "--proposal-temperature"),
+    "--top-p": (["--top-p", "0.9"], (), "--top-p"),
+    "--uniform-mix": (["--uniform-mix", "0.1"], (), "--uniform-mix"),
+    "--block-schedule": (["--sampler", "block-mh", "--block-schedule", "2"], (), "--block-schedule"),
+    "--target-temperature": (["--target-temperature", "0.5"], (), "--target-temperature"),
+    "--anneal": (["--anneal", "0.1"], (), "--anneal"),
+    "--min-target-temperature": (["--anneal", "0.1", "--min-target-temperature", "0.5"], (),
+                                 "--min-target-temperature"),
+    "--tempering": (["--tempering", "2"], (), "--tempering"),
+    "--force-accept-epochs": (["--force-accept-epochs", "1"], (), "--force-accept-epochs"),
+    "--seed": (["--seed", "4"], (), "--seed"),
+    "--device": (["--device", "cpu"], (), "--device"),
+    "--backend": (["--backend", "reference"], (), "--backend"),
+    "--max-tokens-per-batch": (["--max-tokens-per-batch", "64"], (), "--max-tokens-per-batch"),
+    "--forward": (["--forward", "full"], (), "--forward"),
+    "--dtype": (["--dtype", "bfloat16"], (), "--dtype"),
+    "--capture": (["--capture", "static"], (), "--capture"),
+    "--memo": (["--memo", "0"], (), "--memo"),
+    "--delayed": (["--delayed", "window:2"], (), "--delayed"),
+    "--delayed-min-temperature": (["--epochs", "2", "--anneal", "0.6", "--delayed", "window:2",
+                                   "--delayed-min-temperature", "0.5"], (),
+                                  "--delayed-min-temperature"),
+    "--compile": (["--compile"], (), "--compile"),
+    "--start": (["--start", "random"], (), "--start"),
+    "--trace-every": (["--epochs", "3", "--diagnostics", "--trace-every", "2"], (), "--trace-every"),
+    "--until-rhat": (["--until-rhat", "1.05"], (), "--until-rhat"),
+    "--min-ess": (["--min-ess", "10"], (), "--min-ess"),
+    "--hamming": (["--hamming", "0.5", "--hamming-reference", "{tmp}/other.txt"], (), "--hamming ("),
+    "--hamming-reference": (["--hamming", "0.5", "--hamming-reference", "{tmp}/other.txt"], (),
+                            "--hamming-reference"),
+    "--classifier": (["--classifier", "{tmp}/copy"], (), "--classifier"),
+    "--classifier-label": (["--classifier", "{tmp}/copy", "--classifier-label", "0"], (), "--classifier-label"),
+    "--classifier-weight": (["--classifier", "{tmp}/copy", "--classifier-weight", "2"], (), "--classifier-weight"),
+    "--diagnostics": (["--diagnostics"], (), "--diagnostics"),
+    # (a picture of the chains this process ran, written at its end; docs/cli.md)
+    "--plot-traces": (["--plot-traces", "{tmp}/traces.png"], (), None),
+}
+#: options that are the resume itself, or checked in a run of their own (mask-predict takes no sampler flag)
+TRANSLATE_RESUME_ELSEWHERE = {"--help", "--output", "--resume", "--method", "--iterations"}
+
+
+def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the_output(setup, capsys):
+    """Structural: each option of ``mhfast translate`` is either in the progress record (a resume with another
+    value is refused, naming it) or listed above as one that leaves the output's bytes as they are (the resume
+    is accepted). An option added to the command without either fails here, not in a user's resumed file."""
+    from mhfast.cli import build_parser
+    from mhfast.translation import BUNDLE_DIR
+
+    flags = {a.option_strings[-1] if a.option_strings[-1].startswith("--") else a.option_strings[0]
+             for a in build_parser().commands["translate"]._actions}
+    assert flags == set(TRANSLATE_RESUME) | TRANSLATE_RESUME_ELSEWHERE, "classify the new option for --resume"
+    cli, tmp, argv = setup["cli"], setup["tmp"], setup["argv"]
+    shutil.copytree(setup["model"], tmp / "copy")
+    (tmp / "other.txt").write_text("".join(f"other {i} .\n" for i in range(6)), encoding="utf-8")
+    out = tmp / "out.txt"
+    assert cli(["--output", str(out)], capsys)[0] == 0
+    full, threads, wrong = out.read_bytes(), torch.get_num_threads(), []
+    for flag, (extra, drop, needle) in TRANSLATE_RESUME.items():
+        extra = [x.format(tmp=tmp, model=setup["model"], bundle=BUNDLE_DIR) for x in extra]
+        kept = [x for x in argv if x not in drop]
+        try:
+            code = main(kept + extra + ["--output", str(out), "--resume"])
+        finally:
+            torch.set_num_threads(threads)  # (--threads sets torch's, for the process the command runs in)
+        err = capsys.readouterr().err
+        ok = code == 0 if needle is None else code == 2 and needle in err and "--resume" in err and err.count("\n") == 1
+        if not ok or out.read_bytes() != full:
+            wrong.append(f"{flag}: exit {code}: {err.strip()}")
+    assert not wrong, "\n".join(wrong)
+
+
+
+def test_resume_of_mask_predict_refuses_other_iterations_or_method(setup, capsys):
+    """mask-predict's own options: another --iterations or --method is refused naming it (mask-predict takes no
+    sampler flag, so the structural test above runs MH only)."""
+    out = setup["tmp"] / "out.txt"
+    sampler = {"--chains", "--epochs", "--burn-in", "--seed"}
+    argv = [x for i, x in enumerate(setup["argv"]) if x not in sampler and setup["argv"][i - 1] not in sampler]
+    argv += ["--method", "mask-predict", "--iterations", "2", "--output", str(out)]
+    assert main(argv) == 0 and "BLEU" in capsys.readouterr().err
+    full = out.read_bytes()
+    assert full.count(b"\n") == 6
+    for extra, needle in ((["--iterations", "3"], "--iterations (2 -> 3)"), (["--iterations", "2"], None),
+                          (["--method", "mh", "--iterations", "10"], "differ in options")):
+        code = main(argv + extra + ["--resume"])
+        err = capsys.readouterr().err
+        if needle is None:
+            assert code == 0 and "BLEU" in err, err
+        else:
+            assert code == 2 and needle in err and err.count("\n") == 1, err
+        assert out.read_bytes() == full
+
+
+def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys):
+    """An energy term's file is recorded by content: the same --hamming-reference path with one word changed is
+    refused (the structural test above only changes the option's value)."""
+    cli, tmp = setup["cli"], setup["tmp"]
+    reference = tmp / "hamming.txt"
+    # (11 words: the tiny model gives every source 11 target positions, and a Hamming reference has the length)
+    reference.write_text("".join(f"a man {i} is in the water with his dog .\n" for i in range(6)), encoding="utf-8")
+    out, hamming = tmp / "out.txt", ["--hamming", "0.5", "--hamming-reference", str(reference)]
+    code, err = cli(["--output", str(out), *hamming], capsys)
+    assert code == 0, err
+    assert cli(["--output", str(out), "--resume", *hamming], capsys)[0] == 0
+    reference.write_text(reference.read_text(encoding="utf-8").replace("man 3", "dog 3"), encoding="utf-8")
+    refused(cli, ["--output", str(out), "--resume", *hamming], capsys, "--hamming-reference sha256 (content)", out)
 
 def test_interrupted_run_resumes_and_drops_uncommitted_bytes(setup, translator, capsys):
     cli, tmp = setup["cli"], setup["tmp"]

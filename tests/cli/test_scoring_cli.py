@@ -151,6 +151,68 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
     assert code == 2 and "changed" in err and err.count("\n") == 1
 
 
+
+#: How each ``score`` option meets ``--resume`` (as TRANSLATE_RESUME in test_cli_resume_checks.py): the argv added
+#: (``{tmp}``: the test's folder), base tokens dropped, and the text naming the difference in the refusal, or None
+#: where the option leaves the output's bytes as they are and the resume is accepted.
+SCORE_RESUME = {
+    "--input": (["-i", "{tmp}/other.txt"], (), "input"),
+    "--format": (["--format", "jsonl"], (), "--format"),
+    "--per-token": (["--per-token"], (), "--per-token"),
+    "--per-word": (["--per-word"], (), "--per-word"),
+    "--ids": (["--ids"], (), "--ids"),
+    "--quiet": ([], ("-q",), None),
+    "--model": (["--model", "{tmp}/copy"], (), None),  # (a copy: the model is its files' content, not a path)
+    "--metric": (["--metric", "within_word_l2r"], (), "--metric"),
+    "--batch-size": (["--batch-size", "3"], (), "--batch-size"),
+    "--max-tokens-per-batch": (["--max-tokens-per-batch", "7"], (), "--max-tokens-per-batch"),
+    "--device": (["--device", "cpu"], (), "--device"),
+    "--backend": (["--backend", "reference"], (), "--backend"),
+}
+#: the resume itself, and --source (the bundled model's only: checked in a run of its own below)
+SCORE_RESUME_ELSEWHERE = {"--help", "--output", "--resume", "--source"}
+
+
+def test_every_score_option_is_recorded_for_resume_or_said_not_to_decide_the_output(bert_dir, bundled, tmp_path,
+                                                                                      monkeypatch):
+    """Structural: each option of ``mhfast score`` is in the progress record (another value is refused, naming
+    it) or listed as one that leaves the output as it is (accepted); a new option must be classified here."""
+    import shutil
+
+    import mhfast.translation
+    from mhfast.cli import build_parser
+
+    flags = {next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
+             for a in build_parser().commands["score"]._actions}
+    assert flags == set(SCORE_RESUME) | SCORE_RESUME_ELSEWHERE, "classify the new option for --resume"
+    shutil.copytree(bert_dir, tmp_path / "copy")
+    (tmp_path / "in.txt").write_text("a b c\nd e\nf\n")
+    (tmp_path / "other.txt").write_text("a b\nd e\nf\n")
+    out = tmp_path / "out.tsv"
+    base = ["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q", "-o", str(out)]
+    assert run_main(base)[0] == 0
+    full, wrong = out.read_bytes(), []
+    for flag, (extra, drop, needle) in SCORE_RESUME.items():
+        code, _, err = run_main([x for x in base if x not in drop] + [x.format(tmp=tmp_path) for x in extra]
+                                + ["--resume"])
+        ok = code == 0 if needle is None else code == 2 and needle in err and "--resume" in err and err.count("\n") == 1
+        if not ok or out.read_bytes() != full:
+            wrong.append(f"{flag}: exit {code}: {err.strip()}")
+    assert not wrong, "\n".join(wrong)
+
+    # --source: the conditional model's sources are part of the run
+    monkeypatch.setattr(mhfast.translation, "load_bundled_model", lambda device=None: bundled)
+    (tmp_path / "en").write_text("A dog runs.\nTwo men.\n")
+    (tmp_path / "de").write_text("Ein Hund läuft.\nZwei Männer.\n")
+    (tmp_path / "de2").write_text("Ein Hund läuft.\nDrei Männer.\n")
+    out2 = tmp_path / "out2.tsv"
+    base = ["score", "--model", "bundled", "-i", str(tmp_path / "en"), "-q", "-o", str(out2)]
+    assert run_main(base + ["--source", str(tmp_path / "de")])[0] == 0
+    full = out2.read_bytes()
+    code, _, err = run_main(base + ["--source", str(tmp_path / "de2"), "--resume"])
+    assert code == 2 and "sources" in err and "--resume" in err and err.count("\n") == 1, err
+    assert run_main(base + ["--source", str(tmp_path / "de"), "--resume"])[0] == 0 and out2.read_bytes() == full
+
 def test_output_inside_the_model_folder_is_refused_and_a_failed_run_keeps_the_old_output(bert_dir, tmp_path):
     """--output inside the --model folder (config.json) is refused before anything is opened (it was emptied);
     a fresh run that stops on a bad line leaves the previous output as it was (it was emptied first)."""
