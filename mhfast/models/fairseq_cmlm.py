@@ -150,6 +150,12 @@ class FairseqCMLM:
         self.decoder_rows = 0
         self._static = False  #: inside static_inputs (read indices not checked)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameters' dtype, as the other adapters have it: mhfast.sample and mhfast.score refuse a float64
+        model by it, naming the model (the ops take float32, float16 or bfloat16 logits)."""
+        return next(self.model.parameters()).dtype
+
     # ------------------------------------------------------------------ sources
     def source_ids(self, source: str | torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Source token ids ending in EOS (as fairseq's datasets give them): Long[S_i] on CPU.
@@ -359,7 +365,7 @@ class FairseqCMLM:
         if tokens.shape[0] == 0 or row_index.numel() == 0:  # fairseq's decoder fails on an empty batch
             decoder = self.model.decoder
             width = int(getattr(decoder, "output_embed_dim", decoder.embed_dim))
-            return torch.empty(0, width, device=self.device, dtype=next(self.model.parameters()).dtype)
+            return torch.empty(0, width, device=self.device, dtype=self.dtype)
         features = self.decoder_features(tokens, context, context_index)
         return features[row_index.to(features.device), positions.to(features.device)]
 

@@ -148,7 +148,7 @@ class FastCMLMDecoder:
         if row_index.numel() == 0:  # nothing to read: no forward
             return torch.zeros(0, self.decoder.output_embed_dim if hasattr(self.decoder, "output_embed_dim")
                                else self.decoder.embed_dim, device=device,
-                               dtype=next(lm.model.parameters()).dtype)  # (the adapter's: a bf16 head takes it)
+                               dtype=lm.dtype)  # (the adapter's: a bf16 head takes it)
         tokens, row_index, positions = tokens.to(device), row_index.to(device), positions.to(device)
         sources = (torch.arange(R, device=device) if context_index is None else context_index.to(device))
         memory = enc["encoder_out"][0]  # [Ls, S, d]

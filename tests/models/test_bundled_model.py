@@ -76,3 +76,37 @@ def test_mh_translation_beats_its_warm_start(translator):
     # each sentence's own post-burn-in rates (of its kept length candidate's chains)
     rates = [(h.details["acceptance_rate"], h.details["novel_rate"]) for h in out.hypotheses]
     assert all(0.0 <= novel <= acc <= 1.0 for acc, novel in rates), rates
+
+
+def test_target_ids_read_the_target_dictionary(translator):
+    """A reference (--hamming-reference) is framed in the target dictionary: its ids detokenize back to the text,
+    also when the target dictionary orders its words differently from the source one (the bundled model's two are
+    the same file, so a reference read through the source dictionary was not told apart)."""
+    import copy
+
+    from mhfast.translation import Translator
+
+    text = "A dog runs through the green grass."
+    ids = translator.target_ids(text)
+    assert ids[0] == translator.cmlm.bos_id and ids[-1] == translator.cmlm.eos_id
+    assert translator.detokenize(ids) == text
+    # the same model with its target words in reverse order (specials and fillers where they were)
+    cmlm = copy.copy(translator.cmlm)
+    d = cmlm.tgt_dict = copy.deepcopy(translator.cmlm.tgt_dict)
+    words = [i for i in range(d.nspecial, len(d)) if i not in set(cmlm.special_ids)]
+    symbols = list(d.symbols)
+    for i, j in zip(words, reversed(words)):
+        d.symbols[i] = symbols[j]
+    d.indices = {s: i for i, s in enumerate(d.symbols)}
+    reversed_dict = Translator(cmlm, translator.processor)
+    flipped = reversed_dict.target_ids(text)
+    assert not torch.equal(flipped, ids) and reversed_dict.detokenize(flipped) == text
+
+
+def test_whitespace_only_sources_give_empty_hypotheses_and_cost_nothing(translator):
+    """A source of spaces and tabs is empty: no hypothesis and no decoding (it was decoded from [bos, eos])."""
+    for method in ("mask-predict", "mh"):
+        out = translator.translate(["Ein Hund läuft.", " \t ", ""], method=method,
+                                   sampler_options=dict(chains=1, epochs=1, burn_in=0) if method == "mh" else None)
+        assert out.sentences == 1 and out.hypotheses[0].text, method
+        assert [h.text for h in out.hypotheses[1:]] == ["", ""] and out.hypotheses[1].tokens == [], method

@@ -327,3 +327,45 @@ def test_an_empty_read_of_a_bfloat16_model_is_in_its_dtype(cmlm, sources):
     for model in (half, fast_forward_model(half)):
         assert model.masked_features_at(rows, empty, empty, context, ci).dtype == torch.bfloat16
         assert model.masked_logits_at(rows, empty, empty, context, ci).shape == (0, half.vocab_size)
+
+
+def test_a_float64_cmlm_is_refused_naming_it(cmlm, sources):
+    """The CMLM has a ``dtype`` like the other adapters, so a float64 one is refused up front, naming the model
+    (it had none: mhfast.sample then failed in its first op, ``mhfast.gather_energies: logits must be Float ...``)."""
+    import copy
+
+    wide = copy.deepcopy(cmlm)
+    wide.model.double()
+    assert cmlm.dtype == torch.float32 and wide.dtype == torch.float64
+    target = cmlm.frame(3)[1:-1].clone()
+    target[:] = 10
+    for call, where in ((lambda: mhfast.sample(wide, 3, source=sources[:1], chains=1, epochs=1, burn_in=0),
+                         "mhfast.sample"),
+                        (lambda: mhfast.energy(wide, target[None], source=sources[:1]), "mhfast.energy"),
+                        (lambda: mhfast.score(wide, [target.tolist()], sources=sources[:1]), "mhfast.score")):
+        with pytest.raises(ValueError, match=f"^{where}: model is float64"):
+            call()
+
+
+def test_length_logits_of_a_pred_length_offset_model_mean_total_lengths(cmlm, sources):
+    """``--pred-length-offset`` models predict the length relative to the source's: class c means total length
+    c - 128 + src_len (fairseq's forward_length_prediction). length_logits maps each class to the length it
+    stands for, so its argmax is fairseq's own greedy length and every class keeps its score. The length head is
+    rolled by 128 classes so that the predicted lengths lie inside the 256 (no test model is trained this way)."""
+    import copy
+
+    offset = copy.deepcopy(cmlm)
+    head = offset.model.decoder.embed_length.weight
+    head.data = torch.roll(head.data, 128, dims=0)
+    offset.model.decoder.pred_length_offset = offset.pred_length_offset = True
+    context = offset.encode(sources)
+    mapped = offset.length_logits(context)
+    raw = offset.model.decoder.forward_length(normalize=False, encoder_out=context.encoder_out)
+    greedy = offset.greedy_total_lengths(context)
+    assert (greedy != cmlm.greedy_total_lengths(cmlm.encode(sources))).any()  # (the source length counts)
+    assert torch.equal(mapped.argmax(-1), greedy)
+    for s, length in enumerate(context.src_lengths.tolist()):
+        c = torch.arange(256)
+        kept = (c - 128 + length >= 0) & (c - 128 + length < 256)
+        assert torch.equal(mapped[s, c[kept] - 128 + length], raw[s, kept])
+        assert torch.isinf(mapped[s]).sum() == (~kept).sum()
