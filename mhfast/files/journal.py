@@ -255,7 +255,9 @@ def read_record(path: str) -> dict:
 
 def check_record(record: dict, spec: dict, total_lines: int, path: str) -> None:
     """The record belongs to a run with ``spec`` and its numbers are consistent (ValueError otherwise)."""
-    diffs = spec_differences(record.get("spec"), spec)
+    # an option set in one run only is mostly a consequence (another --method brings or drops a dozen options):
+    # the changed values come first, so that the four shown name the cause
+    diffs = sorted(spec_differences(record.get("spec"), spec), key=lambda d: "(null -> " in d or " -> null)" in d)
     if diffs:
         shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
         raise ValueError(f"--resume: this run and the interrupted one differ in {shown} (see {path!r}); "

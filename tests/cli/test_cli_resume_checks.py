@@ -262,7 +262,9 @@ def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the
 
 def test_resume_of_mask_predict_refuses_other_iterations_or_method(setup, capsys):
     """mask-predict's own options: another --iterations or --method is refused naming it (mask-predict takes no
-    sampler flag, so the structural test above runs MH only)."""
+    sampler flag, so the structural test above runs MH only). Another --method changes 28 recorded options; the
+    message names --method first (the changed values before the options set in one run only: it showed four of
+    those and hid --method among "24 more")."""
     out = setup["tmp"] / "out.txt"
     sampler = {"--chains", "--epochs", "--burn-in", "--seed"}
     argv = [x for i, x in enumerate(setup["argv"]) if x not in sampler and setup["argv"][i - 1] not in sampler]
@@ -271,7 +273,7 @@ def test_resume_of_mask_predict_refuses_other_iterations_or_method(setup, capsys
     full = out.read_bytes()
     assert full.count(b"\n") == 6
     for extra, needle in ((["--iterations", "3"], "--iterations (2 -> 3)"), (["--iterations", "2"], None),
-                          (["--method", "mh", "--iterations", "10"], "differ in options")):
+                          (["--method", "mh", "--iterations", "10"], 'differ in options --method ("mask-predict" -> "mh")')):
         code = main(argv + extra + ["--resume"])
         err = capsys.readouterr().err
         if needle is None:
