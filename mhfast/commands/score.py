@@ -287,8 +287,6 @@ def run(args: argparse.Namespace) -> int:
     # The world first (torchrun: batches shared over the ranks, rank 0 writes): every error below then ends in
     # an agreement of the ranks (distributed.together), so that the job reports it once.
     world = distributed.world(device=args.device)
-    if world.backend == "nccl":
-        args.device = str(world.device)
     name = describe(args.input, "--input")  # how messages name the input
     with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
         _check(args)
@@ -297,6 +295,10 @@ def run(args: argparse.Namespace) -> int:
         if args.model == "bundled":
             lines, sources = _split_pairs(lines, sources, name)
         spec = output_spec(args, lines, sources)
+    # one GPU per local rank; the record keeps the --device given (cuda), which every rank shares, not rank 0's
+    # cuda:0: a torchrun job and a single process then resume each other's output
+    if world.backend == "nccl":
+        args.device = str(world.device)
     with ExitStack() as stack:
         sink, start = distributed.on_main(lambda: open_output(args, spec, len(lines), stack), world,
                                           lambda s: s.lines_done)

@@ -398,12 +398,14 @@ def run(args: argparse.Namespace) -> int:
     # The world first (torchrun: every rank runs this; else a world of one): every error below then ends in an
     # agreement of the ranks (distributed.together), so that the job reports it once.
     world = distributed.world(device=args.device)
-    if world.backend == "nccl":
-        args.device = str(world.device)  # one GPU per local rank
     with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
         _check(args)
         lines, refs = _read_inputs(args)
         spec = output_spec(args, lines, refs)
+    # one GPU per local rank; the record keeps the --device given (cuda), which every rank shares, not rank 0's
+    # cuda:0: a torchrun job and a single process then resume each other's output
+    if world.backend == "nccl":
+        args.device = str(world.device)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)

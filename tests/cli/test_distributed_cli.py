@@ -2,7 +2,8 @@
 the c10d rendezvous, and after a rank is killed (rerun with --resume, another world size).
 
 Real torchrun launches on one machine (gloo over loopback, free ports, bounded in time), on the
-bundled model with small settings.
+bundled model with small settings; what NCCL changes (each rank's device) is checked in-process, in a faked
+NCCL world of one.
 """
 from __future__ import annotations
 
@@ -193,3 +194,37 @@ def test_an_error_every_rank_sees_is_printed_by_rank_0_alone(tmp_path, flags, ne
     err = _failed_job(["sample", "--model", tiny, "--init", "a b", "--epochs", "1", "--burn-in", "0", *flags],
                       tmp_path)
     _reported(err, 0, needle)
+
+
+@pytest.mark.parametrize("command", ["translate", "score"])
+def test_an_nccl_job_records_the_device_given_not_rank_0s(tmp_path, monkeypatch, command):
+    """Under NCCL every rank takes its local GPU (--device cuda -> cuda:LOCAL_RANK), but the progress record keeps
+    the --device given: it held rank 0's cuda:0, so a single process with --device cuda could not resume a
+    torchrun job's output, nor the reverse. No GPU needed: an NCCL world of one is faked and the run stops where
+    it would open the output (before any model or CUDA call)."""
+    import mhfast.commands.score as score
+    import mhfast.commands.translate as translate
+    from mhfast import distributed
+    from mhfast.cli import main
+
+    import torch
+
+    import mhfast._C_loader
+
+    monkeypatch.setattr(distributed, "world", lambda device=None, **kw: distributed.World(backend="nccl"))
+    for module, name in ((torch.cuda, "is_available"), (mhfast._C_loader, "built_with_cuda")):  # (--device's check)
+        monkeypatch.setattr(module, name, lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    seen = {}
+
+    def stop(args, spec, *rest):
+        seen.update(spec=spec, device=args.device)
+        raise ValueError("stopped before the output")
+
+    monkeypatch.setattr(translate, "_open_output_on_main", stop)
+    monkeypatch.setattr(score, "open_output", stop)
+    (tmp_path / "in.tsv").write_text("Ein Hund läuft.\tA dog runs.\n")
+    argv = (["translate", "--input", "bundled", "--limit", "1"] if command == "translate" else
+            ["score", "--model", "bundled", "--input", str(tmp_path / "in.tsv")])
+    assert main(argv + ["--device", "cuda", "--output", str(tmp_path / "out"), "-q"]) == 2
+    assert seen["spec"]["options"]["--device"] == "cuda" and seen["device"] == "cuda:0", seen["spec"]["options"]
