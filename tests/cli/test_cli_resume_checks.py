@@ -164,9 +164,10 @@ def test_resume_refuses_each_option_that_shapes_the_output(setup, capsys, extra,
     assert cli(["--output", str(out), "--resume"], capsys)[0] == 0
 
 
-#: How each ``translate`` option meets ``--resume``: the argv added (``{tmp}``: the test's folder, ``{model}``: its
-#: model folder, ``{bundle}``: the bundled model's), base tokens dropped, and the text that names the difference in
-#: the refusal, or None where the option does not decide the output and the resume is accepted.
+#: How each ``translate`` option meets ``--resume``: the argv added (``{tmp}``: the test's folder, ``{bundle}``: the
+#: bundled model's), base tokens dropped, and the text that names the difference in the refusal, or None where the
+#: option does not decide the output and the resume is accepted. A refusal comes before anything is loaded, so any
+#: folder serves as --classifier and any file as --hamming-reference there.
 TRANSLATE_RESUME = {
     "--input": (["--input", "{tmp}/other.txt"], (), "input"),
     "--ref": (["--ref", "{tmp}/other.txt"], (), "references"),
@@ -236,7 +237,7 @@ def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the
     from mhfast.cli import build_parser
     from mhfast.translation import BUNDLE_DIR
 
-    flags = {a.option_strings[-1] if a.option_strings[-1].startswith("--") else a.option_strings[0]
+    flags = {next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
              for a in build_parser().commands["translate"]._actions}
     assert flags == set(TRANSLATE_RESUME) | TRANSLATE_RESUME_ELSEWHERE, "classify the new option for --resume"
     cli, tmp, argv = setup["cli"], setup["tmp"], setup["argv"]
@@ -246,7 +247,7 @@ def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the
     assert cli(["--output", str(out)], capsys)[0] == 0
     full, threads, wrong = out.read_bytes(), torch.get_num_threads(), []
     for flag, (extra, drop, needle) in TRANSLATE_RESUME.items():
-        extra = [x.format(tmp=tmp, model=setup["model"], bundle=BUNDLE_DIR) for x in extra]
+        extra = [x.format(tmp=tmp, bundle=BUNDLE_DIR) for x in extra]
         kept = [x for x in argv if x not in drop]
         try:
             code = main(kept + extra + ["--output", str(out), "--resume"])
