@@ -260,7 +260,6 @@ def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the
     assert not wrong, "\n".join(wrong)
 
 
-
 def test_resume_of_mask_predict_refuses_other_iterations_or_method(setup, capsys):
     """mask-predict's own options: another --iterations or --method is refused naming it (mask-predict takes no
     sampler flag, so the structural test above runs MH only). Another --method changes 28 recorded options; the
@@ -297,6 +296,7 @@ def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys):
     assert cli(["--output", str(out), "--resume", *hamming], capsys)[0] == 0
     reference.write_text(reference.read_text(encoding="utf-8").replace("man 3", "dog 3"), encoding="utf-8")
     refused(cli, ["--output", str(out), "--resume", *hamming], capsys, "--hamming-reference sha256 (content)", out)
+
 
 def test_interrupted_run_resumes_and_drops_uncommitted_bytes(setup, translator, capsys):
     cli, tmp = setup["cli"], setup["tmp"]

@@ -151,7 +151,6 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
     assert code == 2 and "changed" in err and err.count("\n") == 1
 
 
-
 #: How each ``score`` option meets ``--resume`` (as TRANSLATE_RESUME in test_cli_resume_checks.py): the argv added
 #: (``{tmp}``: the test's folder), base tokens dropped, and the text naming the difference in the refusal, or None
 #: where the option leaves the output's bytes as they are and the resume is accepted.
@@ -212,6 +211,7 @@ def test_every_score_option_is_recorded_for_resume_or_said_not_to_decide_the_out
     code, _, err = run_main(base + ["--source", str(tmp_path / "de2"), "--resume"])
     assert code == 2 and "sources" in err and "--resume" in err and err.count("\n") == 1, err
     assert run_main(base + ["--source", str(tmp_path / "de"), "--resume"])[0] == 0 and out2.read_bytes() == full
+
 
 def test_output_inside_the_model_folder_is_refused_and_a_failed_run_keeps_the_old_output(bert_dir, tmp_path):
     """--output inside the --model folder (config.json) is refused before anything is opened (it was emptied);
