@@ -32,7 +32,7 @@ import fcntl
 import hashlib
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .errors import named, remove_quietly
 from .lines import describe
@@ -113,18 +113,24 @@ def _checksum(record: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def spec_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Human-readable differences of two specs: ``['--seed (7 -> 8)', 'model file model.pt']``."""
+def spec_differences(old: Any, new: Any) -> list[str]:
+    """Human-readable differences of two specs: ``['--seed (7 -> 8)', 'model file model.pt']``. Changed values come
+    before entries only one spec has (null on the other side): those are mostly a consequence (another --method
+    brings or drops a dozen options), so the first differences name the cause."""
+    found = list(_differences(old, new, ""))
+    return [text for one_sided, text in found if not one_sided] + [text for one_sided, text in found if one_sided]
+
+
+def _differences(old: Any, new: Any, prefix: str) -> Iterator[tuple[bool, str]]:
+    """(one-sided, text) of each difference, in key order."""
     if isinstance(old, dict) and isinstance(new, dict):
-        out: list[str] = []
         for key in sorted(set(old) | set(new), key=str):
-            out += spec_differences(old.get(key), new.get(key), f"{prefix}{key}" if not prefix else f"{prefix} {key}")
-        return out
-    if old == new:
-        return []
-    if isinstance(old, str) and isinstance(new, str) and len(old) == len(new) == 64:  # content hashes
-        return [f"{prefix} (content)"]
-    return [f"{prefix} ({json.dumps(old)} -> {json.dumps(new)})"]
+            yield from _differences(old.get(key), new.get(key), f"{prefix}{key}" if not prefix else f"{prefix} {key}")
+    elif old != new:
+        if isinstance(old, str) and isinstance(new, str) and len(old) == len(new) == 64:  # content hashes
+            yield False, f"{prefix} (content)"
+        else:
+            yield old is None or new is None, f"{prefix} ({json.dumps(old)} -> {json.dumps(new)})"
 
 
 class CommittedOutput:
@@ -255,9 +261,7 @@ def read_record(path: str) -> dict:
 
 def check_record(record: dict, spec: dict, total_lines: int, path: str) -> None:
     """The record belongs to a run with ``spec`` and its numbers are consistent (ValueError otherwise)."""
-    # an option set in one run only is mostly a consequence (another --method brings or drops a dozen options):
-    # the changed values come first, so that the four shown name the cause
-    diffs = sorted(spec_differences(record.get("spec"), spec), key=lambda d: "(null -> " in d or " -> null)" in d)
+    diffs = spec_differences(record.get("spec"), spec)
     if diffs:
         shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
         raise ValueError(f"--resume: this run and the interrupted one differ in {shown} (see {path!r}); "
