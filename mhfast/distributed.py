@@ -67,6 +67,12 @@ class World:
         """The device of this rank: its local GPU under NCCL, else the CPU."""
         return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
 
+    def rank_device(self, given: str | None) -> str | None:
+        """The device this rank runs on for a ``--device`` of ``given``: its local GPU under NCCL (one per local
+        rank), else ``given``. Commands take it after their progress record's spec, which keeps ``given`` (shared
+        by every rank; rank 0's cuda:0 would keep a single process from resuming a torchrun job's output)."""
+        return str(self.device) if self.backend == "nccl" else given
+
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)

@@ -295,10 +295,7 @@ def run(args: argparse.Namespace) -> int:
         if args.model == "bundled":
             lines, sources = _split_pairs(lines, sources, name)
         spec = output_spec(args, lines, sources)
-    # one GPU per local rank; the record keeps the --device given (cuda), which every rank shares, not rank 0's
-    # cuda:0: a torchrun job and a single process then resume each other's output
-    if world.backend == "nccl":
-        args.device = str(world.device)
+    args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     with ExitStack() as stack:
         sink, start = distributed.on_main(lambda: open_output(args, spec, len(lines), stack), world,
                                           lambda s: s.lines_done)

@@ -402,10 +402,7 @@ def run(args: argparse.Namespace) -> int:
         _check(args)
         lines, refs = _read_inputs(args)
         spec = output_spec(args, lines, refs)
-    # one GPU per local rank; the record keeps the --device given (cuda), which every rank shares, not rank 0's
-    # cuda:0: a torchrun job and a single process then resume each other's output
-    if world.backend == "nccl":
-        args.device = str(world.device)
+    args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
