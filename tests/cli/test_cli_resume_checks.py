@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from mhfast.cli import main
+from cli_runner import long_flags, run_main, wrong_resumes
 from resume_harness import KILLED, fork_single_threaded, forked_translate, tiny_translator, wait_child
 
 
@@ -230,33 +231,20 @@ TRANSLATE_RESUME = {
 TRANSLATE_RESUME_ELSEWHERE = {"--help", "--output", "--resume", "--method", "--iterations"}
 
 
-def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the_output(setup, capsys):
+def test_every_translate_option_is_recorded_for_resume_or_said_not_to_decide_the_output(setup):
     """Structural: each option of ``mhfast translate`` is either in the progress record (a resume with another
     value is refused, naming it) or listed above as one that leaves the output's bytes as they are (the resume
     is accepted). An option added to the command without either fails here, not in a user's resumed file."""
-    from mhfast.cli import build_parser
     from mhfast.translation import BUNDLE_DIR
 
-    flags = {next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
-             for a in build_parser().commands["translate"]._actions}
-    assert flags == set(TRANSLATE_RESUME) | TRANSLATE_RESUME_ELSEWHERE, "classify the new option for --resume"
-    cli, tmp, argv = setup["cli"], setup["tmp"], setup["argv"]
+    assert long_flags("translate") == set(TRANSLATE_RESUME) | TRANSLATE_RESUME_ELSEWHERE, \
+        "classify the new option for --resume"
+    tmp, out = setup["tmp"], setup["tmp"] / "out.txt"
     shutil.copytree(setup["model"], tmp / "copy")
     (tmp / "other.txt").write_text("".join(f"other {i} .\n" for i in range(6)), encoding="utf-8")
-    out = tmp / "out.txt"
-    assert cli(["--output", str(out)], capsys)[0] == 0
-    full, threads, wrong = out.read_bytes(), torch.get_num_threads(), []
-    for flag, (extra, drop, needle) in TRANSLATE_RESUME.items():
-        extra = [x.format(tmp=tmp, bundle=BUNDLE_DIR) for x in extra]
-        kept = [x for x in argv if x not in drop]
-        try:
-            code = main(kept + extra + ["--output", str(out), "--resume"])
-        finally:
-            torch.set_num_threads(threads)  # (--threads sets torch's, for the process the command runs in)
-        err = capsys.readouterr().err
-        ok = code == 0 if needle is None else code == 2 and needle in err and "--resume" in err and err.count("\n") == 1
-        if not ok or out.read_bytes() != full:
-            wrong.append(f"{flag}: exit {code}: {err.strip()}")
+    base = setup["argv"] + ["--output", str(out)]
+    assert run_main(base)[0] == 0
+    wrong = wrong_resumes(TRANSLATE_RESUME, base, out, tmp=tmp, bundle=BUNDLE_DIR)
     assert not wrong, "\n".join(wrong)
 
 

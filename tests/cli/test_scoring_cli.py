@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mhfast
-from cli_runner import run_main
+from cli_runner import long_flags, run_main, wrong_resumes
 from hf_tiny_models import save_tiny_bert_dir, save_tiny_wordpiece_dir
 
 
@@ -179,24 +179,15 @@ def test_every_score_option_is_recorded_for_resume_or_said_not_to_decide_the_out
     import shutil
 
     import mhfast.translation
-    from mhfast.cli import build_parser
 
-    flags = {next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
-             for a in build_parser().commands["score"]._actions}
-    assert flags == set(SCORE_RESUME) | SCORE_RESUME_ELSEWHERE, "classify the new option for --resume"
+    assert long_flags("score") == set(SCORE_RESUME) | SCORE_RESUME_ELSEWHERE, "classify the new option for --resume"
     shutil.copytree(bert_dir, tmp_path / "copy")
     (tmp_path / "in.txt").write_text("a b c\nd e\nf\n")
     (tmp_path / "other.txt").write_text("a b\nd e\nf\n")
     out = tmp_path / "out.tsv"
     base = ["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q", "-o", str(out)]
     assert run_main(base)[0] == 0
-    full, wrong = out.read_bytes(), []
-    for flag, (extra, drop, needle) in SCORE_RESUME.items():
-        code, _, err = run_main([x for x in base if x not in drop] + [x.format(tmp=tmp_path) for x in extra]
-                                + ["--resume"])
-        ok = code == 0 if needle is None else code == 2 and needle in err and "--resume" in err and err.count("\n") == 1
-        if not ok or out.read_bytes() != full:
-            wrong.append(f"{flag}: exit {code}: {err.strip()}")
+    wrong = wrong_resumes(SCORE_RESUME, base, out, tmp=tmp_path)
     assert not wrong, "\n".join(wrong)
 
     # --source: the conditional model's sources are part of the run
