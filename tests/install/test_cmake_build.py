@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow  # configures and builds against libtorch: 0.7-2.5 min
+# configures and builds against libtorch: 0.7-4 min (236 s at 9f61648 on 2 cores of a 2.0 GHz Xeon). A build's speed
+# varies 3x between the machines measured, so the test's bound is the build's own (1500 s), not pytest's 600 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
