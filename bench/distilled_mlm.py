@@ -198,7 +198,7 @@ def load_student(path: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="where to save the student")
-    ap.add_argument("--quick", action="store_true", help="T=8, one seed, 2 epochs, 100 training steps")
+    ap.add_argument("--quick", action="store_true", help="T=8, one seed, 2 epochs, at most 200 labelled sequences, 100 training steps")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 104)))
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=25, help="MH epochs per seed whose end states are kept")
@@ -225,8 +225,9 @@ def main() -> None:
     t0 = time.perf_counter()
     seqs, counts = job_sequences(lm, T, seeds, args.chains, epochs, args.hops)
     positions = torch.arange(1, T + 1)
-    perm = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(0))[:args.max_sequences]
-    n_val = max(2, len(seqs) // 10)
+    labelled = min(args.max_sequences, 200) if args.quick else args.max_sequences  # quick: a smoke run's labels
+    perm = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(0))[:labelled]
+    n_val = max(2, len(perm) // 10)  # a tenth of the labelled sequences
     val, tr = seqs[perm[:n_val]], seqs[perm[n_val:]]
     counts["labelled"] = len(perm)
     rows, pos, _ = masked_rows(tr, positions, lm.mask_id)
