@@ -198,7 +198,8 @@ def load_student(path: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="where to save the student")
-    ap.add_argument("--quick", action="store_true", help="T=8, one seed, 2 epochs, at most 200 labelled sequences, 100 training steps")
+    ap.add_argument("--quick", action="store_true",
+                    help="T=8, one seed, 2 epochs, at most 200 labelled sequences, 100 training steps")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 104)))
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=25, help="MH epochs per seed whose end states are kept")
