@@ -577,6 +577,9 @@ def main() -> int:
                     help=f"default: {' '.join(DEFAULT_SETTINGS)} (with --from-log: every setting logged)")
     ap.add_argument("--student", default=None, metavar="FILE", help="the distilled setting's small model, saved by "
                     "bench/distilled_mlm.py (its rows are charged to the run at their measured cost)")
+    ap.add_argument("--cost-reps", type=int, default=9, metavar="N",
+                    help="timings of 256 rows (each model, interleaved) whose median is the student's row cost; "
+                         "a smoke run takes 1")
     ap.add_argument("--from-log", type=Path, nargs="+", default=None, metavar="LOG",
                     help="run nothing: print the tables of the runs that earlier invocations logged to stderr "
                          "(their '# seed S SETTING: {...}' lines; a later line for the same seed and setting wins)")
@@ -584,6 +587,8 @@ def main() -> int:
                     help="with --from-log: the best energy per row budget instead, each (setting, epochs) of the "
                          "logs against --against's runs at EPOCHS epochs (one invocation's stdout and stderr a file)")
     args = ap.parse_args()
+    if args.cost_reps < 1:
+        ap.error(f"--cost-reps: must be >= 1, got {args.cost_reps}")
     if args.budget is not None:
         if not args.from_log:
             ap.error("--budget reads logs: give them with --from-log")
@@ -622,9 +627,9 @@ def main() -> int:
 
         STUDENT["model"] = distilled_mlm.load_student(args.student)
         length = int(inputs["init"].shape[1])
-        STUDENT["cost"] = truncated_mlm.row_cost(model, {"s": STUDENT["model"]}, length, reps=9)["s"]
+        STUDENT["cost"] = truncated_mlm.row_cost(model, {"s": STUDENT["model"]}, length, reps=args.cost_reps)["s"]
         print(f"# student {args.student}: one of its rows costs {STUDENT['cost']:.4f} of a row of the sampled model "
-              f"({length} tokens, median of 9 interleaved timings)", file=sys.stderr, flush=True)
+              f"({length} tokens, median of {args.cost_reps} interleaved timings)", file=sys.stderr, flush=True)
     runs: dict[str, dict[int, dict]] = {s: {} for s in args.settings}
     if args.device != "cpu":  # the device's warm-up (context, cuBLAS, kernels loaded: ~4 s on an H200), discarded
         for setting in args.settings:

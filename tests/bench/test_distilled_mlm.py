@@ -82,8 +82,8 @@ def test_quick_distillation_then_delayed_surrogates_reports_the_student(tmp_path
     assert cell == "nan" or -1.0 <= float(cell) <= 1.0, row  # a correlation (nan: fewer than 2 proposals)
     # in the sampler: bench_delayed.py's distilled setting charges the student's rows to the run
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_delayed.py"), "--epochs", "2", "--seeds", "0",
-                           "--settings", "mh", "distilled", "--student", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+                           "--settings", "mh", "distilled", "--student", str(out), "--cost-reps", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "one of its rows costs" in proc.stderr and "student rows" in proc.stdout
     run = next(line for line in proc.stderr.splitlines() if line.startswith("# seed 0 distilled:"))
