@@ -86,8 +86,8 @@ def test_every_op_has_one_file_per_backend():
     assert all(Path(s).name.endswith(("_kernel.cu", "_cuda.cpp")) for s in CUDA_SOURCES), CUDA_SOURCES
 
 
-@pytest.mark.slow  # 39-140 s on the 2-core CI machines of 2026-11, 304 s at 9f61648 on a 2.0 GHz Xeon: a bound of
-@pytest.mark.timeout(1200)  # its own, not pytest's 600 s (compile speed varies 3x between the machines measured)
+@pytest.mark.slow  # 39-140 s on 2-core machines (a 2.0 GHz Xeon: 136 s alone, 304 s beside another test run): a
+@pytest.mark.timeout(1200)  # bound of its own, not pytest's 600 s (compile speed varies 3x with machine and load)
 def test_every_cuda_source_compiles(tmp_path):
     nvcc = find_nvcc()
     if nvcc is None:

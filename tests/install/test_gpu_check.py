@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-# runs scripts/gpu_check.sh --quick: 1-4 min (199 s at 9f61648 on 2 cores of a 2.0 GHz Xeon, beside another test run);
+# runs scripts/gpu_check.sh --quick: 1-4 min (on 2 cores of a 2.0 GHz Xeon 115 s alone, 199 s beside another test run);
 # the script is bounded at 600 s and the test at 900 s, so a slower machine is not a failure and a hang still is
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
-# a fresh venv and a full build: 1.7-5 min on 2-core machines (271 s at 9f61648 on a 2.0 GHz Xeon); bounded by the
-# install's own timeout (1200 s), not by pytest's 600 s: a build's speed varies 3x between the machines measured
+# a fresh venv and a full build: 1.7-5 min on 2-core machines (253 s alone on a 2.0 GHz Xeon); bounded by the
+# install's own timeout (1200 s), not by pytest's 600 s: a build's speed varies 3x with the machine and its load
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
