@@ -175,7 +175,8 @@ class RunMonitor:
             return []
         columns, owner = [], []
         for i, x in enumerate(per_input):
-            varying = diagnostics.varying(x)
+            x = diagnostics.merge_ties(x)  # once, not again in varying() and in each diagnose() below
+            varying = diagnostics.varying(x, ties_merged=True)
             # a summary constant while another varies says nothing about mixing; none varies: the chains never
             # moved, and the NaN of the constant summaries fails below
             kept = x[:, :, varying] if varying.any() and not varying.all() else x
@@ -187,7 +188,7 @@ class RunMonitor:
             cols = [k for k, i in enumerate(owner) if i in passing]
             if not cols:
                 break
-            diag = diagnostics.diagnose(stacked[:, :, cols], [labels[k] for k in cols], (stat,))
+            diag = diagnostics.diagnose(stacked[:, :, cols], [labels[k] for k in cols], (stat,), ties_merged=True)
             for i in list(passing):
                 mine = {stat: {labels[k]: diag[stat][labels[k]] for k in cols if owner[k] == i}}
                 if not diagnostics.meets(mine, self.until_rhat, self.min_ess):

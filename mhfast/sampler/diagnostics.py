@@ -108,13 +108,31 @@ def merge_rounding_ties(values: np.ndarray, rtol: float = TIE_RTOL) -> np.ndarra
     return out
 
 
-def diagnose(draws: np.ndarray, names: Sequence[str], stats: Sequence[str] = STATS) -> dict[str, dict[str, float]]:
+def merge_ties(draws: np.ndarray) -> np.ndarray:
+    """float64 ``draws`` [C chains, D draws, S summaries] with each summary's rounding ties merged
+    (:func:`merge_rounding_ties` over all its chains and draws). Merging twice changes nothing: the groups' smallest
+    values, which is all that is left, lie more than the tolerance apart. So a caller that asks several questions of
+    the same draws (:mod:`mhfast.sampler.adaptive`: which summaries vary, then one diagnostic at a time) merges once
+    and passes ``ties_merged=True``.
+
+    Example:
+        >>> merge_ties(np.array([[[2.0], [2.0000031]], [[5.0], [2.0000012]]]))[..., 0].tolist()
+        [[2.0, 2.0], [5.0, 2.0]]
+    """
+    x = np.asarray(draws, dtype=np.float64)
+    if x.shape[2] == 0:
+        return x.copy()
+    return np.stack([merge_rounding_ties(x[:, :, s]) for s in range(x.shape[2])], axis=2)
+
+
+def diagnose(draws: np.ndarray, names: Sequence[str], stats: Sequence[str] = STATS,
+             ties_merged: bool = False) -> dict[str, dict[str, float]]:
     """``{stat: {summary name: value}}`` of ``draws`` (array [C chains, D draws, S summaries]) for the ``stats``
     among :data:`STATS`, by ArviZ's array functions, each summary's rounding ties merged first (see the module
-    doc)."""
+    doc) unless ``ties_merged`` says :func:`merge_ties` did that already."""
     a = array_stats()
-    x = np.moveaxis(np.asarray(draws, dtype=np.float64), 2, 0)  # [S, C, D]
-    x = np.ascontiguousarray(np.stack([merge_rounding_ties(s) for s in x]) if x.shape[0] else x)
+    x = np.asarray(draws, dtype=np.float64) if ties_merged else merge_ties(draws)
+    x = np.ascontiguousarray(np.moveaxis(x, 2, 0))  # [S, C, D]
     funcs = {"rhat": lambda: a.rhat(x, chain_axis=-2, draw_axis=-1, method="rank"),
              "ess_bulk": lambda: a.ess(x, chain_axis=-2, draw_axis=-1, method="bulk"),
              "ess_tail": lambda: a.ess(x, chain_axis=-2, draw_axis=-1, method="tail", prob=TAIL_PROB),
@@ -132,17 +150,18 @@ def diagnose(draws: np.ndarray, names: Sequence[str], stats: Sequence[str] = STA
     return out
 
 
-def varying(draws: np.ndarray) -> np.ndarray:
+def varying(draws: np.ndarray, ties_merged: bool = False) -> np.ndarray:
     """Bool[S]: which summaries of ``draws`` [C chains, D draws, S summaries] take more than one value (rounding
-    ties merged first, as :func:`diagnose` does).
+    ties merged first, as :func:`diagnose` does, unless ``ties_merged``).
 
     Example:
         >>> varying(np.array([[[1.0, 2.0], [1.0, 3.0]], [[1.0, 2.0], [1.0, 2.0]]])).tolist()
         [False, True]
     """
-    x = np.moveaxis(np.asarray(draws, dtype=np.float64), 2, 0)  # [S, C, D]
-    return np.array([bool((m != m.flat[0]).any()) if m.size else False
-                     for m in (merge_rounding_ties(s) for s in x)], dtype=bool)
+    x = np.asarray(draws, dtype=np.float64) if ties_merged else merge_ties(draws)
+    if x.shape[0] * x.shape[1] == 0:
+        return np.zeros(x.shape[2], dtype=bool)
+    return (x != x[:1, :1, :]).any(axis=(0, 1))
 
 
 def meets(diag: Mapping[str, Mapping[str, float]], until_rhat: float | None, min_ess: float | None) -> bool:

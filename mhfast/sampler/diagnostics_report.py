@@ -95,7 +95,7 @@ def arviz_dict(result: Any) -> dict[str, Any]:
     B, C, _, S = result.traces.shape
     keep = (result.trace_epochs >= result.burn_in).nonzero().flatten()
     x = result.traces[:, :, keep].double().numpy()  # [B, C, D, S]
-    x = np.stack([np.stack([diagnostics.merge_rounding_ties(x[b, ..., s]) for s in range(S)], -1) for b in range(B)])
+    x = np.stack([diagnostics.merge_ties(x[b]) for b in range(B)])
     posterior = {name: np.moveaxis(x[..., s], 0, -1) for s, name in enumerate(result.trace_names)}
     stats = {}
     if result.chain_proposals is not None:

@@ -135,6 +135,28 @@ def test_only_values_within_rounding_are_merged():
     assert abs(merged.mean() - dense.mean()) <= tol
 
 
+def test_merging_once_gives_what_each_call_merging_gives():
+    """adaptive.py merges an input's draws once (merge_ties) and asks varying() and diagnose() with
+    ties_merged=True: merging again changes nothing, so the figures are those of the raw draws. Fails if the merge
+    were not idempotent (a group's smallest value merged into the next) or a flag dropped the merge for raw draws."""
+    g = np.random.default_rng(4)
+    dense = -2000.0 + 5.0 * g.normal(size=(4, 3000, 1))  # groups chain up here: the case a second merge could move
+    sticky = _sticky_chains(0)[:, :, None] + g.uniform(-4e-6, 4e-6, (4, _sticky_chains(0).shape[1], 1))
+    flat = np.full_like(sticky, 3.0) + g.uniform(-1e-6, 1e-6, sticky.shape)  # rounding noise only: not varying
+    for raw, names in ((dense, ["d"]), (np.concatenate([sticky, flat], axis=2), ["s", "f"])):
+        once = diagnostics.merge_ties(raw)
+        assert np.array_equal(diagnostics.merge_ties(once), once)
+        assert np.array_equal(once[:, :, 0], diagnostics.merge_rounding_ties(raw[:, :, 0]))
+        assert diagnostics.varying(once, ties_merged=True).tolist() == diagnostics.varying(raw).tolist()
+        got, want = diagnostics.diagnose(once, names, ties_merged=True), diagnostics.diagnose(raw, names)
+        for stat in diagnostics.STATS:  # the same numbers into ArviZ: equal, NaN where NaN (the flat summary's ESS)
+            np.testing.assert_array_equal([got[stat][n] for n in names], [want[stat][n] for n in names])
+    assert diagnostics.varying(raw).tolist() == [True, False]
+    # the flag only skips the merge: given raw draws, ArviZ ranks the sticky trace's noise as movement (module doc)
+    unmerged = diagnostics.diagnose(raw, names, ("ess_bulk",), ties_merged=True)["ess_bulk"]["s"]
+    assert unmerged > 1.5 * diagnostics.diagnose(raw, names, ("ess_bulk",))["ess_bulk"]["s"]
+
+
 def test_rhat_by_hand_sees_the_chain_axis():
     """The hand formula itself can fail: chains with different means give a large R-hat, and swapping the chain
     and draw axes changes it."""
