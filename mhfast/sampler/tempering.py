@@ -230,8 +230,11 @@ class Tempered:
         C = self.C
         dev = state.tokens.device
         target = state.target.double().cpu()
-        b_lo = self.betas[:, ks].repeat_interleave(C, dim=1).flatten()
-        b_hi = self.betas[:, ks + 1].repeat_interleave(C, dim=1).flatten()
+        # the inverse temperatures the sweeps test with: rounded to float32, as the ops round them
+        # (moves.accept.beta_rows), so sweeps and swaps leave one product of tempered targets invariant
+        betas = self.betas.float().double()
+        b_lo = betas[:, ks].repeat_interleave(C, dim=1).flatten()
+        b_hi = betas[:, ks + 1].repeat_interleave(C, dim=1).flatten()
         log_alpha = swap_log_alpha(b_lo, b_hi, target[lo], target[hi])
         u = rng.uniforms_from_keys(state.rng_keys.index_select(0, lo.to(dev)), epoch.index, 0, rng.SWAP,
                                    op=self.uniforms_op)

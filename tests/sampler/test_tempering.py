@@ -185,6 +185,28 @@ class _Still:
         return state, StepInfo(0, 0, 0, scored=True)
 
 
+def test_swaps_use_the_inverse_temperatures_the_sweeps_use(monkeypatch):
+    """The sweeps test with each rung's beta rounded to float32 (moves.accept.beta_rows); the swaps must use the
+    same numbers, or sweeps and swaps leave two different products of tempered targets invariant (by 1e-8 here).
+    Temperature 3: beta 1/3, which float32 rounds."""
+    import mhfast.sampler.tempering as tempering
+
+    seen = []
+    monkeypatch.setattr(tempering, "swap_log_alpha", lambda *args: seen.append(args) or (args[0] - args[1]) * 0)
+    C = 3
+    state = ChainState.create(torch.zeros(C, 2, dtype=torch.long), torch.ones(C, 2, dtype=torch.bool),
+                              torch.ones(C, 2, dtype=torch.bool), torch.zeros(C, dtype=torch.long), torch.arange(C),
+                              None, "raw", seed=5)
+    kernel = Tempered(_Still(), [1.0, 3.0], chains=C, burn_in=0, target_temperature=1.0)
+    full = kernel.init(state)
+    epoch = mhfast.sampler.schedules.Epoch(0, 1.0, 1.0, True)
+    kernel.step(full, epoch, kernel.sweep(full, epoch)[-1])
+    (b_lo, b_hi, _, _), = seen
+    swept = kernel._tempered(epoch, full).beta  # what the inner kernel's accept gets, per row, before its own rounding
+    assert b_hi.tolist() == [float(torch.tensor(1 / 3).float())] * C == swept[C:].float().double().tolist()
+    assert b_hi[0].item() != 1 / 3 and b_lo.tolist() == [1.0] * C
+
+
 def test_swap_acceptance_is_min_1_exp_dbeta_de():
     """C = 4000 chains of one input, K = 2 rungs at temperatures 1 and 4, every rung-0 replica at energy 3 and
     every rung-1 replica at energy 1 + 2 * (chain is odd): the swap of an even chain is accepted with probability
