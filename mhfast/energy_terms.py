@@ -285,13 +285,23 @@ def term_name(fn: Callable) -> str:
 
 
 def wants_index(fn: Callable) -> bool:
-    """Whether a term is called as ``fn(tokens, input_index)`` (it declares a second positional parameter)."""
+    """Whether a term is called as ``fn(tokens, input_index)``: after the tokens it declares a positional parameter
+    without a default, one named ``input_index``, or ``*args``. A parameter with a default under another name keeps
+    its default (``lambda t, w=w: ...`` binds a loop's value: handing it the index would silently change the term).
+
+    Example:
+        >>> [wants_index(f) for f in (lambda t: 0, lambda t, i: 0, lambda t, input_index=None: 0,
+        ...                           lambda t, scale=2.0: 0, lambda *a: 0)]
+        [False, True, True, False, True]
+    """
     try:
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
     except (TypeError, ValueError):  # builtins without a signature: called with tokens only
         return False
-    return len(params) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+    if params and params[0].kind is params[0].VAR_POSITIONAL:
+        return True
+    return any(p.kind is p.VAR_POSITIONAL or p.default is p.empty or p.name == "input_index" for p in params[1:])
 
 
 def check_extra_energy(value: Any) -> Any:

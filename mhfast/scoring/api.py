@@ -67,6 +67,20 @@ def _err(name: str, msg: str, where: str = "mhfast.energy") -> ValueError:
     return ValueError(f"{where}: {name} {msg}")
 
 
+def translator_of(model: Any) -> Any:
+    """``model`` when it is a :class:`mhfast.translation.Translator` (a CMLM with its text processing), else None."""
+    return model if hasattr(model, "cmlm") and hasattr(model, "processor") else None
+
+
+def translator_sources(translator: Any, source: Any) -> Any:
+    """``source`` with each string encoded as the translator encodes a raw sentence (SentencePiece for the bundled
+    model). A CMLM alone looks a string's words up in its dictionary as they are (its own ``tokenizer``, if any,
+    first): raw text there would become mostly ``<unk>``. Anything but a list is left for the checks to name."""
+    if translator is None or isinstance(source, (str, torch.Tensor)) or not isinstance(source, Sequence):
+        return source
+    return [translator.source_ids(s) if isinstance(s, str) else s for s in source]
+
+
 def as_model(model: Any, where: str = "mhfast.energy") -> Any:
     """The model protocol object of anything the sampler accepts, a transformers model object, a
     local directory or a hub id (``mhfast.models.loading.load_masked_lm``)."""
@@ -190,12 +204,15 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
     Args:
         model: anything :func:`mhfast.sample` accepts, a transformers ``*ForMaskedLM`` object
             (wrapped; its tokenizer is found where it was loaded from), a local model directory,
-            a HuggingFace hub id, or ``"antiberty"``.
+            a HuggingFace hub id, ``"antiberty"``, or a :class:`mhfast.translation.Translator` (its CMLM,
+            with string sources encoded as the translator encodes raw text).
         tokens: Long[B, T] padded at the end with ``model.pad_id``, or a list of token id sequences.
             Special tokens ([CLS], [SEP], padding, ...) are not scored; ``mask_id`` is refused.
         free_positions: Bool[B, T]: score only these positions (default: every energy position,
             the energy :func:`mhfast.sample` reports).
-        source: conditional models (a CMLM): one source per row; scores the targets given it.
+        source: conditional models (a CMLM): one source per row (a string or token ids); scores the
+            targets given it. Raw text needs the Translator as ``model``: a CMLM alone looks a string's
+            words up in its dictionary as they are (:func:`translator_sources`).
         energy: the energies to return ("raw", "local" or both; both cost the same).
         per_position: also return the per-token terms (``raw_terms``/``local_terms`` f32[B, T]).
         max_tokens_per_batch: tokens of masked copies at once (and per forward), but at least one
@@ -213,7 +230,9 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
     names = _check_energy(energy)
     check_options("mhfast.energy", max_tokens_per_batch, backend, per_position=per_position)
     check_devices("mhfast.energy", tokens=tokens, free_positions=free_positions, source=source)
-    lm = as_model(model)
+    translator = translator_of(model)
+    lm = as_model(translator.cmlm if translator is not None else model)
+    source = translator_sources(translator, source)
     rows = pad_sequences(tokens, int(lm.pad_id), int(lm.vocab_size))
     check_rows_fit(lm, rows, int(lm.pad_id), lambda b: f"mhfast.energy: tokens row {b}")
     mask = _score_mask(free_positions, energy_positions(lm, rows))

@@ -29,7 +29,7 @@ import torch
 from ..models.base import check_length
 from ..sampler.problem import check_devices
 from ..runtime.runner import sum_terms
-from .api import as_model, check_options, compute_terms, energy_positions
+from .api import as_model, check_options, compute_terms, energy_positions, translator_of
 from .text import Encoded, encode
 
 METRICS = ("original", "within_word_l2r")
@@ -136,7 +136,7 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
     if isinstance(sequences, (str, torch.Tensor)) or not isinstance(sequences, Sequence):
         raise TypeError("mhfast.score: sequences must be a list of texts or token id sequences")
     check_devices("mhfast.score", sequences=sequences, sources=sources)
-    translator = model if hasattr(model, "cmlm") and hasattr(model, "processor") else None
+    translator = translator_of(model)
     lm = translator.cmlm if translator is not None else as_model(model, "mhfast.score")
     _check_sources(lm, translator, sources, len(sequences))
     encoded = _encode_all(translator or lm, lm, sequences)

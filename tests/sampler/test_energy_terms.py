@@ -125,6 +125,20 @@ def test_term_with_input_index_and_batched_inputs():
     assert float((r.tokens[1] == refs[1]).all(dim=1).float().mean()) > 0.5
 
 
+def test_a_defaulted_second_parameter_keeps_its_default():
+    """``lambda t, w=w: ...`` (a loop's value bound by a default) is called with the tokens alone; a second parameter
+    without a default, or named input_index, gets each row's input. Before, any second positional parameter got the
+    index, and ``scale`` below became [0, 1, 2]: terms 0, 3, 6 instead of 6, 6, 6."""
+    model = model3()
+    rows = [[1, 1, 1]] * 3
+    scaled = mhfast.energy(model, rows, extra_energy=[lambda t, scale=2.0: scale * t.eq(1).sum(1).float()])
+    assert scaled.terms[:, 0].tolist() == [6.0, 6.0, 6.0]
+    named = mhfast.energy(model, rows, extra_energy=[lambda t, input_index=None: input_index.float()])
+    assert named.terms[:, 0].tolist() == [0.0, 1.0, 2.0]
+    plain = mhfast.energy(model, rows, extra_energy=[lambda t, i: 10.0 * i.float()])
+    assert plain.terms[:, 0].tolist() == [0.0, 10.0, 20.0]
+
+
 def test_terms_are_never_evaluated_for_no_op_proposals():
     model = model3()
     term = TableTerm(seed=5)

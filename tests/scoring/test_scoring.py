@@ -347,6 +347,22 @@ def test_the_memory_budget_follows_its_documented_formula(monkeypatch, device, s
     assert auto_max_tokens(Model(), device, 300) == 65536
 
 
+def test_energy_of_a_translator_encodes_raw_sources_as_it_translates(bundled):
+    """mhfast.energy takes the Translator as mhfast.score does: a raw source sentence is encoded by its SentencePiece
+    model, so the energy is the one given the translator's own source ids, and -e_local is score's PLL. The CMLM
+    alone looks the words up as they are ("Ein Hund läuft." became three <unk>: -E_local -12.95 for -1.99)."""
+    target = "A dog runs."
+    first = mhfast.score(bundled, [target], sources=["Ein Hund läuft."])[0]
+    ids = bundled.target_ids(target)[None]
+    by_translator = mhfast.energy(bundled, ids, source=["Ein Hund läuft."])
+    by_ids = mhfast.energy(bundled.cmlm, ids, source=[bundled.source_ids("Ein Hund läuft.")])
+    assert torch.equal(by_translator.e_local, by_ids.e_local) and torch.equal(by_translator.e_raw, by_ids.e_raw)
+    assert -float(by_translator.e_local[0]) == pytest.approx(first.pll, abs=1e-4)
+    unk = bundled.cmlm.src_dict.unk()
+    assert (bundled.cmlm.source_ids("Ein Hund läuft.") == unk).sum() >= 2  # what the CMLM alone makes of raw text
+    assert -float(mhfast.energy(bundled.cmlm, ids, source=["Ein Hund läuft."]).e_local[0]) < first.pll - 1
+
+
 def test_each_target_is_scored_with_its_own_source_around_empty_targets(bundled):
     """Empty targets are left out of the scored batch: the others keep their own sources (a source taken by the
     target's place among the non-empty ones scored "A dog runs." against "Zwei Katzen.", -22.2 for -2.0)."""
