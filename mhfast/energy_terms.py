@@ -155,7 +155,10 @@ class HFClassifier:
         token_map: how MLM token ids become classifier inputs: None (shared vocabulary: the ids are fed
             as they are), a Long[V] lookup tensor, or a callable ``Long[N, T] -> dict`` of model inputs
             (e.g. ``input_ids`` and ``attention_mask`` from the classifier's tokenizer on decoded text).
-        pad_id: the MLM's padding id (positions holding it are masked out of attention).
+        pad_id: the sampled MLM's padding id (positions holding it are masked out of attention). Default: with
+            a shared vocabulary (no ``token_map``), the classifier's ``config.pad_token_id`` (1 for RoBERTa and
+            ESM, where 0 is ``<s>``/``<cls>``: a fixed 0 masked that token out); else, or without one, 0. Give it
+            with a ``token_map``: the rows are padded with the MLM's id, which the classifier cannot know.
 
     Example:
         >>> import transformers
@@ -168,7 +171,7 @@ class HFClassifier:
 
     name = "classifier"
 
-    def __init__(self, model: Any, label: int | str = 0, token_map: Any = None, pad_id: int = 0):
+    def __init__(self, model: Any, label: int | str = 0, token_map: Any = None, pad_id: int | None = None):
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             model = _load_classifier(os.fspath(model) if not isinstance(model, bytes) else model.decode())
         self.model = model.eval()
@@ -180,6 +183,9 @@ class HFClassifier:
         num_labels = int(model.config.num_labels)
         if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < num_labels:
             raise ValueError(f"HFClassifier: label must be in [0, {num_labels}), got {label!r}")
+        if pad_id is None:
+            config_pad = getattr(model.config, "pad_token_id", None) if token_map is None else None
+            pad_id = config_pad if config_pad is not None else 0
         self.label, self.token_map, self.pad_id = label, token_map, int(pad_id)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -218,6 +218,22 @@ def test_hf_classifier_term_steers_toward_its_label():
     assert torch.allclose(steered.terms[0, :, 0], clf(steered.tokens[0]), atol=1e-5)
 
 
+def test_hf_classifier_masks_the_classifiers_own_pad_id_by_default():
+    """A RoBERTa classifier pads with 1 and starts every row with 0 (<s>): by default only id 1 is masked out of
+    attention (config.pad_token_id), as with pad_id=1 given; a fixed 0 had masked <s> (1.68816 for 1.69247 in the
+    review's example). With a token_map the classifier cannot know the MLM's pad: 0 unless given."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.RobertaConfig(vocab_size=12, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=16, num_labels=2, initializer_range=1.0, pad_token_id=1)
+    model = transformers.RobertaForSequenceClassification(cfg).eval()
+    rows = torch.tensor([[0, 5, 6, 2], [0, 7, 2, 1]])
+    default, given, zero = (HFClassifier(model, label=1, pad_id=p) for p in (None, 1, 0))
+    assert default.pad_id == 1 and torch.equal(default(rows), given(rows))
+    assert not torch.allclose(default(rows), zero(rows))  # masking <s> changes the term: the bug would show
+    assert HFClassifier(model, label=1, token_map=torch.arange(12)).pad_id == 0
+
+
 # ---------------------------------------------------------------------------- CLI flags
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
