@@ -120,15 +120,20 @@ SIDE_FILES = {"--output": (".progress", ".progress.tmp", LOCK_SUFFIX), "--stats-
 
 def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:
     """ValueError when an output path names an input, lies inside an input folder (a model directory), names
-    another output, or names a file another output writes beside it (``--output``: ``.progress``, its
-    ``.progress.tmp`` and ``.lock``; ``--stats-out``: ``.tmp`` and ``.lock``):
+    another output, or names a file an output writes beside it (``--output``: ``.progress``, its
+    ``.progress.tmp`` and ``.lock``; ``--stats-out``: ``.tmp`` and ``.lock``), or when an input names such a file:
     writing would destroy what is read (a checkpoint emptied by a typo), or two streams would interleave in one
     file. ``inputs``: ``{"--input": path, "--model": [paths], ...}`` (a path, a list of paths, or None); folders
     are fine."""
     outs = [(k, str(v)) for k, v in outputs.items() if v is not None]
     ins = [(k, str(p)) for k, v in inputs.items() if v is not None
            for p in (v if isinstance(v, (list, tuple)) else [v]) if p is not None]
-    sides = [(f"{k}'s {suffix} file", v + suffix) for k, v in outs for suffix in SIDE_FILES.get(k, ())]
+    owned = [(k, f"{k}'s {suffix} file", v + suffix) for k, v in outs for suffix in SIDE_FILES.get(k, ())]
+    sides = [(side, path) for _, side, path in owned]
+    for output, side, side_path in owned:
+        for name, path in ins:  # the run would lock, record or replace into what it reads
+            if _same(path, side_path):
+                raise ValueError(f"{name} and {side} name the same file ({path!r}); choose another {output}")
     for i, (name, path) in enumerate(outs):
         for other, other_path in outs[i + 1:] + ins + sides:
             if _same(path, other_path):

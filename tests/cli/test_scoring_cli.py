@@ -43,6 +43,18 @@ def test_jsonl_output_file_and_summary(bert_dir, tmp_path):
     assert "2 sequences scored, 4 tokens, pseudo-perplexity" in err
 
 
+def test_an_input_named_as_the_outputs_side_file_is_refused_and_kept(bert_dir, tmp_path):
+    """--input q.tsv.lock --output q.tsv: the output's lock file would overwrite the input with a pid (exit 0
+    before, the sequences lost); now one line, exit 2, the input as it was. Likewise its .progress record."""
+    for suffix in (".lock", ".progress"):
+        read = tmp_path / f"q.tsv{suffix}"
+        read.write_text("a b c\nd\n")
+        code, out, err = run_main(["score", "--model", bert_dir, "-i", str(read), "-o", str(tmp_path / "q.tsv"), "-q"])
+        assert code == 2 and f"--input and --output's {suffix} file name the same file" in err, err
+        assert len(err.strip().splitlines()) == 1 and read.read_text() == "a b c\nd\n"
+        assert not (tmp_path / "q.tsv").exists()
+
+
 @pytest.mark.parametrize("argv, content, message", [
     (["--batch-size", "0"], b"a\n", "--batch-size must be an int >= 1"),
     (["--source", "x"], b"a\n", "--source goes with --model bundled"),

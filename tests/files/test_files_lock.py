@@ -107,6 +107,14 @@ def test_check_distinct_covers_folders_read_and_side_files(tmp_path):
         with pytest.raises(ValueError, match=f"--output and --stats-out's \\{suffix} file"):
             check_distinct({"--output": str(tmp_path / f"s{suffix}"), "--stats-out": str(tmp_path / "s")}, {})
     check_distinct({"--output": str(tmp_path / "model2" / "o")}, {"--model": str(model)})  # a neighbour: fine
+    # an input named as an output's side file: the lock, the record or the replacement would overwrite it
+    for output, suffix in (("--output", ".lock"), ("--output", ".progress"), ("--output", ".progress.tmp"),
+                           ("--stats-out", ".tmp"), ("--stats-out", ".lock")):
+        read = tmp_path / f"q{suffix}"
+        read.write_text("EVQLV\n")
+        with pytest.raises(ValueError, match=f"--ref and {output}'s \\{suffix} file name the same file.*choose "
+                                             f"another {output}"):
+            check_distinct({output: str(tmp_path / "q")}, {"--input": str(tmp_path / "in"), "--ref": str(read)})
 
 
 def test_a_fresh_output_is_untouched_until_begin(tmp_path):
