@@ -211,17 +211,18 @@ def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | No
 
 
 def _energy_term_spec(args: argparse.Namespace) -> dict:
-    """The energy-term flags (CLI-only entries of the option spec), files by content."""
+    """The energy-term flags (CLI-only entries of the option spec); the values of those that name a file or a
+    folder (metavar FILE, DIR) by content alone, as the model's files: the same reference reached by another path
+    resumes, and a label that happens to name a file in the working folder stays a label."""
     out: dict[str, Any] = {}
     for opt in options.SPEC:
         if opt.cli and not opt.api:
             value = getattr(args, opt.name)
-            if isinstance(value, str) and os.path.isfile(value):
-                value = {"path": value, "sha256": file_sha256(value, opt.flag)}
-            elif isinstance(value, str) and os.path.isdir(value):
-                value = {"path": value, "sha256": {f: file_sha256(os.path.join(value, f), opt.flag)
-                                                   for f in sorted(os.listdir(value))
-                                                   if os.path.isfile(os.path.join(value, f))}}
+            if opt.metavar in ("FILE", "DIR") and isinstance(value, str) and os.path.isfile(value):
+                value = {"sha256": file_sha256(value, opt.flag)}
+            elif opt.metavar in ("FILE", "DIR") and isinstance(value, str) and os.path.isdir(value):
+                value = {"sha256": {f: file_sha256(os.path.join(value, f), opt.flag)
+                                    for f in sorted(os.listdir(value)) if os.path.isfile(os.path.join(value, f))}}
             out[opt.flag] = value
     return out
 

@@ -271,9 +271,10 @@ def test_resume_of_mask_predict_refuses_other_iterations_or_method(setup, capsys
         assert out.read_bytes() == full
 
 
-def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys):
-    """An energy term's file is recorded by content: the same --hamming-reference path with one word changed is
-    refused (the structural test above only changes the option's value)."""
+def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys, monkeypatch):
+    """An energy term's file is recorded by content alone: the same --hamming-reference path with one word changed
+    is refused (the structural test above only changes the option's value), the same file by another path is
+    not."""
     cli, tmp = setup["cli"], setup["tmp"]
     reference = tmp / "hamming.txt"
     # (11 words: the tiny model gives every source 11 target positions, and a Hamming reference has the length)
@@ -282,6 +283,10 @@ def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys):
     code, err = cli(["--output", str(out), *hamming], capsys)
     assert code == 0, err
     assert cli(["--output", str(out), "--resume", *hamming], capsys)[0] == 0
+    # the same file by another path (relative here, absolute above) resumes: it was refused, the path recorded
+    monkeypatch.chdir(tmp)
+    assert cli(["--output", str(out), "--resume", "--hamming", "0.5", "--hamming-reference", "hamming.txt"],
+               capsys)[0] == 0
     reference.write_text(reference.read_text(encoding="utf-8").replace("man 3", "dog 3"), encoding="utf-8")
     refused(cli, ["--output", str(out), "--resume", *hamming], capsys, "--hamming-reference sha256 (content)", out)
 
