@@ -133,11 +133,31 @@ def output_spec(args: argparse.Namespace, lines: list[str], sources: list[str] |
             "sources": None if sources is None else {"lines": len(sources), "sha256": digest(sources)}}
 
 
-def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack) -> Any:
-    """stdout or a device: a stream; a file: locked for this process, then started or verified and resumed."""
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """The bytes the chunk sizes follow from when --max-tokens-per-batch is left at its default (None when it is
+    given): what a resumed run's record holds, else one reading of the device's free memory now
+    (:func:`mhfast.scoring.budget.free_memory`). Read once and kept for the whole run (in the record, on every rank:
+    the chunking changes a score's last bits, and free memory moves), so a resumed run, and each batch of any run,
+    chunks as the run began: a resume with less memory free gave other digits."""
+    from ..files.journal import PROGRESS_SUFFIX, read_record
+    from ..scoring.budget import free_memory
+
+    if args.max_tokens_per_batch is not None:
+        return None
+    if args.resume and args.output is not None and os.path.isfile(args.output + PROGRESS_SUFFIX):
+        recorded = read_record(args.output + PROGRESS_SUFFIX)["spec"].get("memory_budget")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
+            return recorded  # (a record without it is refused by the spec's comparison, naming it)
+    return int(free_memory(args.device))
+
+
+def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitStack) -> tuple[Any, int | None]:
+    """stdout or a device: a stream; a file: locked for this process, then started or verified and resumed.
+    With it the run's :func:`memory_budget` (recorded in the file's spec)."""
     if args.output is None or is_special(args.output):
         if args.resume:
             raise ValueError("--resume needs --output FILE (a regular file)")
+        budget = memory_budget(args)
         sink: Any = StreamOutput.to(args.output)
     else:
         folder = os.path.dirname(os.path.abspath(args.output))
@@ -147,12 +167,14 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
                                                     "--model": [*_model_files(args).values(),
                                                                 *([args.model] if os.path.exists(args.model) else [])]})
         stack.enter_context(OutputLock(args.output, "--output"))
+        budget = memory_budget(args)  # (a resumed run's from its record: read under the lock)
+        spec = {**spec, "memory_budget": budget}
         if args.resume:
             sink = CommittedOutput.resume(args.output, spec, total, lambda data: data.count(b"\n"))
         else:
             sink = CommittedOutput.start(args.output, spec, total)
     stack.callback(sink.close)
-    return sink
+    return sink, budget
 
 
 # ---------------------------------------------------------------------------- records
@@ -283,6 +305,7 @@ def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Names
 def run(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..scoring import corpus_pppl
+    from ..scoring.budget import fixed_memory
 
     # The world first (torchrun: batches shared over the ranks, rank 0 writes): every error below then ends in
     # an agreement of the ranks (distributed.together), so that the job reports it once.
@@ -297,11 +320,13 @@ def run(args: argparse.Namespace) -> int:
         spec = output_spec(args, lines, sources)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     with ExitStack() as stack:
-        sink, start = distributed.on_main(lambda: open_output(args, spec, len(lines), stack), world,
-                                          lambda s: s.lines_done)
+        opened, (start, budget) = distributed.on_main(lambda: open_output(args, spec, len(lines), stack), world,
+                                                      lambda o: (o[0].lines_done, o[1]))
+        sink = opened[0] if opened is not None else None
         with distributed.together(world):
             model = _load(args)
-        results = _score_batches(args, model, lines, sources, sink, name, start, world)
+        with fixed_memory(budget):  # rank 0's one reading, on every rank and for every batch
+            results = _score_batches(args, model, lines, sources, sink, name, start, world)
     if not args.quiet and world.is_main:
         tokens, seconds = sum(s.num_tokens for s in results[0]), results[1]
         # no token scored (empty input): the corpus pseudo-perplexity is undefined, not NaN

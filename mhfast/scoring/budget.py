@@ -9,13 +9,22 @@ and T attention weights per head, float32) plus its row's share of the V-wide lo
 is deliberately generous; the result is clamped to [T, 65536] (65536 = the sampler's default
 ``max_tokens_per_batch``: beyond it a CPU forward gets no faster).
 
+The chunking changes a score's last bits (a forward of another batch size rounds otherwise), and free memory
+changes from one moment to the next. A caller that needs one run's bytes to repeat (``mhfast score``: a resumed
+file must be one run's bytes) reads it once and holds it with :func:`fixed_memory`.
+
 Example:
     >>> auto_max_tokens(None, "cpu", 16) >= 16
     True
+    >>> with fixed_memory(1 << 20):
+    ...     free_memory("cpu")
+    1048576
 """
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 import torch
 
@@ -25,9 +34,30 @@ DEFAULT_CAP = 65536
 _FALLBACK_BYTES = 4 << 30  # when free memory cannot be read
 
 
+#: the bytes :func:`free_memory` returns inside :func:`fixed_memory` (None: read the device)
+_FIXED: ContextVar[int | None] = ContextVar("mhfast_scoring_fixed_memory", default=None)
+
+
+@contextmanager
+def fixed_memory(nbytes: int | None) -> Iterator[None]:
+    """Within: :func:`free_memory` returns ``nbytes`` (what one reading of it gave) instead of reading the device
+    again, so every chunk size follows from one number. None: the device is read as usual."""
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1):
+        raise ValueError(f"fixed_memory: nbytes must be a positive int or None, got {nbytes!r}")
+    token = _FIXED.set(nbytes)
+    try:
+        yield
+    finally:
+        _FIXED.reset(token)
+
+
 def free_memory(device: Any) -> int:
     """Bytes that may be used: half the free GPU memory, or a quarter of the available CPU memory
-    (:func:`mhfast.sampler.problem.available_memory`, the one reading of it)."""
+    (:func:`mhfast.sampler.problem.available_memory`, the one reading of it); inside :func:`fixed_memory`, its
+    number."""
+    fixed = _FIXED.get()
+    if fixed is not None:
+        return fixed
     from ..sampler.problem import available_memory
 
     dev = torch.device(device) if device is not None else torch.device("cpu")

@@ -163,6 +163,49 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
     assert code == 2 and "changed" in err and err.count("\n") == 1
 
 
+def test_resume_chunks_as_the_run_began_whatever_memory_is_free_now(bert_dir, tmp_path, monkeypatch):
+    """Left at its default, the chunk size follows free memory, which the chunking's last bits then follow: a run
+    reads it once, records it, and a resume with less memory free chunks as the run began (it read memory again:
+    a review resumed AntiBERTy scores into other digits). Every batch of a run uses that one reading."""
+    import mhfast.sampler.problem as problem
+    import mhfast.scoring
+    from mhfast.files.journal import PROGRESS_SUFFIX
+    from mhfast.scoring import budget
+
+    (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
+    base = ["--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q"]
+    monkeypatch.setattr(problem, "available_memory", lambda dev: 64 << 20)  # a quarter of it on the CPU: 16 MiB
+    real_free, seen = budget.free_memory, []
+    monkeypatch.setattr(budget, "free_memory", lambda dev: seen.append(real_free(dev)) or seen[-1])
+    assert run_main(["score", *base, "-o", str(tmp_path / "full.tsv")])[0] == 0
+    assert seen and set(seen) == {16 << 20}
+    real, calls = mhfast.scoring.score, []
+
+    def stop_at_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(mhfast.scoring, "score", stop_at_third)
+    part = tmp_path / "part.tsv"
+    assert run_main(["score", *base, "-o", str(part)])[0] == 130
+    monkeypatch.setattr(mhfast.scoring, "score", real)
+    record = json.loads((tmp_path / f"part.tsv{PROGRESS_SUFFIX}").read_text())
+    assert record["spec"]["memory_budget"] == 16 << 20 and record["lines_done"] == 4
+    monkeypatch.setattr(problem, "available_memory", lambda dev: 1 << 20)  # less free now
+    seen.clear()
+    code, out, err = run_main(["score", *base, "-o", str(part), "--resume"])
+    assert code == 0, err
+    assert seen and set(seen) == {16 << 20}, seen  # the recorded reading, in every chunk
+    assert part.read_bytes() == (tmp_path / "full.tsv").read_bytes()
+    # a given --max-tokens-per-batch reads no memory and records none
+    seen.clear()
+    code, out, err = run_main(["score", *base, "-o", str(tmp_path / "given.tsv"), "--max-tokens-per-batch", "64"])
+    assert code == 0 and not seen
+    assert json.loads((tmp_path / f"given.tsv{PROGRESS_SUFFIX}").read_text())["spec"]["memory_budget"] is None
+
+
 #: How each ``score`` option meets ``--resume`` (as TRANSLATE_RESUME in test_cli_resume_checks.py): the argv added
 #: (``{tmp}``: the test's folder), base tokens dropped, and the text naming the difference in the refusal, or None
 #: where the option leaves the output's bytes as they are and the resume is accepted.
