@@ -352,7 +352,8 @@ def _score_batches(args: argparse.Namespace, model: Any, lines: list[str], sourc
     # encodes every line alike, so the ranks agree and rank 0 alone reports it
     with distributed.together(world):
         encoded = _encode_lines(model, lines[start:], start, args, name, None if sources is None else sources[start:])
-        if world.is_main:  # the model loaded and every line checked: only now is a fresh --output emptied
+    with distributed.together(world):  # every rank has the model and every line checked: only now is a fresh
+        if world.is_main:  # --output emptied (not inside the block above, where another rank may still fail)
             sink.begin()
 
     def work(first: int) -> tuple[int, list]:

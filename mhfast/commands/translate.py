@@ -409,7 +409,10 @@ def run(args: argparse.Namespace) -> int:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
         with distributed.together(world):
             work, stats, hyps = _start(args, world, sink, lines, refs, digest)
-            if world.is_main:  # the model loaded and every line checked: only now is a fresh --output emptied
+        # every rank loaded the model and checked every line (that block's agreement): only now is a fresh
+        # --output emptied (inside it, rank 0 could empty it while another rank's load was failing)
+        with distributed.together(world):
+            if world.is_main:
                 sink.begin()
         _translate_chunks(work, sink, stats, hyps, world)
     if refs is not None and lines and world.is_main:

@@ -114,6 +114,37 @@ def test_a_killed_rank_ends_the_run_and_resume_finishes_it(tmp_path):
     assert out.read_bytes() == full.read_bytes()
 
 
+#: imported at start-up (sitecustomize) by the processes of the job below: rank 1 fails where the model loads
+_RANK_1_CANNOT_LOAD = """import os
+if os.environ.get("RANK") == "1":
+    import mhfast.commands.translate
+
+    def _load(args):
+        raise FileNotFoundError("--model: rank 1 cannot read it (a test's failure)")
+
+    mhfast.commands.translate._load = _load
+"""
+
+
+def test_a_rank_that_fails_to_load_leaves_the_previous_output_as_it_was(tmp_path):
+    """A fresh run empties an existing --output only once every rank has loaded the model and checked every line
+    (docs/cli.md). Rank 1 fails at its load, rank 0 loads: the old output stays. Before, rank 0 emptied it inside
+    the block that loaded the model, before the ranks agreed that they all had. (score loads in a block of its own
+    before that one; its begin() moved out of the line checks' block alike.)"""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_RANK_1_CANNOT_LOAD)
+    out = tmp_path / "out.txt"
+    out.write_bytes(b"the previous run's results\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(hook), env["PYTHONPATH"]])
+    proc = subprocess.run(_torchrun("--nproc-per-node", "2", "--master-port", str(_port()), "-m", "mhfast",
+                                    "translate", *FAST[:3], "2", *FAST[4:], "--output", str(out)),
+                          env=env, timeout=300, capture_output=True, text=True)
+    assert proc.returncode != 0 and "rank 1 cannot read it" in proc.stderr, proc.stderr[-3000:]
+    assert out.read_bytes() == b"the previous run's results\n"
+
+
 def test_score_over_two_ranks_writes_the_bytes_of_one_process(tmp_path):
     src = tmp_path / "heavy.txt"
     src.write_text("EVQLVESGGGLVQPGGSLRLSCAASGFTFSSYAMS\nEVQLVESGGGLVQPGG\nQVQLQESGPGLVKPSETLSLTCTVS\nEVQLV\n")
