@@ -1,11 +1,12 @@
-"""One rule for lines: records are separated by ``\\n`` only; a ``\\r`` just before it is dropped.
+"""One rule for lines: records are separated by ``\\n`` only; a ``\\r`` just before it is dropped (and one that
+ends the file: a CRLF file whose last ``\\n`` is missing).
 
 ``str.splitlines`` also splits at ``\\r``, ``\\v``, ``\\f``, ``\\x1c-\\x1e``, U+0085, U+2028 and
 U+2029, so a sentence holding one of them became two input lines and shifted every later output
 line. fairseq and sacreBLEU read files line by line (``for line in f``), never with
 ``str.splitlines``, so Unicode separators stay inside their sentence there; we take the strict form
-of that rule: a record ends at ``\\n`` only, every other character (a lone ``\\r`` included) stays
-inside it. Bytes are decoded as strict UTF-8; a bad byte is a ValueError
+of that rule: a record ends at ``\\n`` only, every other character (a lone ``\\r`` within a record included)
+stays inside it. Bytes are decoded as strict UTF-8; a bad byte is a ValueError
 naming the file, line and byte column. A UTF-8 byte order mark at the very start is dropped.
 
 Example:
