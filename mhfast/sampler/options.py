@@ -571,7 +571,8 @@ SPEC: tuple[Option, ...] = (
            "captured step (mhfast.sampler.tempering)", "-",
            "ladder", metavar="K|T1,T2,..."),
     Option("force_accept_epochs", 0, _int(0), "accept every proposal in the first N epochs (N <= epochs; mh, "
-           "block-mh)", "App. F", "int"),
+           "block-mh); forced epochs past burn_in are kept as samples of a target they do not sample: N <= burn_in "
+           "to sample it (until_rhat / min_ess require that)", "App. F", "int"),
     Option("seed", 0, _int(INT64_MIN, INT64_MAX), "seed of the counter-based random numbers (mhfast.sample: or "
            "generator=, not both)", "-", "int"),
     Option("device", None, check_device, "where the chains live: cpu, cuda, cuda:N (default: the model's device)",
