@@ -40,6 +40,9 @@ import torch
 
 from .energy_terms import Hamming
 
+#: The largest ``max_mutations`` and ``iterations`` taken: an antibody chain has ~130 residues, so a larger cap caps
+#: nothing and more argmax rounds change nothing (a value past int64 overflowed, one past this ran for hours)
+MAX_ITERATIONS_OR_CAP = 10_000
 #: Energy added per mutation beyond ``max_mutations``: exp(-1e4) is 0 in float64, so such proposals are never accepted.
 CAP_PENALTY = 1e4
 
@@ -115,8 +118,8 @@ class MutationCap:
     name = "mutation_cap"
 
     def __init__(self, reference: torch.Tensor, cap: int, pad_id: int = 0):
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise ValueError(f"max_mutations: expected an int >= 0, got {cap!r}")
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_ITERATIONS_OR_CAP:
+            raise ValueError(f"max_mutations: expected an int in [0, {MAX_ITERATIONS_OR_CAP}], got {cap!r}")
         self.distance, self.cap = Hamming(reference, pad_id=pad_id), cap
 
     def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
@@ -233,8 +236,8 @@ def sapiens_argmax(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], ite
     Example:
         >>> h = sapiens_argmax(load_sapiens("H"), parent, [(30, 35), (49, 66), (98, 109)])  # doctest: +SKIP
     """
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations: expected an int >= 1, got {iterations!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS_OR_CAP:
+        raise ValueError(f"iterations: expected an int in [1, {MAX_ITERATIONS_OR_CAP}], got {iterations!r}")
     parent = _normalized(parent)
     if not callable(getattr(model, "position_logits", None)):
         raise TypeError("model: needs position_logits (every position's prediction, nothing masked): a fairseq "

@@ -55,6 +55,13 @@ def check(args: argparse.Namespace) -> None:
     if args.diagnostics:
         if args.chains < 2:
             raise ValueError(f"--diagnostics needs --chains >= 2 (R-hat compares chains), got {args.chains}")
+        from ..sampler.options import post_burn_in_draws
+
+        # none at all: every figure NaN over "draws 0" (--burn-in past --epochs: that flag's own error). Fewer than
+        # ArviZ's 4 still run (NaN R-hat, said so in the table): short smoke runs of the flag
+        if 0 <= args.burn_in <= args.epochs and post_burn_in_draws(args.epochs, args.burn_in, args.trace_every) < 1:
+            raise ValueError(f"--diagnostics needs a traced sweep after --burn-in ({args.burn_in}) within --epochs "
+                             f"({args.epochs}): there is none to diagnose")
         check_available("--diagnostics")
     if args.plot_traces:
         if args.chains < 2:

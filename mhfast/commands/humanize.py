@@ -54,10 +54,12 @@ def _check(args: argparse.Namespace) -> Any:
     if args.hamming_reference is not None or args.classifier is not None:
         raise ValueError("--hamming-reference/--classifier: humanize's Hamming reference is the parent, and it takes "
                          "no classifier")
-    if args.max_mutations is not None and args.max_mutations < 0:
-        raise ValueError(f"--max-mutations must be an int >= 0, got {args.max_mutations}")
-    if args.top < 1 or args.iterations < 1:
-        raise ValueError(f"--top and --iterations must be >= 1, got {args.top} and {args.iterations}")
+    from ..humanize import MAX_ITERATIONS_OR_CAP as most
+
+    if args.max_mutations is not None and not 0 <= args.max_mutations <= most:
+        raise ValueError(f"--max-mutations must be an int in [0, {most}], got {args.max_mutations}")
+    if args.top < 1 or not 1 <= args.iterations <= most:
+        raise ValueError(f"--top must be >= 1 and --iterations in [1, {most}], got {args.top} and {args.iterations}")
     _check_method(args)
     return options.config_from_args(args)
 

@@ -129,11 +129,15 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
     from ..models.base import check_length
 
     try:
+        try:
+            record.text.encode("utf-8")
+        except UnicodeEncodeError:  # (bytes the command line could not decode: the tokenizer raised a TypeError)
+            raise ValueError("not valid UTF-8 text") from None
         ids = lm.encode(record.text)
         special = set(lm.special_ids) - {lm.mask_id}
         if all(int(i) in special for i in ids):  # ([CLS] [SEP] of "" too: the API would name init)
             raise ValueError("no token to sample (an empty sequence); give text, or --length N")
-        inner = _inner_special(ids.tolist(), special)
+        inner = _inner_special(ids.tolist(), special, _frame(lm))
         if inner is not None:  # ([UNK] would stay fixed, and print as nothing: the energies of another text)
             tokenizer = getattr(lm, "tokenizer", None)
             shown = tokenizer.convert_ids_to_tokens(inner[1]) if hasattr(tokenizer, "convert_ids_to_tokens") else \
@@ -142,28 +146,48 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
                              "special token, inside the text; it would stay fixed and print as nothing: remove or "
                              "replace it")
         check_length(lm, len(ids), "the sequence")
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # (TypeError: a tokenizer's, e.g. for bytes not UTF-8 on the command line)
         for where, text in record.lines:
             try:
                 lm.encode(text)
-            except ValueError as line_error:
+            except (ValueError, TypeError) as line_error:
                 raise ValueError(f"{where}: {line_error}") from None
         raise ValueError(f"{record.where}: {e}") from None
     return ids
 
 
-def _inner_special(ids: list[int], special: set[int]) -> tuple[int, int] | None:
-    """(index, id) of the first special id (unknown word, [SEP], ...) between the first and last ordinary token
-    (the model's own framing, [CLS] ... [SEP], lies outside them), or None.
+def _inner_special(ids: list[int], special: set[int], frame: list[int] | None = None) -> tuple[int, int] | None:
+    """(index, id) of the first special id (unknown word, [SEP], ...) in the text's own tokens, or None.
+
+    ``frame``: the ids the tokenizer gives an empty text (its own framing, e.g. [CLS] [SEP]): the text's tokens are
+    what lies between a first part of it at the start and the rest at the end (the middle split tried first: [CLS]
+    before, [SEP] after), so a special or unknown word first or last in the text is found too (between the first
+    and last ordinary token only, the rule without ``frame``, 'zzz a b' kept an [UNK] that stayed fixed and printed
+    as nothing).
 
     Example:
         >>> _inner_special([2, 7, 1, 8, 3], {1, 2, 3}), _inner_special([2, 7, 8, 3], {1, 2, 3})
         ((2, 1), None)
+        >>> [_inner_special(ids, {1, 2, 3}, frame=[2, 3]) for ids in ([2, 1, 7, 8, 3], [2, 7, 8, 2, 3], [2, 3, 7, 3])]
+        [(1, 1), (3, 2), (1, 3)]
     """
+    if frame is not None:
+        for k in sorted(range(len(frame) + 1), key=lambda k: abs(k - (len(frame) + 1) // 2)):
+            head, tail = frame[:k], frame[k:]
+            if len(ids) >= len(frame) and ids[:k] == head and ids[len(ids) - len(tail):] == tail:
+                return next(((j, ids[j]) for j in range(k, len(ids) - len(tail)) if ids[j] in special), None)
     ordinary = [k for k, i in enumerate(ids) if i not in special]
     if not ordinary:
         return None
     return next(((k, ids[k]) for k in range(ordinary[0], ordinary[-1]) if ids[k] in special), None)
+
+
+def _frame(lm: Any) -> list[int] | None:
+    """The ids of an empty text (the tokenizer's framing), or None where the model cannot encode one."""
+    try:
+        return [int(i) for i in lm.encode("")]
+    except (ValueError, TypeError):
+        return None
 
 
 def _inputs(lm: Any, args: argparse.Namespace) -> dict:

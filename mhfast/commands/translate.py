@@ -119,11 +119,18 @@ def max_threads() -> int:
     return 4 * (os.cpu_count() or 1)
 
 
+#: the most --iterations Mask-Predict takes
+MAX_MASK_PREDICT_ITERATIONS = 10_000
+
+
 def _check(args: argparse.Namespace) -> None:
     """Every option checked before any work (the sampler's by the option spec); errors name the flag."""
     for name in ("batch_size", "length_beam", "iterations"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
+    if args.iterations > MAX_MASK_PREDICT_ITERATIONS:  # (one past int64 ran for hours: a decoding of T tokens
+        # re-masks fewer each round, and fairseq's own runs use 4-10)
+        raise ValueError(f"--iterations must be an int in [1, {MAX_MASK_PREDICT_ITERATIONS}], got {args.iterations}")
     options.config_from_args(args, length_beam=args.length_beam)
     _check_method(args)
     _diagnostics.check(args)

@@ -371,11 +371,22 @@ def _delayed(v: Any) -> Any:
     for kind in ("window:", "influence:", "early:", "cascade:"):
         if isinstance(v, str) and v.startswith(kind):
             k = v[len(kind):]
-            if k.isdigit() and int(k) <= MAX_WINDOW:
+            if k.isascii() and k.isdigit() and int(k) <= MAX_WINDOW:  # ('²'.isdigit(), yet int('²') fails)
                 return f"{kind}{int(k)}"
     raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K', 'early:K' or 'cascade:K' with K an int >= 0, "
                       f"or (API only) a callable surrogate(tokens, pos), got {v!r}")
 
+
+
+def post_burn_in_draws(epochs: int, burn_in: int, trace_every: int = 1) -> int:
+    """The traced sweeps after burn-in (sweep e is traced when (e + 1) % trace_every == 0): the draws per chain
+    the diagnostics read.
+
+    Example:
+        >>> post_burn_in_draws(10, 4), post_burn_in_draws(10, 4, 3), post_burn_in_draws(4, 4)
+        (6, 2, 0)
+    """
+    return epochs // trace_every - burn_in // trace_every
 
 
 def resolved_delayed(cfg: Any, num_energy: int, device: "str | torch.device" = "cpu") -> Any:
@@ -937,6 +948,13 @@ def _diagnostics_checks(values: dict, name_of: Callable[[str], str]) -> None:
     if values["force_accept_epochs"] > values["burn_in"]:
         raise OptionError(f"{first} needs {name_of('force_accept_epochs')} ({values['force_accept_epochs']}) <= "
                           f"{name_of('burn_in')} ({values['burn_in']}): forced epochs do not sample the target")
+    from .diagnostics import MIN_DRAWS
+
+    draws = post_burn_in_draws(values["epochs"], values["burn_in"], values["trace_every"])
+    # (it could never be met: R-hat and ESS are NaN below that, and NaN never passes; burn_in > epochs: its own error)
+    if 0 <= values["burn_in"] <= values["epochs"] and draws < MIN_DRAWS:
+        raise OptionError(f"{first} needs at least {MIN_DRAWS} traced sweeps after {name_of('burn_in')} "
+                          f"({values['burn_in']}) within {name_of('epochs')} ({values['epochs']}), got {draws}")
     from .diagnostics import check_available
 
     try:

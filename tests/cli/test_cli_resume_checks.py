@@ -215,8 +215,9 @@ TRANSLATE_RESUME = {
     "--compile": (["--compile"], (), "--compile"),
     "--start": (["--start", "random"], (), "--start"),
     "--trace-every": (["--epochs", "3", "--diagnostics", "--trace-every", "2"], (), "--trace-every"),
-    "--until-rhat": (["--until-rhat", "1.05"], (), "--until-rhat"),
-    "--min-ess": (["--min-ess", "10"], (), "--min-ess"),
+    # (4 epochs: they need 4 draws after burn-in, or are refused before the resume is looked at)
+    "--until-rhat": (["--epochs", "4", "--until-rhat", "1.05"], (), "--until-rhat"),
+    "--min-ess": (["--epochs", "4", "--min-ess", "10"], (), "--min-ess"),
     "--hamming": (["--hamming", "0.5", "--hamming-reference", "{tmp}/other.txt"], (), "--hamming ("),
     "--hamming-reference": (["--hamming", "0.5", "--hamming-reference", "{tmp}/other.txt"], (),
                             "--hamming-reference"),

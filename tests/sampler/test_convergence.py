@@ -456,6 +456,11 @@ def test_per_chain_init_and_sampled_masks():
     (dict(min_ess=10, chains=1), "min_ess needs chains >= 2"),
     (dict(until_rhat=1.01, anneal=0.1), "until_rhat needs a fixed target"),
     (dict(until_rhat=1.01, force_accept_epochs=3, burn_in=2), "until_rhat needs force_accept_epochs"),
+    # fewer draws than ArviZ's 4 within the cap: it could never be met (a review: it ran all epochs, "not converged")
+    (dict(min_ess=5, epochs=5, burn_in=5), "min_ess needs at least 4 traced sweeps after burn_in (5) within epochs "
+                                           "(5), got 0"),
+    (dict(until_rhat=1.1, epochs=9, burn_in=2, trace_every=2), "until_rhat needs at least 4 traced sweeps after "
+                                                              "burn_in (2) within epochs (9), got 3"),
 ])
 def test_bad_options_name_the_argument(kwargs, message):
     with pytest.raises(ValueError, match="mhfast.sample: " + message.replace("(", "\\(").replace(")", "\\)")
