@@ -97,8 +97,13 @@ def framework_positions(length: int, cdrs: Sequence[tuple[int, int]]) -> list[in
     >>> framework_positions(10, [(2, 4), (6, 8)])
     [0, 1, 4, 5, 8, 9]
     """
+    if isinstance(cdrs, (str, bytes)) or not isinstance(cdrs, Sequence):
+        raise ValueError(f"cdrs: expected a list of (START, END) spans, got {cdrs!r}")
     inside = set()
     for span in cdrs:
+        if (isinstance(span, (str, bytes)) or not isinstance(span, Sequence) or len(span) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in span)):
+            raise ValueError(f"cdrs: each span must be a pair of ints (START, END), got {span!r}")
         start, end = span
         if not 0 <= start < end <= length:
             raise ValueError(f"cdrs: span {start}:{end} is not within the {length} residues (0 <= START < END)")
@@ -169,6 +174,15 @@ def _scored(model: Any, parent: str, seqs: list[str], seen: list[int], hamming: 
     return sorted(out, key=lambda v: (v.energy, v.sequence))
 
 
+def _check_weights(hamming: Any, energy: Any) -> None:
+    """``hamming`` a finite number >= 0 (a negative weight rewards mutations, the opposite of humanizing; --hamming
+    refuses it too) and ``energy`` "local" or "raw" (anything else was scored as raw), or a ValueError naming it."""
+    if isinstance(hamming, bool) or not isinstance(hamming, (int, float)) or not 0 <= hamming < float("inf"):
+        raise ValueError(f"hamming: expected a finite number >= 0, got {hamming!r}")
+    if energy not in ("local", "raw"):
+        raise ValueError(f"energy: expected 'local' or 'raw', got {energy!r}")
+
+
 def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hamming: float = 1.0,
              max_mutations: int | None = None, top: int = 10, energy: str = "local", **options: Any) -> Humanization:
     """Humanized variants of ``parent`` by MH over its framework (everything outside ``cdrs``).
@@ -194,6 +208,7 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"top: expected an int >= 1, got {top!r}")
+    _check_weights(hamming, energy)
     parent = _normalized(parent)
     ids, free, framework = _parent_and_free(model, parent, cdrs)
     terms: list = [(Hamming(ids, pad_id=model.pad_id), float(hamming))]
@@ -238,6 +253,7 @@ def sapiens_argmax(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], ite
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS_OR_CAP:
         raise ValueError(f"iterations: expected an int in [1, {MAX_ITERATIONS_OR_CAP}], got {iterations!r}")
+    _check_weights(hamming, energy)
     parent = _normalized(parent)
     if not callable(getattr(model, "position_logits", None)):
         raise TypeError("model: needs position_logits (every position's prediction, nothing masked): a fairseq "

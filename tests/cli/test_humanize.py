@@ -46,6 +46,27 @@ def test_helpers():
         mutations("QV", "Q")
     with pytest.raises(ValueError, match="max_mutations"):
         MutationCap(torch.zeros(1, 3, dtype=torch.long), -1)
+    # (a review: past int64 the cap overflowed inside torch; malformed spans raised unpacking errors, unnamed)
+    with pytest.raises(ValueError, match=r"max_mutations: expected an int in \[0, 10000\]"):
+        MutationCap(torch.zeros(1, 3, dtype=torch.long), 2 ** 70)
+    for cdrs in ([(1.5, 3)], [(1,)], "1:3", None, [(True, 3)]):
+        with pytest.raises(ValueError, match="cdrs: "):
+            framework_positions(5, cdrs)
+
+
+def test_bad_weights_and_energies_are_named(lm):
+    """A negative or NaN hamming weight rewards mutations or scores nothing (the CLI refused it, the API took it);
+    sapiens_argmax(energy='x') scored the raw energy without a word."""
+    parent = "EVQLVESGGGLVQPGGSLRL"
+    for hamming in (-5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="hamming: expected a finite number >= 0"):
+            humanize(lm, parent, [(5, 10)], hamming=hamming, epochs=1, burn_in=0)
+        with pytest.raises(ValueError, match="hamming: expected a finite number >= 0"):
+            sapiens_argmax(lm, parent, [(5, 10)], hamming=hamming)
+    with pytest.raises(ValueError, match="energy: expected 'local' or 'raw', got 'x'"):
+        sapiens_argmax(lm, parent, [(5, 10)], energy="x")
+    with pytest.raises(ValueError, match=r"iterations: expected an int in \[1, 10000\]"):
+        sapiens_argmax(lm, parent, [(5, 10)], iterations=10 ** 23)
 
 
 @pytest.mark.parametrize("iterations", [1, 2])
