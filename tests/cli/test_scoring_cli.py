@@ -126,14 +126,10 @@ def test_antiberty_is_the_default_and_every_residue_is_a_word(tmp_path):
     assert rec["e_raw"] == pytest.approx(float(e.e_raw[0]), abs=1e-3)
 
 
-def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path, monkeypatch):
-    """Committed per batch: a run stopped at its third batch resumes to the uninterrupted run's bytes;
-    --resume refuses another model, other options or an edited output."""
+def _interrupted_at_third_batch(argv: list[str], monkeypatch) -> None:
+    """Runs ``argv`` with a Ctrl-C in its third batch (exit 130), then restores mhfast.scoring.score."""
     import mhfast.scoring
 
-    (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
-    base = ["--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q"]
-    assert run_main(["score", *base, "-o", str(tmp_path / "full.tsv")])[0] == 0
     real, calls = mhfast.scoring.score, []
 
     def stop_at_third(*a, **k):
@@ -143,9 +139,18 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
         return real(*a, **k)
 
     monkeypatch.setattr(mhfast.scoring, "score", stop_at_third)
-    part = tmp_path / "part.tsv"
-    assert run_main(["score", *base, "-o", str(part)])[0] == 130
+    assert run_main(argv)[0] == 130
     monkeypatch.setattr(mhfast.scoring, "score", real)
+
+
+def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path, monkeypatch):
+    """Committed per batch: a run stopped at its third batch resumes to the uninterrupted run's bytes;
+    --resume refuses another model, other options or an edited output."""
+    (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
+    base = ["--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q"]
+    assert run_main(["score", *base, "-o", str(tmp_path / "full.tsv")])[0] == 0
+    part = tmp_path / "part.tsv"
+    _interrupted_at_third_batch(["score", *base, "-o", str(part)], monkeypatch)
     assert part.read_text().count("\n") == 4  # two committed batches
     code, out, err = run_main(["score", *base, "-o", str(part), "--metric", "within_word_l2r", "--resume"])
     assert code == 2 and "--metric" in err
@@ -168,7 +173,6 @@ def test_resume_chunks_as_the_run_began_whatever_memory_is_free_now(bert_dir, tm
     reads it once, records it, and a resume with less memory free chunks as the run began (it read memory again:
     a review resumed AntiBERTy scores into other digits). Every batch of a run uses that one reading."""
     import mhfast.sampler.problem as problem
-    import mhfast.scoring
     from mhfast.files.journal import PROGRESS_SUFFIX
     from mhfast.scoring import budget
 
@@ -179,18 +183,8 @@ def test_resume_chunks_as_the_run_began_whatever_memory_is_free_now(bert_dir, tm
     monkeypatch.setattr(budget, "free_memory", lambda dev: seen.append(real_free(dev)) or seen[-1])
     assert run_main(["score", *base, "-o", str(tmp_path / "full.tsv")])[0] == 0
     assert seen and set(seen) == {16 << 20}
-    real, calls = mhfast.scoring.score, []
-
-    def stop_at_third(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(mhfast.scoring, "score", stop_at_third)
     part = tmp_path / "part.tsv"
-    assert run_main(["score", *base, "-o", str(part)])[0] == 130
-    monkeypatch.setattr(mhfast.scoring, "score", real)
+    _interrupted_at_third_batch(["score", *base, "-o", str(part)], monkeypatch)
     record = json.loads((tmp_path / f"part.tsv{PROGRESS_SUFFIX}").read_text())
     assert record["spec"]["memory_budget"] == 16 << 20 and record["lines_done"] == 4
     monkeypatch.setattr(problem, "available_memory", lambda dev: 1 << 20)  # less free now
