@@ -199,8 +199,9 @@ def _check_problem(cfg, problem) -> None:
                          f"need a sampler whose chains can leave the batch; {options.shown('sampler', cfg.sampler)} "
                          "cannot")
     if cfg.capture == "cuda-graph" and torch.device(problem.device).type != "cuda":
-        raise ValueError(f"mhfast.sample: capture='cuda-graph' needs the chains on a CUDA device, not "
-                         f"{problem.device} (capture='static' runs the same step eagerly on any device)")
+        raise ValueError(f"mhfast.sample: {options.shown('capture', 'cuda-graph')} needs the chains on a CUDA "
+                         f"device, not {problem.device} ({options.shown('capture', 'static')} runs the same step "
+                         "eagerly on any device)")
 
 
 def _kernel(cfg, runner: ModelRunner, problem):

@@ -105,6 +105,7 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
      "--init: token 1 is '[SEP]'"),
     (["sample", "--model", "{bert}", "--init", "a\udcff", "--epochs", "1", "--burn-in", "0"],
      "--init: not valid UTF-8 text"),
+    (SAMPLE + ["--capture", "cuda-graph"], "--capture cuda-graph needs the chains on a CUDA device"),  # (not capture=)
     # past int64 it overflowed (a traceback), and a huge --iterations ran for hours
     (["humanize", "--parent", "EVQLVESGGGLVQPGGSLRL", "--cdr", "5:10", "--max-mutations", "9" * 23],
      "--max-mutations must be an int in [0, 10000]"),
