@@ -225,11 +225,12 @@ def _energy_term_spec(args: argparse.Namespace) -> dict:
     for opt in options.SPEC:
         if opt.cli and not opt.api:
             value = getattr(args, opt.name)
-            if opt.metavar in ("FILE", "DIR") and isinstance(value, str) and os.path.isfile(value):
-                value = {"sha256": file_sha256(value, opt.flag)}
-            elif opt.metavar in ("FILE", "DIR") and isinstance(value, str) and os.path.isdir(value):
-                value = {"sha256": {f: file_sha256(os.path.join(value, f), opt.flag)
-                                    for f in sorted(os.listdir(value)) if os.path.isfile(os.path.join(value, f))}}
+            if opt.metavar in ("FILE", "DIR") and isinstance(value, str):
+                if os.path.isfile(value):
+                    value = {"sha256": file_sha256(value, opt.flag)}
+                elif os.path.isdir(value):
+                    value = {"sha256": {f: file_sha256(os.path.join(value, f), opt.flag)
+                                        for f in sorted(os.listdir(value)) if os.path.isfile(os.path.join(value, f))}}
             out[opt.flag] = value
     return out
 

@@ -731,7 +731,7 @@ def _cross_checks(values: dict, name_of: Callable[[str], str]) -> None:
                 raise OptionError(f"{name_of(name)} ({values[name]}) must be in [{1 / FLOAT32_MAX:.3g}, "
                                   f"{FLOAT32_MAX:.3g}]: it and 1 / it must fit in float32")
     every, epochs, burn_in = values["trace_every"], values["epochs"], values["burn_in"]
-    if every > 1 and epochs // every == burn_in // every:  # (sweep e is traced when (e + 1) % every == 0)
+    if every > 1 and post_burn_in_draws(epochs, burn_in, every) == 0:
         # no sweep after burn-in would be traced: every diagnostic NaN and until_rhat / min_ess never met, silently
         raise OptionError(f"{name_of('trace_every')} ({every}) traces no sweep after {name_of('burn_in')} ({burn_in}) "
                           f"within {name_of('epochs')} ({epochs}): the diagnostics would have nothing to read")

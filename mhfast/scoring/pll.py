@@ -29,7 +29,7 @@ import torch
 from ..models.base import check_length
 from ..sampler.problem import check_devices
 from ..runtime.runner import sum_terms
-from .api import as_model, check_options, compute_terms, energy_positions, translator_of
+from .api import as_model, check_options, compute_terms, energy_positions, translator_of, translator_sources
 from .text import Encoded, encode
 
 METRICS = ("original", "within_word_l2r")
@@ -152,8 +152,7 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
     mask = energy_positions(lm, rows)
     src = None
     if sources is not None:
-        src = [translator.source_ids(sources[k]) if translator is not None and isinstance(sources[k], str)
-               else sources[k] for k in keep]
+        src = translator_sources(translator, [sources[k] for k in keep])
         for j, k in enumerate(keep):
             if isinstance(src[j], torch.Tensor):
                 check_length(lm, int(src[j].numel()), f"mhfast.score: sources[{k}]", side="source")
