@@ -75,6 +75,22 @@ def check(args: argparse.Namespace) -> None:
         except ImportError:
             raise ValueError("--plot-traces needs matplotlib (pip install \"mhfast[plots]\")") from None
         check_image_path(args.plot_traces)
+        check_writable(args.plot_traces)
+
+
+def check_writable(path: str) -> None:
+    """``--plot-traces PATH`` can be written, tried before the run: a file created (and removed) in its folder, and
+    an existing PATH opened for writing (not truncated). The image is written after the samples are printed, so a
+    read-only folder had failed only then, after a run of any length; the check runs as root too, where the
+    permission bits (``os.access``) say nothing."""
+    import tempfile
+
+    with named(describe(path, "--plot-traces"), "write"):
+        folder = os.path.dirname(os.path.abspath(path))
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mhfast-", suffix=".probe"):
+            pass
+        if os.path.exists(path):
+            open(path, "r+b").close()
 
 
 def check_image_path(path: str) -> None:
