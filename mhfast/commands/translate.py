@@ -422,6 +422,10 @@ def run(args: argparse.Namespace) -> int:
         with distributed.together(world):
             if world.is_main:
                 sink.begin()
+                if args.stats_out and not args.resume:
+                    # the fresh run's statistics, none yet, beside its emptied output (a run that failed before
+                    # its first commit had left the previous run's statistics there, with an empty output)
+                    _write_stats(args, stats)
         _translate_chunks(work, sink, stats, hyps, world)
     if refs is not None and lines and world.is_main:
         report_scores(hyps, refs)
@@ -538,8 +542,6 @@ def _translate_chunks(work: ChunkWork, sink: Any, stats: dict, hyps: list[str], 
     try:
         distributed.run_in_order(firsts, lambda f: work.translate(f, _on_epoch(args, bar, done)), work.cost, world,
                                  lambda res: _commit_chunk(args, sink, stats, hyps, res, bar, done))
-        if world.is_main and args.stats_out and not stats["batches"] and not args.resume:
-            _write_stats(args, stats)
         if world.is_main and args.plot_traces:
             _diagnostics.plot_traces(args.plot_traces, done["panels"])
     except BaseException:

@@ -165,6 +165,31 @@ def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path
     assert "post-burn-in mean" in out and len(rows) == 2 and rows[0].lstrip().startswith("1*")
 
 
+def test_a_fresh_run_that_fails_before_its_first_commit_leaves_no_stale_statistics(tiny, sources, tmp_path,
+                                                                                   monkeypatch):
+    """A fresh run empties --output and, with it, --stats-out (its statistics: none yet). Until 2026-12-01 a run
+    that failed before its first commit left the previous run's statistics beside its empty output, and
+    ``mhfast evaluate`` reported that run."""
+    from mhfast.commands import translate
+
+    src = write_input(tmp_path / "src.txt", sources[:2])
+    out, stats = tmp_path / "out.txt", tmp_path / "stats.json"
+    argv = ["translate", *model_args(tiny), "--input", str(src), "--output", str(out), "--stats-out", str(stats),
+            *FAST, "--quiet"]
+    code, _, err = run_main(argv)
+    assert code == 0 and len(json.loads(stats.read_text())["batches"]) == 1, err
+
+    def fails(self, first, progress=None):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(translate.ChunkWork, "translate", fails)
+    code, _, err = run_main([*argv, "--seed", "7"])
+    assert code != 0 and "Input/output error" in err
+    assert out.read_text() == ""
+    data = json.loads(stats.read_text())
+    assert data["batches"] == [] and data["method"] == "mh", data
+
+
 def test_translate_memo_reports_its_hits(tiny, sources, tmp_path):
     """--memo 0, the default (auto: 8 slots here) and --memo 8: the same translations, the memo's hits per batch
     in --stats-out (0 with --memo 0, the same with the default as with --memo 8)."""
