@@ -11,7 +11,7 @@ sequences of one call differ in length), ``V`` vocabulary entries, ``d`` feature
 Example (a user-defined model):
     >>> import torch
     >>> class Uniform:
-    ...     vocab_size, mask_id, pad_id, special_ids = 4, 3, 3, (3,)
+    ...     vocab_size, mask_id, pad_id, special_ids = 4, 3, 0, (0, 3)
     ...     def masked_logits(self, tokens, positions, context=None, context_index=None):
     ...         return torch.zeros(tokens.shape[0], self.vocab_size)
     >>> isinstance(Uniform(), MaskedLM)
@@ -19,6 +19,7 @@ Example (a user-defined model):
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
@@ -156,7 +157,8 @@ def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | 
 
 def never_proposed(model: Any, device: torch.device | str | None = None) -> torch.Tensor:
     """Bool[V]: the token ids the sampler never proposes at a free position (``special_ids``, ``mask_id`` and
-    ``pad_id``; ids outside ``[0, V)`` are ignored here and rejected where the model is checked). The one
+    ``pad_id``; ids outside ``[0, V)`` are ignored here: :func:`check_model_ids` refuses a mask or pad id there and
+    lets special ids there be, as tokens the model cannot emit anyway). The one
     definition of an ordinary token: proposals, ``AllowedTokens`` checks and the enumerations of the exactness
     tests all read it.
 
@@ -171,6 +173,48 @@ def never_proposed(model: Any, device: torch.device | str | None = None) -> torc
     out = torch.zeros(V, dtype=torch.bool, device=device)
     out[torch.tensor(sorted(i for i in ids if 0 <= i < V), dtype=torch.long, device=device)] = True
     return out
+
+
+def check_model_ids(model: Any, where: str) -> None:
+    """A user's model states its ids as the protocol asks: ``vocab_size`` an int >= 1, ``mask_id`` and ``pad_id``
+    ints in ``[0, vocab_size)`` and distinct, ``special_ids`` a sequence of ints. Otherwise a TypeError or
+    ValueError naming ``where`` and the attribute (a None id had failed with a bare ``int() argument must be ...
+    not 'NoneType'``, a mask id outside the vocabulary was handed to the model, and a pad id equal to the mask id
+    made ``mhfast.sample``'s all-masked start read as "a row of length 0 (only padding)").
+
+    Example:
+        >>> class M:
+        ...     vocab_size, mask_id, pad_id, special_ids = 5, 5, 0, (1,)
+        >>> check_model_ids(M(), "mhfast.sample")
+        Traceback (most recent call last):
+        ...
+        ValueError: mhfast.sample: model.mask_id (5) lies outside the vocabulary [0, 5)
+    """
+    def integer(name: str, value: Any) -> int:
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            return operator.index(value)
+        except TypeError:
+            raise TypeError(f"{where}: model.{name} must be an int, got {value!r}") from None
+
+    V = integer("vocab_size", model.vocab_size)
+    if V < 1:
+        raise ValueError(f"{where}: model.vocab_size must be >= 1, got {V}")
+    ids = {}
+    for name in ("mask_id", "pad_id"):
+        ids[name] = i = integer(name, getattr(model, name))
+        if not 0 <= i < V:
+            raise ValueError(f"{where}: model.{name} ({i}) lies outside the vocabulary [0, {V})")
+    if ids["mask_id"] == ids["pad_id"]:
+        # rows end in padding and masked positions are tokens to fill: one id cannot mean both
+        raise ValueError(f"{where}: model.pad_id equals model.mask_id ({ids['mask_id']}): a masked position would "
+                         "read as padding; give the model a pad id of its own")
+    special = model.special_ids
+    if isinstance(special, (str, bytes)) or not hasattr(special, "__iter__"):
+        raise TypeError(f"{where}: model.special_ids must be a sequence of ints, got {special!r}")
+    for i in special:
+        integer("special_ids", i)
 
 
 def ordinary_tokens(model: Any) -> list[int]:

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from ..energy_terms import normalize as normalize_terms
-from ..models.base import check_rows_fit, has_features, model_width, never_proposed
+from ..models.base import check_model_ids, check_rows_fit, has_features, model_width, never_proposed
 from ..runtime.attention import without_cudnn_attention
 from .ladder import rungs
 from .options import display_name
@@ -71,6 +71,7 @@ def check_model(model: Any, where: str = "mhfast.sample") -> Any:
             raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
     if not callable(getattr(model, "masked_logits", None)):
         raise TypeError(f"{where}: model has no masked_logits method (see mhfast.models.base.MaskedLM)")
+    check_model_ids(model, where)
     check_model_dtype(model, where)
     return model
 

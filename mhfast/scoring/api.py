@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..models.base import check_rows_fit, never_proposed
+from ..models.base import check_model_ids, check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
 from ..sampler.scalars import MAX_SIZE
@@ -90,6 +90,7 @@ def as_model(model: Any, where: str = "mhfast.energy") -> Any:
     for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
         if not hasattr(lm, attr):
             raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
+    check_model_ids(lm, where)
     check_model_dtype(lm, where)
     return lm
 

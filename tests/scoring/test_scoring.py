@@ -265,6 +265,50 @@ def test_a_float64_model_is_refused_naming_it_before_any_work():
             call()
 
 
+class _UserModel:
+    """A user's model of the protocol, uniform conditionals; its ids set per test."""
+    vocab_size, mask_id, pad_id, special_ids = 5, 4, 0, (4, 0)
+
+    def masked_logits(self, tokens, positions, context=None, context_index=None):
+        return torch.zeros(tokens.shape[0], self.vocab_size)
+
+
+@pytest.mark.parametrize("attr, value, error, message", [
+    ("mask_id", None, TypeError, "model.mask_id must be an int, got None"),
+    ("pad_id", None, TypeError, "model.pad_id must be an int, got None"),
+    ("vocab_size", 2.5, TypeError, "model.vocab_size must be an int, got 2.5"),
+    ("mask_id", True, TypeError, "model.mask_id must be an int, got True"),
+    ("special_ids", None, TypeError, "model.special_ids must be a sequence of ints, got None"),
+    ("special_ids", (1, "x"), TypeError, "model.special_ids must be an int, got 'x'"),
+    ("mask_id", 7, ValueError, r"model.mask_id \(7\) lies outside the vocabulary \[0, 5\)"),
+    ("pad_id", -1, ValueError, r"model.pad_id \(-1\) lies outside the vocabulary \[0, 5\)"),
+    ("vocab_size", 0, ValueError, "model.vocab_size must be >= 1, got 0"),
+    ("pad_id", 4, ValueError, r"model.pad_id equals model.mask_id \(4\): a masked position would read as padding"),
+])
+def test_a_user_models_ids_are_checked_naming_the_attribute(attr, value, error, message):
+    """Before 2026-12-01 a None id failed in a bare ``int()`` naming nothing, a mask id outside the vocabulary was
+    handed to the model (``mhfast.energy`` returned), a pad id of -1 was accepted, and a pad id equal to the mask
+    id made ``mhfast.sample`` say its all-masked start had "a row of length 0 (only padding)"."""
+    model = _UserModel()
+    setattr(model, attr, value)
+    for call, where in ((lambda: mhfast.energy(model, [[1, 2, 3]]), "mhfast.energy"),
+                        (lambda: mhfast.score(model, [[1, 2, 3]]), "mhfast.score"),
+                        (lambda: mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0), "mhfast.sample")):
+        with pytest.raises(error, match=f"^{where}: {message}"):
+            call()
+
+
+def test_a_user_model_may_give_numpy_ids_and_special_ids_past_the_vocabulary():
+    """What the protocol allows stays allowed: numpy ints, and special ids the model cannot emit."""
+    import numpy as np
+
+    model = _UserModel()
+    model.mask_id, model.pad_id = np.int64(4), np.int64(0)
+    model.special_ids = [4, 0, 9]
+    assert mhfast.energy(model, [[1, 2, 3]]).e_local.shape == (1,)
+    assert mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0, seed=0).tokens.shape[-1] == 3
+
+
 def test_energies_replace_keeps_the_extra_fields():
     model = TabularMLM.random(num_tokens=3, length=3, seed=0)
     e = mhfast.energy(model, torch.tensor([[0, 1, 2]]), per_position=True)
