@@ -52,6 +52,21 @@ SWAP = "swap"
 SWAPPED = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "term_values", "e_extra")
 
 
+def _warn_unmeasured(rejection: torch.Tensor, proposed: torch.Tensor, round_index: int) -> None:
+    """A warning where a tuning round left a pair of rungs unmeasured: :func:`ladder.retuned` then keeps that
+    input's ladder as it was (silently, until 2026-12-01). A round of one sweep proposes only the even or only the
+    odd pairs (burn_in one sweep past force_accept_epochs); swaps whose ratio was not finite also leave NaN."""
+    missing = torch.isnan(rejection)
+    if not bool(missing.any()):
+        return
+    b, k = (int(v) for v in missing.nonzero()[0])
+    why = ("no swap was proposed between them in its one sweep (a sweep proposes the even or the odd pairs only): "
+           "give burn_in at least 2 sweeps more than force_accept_epochs" if float(proposed[b, k]) == 0 else
+           "their swap ratios were not finite (overflowing energies)")
+    warnings.warn(f"mhfast.sample: tempering: tuning round {round_index + 1} left the ladder of input {b} as it was "
+                  f"(rungs {k} and {k + 1}: {why})", stacklevel=3)
+
+
 def swap_log_alpha(beta_lo: torch.Tensor, beta_hi: torch.Tensor, e_lo: torch.Tensor, e_hi: torch.Tensor
                    ) -> torch.Tensor:
     """log of the acceptance ratio of swapping the states of a colder (``beta_lo``) and a hotter replica.
@@ -275,6 +290,7 @@ class Tempered:
         barrier steps, estimated from this round's swaps at this round's ladder."""
         proposed, alpha = self._round
         rejection = torch.where(proposed > 0, 1 - alpha / proposed.clamp(min=1), torch.full_like(alpha, float("nan")))
+        _warn_unmeasured(rejection, proposed, round_index)
         hot, now = self._hot_acceptance(state)
         if round_index >= ladder.heating_rounds(len(self._ends)):
             self.settled[:] = True

@@ -320,6 +320,26 @@ def test_the_ladder_is_tuned_in_burn_in_and_fixed_after_it():
     assert fixed.ladder.tolist() == [[1.0, 1.5, 2.0, 9.0]]
 
 
+@pytest.mark.parametrize("rungs", [3, 4])
+def test_a_tuning_round_of_one_sweep_says_it_left_the_ladder_as_it_was(rungs):
+    """burn_in=1: one round of one sweep, which proposes only the even or the odd pairs, so with 3 or more rungs a
+    pair is unmeasured and the ladder stays geometric. Until 2026-12-01 without a word; burn_in=2 measures every
+    pair and retunes."""
+    model = _model(features=True)
+    kw = dict(chains=4, epochs=4, seed=0, energy="local", tempering=rungs)
+    start = 1.0 / ladder.initial_betas(rungs, 1.0, 1)
+    with pytest.warns(UserWarning, match=r"tempering: tuning round 1 left the ladder of input 0 as it was \(rungs "
+                      r"\d and \d: no swap was proposed between them in its one sweep"):
+        one = mhfast.sample(model, 3, burn_in=1, **kw)
+    assert torch.allclose(one.ladder.double(), start)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*left the ladder.*")
+        two = mhfast.sample(model, 3, burn_in=2, **kw)
+    assert not torch.allclose(two.ladder.double(), start)
+
+
 def test_the_hot_end_doubles_while_the_hottest_replica_does_not_mix():
     betas = torch.tensor([[1.0, 0.5, 0.125]] * 4, dtype=torch.float64)
     nan = float("nan")
