@@ -21,11 +21,13 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import pkgutil
 import sys
-from typing import Sequence
+import warnings
+from typing import Iterator, Sequence
 
 from . import commands, distributed
 from .allocator import tune_cpu_allocator
@@ -165,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tune_cpu_allocator()
     try:
         _check_stdout(args)
-        with flag_names():  # the sampler's own errors name options by their flags (--chains)
+        with flag_names(), one_line_warnings(args):  # the sampler's own errors name options by their flags
             code = int(args._run(args) or 0)
         if sys.stdout is not None:
             with named("stdout", "write"):
@@ -188,6 +190,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say(f"{args._prog}: interrupted")
         return 130
+
+
+@contextlib.contextmanager
+def one_line_warnings(args: argparse.Namespace) -> Iterator[None]:
+    r"""Inside, a warning shows as one line on stderr, ``<prog>: warning: <message>``, its API argument named by its
+    flag as errors are (:func:`as_flags`), where Python's showed two (``file:line: UserWarning: mhfast.sample:
+    ...``, then the source line of the call). Which warnings show is still the filters' choice.
+
+    Example:
+        >>> import io
+        >>> err, sys.stderr = sys.stderr, io.StringIO()
+        >>> with one_line_warnings(argparse.Namespace(_prog="mhfast sample", model="m")):
+        ...     warnings.warn("mhfast.sample: model_or_path: no\n  head split")
+        >>> shown, sys.stderr = sys.stderr.getvalue(), err
+        >>> shown
+        'mhfast sample: warning: --model: no head split\n'
+    """
+    def show(message: Warning | str, category: type, filename: str, lineno: int, file: object = None,
+             line: str | None = None) -> None:
+        text = as_flags(" ".join(str(message).split()), args)
+        if text.startswith("mhfast.") and ": " in text:  # the prog names the command already
+            text = text.split(": ", 1)[1]
+        with contextlib.suppress(OSError):  # (a warning never ends the run)
+            (file or sys.stderr).write(f"{args._prog}: warning: {text}\n")
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 #: the options that size what a command holds in memory, in the order the advice names them

@@ -42,6 +42,7 @@ import torch
 
 from ..runtime import rng
 from . import ladder
+from .options import display_name
 from .schedules import Epoch
 from .state import ChainCounts, ChainState
 from .step import StepInfo
@@ -61,7 +62,8 @@ def _warn_unmeasured(rejection: torch.Tensor, proposed: torch.Tensor, round_inde
         return
     b, k = (int(v) for v in missing.nonzero()[0])
     why = ("no swap was proposed between them in its one sweep (a sweep proposes the even or the odd pairs only): "
-           "give burn_in at least 2 sweeps more than force_accept_epochs" if float(proposed[b, k]) == 0 else
+           f"give {display_name('burn_in')} at least 2 sweeps more than {display_name('force_accept_epochs')}"
+           if float(proposed[b, k]) == 0 else
            "their swap ratios were not finite (overflowing energies)")
     warnings.warn(f"mhfast.sample: tempering: tuning round {round_index + 1} left the ladder of input {b} as it was "
                   f"(rungs {k} and {k + 1}: {why})", stacklevel=3)
