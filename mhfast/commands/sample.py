@@ -190,9 +190,9 @@ def _frame(lm: Any) -> list[int] | None:
         return None
 
 
-def _inputs(lm: Any, args: argparse.Namespace) -> dict:
-    """The ``init``/``free_positions`` or ``length`` arguments of mhfast.sample from the options."""
-    records = _records(args)
+def _inputs(lm: Any, args: argparse.Namespace, records: list[Record] | None) -> dict:
+    """The ``init``/``free_positions`` or ``length`` arguments of mhfast.sample from the options and the start
+    sequences (:func:`_records`)."""
     if records is None:
         if args.free:
             raise ValueError("--free needs --init or --init-file (infilling keeps the rest of a given sequence)")
@@ -239,11 +239,11 @@ def _check(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def _terms(lm: Any, args: argparse.Namespace, inputs: dict, rows: list[int] | None = None) -> list | None:
-    """The extra energy terms of --hamming (reference: --hamming-reference, else the --init rows) and
+def _terms(lm: Any, args: argparse.Namespace, inputs: dict, lines: list[str] | None,
+           rows: list[int] | None = None) -> list | None:
+    """The extra energy terms of --hamming (reference: the --hamming-reference ``lines``, else the --init rows) and
     --classifier; ``rows``: the inputs this process samples (their references, in that order)."""
     count = inputs["init"].shape[0] if "init" in inputs else 1
-    lines = _energy_terms.reference_lines(args, count)
     names = _energy_terms.reference_names(args, range(count))
     if lines is not None:  # encoded and checked like the start sequences; errors name the line
         references = _energy_terms.padded([_encode(lm, Record(t, w)) for t, w in zip(lines, names)], lm.pad_id)
@@ -282,29 +282,50 @@ class _Job:
     cfg: Any
     lm: Any
     inputs: dict
+    references: list[str] | None  #: the --hamming-reference lines
     terms: list | None
     mine_inputs: dict
     mine: list[int]
     load_seconds: float
 
 
+def _read_texts(args: argparse.Namespace) -> tuple[list[Record] | None, list[str] | None]:
+    """The start sequences (--init, --init-file) and the --hamming-reference lines, each file read once."""
+    records = _records(args)
+    return records, _energy_terms.reference_lines(args, len(records) if records else 1)
+
+
 def _prepare(args: argparse.Namespace, world: Any) -> _Job:
-    """Every check of options, model and inputs, before any output (the same on every rank)."""
+    """Every check of options, model and inputs, before any output (the same on every rank; an error that every
+    rank sees is reported by rank 0 alone)."""
+    from .. import distributed
+
+    with distributed.together(world):
+        cfg = _check(args)
+    # rank 0 reads the files and hands their text to every rank: a FIFO (``<(cmd)``) gives its lines once (the
+    # --hamming-reference was read again for each energy, so ``<(cmd)`` had 0 lines the second time)
+    _, (records, references) = distributed.on_main(lambda: _read_texts(args), world, lambda read: read)
+    with distributed.together(world):
+        return _load_and_check(args, world, cfg, records, references)
+
+
+def _load_and_check(args: argparse.Namespace, world: Any, cfg: Any, records: list[Record] | None,
+                    references: list[str] | None) -> _Job:
+    """The model, the inputs and terms made from the read texts, and every model-dependent check."""
     from ..models.loading import load_masked_lm
     from ..sampler.problem import build_problem
 
-    cfg = _check(args)
     if args.model.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(args.model)):
         raise FileNotFoundError(f"--model: no such model directory: {args.model!r} (give 'antiberty', 'sapiens-h', "
                                 "'sapiens-l', a fairseq checkpoint, a local HuggingFace model directory or a hub id)")
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model, device=args.device)
-    inputs = _inputs(lm, args)
-    terms = _terms(lm, args, inputs)
+    inputs = _inputs(lm, args, records)
+    terms = _terms(lm, args, inputs, references)
     # every model-dependent check (lengths against the model, token ids, sizes) before any output
     build_problem(lm, dataclasses.replace(cfg, extra_energy=terms), **inputs)
     mine_inputs, mine = _shard(inputs, world, int(lm.pad_id))
-    return _Job(cfg, lm, inputs, terms, mine_inputs, mine, time.perf_counter() - t0)
+    return _Job(cfg, lm, inputs, references, terms, mine_inputs, mine, time.perf_counter() - t0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -315,8 +336,7 @@ def run(args: argparse.Namespace) -> int:
     world = distributed.world(device=args.device)
     if world.backend == "nccl":
         args.device = str(world.device)
-    with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
-        job = _prepare(args, world)
+    job = _prepare(args, world)
     lm, live = job.lm, world.size == 1
     say = (lambda *a: None) if args.quiet or not world.is_main else (lambda *a: stdout_print(*a, flush=True))
     say(f"# model {args.model} loaded in {job.load_seconds:.1f} s (vocab {lm.vocab_size})")
@@ -326,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         with distributed.together(world):  # an error in one rank's share: that rank reports it
             part = _sample_part(lm, job.mine_inputs, job.mine, dataclasses.replace(
-                job.cfg, energy=energy, extra_energy=_terms(lm, args, job.inputs, job.mine) if job.mine else None),
+                job.cfg, energy=energy, extra_energy=_terms(lm, args, job.inputs, job.references, job.mine) if job.mine else None),
                 (lambda e, s: say(_epoch_line(args, e, s))) if live else None, _diagnostics.wanted(args))
         parts = distributed.gather({world.rank: part}, world.size, world, dst=0)
         with distributed.together(world):  # rank 0's printing (e.g. to a closed pipe) ends every rank alike

@@ -302,6 +302,15 @@ def _encode_lines(model: Any, lines: list[str], first: int, args: argparse.Names
     return out
 
 
+def _read_inputs(args: argparse.Namespace, name: str) -> tuple[list[str], list[str] | None]:
+    """The lines of --input and of --source (None without it); the bundled model's pairs split."""
+    lines = read_input_lines(args.input)
+    sources = read_input_lines(args.source, "--source") if args.source is not None else None
+    if args.model == "bundled":
+        lines, sources = _split_pairs(lines, sources, name)
+    return lines, sources
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..scoring import corpus_pppl
@@ -313,10 +322,9 @@ def run(args: argparse.Namespace) -> int:
     name = describe(args.input, "--input")  # how messages name the input
     with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
         _check(args)
-        lines = read_input_lines(args.input)
-        sources = read_input_lines(args.source, "--source") if args.source is not None else None
-        if args.model == "bundled":
-            lines, sources = _split_pairs(lines, sources, name)
+    # rank 0 reads the inputs and hands them to every rank: stdin or a FIFO gives its lines once (see translate)
+    _, (lines, sources) = distributed.on_main(lambda: _read_inputs(args, name), world, lambda read: read)
+    with distributed.together(world):
         spec = output_spec(args, lines, sources)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     with ExitStack() as stack:

@@ -409,7 +409,10 @@ def run(args: argparse.Namespace) -> int:
     world = distributed.world(device=args.device)
     with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
         _check(args)
-        lines, refs = _read_inputs(args)
+    # rank 0 reads the inputs and hands them to every rank: stdin or a FIFO gives its lines once (under torchrun
+    # each rank had read its own share of them, and the job wrote some lines, or waited for a rank with none)
+    _, (lines, refs) = distributed.on_main(lambda: _read_inputs(args), world, lambda read: read)
+    with distributed.together(world):
         spec = output_spec(args, lines, refs)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()

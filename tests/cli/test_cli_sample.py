@@ -108,6 +108,20 @@ def test_python_dash_m_entry_point(tmp_path):
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("energy", ["raw", "both"])
+def test_files_given_as_a_pipe_are_read_once(tiny_dir, energy):
+    """``--init-file <(cmd)`` and ``--hamming-reference <(cmd)``: a pipe gives its lines once. Until 2026-12-01 the
+    reference was read again for each energy's terms, and the second read found 0 lines ("--hamming-reference has 0
+    lines, expected one per input (1)", exit 2)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    script = (f'"{sys.executable}" -m mhfast sample --model "{tiny_dir}" --init-file <(printf "a b c\\nd e\\n") '
+              f'--hamming 2 --hamming-reference <(printf "a a a\\nb b\\n") --energy {energy} --chains 2 --epochs 2 '
+              '--burn-in 0 --seed 3 -q')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("  best: ") == (4 if energy == "both" else 2) and "E_raw+terms=" in proc.stdout
+
+
 def test_every_command_with_quiet_takes_dash_q():
     """``-q`` is ``--quiet`` in every command that has it (translate and score had it, sample and humanize not)."""
     from mhfast.cli import build_parser

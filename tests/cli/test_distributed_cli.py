@@ -158,6 +158,29 @@ def test_score_over_two_ranks_writes_the_bytes_of_one_process(tmp_path):
     assert two.read_bytes() == one.read_bytes()
 
 
+@pytest.mark.parametrize("command", ["translate", "score"])
+def test_input_on_stdin_is_read_by_rank_0_for_every_rank(tmp_path, command):
+    """torchrun's ranks share one stdin: rank 0 reads it and hands the lines to the others. Until 2026-12-01 each
+    rank read its own share of it, so a job translated or scored some of the lines with exit 0, or waited for a
+    rank that had none (a helper's review reproduced both)."""
+    from mhfast.translation import BUNDLED_TEST_SOURCE
+
+    if command == "translate":
+        text = "".join(BUNDLED_TEST_SOURCE.read_text(encoding="utf-8").splitlines(keepends=True)[:4])
+        argv = ["translate", "--batch-size", "1", "--chains", "2", "--epochs", "2", "--burn-in", "0", "-q"]
+    else:
+        text = "EVQLVESGGGLVQPGGSLRLSCAASGFTFSSYAMS\nEVQLVESGGGLVQPGG\nQVQLQESGPGLVKPSETLSLTCTVS\nEVQLV\n"
+        argv = ["score", "-q", "--batch-size", "1"]
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    subprocess.run([sys.executable, "-m", "mhfast", *argv, "--output", str(one)], input=text, text=True, env=_env(),
+                   check=True, timeout=300, capture_output=True)
+    proc = subprocess.run(_torchrun("--nproc-per-node", "2", "--master-port", str(_port()), "-m", "mhfast", *argv,
+                                    "--output", str(two)), input=text, env=_env(), timeout=300, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert two.read_bytes() == one.read_bytes() and len(one.read_text().splitlines()) == 4
+
+
 def test_sample_over_two_ranks_prints_what_one_process_prints(tmp_path):
     import re
 
