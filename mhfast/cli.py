@@ -196,28 +196,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 def one_line_warnings(args: argparse.Namespace) -> Iterator[None]:
     r"""Inside, a warning shows as one line on stderr, ``<prog>: warning: <message>``, its API argument named by its
     flag as errors are (:func:`as_flags`), where Python's showed two (``file:line: UserWarning: mhfast.sample:
-    ...``, then the source line of the call). Which warnings show is still the filters' choice.
+    ...``, then the source line of the call). Only the format changes: which warnings show is still the filters'
+    choice, and a catcher of warnings (``warnings.catch_warnings(record=True)``, pytest) still gets them.
 
     Example:
-        >>> import io
-        >>> err, sys.stderr = sys.stderr, io.StringIO()
         >>> with one_line_warnings(argparse.Namespace(_prog="mhfast sample", model="m")):
-        ...     warnings.warn("mhfast.sample: model_or_path: no\n  head split")
-        >>> shown, sys.stderr = sys.stderr.getvalue(), err
-        >>> shown
+        ...     warnings.formatwarning("mhfast.sample: model_or_path: no\n  head split", UserWarning, "f.py", 1)
         'mhfast sample: warning: --model: no head split\n'
     """
-    def show(message: Warning | str, category: type, filename: str, lineno: int, file: object = None,
-             line: str | None = None) -> None:
+    def one_line(message: Warning | str, category: type, filename: str, lineno: int, line: str | None = None) -> str:
         text = as_flags(" ".join(str(message).split()), args)
         if text.startswith("mhfast.") and ": " in text:  # the prog names the command already
             text = text.split(": ", 1)[1]
-        with contextlib.suppress(OSError):  # (a warning never ends the run)
-            (file or sys.stderr).write(f"{args._prog}: warning: {text}\n")
+        return f"{args._prog}: warning: {text}\n"
 
-    with warnings.catch_warnings():
-        warnings.showwarning = show
+    before = warnings.formatwarning
+    warnings.formatwarning = one_line
+    try:
         yield
+    finally:
+        warnings.formatwarning = before
 
 
 #: the options that size what a command holds in memory, in the order the advice names them

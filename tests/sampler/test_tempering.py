@@ -541,21 +541,26 @@ def test_cli_sample_prints_the_tempering_counters(capsys, tmp_path):
     assert len(line.split("round trips ")[1].split()[0].split(",")) == 2  # one count per chain
 
 
-def test_cli_shows_the_tuning_warning_in_one_line_naming_the_flags(capsys, tmp_path):
+def test_cli_shows_the_tuning_warning_in_one_line_naming_the_flags(tmp_path):
     """A warning of the run is one line, ``mhfast sample: warning: ...`` with the flags' names (it was Python's two
-    lines: ``.../tempering.py:239: UserWarning: mhfast.sample: ... burn_in ...`` and the source line)."""
+    lines: ``.../tempering.py:239: UserWarning: mhfast.sample: ... burn_in ...`` and the source line). A process of
+    its own: pytest catches the warnings of a command run in the test's process."""
+    import os
+    import subprocess
+    import sys
+
     from hf_tiny_models import save_tiny_bert_dir
 
     model_dir = save_tiny_bert_dir(tmp_path / "tiny_bert")
-    capsys.readouterr()  # (the saving's progress bar)
-    code = main(["sample", "--model", str(model_dir), "--length", "4", "--chains", "2", "--epochs", "3",
-                 "--burn-in", "1", "--tempering", "3", "--seed", "1", "-q"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    shown = [line for line in err.splitlines() if "left the ladder" in line]
-    assert len(shown) == 1 and err.count("\n") == 1, err
-    assert shown[0].startswith("mhfast sample: warning: tempering: tuning round 1 left the ladder of input 0"), err
-    assert shown[0].endswith("give --burn-in at least 2 sweeps more than --force-accept-epochs)"), err
+    proc = subprocess.run([sys.executable, "-m", "mhfast", "sample", "--model", str(model_dir), "--length", "4",
+                           "--chains", "2", "--epochs", "3", "--burn-in", "1", "--tempering", "3", "--seed", "1", "-q"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1"))
+    err = proc.stderr
+    assert proc.returncode == 0, err
+    assert err.count("\n") == 1, err
+    assert err.startswith("mhfast sample: warning: tempering: tuning round 1 left the ladder of input 0"), err
+    assert err.endswith("give --burn-in at least 2 sweeps more than --force-accept-epochs)\n"), err
 
 
 def test_cli_translate_writes_the_tempering_counters(tiny_paths, tmp_path, capsys):
