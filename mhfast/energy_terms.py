@@ -267,7 +267,11 @@ class EnergyTerms:
     def weighted(self, values: torch.Tensor) -> torch.Tensor:
         """sum_k w_k values[:, k], in float64 (order-independent), as f32[N]."""
         w = torch.tensor([t.weight for t in self.terms], dtype=torch.float64, device=values.device)
-        return (values.double() * w).sum(dim=1).float()
+        out = (values.double() * w).sum(dim=1).float()
+        if not bool(torch.isfinite(out).all()):  # (an infinite energy made every MH test inf - inf = NaN: no move)
+            raise ValueError("mhfast.sample: extra_energy: the weighted sum of the terms overflows float32 (beyond "
+                             "3.4e38 in magnitude): scale the terms or their weights down")
+        return out
 
 
 def _checked(term: Term, v: Any, tokens: torch.Tensor) -> torch.Tensor:
@@ -282,7 +286,10 @@ def _checked(term: Term, v: Any, tokens: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"{where} returned a tensor on {v.device}, expected {tokens.device} (the tokens' device)")
     if not bool(torch.isfinite(v).all()):
         raise ValueError(f"{where} returned NaN or infinite values")
-    return v.float()
+    v = v.float()
+    if not bool(torch.isfinite(v).all()):  # a float64 value past float32's range: inf once cast
+        raise ValueError(f"{where} returned values beyond float32's range (3.4e38 in magnitude)")
+    return v
 
 
 def term_name(fn: Callable) -> str:
@@ -295,11 +302,15 @@ def wants_index(fn: Callable) -> bool:
     without a default, one named ``input_index``, or ``*args``. A parameter with a default under another name keeps
     its default (``lambda t, w=w: ...`` binds a loop's value: handing it the index would silently change the term).
 
+    A ``torch.nn.Module`` is read by its ``forward`` (its ``__call__`` takes ``*args``).
+
     Example:
         >>> [wants_index(f) for f in (lambda t: 0, lambda t, i: 0, lambda t, input_index=None: 0,
         ...                           lambda t, scale=2.0: 0, lambda *a: 0)]
         [False, True, True, False, True]
     """
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.forward
     try:
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]

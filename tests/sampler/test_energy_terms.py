@@ -139,6 +139,31 @@ def test_a_defaulted_second_parameter_keeps_its_default():
     assert plain.terms[:, 0].tolist() == [0.0, 10.0, 20.0]
 
 
+def test_a_weighted_sum_past_float32_is_an_error():
+    """Each term finite, their weighted sum not in float32 (it was inf: no chain moved, ``e_extra`` inf)."""
+    term = (lambda t: torch.full((t.shape[0],), 1e30), 1e10)
+    for call in (lambda: mhfast.energy(model3(), [[1, 1, 1]], extra_energy=[term]),
+                 lambda: mhfast.sample(model3(), 3, chains=2, epochs=2, burn_in=0, extra_energy=[term])):
+        with pytest.raises(ValueError, match="weighted sum of the terms overflows float32"):
+            call()
+
+
+def test_a_module_term_is_called_as_its_forward_declares():
+    """A ``torch.nn.Module`` term is read by its ``forward``: ``forward(tokens)`` gets the tokens alone (its
+    ``__call__(*args)`` had made every Module get the index too: "forward() takes 2 positional arguments but 3 were
+    given"), ``forward(tokens, input_index)`` gets the index."""
+    class Ones(torch.nn.Module):
+        def forward(self, tokens):
+            return tokens.eq(1).sum(1).float()
+
+    class Index(torch.nn.Module):
+        def forward(self, tokens, input_index):
+            return input_index.float()
+
+    e = mhfast.energy(model3(), [[1, 1, 2]] * 3, extra_energy=[Ones(), Index()])
+    assert e.terms.tolist() == [[2.0, 0.0], [2.0, 1.0], [2.0, 2.0]]
+
+
 def test_terms_are_never_evaluated_for_no_op_proposals():
     model = model3()
     term = TableTerm(seed=5)
@@ -165,6 +190,8 @@ def test_compiled_and_reference_chains_are_identical_with_terms():
     (lambda t: torch.full((t.shape[0],), float("nan")), ValueError, "NaN"),
     (lambda t: torch.full((t.shape[0],), float("inf")), ValueError, "infinite"),
     (lambda t: torch.zeros(t.shape[0], device="meta"), ValueError, "device"),
+    # finite in float64, inf once cast (until 2026-12-01: accepted, every MH test inf - inf = NaN, no chain moved)
+    (lambda t: torch.full((t.shape[0],), 1e39, dtype=torch.float64), ValueError, "beyond float32's range"),
 ])
 def test_bad_terms_get_an_error_naming_the_term(fn, exc, match):
     def bad_term(tokens):
