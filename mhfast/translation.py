@@ -201,6 +201,7 @@ class Translator:
         """
         if method not in METHODS:
             raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+        check_sources(sources)
         input_ids = list(range(len(sources))) if input_ids is None else list(input_ids)
         if len(input_ids) != len(sources):
             raise ValueError(f"input_ids: {len(input_ids)} ids for {len(sources)} sources")
@@ -307,6 +308,25 @@ def load_translator(checkpoint: str | os.PathLike, data_dir: str | os.PathLike, 
 def bundle_missing() -> list[str]:
     """Files of the bundled model that are not there (empty when it is complete)."""
     return [name for name in BUNDLE_FILES if not (BUNDLE_DIR / name).is_file()]
+
+
+def check_sources(sources: Any) -> None:
+    """``sources`` of :meth:`Translator.translate` is a sequence of str: a TypeError naming it otherwise. A bare
+    str had been read as one sentence per character (nine hypotheses for "Ein Hund."), and a None in the list
+    failed with ``'NoneType' object has no attribute 'strip'``.
+
+    Example:
+        >>> check_sources("Ein Hund.")
+        Traceback (most recent call last):
+        ...
+        TypeError: sources: expected a list of sentences, got a str (one sentence: pass [sentence])
+    """
+    if isinstance(sources, (str, bytes)):
+        raise TypeError(f"sources: expected a list of sentences, got a {type(sources).__name__} (one sentence: pass "
+                        "[sentence])")
+    for i, s in enumerate(sources):
+        if not isinstance(s, str):
+            raise TypeError(f"sources[{i}]: expected a str, got {type(s).__name__}")
 
 
 def bundled_test_file(path: str, option: str) -> str:

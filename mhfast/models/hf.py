@@ -226,8 +226,9 @@ class HFMaskedLM:
             named = [pick(None, f"{n}_token_id") for n in ("pad", "cls", "sep", "mask", "unk", "bos", "eos")]
             special_ids = [i for i in named if i is not None] + [mask, pad] + self._not_tokens(tokenizer)
         self.special_ids = tuple(sorted({int(i) for i in special_ids}))
-        for name, value in (("mask_id", self.mask_id), ("pad_id", self.pad_id)):
-            if not 0 <= value < self.vocab_size:
+        for name, value in (("mask_id", self.mask_id), ("pad_id", self.pad_id), ("bos_id", self.bos_id),
+                            ("eos_id", self.eos_id)):
+            if value is not None and not 0 <= value < self.vocab_size:  # (bos, eos: None for a model framing none)
                 raise ValueError(f"{name}: {value} outside the vocabulary [0, {self.vocab_size})")
         self.max_length = self._max_length(config)
 

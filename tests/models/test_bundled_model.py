@@ -103,6 +103,19 @@ def test_target_ids_read_the_target_dictionary(translator):
     assert not torch.equal(flipped, ids) and reversed_dict.detokenize(flipped) == text
 
 
+@pytest.mark.parametrize("sources, message", [
+    ("Ein Hund.", r"^sources: expected a list of sentences, got a str \(one sentence: pass \[sentence\]\)$"),
+    (["Ein Hund.", None], r"^sources\[1\]: expected a str, got NoneType$"),
+    ([b"Ein Hund."], r"^sources\[0\]: expected a str, got bytes$"),
+])
+def test_sources_that_are_not_a_list_of_sentences_are_named(translator, sources, message):
+    """A bare str had been translated one character at a time (nine hypotheses for "Ein Hund."), and a None in the
+    list failed with ``'NoneType' object has no attribute 'strip'`` (a helper's review, 2026-12-01)."""
+    for method in ("mask-predict", "mh"):
+        with pytest.raises(TypeError, match=message):
+            translator.translate(sources, method=method)
+
+
 def test_whitespace_only_sources_give_empty_hypotheses_and_cost_nothing(translator):
     """A source of spaces and tabs is empty: no hypothesis and no decoding (it was decoded from [bos, eos])."""
     for method in ("mask-predict", "mh"):

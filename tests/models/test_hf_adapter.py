@@ -255,6 +255,9 @@ def test_bad_input_raises_clear_errors(tmp_path):
         HFMaskedLM(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="mask_id"):
         HFMaskedLM(tiny_model("bert"))  # no tokenizer, BERT config names no mask token
+    for name in ("bos_id", "eos_id"):  # (it was accepted, and sampling failed naming an ``init`` never given)
+        with pytest.raises(ValueError, match=rf"^{name}: 12 outside the vocabulary \[0, 12\)$"):
+            HFMaskedLM(tiny_model("bert"), **{**BERT_IDS, name: 12})
     lm = HFMaskedLM(tiny_model("bert"), **BERT_IDS)
     rows, positions = random_rows("bert", 2, 3)
     with pytest.raises(ValueError, match="context"):
