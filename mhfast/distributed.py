@@ -37,6 +37,7 @@ import contextlib
 import datetime
 import heapq
 import json
+import math
 import os
 import sys
 import threading
@@ -84,6 +85,30 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} must be an int, got {value!r}") from None
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from the environment variable ``name`` (``default`` if unset): a
+    ValueError naming the variable otherwise (``float('abc')``'s message named nothing).
+
+    Example:
+        >>> os.environ["MHFAST_EXAMPLE_S"] = "abc"
+        >>> _env_seconds("MHFAST_EXAMPLE_S", 600)
+        Traceback (most recent call last):
+        ...
+        ValueError: environment variable MHFAST_EXAMPLE_S must be a number of seconds > 0, got 'abc'
+        >>> del os.environ["MHFAST_EXAMPLE_S"]
+    """
+    value = os.environ.get(name)
+    if value is None:
+        return float(default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"environment variable {name} must be a number of seconds > 0, got {value!r}")
+    return seconds
+
+
 def world(device: str | None = None, timeout_s: float | None = None) -> World:
     """The launcher's world, with the process group initialized (idempotent).
 
@@ -110,8 +135,7 @@ def world(device: str | None = None, timeout_s: float | None = None) -> World:
                                  "GPU(s): with the cuda device each local rank takes one GPU; start at most that "
                                  "many ranks per node (torchrun --nproc-per-node)")
             torch.cuda.set_device(local_rank)
-        seconds = timeout_s if timeout_s is not None else float(os.environ.get("MHFAST_DIST_TIMEOUT",
-                                                                                DEFAULT_TIMEOUT_S))
+        seconds = timeout_s if timeout_s is not None else _env_seconds("MHFAST_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)
         td.init_process_group(backend, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=seconds))
         atexit.register(_destroy_at_exit)
         _MADE.append(True)

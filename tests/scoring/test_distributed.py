@@ -314,6 +314,21 @@ def test_more_local_ranks_than_gpus_is_one_clear_error(monkeypatch):
         dist.world(device="cuda")
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan", "inf"])
+def test_a_bad_timeout_variable_is_named_before_any_process_group(monkeypatch, value):
+    """MHFAST_DIST_TIMEOUT that is no positive number of seconds: a ValueError naming the variable (it was
+    ``could not convert string to float: 'abc'``, and 0 or a negative number reached torch's process group)."""
+    import torch.distributed as td
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("MHFAST_DIST_TIMEOUT", value)
+    monkeypatch.setattr(td, "init_process_group", lambda *a, **k: pytest.fail("init_process_group reached"))
+    with pytest.raises(ValueError, match=f"^environment variable MHFAST_DIST_TIMEOUT must be a number of seconds > 0, "
+                                         f"got '{value}'$"):
+        dist.world()
+
+
 def test_the_heartbeat_outlives_a_transient_store_error(monkeypatch):
     """One failed store call (a timeout under load) no longer ends a rank's heartbeat (its peers would take it for
     lost after the timeout while it works on); a store that keeps failing for the whole timeout ends it, and a
