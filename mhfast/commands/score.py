@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..files import CommittedOutput, OutputLock, describe, file_sha256, read_records
-from ..files.journal import StreamOutput, is_special
+from ..files.journal import StreamOutput, check_output_there, is_special
 from ..files.lock import check_distinct
 
 NAME = "score"
@@ -166,6 +166,8 @@ def open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSta
         check_distinct({"--output": args.output}, {"--input": args.input, "--source": args.source,
                                                     "--model": [*_model_files(args).values(),
                                                                 *([args.model] if os.path.exists(args.model) else [])]})
+        if args.resume:
+            check_output_there(args.output)  # (before its lock, which would create it)
         stack.enter_context(OutputLock(args.output, "--output"))
         budget = memory_budget(args)  # (a resumed run's from its record: read under the lock)
         spec = {**spec, "memory_budget": budget}

@@ -56,7 +56,7 @@ from typing import Any
 
 from ..files import (PROGRESS_VERSION, check_input, describe, file_sha256, line_of, read_records,
                      write_json_atomic)
-from ..files.journal import CommittedOutput, StreamOutput, canonical, is_special
+from ..files.journal import CommittedOutput, StreamOutput, canonical, check_output_there, is_special
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
 from ..sampler.result import target_label
@@ -361,6 +361,8 @@ def _open_output(args: argparse.Namespace, spec: dict, total: int, stack: ExitSt
     special = args.output is not None and is_special(args.output)  # /dev/null, a FIFO: a stream
     if special and args.resume:
         raise ValueError(f"--resume: --output {args.output!r} is not a regular file (nothing to continue)")
+    if args.resume and args.output is not None and not special:
+        check_output_there(args.output)  # (before its lock, which would create it)
     for option, path in (("--output", None if special else args.output), ("--stats-out", args.stats_out)):
         if path is not None:
             folder = os.path.dirname(os.path.abspath(path))

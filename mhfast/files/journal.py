@@ -36,10 +36,18 @@ from typing import Any, Callable, Iterator
 
 from .errors import named, remove_quietly
 from .lines import describe
+from .lock import PROGRESS_SUFFIX
 
-PROGRESS_SUFFIX = ".progress"
 PROGRESS_VERSION = 2
 KIND = "mhfast-translate-progress"
+
+
+def check_output_there(path: str) -> None:
+    """``--resume`` of an output that is gone: a ValueError saying so. The commands call it before they take the
+    output's lock, which would create the file (then the message was "does not match its progress record (0 bytes,
+    ...)", and a refused run left an empty output behind); :meth:`CommittedOutput.resume` calls it again."""
+    if not os.path.isfile(path) and os.path.isfile(path + PROGRESS_SUFFIX):
+        raise ValueError(f"--resume: the output {path!r} is not there; rerun without --resume to start over")
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -179,8 +187,7 @@ class CommittedOutput:
         record = read_record(path + PROGRESS_SUFFIX)
         check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
         size = record["output_bytes"]
-        if not os.path.isfile(path):
-            raise ValueError(f"--resume: the output {path!r} is not there; rerun without --resume to start over")
+        check_output_there(path)
         name = describe(path, option)
         with named(name, "open"):
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from .errors import named
 
 LOCK_SUFFIX = ".lock"
+PROGRESS_SUFFIX = ".progress"  #: (journal.py's progress record beside an output: the run began writing)
 
 
 class OutputInUse(ValueError):
@@ -45,6 +46,7 @@ class OutputLock:
         self.lock_path = os.path.realpath(self.path) + LOCK_SUFFIX
         self.fd: int | None = None
         self.file_fd: int | None = None  #: the output itself, flocked too (hard links: one inode, many names)
+        self.created = False  #: the output did not exist before this lock opened (created) it
 
     def acquire(self) -> "OutputLock":
         what = f"{self.option} {self.path!r}"
@@ -63,6 +65,7 @@ class OutputLock:
             os.close(fd)
             raise
         self.fd = fd
+        self.created = not os.path.lexists(self.path)
         try:
             self.file_fd = _locked(self.path, os.O_RDONLY, what, lambda fd: (
                 f"{what}: another mhfast process is writing this file under another name (a hard link of it); wait "
@@ -73,11 +76,26 @@ class OutputLock:
         return self
 
     def release(self) -> None:
+        """Drop the lock. An output this lock created and that is still empty with no progress record beside it
+        (the run ended before it began writing: a refused --resume, an error before the first record) is removed:
+        a refused run leaves no file behind (an empty --stats-out had then failed ``mhfast evaluate``)."""
+        if self.file_fd is not None and self.created:
+            self._remove_if_unwritten()
         for name in ("file_fd", "fd"):
             fd = getattr(self, name)
             if fd is not None:
                 os.close(fd)  # closing drops the flock
                 setattr(self, name, None)
+
+    def _remove_if_unwritten(self) -> None:
+        try:
+            mine = os.fstat(self.file_fd)
+            there = os.stat(self.path)
+            if (mine.st_size == 0 and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+                    and not os.path.lexists(self.path + PROGRESS_SUFFIX)):
+                os.unlink(self.path)
+        except OSError:  # gone, or not ours to remove: leave it
+            pass
 
     def __enter__(self) -> "OutputLock":
         return self.acquire()
@@ -115,7 +133,7 @@ def _same(a: str, b: str) -> bool:
 
 #: the files an output's writer makes beside it (journal.py's progress record and its atomic replacement; the
 #: statistics' atomic replacement; every locked output's lock file)
-SIDE_FILES = {"--output": (".progress", ".progress.tmp", LOCK_SUFFIX), "--stats-out": (".tmp", LOCK_SUFFIX)}
+SIDE_FILES = {"--output": (PROGRESS_SUFFIX, PROGRESS_SUFFIX + ".tmp", LOCK_SUFFIX), "--stats-out": (".tmp", LOCK_SUFFIX)}
 
 
 def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:

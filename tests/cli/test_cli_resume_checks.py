@@ -85,6 +85,27 @@ def refused(cli, extra, capsys, needle: str, out: Path) -> None:
     assert (out.read_bytes() if out.exists() else None) == before  # untouched
 
 
+def test_a_refused_resume_leaves_no_file_behind(setup, capsys):
+    """``--resume`` of an output that was removed: the message says so, and no empty output is made (the lock had
+    created it: "does not match its progress record (0 bytes, ...)" and a 0-byte file left). ``--resume`` with
+    nothing there at all: neither --output nor --stats-out is left as an empty file (an empty --stats-out failed
+    ``mhfast evaluate``)."""
+    cli, tmp = setup["cli"], setup["tmp"]
+    out, stats = tmp / "out.txt", tmp / "stats.json"
+    assert cli(["--output", str(out)], capsys)[0] == 0
+    out.unlink()
+    code, err = cli(["--output", str(out), "--resume"], capsys)
+    assert code == 2 and err.strip().endswith(f"--resume: the output {str(out)!r} is not there; rerun without "
+                                              "--resume to start over"), err
+    assert not out.exists()
+    new, new_stats = tmp / "new.txt", tmp / "new.json"
+    code, err = cli(["--output", str(new), "--stats-out", str(new_stats), "--resume"], capsys)
+    assert code == 2 and "no progress file" in err, err
+    assert not new.exists() and not new_stats.exists()
+    assert cli(["--output", str(new), "--stats-out", str(new_stats)], capsys)[0] == 0  # a fresh run: both written
+    assert new.read_bytes().count(b"\n") == 6 and json.loads(new_stats.read_text())["batches"]
+
+
 def test_resume_verifies_model_input_options_record_and_output(setup, capsys):
     cli, tmp = setup["cli"], setup["tmp"]
     out = tmp / "out.txt"
