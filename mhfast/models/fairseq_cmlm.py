@@ -132,7 +132,6 @@ class FairseqCMLM:
         self.model = model.eval()
         if device is not None:
             self.model.to(device)
-        self.device = next(self.model.parameters()).device
         self.src_dict, self.tgt_dict = src_dict, tgt_dict
         self.tokenizer = tokenizer
         self.vocab_size = len(tgt_dict)
@@ -149,6 +148,12 @@ class FairseqCMLM:
         self.encoder_calls = 0
         self.decoder_rows = 0
         self._static = False  #: inside static_inputs (read indices not checked)
+
+    @property
+    def device(self) -> torch.device:
+        """The parameters' device, read at each call as the other adapters do (it was fixed when the adapter was
+        built, so after ``cmlm.model.cuda()`` every input went to the CPU)."""
+        return next(self.model.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:

@@ -329,6 +329,19 @@ def test_an_empty_read_of_a_bfloat16_model_is_in_its_dtype(cmlm, sources):
         assert model.masked_logits_at(rows, empty, empty, context, ci).shape == (0, half.vocab_size)
 
 
+def test_the_device_follows_the_model_after_the_adapter_is_built(cmlm, sources):
+    """``cmlm.device`` is read from the parameters at each call (it was fixed at construction, so after
+    ``cmlm.model.cuda()`` the sources were collated on the CPU). The meta device stands in for a GPU here."""
+    import copy
+
+    moved = copy.deepcopy(cmlm)
+    assert moved.device == torch.device("cpu")
+    moved.model.to("meta")
+    assert moved.device == torch.device("meta")
+    src, lengths = moved.collate_sources([moved.source_ids(s) for s in sources[:2]])
+    assert src.device.type == "meta" and lengths.device.type == "meta"
+
+
 def test_a_float64_cmlm_is_refused_naming_it(cmlm, sources):
     """The CMLM has a ``dtype`` like the other adapters, so a float64 one is refused up front, naming the model
     (it had none: mhfast.sample then failed in its first op, ``mhfast.gather_energies: logits must be Float ...``)."""
