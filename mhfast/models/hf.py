@@ -374,15 +374,18 @@ class HFMaskedLM:
         return int(getattr(config, "hidden_size", None) or config.dim)
 
     def _max_length(self, config: Any) -> int | None:
-        if getattr(config, "position_embedding_type", "absolute") != "absolute":
-            return None  # rotary/relative positions: no hard limit from the embedding table
+        table = getattr(getattr(getattr(self.model, "base_model", None), "embeddings", None), "position_embeddings",
+                        None)
+        # rotary positions (ESM-2): no table, no hard limit. A config naming relative positions is believed only
+        # where the model has no table: transformers 5's BERT and RoBERTa ignore the key and keep an absolute table
+        # (an old config carrying it had no limit, and 41 positions of a 40-row table failed inside torch)
+        if getattr(config, "position_embedding_type", "absolute") != "absolute" and table is None:
+            return None
         limit = getattr(config, "max_position_embeddings", None)
         if limit is None:
             return None
         # Models whose positions count from the padding index + 1 (RoBERTa and its kin, MPNet, ESM-1b/1v) say so
         # by a padding_idx on their position embeddings; the type list is for models that hide it.
-        table = getattr(getattr(getattr(self.model, "base_model", None), "embeddings", None), "position_embeddings",
-                        None)
         offset = getattr(table, "padding_idx", None)
         if offset is not None:
             limit -= int(offset) + 1

@@ -210,6 +210,24 @@ def test_frame_and_max_length():
     assert esm.max_length is None  # rotary: no embedding-table limit
 
 
+def test_a_config_naming_relative_positions_over_an_absolute_table_keeps_the_tables_limit():
+    """transformers 5's BERT ignores ``position_embedding_type`` and keeps its absolute table: a config carrying
+    "relative_key" (an old checkpoint's) had no max_length, and 41 positions of the 40-row table failed inside
+    torch ("The expanded size of the tensor (41) must match ..."); now the table's limit holds and is named."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=12, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=40,
+                                     position_embedding_type="relative_key")
+    model = transformers.BertForMaskedLM(config).eval()
+    assert model.bert.embeddings.position_embeddings.num_embeddings == 40
+    lm = HFMaskedLM(model, **BERT_IDS)
+    assert lm.max_length == 40
+    with pytest.raises(ValueError, match="length"):
+        lm.frame(39)
+
+
 @pytest.mark.parametrize("kind", ["mpnet", "esm-absolute"])
 def test_max_length_of_models_whose_positions_start_after_the_padding_index(kind):
     """MPNet and ESM-1b/1v (absolute positions) count positions from padding_idx + 1 like RoBERTa: their longest
