@@ -437,7 +437,15 @@ class HFMaskedLM:
         if self._static_inputs is not None:  # the caller said whether rows hold pads: no data-dependent shape
             return self._fits(tokens), positions, (real.long() if self._static_inputs else None)
         read = positions if reads is None else reads
-        lo, hi = torch.stack(torch.aminmax(read)).tolist() if read.numel() else (0, -1)  # one host read of both
+        # one host read of the reads' and the ids' bounds (an id past the vocabulary was a bare IndexError in the
+        # embedding, a device-side assert on CUDA; the fairseq adapters named it already)
+        def bounds(x: torch.Tensor, empty: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+            return tuple(torch.aminmax(x)) if x.numel() else tuple(x.new_tensor(v) for v in empty)
+
+        lo, hi, smallest, largest = torch.stack([*bounds(read, (0, -1)), *bounds(tokens, (0, 0))]).tolist()
+        if smallest < 0 or largest >= self.vocab_size:
+            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}) (the vocabulary), got "
+                             f"{smallest if smallest < 0 else largest}")
         if lo < 0 or hi >= tokens.shape[1]:
             raise ValueError(f"positions: values must lie in [0, {tokens.shape[1]}) (the rows' width)")
         if bool(real.all()):

@@ -284,6 +284,14 @@ def test_bad_input_raises_clear_errors(tmp_path):
         lm.masked_logits(rows, positions[:1])
     with pytest.raises(ValueError, match="tokens"):
         lm.masked_logits(rows.float(), positions)
+    from mhfast.models.fast_forward import fast_forward_model
+
+    for bad in (60, -1):  # (a bare IndexError from the embedding before 2026-12-01)
+        wrong = rows.clone()
+        wrong[0, 1] = bad
+        for model in (lm, fast_forward_model(lm)):
+            with pytest.raises(ValueError, match=rf"^tokens: ids must lie in \[0, 12\) \(the vocabulary\), got {bad}$"):
+                model.masked_logits(wrong, positions)
     assert load_masked_lm(lm) is lm  # protocol objects pass through
 
 
