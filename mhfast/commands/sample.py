@@ -345,8 +345,9 @@ def run(args: argparse.Namespace) -> int:
             f"chains, {args.epochs} epochs ({args.burn_in} burn-in), seed {args.seed}")
         t0 = time.perf_counter()
         with distributed.together(world):  # an error in one rank's share: that rank reports it
-            part = _sample_part(lm, job.mine_inputs, job.mine, dataclasses.replace(
-                job.cfg, energy=energy, extra_energy=_terms(lm, args, job.inputs, job.references, job.mine) if job.mine else None),
+            terms = _terms(lm, args, job.inputs, job.references, job.mine) if job.mine else None
+            part = _sample_part(lm, job.mine_inputs, job.mine, dataclasses.replace(job.cfg, energy=energy,
+                                                                                   extra_energy=terms),
                 (lambda e, s: say(_epoch_line(args, e, s))) if live else None, _diagnostics.wanted(args))
         parts = distributed.gather({world.rank: part}, world.size, world, dst=0)
         with distributed.together(world):  # rank 0's printing (e.g. to a closed pipe) ends every rank alike

@@ -133,7 +133,8 @@ def _same(a: str, b: str) -> bool:
 
 #: the files an output's writer makes beside it (journal.py's progress record and its atomic replacement; the
 #: statistics' atomic replacement; every locked output's lock file)
-SIDE_FILES = {"--output": (PROGRESS_SUFFIX, PROGRESS_SUFFIX + ".tmp", LOCK_SUFFIX), "--stats-out": (".tmp", LOCK_SUFFIX)}
+SIDE_FILES = {"--output": (PROGRESS_SUFFIX, PROGRESS_SUFFIX + ".tmp", LOCK_SUFFIX),
+              "--stats-out": (".tmp", LOCK_SUFFIX)}
 
 
 def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:

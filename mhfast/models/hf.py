@@ -439,6 +439,7 @@ class HFMaskedLM:
         read = positions if reads is None else reads
         # one host read of the reads' and the ids' bounds (an id past the vocabulary was a bare IndexError in the
         # embedding, a device-side assert on CUDA; the fairseq adapters named it already)
+
         def bounds(x: torch.Tensor, empty: tuple[int, int]) -> tuple[torch.Tensor, ...]:
             return tuple(torch.aminmax(x)) if x.numel() else tuple(x.new_tensor(v) for v in empty)
 
