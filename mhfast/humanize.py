@@ -136,7 +136,10 @@ def _normalized(parent: Any) -> str:
     "mutation": the model's encode upper-cases, the mutation list compared the raw string)."""
     if not isinstance(parent, str):
         raise TypeError(f"parent: expected a string of one-letter residues, got {type(parent).__name__}")
-    return "".join(parent.split()).upper()
+    residues = "".join(parent.split()).upper()
+    if not residues:  # (named the cdrs before: "span 23:34 is not within the 0 residues")
+        raise ValueError("parent: no residues (an empty or blank sequence)")
+    return residues
 
 
 def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor,
@@ -231,8 +234,14 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
         seq = model.decode(row)
         counts[seq] = counts.get(seq, 0) + 1
     if not counts:  # a warning, not an error: the run's acceptance and the parent's energies still stand
+        # the chains start at the parent (it has no masked residue to fill) unless start="random": then only a
+        # target far too hot keeps them past the cap
+        why = ("start='random' put the chains far from the parent and the epochs run did not bring them back within "
+               "the cap: start from the parent (the default), or run more epochs"
+               if options.get("start") == "random" else
+               "the target temperature is far too hot for the cap: see MutationCap")
         warnings.warn(f"humanize: every state after burn-in was past max_mutations ({max_mutations}): no variant "
-                      "(the target temperature is far too hot for the cap: see MutationCap)", stacklevel=2)
+                      f"({why})", stacklevel=2)
     seqs = list(counts)
     variants = _scored(model, parent, seqs, [counts[s] for s in seqs], float(hamming), energy)[:top] if seqs else []
     p = _scored(model, parent, [parent], [0], 0.0, energy)[0]

@@ -124,6 +124,10 @@ def test_a_lower_case_parent_is_the_same_parent(lm):
     assert sapiens_argmax(lm, lower, SHORT_CDRS) == sapiens_argmax(lm, SHORT, SHORT_CDRS)
     with pytest.raises(TypeError, match="parent"):
         humanize(lm, list(SHORT), SHORT_CDRS)
+    for blank in ("", "  \n"):  # (it named the cdrs: "span 23:34 is not within the 0 residues")
+        for call in (humanize, sapiens_argmax):
+            with pytest.raises(ValueError, match=r"^parent: no residues \(an empty or blank sequence\)$"):
+                call(lm, blank, SHORT_CDRS)
 
 
 def test_no_variant_past_the_cap_at_any_temperature(lm):
@@ -133,9 +137,14 @@ def test_no_variant_past_the_cap_at_any_temperature(lm):
                  target_temperature=1500.0, proposal_temperature=3.0)
     assert h.variants and all(len(v.mutations) <= 1 for v in h.variants)
     assert sum(v.seen for v in h.variants) < 4 * 2  # some states were past it and dropped (2 of 8 here)
-    with pytest.warns(UserWarning, match="past max_mutations"):
+    with pytest.warns(UserWarning, match="past max_mutations.*far too hot for the cap"):
         h = humanize(lm, SHORT, SHORT_CDRS, max_mutations=1, top=100, chains=4, epochs=3, burn_in=1, seed=0,
                      target_temperature=1e5, proposal_temperature=3.0)
+    assert h.variants == ()
+    # a random start, far past the cap, at the default temperature: the warning names the start (it blamed the
+    # temperature, a review found)
+    with pytest.warns(UserWarning, match=r"past max_mutations \(1\): no variant \(start='random' put the chains"):
+        h = humanize(lm, SHORT, SHORT_CDRS, max_mutations=1, start="random", chains=3, epochs=4, burn_in=1, seed=0)
     assert h.variants == ()
 
 
