@@ -146,13 +146,32 @@ def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | 
         raise ValueError(f"row_index: expected a Long[N] tensor, got "
                          f"{getattr(row_index, 'dtype', type(row_index).__name__)} "
                          f"{tuple(getattr(row_index, 'shape', ()))}")
-    if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape:
+    if not isinstance(positions, torch.Tensor) or positions.shape != row_index.shape or positions.dtype != torch.long:
         raise ValueError(f"positions: expected Long[{row_index.shape[0]}] like row_index, got "
+                         f"{getattr(positions, 'dtype', type(positions).__name__)} "
                          f"{tuple(getattr(positions, 'shape', ()))}")
     if rows is not None and row_index.numel() and (int(row_index.min()) < 0 or int(row_index.max()) >= rows):
         raise ValueError(f"row_index: values must lie in [0, {rows})")
     if length is not None and positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= length):
         raise ValueError(f"positions: values must lie in [0, {length})")
+
+
+def decode_ids(ids: torch.Tensor | Sequence[int], vocab_size: int) -> list[int]:
+    """``ids`` as a list of ints in ``[0, vocab_size)`` for an adapter's ``decode``: a ValueError naming ``ids``
+    otherwise (a negative id had wrapped around to the dictionary's last symbols, one past the end was a bare
+    IndexError).
+
+    Example:
+        >>> decode_ids(torch.tensor([2, 0]), 5), decode_ids([-1], 5)
+        Traceback (most recent call last):
+        ...
+        ValueError: ids: values must lie in [0, 5), got -1
+    """
+    out = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    for i in out:
+        if not 0 <= int(i) < vocab_size:
+            raise ValueError(f"ids: values must lie in [0, {vocab_size}), got {i}")
+    return out
 
 
 def never_proposed(model: Any, device: torch.device | str | None = None) -> torch.Tensor:

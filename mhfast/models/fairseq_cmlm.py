@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_length, check_positions, check_reads
+from .base import check_length, check_positions, check_reads, decode_ids
 
 INSTALL_COMMAND = ("pip install cython && env -u CUDA_HOME pip install --no-build-isolation "
                    "fairseq-fixed==0.12.3.1")
@@ -394,7 +394,7 @@ class FairseqCMLM:
     # ------------------------------------------------------------------ text
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
         """Target text of ``ids`` without special tokens (pad, BOS/EOS, mask)."""
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        ids = decode_ids(ids, self.vocab_size)
         return " ".join(self.tgt_dict[i] for i in ids if i not in self.special_ids)
 
 

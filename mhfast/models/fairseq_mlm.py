@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_positions, check_reads
+from .base import check_positions, check_reads, decode_ids
 from .fairseq_cmlm import INSTALL_COMMAND, _first_line, import_fairseq
 
 _INSTALL_HINT = "mhfast.models.fairseq_mlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): " + INSTALL_COMMAND
@@ -181,7 +181,7 @@ class FairseqMaskedLM:
 
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
         """The symbols of ``ids`` without specials, space-separated (``<mask>`` shown as ``<mask>``)."""
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        ids = decode_ids(ids, self.vocab_size)
         return " ".join(self.symbols[i] for i in ids if i == self.mask_id or i not in self.special_ids)
 
     @contextlib.contextmanager
