@@ -243,6 +243,8 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
         'model_or_path: no config.json'
         >>> as_flags("mhfast.sample: extra_energy: --hamming-reference 'r.txt': line 1 ...", argparse.Namespace())
         "--hamming-reference 'r.txt': line 1 ..."
+        >>> as_flags("length 600 (+2 special tokens) has 602 tokens", argparse.Namespace(length=600))
+        '--length 600 (+2 special tokens) has 602 tokens'
     """
     rest = message.split(": ", 1)[1] if message.startswith("mhfast.") and ": " in message else message
     if rest.startswith("extra_energy: --"):  # a term the command built from its flags names its flag itself
@@ -250,6 +252,9 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
     for name, flag in API_FLAGS.items():
         if rest.startswith(name + ": ") and hasattr(args, flag[2:].replace("-", "_")):
             return flag + rest[len(name):]
+    # the adapters' frame(length) names the value it checks: "length 600 (+2 special tokens) has 602 tokens ..."
+    if rest.startswith("length ") and getattr(args, "length", None) is not None:
+        return "--" + rest
     return message
 
 

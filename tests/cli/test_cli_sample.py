@@ -89,6 +89,8 @@ def test_init_file_fasta_on_antiberty(tmp_path):
     (["--init", "a b", "--free", "0:5"], "has only 2 tokens"),
     (["--top-p", "1.5", "--length", "3"], "--top-p must be in (0, 1]"),
     (["--init", "a b", ""], "--init 2: no token to sample"),  # (was mhfast.sample's 'init row 1 leaves no ...')
+    # (was "error: length 39 (+2 ...": the adapter's name for the value, not the flag)
+    (["--length", "39"], "error: --length 39 (+2 special tokens) has 41 tokens"),
 ])
 def test_bad_options_print_one_line_and_exit_2(tiny_dir, argv, message):
     if "--model" not in argv:
