@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import os
 import pkgutil
+import re
 import sys
 import warnings
 from typing import Iterator, Sequence
@@ -253,7 +254,7 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
         if rest.startswith(name + ": ") and hasattr(args, flag[2:].replace("-", "_")):
             return flag + rest[len(name):]
     # the adapters' frame(length) names the value it checks: "length 600 (+2 special tokens) has 602 tokens ..."
-    if rest.startswith("length ") and getattr(args, "length", None) is not None:
+    if re.match(r"length \d+ \(\+\d+ special tokens?\)", rest) and getattr(args, "length", None) is not None:
         return "--" + rest
     return message
 

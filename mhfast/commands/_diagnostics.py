@@ -75,14 +75,16 @@ def check(args: argparse.Namespace) -> None:
         except ImportError:
             raise ValueError("--plot-traces needs matplotlib (pip install \"mhfast[plots]\")") from None
         check_image_path(args.plot_traces)
-        check_writable(args.plot_traces)
+        energies = ["raw", "local"] if getattr(args, "energy", None) == "both" else ["one"]
+        for path in dict.fromkeys(energy_path(args.plot_traces, e, energies) for e in energies):
+            check_writable(path)
 
 
 def check_writable(path: str) -> None:
-    """``--plot-traces PATH`` can be written, tried before the run: a file created (and removed) in its folder, and
-    an existing PATH opened for writing (not truncated). The image is written after the samples are printed, so a
-    read-only folder had failed only then, after a run of any length; the check runs as root too, where the
-    permission bits (``os.access``) say nothing."""
+    """``--plot-traces`` can write ``path`` (one image of the run; ``sample --energy both`` writes two), tried
+    before the run: a file created (and removed) in its folder, and an existing ``path`` opened for writing (not
+    truncated). The images are written after the samples are printed, so a read-only folder had failed only then,
+    after a run of any length; the check runs as root too, where the permission bits (``os.access``) say nothing."""
     import tempfile
 
     with named(describe(path, "--plot-traces"), "write"):
@@ -90,7 +92,7 @@ def check_writable(path: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".mhfast-", suffix=".probe"):
             pass
         if os.path.exists(path):
-            open(path, "r+b").close()
+            os.close(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
 
 
 def check_image_path(path: str) -> None:

@@ -297,14 +297,14 @@ def _load(args: argparse.Namespace) -> Any:
     return load_translator(args.model, args.data, spm=args.spm, tokenizer=args.tokenizer, device=args.device)
 
 
-def _terms_factory(args: argparse.Namespace, translator: Any, count: int) -> Any:
-    """``f(global line ids) -> extra_energy`` for --hamming (targets of --hamming-reference) and --classifier."""
+def _terms_factory(args: argparse.Namespace, translator: Any, lines: list[str] | None) -> Any:
+    """``f(global line ids) -> extra_energy`` for --hamming (the --hamming-reference ``lines``: targets) and
+    --classifier."""
     from . import _energy_terms as et
 
     if not args.hamming and args.classifier is None:
         et.hamming_term(args, None, 0)  # --hamming-reference alone is an error
         return None
-    lines = et.reference_lines(args, count, args.limit) if args.hamming else None
     refs = et.padded([translator.target_ids(t) for t in lines], translator.cmlm.pad_id) if lines else None
     pad = translator.cmlm.pad_id
     clf = et.classifier_term(args, pad, translator.detokenize)
@@ -328,6 +328,14 @@ def _progress_bar(args: argparse.Namespace, total: int, initial: int) -> Any:
 
     return tqdm(total=total, initial=initial, unit="sent", file=sys.stderr,
                 disable=args.quiet or sys.stderr is None or initial >= total, dynamic_ncols=True, desc="translate")
+
+
+def _read_texts(args: argparse.Namespace) -> tuple[list[str], list[str] | None, list[str] | None]:
+    """The lines of --input, --ref and (with --hamming) --hamming-reference, each file read once."""
+    from . import _energy_terms
+
+    lines, refs = _read_inputs(args)
+    return lines, refs, _energy_terms.reference_lines(args, len(lines), args.limit) if args.hamming else None
 
 
 def _read_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
@@ -411,9 +419,9 @@ def run(args: argparse.Namespace) -> int:
     world = distributed.world(device=args.device)
     with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
         _check(args)
-    # rank 0 reads the inputs and hands them to every rank: stdin or a FIFO gives its lines once (under torchrun
-    # each rank had read its own share of them, and the job wrote some lines, or waited for a rank with none)
-    _, (lines, refs) = distributed.on_main(lambda: _read_inputs(args), world, lambda read: read)
+    # rank 0 reads the input files and hands their lines to every rank: stdin or a FIFO gives its lines once (under
+    # torchrun each rank had read its own share of them, and the job wrote some lines, or waited for a rank with none)
+    _, (lines, refs, references) = distributed.on_main(lambda: _read_texts(args), world, lambda read: read)
     with distributed.together(world):
         spec = output_spec(args, lines, refs)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
@@ -421,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
         with distributed.together(world):
-            work, stats, hyps = _start(args, world, sink, lines, refs, digest)
+            work, stats, hyps = _start(args, world, sink, lines, refs, references, digest)
         # every rank loaded the model and checked every line (that block's agreement): only now is a fresh
         # --output emptied (inside it, rank 0 could empty it while another rank's load was failing)
         with distributed.together(world):
@@ -438,15 +446,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace, world: Any, sink: Any, lines: list[str], refs: list[str] | None,
-           digest: str) -> tuple["ChunkWork", dict, list[str]]:
-    """The model, the energy terms, the statistics so far and (rank 0) the translations already committed."""
+           references: list[str] | None, digest: str) -> tuple["ChunkWork", dict, list[str]]:
+    """The model, the energy terms (``references``: the --hamming-reference lines), the statistics so far and
+    (rank 0) the translations already committed."""
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     translator = _load(args)
     _check_sources(args, translator, lines)
-    terms_for = _terms_factory(args, translator, len(lines))
+    terms_for = _terms_factory(args, translator, references)
     stats: dict = {"version": PROGRESS_VERSION, "method": args.method, "options_hash": digest,
                    "burn_in": args.burn_in if args.method == "mh" else None, "batches": []}
     hyps: list[str] = []

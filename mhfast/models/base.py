@@ -169,9 +169,15 @@ def decode_ids(ids: torch.Tensor | Sequence[int], vocab_size: int) -> list[int]:
     """
     out = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
     for i in out:
-        if not 0 <= int(i) < vocab_size:
+        try:
+            if isinstance(i, bool):
+                raise TypeError
+            index = operator.index(i)
+        except TypeError:
+            raise ValueError(f"ids: expected ints, got {i!r}") from None
+        if not 0 <= index < vocab_size:
             raise ValueError(f"ids: values must lie in [0, {vocab_size}), got {i}")
-    return out
+    return [operator.index(i) for i in out]
 
 
 def never_proposed(model: Any, device: torch.device | str | None = None) -> torch.Tensor:
@@ -194,12 +200,13 @@ def never_proposed(model: Any, device: torch.device | str | None = None) -> torc
     return out
 
 
-def check_model_ids(model: Any, where: str) -> None:
+def check_model_ids(model: Any, where: str, sampling: bool = True) -> None:
     """A user's model states its ids as the protocol asks: ``vocab_size`` an int >= 1, ``mask_id`` and ``pad_id``
-    ints in ``[0, vocab_size)`` and distinct, ``special_ids`` a sequence of ints. Otherwise a TypeError or
-    ValueError naming ``where`` and the attribute (a None id had failed with a bare ``int() argument must be ...
-    not 'NoneType'``, a mask id outside the vocabulary was handed to the model, and a pad id equal to the mask id
-    made ``mhfast.sample``'s all-masked start read as "a row of length 0 (only padding)").
+    ints in ``[0, vocab_size)``, ``special_ids`` a sequence of ints; for ``sampling``, a pad id of its own. Otherwise
+    a TypeError or ValueError naming ``where`` and the attribute (a None id had failed with a bare ``int() argument
+    must be ... not 'NoneType'``, a mask id outside the vocabulary was handed to the model, and a pad id equal to
+    the mask id made ``mhfast.sample``'s all-masked start read as "a row of length 0 (only padding)"; scoring
+    complete sequences, which hold no mask, is unaffected by that one, so it stays allowed there).
 
     Example:
         >>> class M:
@@ -225,12 +232,12 @@ def check_model_ids(model: Any, where: str) -> None:
         ids[name] = i = integer(name, getattr(model, name))
         if not 0 <= i < V:
             raise ValueError(f"{where}: model.{name} ({i}) lies outside the vocabulary [0, {V})")
-    if ids["mask_id"] == ids["pad_id"]:
+    if sampling and ids["mask_id"] == ids["pad_id"]:
         # rows end in padding and masked positions are tokens to fill: one id cannot mean both
         raise ValueError(f"{where}: model.pad_id equals model.mask_id ({ids['mask_id']}): a masked position would "
                          "read as padding; give the model a pad id of its own")
     special = model.special_ids
-    if isinstance(special, (str, bytes)) or not hasattr(special, "__iter__"):
+    if isinstance(special, (str, bytes)) or not hasattr(special, "__iter__") or getattr(special, "ndim", 1) == 0:
         raise TypeError(f"{where}: model.special_ids must be a sequence of ints, got {special!r}")
     for i in special:
         integer("special_ids", i)

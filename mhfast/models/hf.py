@@ -436,7 +436,7 @@ class HFMaskedLM:
         real = tokens != self.pad_id
         if self._static_inputs is not None:  # the caller said whether rows hold pads: no data-dependent shape
             return self._fits(tokens), positions, (real.long() if self._static_inputs else None)
-        read = positions if reads is None else reads
+        read = positions if reads is None else reads.to(device)
         # one host read of the reads' and the ids' bounds (an id past the vocabulary was a bare IndexError in the
         # embedding, a device-side assert on CUDA; the fairseq adapters named it already)
 

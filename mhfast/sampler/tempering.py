@@ -53,11 +53,12 @@ SWAP = "swap"
 SWAPPED = ("tokens", "raw_terms", "local_terms", "e_raw", "e_local", "term_values", "e_extra")
 
 
-def _warn_unmeasured(rejection: torch.Tensor, proposed: torch.Tensor, round_index: int) -> None:
+def _warn_unmeasured(rejection: torch.Tensor, proposed: torch.Tensor, round_index: int, heat: torch.Tensor) -> None:
     """A warning where a tuning round left a pair of rungs unmeasured: :func:`ladder.retuned` then keeps that
     input's ladder as it was (silently, until 2026-12-01). A round of one sweep proposes only the even or only the
-    odd pairs (burn_in one sweep past force_accept_epochs); swaps whose ratio was not finite also leave NaN."""
-    missing = torch.isnan(rejection)
+    odd pairs (burn_in one sweep past force_accept_epochs); swaps whose ratio was not finite also leave NaN. Inputs
+    whose hot end doubles this round (``heat``) are not retuned anyway: not warned about."""
+    missing = torch.isnan(rejection) & ~heat[:, None].to(rejection.device)
     if not bool(missing.any()):
         return
     b, k = (int(v) for v in missing.nonzero()[0])
@@ -292,12 +293,13 @@ class Tempered:
         barrier steps, estimated from this round's swaps at this round's ladder."""
         proposed, alpha = self._round
         rejection = torch.where(proposed > 0, 1 - alpha / proposed.clamp(min=1), torch.full_like(alpha, float("nan")))
-        _warn_unmeasured(rejection, proposed, round_index)
         hot, now = self._hot_acceptance(state)
         if round_index >= ladder.heating_rounds(len(self._ends)):
             self.settled[:] = True
         heat = ladder.heated(self.betas, hot, self._hot_prev, self.settled)
         self.settled |= ~heat & ~torch.isnan(hot)  # the first measured round without a doubling: settled for good
+        if self.K >= 3:  # (2 rungs: retuning keeps both ends, so an unmeasured pair changes nothing)
+            _warn_unmeasured(rejection, proposed, round_index, heat)
         new = ladder.retuned(self.betas, rejection)
         for b in heat.nonzero().flatten().tolist():
             new[b] = ladder.doubled(self.betas[b])

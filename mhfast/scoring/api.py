@@ -90,7 +90,7 @@ def as_model(model: Any, where: str = "mhfast.energy") -> Any:
     for attr in ("vocab_size", "mask_id", "pad_id", "special_ids"):
         if not hasattr(lm, attr):
             raise TypeError(f"{where}: model has no attribute {attr!r} (see mhfast.models.base.MaskedLM)")
-    check_model_ids(lm, where)
+    check_model_ids(lm, where, sampling=False)
     check_model_dtype(lm, where)
     return lm
 

@@ -75,14 +75,15 @@ def test_plot_traces_needs_an_existing_folder(tmp_path):
     assert code == 2 and "--plot-traces: folder" in err and err.count("\n") == 1, err
 
 
-def _unwritable_folder() -> str:
-    """A folder nobody may create a file in, root included (/sys: Permission denied), else skip."""
+def _unwritable_folder() -> tuple[str, str]:
+    """A folder nobody may create a file in, root included, and the reason the system gives: /sys (Permission
+    denied; Read-only file system in an unprivileged container), else skip."""
     import tempfile
 
     try:
         tempfile.NamedTemporaryFile(dir="/sys").close()
-    except OSError:
-        return "/sys"
+    except OSError as e:
+        return "/sys", e.strerror
     pytest.skip("/sys is writable here")
 
 
@@ -90,13 +91,14 @@ def _unwritable_folder() -> str:
 def test_an_unwritable_plot_traces_folder_is_refused_before_the_run(tiny_dir, tmp_path, command):
     """The image is written after the run, so a folder it cannot be written in is found before it: one line, exit
     2, nothing sampled or printed (until 2026-12-01 the error came after the samples were printed)."""
-    png = f"{_unwritable_folder()}/t.png"
+    folder, reason = _unwritable_folder()
+    png = f"{folder}/t.png"
     where = (["--model", tiny_dir, *SAMPLE[:-1]] if command == "sample" else
              ["--input", "bundled", "--limit", "1", "--output", str(tmp_path / "out.txt"), "--chains", "2",
               "--epochs", "2", "--burn-in", "0"])
     code, out, err = run_main([command, *where, "--plot-traces", png])
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert err.strip().endswith(f"--plot-traces {png!r}: cannot write: Permission denied"), err
+    assert err.strip().endswith(f"--plot-traces {png!r}: cannot write: {reason}"), err
     assert not (tmp_path / "out.txt").exists()
 
 

@@ -283,12 +283,11 @@ class _UserModel:
     ("mask_id", 7, ValueError, r"model.mask_id \(7\) lies outside the vocabulary \[0, 5\)"),
     ("pad_id", -1, ValueError, r"model.pad_id \(-1\) lies outside the vocabulary \[0, 5\)"),
     ("vocab_size", 0, ValueError, "model.vocab_size must be >= 1, got 0"),
-    ("pad_id", 4, ValueError, r"model.pad_id equals model.mask_id \(4\): a masked position would read as padding"),
+    ("special_ids", torch.tensor(4), TypeError, "model.special_ids must be a sequence of ints"),
 ])
 def test_a_user_models_ids_are_checked_naming_the_attribute(attr, value, error, message):
     """Before 2026-12-01 a None id failed in a bare ``int()`` naming nothing, a mask id outside the vocabulary was
-    handed to the model (``mhfast.energy`` returned), a pad id of -1 was accepted, and a pad id equal to the mask
-    id made ``mhfast.sample`` say its all-masked start had "a row of length 0 (only padding)"."""
+    handed to the model (``mhfast.energy`` returned), and a pad id of -1 was accepted."""
     model = _UserModel()
     setattr(model, attr, value)
     for call, where in ((lambda: mhfast.energy(model, [[1, 2, 3]]), "mhfast.energy"),
@@ -296,6 +295,18 @@ def test_a_user_models_ids_are_checked_naming_the_attribute(attr, value, error, 
                         (lambda: mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0), "mhfast.sample")):
         with pytest.raises(error, match=f"^{where}: {message}"):
             call()
+
+
+def test_a_pad_id_equal_to_the_mask_id_is_refused_for_sampling_only():
+    """Sampling: the all-masked start read as padding ("init has a row of length 0"), so it is refused naming both
+    ids. Scoring complete sequences (no mask in them) works as before."""
+    model = _UserModel()
+    model.pad_id = 4
+    with pytest.raises(ValueError, match=r"^mhfast.sample: model.pad_id equals model.mask_id \(4\): a masked "
+                                         "position would read as padding"):
+        mhfast.sample(model, 3, chains=1, epochs=1, burn_in=0)
+    assert mhfast.energy(model, [[1, 2, 3]]).e_local.shape == (1,)
+    assert len(mhfast.score(model, [[1, 2, 3]])) == 1
 
 
 def test_a_user_model_may_give_numpy_ids_and_special_ids_past_the_vocabulary():
