@@ -167,17 +167,26 @@ def decode_ids(ids: torch.Tensor | Sequence[int], vocab_size: int) -> list[int]:
         ...
         ValueError: ids: values must lie in [0, 5), got -1
     """
-    out = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-    for i in out:
-        try:
-            if isinstance(i, bool):
-                raise TypeError
-            index = operator.index(i)
-        except TypeError:
-            raise ValueError(f"ids: expected ints, got {i!r}") from None
+    out = []
+    for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+        index = _index(i)
+        if index is None:
+            raise ValueError(f"ids: expected ints, got {i!r}")
         if not 0 <= index < vocab_size:
             raise ValueError(f"ids: values must lie in [0, {vocab_size}), got {i}")
-    return [operator.index(i) for i in out]
+        out.append(index)
+    return out
+
+
+def _index(value: Any) -> int | None:
+    """``value`` as an int if it is one (``operator.index``: Python, numpy and 0-d torch integers), not a bool;
+    else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def never_proposed(model: Any, device: torch.device | str | None = None) -> torch.Tensor:
@@ -217,12 +226,10 @@ def check_model_ids(model: Any, where: str, sampling: bool = True) -> None:
         ValueError: mhfast.sample: model.mask_id (5) lies outside the vocabulary [0, 5)
     """
     def integer(name: str, value: Any) -> int:
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            return operator.index(value)
-        except TypeError:
-            raise TypeError(f"{where}: model.{name} must be an int, got {value!r}") from None
+        index = _index(value)
+        if index is None:
+            raise TypeError(f"{where}: model.{name} must be an int, got {value!r}")
+        return index
 
     V = integer("vocab_size", model.vocab_size)
     if V < 1:
