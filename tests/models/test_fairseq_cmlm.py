@@ -343,18 +343,9 @@ def test_the_device_follows_the_model_after_the_adapter_is_built(cmlm, sources):
 
 
 def test_decode_names_ids_outside_the_dictionary(cmlm):
-    """A negative id had wrapped around to the dictionary's last symbols, one past the end was a bare IndexError;
-    read positions must be Long (a float tensor was torch's "tensors used as indices must be long")."""
-    import re
+    from test_fairseq_mlm import assert_decode_names_ids_outside_the_dictionary
 
-    from mhfast.models.base import check_reads
-
-    V = cmlm.vocab_size
-    for bad in (-1, V):
-        with pytest.raises(ValueError, match=re.escape(f"ids: values must lie in [0, {V}), got {bad}")):
-            cmlm.decode([4, bad])
-    with pytest.raises(ValueError, match=r"^positions: expected Long\[2\] like row_index, got torch.float32"):
-        check_reads(torch.tensor([0, 1]), torch.tensor([1.0, 2.0]), rows=2)
+    assert_decode_names_ids_outside_the_dictionary(cmlm)
 
 
 def test_a_float64_cmlm_is_refused_naming_it(cmlm, sources):

@@ -79,19 +79,24 @@ def test_protocol_vocabulary_and_frame(lm):
         lm.frame(lm.max_length - 1)
 
 
-def test_decode_names_ids_outside_the_dictionary(lm):
+def assert_decode_names_ids_outside_the_dictionary(model) -> None:
     """A negative id had wrapped around to the dictionary's last symbols, one past the end was a bare IndexError;
-    read positions must be Long (a float tensor was torch's "tensors used as indices must be long")."""
+    read positions must be Long (a float tensor was torch's "tensors used as indices must be long"). Shared with
+    test_fairseq_cmlm.py: both fairseq adapters decode through mhfast.models.base.decode_ids."""
     import re
 
     from mhfast.models.base import check_reads
 
-    V = lm.vocab_size
+    V = model.vocab_size
     for bad in (-1, V):
         with pytest.raises(ValueError, match=re.escape(f"ids: values must lie in [0, {V}), got {bad}")):
-            lm.decode([4, bad])
+            model.decode([4, bad])
     with pytest.raises(ValueError, match=r"^positions: expected Long\[2\] like row_index, got torch.float32"):
         check_reads(torch.tensor([0, 1]), torch.tensor([1.0, 2.0]), rows=2)
+
+
+def test_decode_names_ids_outside_the_dictionary(lm):
+    assert_decode_names_ids_outside_the_dictionary(lm)
 
 
 def test_masked_logits_equal_fairseq_forward(lm, tiny):
