@@ -273,12 +273,15 @@ def _evaluate_terms(terms: Any, rows: torch.Tensor) -> tuple:
     index = torch.arange(rows.shape[0], device=rows.device)
     try:
         values = terms.evaluate(rows, index)
-    except (TypeError, ValueError) as e:  # a term's bad value
+        return values, terms.names, terms.weighted(values)
+    except (TypeError, ValueError) as e:  # a term's bad value, or a weighted sum past float32
         raise _renamed(e) from None
-    return values, terms.names, terms.weighted(values)
 
 
 def _renamed(e: Exception) -> Exception:
     """An error of :mod:`mhfast.energy_terms` (whose messages name ``mhfast.sample: extra_energy``) named as this
     call's: ``mhfast.energy: extra_energy ...``, of the same type."""
-    return type(e)(f"mhfast.energy: extra_energy {str(e).removeprefix('mhfast.sample: extra_energy ')}")
+    text = str(e)
+    if text.startswith("mhfast.sample: "):  # "extra_energy term ...", "extra_energy: the weighted sum ..."
+        return type(e)("mhfast.energy: " + text.removeprefix("mhfast.sample: "))
+    return type(e)(f"mhfast.energy: extra_energy {text}")  # the option's structural check names no caller

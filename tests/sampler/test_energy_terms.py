@@ -142,9 +142,12 @@ def test_a_defaulted_second_parameter_keeps_its_default():
 def test_a_weighted_sum_past_float32_is_an_error():
     """Each term finite, their weighted sum not in float32 (it was inf: no chain moved, ``e_extra`` inf)."""
     term = (lambda t: torch.full((t.shape[0],), 1e30), 1e10)
-    for call in (lambda: mhfast.energy(model3(), [[1, 1, 1]], extra_energy=[term]),
-                 lambda: mhfast.sample(model3(), 3, chains=2, epochs=2, burn_in=0, extra_energy=[term])):
-        with pytest.raises(ValueError, match="weighted sum of the terms overflows float32"):
+    for caller, call in (("energy", lambda: mhfast.energy(model3(), [[1, 1, 1]], extra_energy=[term])),
+                         ("sample", lambda: mhfast.sample(model3(), 3, chains=2, epochs=2, burn_in=0,
+                                                          extra_energy=[term]))):
+        # each call names itself (mhfast.energy said "mhfast.sample: ...")
+        with pytest.raises(ValueError, match=rf"^mhfast.{caller}: extra_energy: the weighted sum of the terms "
+                                             "overflows float32"):
             call()
 
 
