@@ -104,12 +104,14 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     monitor = RunMonitor.of(cfg, problem, runner.vocab_size)  # traces; until_rhat/min_ess
     with _compiled(cfg, forward_model) as compiled, runner.session():  # session: weights cast once per run
         state = kernel.init(_initial_state(problem, cfg, runner, chain_rows))
+        _check_finite_start(state)
         init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
         with _without_syncs(runner, state):
             state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
                                       progress=progress, counters=lambda: {"model_rows": runner.model_rows},
                                       after_epoch=runner.raise_deferred, monitor=monitor)
     result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor, kernel)
+    _warn_infinite_end(result.energy)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = getattr(kernel, "memo", NO_MEMO).hits
     delayed = getattr(kernel, "delayed", None)
@@ -237,6 +239,41 @@ def _warn_coarse_mixture(uniform_mix: float, vocab_size: int) -> None:
                       f"accurately (2^-20 = {finest:.2g}): the drawn proposal then differs from the one the MH "
                       f"ratio uses for those tokens; use uniform_mix >= {vocab_size * finest:.3g}",
                       stacklevel=4)
+
+
+def _check_finite_start(state: ChainState) -> None:
+    """A ValueError if a chain starts at a sequence of infinite target energy (one host read per run).
+
+    MH cannot leave such a state: every move's log-ratio is ``inf - inf`` = NaN or ``-inf``, both rejected, so the
+    chain would never move and its "samples" would all be its start. The energy is +inf where a token's logit is
+    -inf (a token the model rules out, e.g. in a given ``init`` or a random start) and -inf or +inf where finite
+    logits of ~1e38 sum past float32's range. Gibbs-style kernels that keep no energies pass (zeros)."""
+    bad = ~torch.isfinite(state.target)
+    if not bool(bad.any()):
+        return
+    i = int(bad.nonzero()[0, 0])
+    terms = state.raw_terms if state.energy == "raw" else state.local_terms
+    cause = (~torch.isfinite(terms[i])).nonzero()
+    why = (f"its E_{state.energy} term at position {int(cause[0, 0])} is {float(terms[i, cause[0, 0]])}: a token "
+           "the model rules out (logit -inf)" if cause.numel() else
+           f"its E_{state.energy} terms are finite but their sum overflows float32 (logits near 1e38)")
+    raise ValueError(f"mhfast.sample: {int(bad.sum())} chain(s) start at a sequence of infinite energy (first: chain "
+                     f"{int(state.chain_ids[i])} of input {int(state.inputs[i])}, energy {float(state.target[i])}; "
+                     f"{why}). MH cannot move from a state of infinite energy (every move's log-ratio is NaN or -inf): "
+                     "the chain would never move. Start from sequences of finite energy (init, start)")
+
+
+def _warn_infinite_end(energy: torch.Tensor) -> None:
+    """A warning if a chain ended at infinite target energy: a proposal whose energy overflowed float32 to -inf
+    (finite logits near 1e38, summed) is always accepted and never left, so that chain's samples are not the
+    target's. (A start of infinite energy is an error before the run: :func:`_check_finite_start`.)"""
+    bad = ~torch.isfinite(energy)
+    if bool(bad.any()):
+        b, c = (int(x) for x in bad.nonzero()[0])
+        warnings.warn(f"mhfast.sample: {int(bad.sum())} chain(s) ended at infinite energy (first: chain {c} of input "
+                      f"{b}, energy {float(energy[b, c])}): the model's logits are so large that the energy "
+                      "overflows float32, and MH cannot move from such a state: those chains' samples are not from "
+                      "the target", RuntimeWarning, stacklevel=3)
 
 
 def _initial_state(problem, cfg, runner: ModelRunner, chain_rows: torch.Tensor | None = None) -> ChainState:

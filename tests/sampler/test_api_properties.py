@@ -244,6 +244,41 @@ def test_minus_inf_logits_are_allowed():
     assert not math.isnan(float(result.best_energy.sum()))
 
 
+@pytest.mark.parametrize("energy", ["raw", "local"])
+@pytest.mark.parametrize("sampler", ["mh", "block-mh"])
+@pytest.mark.parametrize("cause,value", [("ruled out", float("-inf")), ("overflow", -3.4e38)])
+def test_a_start_of_infinite_energy_is_an_error(energy, sampler, cause, value):
+    """A chain started on a token the model rules out (E = +inf), or on logits whose sum overflows float32, could
+    never move: every MH log-ratio is inf - inf = NaN. It ran to the end and returned its start as every sample."""
+    def spoil(x):
+        x = x.clone()
+        x[:, 2] = value
+        return x
+    model = Broken(MODEL, "masked_logits", spoil)
+    init = torch.tensor([[0, 2, 2]]) if cause == "ruled out" else torch.tensor([[2, 2, 2]])
+    with pytest.raises(ValueError, match=r"^mhfast.sample: 2 chain\(s\) start at a sequence of infinite energy "
+                                         r"\(first: chain 0 of input 0, energy inf; its E_" + energy +
+                                         (r" term at position 1 is inf: a token the model rules out"
+                                          if cause == "ruled out" else r" terms are finite but their sum overflows")):
+        mhfast.sample(model, init=init, chains=2, epochs=3, burn_in=0, energy=energy, sampler=sampler)
+
+
+def test_a_chain_that_overflows_to_minus_inf_is_a_warning():
+    """Finite logits of 2e38 for token 2: one position on it is a finite energy (-2e38), two overflow to -inf, a
+    state proposals reach with log-ratio +inf and no move ever leaves. The run warns instead of returning
+    those chains as if they were the target's samples."""
+    def spoil(x):
+        x = x.clone()
+        x[:, 2] = 2e38
+        return x
+    model = Broken(MODEL, "masked_logits", spoil)
+    with pytest.warns(RuntimeWarning, match=r"^mhfast.sample: 3 chain\(s\) ended at infinite energy \(first: "
+                                            r"chain 0 of input 0, energy -inf\)"):
+        result = mhfast.sample(model, init=torch.tensor([[0, 0, 1]]), chains=3, epochs=6, burn_in=0, energy="raw",
+                               seed=2, uniform_mix=0.5)  # (else the reverse proposal, exp(-2e38), is 0: rejected)
+    assert bool((result.energy == -math.inf).all())
+
+
 # ---------------------------------------------------------------------------- no option is ignored in silence
 SAMPLERS = ["mh", "gibbs", "block-mh", "block-gibbs"]
 BASE = dict(chains=2, epochs=4, burn_in=1, seed=3, record="epoch")  # record: burn_in changes the history's length
