@@ -54,7 +54,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
       fixed special tokens, e.g. ``[CLS] + [MASK]*T + [SEP]``).
     * ``init=Long[B, T]``: start from these rows (padded at the end with ``model.pad_id``; a
       row's length is its number of non-pad tokens). Energy positions: non-pad positions whose
-      token is not special (``mask_id`` counts as not special: it is filled greedily first).
+      token is not special (``mask_id`` counts as not special: it is filled first, by the start: ``start=``).
       ``free_positions`` (Bool[B, T]) restricts proposals for infilling; fixed positions still
       count in the energy.
     * ``init=Long[B, C, T]`` (C = ``chains``): one start per chain, e.g. in different modes for R-hat
@@ -144,7 +144,10 @@ def _problem(model: Any, cfg, init: Any = None, **inputs: Any) -> tuple[Any, tor
     init, chain_init = starts.split_init(init, cfg.chains)  # init Long[B, C, T]: one start per chain
     problem = build_problem(model, cfg, init=init, **inputs)
     _check_problem(cfg, problem)
-    return problem, starts.check_chain_rows(model, problem, chain_init, cfg.start) if chain_init is not None else None
+    chain_rows = starts.check_chain_rows(model, problem, chain_init, cfg.start) if chain_init is not None else None
+    if cfg.start == "sampled":
+        starts.check_sampled_start(problem, chain_rows, int(model.mask_id), cfg.chains, options.shown)
+    return problem, chain_rows
 
 
 @contextlib.contextmanager

@@ -211,6 +211,8 @@ def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device
             raise _err("input_ids", f"must be a 1-D integer tensor, got {input_ids.dtype} of shape "
                        f"{tuple(input_ids.shape)}")
         ids = input_ids.to("cpu", torch.long)
+        if bool((ids >= INT64_MAX // per_id).any()):  # as a list's ids: times per_id must stay an int64
+            raise _err("input_ids:", f"value {int(ids.max())} is outside [0, {INT64_MAX // per_id})")
     else:
         if isinstance(input_ids, (str, bytes)) or not hasattr(input_ids, "__iter__"):
             raise TypeError(f"mhfast.sample: input_ids must be a sequence of ints or a 1-D integer tensor, got "
@@ -286,10 +288,10 @@ def checked_padding(model: Any, rows: torch.Tensor, where: str = "mhfast.sample"
     return is_pad
 
 
-def _energy_mask(model: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(is_pad, energy positions) of checked rows (:func:`checked_padding`): non-pad positions holding an ordinary
-    token (``never_proposed``'s complement) or ``mask_id``."""
-    is_pad = checked_padding(model, rows)
+def _energy_mask(model: Any, rows: torch.Tensor, name: str = "init") -> tuple[torch.Tensor, torch.Tensor]:
+    """(is_pad, energy positions) of checked rows (:func:`checked_padding`, whose errors name the rows ``name``):
+    non-pad positions holding an ordinary token (``never_proposed``'s complement) or ``mask_id``."""
+    is_pad = checked_padding(model, rows, name=name)
     return is_pad, ~is_pad & (~never_proposed(model, rows.device)[rows] | (rows == int(model.mask_id)))
 
 
@@ -351,9 +353,13 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"),
                 device)
     rows = rows.to(device)
-    is_pad, energy_mask = _energy_mask(model, rows)
+    # the rows' origin, as errors about them name it (a frame the model made is not the user's init)
+    origin = ("init" if init is not None else f"model.frame({length})" if length is not None else
+              "the rows model.frame made for source")
+    is_pad, energy_mask = _energy_mask(model, rows, origin)
     free = _free(free_positions, rows, energy_mask, int(model.mask_id))
-    _check_each_row_moves(free, "init" if init is not None else "length")
+    _check_each_row_moves(free, "free_positions" if free_positions is not None else
+                          "init" if init is not None else "length" if length is not None else "source")
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
     term_index = torch.arange(B, device=device) // per_source

@@ -124,9 +124,26 @@ def initial_tokens(runner: ModelRunner, problem: Any, cfg: Any, uniforms_op: Any
     return random_start(runner, rows, free, allowed, keys, uniforms_op)
 
 
+def check_sampled_start(problem: Any, chain_rows: torch.Tensor | None, mask_id: int, chains: int,
+                        shown: Any) -> None:
+    """``start="sampled"`` draws only masked free positions: an input whose rows (every chain's, with a per-chain
+    ``init``) hold none would have every chain start at its given row, the option doing nothing. An error naming
+    the input, checked per input (whether a call fails must not depend on which inputs share it)."""
+    rows = chain_rows.reshape(problem.rows.shape[0], chains, -1) if chain_rows is not None else problem.rows[:, None]
+    drawn = ((rows == mask_id) & problem.free[:, None]).flatten(1).any(dim=1)
+    if not bool(drawn.all()):
+        b = int((~drawn).nonzero()[0, 0])
+        raise _err(f"{shown('start', 'sampled')} draws the masked free positions of each input, and input {b} has "
+                   f"none: all its chains would start at its given tokens. Use {shown('start', 'random')} to "
+                   "disperse them, or leave masks at the positions the starts may differ in")
+
+
 def _draw(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row of ``logits`` (-inf: never) by the inverse CDF at ``u`` (float64 cumulative sums)."""
     p = torch.softmax(logits.double(), dim=1)
+    if not bool(torch.isfinite(p).all()) or not bool((p > 0).any(dim=1).all()):  # (else token 0: maybe the pad)
+        raise ValueError("mhfast.sample: a start position has no token to draw (every logit -inf, or logits past "
+                         "float64's range at this proposal temperature)")
     cdf = p.cumsum(dim=1)
     k = torch.searchsorted(cdf, (u.double() * cdf[:, -1])[:, None]).squeeze(1)
     return torch.minimum(k, (p > 0).long().cumsum(1).argmax(1))  # never past the last token with p > 0
@@ -145,7 +162,7 @@ def sampled_start(runner: ModelRunner, rows: torch.Tensor, free: torch.Tensor, c
         if allowed is not None:
             logits = logits.masked_fill(~allowed[r, p], float("-inf"))
         u = rng.uniforms_from_keys(keys.index_select(0, r), 0, 0, rng.START, p, uniforms_op)
-        out[r, p] = _draw(logits / temperature, u)
+        out[r, p] = _draw(logits.double() / temperature, u)  # (in float32, 10 / 1e-38 is inf: NaN softmax)
     return out
 
 

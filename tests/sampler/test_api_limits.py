@@ -135,6 +135,39 @@ def test_ids_beyond_int64_name_the_argument_and_the_range():
         mhfast.sample(model, 3, input_ids=[-huge], chains=1, epochs=1, burn_in=0)
 
 
+def test_tensor_input_ids_meet_the_range_of_list_ones():
+    """Each id times length_beam is an int64 RNG index: a list past that range was refused, a tensor wrapped round
+    silently (2**62 with length_beam 2 gave indices -2**63, -2**63 + 1; with 4, ids 0 and 2**62 drew the same random
+    numbers)."""
+    from mhfast.models.tabular import ConditionalTabularMLM
+
+    model = ConditionalTabularMLM.random(num_tokens=3, lengths=(2, 3), num_sources=2, seed=0, scale=0.5)
+    for ids in ([2 ** 62], torch.tensor([2 ** 62])):
+        with pytest.raises(ValueError, match=r"^mhfast.sample: input_ids: value 4611686018427387904 is outside "
+                                             r"\[0, 4611686018427387903\)"):
+            mhfast.sample(model, source=torch.tensor([0]), length_beam=2, chains=1, epochs=1, burn_in=0,
+                          input_ids=ids)
+
+
+def test_errors_about_the_rows_name_where_they_came_from():
+    """Rows the model's frame made are not the user's init, and free_positions that leave nothing free are not the
+    init's fault: the messages said "init contains token id 7" for mhfast.sample(model, 4) and "init leaves no free
+    position" for free_positions all False."""
+    from mhfast.models.tabular import TabularMLM
+
+    class Framed(TabularMLM):
+        def frame(self, length):
+            return torch.tensor([7] + [self.mask_id] * (length - 1))  # 7: outside the vocabulary [0, 5)
+
+    framed = Framed(TabularMLM.random(3, 4, seed=0).tables, mask_id=3, pad_id=4)
+    with pytest.raises(ValueError, match=r"^mhfast.sample: model.frame\(4\) contains token id 7, outside"):
+        mhfast.sample(framed, 4, chains=1, epochs=1, burn_in=0)
+    model = TabularMLM.random(3, 3, seed=0)
+    with pytest.raises(ValueError, match=r"^mhfast.sample: free_positions leaves no free position to sample"):
+        mhfast.sample(model, init=torch.tensor([[0, 1, 2]]), free_positions=torch.zeros(1, 3, dtype=torch.bool),
+                      chains=1, epochs=1, burn_in=0)
+
+
 # -------------------------------------------------------------------- chains x inputs x length against memory
 def test_the_state_estimate_counts_the_masked_copies_and_the_cache(lm):
     from mhfast.sampler.problem import BYTES_PER_SLOT, state_bytes

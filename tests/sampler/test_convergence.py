@@ -443,6 +443,40 @@ def test_per_chain_init_and_sampled_masks():
     assert r.tokens.shape == (1, 4, 2) and bool((r.tokens < 2).all())
 
 
+def test_a_sampled_start_needs_a_mask_to_draw_in_every_input():
+    """start="sampled" draws only masked free positions: an input given without masks had all its chains start at
+    its given row, the option doing nothing (R-hat then compares chains that never differed at the start). An
+    error naming the input, per input: a batch with one masked input does not pass an unmasked one."""
+    model = agreeing_pair()
+    m = model.mask_id
+    for init in (torch.tensor([[0, m], [1, 0]]), torch.tensor([[[0, m], [m, 1]], [[1, 0], [0, 0]]])):
+        with pytest.raises(ValueError, match=r"^mhfast.sample: start='sampled' draws the masked free positions of "
+                                             r"each input, and input 1 has none: .* Use start='random'"):
+            mhfast.sample(model, init=init, chains=2, epochs=1, burn_in=0, start="sampled")
+    # a per-chain init whose chain 1 holds the input's only mask is drawn: fine
+    mhfast.sample(model, init=torch.tensor([[[0, 1], [m, 1]]]), chains=2, epochs=1, burn_in=0, start="sampled")
+
+
+def test_a_sampled_start_at_a_tiny_proposal_temperature_draws_the_argmax():
+    """logits / 1e-38 overflowed float32 (inf, then a NaN softmax), and the start drew token 0, here the pad id:
+    [2, 0, 0, 3] instead of [2, 3, 3, 3]. The division is in float64 now."""
+    from mhfast.runtime.backend import get_backend
+    from mhfast.runtime.runner import ModelRunner
+    from mhfast.sampler import api, options
+
+    V, L = 6, 4
+    table = torch.zeros(V ** L, L, V)
+    table[..., 2], table[..., 3], table[..., 4] = 10.0, 20.0, -1.0
+    model = TabularMLM(table, mask_id=5, pad_id=0, special_ids=(1,))
+    cfg = options.config_from_kwargs(dict(chains=3, start="sampled", proposal_temperature=1e-38))
+    problem, chain_rows = api._problem(model, cfg, init=torch.tensor([[2, 5, 5, 3]]))
+    tokens = starts.initial_tokens(ModelRunner(model, None, 65536), problem, cfg,
+                                   get_backend("reference").counter_uniforms, chain_rows)
+    assert tokens.tolist() == [[2, 3, 3, 3]] * 3
+    with pytest.raises(ValueError, match="mhfast.sample: a start position has no token to draw"):
+        starts._draw(torch.full((2, 3), float("-inf")), torch.tensor([0.5, 0.5]))
+
+
 # ---------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kwargs,message", [
     (dict(until_rhat=1.0), "until_rhat must be a finite number > 1, got 1.0"),

@@ -574,8 +574,8 @@ def test_a_row_without_free_positions_is_an_error_in_any_batch():
     m = model.mask_id
     rows = torch.tensor([[m, 1, 2], [0, 1, 2]])
     free = torch.tensor([[True, True, False], [False, False, False]])  # row 1: every position fixed
-    with pytest.raises(ValueError, match="init leaves no free position"):
+    with pytest.raises(ValueError, match="free_positions leaves no free position"):
         mhfast.sample(model, init=rows[1:], free_positions=free[1:], epochs=1, burn_in=0)
-    with pytest.raises(ValueError, match="init row 1 leaves no free position"):
+    with pytest.raises(ValueError, match="free_positions row 1 leaves no free position"):
         mhfast.sample(model, init=rows, free_positions=free, epochs=1, burn_in=0)
     mhfast.sample(model, init=rows[:1], free_positions=free[:1], epochs=1, burn_in=0)
