@@ -658,7 +658,8 @@ SPEC: tuple[Option, ...] = (
            "chain at the greedy warm start (Algorithm 1; no dispersion, so R-hat cannot see chains stuck in one "
            "mode); sampled = each chain draws the masked free positions from the warm start's conditionals (at the "
            "proposal temperature): dispersed around what the model finds plausible (an input with no mask to draw "
-           "is an error); random = every free position a uniformly random proposable token (over-dispersed, for the strictest R-hat; needs burn-in). The API also "
+           "is an error); random = every free position a uniformly random proposable token (over-dispersed, for "
+           "the strictest R-hat; needs burn-in). The API also "
            "takes init=Long[B, chains, T], one start per chain", "5", "choice", STARTS),
     Option("trace_every", 1, _int(1), "record the traces (E_raw, E_local, each extra term, random projections of "
            "the sequence; per chain) after every N-th sweep; the diagnostics use the post-burn-in ones "
