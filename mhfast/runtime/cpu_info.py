@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import Iterable
 
 #: L2 bytes assumed when neither sysfs nor sysconf says (the Intel Xeon the sub-batch rule was first measured on)
 FALLBACK_L2 = 2 << 20
@@ -25,14 +26,28 @@ _SANE_L2 = (64 << 10, 64 << 20)  # anything outside is a misread, not a cache
 
 @functools.lru_cache(maxsize=None)
 def flags() -> frozenset[str]:
-    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...) from /proc/cpuinfo; empty if unreadable."""
+    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...; on Arm ``bf16``, ``asimdhp``, ...) from
+    /proc/cpuinfo; empty if unreadable."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+            return parse_flags(f)
     except OSError:
-        pass
+        return frozenset()
+
+
+def parse_flags(lines: Iterable[str]) -> frozenset[str]:
+    """The feature flags of the first processor listed in /proc/cpuinfo's ``lines``: its ``flags`` line (x86) or
+    its ``Features`` line (aarch64, where an x86-only reading found none and took a Graviton's BF16 for missing).
+
+    >>> sorted(parse_flags(["processor : 0", "flags : fpu avx2", "flags : other"]))
+    ['avx2', 'fpu']
+    >>> sorted(parse_flags(["processor : 0", "Features : fp asimd bf16"]))
+    ['asimd', 'bf16', 'fp']
+    """
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
     return frozenset()
 
 

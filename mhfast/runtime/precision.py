@@ -43,17 +43,18 @@ def native(dtype: torch.dtype, device: torch.device) -> bool:
         # bf16 tensor cores from compute capability 8.0 (Ampere) on; is_bf16_supported() also counts the
         # emulation that older GPUs (V100, T4) run, slowly, and reads the current device, not ``device``.
         return dtype == torch.float16 or torch.cuda.get_device_capability(device)[0] >= 8
-    flags = cpu_info.flags()
+    flags = cpu_info.flags()  # x86's names, then Arm's (BF16 extension; half-precision SIMD arithmetic)
     if dtype == torch.bfloat16:
-        return bool({"avx512_bf16", "amx_bf16"} & flags)
-    return bool({"avx512_fp16", "amx_fp16"} & flags)
+        return bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
+    return bool({"avx512_fp16", "amx_fp16", "asimdhp"} & flags)
 
 
 def check_native(dtype: torch.dtype | None, device: torch.device) -> None:
     """Warn (once per call site) when ``dtype`` has no fast path on ``device``."""
     if dtype is not None and not native(dtype, device):
         fp16 = dtype == torch.float16
-        what = (("this CPU has no AVX512-FP16/AMX-FP16" if fp16 else "this CPU has no AVX512-BF16/AMX")
+        what = (("this CPU has no AVX512-FP16/AMX-FP16 (x86) or ASIMDHP (Arm)" if fp16 else
+                 "this CPU has no AVX512-BF16/AMX (x86) or BF16 (Arm)")
                 if device.type == "cpu" else "this GPU (compute capability < 8.0) emulates it")
         warnings.warn(f"mhfast.sample: dtype={str(dtype).replace('torch.', '')} has no native support here "
                       f"({what}): the model will run slower than in float32", RuntimeWarning, stacklevel=3)

@@ -61,7 +61,7 @@ GPU_MAX_TOKENS = 65536
 def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None) -> int:
     """``max_tokens_per_batch`` when the user gives none, from the model's width d and this CPU's caches: on CPU
     ``L2_MULTIPLE x L2 // (d x element size)`` tokens (fp32: 2048 at d = 512 with 2 MiB of L2 per core, 1024 with
-    1 MiB; a bf16/fp16 forward on an AMX CPU: 4x L2, 8192 tokens), never below 256; on GPUs, and for models whose
+    1 MiB; a bf16 (fp16) forward on an AMX-BF16 (AMX-FP16) CPU: 4x L2, 8192 tokens), never below 256; on GPUs, and for models whose
     width cannot be read (custom adapters, tabular test models), 65536 (large batches fill a GPU; few calls for a
     cheap custom model). The L2 size is read once per process (:func:`mhfast.runtime.cpu_info.l2_bytes`).
 
@@ -81,8 +81,9 @@ def cpu_max_tokens(width: int, dtype: torch.dtype | None = None) -> int:
     True
     """
     dtype = dtype or torch.float32
-    lower = dtype in (torch.bfloat16, torch.float16)
-    multiple = L2_MULTIPLE_AMX if lower and "amx_bf16" in cpu_info.flags() else L2_MULTIPLE
+    # AMX tiles of the dtype's own kind (AMX-BF16 runs no fp16; an fp16 forward on AMX was never measured)
+    amx = {torch.bfloat16: "amx_bf16", torch.float16: "amx_fp16"}.get(dtype)
+    multiple = L2_MULTIPLE_AMX if amx is not None and amx in cpu_info.flags() else L2_MULTIPLE
     return max(256, multiple * cpu_info.l2_bytes() // (width * dtype.itemsize))
 
 

@@ -99,6 +99,29 @@ def test_native_bf16_on_a_gpu_reads_its_compute_capability(monkeypatch, capabili
             precision.check_native(torch.bfloat16, gpu)
 
 
+def test_native_reads_arm_flags_too(monkeypatch, tmp_path):
+    """An aarch64 /proc/cpuinfo lists ``Features``, not ``flags``: the x86-only reading found no flag there and
+    warned that bf16 is not native on a Graviton3 that has the BF16 extension."""
+    cpu = torch.device("cpu")
+    arm = ["processor\t: 0", "BogoMIPS\t: 2100.00", "Features\t: fp asimd evtstrm fphp asimdhp bf16 i8mm",
+           "CPU implementer\t: 0x41"]
+    assert {"bf16", "asimdhp"} <= cpu_info.parse_flags(arm)
+    monkeypatch.setattr(cpu_info, "flags", lambda: cpu_info.parse_flags(arm))
+    assert precision.native(torch.bfloat16, cpu) and precision.native(torch.float16, cpu)
+    monkeypatch.setattr(cpu_info, "flags", lambda: cpu_info.parse_flags(["Features\t: fp asimd"]))
+    with pytest.warns(RuntimeWarning, match=r"no AVX512-BF16/AMX \(x86\) or BF16 \(Arm\)"):
+        precision.check_native(torch.bfloat16, cpu)
+
+
+def test_an_fp16_forward_takes_the_amx_batch_only_with_amx_fp16(monkeypatch):
+    """AMX-BF16 tiles run no fp16: an fp16 forward on an AMX-BF16-only CPU keeps the 2x L2 rule."""
+    monkeypatch.setattr(cpu_info, "l2_bytes", lambda: 2 << 20)
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"amx_bf16"}))
+    assert runner.cpu_max_tokens(512, torch.float16) == 4096 and runner.cpu_max_tokens(512, torch.bfloat16) == 8192
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"amx_bf16", "amx_fp16"}))
+    assert runner.cpu_max_tokens(512, torch.float16) == 8192
+
+
 def test_the_float16_warning_on_a_cpu_names_the_fp16_flags(monkeypatch):
     monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx2"}))
     with pytest.warns(RuntimeWarning, match="AVX512-FP16"):
