@@ -73,8 +73,14 @@ def uniforms_from_keys(keys: torch.Tensor, epoch: int, step: int, stream: int, l
 
 
 def seed_from_generator(generator: torch.Generator) -> int:
-    """Draw one int64 seed from a torch.Generator (the ``generator=`` argument of sample)."""
-    return int(torch.randint(-(2**63), 2**63 - 1, (), generator=generator, dtype=torch.int64))
+    """Draw one int64 seed from a torch.Generator (the ``generator=`` argument of sample), on the generator's own
+    device: a CUDA generator drawing on the CPU is torch's "Expected a 'cpu' device type for generator".
+
+    >>> seed_from_generator(torch.Generator().manual_seed(0)) == seed_from_generator(torch.Generator().manual_seed(0))
+    True
+    """
+    return int(torch.randint(-(2**63), 2**63 - 1, (), generator=generator, dtype=torch.int64,
+                             device=generator.device))
 
 
 # The inverses of splitmix64's two multipliers modulo 2^64 (both odd), for :func:`_unmix`.

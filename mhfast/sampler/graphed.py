@@ -191,15 +191,21 @@ class StaticSiteSteps:
         """
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
+        caller_stream = torch.cuda.current_stream()
         try:
             # One pool for all graphs (one per moving-chain count): safe because replays never overlap and each
             # replay's outputs are copied out before the next (replay below); it bounds memory to one step's.
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 outputs = body()
         except RuntimeError as e:
+            # After the body fails, torch.cuda.graph's exit ends the capture, which fails in turn ("operation failed
+            # due to a previous error during capture"): the body's error, its context, is the one that says why
+            cause = e.__context__ if isinstance(e.__context__, Exception) else e
             raise RuntimeError(f"mhfast.sample: capture='cuda-graph' could not capture a step of "
                                f"{type(self.ctx.runner.model).__name__} (does its forward synchronize with the host, "
-                               f"e.g. .item(), .tolist(), nonzero, or a Python branch on a tensor?): {e}") from e
+                               f"e.g. .item(), .tolist(), nonzero, or a Python branch on a tensor?): {cause}") from e
+        finally:
+            torch.cuda.set_stream(caller_stream)  # that failed exit never leaves the side stream
         self.pool = graph.pool() if self.pool is None else self.pool
 
         def replay() -> tuple[torch.Tensor, torch.Tensor]:

@@ -512,6 +512,15 @@ def test_inputs_on_another_device_than_the_models_are_copied_to_it():
     assert torch.equal(e.e_raw, mhfast.energy(MODEL, [[0, 1, 2]], free_positions=free).e_raw)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: a CUDA torch.Generator")
+def test_a_cuda_generator_seeds_a_run():
+    """generator=torch.Generator("cuda") drew its seed with a CPU kernel: torch's "Expected a 'cpu' device type for
+    generator". Two generators seeded alike give the same chains."""
+    runs = [mhfast.sample(MODEL, 3, chains=3, epochs=3, burn_in=0, generator=torch.Generator("cuda").manual_seed(7))
+            for _ in range(2)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+
+
 # ---------------------------------------------------------------------------- mhfast.energy / mhfast.score
 ENERGY_ARGUMENTS = ["tokens", "free_positions", "source", "energy", "per_position", "max_tokens_per_batch", "backend",
                     "extra_energy", "model"]

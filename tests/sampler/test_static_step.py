@@ -160,6 +160,40 @@ class FxReplayedSteps(StaticSiteSteps):
         return [getattr(self.buffers, f) for f in (*STEP_FIELDS, "cache")]
 
 
+def test_a_failed_capture_names_the_body_error_and_restores_the_stream(monkeypatch):
+    """torch.cuda.graph's exit ends the capture first; after a body that failed (a host sync inside the capture),
+    that fails too, and its exit never restores the caller's stream. The message named the second error ("a
+    previous error during capture") and the caller was left on the side stream. Run on CPU with torch.cuda's
+    graph calls replaced by stand-ins that fail as torch 2.13's do."""
+    import contextlib
+
+    current = {"stream": "caller's"}
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, stream=None):
+        current["stream"] = "side"
+        try:
+            yield
+        except BaseException:
+            raise RuntimeError("operation failed due to a previous error during capture")
+        current["stream"] = "caller's"
+
+    for name, value in (("CUDAGraph", lambda: None), ("graph", graph), ("synchronize", lambda: None),
+                        ("current_stream", lambda: current["stream"]),
+                        ("set_stream", lambda s: current.update(stream=s))):
+        monkeypatch.setattr(torch.cuda, name, value)
+    steps = object.__new__(StaticSiteSteps)
+    steps.pool, steps.stream = None, "side"
+    steps.ctx = type("Ctx", (), {"runner": type("R", (), {"model": TabularMLM.random(3, 3, seed=0)})()})()
+
+    def body():
+        raise RuntimeError("operation not permitted when stream is capturing")
+    with pytest.raises(RuntimeError, match=r"could not capture a step of TabularMLM .*: operation not permitted when "
+                                           r"stream is capturing$"):
+        steps.capture(body)
+    assert current["stream"] == "caller's"
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"energy": "local", "top_p": 0.9}, {"target_temperature": 0.6, "anneal": 0.1},
                                     {"force_accept_epochs": 2}, {"dtype": "bfloat16"}],
                          ids=["default", "local-nucleus", "annealed", "forced", "bf16"])
