@@ -149,10 +149,13 @@ class RunMonitor:
             return full_state
         self.converged[newly] = True
         self.running[newly] = False
-        self.full = self.view(state)  # the leaving chains' final states, before they are dropped
+        full = self.view(state)  # the leaving chains' final states, before they are dropped
         if state.counts is not None:
-            self._counts = self.full.counts.snapshot()
+            self._counts = full.counts.snapshot()
             self._sites = self.site_totals(state)
+        # kept to read, never to step: without the [M, T, D] cache (the first time, view is the live state, whose
+        # cache of every chain's masked outputs would have stayed alive to the end beside the running chains')
+        self.full = dataclasses.replace(full, cache=None, counts=None)
         if not bool(self.running.any()):
             self.finished = True
             return full_state

@@ -274,6 +274,28 @@ def test_until_rhat_stops_each_input_early_with_the_same_chains(kwargs):
         assert int(r.chain_proposals[e:, b].sum()) == 0, "a stopped input made proposals"
 
 
+def test_stopped_inputs_keep_no_cache(monkeypatch):
+    """The chains of an input that left are kept to read (the result), not to step: without the [M, T, D] cache of
+    masked outputs. The first input to leave kept the live state, cache and all, to the end of the run."""
+    from mhfast.sampler import adaptive
+
+    kept = []
+    after_epoch = adaptive.RunMonitor.after_epoch
+
+    def spy(self, *args, **kwargs):
+        out = after_epoch(self, *args, **kwargs)
+        if self.full is not None:
+            kept.append(self.full.cache)
+        return out
+    monkeypatch.setattr(adaptive.RunMonitor, "after_epoch", spy)
+    model = TabularMLM.random(4, (3, 4), seed=2, scale=0.5)
+    m, p = model.mask_id, model.pad_id
+    init = torch.tensor([[m, m, m, m], [m, m, m, p], [m, m, m, m], [m, m, m, p]])
+    r = mhfast.sample(model, init=init, chains=4, epochs=400, burn_in=5, seed=1, start="random", energy="local",
+                      until_rhat=1.05)
+    assert len(set(r.epochs_run.tolist())) > 1 and kept and all(cache is None for cache in kept)
+
+
 def test_until_rhat_alone_and_min_ess_alone():
     model = mixing_toy(scale=0.3)
     r = mhfast.sample(model, 3, chains=4, epochs=300, burn_in=5, seed=0, start="random", until_rhat=1.05)
