@@ -5,7 +5,7 @@ feed-forward block's intermediate alone is 4.3 MB in bf16 (8.6 MB in fp32). glib
 allocations above its mmap threshold (128 KB, raised on the fly to at most 32 MB) with fresh ``mmap``
 pages and gives them back on free, and it trims freed memory at the top of its heap back to the system:
 either way the next call touches pages the kernel must map and zero again. Measured on AntiBERTy
-through the sampler's runner (one thread, T=32, an Intel Xeon): 7,000-100,000 minor page faults per
+through the sampler's runner (one thread, T=32, an Intel Xeon): 10,000-310,000 minor page faults per
 model call, and removing them makes a row 1.07-1.09x cheaper in fp32 and 1.13-1.19x in bf16 at 31-496 rows
 per call, and ``mhfast.sample``'s fp32 steady state 1.07x faster (T=32, 5 chains); bf16 sampling and the bundled
 translation model showed no clear change, glibc's adaptive threshold catching most of their faults already
