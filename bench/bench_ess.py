@@ -57,6 +57,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -343,39 +344,48 @@ def same_law_line(name: str, runs_of: dict[str, list[dict]]) -> str | None:
         return None
     mh, mix = runs_of["mh"], runs_of[MIXMATCH]
     parts = []
+    # A window in which no chain changed any summary has no ESS (diagnostics: NaN; runs stored before 2026-11-30
+    # hold ArviZ's old "ESS = draws" there): left out, and counted in the caveat
+    moved = lambda runs, rhat: [r for r in runs if r.get(rhat, 0.0) == r.get(rhat, 0.0)]  # noqa: E731
     for key, what in (("ess_e", "E_local"), ("ess_p", "the smallest projection")):
-        a = [100 * r[f"short_{key}"] / r["short_draws"] for r in mh]
-        b = [100 * r[key] / r["draws"] for r in mix]
+        a = [100 * r[f"short_{key}"] / r["short_draws"] for r in moved(mh, "short_rhat")]
+        b = [100 * r[key] / r["draws"] for r in moved(mix, "rhat")]
+        if min(len(a), len(b)) < 2:
+            parts.append(f"ESS of {what} per 100 draws: fewer than 2 windows that moved in an arm, nothing to "
+                         "compare")
+            continue
         diff = statistics.mean(a) - statistics.mean(b)
-        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5 if min(len(a), len(b)) > 1 \
-            else float("nan")
-        if not se > 0:  # too few draws: every seed's ESS is the same function of the ranks, nothing to compare
+        se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+        if math.isnan(se) or se == 0:  # every seed's ESS the same function of the ranks: nothing to compare
             parts.append(f"ESS of {what} per 100 draws {spread(a)} (mh) vs {spread(b)} (mixmatch): not comparable "
                          "at this length (no spread over the seeds)")
             continue
         parts.append(f"ESS of {what} per 100 draws {spread(a)} (mh) vs {spread(b)} (mixmatch), difference "
                      f"{diff:+.1f} = {diff / se:+.1f} standard errors")
-    rate = lambda runs: statistics.mean(r["ess_e"] / r["cpu"] for r in runs)  # noqa: E731
-    per_draw = lambda runs: statistics.mean(r["cpu"] / r["draws"] for r in runs)  # noqa: E731
+    # CPU of the post-burn-in sweeps only (prorated by sweeps): the arms' burn-in shares differ (infilling: mh 20 of
+    # 200 sweeps, the loop 2 of 12), and the ESS and the draws count those sweeps alone
+    cpu = lambda r: r["cpu"] * (r["sizes"][1] - r["sizes"][2]) / r["sizes"][1]  # noqa: E731
+    rate = lambda runs: statistics.mean(r["ess_e"] / cpu(r) for r in runs)  # noqa: E731
+    per_draw = lambda runs: statistics.mean(cpu(r) / r["draws"] for r in runs)  # noqa: E731
     return (f"- Same law, `{name}` ({len(mh)} and {len(mix)} seeds; mh's first {mh[0]['short_draws']} post-burn-in "
             f"draws, those of the mixmatch runs' sweeps): " + "; ".join(parts) + window_caveat(mh, mix) +
             ". ESS of E_local per CPU second "
-            f"(each over its whole run): mh {rate(mh) / rate(mix):.1f}x the mixmatch loop's; CPU per draw: "
-            f"mixmatch {per_draw(mix) / per_draw(mh):.1f}x mh's.")
+            f"(each over its post-burn-in sweeps, their CPU prorated by sweeps): mh {rate(mh) / rate(mix):.1f}x the "
+            f"mixmatch loop's; CPU per draw: mixmatch {per_draw(mix) / per_draw(mh):.1f}x mh's.")
 
 
 def window_caveat(mh: list[dict], mix: list[dict]) -> str:
     """Why the compared windows' ESS per draw is no test of the law, or "": windows in which no chain changed
-    any summary (ArviZ's ESS is then the number of draws by convention, its R-hat NaN) and windows whose R-hat
+    any summary (its R-hat NaN: no ESS, left out of the comparison) and windows whose R-hat
     is above 1.01 (their ESS are not effective sample sizes; the legend).
 
     >>> window_caveat([{"short_rhat": float("nan")}], [{"rhat": 1.2}])
-    ' (1 of the 2 windows never changed: ESS = draws by convention; R-hat of the others up to 1.20: at this length these ESS are not effective sample sizes, so their difference is no test of the law; tests/bench/test_mixmatch_loop.py tests it by enumeration)'
+    ' (1 of the 2 windows never changed: no ESS, left out; R-hat of the others up to 1.20: at this length these ESS are not effective sample sizes, so their difference is no test of the law; tests/bench/test_mixmatch_loop.py tests it by enumeration)'
     """
     rhats = [r.get("short_rhat", float("nan")) for r in mh] + [r["rhat"] for r in mix]
     still = sum(1 for v in rhats if v != v)  # NaN
     worst = max((v for v in rhats if v == v), default=float("nan"))
-    parts = [f"{still} of the {len(rhats)} windows never changed: ESS = draws by convention"] if still else []
+    parts = [f"{still} of the {len(rhats)} windows never changed: no ESS, left out"] if still else []
     if worst > 1.01:
         parts.append(f"R-hat of the {'others' if still else 'windows'} up to {worst:.2f}")
     return "" if not parts else (" (" + "; ".join(parts) + ": at this length these ESS are not effective sample "

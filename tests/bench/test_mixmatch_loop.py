@@ -142,6 +142,29 @@ def test_bench_ess_mixmatch_row_and_same_law_line(bench):
     assert line.startswith("- Same law, `tiny` (2 and 2 seeds; mh's first 24 post-burn-in draws") and "x the " in line
 
 
+def test_the_same_law_line_charges_post_burn_in_cpu_and_leaves_out_windows_that_never_moved(bench):
+    """Two findings of a review on the stored AntiBERTy runs: the CPU per draw was each whole run's, burn-in included,
+    whose share differed between the arms (mh 20 of 200 sweeps, the loop 2 of 12: 90.2x instead of 83.5x); and a
+    window in which no chain moved (R-hat NaN) counted as ArviZ's old "ESS = draws"."""
+    _, bench_ess = bench
+
+    def run(sizes, cpu, ess, rhat, short=None):
+        draws = sizes[0] * (sizes[1] - sizes[2])
+        out = {"sizes": sizes, "cpu": cpu, "draws": draws, "ess_e": ess, "ess_p": ess, "rhat": rhat}
+        if short is not None:  # mh's figures over the loop's sweeps
+            out.update(short_draws=40, short_ess_e=short[0], short_ess_p=short[0], short_rhat=short[1])
+        return out
+    mh = [run([4, 200, 20], 100.0, 360.0, 1.0, (40.0, float("nan"))), run([4, 200, 20], 100.0, 360.0, 1.0, (20.0, 1.1)),
+          run([4, 200, 20], 100.0, 360.0, 1.0, (30.0, 1.1))]
+    mix = [run([4, 12, 2], 600.0, 20.0, 1.2), run([4, 12, 2], 600.0, 30.0, 1.2)]
+    line = bench_ess.same_law_line("x", {"mh": mh, bench_ess.MIXMATCH: mix})
+    # post-burn-in CPU: mh 90, the loop 500; ESS per second 4 against 0.05 -> 80x; CPU per draw 0.125 vs 12.5 -> 100x
+    assert "mh 80.0x the mixmatch loop's; CPU per draw: mixmatch 100.0x mh's" in line, line
+    # the window that never moved is left out: mh's mean over 50 and 75 per 100 draws, not over 100, 50 and 75
+    assert "ESS of E_local per 100 draws 62.5 (50.0-75.0) (mh)" in line and "1 of the 5 windows never changed: no " \
+        "ESS, left out" in line, line
+
+
 @pytest.mark.parametrize("dtypes", [["float32"], ["float32", "bfloat16"]])
 def test_the_grid_measures_the_matmul_peak_of_its_dtypes_only(bench, monkeypatch, dtypes):
     """run_grid measures the achievable matmul peak of the dtypes it runs and of no other: on a CPU without a bf16
