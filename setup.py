@@ -6,9 +6,11 @@ torch installed in the target environment. Package metadata and extras are in py
 
 Build switches (environment variables):
     MHFAST_FORCE_CPU=1    CPU kernels only, even when CUDA is available
-    MHFAST_FORCE_CUDA=1   CUDA kernels too, even when torch reports no CUDA (fails without a toolkit)
+    MHFAST_FORCE_CUDA=1   CUDA kernels or a build error: fails where the CPU-only build would be chosen quietly
+                          (a torch without CUDA, no CUDA toolkit found); a GPU need not be visible either way
     DEBUG=1               -O0 -g instead of -O3
-    TORCH_CUDA_ARCH_LIST  CUDA archs, e.g. "8.0;9.0+PTX"; unset: the visible GPUs', else DEFAULT_CUDA_ARCHS
+    TORCH_CUDA_ARCH_LIST  CUDA archs, e.g. "8.0;9.0+PTX"; unset: the visible GPUs' (the highest +PTX), else
+                          DEFAULT_CUDA_ARCHS
     MAX_JOBS              parallel compile jobs (ninja)
     CXX                   the C++ compiler (default c++)
 
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 
 from setuptools import setup
 
@@ -155,14 +158,16 @@ def cuda_arch_list() -> tuple[str, str]:
     """The CUDA archs to compile for, and where they come from.
 
     torch's own detection asks the GPU and crashes when none is visible (a build machine), so the list
-    is always explicit: TORCH_CUDA_ARCH_LIST, else the visible GPUs' capabilities, else the default.
+    is always explicit: TORCH_CUDA_ARCH_LIST, else the visible GPUs' capabilities, the highest with its PTX
+    (a wheel built on an H200 then still runs, JIT-compiled, on a newer GPU, where sm_90 code alone fails with
+    "no kernel image is available"; an older GPU needs TORCH_CUDA_ARCH_LIST), else the default.
     """
     env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if env:
         return env, "TORCH_CUDA_ARCH_LIST"
     if torch.cuda.is_available():
         caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        return ";".join(f"{major}.{minor}" for major, minor in caps), "the visible GPU(s)"
+        return ";".join(f"{major}.{minor}" for major, minor in caps) + "+PTX", "the visible GPU(s)"
     return DEFAULT_CUDA_ARCHS, "no GPU visible: default list"
 
 
@@ -226,9 +231,18 @@ class BuildExt(BuildExtension):
     def build_extensions(self) -> None:
         try:
             super().build_extensions()
-        except Exception as e:  # the compiler's own messages are already printed above
+        except Exception as e:
+            from setuptools.errors import CompileError, LinkError
+
+            # A compiler's or linker's failure has printed its messages above; anything else (a setuptools or
+            # torch incompatibility) is Python's, and only its traceback says where
+            compiler = isinstance(e, (CompileError, LinkError, subprocess.CalledProcessError)) or \
+                "Error compiling objects" in str(e)
+            if not compiler:
+                traceback.print_exc()
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            fail(f"compiling mhfast._C failed ({first}); the compiler's messages are above")
+            where = "the compiler's messages are above" if compiler else "the traceback is above"
+            fail(f"compiling mhfast._C failed ({first}); {where}")
 
 
 def runtime_torch_requirement() -> str:

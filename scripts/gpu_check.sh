@@ -104,9 +104,9 @@ done
 # wanted STEP: whether --only selected it.
 wanted() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT" || exit 2
 mkdir -p "$OUTDIR"
-OUTDIR=$(cd "$OUTDIR" && pwd)
+OUTDIR=$(cd "$OUTDIR" && pwd)  # (before the cd below: a relative --out is the caller's, not the repository's)
+cd "$ROOT" || exit 2
 SUMMARY=$OUTDIR/summary.md
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -155,8 +155,17 @@ if [ "$GPU" = 1 ]; then
   # torch's arch detection needs a visible GPU; set the list explicitly (9.0 on Hopper).
   CAP=$($PY -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}.{n}")')
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$CAP}
+  # CUDA kernels or a failed build step: without it, no nvcc found meant a quiet CPU-only build, "ok"
+  export MHFAST_FORCE_CUDA=1
   DEV=cuda
   MODE="GPU: the CUDA half"
+elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "$0: nvidia-smi lists a GPU that torch cannot use (torch.cuda.is_available() is not True; see the summary's environment)" >&2
+  FAILED=1
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  export MHFAST_FORCE_CPU=1
+  DEV=cpu
+  MODE="NO USABLE GPU (nvidia-smi lists one, torch cannot use it): the CPU half only, and the check fails"
 else
   # No GPU: the CPU half. (A CUDA build here would still need TORCH_CUDA_ARCH_LIST: torch's arch
   # detection crashes without a visible GPU; 9.0 = Hopper, the target.)
@@ -179,9 +188,11 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
 fi
 $PY -c 'import fairseq' >/dev/null 2>&1 && HAVE_FAIRSEQ=1
 
-# 3. Build in place.
-newest_source=$(find csrc setup.py -type f -newer mhfast/_C*.so 2>/dev/null | head -1)
-if [ "$QUICK" = 1 ] && [ "$DEV" = cpu ] && ls mhfast/_C*.so >/dev/null 2>&1 && [ -z "$newest_source" ]; then
+# 3. Build in place. This interpreter's build only (with a _C of another Python beside it, `-newer mhfast/_C*.so` was
+# find's usage error, an empty answer, and --quick reused a stale build).
+SO=mhfast/_C$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+newest_source=$(find csrc setup.py -type f -newer "$SO" 2>/dev/null | head -1)
+if [ "$QUICK" = 1 ] && [ "$DEV" = cpu ] && [ -f "$SO" ] && [ -z "$newest_source" ]; then
   STEPS+=("| build | reused (--quick: mhfast/_C is newer than every source) | 0 s | - |")
 else
   run_step "build ($DEV, arch $TORCH_CUDA_ARCH_LIST)" "$OUTDIR/build.log" \
@@ -190,7 +201,7 @@ fi
 $PY -c 'import mhfast; print("built_with_cuda", mhfast.built_with_cuda())' >>"$OUTDIR/build.log" 2>&1
 # The C++ runtime must be the shared one torch uses (a static copy crashed on the first error message; setup.py's
 # shared_cxx_runtime_args): say which in the build log and the summary.
-CXXRT=$(ldd mhfast/_C*.so 2>/dev/null | grep -o 'libstdc++[^ ]*' | head -1)
+CXXRT=$(ldd "$SO" 2>/dev/null | grep -o 'libstdc++[^ ]*' | head -1)
 CXXRT=${CXXRT:-static (no libstdc++.so linked)}
 echo "C++ runtime of mhfast._C: $CXXRT" | tee -a "$OUTDIR/build.log"
 
