@@ -15,6 +15,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${PYTHON:-python3}
 VENV=${MHFAST_VENV:-.venv}
+# The pins below have no wheels for Python 3.10 (numpy 2.4, scipy 1.17, pandas 3.1): say so in one line, not pip's
+# "No matching distribution" after minutes of other installs.
+if ! command -v "$BASE" >/dev/null; then
+  echo "scripts/install.sh: no Python '$BASE' (PYTHON=... names the interpreter, Python >= 3.11)" >&2
+  exit 2
+fi
+if ! "$BASE" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "scripts/install.sh: needs Python >= 3.11, and $BASE is $("$BASE" -V 2>&1 | head -1) (the pins in" \
+    "scripts/constraints.txt have no wheels for older ones); PYTHON=python3.11 names another interpreter" >&2
+  exit 2
+fi
 if [ "$VENV" = none ]; then
   PY=$(command -v "$BASE")
 else
@@ -27,7 +38,7 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check -c scripts/c
 
 # torch first, alone: the version pinned in constraints.txt is a CPU wheel on local disk here.
 pip_install torch
-pip_install numpy scipy pytest pytest-timeout hypothesis expecttest ninja tqdm \
+pip_install numpy scipy pytest pytest-timeout hypothesis expecttest ninja setuptools tqdm \
   transformers antiberty sacrebleu sacremoses sentencepiece matplotlib arviz-stats arviz-base xarray xarray-einstats
 
 # fairseq (optional; the CMLM adapter and its tests): only the fairseq-fixed fork builds on Python
@@ -50,6 +61,9 @@ fi
 
 # The compiled core: the same path as a user's `pip install .` (pyproject.toml's in-tree backend
 # compiles against the torch installed above and never fetches one), as an editable install so
-# that the tests and scripts import this checkout (mhfast/_C*.so is built in place).
-pip_install -e .
+# that the tests and scripts import this checkout (mhfast/_C*.so is built in place). Without build isolation: the
+# build's setuptools and ninja are the pinned ones installed above (pip applies no constraints to an isolated build
+# environment, which took PyPI's newest on every run, and needed PyPI even for a rerun that builds nothing);
+# tests/install/test_pip_install.py builds the isolated way, a user's.
+pip_install --no-build-isolation -e .
 echo "$PY"

@@ -65,3 +65,22 @@ def test_the_loader_tells_a_missing_core_from_a_broken_one_and_from_a_checkout(t
     name = "_C" + importlib.machinery.EXTENSION_SUFFIXES[0]
     (pkg / name).write_text("")
     assert missing_core_advice(str(pkg)).startswith(f"mhfast's compiled core ({name}) is built but does not load")
+
+
+def test_install_sh_refuses_a_python_older_than_its_pins_in_one_line(tmp_path):
+    """The pins (numpy 2.4, scipy 1.17, pandas 3.1) have no Python 3.10 wheels: install.sh failed after minutes with
+    pip's "No matching distribution". It now stops first, in one line, before it makes or changes anything."""
+    import subprocess
+    from pathlib import Path
+
+    fake = tmp_path / "python3.10"
+    fake.write_text('#!/bin/sh\nif [ "$1" = -V ]; then echo Python 3.10.12; exit 0; fi\nexit 1\n')
+    fake.chmod(0o755)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "install.sh"
+    for python, words in ((str(fake), "needs Python >= 3.11, and " + str(fake) + " is Python 3.10.12"),
+                          (str(tmp_path / "none"), "no Python '" + str(tmp_path / "none") + "'")):
+        proc = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "PYTHON": python,
+                                                          "MHFAST_VENV": str(tmp_path / "venv")},
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc
+        assert words in proc.stderr and not (tmp_path / "venv").exists(), proc.stderr
