@@ -8,8 +8,9 @@ Python around them. Marginal time per step: (t(6 epochs) - t(2 epochs)) / (4 T),
 Goals (issue 14): <= 0.25 ms per step for 5 chains, <= 2.5 ms for 500 chains at T=40. Writes its section
 of bench/RESULTS.md.
 
-``--compare`` times one option's two values against each other instead, alternating in one process (the order
-swapped every other round), CPU ms per marginal step, median of ``--rounds`` rounds:
+``--compare`` times one option's two values against each other instead, alternating in one process (``memo``: the
+order swapped every other round; ``capture``: always none first), CPU ms per marginal step, median of ``--rounds``
+rounds:
 
 * ``memo``: the proposal memo off (``memo=0``) and on (``memo=8``, what the default ``"auto"`` gives single-site
   MH), with the memo's hits per step (prints its table; bench/RESULTS.md's memo section quotes it);
@@ -39,16 +40,17 @@ import mhfast  # noqa: E402
 START, END = "<!-- bench_floor:start -->", "<!-- bench_floor:end -->"
 CAPTURE_START, CAPTURE_END = "<!-- bench_floor_capture:start -->", "<!-- bench_floor_capture:end -->"
 MEMO_SLOTS = 8  # what memo="auto" gives single-site MH
-# Written under the table (edit it with the numbers of a new measurement).
+# Written under the table: what the columns count, then earlier runs' figures, dated (text, not this run's numbers).
 NOTE = ('op calls / step: top-level torch/mhfast op calls per step of the compiled run (torch.profiler, untimed '
         "runs), the driver's few per-step ops included. A step's propose phase is one op (mh_propose_site), X' and "
         'its masked rows another (mh_site_rows), its accept + commit phase a third (mh_commit_site_, which also '
         "writes the accepted rows into the cache and takes the model's sub-batch outputs without concatenation); "
         "around the model call, its energy terms (the runner's output check, gather_energies, the term writes, the "
         'float64 energy sums that keep energies bit-identical) are still ~25 calls, plus ~8 per extra model sub-'
-        'batch.  Before the fused ops (commit 91da378): 107 op calls per step for 5 chains and 197 for 500 chains at '
-        'T=40 (57 and 133 after them, 47 and 123 since mh_site_rows); 0.28-0.31 ms and 3.7 ms per step on a quiet '
-        'machine. Same-conditions A/B on this machine while other jobs kept its load average at ~3 (the two versions '
+        'batch. Earlier runs (Intel Xeon, 2026-11-23 and 24; kept as text): before the fused ops (commit 91da378), '
+        '107 op calls per step for 5 chains and 197 for 500 chains at T=40 (57 and 133 after them, 47 and 123 after '
+        'mh_site_rows); 0.28-0.31 ms and 3.7 ms per step on a quiet machine. A same-conditions A/B while other jobs '
+        'kept the load average at ~3 (the two versions '
         'alternated, 3 rounds, each the median of 3 runs, CPU time per step by time.process_time, less load-sensitive'
         ' than wall time): 5 chains 0.28-0.33 -> 0.17-0.22 ms, 500 chains T=40 4.37-4.55 -> 2.36-2.67 ms; wall time '
         'in the same rounds (noisier): 5 chains best 0.29-0.36 -> 0.17-0.18 ms, 500 chains 5.3-7.4 -> 3.5-4.1 ms. '
