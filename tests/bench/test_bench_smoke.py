@@ -388,7 +388,10 @@ def test_bench_tempering_exact_mean_is_the_enumerated_targets_and_fills_the_erro
     lines = bt.equal_rows_lines({**case, "exact_mean": want}, [run])
     assert f"mean E_local (exact {want:.3f}) | error / MCSE |" in lines[0]
     assert [len(line.split("|")) for line in lines] == [len(lines[0].split("|"))] * 3
-    assert lines[2].split("|")[17].strip() == "+1.00"  # 0.5 / (2 / sqrt(16))
+    assert lines[2].split("|")[17].strip() == "+1.00"  # 0.5 / (2 / sqrt(16)): a run stored without mcse_e
+    # ArviZ's MCSE of the mean where the run has it (an audit: sd / sqrt(bulk-ESS) can be ~10% off it)
+    lines = bt.equal_rows_lines({**case, "exact_mean": want}, [{**run, "mcse_e": 0.25}])
+    assert lines[2].split("|")[17].strip() == "+2.00"
 
 
 def test_bench_delayed_budget_table_keeps_each_epoch_count_apart(tmp_path):
