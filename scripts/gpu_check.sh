@@ -160,7 +160,8 @@ if [ "$GPU" = 1 ]; then
   DEV=cuda
   MODE="GPU: the CUDA half"
 elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  echo "$0: nvidia-smi lists a GPU that torch cannot use (torch.cuda.is_available() is not True; see the summary's environment)" >&2
+  echo "$0: nvidia-smi lists a GPU that torch cannot use (torch.cuda.is_available() is not True;" \
+    "see the summary's environment)" >&2
   FAILED=1
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
   export MHFAST_FORCE_CPU=1

@@ -63,7 +63,8 @@ def default_max_tokens(model: Any, device: Any, dtype: torch.dtype | None = None
     ``L2_MULTIPLE x L2 // (d x element size)`` tokens (fp32: 2048 at d = 512 with 2 MiB of L2 per core, 1024 with
     1 MiB; a bf16 (fp16) forward on an AMX-BF16 (AMX-FP16) CPU: 4x L2, 8192 tokens), never below 256; on GPUs,
     and for models whose width cannot be read (custom adapters, tabular test models), 65536 (large batches fill a
-    GPU; few calls for a cheap custom model). The L2 size is read once per process (:func:`mhfast.runtime.cpu_info.l2_bytes`).
+    GPU; few calls for a cheap custom model). The L2 size is read once per process
+    (:func:`mhfast.runtime.cpu_info.l2_bytes`).
 
     >>> default_max_tokens(None, "cpu"), default_max_tokens(None, "cuda")
     (65536, 65536)
