@@ -128,6 +128,11 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
     if length_strategy not in ("fairseq", "topk"):
         raise ValueError(f"length_strategy: expected 'fairseq' or 'topk', got {length_strategy!r}")
     check_devices("mhfast.mask_predict", sources=sources)
+    decoder = getattr(getattr(model, "model", None), "decoder", None)  # (a fairseq model inside the adapter)
+    if getattr(decoder, "src_embedding_copy", False) is True:
+        raise ValueError("model: its decoder was trained with src_embedding_copy, which fairseq's Mask-Predict uses "
+                         "at its first step and mask_predict does not (it decodes through the adapter's MLM "
+                         "conditionals): the output would not be fairseq's")
     with without_cudnn_attention(getattr(model, "device", None)):  # a plan per new shape: runtime/attention.py
         return _decode(model, sources, iterations, length_beam, length_strategy)
 

@@ -168,6 +168,14 @@ def test_mask_predict_topk_lengths_and_refinement(cmlm, sources):
     assert torch.equal(out.score, out.beam_scores.max(dim=1).values)
 
 
+def test_mask_predict_refuses_a_source_embedding_copy_model(cmlm, sources, monkeypatch):
+    """A CMLM trained with src_embedding_copy: fairseq's Mask-Predict copies source embeddings at step 0, mhfast's
+    decodes through the adapter (no copy), so its output would differ from fairseq's without a word."""
+    monkeypatch.setattr(cmlm.model.decoder, "src_embedding_copy", True)
+    with pytest.raises(ValueError, match="model: its decoder was trained with src_embedding_copy"):
+        mhfast.mask_predict(cmlm, sources[:1], iterations=1)
+
+
 def test_mask_predict_bad_arguments(cmlm, sources):
     with pytest.raises(ValueError, match="iterations"):
         mhfast.mask_predict(cmlm, sources[:1], iterations=-1)
