@@ -146,7 +146,7 @@ def _problem(model: Any, cfg, init: Any = None, **inputs: Any) -> tuple[Any, tor
     _check_problem(cfg, problem)
     chain_rows = starts.check_chain_rows(model, problem, chain_init, cfg.start) if chain_init is not None else None
     if cfg.start == "sampled":
-        starts.check_sampled_start(problem, chain_rows, int(model.mask_id), cfg.chains, options.shown)
+        starts.check_sampled_start(problem, chain_rows, int(model.mask_id), cfg.chains)
     return problem, chain_rows
 
 

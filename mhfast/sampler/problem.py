@@ -350,16 +350,14 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
                         ("init's device", init.device if init is not None else None),
                         hint=" (the chains live there unless device= says otherwise)")
     check_model_device("mhfast.sample", model, device)
-    _check_size(model, cfg, rows, "init" if init is not None else ("length" if length is not None else "source"),
-                device)
+    given = "init" if init is not None else "length" if length is not None else "source"  # the argument named
+    _check_size(model, cfg, rows, given, device)
     rows = rows.to(device)
     # the rows' origin, as errors about them name it (a frame the model made is not the user's init)
-    origin = ("init" if init is not None else f"model.frame({length})" if length is not None else
-              "the rows model.frame made for source")
-    is_pad, energy_mask = _energy_mask(model, rows, origin)
+    origin = {"init": "init", "length": f"model.frame({length})", "source": "the rows model.frame made for source"}
+    is_pad, energy_mask = _energy_mask(model, rows, origin[given])
     free = _free(free_positions, rows, energy_mask, int(model.mask_id))
-    _check_each_row_moves(free, "free_positions" if free_positions is not None else
-                          "init" if init is not None else "length" if length is not None else "source")
+    _check_each_row_moves(free, "free_positions" if free_positions is not None else given)
     per_source = cfg.length_beam if source is not None else 1
     B = rows.shape[0]
     term_index = torch.arange(B, device=device) // per_source

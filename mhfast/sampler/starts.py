@@ -37,6 +37,7 @@ import torch
 
 from ..runtime import rng
 from ..runtime.runner import ModelRunner
+from .options import shown
 from .state import warm_start
 
 
@@ -124,8 +125,7 @@ def initial_tokens(runner: ModelRunner, problem: Any, cfg: Any, uniforms_op: Any
     return random_start(runner, rows, free, allowed, keys, uniforms_op)
 
 
-def check_sampled_start(problem: Any, chain_rows: torch.Tensor | None, mask_id: int, chains: int,
-                        shown: Any) -> None:
+def check_sampled_start(problem: Any, chain_rows: torch.Tensor | None, mask_id: int, chains: int) -> None:
     """``start="sampled"`` draws only masked free positions: an input whose rows (every chain's, with a per-chain
     ``init``) hold none would have every chain start at its given row, the option doing nothing. An error naming
     the input, checked per input (whether a call fails must not depend on which inputs share it)."""
@@ -141,7 +141,7 @@ def check_sampled_start(problem: Any, chain_rows: torch.Tensor | None, mask_id: 
 def _draw(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row of ``logits`` (-inf: never) by the inverse CDF at ``u`` (float64 cumulative sums)."""
     p = torch.softmax(logits.double(), dim=1)
-    if not bool(torch.isfinite(p).all()) or not bool((p > 0).any(dim=1).all()):  # (else token 0: maybe the pad)
+    if not bool((torch.isfinite(p).all(dim=1) & (p > 0).any(dim=1)).all()):  # (else token 0: maybe the pad)
         raise ValueError("mhfast.sample: a start position has no token to draw (every logit -inf, or logits past "
                          "float64's range at this proposal temperature)")
     cdf = p.cumsum(dim=1)
