@@ -161,13 +161,18 @@ class Translator:
 
     def source_ids(self, text: str) -> torch.Tensor:
         """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources."""
-        return self.cmlm.source_ids(self.processor.encode(text))
+        return self.cmlm.piece_ids(self.processor.encode(text))
 
     def target_ids(self, text: str) -> torch.Tensor:
-        """``[bos] + ids + [eos]`` of a raw target sentence (a reference for a Hamming term)."""
+        """``[bos] + ids + [eos]`` of a raw target sentence (a reference for a Hamming term). A piece that is not
+        in the target dictionary is a ValueError naming it: its id would be ``<unk>``, the CMLM's mask, and the
+        Hamming term would silently leave that position unconstrained."""
         d = self.cmlm.tgt_dict
-        ids = [d.index(w) for w in self.processor.encode(text).split()]
-        return torch.tensor([self.cmlm.bos_id, *ids, self.cmlm.eos_id], dtype=torch.long)
+        pieces = self.processor.encode(text).split()
+        unknown = [w for w in pieces if d.index(w) == d.unk()]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not in the target dictionary (it would be <unk>, the CMLM's mask)")
+        return torch.tensor([self.cmlm.bos_id, *(d.index(w) for w in pieces), self.cmlm.eos_id], dtype=torch.long)
 
     def _tokens(self, ids: torch.Tensor) -> list[str]:
         special = set(self.cmlm.special_ids)
@@ -301,7 +306,9 @@ def load_translator(checkpoint: str | os.PathLike, data_dir: str | os.PathLike, 
     processor = resolve_tokenizer(data_dir, spm, tokenizer)
     from .models.fairseq_cmlm import load_fairseq_cmlm
 
-    cmlm = load_fairseq_cmlm(checkpoint, data_dir, device=device)
+    # The CMLM gets the tokenizer too: mask_predict(tr.cmlm, [str]) and mhfast.sample(tr.cmlm, source=[str]) map
+    # string sources through it (without it, SentencePiece was skipped and most words became <unk>).
+    cmlm = load_fairseq_cmlm(checkpoint, data_dir, device=device, tokenizer=processor.encode)
     return Translator(cmlm, processor)
 
 

@@ -87,7 +87,8 @@ def _read_stats(path: str) -> dict:
         burn_in = stats.get("burn_in")  # an int >= 0 or null (a string failed after half the table was printed)
         if burn_in is not None and (type(burn_in) is not int or burn_in < 0):
             raise ValueError
-    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # (1e400 sentences: inf, not an int)
+    # (1e400 sentences: inf, not an int; IndexError: a batch's per-sentence lists of different lengths)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, IndexError):
         raise ValueError(f"--stats: {path!r} is not a statistics file of 'mhfast translate --stats-out'") from None
     return stats
 
@@ -117,13 +118,15 @@ def print_stats(stats: dict) -> None:
 
 def convergence_rows(stats: dict) -> list[dict]:
     """One row per sentence that has convergence figures in a --stats-out file: ``sentence`` (its line index),
-    ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail`` (over its summaries; NaN where ArviZ could not compute one,
-    written as null), ``epochs_run``, ``converged`` (None without --until-rhat/--min-ess).
+    ``diagnosed`` (it has --diagnostics figures), ``max_rhat``, ``min_ess_bulk``, ``min_ess_tail`` (over its
+    summaries; NaN where ArviZ could not compute one, written as null, or without figures), ``epochs_run``,
+    ``converged`` (None without --until-rhat/--min-ess).
 
     Example:
         >>> d = {"rhat": {"e_raw": 1.2, "proj_0": None}, "ess_bulk": {"e_raw": 30.0}, "ess_tail": {"e_raw": 20.0}}
         >>> convergence_rows({"batches": [{"start": 4, "diagnostics": [None, d], "converged": [None, False]}]})
-        [{'sentence': 5, 'max_rhat': nan, 'min_ess_bulk': 30.0, 'min_ess_tail': 20.0, 'epochs_run': None, 'converged': False}]
+        [{'sentence': 5, 'diagnosed': True, 'max_rhat': nan, 'min_ess_bulk': 30.0, 'min_ess_tail': 20.0,
+          'epochs_run': None, 'converged': False}]
     """
     from ..sampler.diagnostics import worst_item
 
@@ -141,7 +144,8 @@ def convergence_rows(stats: dict) -> list[dict]:
             if d is None and c is None:
                 continue  # an empty sentence, or no figures asked for
             rhat, bulk, tail = ([num(v) for v in (d or {}).get(k, {}).values()] for k in ("rhat", "ess_bulk", "ess_tail"))
-            rows.append({"sentence": int(batch.get("start", 0)) + j, "max_rhat": worst(rhat, max) if d else nan,
+            rows.append({"sentence": int(batch.get("start", 0)) + j, "diagnosed": d is not None,
+                         "max_rhat": worst(rhat, max) if d else nan,
                          "min_ess_bulk": worst(bulk, min) if d else nan, "min_ess_tail": worst(tail, min) if d else nan,
                          "epochs_run": whole(ran[j] if ran else (d or {}).get("epochs_run")),
                          "converged": None if c is None else bool(c)})
@@ -149,20 +153,31 @@ def convergence_rows(stats: dict) -> list[dict]:
 
 
 def print_convergence(stats: dict) -> None:
-    """The convergence lines of ``evaluate --stats`` (nothing when the file has no convergence figures)."""
+    """The convergence lines of ``evaluate --stats`` (nothing when the file has no convergence figures).
+
+    Every sentence with figures counts, also one whose R-hat is NaN (chains that never moved, or a summary that
+    never changed: not judged): it is the worst, as :func:`~mhfast.sampler.diagnostics.worst_item` has it, and
+    not below the threshold; the medians are over the numbers, and the line says how many are NaN.
+    """
     import statistics
 
     from ..sampler.diagnostics import RHAT_GOOD, format_rhat, worst_item
 
     rows = convergence_rows(stats)
-    with_diag = [r for r in rows if r["max_rhat"] == r["max_rhat"] or r["min_ess_bulk"] == r["min_ess_bulk"]]
+    with_diag = [r for r in rows if r["diagnosed"]]
     if with_diag:
         hi = worst_item(((r, r["max_rhat"]) for r in with_diag), largest=True)[0]
         lo = worst_item(((r, r["min_ess_bulk"]) for r in with_diag), largest=False)[0]
         good = sum(r["max_rhat"] < RHAT_GOOD for r in with_diag)
-        med = lambda k: statistics.median(r[k] for r in with_diag)  # noqa: E731
+
+        def med(key: str) -> float:  # statistics.median of a list with NaN depends on where the NaN sits
+            numbers = [r[key] for r in with_diag if r[key] == r[key]]
+            return statistics.median(numbers) if numbers else float("nan")
+
+        unjudged = sum(r["max_rhat"] != r["max_rhat"] for r in with_diag)
+        nan_note = f" ({unjudged} with R-hat nan: not judged)" if unjudged else ""
         stdout_print(f"convergence of {len(with_diag)} sentences (--diagnostics; per sentence the worst of its "
-                     "traced summaries):")
+                     f"traced summaries){nan_note}:")
         stdout_print(f"  max r_hat: median {format_rhat(med('max_rhat'))}, worst {format_rhat(hi['max_rhat'])} "
                      f"(sentence {hi['sentence']}); below {RHAT_GOOD}: {good} of {len(with_diag)}")
         stdout_print(f"  min ess_bulk: median {med('min_ess_bulk'):.0f}, lowest {lo['min_ess_bulk']:.0f} "
@@ -181,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --hyp FILE --ref FILE (and/or --stats FILE)")
     if (args.hyp is None) != (args.ref is None):
         raise ValueError("--hyp and --ref go together")
+    if args.hyp is None and (args.src is not None or args.lowercase):
+        raise ValueError(f"{'--src' if args.src is not None else '--lowercase'} needs --hyp and --ref (it was "
+                         "ignored with --stats alone)")
     stats = _read_stats(args.stats) if args.stats else None  # check every file before printing anything
     if args.hyp is not None:
         hyps = read_lines(args.hyp, "--hyp")

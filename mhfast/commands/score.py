@@ -1,12 +1,12 @@
 """``mhfast score``: pseudo-log-likelihood scores of sequences or sentences, one output line per input line.
 
-Reads one sequence per line (records are separated by \\n only; a \\r before it is dropped; an empty
-line gives a line of zero scores) from --input or stdin, and writes for each, in input order, to
-stdout or --output: TSV ``PLL  E_raw  tokens  words  PPPL  PPPL_word`` (+ ``token scores`` with
---per-token, + ``word scores`` with --per-word, each space-separated log-probabilities), or with
---format jsonl one JSON object per line with the same numbers (and the token/word strings).
-PLL = -E_local (natural log), PPPL = exp(-PLL/tokens); specials ([CLS], [SEP], padding) are not
-scored. At the end the corpus pseudo-perplexity goes to stderr.
+Reads one sequence per line (records are separated by \\n only; a \\r before it is dropped; an empty line, or
+one of only spaces, gives a line of zero scores, its pseudo-perplexities nan) from --input or stdin, and
+writes for each, in input order, to stdout or --output: TSV ``PLL E_raw tokens words PPPL PPPL_word`` (+
+``token scores`` with --per-token, + ``word scores`` with --per-word, each space-separated log-probabilities),
+or with --format jsonl one JSON object per line with the same numbers (and the token/word strings). PLL =
+-E_local (natural log), PPPL = exp(-PLL/tokens); specials ([CLS], [SEP], padding) are not scored. At the end
+the corpus pseudo-perplexity goes to stderr.
 
 --model: 'antiberty' (residues; every residue a word), a local HuggingFace *ForMaskedLM directory,
 a HuggingFace hub id (from the local cache), or 'bundled': the bundled De->En CMLM scoring English
@@ -253,7 +253,7 @@ def _split_pairs(lines: list[str], sources: list[str] | None, name: str) -> tupl
         return lines, sources
     pairs = []
     for number, line in enumerate(lines, 1):
-        if line and "\t" not in line:
+        if line.strip() and "\t" not in line:  # a blank line is an empty pair (zeros), as for the other models
             raise ValueError(f"{name}: line {number} has no TAB (expected SOURCE<TAB>TARGET, or give --source)")
         src, _, tgt = line.partition("\t")
         pairs.append((src, tgt))

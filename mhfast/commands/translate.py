@@ -297,6 +297,14 @@ def _load(args: argparse.Namespace) -> Any:
     return load_translator(args.model, args.data, spm=args.spm, tokenizer=args.tokenizer, device=args.device)
 
 
+def _reference_ids(translator: Any, number: int, text: str) -> Any:
+    """A --hamming-reference line's target ids; a piece the target dictionary lacks names the line."""
+    try:
+        return translator.target_ids(text)
+    except ValueError as e:
+        raise ValueError(f"--hamming-reference: line {number}: {e}") from None
+
+
 def _terms_factory(args: argparse.Namespace, translator: Any, lines: list[str] | None) -> Any:
     """``f(global line ids) -> extra_energy`` for --hamming (the --hamming-reference ``lines``: targets) and
     --classifier."""
@@ -305,7 +313,8 @@ def _terms_factory(args: argparse.Namespace, translator: Any, lines: list[str] |
     if not args.hamming and args.classifier is None:
         et.hamming_term(args, None, 0)  # --hamming-reference alone is an error
         return None
-    refs = et.padded([translator.target_ids(t) for t in lines], translator.cmlm.pad_id) if lines else None
+    refs = et.padded([_reference_ids(translator, n, t) for n, t in enumerate(lines, 1)],
+                     translator.cmlm.pad_id) if lines else None
     pad = translator.cmlm.pad_id
     clf = et.classifier_term(args, pad, translator.detokenize)
     return lambda ids: et.extra_energy(et.hamming_term(args, refs[ids] if refs is not None else None, pad,

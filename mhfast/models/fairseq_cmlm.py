@@ -172,9 +172,7 @@ class FairseqCMLM:
         given and get a trailing EOS if they lack one.
         """
         if isinstance(source, str):
-            line = self.tokenizer(source) if self.tokenizer is not None else source
-            ids = self.src_dict.encode_line(line, add_if_not_exist=False, append_eos=True).long()
-            return torch.cat([ids.new_tensor([self.src_dict.bos()]), ids])
+            return self.piece_ids(self.tokenizer(source) if self.tokenizer is not None else source)
         ids = source if isinstance(source, torch.Tensor) else torch.as_tensor(list(source), dtype=torch.long)
         if ids.dtype != torch.long or ids.dim() != 1:
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
@@ -187,6 +185,12 @@ class FairseqCMLM:
         if ids.numel() == 0 or int(ids[-1]) != self.src_dict.eos():
             ids = torch.cat([ids, ids.new_tensor([self.src_dict.eos()])])
         return ids
+
+    def piece_ids(self, line: str) -> torch.Tensor:
+        """``[bos] + ids + [eos]`` of an already tokenized source line (space-separated pieces; unknown ones ->
+        ``<unk>``): :meth:`source_ids` of a string without the tokenizer."""
+        ids = self.src_dict.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+        return torch.cat([ids.new_tensor([self.src_dict.bos()]), ids])
 
     def collate_sources(self, sources: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(src_tokens Long[S, L] left-padded, src_lengths Long[S])`` exactly as fairseq collates them.

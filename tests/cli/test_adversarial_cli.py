@@ -207,6 +207,9 @@ TRANSLATE_ROWS: list[tuple[list[str], str]] = [
      ("--input", "long_source.de': line 2 has", "maximum of 1024 source positions")),
     (TRANSLATE + ["--hamming", "1", "--hamming-reference", "{d}/ref_short.txt"],
      ("--hamming-reference", "ref_short.txt': line 1 has 5 tokens", "the sequence it is compared with")),
+    # a reference piece the target dictionary lacks would be <unk>, the CMLM's mask: the position unconstrained
+    (TRANSLATE + ["--hamming", "1", "--hamming-reference", "{d}/unknown_ref.txt"],
+     ("--hamming-reference: line 1:", "is not in the target dictionary (it would be <unk>, the CMLM's mask)")),
     (TRANSLATE + ["--method", "mask-predict"], "--chains has no effect with --method mask-predict"),
     (["translate", "--input", "{one}", "-q", "--method", "mask-predict", "--hamming", "1"],
      "--hamming has no effect with --method mask-predict"),
@@ -265,6 +268,7 @@ def paths(tmp_path_factory) -> dict:
     (d / "bad_residue.txt").write_text("EVQL\n\n1VQL\n")
     (d / "ref_short.txt").write_text("a b c\n")  # 5 tokens with the specials
     (d / "bad_ref.txt").write_text("EV1L\n")
+    (d / "unknown_ref.txt").write_text("a 狗 dog\n")
     (d / "huge_ids.txt").write_text("2 5 99999999999999999999 3\n")  # beyond int64
     (d / "negative_ids.txt").write_text("2 5 -3 3\n")
     (d / "long_second.txt").write_text("a b\n" + "a " * 60 + "\n")  # 62 tokens with [CLS]/[SEP]: the BERT has 40

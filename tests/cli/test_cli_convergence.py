@@ -173,7 +173,8 @@ def test_translate_diagnostics_lines_stats_and_plot(tiny_paths, tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"diagnostics": "x"}, {"diagnostics": [{"rhat": {"e_raw": "high"}}]},
-                                 {"converged": [True], "epochs_run": ["many"]}])
+                                 {"converged": [True], "epochs_run": ["many"]},
+                                 {"converged": [True, False], "epochs_run": [5]}])  # was an IndexError traceback
 def test_evaluate_refuses_malformed_convergence_figures(tmp_path, bad):
     stats = tmp_path / "stats.json"
     stats.write_text(json.dumps({"method": "mh", "burn_in": 0, "batches": [{"start": 0, "sentences": 1,
@@ -181,6 +182,42 @@ def test_evaluate_refuses_malformed_convergence_figures(tmp_path, bad):
     code, out, err = run_main(["evaluate", "--stats", str(stats)])
     assert code == 2 and out == ""
     assert err.strip().endswith("is not a statistics file of 'mhfast translate --stats-out'"), err
+
+
+def _figures(rhat: float | None, ess: float | None) -> dict:
+    return {"rhat": {"e_raw": rhat, "e_local": rhat}, "ess_bulk": {"e_raw": ess}, "ess_tail": {"e_raw": ess},
+            "draws": 6, "epochs_run": 8, "converged": None}
+
+
+def test_evaluate_counts_sentences_whose_r_hat_is_nan(tmp_path):
+    """A sentence whose chains never moved has R-hat NaN: it is counted, shown as the worst and not below 1.01
+    (it had been left out: "convergence of 2 sentences ... below 1.01: 2 of 2" for 3 such sentences), and the
+    medians are over the numbers whatever the sentences' order (statistics.median with a NaN depended on it)."""
+    figures = [_figures(1.004, 50.0), _figures(None, None), _figures(1.002, 40.0), _figures(1.3, 9.0)]
+    outs = []
+    for order in ([0, 1, 2, 3], [1, 0, 3, 2]):
+        stats = tmp_path / "stats.json"
+        stats.write_text(json.dumps({"method": "mh", "burn_in": 2, "batches": [
+            {"start": 0, "sentences": 4, "epochs": [], "diagnostics": [figures[i] for i in order]}]}))
+        code, out, err = run_main(["evaluate", "--stats", str(stats)])
+        assert code == 0, err
+        nan_at = order.index(1)
+        assert "convergence of 4 sentences (--diagnostics; per sentence the worst of its traced summaries) " \
+               "(1 with R-hat nan: not judged):" in out, out
+        assert f"max r_hat: median 1.004, worst nan (sentence {nan_at}); below 1.01: 2 of 4" in out, out
+        assert f"min ess_bulk: median 40, lowest nan (sentence {nan_at})" in out, out
+        outs.append(out.replace(f"sentence {nan_at}", "sentence k"))
+    assert outs[0] == outs[1]
+
+
+def test_evaluate_refuses_src_or_lowercase_without_hyp(tmp_path):
+    """--src and --lowercase only act on --hyp/--ref: alone with --stats they had been ignored (a missing --src
+    file passed unseen)."""
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"method": "mh", "burn_in": 0, "batches": []}))
+    for extra, name in ((["--src", str(tmp_path / "missing.de")], "--src"), (["--lowercase"], "--lowercase")):
+        code, out, err = run_main(["evaluate", "--stats", str(stats), *extra])
+        assert code == 2 and out == "" and f"error: {name} needs --hyp and --ref" in err and err.count("\n") == 1, err
 
 
 def test_a_failed_image_write_names_plot_traces(tmp_path, monkeypatch):

@@ -99,6 +99,11 @@ def test_bundled_model_scores_targets_given_sources(bundled, tmp_path, monkeypat
     assert float(tsv.split("\t")[0]) == pytest.approx(first.pll, abs=1e-5)
     code, _, err = run_main(["score", "--model", "bundled", "-i", str(tmp_path / "en"), "-q"])
     assert code == 2 and "line 1 has no TAB" in err
+    # a blank line (only spaces) is an empty pair, a line of zeros, as an empty line is (it was "has no TAB")
+    (tmp_path / "blank.tsv").write_text(pairs[0] + "\n   \n\n")
+    code, tsv, err = run_main(["score", "--model", "bundled", "-i", str(tmp_path / "blank.tsv"), "-q"])
+    assert code == 0, err
+    assert tsv.splitlines()[1:] == ["0.000000\t0.000000\t0\t0\tnan\tnan"] * 2
 
 
 def test_bundled_energy_equals_what_sample_reports(bundled):

@@ -123,3 +123,27 @@ def test_whitespace_only_sources_give_empty_hypotheses_and_cost_nothing(translat
                                    sampler_options=dict(chains=1, epochs=1, burn_in=0) if method == "mh" else None)
         assert out.sentences == 1 and out.hypotheses[0].text, method
         assert [h.text for h in out.hypotheses[1:]] == ["", ""] and out.hypotheses[1].tokens == [], method
+
+
+def test_target_ids_refuse_a_piece_the_target_dictionary_lacks(translator):
+    """An unknown piece would be <unk>, the CMLM's mask: a --hamming-reference with it had left that position
+    silently unconstrained (a helper's review, 2026-12-02). `mhfast score` refused the same text already."""
+    with pytest.raises(ValueError, match=r"^'.*狗' is not in the target dictionary \(it would be <unk>"):
+        translator.target_ids("dog dog 狗")
+
+
+def test_the_translators_cmlm_tokenizes_string_sources(translator):
+    """``load_translator`` gives the CMLM the SentencePiece tokenizer, so a string source reaches it as pieces
+    through every path (``tr.cmlm.source_ids``, ``mask_predict(tr.cmlm, [str])``, ``mhfast.sample(tr.cmlm,
+    source=[str])``); without it 4 of "Ein Hund läuft über die Wiese."'s 6 words became <unk>."""
+    from mhfast.mask_predict import mask_predict
+
+    text = "Ein Hund läuft über die Wiese."
+    ids = translator.source_ids(text)
+    assert torch.equal(translator.cmlm.source_ids(text), ids)
+    unk = translator.cmlm.src_dict.unk()
+    assert not (ids == unk).any(), ids
+    by_string = mask_predict(translator.cmlm, [text], iterations=2, length_beam=1)
+    by_ids = mask_predict(translator.cmlm, [ids], iterations=2, length_beam=1)
+    assert torch.equal(by_string.tokens[0], by_ids.tokens[0])
+    assert translator.detokenize(by_string.tokens[0]).startswith("A dog")
