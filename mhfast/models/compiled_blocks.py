@@ -133,11 +133,26 @@ def _timed(report: CompileReport) -> Iterator[None]:
         handler.remove_end_callback(end)
 
 
+def _refuse_compiled(model: Any, context: str) -> None:
+    """ValueError if ``model``'s module already holds compiled blocks: a second compile=True run while another is
+    inside (or layers the user compiled) would compile the compiled wrappers, which torch returns as functions
+    that a ModuleList refuses (it was a bare TypeError, "cannot assign ... as child module")."""
+    module = getattr(model, "model", None)
+    compiled = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
+    compiled = getattr(compiled, "OptimizedModule", None)
+    if compiled is None or not isinstance(module, torch.nn.Module):
+        return
+    if any(isinstance(m, compiled) for m in module.modules()):
+        raise ValueError(f"{context}{type(model).__name__}'s blocks are compiled already (another compile=True run "
+                         "on this model is inside, or its layers were torch.compile'd): run this one without compile")
+
+
 @contextlib.contextmanager
 def compiled_blocks(model: Any, context: str = "") -> Iterator[CompileReport]:
     """Inside: ``model``'s repeated blocks compiled (see the module docstring); yields a :class:`CompileReport`
     that keeps counting while inside. ValueError if the model has no blocks to compile, CompileError if a compile
     fails during the run; their messages start with ``context`` (the caller's name for the option)."""
+    _refuse_compiled(model, context)
     hook = getattr(model, "compiled_blocks", None)
     if callable(hook):
         blocks = hook()

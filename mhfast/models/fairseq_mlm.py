@@ -211,7 +211,8 @@ class FairseqMaskedLM:
     def _prepare(self, tokens: Any, context: Any, context_index: Any) -> torch.Tensor:
         """Checks the rows (Long[R, T], at most max_length wide) and moves them to the model's device."""
         if context is not None or context_index is not None:
-            raise ValueError("context: fairseq masked LMs are unconditional; pass context=None")
+            name = "context" if context is not None else "context_index"
+            raise ValueError(f"{name}: fairseq masked LMs are unconditional; pass {name}=None")
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens: expected a Long[N, T] tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}"
                              f" {tuple(getattr(tokens, 'shape', ()))}")
@@ -225,27 +226,11 @@ class FairseqMaskedLM:
 
 
 # ---------------------------------------------------------------------------- the encoder, sync-free
-class _Stop(Exception):
-    """Raised by the pre-hook of :func:`_stopped` once the layer's input is captured (the layer is not run)."""
-
-
 def _stopped(encoder: Any, tokens: torch.Tensor, layer: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``layer``'s input ``(x, encoder_padding_mask)`` from the encoder's own forward, stopped there by a hook."""
-    captured: list = []
+    from .layer_input import layer_input
 
-    def capture(_module: Any, args: tuple, kwargs: dict) -> None:
-        captured.append((args[0] if args else kwargs["x"],
-                         args[1] if len(args) > 1 else kwargs.get("encoder_padding_mask")))
-        raise _Stop
-
-    handle = layer.register_forward_pre_hook(capture, with_kwargs=True)
-    try:
-        encoder(tokens)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-    return captured[0]
+    return layer_input(layer, lambda: encoder(tokens), ("x", "encoder_padding_mask"))
 
 
 def stock_encoder(encoder: Any) -> bool:

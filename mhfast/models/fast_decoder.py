@@ -93,7 +93,7 @@ class FastCMLMDecoder:
 
     def __init__(self, lm: Any):
         self.lm = lm
-        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "device", "model"):
+        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "model"):
             setattr(self, a, getattr(lm, a))
         self.output_layer = lm.output_layer
         self.decoder = lm.model.decoder
@@ -101,6 +101,12 @@ class FastCMLMDecoder:
         # (context, per layer (keys, values) [S, H, Ls, hd] of every source): the cache of static_inputs calls
         self._encoder_kv: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self._layer_fn = FastCMLMDecoder._layer  # compiled inside compiled_blocks()
+
+    @property
+    def device(self) -> torch.device:
+        """The adapter's, read at each call (a copy taken when the wrapper was built went stale after
+        ``lm.model.to(...)``)."""
+        return self.lm.device
 
     @contextlib.contextmanager
     def compiled_blocks(self) -> Iterator[int]:
@@ -118,8 +124,8 @@ class FastCMLMDecoder:
     @contextlib.contextmanager
     def static_inputs(self, has_pad: bool) -> Iterator[None]:
         """Inside: the caller's rows, sources and read indices are taken as valid (no bounds checks), and the
-        encoder-attention keys/values come from a per-context cache of every source's, projected by the first
-        call (no ``torch.unique`` of each call's sources, whose size depends on data): no host sync, so the
+        encoder-attention keys/values come from a per-context cache of every source's (dropped on leaving),
+        projected by the first call (no ``torch.unique`` of each call's sources, whose size depends on data): no host sync, so the
         sampler's static step can be captured as a CUDA graph. ``has_pad`` changes nothing here (the decoder's
         padding mask is computed on the device). The protocol's optional hook (mhfast.models.base)."""
         before, self._static = self._static, True
@@ -127,6 +133,11 @@ class FastCMLMDecoder:
             yield
         finally:
             self._static = before
+            if not before:
+                # The cache lasts one run: kept, a later run with the same context object reused keys and values
+                # of other weights or another dtype (0.78 off after an in-place weight change; a dtype error
+                # after a run under autocast), and it held their memory.
+                self._encoder_kv = None
 
     # The adapter's own wrappers around masked_features_at / output_layer (they call nothing else of it).
     masked_features = FairseqCMLM.masked_features

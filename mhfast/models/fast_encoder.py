@@ -61,9 +61,15 @@ class LastEncoderLayerAtMask:
 
     def __init__(self, lm: FairseqMaskedLM, last: Any):
         self.lm, self.last = lm, last
-        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "device", "model", "static_inputs"):
+        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "model", "static_inputs"):
             setattr(self, a, getattr(lm, a))
         self.output_layer = lm.output_layer
+
+    @property
+    def device(self) -> torch.device:
+        """The adapter's, read at each call (a copy taken when the wrapper was built went stale after
+        ``lm.model.to(...)``)."""
+        return self.lm.device
 
     def compiled_blocks(self) -> Any:
         """The optional hook of :func:`mhfast.models.compiled_blocks.compiled_blocks`: every encoder layer but the

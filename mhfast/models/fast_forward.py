@@ -34,11 +34,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .layer_input import layer_input
+
 _LAYERS = ("BertLayer", "RobertaLayer", "XLMRobertaLayer", "CamembertLayer")
-
-
-class _Stop(Exception):
-    """Raised by the pre-hook once the last layer's input is captured (the rest is not run)."""
 
 
 def _last_layer(lm: Any) -> Any | None:
@@ -70,11 +68,17 @@ class LastLayerAtMask:
 
     def __init__(self, lm: Any, last: Any):
         self.lm, self.last = lm, last
-        for a in ("vocab_size", "mask_id", "pad_id", "special_ids", "device"):
+        for a in ("vocab_size", "mask_id", "pad_id", "special_ids"):
             setattr(self, a, getattr(lm, a))
         self.model = lm.model
         self.output_layer = lm.output_layer
         self.static_inputs = lm.static_inputs  # the body's _prepare is the adapter's
+
+    @property
+    def device(self) -> torch.device:
+        """The adapter's, read at each call (a copy taken when the wrapper was built went stale after
+        ``lm.model.to(...)``)."""
+        return self.lm.device
 
     def compiled_blocks(self) -> Any:
         """The optional hook of :func:`mhfast.models.compiled_blocks.compiled_blocks`: every encoder layer but the
@@ -114,21 +118,8 @@ class LastLayerAtMask:
 
     def _last_input(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
         """The last layer's input hidden states [R, T, d] and attention mask (the body stops before it)."""
-        captured: list = []
-
-        def capture(_module: Any, args: tuple, kwargs: dict) -> None:
-            captured.append((args[0] if args else kwargs["hidden_states"],
-                             args[1] if len(args) > 1 else kwargs.get("attention_mask")))
-            raise _Stop
-
-        handle = self.last.register_forward_pre_hook(capture, with_kwargs=True)
-        try:
-            self.lm._body(input_ids=tokens, attention_mask=attention_mask)
-        except _Stop:
-            pass
-        finally:
-            handle.remove()
-        return captured[0]
+        return layer_input(self.last, lambda: self.lm._body(input_ids=tokens, attention_mask=attention_mask),
+                           ("hidden_states", "attention_mask"))
 
     def _last_at(self, hidden: torch.Tensor, rows: torch.Tensor | None, positions: torch.Tensor,
                  mask: torch.Tensor | None) -> torch.Tensor:

@@ -420,7 +420,8 @@ class HFMaskedLM:
         device, drops all-pad columns (none that ``reads``, the positions read, or ``positions`` point into),
         builds the attention mask."""
         if context is not None or context_index is not None:
-            raise ValueError("context: HuggingFace masked LMs are unconditional; pass context=None")
+            name = "context" if context is not None else "context_index"
+            raise ValueError(f"{name}: HuggingFace masked LMs are unconditional; pass {name}=None")
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens: expected a Long[N,T] tensor, got "
                              f"{getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
