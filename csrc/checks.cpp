@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -71,8 +72,9 @@ void check_propose_args(const at::Tensor& logits, const at::Tensor& current, dou
   check_size(op, "uniforms", uniforms, 0, logits.size(0), "rows of logits");
   check_same_device(op, "logits", logits, "current", current);
   check_same_device(op, "logits", logits, "uniforms", uniforms);
-  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0, "mhfast.", op,
-                    ": temperature must be a finite number > 0, got ", temperature);
+  // The kernels divide in fp32: a temperature beyond FLT_MAX would be cast out of float's range (undefined).
+  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0 && temperature <= FLT_MAX, "mhfast.", op,
+                    ": temperature must be a finite number in (0, ", FLT_MAX, "] (fp32), got ", temperature);
   // Written so that NaN fails too.
   TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
   // 1 would leave no nucleus at all (log(1 - uniform_mix) = -inf); NaN fails too.
@@ -154,8 +156,9 @@ void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& token
   }
   TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
                     ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
-  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0, "mhfast.", op,
-                    ": temperature must be a finite number > 0, got ", temperature);
+  // The kernels divide in fp32: a temperature beyond FLT_MAX would be cast out of float's range (undefined).
+  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0 && temperature <= FLT_MAX, "mhfast.", op,
+                    ": temperature must be a finite number in (0, ", FLT_MAX, "] (fp32), got ", temperature);
   TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
   TORCH_CHECK_VALUE(!(act.size(0) > 0 && cache.size(2) == 0), "mhfast.", op,
                     ": cache must have at least one entry in dim 2 (vocabulary size 0)");
@@ -345,7 +348,9 @@ void check_mh_memo_lookup_args(const MemoLookupTensors& a) {
   TORCH_CHECK_VALUE(S >= a.ways && S % a.ways == 0, "mhfast.", op,
                     ": table.stamp must have a positive multiple of ways (", a.ways,
                     ") entries per group (dim 1), got ", S);
-  TORCH_CHECK_VALUE(a.step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", a.step);
+  // A reservation is stamped -(step + 2): beyond INT64_MAX - 2 that overflows (undefined behaviour in C++).
+  TORCH_CHECK_VALUE(a.step >= 0 && a.step <= INT64_MAX - 2, "mhfast.", op, ": step must be an int in [0, ",
+                    INT64_MAX - 2, "], got ", a.step);
 }
 
 void check_mh_memo_store_args(const MemoStoreTensors& a) {
@@ -389,7 +394,9 @@ void check_mh_memo_store_args(const MemoStoreTensors& a) {
   }
   TORCH_CHECK_VALUE(a.num_misses >= 0 && a.num_misses <= n, "mhfast.", op, ": num_misses must be in [0, ", n,
                     "] (len(sel)), got ", a.num_misses);
-  TORCH_CHECK_VALUE(a.step >= 0, "mhfast.", op, ": step must be an int >= 0, got ", a.step);
+  // A reservation is stamped -(step + 2): beyond INT64_MAX - 2 that overflows (undefined behaviour in C++).
+  TORCH_CHECK_VALUE(a.step >= 0 && a.step <= INT64_MAX - 2, "mhfast.", op, ": step must be an int in [0, ",
+                    INT64_MAX - 2, "], got ", a.step);
 }
 
 }  // namespace mhfast

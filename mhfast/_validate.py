@@ -58,31 +58,62 @@ def holds_values(where: str, name: str, t: torch.Tensor) -> None:
 
 
 def distinct(op: str, name: str, t: torch.Tensor) -> None:
-    """ValueError naming the first value that ``t`` (chain indices) holds twice, as the CPU kernels report it."""
+    """ValueError naming the first value of ``t`` (chain indices), in its order, that repeats an earlier one, as
+    the CPU kernels report it (the smallest repeated value had been named: 1, where the kernels said 3, for
+    [3, 1, 3, 1]).
+
+    Example:
+        >>> distinct("op", "ch", torch.tensor([3, 1, 3, 1]))
+        Traceback (most recent call last):
+        ValueError: mhfast.op: ch contains 3 twice (chains must be distinct)
+    """
     uniq, counts = t.unique(return_counts=True)
     if bool((counts > 1).any()):
-        raise ValueError(f"mhfast.{op}: {name} contains {int(uniq[counts > 1][0])} twice (chains must be distinct)")
+        seen: set[int] = set()
+        for v in t.tolist():
+            if v in seen:
+                raise ValueError(f"mhfast.{op}: {name} contains {v} twice (chains must be distinct)")
+            seen.add(v)
+
+
+INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def int64(op: str, name: str, x: int) -> None:
+    """ValueError naming an int the ops' int64 arguments cannot hold (torch's schema error said "Expected a value
+    of type 'int' ... but instead found type 'int'", naming no argument)."""
+    if not INT64[0] <= x <= INT64[1]:
+        raise ValueError(f"mhfast.{op}: {name} must fit in 64 bits (a signed int64), got {x}")
 
 
 def ints(op: str, **named: object) -> None:
-    """TypeError naming the first argument that is not a Python int (C++ would see it only as a schema error)."""
+    """TypeError naming the first argument that is not a Python int (C++ would see it only as a schema error),
+    ValueError for one beyond int64."""
     for name, x in named.items():
         if isinstance(x, bool) or not isinstance(x, int):
             raise TypeError(f"mhfast.{op}: {name} must be an int, got {type(x).__name__}")
+        int64(op, name, x)
 
 
 def counters(op: str, epoch: object, step: object, stream: object) -> None:
-    """ValueError naming the first of the counter hash's ``epoch``/``step``/``stream`` that is not an int (their
-    range is checked in C++)."""
+    """ValueError naming the first of the counter hash's ``epoch``/``step``/``stream`` that is not an int, or one
+    beyond int64 (their range is checked in C++)."""
     for name, c in (("epoch", epoch), ("step", step), ("stream", stream)):
         if isinstance(c, bool) or not isinstance(c, int):
             raise ValueError(f"mhfast.{op}: {name} must be an int, got {c!r}")
+        int64(op, name, c)
 
 
 def number(op: str, name: str, x: object) -> None:
-    """ValueError unless ``x`` is a Python number (its range is checked in C++)."""
+    """ValueError unless ``x`` is a Python number that a float holds (its range is checked in C++; an int like
+    10**400 failed in float() with "int too large to convert to float", naming nothing)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise ValueError(f"mhfast.{op}: {name} must be a number, got {x!r}")
+    try:
+        float(x)
+    except OverflowError:
+        raise ValueError(f"mhfast.{op}: {name} must be a finite number, got an int of {len(str(abs(x)))} digits") \
+            from None
 
 
 def in_range(op: str, name: str, t: torch.Tensor, low: int, high: int, allow: int | None = None) -> None:
@@ -118,6 +149,7 @@ def gather_energies(logits, targets, seq_index, num_seqs, *, values: bool) -> No
     tensors(op, logits=logits, targets=targets, seq_index=seq_index)
     if isinstance(num_seqs, bool) or not isinstance(num_seqs, int):
         raise ValueError(f"mhfast.{op}: num_seqs must be an int >= 0, got {num_seqs!r}")
+    int64(op, "num_seqs", num_seqs)
     _ops.gather_energies_check(logits, targets, seq_index, num_seqs)
     if values:
         in_range(op, "targets", targets, 0, logits.shape[1])
@@ -133,14 +165,15 @@ def propose(logits, current, temperature, top_p, uniforms, uniform_mix=0.0, *, v
     _ops.propose_check(logits, current, float(temperature), float(top_p), uniforms, float(uniform_mix))
     if values:
         in_range(op, "current", current, 0, logits.shape[1])
+        # uniforms before the logits' values, in the CPU kernel's order (it checks them before its pass)
+        if uniforms.numel() and bool(((uniforms < 0) | (uniforms > 1) | torch.isnan(uniforms)).any()):
+            raise ValueError(f"mhfast.{op}: uniforms must lie in [0, 1]")
         scaled = logits.float() / float(temperature)  # what is sampled from (as the kernels check it)
         if logits.numel() and bool((torch.isnan(scaled) | (scaled == float("inf"))).any()):
             raise ValueError(f"mhfast.{op}: logits contains NaN or +inf (or overflows fp32 when divided by "
                              "temperature)")
         if logits.numel() and not bool(torch.isfinite(scaled).any(dim=1).all()):
             raise ValueError(f"mhfast.{op}: logits has a row with no finite entry (nothing can be proposed)")
-        if uniforms.numel() and bool(((uniforms < 0) | (uniforms > 1) | torch.isnan(uniforms)).any()):
-            raise ValueError(f"mhfast.{op}: uniforms must lie in [0, 1]")
 
 
 def mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,

@@ -33,9 +33,9 @@ _ops = torch.ops.mhfast
 
 
 def _needs_python_checks(validate: bool, t: torch.Tensor) -> bool:
-    # CPU kernels check values themselves; under torch.compile tracing values are unknown. (Not a tensor: the type
-    # check that runs next names it.)
-    return (validate and isinstance(t, torch.Tensor) and t.device.type != "cpu"
+    # CPU kernels check values themselves; under torch.compile tracing values are unknown; a meta tensor has none
+    # (the ops run on it for shapes, as torch's own do). (Not a tensor: the type check that runs next names it.)
+    return (validate and isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
             and not torch.compiler.is_compiling())
 
 
@@ -106,7 +106,7 @@ def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms,
     accepted moves, cache rows in place)."""
     if validate:  # types always (isinstance checks, no sync); values where the kernel does not check them
         _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream,
-                                  values=_needs_python_checks(validate, chains.tokens))
+                                  values=_needs_python_checks(validate, getattr(chains, "tokens", None)))
     # (.default: the one overload, without the packet's overload resolution, ~10 us a call on CPU)
     return _ops.mh_commit_site_.default(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch,
                                                                       step, stream))

@@ -187,6 +187,11 @@ def test_bad_input(device):
     twice = proposal.ch.clone()
     twice[1] = twice[0]
     raises_everywhere("mh_commit_site_", (*bad(1, ch=twice), *s), "ch", raw=raw_values)
+    # the first value to repeat an earlier one, in order, named everywhere (Python had named the smallest)
+    four = commit_inputs(6, 4, 3, 4, seed=1, device=device)
+    twice = torch.tensor([3, 1, 3, 1], device=device)
+    raises_everywhere("mh_commit_site_", (four[0], four[1]._replace(ch=twice), *four[2:], *s), "ch contains 3 twice",
+                      raw=raw_values)
     for outputs in (torch.cat(rows.outputs), [o.tolist() for o in rows.outputs]):
         for impl in (ops, reference):
             with pytest.raises(TypeError, match="rows.outputs"):
@@ -199,6 +204,9 @@ def test_bad_bundles_and_beta(device):
     args = commit_inputs(6, 4, 3, 3, seed=1, device=device)
     chains, proposal, terms, rows = args
     for impl in (ops, reference):
+        for not_chains in (tuple(chains), None):  # the wrapper read chains.tokens first: an AttributeError
+            with pytest.raises(TypeError, match="chains must be a mhfast.op_types.ChainRows, got"):
+                impl.mh_commit_site_(not_chains, proposal, terms, rows, 1.0, 0, 0, 2)
         with pytest.raises(TypeError, match="proposal must be a mhfast.op_types.SiteProposal, got tuple"):
             impl.mh_commit_site_(chains, tuple(proposal), terms, rows, 1.0, 0, 0, 2)
         with pytest.raises(TypeError, match="terms must be a mhfast.op_types.SiteTerms, got SiteRows"):

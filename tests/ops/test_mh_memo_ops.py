@@ -150,6 +150,18 @@ def test_empty_steps(device):
     assert all(torch.equal(x, y) for x, y in zip(before, tables))
 
 
+def test_a_table_of_no_groups(device):
+    """G = 0 (no chains): the reference gives what the op gives (it failed copying a [0] list into [0, S])."""
+    for S in (1, 8):
+        stamp, hashes, stored = memo_tables(0, S, 3, device)[:3]
+        e = torch.zeros(0, dtype=torch.long, device=device)
+        args = lookup_call((stamp, hashes, stored, torch.zeros(0, 3, dtype=torch.long, device=device), e, e, e, e,
+                            e.bool(), 1, 0))
+        for impl in (ops, reference):
+            order, slot = impl.mh_memo_lookup_(*args)
+            assert order.shape == slot.shape == (0,) and stamp.shape == (0, S)
+
+
 def lookup_args(device):
     stamp, hashes, stored = memo_tables(2, 8, 3, device)[:3]
     tokens = torch.tensor([[1, 2, 3], [1, 2, 3], [0, 0, 0]], device=device)
@@ -179,6 +191,9 @@ def test_lookup_bad_input(device):
     raises_everywhere(op, swap(9, 0), "ways")
     raises_everywhere(op, swap(9, 3), "multiple of ways")
     raises_everywhere(op, swap(10, -1), "step")
+    for step in (2 ** 63 - 2, 2 ** 63 - 1):  # a reservation is -(step + 2): it would overflow int64
+        raises_everywhere(op, swap(10, step), r"step must be an int in \[0, 9223372036854775805\]")
+    ops.mh_memo_lookup_(*swap(10, 2 ** 63 - 3))  # the largest step allowed runs
     values = device == "cpu"  # value checks: the CPU kernel and the Python wrappers (no sync on CUDA)
     raises_everywhere(op, swap(5, torch.tensor([0, 3, 1], device=device)), "act contains 3", raw=values)
     raises_everywhere(op, swap(4, torch.tensor([0, 2, 1], device=device)), "group contains 2", raw=values)
@@ -213,6 +228,7 @@ def test_store_bad_input(device):
     raises_everywhere(op, swap(7, terms[:, :2]), "raw_new")
     raises_everywhere(op, swap(8, terms[:1]), "local_new")
     raises_everywhere(op, swap(9, 3), "num_misses")
+    raises_everywhere(op, swap(10, 2 ** 63 - 2), r"step must be an int in \[0, 9223372036854775805\]")
     raises_everywhere(op, swap(9, -1), "num_misses")
     raises_everywhere(op, swap(10, -1), "step")
     values = device == "cpu"

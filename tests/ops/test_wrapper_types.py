@@ -50,3 +50,39 @@ def test_commit_site_counters_are_not_truncated(counter):
     counters = dict(epoch=1, step=0, stream=2)
     counters[counter] = 1.5
     raises_everywhere("mh_commit_site_", (*args, 1.0, *counters.values()), counter, raw=False)
+
+
+BEYOND_INT64 = [
+    ("counter_uniforms", (KEYS, 2 ** 63, 0, 0, None), "epoch must fit in 64 bits"),
+    ("counter_uniforms", (KEYS, 0, 0, -2 ** 63 - 1, None), "stream must fit in 64 bits"),
+    ("masked_copies", (TOKENS, CURRENT, CURRENT, 2 ** 63), "mask_id must fit in 64 bits"),
+    ("gather_energies", (LOGITS, CURRENT, CURRENT, 2 ** 64), "num_seqs must fit in 64 bits"),
+    ("mh_site_rows", (TOKENS, TOKENS.bool(), U, U, CURRENT, CURRENT, CURRENT, 2 ** 70, 0), "num_rows must fit"),
+]
+
+
+@pytest.mark.parametrize("op, args, message", BEYOND_INT64, ids=[c[2].split()[0] for c in BEYOND_INT64])
+def test_an_int_beyond_int64_is_named(op, args, message):
+    """torch's schema error had said "Expected a value of type 'int' ... but instead found type 'int'" (the
+    wrapper) or "Overflow when unpacking long long" (the reference), naming no argument."""
+    raises_everywhere(op, args, message, raw=False)
+
+
+def test_propose_reports_in_the_kernels_order():
+    """A NaN logit and a uniform of 2 at once: every implementation names the uniforms (the CPU kernel checks them
+    before its pass; Python had named the logits)."""
+    raises_everywhere("propose", (torch.tensor([[float("nan"), 0.0]]), CURRENT, 1.0, 0.9, torch.tensor([2.0])),
+                      "uniforms must lie in")
+
+
+def test_the_wrappers_take_meta_tensors_as_the_raw_ops_do():
+    """Shapes only: the raw op answers with meta outputs; the wrapper had tried to read values (Tensor.item() on
+    a meta tensor, naming nothing)."""
+    import mhfast.ops as ops
+
+    meta = lambda t: t.to("meta")  # noqa: E731
+    got = ops.masked_copies(meta(TOKENS), meta(CURRENT), meta(CURRENT), 0)
+    assert got.is_meta and got.shape == torch.ops.mhfast.masked_copies(meta(TOKENS), meta(CURRENT), meta(CURRENT),
+                                                                       0).shape == (1, 3)
+    proposed, logq_p, logq_c = ops.propose(meta(LOGITS), meta(CURRENT), 1.0, 0.9, meta(U))
+    assert proposed.is_meta and proposed.shape == logq_p.shape == logq_c.shape == (1,)
