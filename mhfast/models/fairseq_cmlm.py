@@ -173,7 +173,11 @@ class FairseqCMLM:
         """
         if isinstance(source, str):
             return self.piece_ids(self.tokenizer(source) if self.tokenizer is not None else source)
-        ids = source if isinstance(source, torch.Tensor) else torch.as_tensor(list(source), dtype=torch.long)
+        if not isinstance(source, torch.Tensor):
+            from ..scoring.text import id_row  # (a float id had been truncated: 5.5 read as 5, True as 1)
+
+            source = id_row(source, "sources: a source", len(self.src_dict), "source token id")
+        ids = source
         if ids.dtype != torch.long or ids.dim() != 1:
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
                              f"got {ids.dtype} of shape {tuple(ids.shape)}")

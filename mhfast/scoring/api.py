@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..models.base import check_model_ids, check_rows_fit, never_proposed
+from ..models.base import check_length, check_model_ids, check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
 from ..sampler.scalars import MAX_SIZE
@@ -147,6 +147,40 @@ def energy_positions(model: Any, tokens: torch.Tensor, where: str = "mhfast.ener
     return ~never_proposed(model, tokens.device)[tokens]  # (mask_id is refused above: the ordinary tokens)
 
 
+def checked_sources(model: Any, source: Sequence[Any], where: str, name: str,
+                    indices: Sequence[int] | None = None) -> list[Any]:
+    """Each source as the conditional model's token ids (``model.source_ids``, framed as it encodes them), checked
+    to fit its source positions; an error names ``where`` and ``name[k]``, ``k`` the caller's index of the
+    source (``indices[j]`` for the j-th; the kept sources of a batch with empty targets). Errors had come from
+    the batch collation, naming the position among the kept sources and no caller ("sources[0] has 1030
+    tokens" for sources[1]), and a tensor source was measured before its EOS was added. A model without
+    ``source_ids`` (a test's tabular one) gets its sources as given.
+
+    Example:
+        >>> class Cmlm:
+        ...     max_source_positions = 3
+        ...     def source_ids(self, s): return torch.tensor(s + [2])
+        >>> checked_sources(Cmlm(), [[5], [5, 6, 7]], "mhfast.energy", "source")
+        Traceback (most recent call last):
+        ...
+        ValueError: mhfast.energy: source[1] has 4 tokens (special tokens included), more than the model's maximum ...
+    """
+    if not callable(getattr(model, "source_ids", None)):
+        return list(source)
+    out = []
+    for j, s in enumerate(source):
+        label = f"{where}: {name}[{indices[j] if indices is not None else j}]"
+        try:
+            ids = model.source_ids(s)
+        except (ValueError, TypeError) as e:
+            msg = str(e)
+            msg = msg[len("sources: "):] if msg.startswith("sources: ") else msg  # the adapter's own prefix
+            raise type(e)(f"{label}: {msg}") from None
+        check_length(model, int(ids.numel()), label, side="source")
+        out.append(ids)
+    return out
+
+
 def _score_mask(free_positions: Any, energy_mask: torch.Tensor) -> torch.Tensor:
     if free_positions is None:
         return energy_mask
@@ -162,7 +196,8 @@ def _context(model: Any, source: Any, B: int, device: torch.device) -> tuple[Any
         raise _err("source", "needs a conditional model (with encode and predict_lengths)")
     if isinstance(source, (str, torch.Tensor)) or not isinstance(source, Sequence) or len(source) != B:
         raise _err("source", f"must be a list of one source per sequence ({B})")
-    return model.encode(list(source)), torch.arange(B, device=device)
+    encoded = model.encode(checked_sources(model, list(source), "mhfast.energy", "source"))
+    return encoded, torch.arange(B, device=device)
 
 
 def _check_energy(energy: Any) -> tuple[str, ...]:

@@ -29,7 +29,8 @@ import torch
 from ..models.base import check_length
 from ..sampler.problem import check_devices
 from ..runtime.runner import sum_terms
-from .api import as_model, check_options, compute_terms, energy_positions, translator_of, translator_sources
+from .api import (as_model, check_options, checked_sources, compute_terms, energy_positions, translator_of,
+                  translator_sources)
 from .text import Encoded, encode
 
 METRICS = ("original", "within_word_l2r")
@@ -137,7 +138,8 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
         raise TypeError("mhfast.score: sequences must be a list of texts or token id sequences")
     check_devices("mhfast.score", sequences=sequences, sources=sources)
     translator = translator_of(model)
-    lm = translator.cmlm if translator is not None else as_model(model, "mhfast.score")
+    # (a Translator's CMLM is checked too: a float64 one failed after a whole forward, in gather_energies)
+    lm = as_model(translator.cmlm if translator is not None else model, "mhfast.score")
     _check_sources(lm, translator, sources, len(sequences))
     encoded = _encode_all(translator or lm, lm, sequences)
     keep = [k for k, e in enumerate(encoded) if e is not None]
@@ -148,14 +150,12 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
     words = torch.full_like(rows, -1)
     for j, k in enumerate(keep):
         n = encoded[k].ids.numel()
-        rows[j, :n], words[j, :n] = encoded[k].ids, encoded[k].word_ids
+        rows[j, :n], words[j, :n] = encoded[k].ids, encoded[k].mask_groups
     mask = energy_positions(lm, rows)
     src = None
     if sources is not None:
-        src = translator_sources(translator, [sources[k] for k in keep])
-        for j, k in enumerate(keep):
-            if isinstance(src[j], torch.Tensor):
-                check_length(lm, int(src[j].numel()), f"mhfast.score: sources[{k}]", side="source")
+        src = checked_sources(lm, translator_sources(translator, [sources[k] for k in keep]), "mhfast.score",
+                              "sources", keep)
     raw, local = compute_terms(lm, rows, mask, source=src, word_ids=words if metric == "within_word_l2r" else None,
                                max_tokens_per_batch=max_tokens_per_batch, backend=backend)
     raw, local, mask = raw.cpu(), local.cpu(), mask.cpu()

@@ -24,12 +24,20 @@ import torch
 
 @dataclass(frozen=True)
 class Encoded:
-    """One sequence: ids Long[T], word_ids Long[T] (-1: no word), one string per position, the words."""
+    """One sequence: ids Long[T], word_ids Long[T] (-1: no word), one string per position, the words;
+    ``groups`` Long[T]: the word of each piece for within_word_l2r's masking, special pieces inside a word
+    included (an ``<unk>`` piece of a SentencePiece word: not scored, yet masked while the word's earlier pieces
+    are, as minicons masks by the tokenizer's word ids); None: ``word_ids``."""
 
     ids: torch.Tensor
     word_ids: torch.Tensor
     pieces: list[str]
     words: list[str]
+    groups: torch.Tensor | None = None
+
+    @property
+    def mask_groups(self) -> torch.Tensor:
+        return self.word_ids if self.groups is None else self.groups
 
     @property
     def num_words(self) -> int:
@@ -110,8 +118,10 @@ def _hf(model: Any, text: str) -> Encoded:
     ids = list(enc["input_ids"])
     pieces = tok.convert_ids_to_tokens(ids)
     special = set(int(i) for i in model.special_ids)
+    groups = None
     if getattr(tok, "is_fast", False):
         wids = [-1 if w is None or ids[k] in special else int(w) for k, w in enumerate(enc.word_ids())]
+        groups = torch.tensor([-1 if w is None else int(w) for w in enc.word_ids()], dtype=torch.long)
         seen = sorted({w for w in wids if w >= 0})
         renum = {w: j for j, w in enumerate(seen)}  # words without a scored token are dropped
         words = []
@@ -125,7 +135,7 @@ def _hf(model: Any, text: str) -> Encoded:
             wids.append(-1 if i in special else len(words))
             if i not in special:
                 words.append(pieces[k])
-    return Encoded(torch.tensor(ids, dtype=torch.long), torch.tensor(wids, dtype=torch.long), pieces, words)
+    return Encoded(torch.tensor(ids, dtype=torch.long), torch.tensor(wids, dtype=torch.long), pieces, words, groups)
 
 
 def encode_target(translator: Any, text: str) -> Encoded:
@@ -162,10 +172,11 @@ def encode(model: Any, item: Any) -> Encoded:
         return _from_ids(model, item)
     if hasattr(model, "id_to_token") and hasattr(model, "vocab"):  # AntiBERTy: residues are words
         return _antiberty(model, item)
+    if callable(getattr(model, "predict_lengths", None)):  # its encode() is the SOURCE encoder (and a CMLM's
+        # tokenizer attribute is a str -> str function, not HuggingFace's: it had failed "string indices ...")
+        raise ValueError("text: give a conditional model as its Translator (mhfast.translation) or token ids")
     if hasattr(model, "tokenizer"):
         return _hf(model, item)
-    if callable(getattr(model, "predict_lengths", None)):  # its encode() is the SOURCE encoder
-        raise ValueError("text: give a conditional model as its Translator (mhfast.translation) or token ids")
     if callable(getattr(model, "encode", None)):
         return _from_ids(model, model.encode(item))
     raise ValueError("text: this model has no tokenizer; give token ids instead")

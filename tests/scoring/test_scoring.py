@@ -405,7 +405,11 @@ def test_the_memory_budget_follows_its_documented_formula(monkeypatch, device, s
 def test_energy_of_a_translator_encodes_raw_sources_as_it_translates(bundled):
     """mhfast.energy takes the Translator as mhfast.score does: a raw source sentence is encoded by its SentencePiece
     model, so the energy is the one given the translator's own source ids, and -e_local is score's PLL. The CMLM
-    alone looks the words up as they are ("Ein Hund läuft." became three <unk>: -E_local -12.95 for -1.99)."""
+    alone, without a tokenizer, looks the words up as they are ("Ein Hund läuft." became three <unk>: -E_local
+    -12.95 for -1.99); the Translator's own CMLM has its tokenizer since 2026-12-02, so raw text given to it is
+    encoded as the Translator encodes it."""
+    import copy
+
     target = "A dog runs."
     first = mhfast.score(bundled, [target], sources=["Ein Hund läuft."])[0]
     ids = bundled.target_ids(target)[None]
@@ -413,9 +417,13 @@ def test_energy_of_a_translator_encodes_raw_sources_as_it_translates(bundled):
     by_ids = mhfast.energy(bundled.cmlm, ids, source=[bundled.source_ids("Ein Hund läuft.")])
     assert torch.equal(by_translator.e_local, by_ids.e_local) and torch.equal(by_translator.e_raw, by_ids.e_raw)
     assert -float(by_translator.e_local[0]) == pytest.approx(first.pll, abs=1e-4)
-    unk = bundled.cmlm.src_dict.unk()
-    assert (bundled.cmlm.source_ids("Ein Hund läuft.") == unk).sum() >= 2  # what the CMLM alone makes of raw text
-    assert -float(mhfast.energy(bundled.cmlm, ids, source=["Ein Hund läuft."]).e_local[0]) < first.pll - 1
+    by_cmlm = mhfast.energy(bundled.cmlm, ids, source=["Ein Hund läuft."])
+    assert torch.equal(by_cmlm.e_local, by_ids.e_local)
+    bare = copy.copy(bundled.cmlm)
+    bare.tokenizer = None
+    unk = bare.src_dict.unk()
+    assert (bare.source_ids("Ein Hund läuft.") == unk).sum() >= 2  # what a CMLM without a tokenizer makes of it
+    assert -float(mhfast.energy(bare, ids, source=["Ein Hund läuft."]).e_local[0]) < first.pll - 1
 
 
 def test_each_target_is_scored_with_its_own_source_around_empty_targets(bundled):
