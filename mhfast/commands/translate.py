@@ -123,8 +123,10 @@ def max_threads() -> int:
 MAX_MASK_PREDICT_ITERATIONS = 10_000
 
 
-def _check(args: argparse.Namespace) -> None:
-    """Every option checked before any work (the sampler's by the option spec); errors name the flag."""
+def _check(args: argparse.Namespace, main: bool = True) -> None:
+    """Every option checked before any work (the sampler's by the option spec); errors name the flag. ``main``:
+    this process reads the input files and writes the output (torchrun: rank 0 only; the other ranks get the
+    lines from it, so a file that only rank 0's machine has is no error on theirs)."""
     for name in ("batch_size", "length_beam", "iterations"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
@@ -144,6 +146,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--model needs --data DICT_DIR (the folder with its dict.<lang>.txt files)")
     if args.limit is not None and args.limit < 0:
         raise ValueError(f"--limit must be >= 0, got {args.limit}")
+    if not main:
+        return
     for option, path in (("--input", args.input), ("--ref", args.ref)):
         if path is not None and path != "bundled":
             check_input(path, option)
@@ -196,10 +200,12 @@ def _records_sha256(records: list[str]) -> str:
     return h.hexdigest()
 
 
-def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None) -> dict:
+def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None,
+                references: list[str] | None = None) -> dict:
     """Everything that decides the output, as the progress record keeps it: the options (by their
     CLI names), the sha256 of every model file (content, not path and size), the input and the
-    references (--format fairseq writes them), the statistics file and the mhfast version."""
+    references (--format fairseq writes them), the statistics file and the mhfast version; ``references``:
+    the --hamming-reference lines read (recorded by them where the option names no regular file)."""
     import mhfast
 
     options: dict[str, Any] = {"--method": args.method, "--format": args.format, "--batch-size": args.batch_size,
@@ -207,7 +213,7 @@ def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | No
                                "--iterations": args.iterations if args.method == "mask-predict" else None}
     if args.method == "mh":
         options.update(("--" + k.replace("_", "-"), v) for k, v in sampler_options(args).items())
-        options.update(_energy_term_spec(args))
+        options.update(_energy_term_spec(args, references))
         options["--diagnostics"] = args.diagnostics  # (--stats-out's records hold its tables or not)
     return {"mhfast": getattr(mhfast, "__version__", None), "options": options, "--tokenizer": args.tokenizer,
             "model": {name: file_sha256(path, MODEL_FILE_OPTIONS.get(name, "--data"))
@@ -217,15 +223,20 @@ def output_spec(args: argparse.Namespace, lines: list[str], refs: list[str] | No
             "--stats-out": None if args.stats_out is None else os.path.abspath(args.stats_out)}
 
 
-def _energy_term_spec(args: argparse.Namespace) -> dict:
+def _energy_term_spec(args: argparse.Namespace, references: list[str] | None = None) -> dict:
     """The energy-term flags (CLI-only entries of the option spec); the values of those that name a file or a
     folder (metavar FILE, DIR) by content alone, as the model's files: the same reference reached by another path
-    resumes, and a label that happens to name a file in the working folder stays a label."""
+    resumes, and a label that happens to name a file in the working folder stays a label. A --hamming-reference
+    that is no regular file (a FIFO, ``<(cmd)``) is recorded by the ``references`` lines read from it: its path
+    alone had let a resume continue under other references."""
     out: dict[str, Any] = {}
     for opt in options.SPEC:
         if opt.cli and not opt.api:
             value = getattr(args, opt.name)
-            if opt.metavar in ("FILE", "DIR") and isinstance(value, str):
+            if opt.flag == "--hamming-reference" and isinstance(value, str) and references is not None \
+                    and not os.path.isfile(value):
+                value = {"lines": len(references), "sha256": _records_sha256(references)}
+            elif opt.metavar in ("FILE", "DIR") and isinstance(value, str):
                 if os.path.isfile(value):
                     value = {"sha256": file_sha256(value, opt.flag)}
                 elif os.path.isdir(value):
@@ -235,9 +246,11 @@ def _energy_term_spec(args: argparse.Namespace) -> dict:
     return out
 
 
-def options_hash(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None) -> str:
+def options_hash(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None,
+                 references: list[str] | None = None) -> str:
     """sha256 of :func:`output_spec` (the statistics file names its run by it)."""
-    return hashlib.sha256(json.dumps(canonical(output_spec(args, lines, refs)), sort_keys=True).encode()).hexdigest()
+    spec = output_spec(args, lines, refs, references)
+    return hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------- files
@@ -427,28 +440,28 @@ def run(args: argparse.Namespace) -> int:
     # agreement of the ranks (distributed.together), so that the job reports it once.
     world = distributed.world(device=args.device)
     with distributed.together(world):  # an error every rank sees alike: rank 0 reports it
-        _check(args)
+        _check(args, world.is_main)
     # rank 0 reads the input files and hands their lines to every rank: stdin or a FIFO gives its lines once (under
     # torchrun each rank had read its own share of them, and the job wrote some lines, or waited for a rank with none)
     _, (lines, refs, references) = distributed.on_main(lambda: _read_texts(args), world, lambda read: read)
     with distributed.together(world):
-        spec = output_spec(args, lines, refs)
+        spec = output_spec(args, lines, refs, references)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
         with distributed.together(world):
             work, stats, hyps = _start(args, world, sink, lines, refs, references, digest)
-        # every rank loaded the model and checked every line (that block's agreement): only now is a fresh
-        # --output emptied (inside it, rank 0 could empty it while another rank's load was failing)
-        with distributed.together(world):
-            if world.is_main:
-                sink.begin()
-                if args.stats_out and not args.resume:
-                    # the fresh run's statistics, none yet, beside its emptied output (a run that failed before
-                    # its first commit had left the previous run's statistics there, with an empty output)
-                    _write_stats(args, stats)
+        # A fresh --output is emptied at its first commit (CommittedOutput.commit begins it), with the statistics of
+        # that chunk beside it: a run that fails before then (a rank's load, a line too long, a --hamming-reference
+        # of another length than its sentence's, found in the first chunk) leaves the previous results and their
+        # statistics as they were (it had emptied the output once the model loaded).
         _translate_chunks(work, sink, stats, hyps, world)
+        with distributed.together(world):
+            if world.is_main and not args.resume and not lines:  # nothing to translate: the empty output now
+                sink.begin()
+                if args.stats_out:
+                    _write_stats(args, stats)
     if refs is not None and lines and world.is_main:
         report_scores(hyps, refs)
     return 0

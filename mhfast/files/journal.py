@@ -10,9 +10,9 @@ Commit protocol (one chunk of translations = one record):
 A kill at any instant leaves the record of the last commit and an output that starts with the bytes
 it names (anything after them is a chunk that was being written: ``--resume`` cuts it off). A fresh
 run writes its empty record BEFORE truncating the output, so an old record never describes a new file, and it
-does both only at :meth:`CommittedOutput.begin` (the commands call it once the model has loaded and every input
-line has been checked; the first commit calls it too): a run that fails before then (a mistyped model path, a
-line too long) leaves the previous results as they were.
+does both only at :meth:`CommittedOutput.begin` (``score`` calls it once the model has loaded and every input
+line has been checked, ``translate`` at its first commit, which calls it): a run that fails before then (a
+mistyped model path, a line too long) leaves the previous results as they were.
 ``--resume`` believes nothing unchecked: the record's checksum and version, the spec (differences are
 named), and the output's committed bytes against the record's size and hash.
 
@@ -228,14 +228,29 @@ class CommittedOutput:
         ``before_record()`` runs between the two (e.g. writing a statistics file)."""
         self.begin()
         with named(self.name, "write"):
-            write_all(self.fd, data)
-            os.fsync(self.fd)
+            try:
+                write_all(self.fd, data)
+                os.fsync(self.fd)
+            except BaseException:
+                self._cut_back()
+                raise
         self.size += len(data)
         self._sha.update(data)
         self.lines_done = lines_done
         if before_record is not None:
             before_record()
         self._write_record()
+
+    def _cut_back(self) -> None:
+        """After a failed append (ENOSPC, EIO: a part of the chunk may be written): the output cut back to its
+        committed bytes, best effort, so that the run's error does not leave a torn line for a reader (a kill still
+        can: ``--resume`` cuts that)."""
+        try:
+            os.ftruncate(self.fd, self.size)
+            os.lseek(self.fd, self.size, os.SEEK_SET)
+            os.fsync(self.fd)
+        except OSError:
+            pass
 
     def close(self) -> None:
         if self.fd >= 0:

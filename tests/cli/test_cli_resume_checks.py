@@ -293,6 +293,9 @@ def test_resume_of_mask_predict_refuses_other_iterations_or_method(setup, capsys
         assert out.read_bytes() == full
 
 
+WORDS = ("big", "small", "two", "big", "small", "big")  # one per input line
+
+
 def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys, monkeypatch):
     """An energy term's file is recorded by content alone: the same --hamming-reference path with one word changed
     is refused (the structural test above only changes the option's value), the same file by another path is
@@ -300,7 +303,8 @@ def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys, mo
     cli, tmp = setup["cli"], setup["tmp"]
     reference = tmp / "hamming.txt"
     # (11 words: the tiny model gives every source 11 target positions, and a Hamming reference has the length)
-    reference.write_text("".join(f"a man {i} is in the water with his dog .\n" for i in range(6)), encoding="utf-8")
+    # (words of the target dictionary: a piece it lacks would be <unk>, the mask, and is refused)
+    reference.write_text("".join(f"a man {w} is in the water with his dog .\n" for w in WORDS), encoding="utf-8")
     out, hamming = tmp / "out.txt", ["--hamming", "0.5", "--hamming-reference", str(reference)]
     code, err = cli(["--output", str(out), *hamming], capsys)
     assert code == 0, err
@@ -309,7 +313,7 @@ def test_resume_refuses_an_energy_term_file_with_other_content(setup, capsys, mo
     monkeypatch.chdir(tmp)
     assert cli(["--output", str(out), "--resume", "--hamming", "0.5", "--hamming-reference", "hamming.txt"],
                capsys)[0] == 0
-    reference.write_text(reference.read_text(encoding="utf-8").replace("man 3", "dog 3"), encoding="utf-8")
+    reference.write_text(reference.read_text(encoding="utf-8").replace("man two", "dog two"), encoding="utf-8")
     refused(cli, ["--output", str(out), "--resume", *hamming], capsys, "--hamming-reference sha256 (content)", out)
 
 
@@ -431,3 +435,74 @@ def test_a_fresh_run_that_fails_before_its_first_line_keeps_the_previous_output(
     assert out.read_bytes() == kept and (setup["tmp"] / "out.txt.progress").read_bytes() == record
     code, err = cli(["--output", str(out), "--resume"], capsys)  # the earlier run's record still stands
     assert code == 0 and out.read_bytes() == kept, err
+
+
+def test_a_fresh_run_whose_hamming_reference_does_not_fit_keeps_the_previous_output(setup, capsys):
+    """A --hamming-reference line of another length than its sentence is found in the first chunk: the fresh run
+    ends before its first commit, and the previous output, record and statistics stand (it had emptied the
+    output once the model loaded: a helper's review, 2026-12-02)."""
+    cli, tmp = setup["cli"], setup["tmp"]
+    out, stats = tmp / "out.txt", tmp / "stats.json"
+    assert cli(["--output", str(out), "--stats-out", str(stats)], capsys)[0] == 0
+    kept = [p.read_bytes() for p in (out, tmp / "out.txt.progress", stats)]
+    short = tmp / "short.txt"
+    short.write_text("a\n" * 6, encoding="utf-8")
+    code, err = cli(["--output", str(out), "--stats-out", str(stats), "--hamming", "1", "--hamming-reference",
+                     str(short)], capsys)
+    assert code == 2 and "the sequence it is compared with" in err, err
+    assert [p.read_bytes() for p in (out, tmp / "out.txt.progress", stats)] == kept
+
+
+def test_a_fresh_run_of_no_lines_empties_the_output(setup, capsys):
+    cli, tmp = setup["cli"], setup["tmp"]
+    out, stats = tmp / "out.txt", tmp / "stats.json"
+    assert cli(["--output", str(out), "--stats-out", str(stats)], capsys)[0] == 0
+    assert out.read_bytes()
+    code, err = cli(["--output", str(out), "--stats-out", str(stats), "--limit", "0"], capsys)
+    assert code == 0, err
+    assert out.read_bytes() == b"" and json.loads(stats.read_text())["batches"] == []
+    assert json.loads((tmp / "out.txt.progress").read_text())["lines_done"] == 0
+
+
+def test_resume_refuses_other_references_through_a_fifo(setup, capsys):
+    """A --hamming-reference that is no regular file (a FIFO, as ``<(cmd)`` gives) is recorded by the lines read
+    from it: the same FIFO path with other lines is refused (its path alone had been recorded, and the resume
+    continued under the other references)."""
+    import threading
+
+    cli, tmp = setup["cli"], setup["tmp"]
+    fifo = tmp / "refs.fifo"
+    os.mkfifo(fifo)
+
+    def feed(text: str) -> threading.Thread:
+        t = threading.Thread(target=lambda: fifo.write_text(text, encoding="utf-8"))
+        t.start()
+        return t
+
+    lines = "".join(f"a man {w} is in the water with his dog .\n" for w in WORDS)
+    out, hamming = tmp / "out.txt", ["--hamming", "0.5", "--hamming-reference", str(fifo)]
+    writer = feed(lines)
+    code, err = cli(["--output", str(out), *hamming], capsys)
+    writer.join()
+    assert code == 0, err
+    record = json.loads((tmp / "out.txt.progress").read_text())
+    assert record["spec"]["options"]["--hamming-reference"]["lines"] == 6
+    writer = feed(lines)
+    assert cli(["--output", str(out), "--resume", *hamming], capsys)[0] == 0  # the same lines: resumes
+    writer.join()
+    writer = feed(lines.replace("man two", "dog two"))
+    refused(cli, ["--output", str(out), "--resume", *hamming], capsys, "--hamming-reference", out)
+    writer.join()
+
+
+def test_only_the_rank_that_reads_the_inputs_checks_them(tmp_path):
+    """Under torchrun rank 0 reads --input and --ref and hands the lines out: the other ranks do not need the files
+    on their machines (every rank had checked them: "--input: no such file" on a node without them)."""
+    from mhfast.cli import build_parser
+    from mhfast.commands.translate import _check
+
+    missing = str(tmp_path / "only_on_rank_0.de")
+    args = build_parser().parse_args(["translate", "--input", missing, "--ref", missing, "--quiet"])
+    _check(args, main=False)
+    with pytest.raises(Exception, match="--input"):
+        _check(args, main=True)

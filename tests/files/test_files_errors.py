@@ -56,3 +56,30 @@ def test_a_full_disk_at_the_first_progress_record_names_it_and_leaves_no_temp_fi
     monkeypatch.undo()
     started.close()
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_a_full_disk_in_the_middle_of_a_commit_leaves_no_torn_line(tmp_path, monkeypatch):
+    """A write that takes part of the chunk and then fails (ENOSPC, EIO): the error names the output, and the file
+    is cut back to its committed bytes (the part written had stayed: b'first line\\nsecon' for a reader)."""
+    out = tmp_path / "out.txt"
+    started = CommittedOutput.start(str(out), {"seed": 1}, 2)
+    started.commit(b"first line\n", 1)
+    real_write = os.write
+    calls = []
+
+    def part_then_full(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", part_then_full)
+    with pytest.raises(FileError, match=r"--output '.*out.txt': cannot write: No space left on device"):
+        started.commit(b"second line\n", 2)
+    monkeypatch.undo()
+    assert out.read_bytes() == b"first line\n" and calls[:1] == [12]
+    started.commit(b"second line\n", 2)  # the output stays usable: the next commit appends where it belongs
+    started.close()
+    again = CommittedOutput.resume(str(out), {"seed": 1}, 2)
+    assert again.committed == b"first line\nsecond line\n"
+    again.close()
