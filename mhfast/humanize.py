@@ -39,6 +39,8 @@ from typing import Any, Sequence
 import torch
 
 from .energy_terms import Hamming
+from .models.base import position_limit
+from .sampler.scalars import as_int, as_real
 
 #: The largest ``max_mutations`` and ``iterations`` taken: an antibody chain has ~130 residues, so a larger cap caps
 #: nothing and more argmax rounds change nothing (a value past int64 overflowed, one past this ran for hours)
@@ -97,14 +99,16 @@ def framework_positions(length: int, cdrs: Sequence[tuple[int, int]]) -> list[in
     >>> framework_positions(10, [(2, 4), (6, 8)])
     [0, 1, 4, 5, 8, 9]
     """
+    if hasattr(cdrs, "tolist") and not isinstance(cdrs, torch.Tensor):  # a numpy array of spans (numbering tools)
+        cdrs = cdrs.tolist()
     if isinstance(cdrs, (str, bytes)) or not isinstance(cdrs, Sequence):
         raise ValueError(f"cdrs: expected a list of (START, END) spans, got {cdrs!r}")
     inside = set()
     for span in cdrs:
-        if (isinstance(span, (str, bytes)) or not isinstance(span, Sequence) or len(span) != 2
-                or any(isinstance(x, bool) or not isinstance(x, int) for x in span)):
+        ends = [as_int(x) for x in span] if isinstance(span, Sequence) and not isinstance(span, (str, bytes)) else []
+        if len(ends) != 2 or None in ends:  # (numpy's ints count: as_int, as the sampler's options take them)
             raise ValueError(f"cdrs: each span must be a pair of ints (START, END), got {span!r}")
-        start, end = span
+        start, end = ends
         if not 0 <= start < end <= length:
             raise ValueError(f"cdrs: span {start}:{end} is not within the {length} residues (0 <= START < END)")
         inside.update(range(start, end))
@@ -123,9 +127,9 @@ class MutationCap:
     name = "mutation_cap"
 
     def __init__(self, reference: torch.Tensor, cap: int, pad_id: int = 0):
-        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_ITERATIONS_OR_CAP:
+        if as_int(cap) is None or not 0 <= as_int(cap) <= MAX_ITERATIONS_OR_CAP:
             raise ValueError(f"max_mutations: expected an int in [0, {MAX_ITERATIONS_OR_CAP}], got {cap!r}")
-        self.distance, self.cap = Hamming(reference, pad_id=pad_id), cap
+        self.distance, self.cap = Hamming(reference, pad_id=pad_id), as_int(cap)
 
     def __call__(self, tokens: torch.Tensor, input_index: torch.Tensor) -> torch.Tensor:
         return CAP_PENALTY * (self.distance(tokens, input_index) - self.cap).clamp(min=0)
@@ -152,6 +156,15 @@ def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -
     residues = ids.shape[1] - 2
     if residues != len(parent):
         raise ValueError(f"parent: expected one token per residue ({len(parent)}), the model made {residues}")
+    limit = position_limit(model)
+    if limit is not None and ids.shape[1] > limit:  # (the sampler named its init, which humanize has not)
+        raise ValueError(f"parent: {len(parent)} residues, more than the model's {limit - 2} (its {limit} positions "
+                         "hold two special tokens)")
+    back = _residues(model, ids[0])
+    if back != parent:  # the variants are read back by decode: a model that does not give one letter per residue
+        raise ValueError(f"model: its decode of the parent's tokens gives {back[:30]!r}..., not the parent: humanize "
+                         "needs a residue-level model whose encode takes one-letter residues and whose decode gives "
+                         "them back (sapiens-h, sapiens-l, antiberty)")
     if bool((ids == model.mask_id).any()):
         raise ValueError("parent: a masked residue ('_', '*' or 'X'); give the whole parent sequence")
     framework = framework_positions(len(parent), cdrs)
@@ -161,6 +174,12 @@ def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -
     free = torch.zeros_like(ids, dtype=torch.bool)
     free[0, [p + 1 for p in framework]] = True
     return ids, free, framework
+
+
+def _residues(model: Any, row: torch.Tensor) -> str:
+    """The one-letter residues of a row by the model's ``decode``, whitespace dropped (a tokenizer that joins its
+    tokens with spaces, as ESM's, had made every variant twice the parent's length, found only after the run)."""
+    return "".join(model.decode(row).split())
 
 
 def _scored(model: Any, parent: str, seqs: list[str], seen: list[int], hamming: float, energy: str
@@ -180,7 +199,7 @@ def _scored(model: Any, parent: str, seqs: list[str], seen: list[int], hamming: 
 def _check_weights(hamming: Any, energy: Any) -> None:
     """``hamming`` a finite number >= 0 (a negative weight rewards mutations, the opposite of humanizing; --hamming
     refuses it too) and ``energy`` "local" or "raw" (anything else was scored as raw), or a ValueError naming it."""
-    if isinstance(hamming, bool) or not isinstance(hamming, (int, float)) or not 0 <= hamming < float("inf"):
+    if as_real(hamming) is None or not 0 <= as_real(hamming) < float("inf"):
         raise ValueError(f"hamming: expected a finite number >= 0, got {hamming!r}")
     if energy not in ("local", "raw"):
         raise ValueError(f"energy: expected 'local' or 'raw', got {energy!r}")
@@ -209,8 +228,9 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
     """
     import mhfast
 
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+    if as_int(top) is None or as_int(top) < 1:
         raise ValueError(f"top: expected an int >= 1, got {top!r}")
+    top = as_int(top)
     _check_weights(hamming, energy)
     parent = _normalized(parent)
     ids, free, framework = _parent_and_free(model, parent, cdrs)
@@ -231,7 +251,7 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
         states = states[cap(states, torch.zeros(states.shape[0], dtype=torch.long)) == 0]
     counts: dict[str, int] = {}
     for row in states:
-        seq = model.decode(row)
+        seq = _residues(model, row)
         counts[seq] = counts.get(seq, 0) + 1
     if not counts:  # a warning, not an error: the run's acceptance and the parent's energies still stand
         # the chains start at the parent (it has no masked residue to fill) unless start="random": then only a
@@ -260,8 +280,9 @@ def sapiens_argmax(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], ite
     Example:
         >>> h = sapiens_argmax(load_sapiens("H"), parent, [(30, 35), (49, 66), (98, 109)])  # doctest: +SKIP
     """
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS_OR_CAP:
+    if as_int(iterations) is None or not 1 <= as_int(iterations) <= MAX_ITERATIONS_OR_CAP:
         raise ValueError(f"iterations: expected an int in [1, {MAX_ITERATIONS_OR_CAP}], got {iterations!r}")
+    iterations = as_int(iterations)
     _check_weights(hamming, energy)
     parent = _normalized(parent)
     if not callable(getattr(model, "position_logits", None)):
@@ -274,7 +295,7 @@ def sapiens_argmax(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], ite
     for _ in range(iterations):
         logits = model.position_logits(x).float().cpu()[0].masked_fill(~ordinary, float("-inf"))
         x = torch.where(free, logits.argmax(-1)[None], ids)  # CDRs (and <s>, </s>) from the parent
-    variant = _scored(model, parent, [model.decode(x[0])], [0], float(hamming), energy)[0]
+    variant = _scored(model, parent, [_residues(model, x[0])], [0], float(hamming), energy)[0]
     p = _scored(model, parent, [parent], [0], 0.0, energy)[0]
     return Humanization(parent, tuple(framework), p.e_local, p.e_raw, (variant,))
 

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--parent", required=True, metavar="SEQ", help="the parent variable region, one-letter residues")
     h.add_argument("--cdr", type=_span, action="append", required=True, metavar="START:END",
                    help="a CDR span to keep (0-based residues, END exclusive; repeatable); the rest is framework")
-    h.add_argument("--chain", default="H", choices=("H", "L"), help="heavy or light chain: the Sapiens model used")
+    h.add_argument("--chain", default=None, choices=("H", "L"),
+                   help="heavy or light chain: the Sapiens model used (default H; not with --model)")
     h.add_argument("--model", default=None, help="another residue-level masked LM instead of Sapiens (e.g. antiberty)")
     h.add_argument("--method", default="mh", choices=("mh", "biophi"), help="mh: MH sampling (mhfast.humanize); "
                    "biophi: the re-implemented BioPhi Sapiens argmax (one variant)")
@@ -51,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> Any:
+    if args.chain is not None and args.model is not None:  # (--model sapiens-h --chain L ran the heavy model)
+        raise ValueError(f"--chain {args.chain} has no effect with --model (it picks the Sapiens model; --model names "
+                         "the model itself)")
     if args.hamming_reference is not None or args.classifier is not None:
         raise ValueError("--hamming-reference/--classifier: humanize's Hamming reference is the parent, and it takes "
                          "no classifier")
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = _check(args)
     t0 = time.perf_counter()
-    lm = load_masked_lm(args.model or f"sapiens-{args.chain.lower()}", **({"device": args.device}
+    lm = load_masked_lm(args.model or f"sapiens-{(args.chain or 'H').lower()}", **({"device": args.device}
                                                                           if args.device else {}))
     parent = "".join(args.parent.split()).upper()
     if args.method == "biophi":
