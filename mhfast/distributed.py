@@ -492,9 +492,19 @@ def record_error(line: str, when: float | None = None) -> None:
         return
     stamp = str(int(time.time() if when is None else when))
     data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": stamp}}}
-    with contextlib.suppress(OSError):
-        with open(path, "w", encoding="utf-8") as f:
+    # Whole or not at all (a temporary file renamed over it): torchrun reads the file of every failed rank, also
+    # of one it stopped while that rank was writing; a file opened in place was empty then, and torchrun's summary
+    # failed with its own traceback, json's "Expecting value" (a fresh clone's test run on an AMD EPYC, 2026-12-02).
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def agree_on(error: BaseException) -> None:

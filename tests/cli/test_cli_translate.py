@@ -167,9 +167,9 @@ def test_translate_fairseq_format_progress_bar_and_stats(tiny, sources, tmp_path
 
 def test_a_fresh_run_that_fails_before_its_first_commit_leaves_no_stale_statistics(tiny, sources, tmp_path,
                                                                                    monkeypatch):
-    """A fresh run empties --output and, with it, --stats-out (its statistics: none yet). Until 2026-12-01 a run
-    that failed before its first commit left the previous run's statistics beside its empty output, and
-    ``mhfast evaluate`` reported that run."""
+    """A fresh run that fails before its first commit leaves the previous output and its statistics as they were
+    (since 2026-12-02 it empties both only at its first commit). Until 2026-12-01 such a run left the previous
+    run's statistics beside its empty output, and ``mhfast evaluate`` reported that run."""
     from mhfast.commands import translate
 
     src = write_input(tmp_path / "src.txt", sources[:2])
@@ -178,6 +178,7 @@ def test_a_fresh_run_that_fails_before_its_first_commit_leaves_no_stale_statisti
             *FAST, "--quiet"]
     code, _, err = run_main(argv)
     assert code == 0 and len(json.loads(stats.read_text())["batches"]) == 1, err
+    kept = out.read_bytes(), stats.read_bytes(), Path(str(out) + ".progress").read_bytes()
 
     def fails(self, first, progress=None):
         raise OSError(5, "Input/output error")
@@ -185,9 +186,7 @@ def test_a_fresh_run_that_fails_before_its_first_commit_leaves_no_stale_statisti
     monkeypatch.setattr(translate.ChunkWork, "translate", fails)
     code, _, err = run_main([*argv, "--seed", "7"])
     assert code != 0 and "Input/output error" in err
-    assert out.read_text() == ""
-    data = json.loads(stats.read_text())
-    assert data["batches"] == [] and data["method"] == "mh", data
+    assert (out.read_bytes(), stats.read_bytes(), Path(str(out) + ".progress").read_bytes()) == kept
 
 
 def test_translate_memo_reports_its_hits(tiny, sources, tmp_path):

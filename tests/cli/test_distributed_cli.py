@@ -282,3 +282,28 @@ def test_an_nccl_job_records_the_device_given_not_rank_0s(tmp_path, monkeypatch,
             ["score", "--model", "bundled", "--input", str(tmp_path / "in.tsv")])
     assert main(argv + ["--device", "cuda", "--output", str(tmp_path / "out"), "-q"]) == 2
     assert seen["spec"]["options"]["--device"] == "cuda" and seen["device"] == "cuda:0", seen["spec"]["options"]
+
+
+def test_a_rank_stopped_while_writing_its_error_file_leaves_none(tmp_path, monkeypatch):
+    """torchrun reads the error file of every failed rank, also of one it stopped while that rank was writing: the
+    file is written whole or not at all (an empty file made torchrun's summary fail with its own traceback,
+    json's "Expecting value", in a fresh clone's test run, 2026-12-02)."""
+    import json
+
+    import mhfast.distributed as dist
+
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    real_dump = json.dump
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # the stop arrives inside the write
+
+    monkeypatch.setattr(json, "dump", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        dist.record_error("error: a failure")
+    assert os.listdir(tmp_path) == []  # neither an empty error file nor a temporary one
+    monkeypatch.setattr(json, "dump", real_dump)
+    dist.record_error("error: a failure", when=12.5)
+    assert json.loads(path.read_text())["message"]["message"] == "error: a failure" and os.listdir(tmp_path) == [
+        "error.json"]

@@ -284,7 +284,10 @@ def test_auto_acts_on_each_input_by_its_own_length_whatever_shares_the_batch(ext
     assert torch.equal(both.tokens[0], long.tokens[0]) and torch.equal(both.tokens[1, :, :5], short.tokens[0])
     assert torch.equal(both.chain_accepted[:, 0], long.chain_accepted[:, 0])  # [epochs, inputs, chains]
     assert torch.equal(both.chain_accepted[:, 1], short.chain_accepted[:, 0])
-    assert torch.equal(both.energy[1], short.energy[0]) and torch.equal(both.energy[0], long.energy[0])
+    # the energies up to float rounding: the short input's rows are padded in the batch, and on an AVX2-only AMD
+    # EPYC a padded block-MH row's attention sums in another order (last bits: 9.5648 either way, 2026-12-02)
+    assert torch.allclose(both.energy[1], short.energy[0], rtol=0, atol=1e-5)
+    assert torch.allclose(both.energy[0], long.energy[0], rtol=0, atol=1e-5)
     if extra.get("sampler", "mh") == "mh" and "tempering" not in extra:
         refused = {**kw, "memo": 8, "extra_energy": [ends_term]}
         mhfast.sample(model, init=init[:1], **refused)  # the long input alone: delayed acceptance acts, memo may too
