@@ -35,6 +35,7 @@ Example (a checkpoint and its ``fairseq-preprocess`` data directory)::
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -174,9 +175,7 @@ class FairseqCMLM:
         if isinstance(source, str):
             return self.piece_ids(self.tokenizer(source) if self.tokenizer is not None else source)
         if not isinstance(source, torch.Tensor):
-            from ..scoring.text import id_row  # (a float id had been truncated: 5.5 read as 5, True as 1)
-
-            source = id_row(source, "sources: a source", len(self.src_dict), "source token id")
+            source = self._id_list(source)
         ids = source
         if ids.dtype != torch.long or ids.dim() != 1:
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
@@ -189,6 +188,23 @@ class FairseqCMLM:
         if ids.numel() == 0 or int(ids[-1]) != self.src_dict.eos():
             ids = torch.cat([ids, ids.new_tensor([self.src_dict.eos()])])
         return ids
+
+    def _id_list(self, source: Any) -> torch.Tensor:
+        """Long[S] of a sequence of int ids, each checked before it becomes a tensor: a float id had been truncated
+        (5.5 read as 5, True as 1), an int beyond int64 was torch's "Overflow when unpacking long long"."""
+        values = []
+        for x in source:
+            try:
+                if isinstance(x, bool):
+                    raise TypeError
+                v = operator.index(x)
+            except TypeError:
+                raise TypeError(f"sources: a source must be a 1-D sequence of int token ids, got {x!r}") from None
+            if not 0 <= v < len(self.src_dict):
+                raise ValueError(f"sources: token ids must lie in [0, {len(self.src_dict)}) (source dictionary), "
+                                 f"got {v}")
+            values.append(v)
+        return torch.tensor(values, dtype=torch.long)
 
     def piece_ids(self, line: str) -> torch.Tensor:
         """``[bos] + ids + [eos]`` of an already tokenized source line (space-separated pieces; unknown ones ->
