@@ -112,7 +112,7 @@ def number(op: str, name: str, x: object) -> None:
     try:
         float(x)
     except OverflowError:
-        raise ValueError(f"mhfast.{op}: {name} must be a finite number, got an int of {len(str(abs(x)))} digits") \
+        raise ValueError(f"mhfast.{op}: {name} must be a finite number, got an int of {x.bit_length()} bits") \
             from None
 
 

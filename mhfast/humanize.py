@@ -160,13 +160,13 @@ def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -
     if limit is not None and ids.shape[1] > limit:  # (the sampler named its init, which humanize has not)
         raise ValueError(f"parent: {len(parent)} residues, more than the model's {limit - 2} (its {limit} positions "
                          "hold two special tokens)")
+    if bool((ids == model.mask_id).any()):  # (before the decode check: a mask comes back as '_', not as 'X')
+        raise ValueError("parent: a masked residue ('_', '*' or 'X'); give the whole parent sequence")
     back = _residues(model, ids[0])
     if back != parent:  # the variants are read back by decode: a model that does not give one letter per residue
         raise ValueError(f"model: its decode of the parent's tokens gives {back[:30]!r}..., not the parent: humanize "
                          "needs a residue-level model whose encode takes one-letter residues and whose decode gives "
                          "them back (sapiens-h, sapiens-l, antiberty)")
-    if bool((ids == model.mask_id).any()):
-        raise ValueError("parent: a masked residue ('_', '*' or 'X'); give the whole parent sequence")
     framework = framework_positions(len(parent), cdrs)
     if not framework:
         raise ValueError(f"cdrs: the spans cover all {len(parent)} residues of the parent: no framework residue to "

@@ -160,8 +160,13 @@ class Translator:
         self.processor = processor
 
     def source_ids(self, text: str) -> torch.Tensor:
-        """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources."""
-        return self.cmlm.piece_ids(self.processor.encode(text))
+        """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources: the processor's pieces,
+        through the CMLM's own tokenizer too when it has another one (a Translator built by hand), but not twice
+        when it is the processor's (:func:`load_translator` gives it that)."""
+        tokenizer = getattr(self.cmlm, "tokenizer", None)
+        if tokenizer is None or tokenizer == self.processor.encode:
+            return self.cmlm.piece_ids(self.processor.encode(text))
+        return self.cmlm.source_ids(self.processor.encode(text))
 
     def target_ids(self, text: str) -> torch.Tensor:
         """``[bos] + ids + [eos]`` of a raw target sentence (a reference for a Hamming term). A piece that is not

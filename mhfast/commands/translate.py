@@ -604,6 +604,12 @@ def _commit_chunk(args: argparse.Namespace, sink: Any, stats: dict, hyps: list[s
     """The commit of one chunk: output bytes durable, then the statistics, then the progress record."""
     hyps += res["hyps"]
     _report_diagnostics(args, res, bar, done)
+    if args.stats_out and not getattr(sink, "begun", True):
+        # a fresh run's first commit: the output emptied and this run's statistics (none yet) beside it before the
+        # chunk is appended, so a failure or a kill from here on never leaves the previous run's statistics beside
+        # this run's output
+        sink.begin()
+        _write_stats(args, stats)
     if args.stats_out:
         stats["batches"].append(res["stats"])
     sink.commit(res["text"].encode("utf-8"), res["end"],

@@ -234,17 +234,21 @@ class CommittedOutput:
             except BaseException:
                 self._cut_back()
                 raise
+        if before_record is not None:
+            try:
+                before_record()
+            except BaseException:  # (the chunk is not committed: no bytes beyond the record's)
+                self._cut_back()
+                raise
         self.size += len(data)
         self._sha.update(data)
         self.lines_done = lines_done
-        if before_record is not None:
-            before_record()
         self._write_record()
 
     def _cut_back(self) -> None:
-        """After a failed append (ENOSPC, EIO: a part of the chunk may be written): the output cut back to its
-        committed bytes, best effort, so that the run's error does not leave a torn line for a reader (a kill still
-        can: ``--resume`` cuts that)."""
+        """After a failed append (ENOSPC, EIO: a part of the chunk may be written) or a failed ``before_record``: the
+        output cut back to its committed bytes, best effort, so that the run's error does not leave a torn line or
+        an unrecorded chunk for a reader (a kill still can: ``--resume`` cuts that)."""
         try:
             os.ftruncate(self.fd, self.size)
             os.lseek(self.fd, self.size, os.SEEK_SET)

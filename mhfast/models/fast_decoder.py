@@ -98,8 +98,9 @@ class FastCMLMDecoder:
         self.output_layer = lm.output_layer
         self.decoder = lm.model.decoder
         self._static = False  # inside static_inputs
-        # (context, per layer (keys, values) [S, H, Ls, hd] of every source): the cache of static_inputs calls
-        self._encoder_kv: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        # (context, per layer (keys, values) [S, H, Ls, hd] of every source, _weights_key()): the cache of
+        # static_inputs calls
+        self._encoder_kv: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]], tuple] | None = None
         self._layer_fn = FastCMLMDecoder._layer  # compiled inside compiled_blocks()
 
     @property
@@ -124,20 +125,16 @@ class FastCMLMDecoder:
     @contextlib.contextmanager
     def static_inputs(self, has_pad: bool) -> Iterator[None]:
         """Inside: the caller's rows, sources and read indices are taken as valid (no bounds checks), and the
-        encoder-attention keys/values come from a per-context cache of every source's (dropped on leaving),
-        projected by the first call (no ``torch.unique`` of each call's sources, whose size depends on data): no host sync, so the
-        sampler's static step can be captured as a CUDA graph. ``has_pad`` changes nothing here (the decoder's
+        encoder-attention keys/values come from a per-context cache of every source's (kept while the context,
+        the projections' weights and the autocast state stay the same), projected by the first call (no
+        ``torch.unique`` of each call's sources, whose size depends on data): no host sync, so the sampler's static
+        step can be captured as a CUDA graph. ``has_pad`` changes nothing here (the decoder's
         padding mask is computed on the device). The protocol's optional hook (mhfast.models.base)."""
         before, self._static = self._static, True
         try:
             yield
         finally:
             self._static = before
-            if not before:
-                # The cache lasts one run: kept, a later run with the same context object reused keys and values
-                # of other weights or another dtype (0.78 off after an in-place weight change; a dtype error
-                # after a run under autocast), and it held their memory.
-                self._encoder_kv = None
 
     # The adapter's own wrappers around masked_features_at / output_layer (they call nothing else of it).
     masked_features = FairseqCMLM.masked_features
@@ -200,9 +197,23 @@ class FastCMLMDecoder:
     def _static_encoder_kv(self, context: Any, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """:meth:`_encoder_kv_of` every source of ``context``, computed by the first call with it and kept while
         calls bring the same context (a sampler run's: the encoder output never changes during the run)."""
-        if self._encoder_kv is None or self._encoder_kv[0] is not context:
-            self._encoder_kv = (context, self._encoder_kv_of(memory.transpose(0, 1)))
+        key = self._weights_key()
+        if self._encoder_kv is None or self._encoder_kv[0] is not context or self._encoder_kv[2] != key:
+            self._encoder_kv = (context, self._encoder_kv_of(memory.transpose(0, 1)), key)
         return self._encoder_kv[1]
+
+    def _weights_key(self) -> tuple:
+        """What the cached keys/values depend on besides the context: each projection tensor's version (in-place
+        changes), storage and dtype, and autocast's state. Keyed on the context alone, a later run with the same
+        context object read keys of the old weights (0.78 off after an in-place change) or of another dtype (an
+        error after a run under autocast). A static step enters and leaves ``static_inputs`` at every step on a
+        CPU, so the cache cannot simply be dropped on leaving."""
+        params = [p for layer in self.decoder.layers for proj in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)
+                  for p in (proj.weight, proj.bias) if p is not None]
+        device = params[0].device.type if params else "cpu"
+        autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) \
+            if device in ("cpu", "cuda") else None
+        return tuple((p._version, p.data_ptr(), p.dtype) for p in params), autocast
 
     @staticmethod
     def _layer(layer: Any, x: torch.Tensor, keep: torch.Tensor, enc_kv: tuple[torch.Tensor, torch.Tensor],

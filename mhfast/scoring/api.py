@@ -247,8 +247,9 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
         free_positions: Bool[B, T]: score only these positions (default: every energy position,
             the energy :func:`mhfast.sample` reports).
         source: conditional models (a CMLM): one source per row (a string or token ids); scores the
-            targets given it. Raw text needs the Translator as ``model``: a CMLM alone looks a string's
-            words up in its dictionary as they are (:func:`translator_sources`).
+            targets given it. Raw text needs the Translator as ``model``, or a CMLM with its tokenizer (a
+            Translator's ``cmlm`` has it): a CMLM without one looks a string's words up in its dictionary as
+            they are (:func:`translator_sources`).
         energy: the energies to return ("raw", "local" or both; both cost the same).
         per_position: also return the per-token terms (``raw_terms``/``local_terms`` f32[B, T]).
         max_tokens_per_batch: tokens of masked copies at once (and per forward), but at least one

@@ -475,24 +475,30 @@ def test_resume_refuses_other_references_through_a_fifo(setup, capsys):
     os.mkfifo(fifo)
 
     def feed(text: str) -> threading.Thread:
-        t = threading.Thread(target=lambda: fifo.write_text(text, encoding="utf-8"))
+        t = threading.Thread(target=lambda: fifo.write_text(text, encoding="utf-8"), daemon=True)
         t.start()
         return t
+
+    def done(t: threading.Thread) -> None:  # a run that never opened the FIFO: the writer is let go, and the test fails
+        t.join(timeout=30)
+        if t.is_alive():
+            fifo.read_bytes()
+            pytest.fail("the run did not read the FIFO --hamming-reference")
 
     lines = "".join(f"a man {w} is in the water with his dog .\n" for w in WORDS)
     out, hamming = tmp / "out.txt", ["--hamming", "0.5", "--hamming-reference", str(fifo)]
     writer = feed(lines)
     code, err = cli(["--output", str(out), *hamming], capsys)
-    writer.join()
+    done(writer)
     assert code == 0, err
     record = json.loads((tmp / "out.txt.progress").read_text())
     assert record["spec"]["options"]["--hamming-reference"]["lines"] == 6
     writer = feed(lines)
     assert cli(["--output", str(out), "--resume", *hamming], capsys)[0] == 0  # the same lines: resumes
-    writer.join()
+    done(writer)
     writer = feed(lines.replace("man two", "dog two"))
     refused(cli, ["--output", str(out), "--resume", *hamming], capsys, "--hamming-reference", out)
-    writer.join()
+    done(writer)
 
 
 def test_only_the_rank_that_reads_the_inputs_checks_them(tmp_path):
@@ -506,3 +512,31 @@ def test_only_the_rank_that_reads_the_inputs_checks_them(tmp_path):
     _check(args, main=False)
     with pytest.raises(Exception, match="--input"):
         _check(args, main=True)
+
+
+def test_a_fresh_run_whose_first_append_fails_leaves_its_own_statistics(setup, capsys, monkeypatch):
+    """The first commit of a fresh run empties the output and writes this run's statistics (none yet) before the
+    chunk is appended: a full disk there leaves an empty output with this run's statistics, never the previous
+    run's beside it (a helper's review of the lazy begin, 2026-12-02)."""
+    import errno
+
+    import mhfast.files.journal as journal
+
+    cli, tmp = setup["cli"], setup["tmp"]
+    out, stats = tmp / "out.txt", tmp / "stats.json"
+    assert cli(["--output", str(out), "--stats-out", str(stats)], capsys)[0] == 0
+    first_hash = json.loads(stats.read_text())["options_hash"]
+
+    real = journal.write_all
+
+    def full(fd, data):  # the output's appends fail; the progress record's writes do not
+        if os.readlink(f"/proc/self/fd/{fd}") == str(out):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(journal, "write_all", full)
+    code, err = cli(["--output", str(out), "--stats-out", str(stats), "--seed", "9"], capsys)
+    monkeypatch.undo()
+    assert code == 2 and "No space left on device" in err, err
+    data = json.loads(stats.read_text())
+    assert out.read_bytes() == b"" and data["batches"] == [] and data["options_hash"] != first_hash

@@ -262,3 +262,11 @@ def test_chain_with_model_is_an_error(capsys):
     code, out, err = run_main(["humanize", "--model", "sapiens-h", "--chain", "L", "--parent", SHORT, "--cdr",
                                "23:34", "-q"])
     assert code == 2 and out == "" and "--chain L has no effect with --model" in err and err.count("\n") == 1, err
+
+
+def test_a_masked_parent_residue_names_the_parent(lm):
+    """An 'X' or '*' is the model's mask: the parent is named, not the model (the decode check, which reads the
+    mask back as '_', had come first and blamed the model)."""
+    for bad in ("X", "*"):
+        with pytest.raises(ValueError, match=r"^parent: a masked residue"):
+            humanize(lm, SHORT[:5] + bad + SHORT[6:], SHORT_CDRS, chains=2, epochs=1, burn_in=0)

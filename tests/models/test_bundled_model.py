@@ -147,3 +147,17 @@ def test_the_translators_cmlm_tokenizes_string_sources(translator):
     by_ids = mask_predict(translator.cmlm, [ids], iterations=2, length_beam=1)
     assert torch.equal(by_string.tokens[0], by_ids.tokens[0])
     assert translator.detokenize(by_string.tokens[0]).startswith("A dog")
+
+
+def test_a_translator_built_by_hand_keeps_its_cmlms_tokenizer(translator):
+    """Translator(cmlm with a tokenizer of its own, another processor): source_ids goes through both, as it did
+    before the CMLM of load_translator got the processor's tokenizer (then it is applied once, not twice)."""
+    import copy
+
+    from mhfast.translation import TextProcessor, Translator
+
+    cmlm = copy.copy(translator.cmlm)
+    cmlm.tokenizer = translator.processor.encode  # its own SentencePiece, under a processor that splits on spaces
+    by_hand = Translator(cmlm, TextProcessor.none())
+    text = "Ein Hund läuft über die Wiese."
+    assert torch.equal(by_hand.source_ids(text), translator.source_ids(text))

@@ -3,8 +3,9 @@
 * the pre-hook that stops the body before its last layer acts only in the thread that registered it: another
   thread's forward through the same model had run into it (its hidden states captured by the first caller, its
   own forward stopped with ``_Stop``);
-* the fast CMLM decoder's encoder keys/values of ``static_inputs`` last one run: kept, a later run with the same
-  context object read keys of the old weights (0.78 off after an in-place weight change);
+* the fast CMLM decoder's encoder keys/values of ``static_inputs`` follow the projections' weights: keyed on the
+  context alone, a later run with the same context object read keys of the old weights (0.78 off after an
+  in-place weight change);
 * a second ``compiled_blocks`` while one is inside is a ValueError naming it (it was a bare TypeError);
 * a wrapper's ``device`` is its adapter's at each call (a copy went stale after ``lm.model.to(...)``);
 * an unconditional adapter's error names ``context_index`` when that is what was passed.
@@ -103,24 +104,33 @@ def _reads(cmlm, sources):
     return ctx, rows, torch.arange(6), positions, torch.tensor([0, 1, 2, 0, 1, 2])
 
 
-def test_the_decoders_static_cache_lasts_one_run(cmlm, sources):
-    """A run (``static_inputs``), the weights changed in place, a second run with the same context object: the
-    second reads the new weights, as the adapter does."""
+def test_the_decoders_static_cache_follows_the_weights(cmlm, sources):
+    """The encoder keys/values of ``static_inputs`` are kept while the context and the projections stay the same
+    (a CPU static step enters and leaves static_inputs at every step: no new projection there), and projected again
+    after the weights change in place (keyed on the context alone, a run with the same context object read the
+    old weights' keys: 0.78 off)."""
     lm = copy.deepcopy(cmlm)  # its weights change below
     fast = fast_decoder_model(lm)
     ctx, rows, row_index, positions, src = _reads(lm, sources)
     with fast.static_inputs(False):
         first = fast.masked_features_at(rows, row_index, positions, ctx, src)
-        with fast.static_inputs(False):  # nested: the outer run's cache stays
+    calls = []
+    handle = lm.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(
+        lambda _m, args, _out: calls.append(args[0].shape[0]))
+    try:
+        with fast.static_inputs(False):  # another entry, nothing changed: the cache serves
             assert torch.equal(fast.masked_features_at(rows, row_index, positions, ctx, src), first)
-        assert fast._encoder_kv is not None
-    assert fast._encoder_kv is None  # the memory of every source's keys and values is released
-    with torch.no_grad():
-        lm.model.decoder.layers[0].encoder_attn.v_proj.weight.mul_(0.5)
-    want = lm.masked_features_at(rows, row_index, positions, ctx, src)
-    assert not torch.allclose(want, first, atol=1e-3)  # the change matters
-    with fast.static_inputs(False):
-        got = fast.masked_features_at(rows, row_index, positions, ctx, src)
+        assert calls == []
+        with torch.no_grad():
+            lm.model.decoder.layers[0].encoder_attn.v_proj.weight.mul_(0.5)
+        want = lm.masked_features_at(rows, row_index, positions, ctx, src)
+        assert not torch.allclose(want, first, atol=1e-3)  # the change matters
+        calls.clear()
+        with fast.static_inputs(False):
+            got = fast.masked_features_at(rows, row_index, positions, ctx, src)
+        assert calls == [3]  # the 3 sources projected again
+    finally:
+        handle.remove()
     assert torch.allclose(got, want, atol=2e-5, rtol=1e-5), (got - want).abs().max()
 
 
