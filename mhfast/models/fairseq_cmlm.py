@@ -35,13 +35,13 @@ Example (a checkpoint and its ``fairseq-preprocess`` data directory)::
 from __future__ import annotations
 
 import contextlib
-import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ..ids import id_row
 from .base import check_length, check_positions, check_reads, decode_ids
 
 INSTALL_COMMAND = ("pip install cython && env -u CUDA_HOME pip install --no-build-isolation "
@@ -175,7 +175,9 @@ class FairseqCMLM:
         if isinstance(source, str):
             return self.piece_ids(self.tokenizer(source) if self.tokenizer is not None else source)
         if not isinstance(source, torch.Tensor):
-            source = self._id_list(source)
+            # each id checked before it becomes a tensor: a float id had been truncated (5.5 read as 5, True as 1)
+            source = id_row(source, "sources: a source", len(self.src_dict), "sources: token id",
+                            "the source dictionary ")
         ids = source
         if ids.dtype != torch.long or ids.dim() != 1:
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
@@ -188,23 +190,6 @@ class FairseqCMLM:
         if ids.numel() == 0 or int(ids[-1]) != self.src_dict.eos():
             ids = torch.cat([ids, ids.new_tensor([self.src_dict.eos()])])
         return ids
-
-    def _id_list(self, source: Any) -> torch.Tensor:
-        """Long[S] of a sequence of int ids, each checked before it becomes a tensor: a float id had been truncated
-        (5.5 read as 5, True as 1), an int beyond int64 was torch's "Overflow when unpacking long long"."""
-        values = []
-        for x in source:
-            try:
-                if isinstance(x, bool):
-                    raise TypeError
-                v = operator.index(x)
-            except TypeError:
-                raise TypeError(f"sources: a source must be a 1-D sequence of int token ids, got {x!r}") from None
-            if not 0 <= v < len(self.src_dict):
-                raise ValueError(f"sources: token ids must lie in [0, {len(self.src_dict)}) (source dictionary), "
-                                 f"got {v}")
-            values.append(v)
-        return torch.tensor(values, dtype=torch.long)
 
     def piece_ids(self, line: str) -> torch.Tensor:
         """``[bos] + ids + [eos]`` of an already tokenized source line (space-separated pieces; unknown ones ->

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..ids import INT64_MAX, long_tensor
 from ..energy_terms import normalize as normalize_terms
 from ..models.base import check_model_ids, check_rows_fit, has_features, model_width, never_proposed
 from ..runtime.attention import without_cudnn_attention
@@ -180,26 +181,6 @@ def _pad_rows(rows: list[torch.Tensor], pad_id: int) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, :r.shape[0]] = r
     return out
-
-
-INT64_MAX = 2 ** 63 - 1
-
-
-def long_tensor(values: Sequence[Any], what: str, low: int = 0, high: int = INT64_MAX, space: str = "") -> torch.Tensor:
-    """Long[N] of Python ints, each checked to lie in [``low``, ``high``) first: an int beyond 64 bits would be
-    torch's "Overflow when unpacking long long", which names nothing. The ValueError reads ``"<what> <v> is
-    outside <space>[low, high)"`` (``space``: e.g. ``"the vocabulary "``).
-
-    Example:
-        >>> long_tensor([3, 2 ** 70], "token id", 0, 12, "the vocabulary ")
-        Traceback (most recent call last):
-        ...
-        ValueError: token id 1180591620717411303424 is outside the vocabulary [0, 12)
-    """
-    bad = next((v for v in values if not low <= v < high), None)
-    if bad is not None:
-        raise ValueError(f"{what} {bad} is outside {space}[{low}, {high})")
-    return torch.tensor(list(values), dtype=torch.long)
 
 
 def _input_index(input_ids: Any, num_ids: int, per_id: int, device: torch.device) -> torch.Tensor:

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..ids import id_row
 from ..models.base import check_length, check_model_ids, check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
@@ -30,7 +31,6 @@ from ..runtime.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
 from .terms import masked_terms
-from .text import id_row
 
 ENERGIES = ("raw", "local")
 

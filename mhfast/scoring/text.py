@@ -15,11 +15,12 @@ Example:
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from ..ids import id_row
 
 
 @dataclass(frozen=True)
@@ -42,47 +43,6 @@ class Encoded:
     @property
     def num_words(self) -> int:
         return len(self.words)
-
-
-def id_row(ids: Any, name: str = "ids", vocab_size: int | None = None, what: str = "token id") -> torch.Tensor:
-    """Long[T] of a 1-D sequence of int token ids (a list, numpy's ints included, or an integer tensor); anything
-    else is a TypeError naming ``name``, never a silent conversion (a float id would be truncated, True would be
-    1). Each id is checked to lie in [0, ``vocab_size``) (or in int64's range) before it becomes a tensor: an int
-    beyond 64 bits would otherwise be torch's "Overflow when unpacking long long", which names nothing; that
-    ValueError reads ``"<what> <v> is outside the vocabulary [0, V)"``.
-
-    Example:
-        >>> id_row([2, 5, 3]).tolist()
-        [2, 5, 3]
-        >>> id_row([2, 0.5])
-        Traceback (most recent call last):
-        ...
-        TypeError: ids must be a 1-D sequence of int token ids, got 0.5
-        >>> id_row([2, 12], vocab_size=12)
-        Traceback (most recent call last):
-        ...
-        ValueError: token id 12 is outside the vocabulary [0, 12)
-    """
-    from ..sampler.problem import INT64_MAX, long_tensor
-
-    if isinstance(ids, torch.Tensor):
-        if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
-            raise TypeError(f"{name} must be a 1-D integer tensor of token ids, got {ids.dtype} of shape "
-                            f"{tuple(ids.shape)}")
-        values = ids.tolist()
-    else:
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            raise TypeError(f"{name} must be a 1-D sequence of int token ids, got {type(ids).__name__}")
-        values = []
-        for v in ids:
-            try:
-                if isinstance(v, bool):
-                    raise TypeError
-                values.append(operator.index(v))  # an int, or numpy's; never a float
-            except TypeError:
-                raise TypeError(f"{name} must be a 1-D sequence of int token ids, got {v!r}") from None
-    high, space = (INT64_MAX, "") if vocab_size is None else (int(vocab_size), "the vocabulary ")
-    return long_tensor(values, what, 0, high, space)
 
 
 def _from_ids(model: Any, ids: Any) -> Encoded:
