@@ -80,18 +80,24 @@ def _status(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def wait_child(pid: int, kill_after: float | None, hung_after: float = CHILD_DEADLINE_S + 5.0) -> int:
+def wait_child(pid: int, kill_after: float | None, hung_after: float = CHILD_DEADLINE_S + 5.0,
+               after_path: str | None = None) -> int:
     """Wait for child ``pid``; SIGKILL it after ``kill_after`` seconds (None: never, it is a kill
-    point) and return its status. Past ``hung_after`` seconds (by default just after the child's own
-    watchdog has printed its stacks) it is killed and AssertionError raised: it hung."""
+    point), counted from when ``after_path`` exists if given (a loaded machine can take longer than any
+    fixed delay to reach a point), and return its status. Past ``hung_after`` seconds (by default just
+    after the child's own watchdog has printed its stacks) it is killed and AssertionError raised: it hung."""
     start = time.monotonic()
+    armed = start if after_path is None else None
     try:
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return _status(status)
-            waited = time.monotonic() - start
-            if kill_after is not None and waited >= kill_after:
+            now = time.monotonic()
+            waited = now - start
+            if armed is None and os.path.exists(after_path):
+                armed = now
+            if kill_after is not None and armed is not None and now - armed >= kill_after:
                 os.kill(pid, signal.SIGKILL)
                 return _status(os.waitpid(pid, 0)[1])
             if waited >= hung_after:
@@ -125,10 +131,10 @@ def fork_single_threaded() -> int:
 
 
 def forked_translate(argv: list[str], translator: Any, event: int | None = None, delay: float | None = None,
-                     seed: int = 0, count_file: str | None = None) -> int:
+                     seed: int = 0, count_file: str | None = None, after_path: str | None = None) -> int:
     """Run ``mhfast <argv>`` in a forked child, killed at file operation ``event`` or after ``delay``
-    seconds; returns its exit status, or KILLED. ``count_file`` receives the number of file
-    operations of a run that ends."""
+    seconds (from when ``after_path`` exists, if given); returns its exit status, or KILLED.
+    ``count_file`` receives the number of file operations of a run that ends."""
     pid = fork_single_threaded()
     if pid == 0:  # the child: never returns into the caller's (pytest's) code
         code = 98
@@ -154,4 +160,4 @@ def forked_translate(argv: list[str], translator: Any, event: int | None = None,
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    return wait_child(pid, delay)
+    return wait_child(pid, delay, after_path=after_path)

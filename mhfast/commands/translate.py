@@ -246,10 +246,8 @@ def _energy_term_spec(args: argparse.Namespace, references: list[str] | None = N
     return out
 
 
-def options_hash(args: argparse.Namespace, lines: list[str], refs: list[str] | None = None,
-                 references: list[str] | None = None) -> str:
-    """sha256 of :func:`output_spec` (the statistics file names its run by it)."""
-    spec = output_spec(args, lines, refs, references)
+def spec_digest(spec: dict) -> str:
+    """sha256 of an :func:`output_spec` (the statistics file names its run by it: ``options_hash``)."""
     return hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
 
 
@@ -447,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
     with distributed.together(world):
         spec = output_spec(args, lines, refs, references)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
-    digest = hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
+    digest = spec_digest(spec)
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
         with distributed.together(world):

@@ -227,19 +227,15 @@ class CommittedOutput:
         """Append ``data`` (whole records), make it durable, then record ``lines_done`` as done.
         ``before_record()`` runs between the two (e.g. writing a statistics file)."""
         self.begin()
-        with named(self.name, "write"):
-            try:
+        try:
+            with named(self.name, "write"):
                 write_all(self.fd, data)
                 os.fsync(self.fd)
-            except BaseException:
-                self._cut_back()
-                raise
-        if before_record is not None:
-            try:
+            if before_record is not None:
                 before_record()
-            except BaseException:  # (the chunk is not committed: no bytes beyond the record's)
-                self._cut_back()
-                raise
+        except BaseException:  # (the chunk is not committed: no bytes beyond the record's)
+            self._cut_back()
+            raise
         self.size += len(data)
         self._sha.update(data)
         self.lines_done = lines_done

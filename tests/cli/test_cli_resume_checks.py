@@ -370,11 +370,14 @@ def forked_exit(argv: list[str]) -> int:
 
 
 def test_a_killed_writer_leaves_no_lock(setup, translator, capsys):
-    """SIGKILL closes the writer's descriptors: its lock is gone and --resume goes on at once."""
+    """SIGKILL closes the writer's descriptors: its lock is gone and --resume goes on at once. (Killed 0.2 s after
+    the first commit's record: a fixed 0.5 s from the start came before it on a loaded machine, and --resume
+    rightly found nothing to resume.)"""
     cli, tmp = setup["cli"], setup["tmp"]
     ref, out = tmp / "ref_run.txt", tmp / "out.txt"
     assert cli(["--output", str(ref)], capsys)[0] == 0
-    status = forked_translate(setup["argv"] + ["--output", str(out)], Slow(translator, seconds=0.3), delay=0.5)
+    status = forked_translate(setup["argv"] + ["--output", str(out)], Slow(translator, seconds=0.3), delay=0.2,
+                              after_path=f"{out}.progress")
     assert status == KILLED
     code, err = cli(["--output", str(out), "--resume"], capsys)
     assert code == 0, err

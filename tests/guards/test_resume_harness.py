@@ -52,3 +52,18 @@ def test_a_child_killed_at_its_delay_reports_sigkill():
         time.sleep(60)
         os._exit(0)
     assert wait_child(pid, kill_after=0.1) == -9
+
+
+def test_a_delay_after_a_path_counts_from_when_the_path_exists(tmp_path):
+    """The kill waits for the child to reach a point (its file), then the delay: a fixed delay from the start had
+    come before the first commit on a loaded machine."""
+    mark = tmp_path / "reached"
+    pid = fork_single_threaded()
+    if pid == 0:
+        time.sleep(0.4)
+        mark.write_text("x")
+        time.sleep(60)
+        os._exit(0)
+    start = time.monotonic()
+    assert wait_child(pid, kill_after=0.05, after_path=str(mark)) == -9
+    assert time.monotonic() - start >= 0.4 and mark.exists()
