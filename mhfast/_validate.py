@@ -67,7 +67,7 @@ def distinct(op: str, name: str, t: torch.Tensor) -> None:
         Traceback (most recent call last):
         ValueError: mhfast.op: ch contains 3 twice (chains must be distinct)
     """
-    uniq, counts = t.unique(return_counts=True)
+    counts = t.unique(return_counts=True)[1]  # on t's device: the host walk below runs only when one repeats
     if bool((counts > 1).any()):
         seen: set[int] = set()
         for v in t.tolist():
