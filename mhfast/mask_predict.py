@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .models.base import check_length
 from .runtime.attention import without_cudnn_attention
 
 
@@ -143,6 +144,9 @@ def _decode(model: Any, sources: Sequence[Any], iterations: int, k: int, length_
     content = model.predict_lengths(context, k, strategy=length_strategy)      # Long[S, k]
     S = content.shape[0]
     total = (content + 2).reshape(-1)                                         # source-major rows
+    if total.numel():  # fairseq's beam reaches k // 2 beyond the predicted length: past the table, name length_beam
+        longest = int(total.argmax())
+        check_length(model, int(total[longest]), f"length_beam={k}: source {longest // k}'s longest candidate")
     context_index = torch.arange(S, device=total.device).repeat_interleave(k)
     bos, eos, unk, pad = model.bos_id, model.eos_id, model.mask_id, model.pad_id
 

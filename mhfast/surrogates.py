@@ -47,7 +47,7 @@ class ModelEnergy:
         where = "mhfast.surrogates.model_energy"
         if energy not in ENERGIES:
             raise ValueError(f"{where}: energy must be 'raw' or 'local', got {energy!r}")
-        check_options(where, max_tokens_per_batch, backend)
+        max_tokens_per_batch = check_options(where, max_tokens_per_batch, backend)
         # Loaded (a name, a directory, a transformers object) once here, not at every call: mhfast.energy would
         # resolve it again at each MH step.
         model = as_model(model, where)

@@ -26,7 +26,7 @@ from ..ids import id_row
 from ..models.base import check_length, check_model_ids, check_rows_fit, never_proposed
 from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
-from ..sampler.scalars import MAX_SIZE
+from ..sampler.scalars import MAX_SIZE, as_int
 from ..runtime.runner import ModelRunner, sum_terms
 from .budget import auto_max_tokens
 from ..models.fast_forward import fast_forward_model
@@ -95,18 +95,21 @@ def as_model(model: Any, where: str = "mhfast.energy") -> Any:
     return lm
 
 
-def check_options(where: str, max_tokens_per_batch: Any, backend: Any, **flags: Any) -> None:
+def check_options(where: str, max_tokens_per_batch: Any, backend: Any, **flags: Any) -> int | None:
     """The plain options of :func:`energy` and :func:`mhfast.score`, before any work; errors name ``where`` and
-    the option (``flags``: options that must be True or False, e.g. ``per_position``)."""
-    if max_tokens_per_batch is not None and (isinstance(max_tokens_per_batch, bool)
-                                             or not isinstance(max_tokens_per_batch, int)
-                                             or not 1 <= max_tokens_per_batch <= MAX_SIZE):
-        raise _err("max_tokens_per_batch", f"must be an int in [1, {MAX_SIZE}] or None (from free memory), got "
-                   f"{max_tokens_per_batch!r}", where)
+    the option (``flags``: options that must be True or False, e.g. ``per_position``). Returns
+    ``max_tokens_per_batch`` as a Python int (numpy's ints taken, as :func:`mhfast.sample` takes them) or None."""
+    if max_tokens_per_batch is not None:
+        budget = as_int(max_tokens_per_batch)
+        if budget is None or not 1 <= budget <= MAX_SIZE:
+            raise _err("max_tokens_per_batch", f"must be an int in [1, {MAX_SIZE}] or None (from free memory), got "
+                       f"{max_tokens_per_batch!r}", where)
+        max_tokens_per_batch = budget
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise TypeError(f"{where}: {name} must be True or False, got {value!r}")
     get_backend(backend, where)
+    return max_tokens_per_batch
 
 
 def pad_sequences(tokens: Any, pad_id: int, vocab_size: int | None = None) -> torch.Tensor:
@@ -218,7 +221,10 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     lengths = (tokens != int(model.pad_id)).sum(dim=1)
     order = torch.argsort(lengths, descending=True, stable=True)
     T = int(lengths.max())
-    budget = max_tokens_per_batch if max_tokens_per_batch is not None else auto_max_tokens(model, device, T)
+    budget = max_tokens_per_batch
+    if budget is None:  # the logits' share sized for the narrowest scored row (auto_max_tokens says why)
+        scored = lengths[score_mask.any(dim=1)]
+        budget = auto_max_tokens(model, device, T, shortest=int(scored.min()) if scored.numel() else T)
     runner = ModelRunner(fast_forward_model(model), context, budget, device)  # same terms, less work
     raw, local = masked_terms(runner, get_backend(backend), tokens.index_select(0, order)[:, :T],
                               score_mask.index_select(0, order)[:, :T], max_tokens=budget,
@@ -265,7 +271,7 @@ def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = Non
         :class:`Energies` ``(e_raw, e_local)``: f32[B] each, summed in float64 like the sampler.
     """
     names = _check_energy(energy)
-    check_options("mhfast.energy", max_tokens_per_batch, backend, per_position=per_position)
+    max_tokens_per_batch = check_options("mhfast.energy", max_tokens_per_batch, backend, per_position=per_position)
     check_devices("mhfast.energy", tokens=tokens, free_positions=free_positions, source=source)
     translator = translator_of(model)
     lm = as_model(translator.cmlm if translator is not None else model)

@@ -133,7 +133,7 @@ def score(model: Any, sequences: Sequence[Any], *, sources: Sequence[Any] | None
     """
     if metric not in METRICS:
         raise ValueError(f"mhfast.score: metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    check_options("mhfast.score", max_tokens_per_batch, backend)
+    max_tokens_per_batch = check_options("mhfast.score", max_tokens_per_batch, backend)
     if isinstance(sequences, (str, torch.Tensor)) or not isinstance(sequences, Sequence):
         raise TypeError("mhfast.score: sequences must be a list of texts or token id sequences")
     check_devices("mhfast.score", sequences=sequences, sources=sources)

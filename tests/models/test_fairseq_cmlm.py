@@ -181,6 +181,9 @@ def test_mask_predict_bad_arguments(cmlm, sources):
         mhfast.mask_predict(cmlm, sources[:1], iterations=-1)
     with pytest.raises(ValueError, match="length_beam"):
         mhfast.mask_predict(cmlm, sources[:1], length_beam=0)
+    beam = 2 * cmlm.max_target_positions  # fairseq's beam reaches beam // 2 past the predicted length
+    with pytest.raises(ValueError, match=rf"^length_beam={beam}: source 0's longest candidate has \d+ tokens"):
+        mhfast.mask_predict(cmlm, sources[:1], length_beam=beam)
     with pytest.raises(ValueError, match="length_strategy"):
         mhfast.mask_predict(cmlm, sources[:1], length_strategy="best")
     with pytest.raises(ValueError, match="sources"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,6 +119,10 @@ def test_masked_copies_are_chunked_to_the_token_budget(bert):
     assert max(w for _, w in counting.shapes) == 32 and min(w for _, w in counting.shapes) == 4  # cut per chunk
     assert torch.allclose(small.e_local, full.e_local, atol=1e-4)
     assert torch.allclose(small.e_raw, full.e_raw, atol=1e-4)
+    # numpy's int is taken as mhfast.sample takes it (energy had refused it: "must be an int ..., got np.int64(64)")
+    shapes = list(counting.shapes)
+    same = mhfast.energy(counting, long_seq, max_tokens_per_batch=np.int64(64))
+    assert counting.shapes[len(shapes):] == shapes and torch.equal(same.e_local, small.e_local)
 
 
 def test_auto_budget_is_at_least_one_row():
@@ -400,6 +405,33 @@ def test_the_memory_budget_follows_its_documented_formula(monkeypatch, device, s
     assert auto_max_tokens(Model(), device, 300) == 300  # at least one row
     monkeypatch.setattr(problem, "available_memory", lambda dev: 1 << 50)
     assert auto_max_tokens(Model(), device, 300) == 65536
+
+
+def test_a_chunk_of_short_rows_keeps_its_logits_within_the_memory_budget():
+    """Every masked copy has its own V-wide logits, and a chunk of narrow rows holds many of them: the budget had
+    sized the logits' share for the longest row, and one 128-token row beside 400 of width 3 put 291 rows of
+    250,002 logits (278 MiB) in one forward of a 64 MiB budget. Now the rows of one forward fit, and the energies
+    are those of each row scored alone."""
+    from mhfast.scoring.budget import fixed_memory
+
+    class BigVocab:  # a masked_logits adapter of XLM-R's vocabulary and width
+        vocab_size, mask_id, pad_id, special_ids, width = 250002, 3, 1, (0, 1, 2, 3), 768
+
+        def __init__(self):
+            self.peak_rows = 0
+
+        def masked_logits(self, tokens, positions):
+            self.peak_rows = max(self.peak_rows, tokens.shape[0])
+            return torch.zeros(tokens.shape[0], self.vocab_size).index_fill_(1, torch.tensor([5, 7]), 1.0)
+
+    memory = 64 << 20
+    model = BigVocab()
+    long_row, short = [0] + [5] * 126 + [2], [[0, 7, 2]] * 400
+    with fixed_memory(memory):
+        e = mhfast.energy(model, [long_row] + short, backend="reference")
+    assert model.peak_rows * model.vocab_size * 4 <= memory, model.peak_rows
+    alone = mhfast.energy(BigVocab(), short[:1], backend="reference")
+    assert torch.equal(e.e_local[1:], alone.e_local.expand(400))
 
 
 def test_energy_of_a_translator_encodes_raw_sources_as_it_translates(bundled):
