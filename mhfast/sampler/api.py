@@ -94,23 +94,26 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     cfg = options.config_from_kwargs(_merged_options(config, generator, sampler_options))
     if progress is not None and not callable(progress):
         raise ValueError("mhfast.sample: progress must be callable or None")
-    problem, chain_rows = _problem(model, cfg, length=length, init=init, free_positions=free_positions,
-                                   source=source, input_ids=input_ids)
-    precision.check_native(cfg.dtype, problem.device)
-    forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
-    budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device, cfg.dtype)
-    runner = ModelRunner(forward_model, problem.context, budget, problem.device, cfg.dtype)
-    kernel = _kernel(cfg, runner, problem)
-    monitor = RunMonitor.of(cfg, problem, runner.vocab_size)  # traces; until_rhat/min_ess
-    with _compiled(cfg, forward_model) as compiled, runner.session():  # session: weights cast once per run
-        state = kernel.init(_initial_state(problem, cfg, runner, chain_rows))
-        _check_finite_start(state)
-        init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
-        with _without_syncs(runner, state):
-            state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
-                                      progress=progress, counters=lambda: {"model_rows": runner.model_rows},
-                                      after_epoch=runner.raise_deferred, monitor=monitor)
-    result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor, kernel)
+    # No autograd: a user's extra energy term or surrogate built of modules with parameters had grown one graph
+    # over the whole run (memory without end) and handed back results that require grad (no .numpy()).
+    with torch.no_grad():
+        problem, chain_rows = _problem(model, cfg, length=length, init=init, free_positions=free_positions,
+                                       source=source, input_ids=input_ids)
+        precision.check_native(cfg.dtype, problem.device)
+        forward_model = fast_forward_model(model) if cfg.forward == "fast" else model
+        budget = cfg.max_tokens_per_batch or default_max_tokens(model, problem.device, cfg.dtype)
+        runner = ModelRunner(forward_model, problem.context, budget, problem.device, cfg.dtype)
+        kernel = _kernel(cfg, runner, problem)
+        monitor = RunMonitor.of(cfg, problem, runner.vocab_size)  # traces; until_rhat/min_ess
+        with _compiled(cfg, forward_model) as compiled, runner.session():  # session: weights cast once per run
+            state = kernel.init(_initial_state(problem, cfg, runner, chain_rows))
+            _check_finite_start(state)
+            init_rows = runner.model_rows  # warm start + initial energies: not part of any proposal
+            with _without_syncs(runner, state):
+                state, trace = driver.run(kernel, state, schedules.epoch_schedule(cfg), record=cfg.record == "epoch",
+                                          progress=progress, counters=lambda: {"model_rows": runner.model_rows},
+                                          after_epoch=runner.raise_deferred, monitor=monitor)
+        result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor, kernel)
     _warn_infinite_end(result.energy)
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = getattr(kernel, "memo", NO_MEMO).hits

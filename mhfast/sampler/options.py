@@ -358,8 +358,8 @@ MAX_WINDOW = 1 << 20
 AUTO_DELAYED_MIN_TEMPERATURE = 0.25
 
 
-@_described("`None`, `auto`, `window:K`, `influence:K`, `early:K` or `cascade:K` (K an int >= 0), or (API only) a "
-            "callable surrogate")
+@_described("`None`, `auto`, `window:K`, `influence:K`, `early:K` or `cascade:K` (K an int in [0, 1048576]), or "
+            "(API only) a callable surrogate")
 def _delayed(v: Any) -> Any:
     """None, ``"auto"``, ``"window:K"`` (delayed acceptance with the K nearest positions on each side),
     ``"influence:K"`` (as many positions, those whose terms changed most in burn-in: :mod:`.moves.influence`),
@@ -373,8 +373,8 @@ def _delayed(v: Any) -> Any:
             k = v[len(kind):]
             if k.isascii() and k.isdigit() and int(k) <= MAX_WINDOW:  # ('²'.isdigit(), yet int('²') fails)
                 return f"{kind}{int(k)}"
-    raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K', 'early:K' or 'cascade:K' with K an int >= 0, "
-                      f"or (API only) a callable surrogate(tokens, pos), got {v!r}")
+    raise OptionError(f"must be None, 'auto', 'window:K', 'influence:K', 'early:K' or 'cascade:K' with K an int in "
+                      f"[0, {MAX_WINDOW}], or (API only) a callable surrogate(tokens, pos), got {v!r}")
 
 
 

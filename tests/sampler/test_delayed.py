@@ -186,6 +186,7 @@ def test_forced_accept_epochs_skip_both_tests():
 @pytest.mark.parametrize("kwargs,words", [
     (dict(delayed="window:x"), ["delayed", "window:K"]),
     (dict(delayed="window:-1"), ["delayed", "window:K"]),
+    (dict(delayed="window:1048577"), ["delayed", "K an int in [0, 1048576]"]),  # (it had said "K an int >= 0")
     (dict(delayed="maskless"), ["delayed", "'maskless'"]),
     (dict(delayed=2), ["delayed", "2"]),
     (dict(delayed="window:1", sampler="gibbs"), ["delayed", "sampler", "gibbs"]),

@@ -167,6 +167,20 @@ def test_a_module_term_is_called_as_its_forward_declares():
     assert e.terms.tolist() == [[2.0, 0.0], [2.0, 1.0], [2.0, 2.0]]
 
 
+@pytest.mark.parametrize("where", ["extra_energy", "delayed"])
+def test_a_term_with_parameters_builds_no_autograd_graph(where):
+    """A term or a surrogate made of modules with parameters (values that require grad): the run had chained one
+    autograd graph through every committed energy (21 nodes behind result.energy after 2 epochs, 315 after 80)
+    and returned tensors that require grad (``.numpy()`` refused). The sampler runs without autograd."""
+    emb = torch.nn.Embedding(5, 1)
+    fn = (lambda t: emb(t).sum((1, 2))) if where == "extra_energy" else (lambda t, p: emb(t).sum((1, 2)))
+    kwargs = {"extra_energy": [fn]} if where == "extra_energy" else {"delayed": fn}
+    r = mhfast.sample(TabularMLM.random(3, 5, seed=0), 5, chains=3, epochs=3, burn_in=0, seed=0, memo=0, **kwargs)
+    grads = [k for k, v in vars(r).items() if isinstance(v, torch.Tensor) and v.requires_grad]
+    assert grads == [] and r.energy.grad_fn is None
+    r.energy.numpy()
+
+
 def test_terms_are_never_evaluated_for_no_op_proposals():
     model = model3()
     term = TableTerm(seed=5)
