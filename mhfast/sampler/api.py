@@ -115,6 +115,11 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
                                           after_epoch=runner.raise_deferred, monitor=monitor)
         result = assemble(problem, state, trace, cfg, runner.model_rows, runner.model_calls, init_rows, monitor, kernel)
     _warn_infinite_end(result.energy)
+    return _with_counters(result, compiled, kernel)
+
+
+def _with_counters(result: SampleResult, compiled: Any, kernel: Any) -> SampleResult:
+    """``result`` with the counters of the compiled blocks, the memo and delayed acceptance."""
     result.compiled_blocks, result.compile_seconds = compiled.blocks, compiled.seconds
     result.memo_hits = getattr(kernel, "memo", NO_MEMO).hits
     delayed = getattr(kernel, "delayed", None)
