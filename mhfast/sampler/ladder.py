@@ -47,9 +47,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
-from .scalars import as_int
+from .scalars import as_int, as_real
 
 #: the hot end to begin with, as a multiple of the target temperature (then measured, see the module doc)
 HOT_START = 8.0
@@ -77,6 +78,8 @@ def check_tempering(v: Any) -> Any:
     """None, an int K >= 2 or a list of K >= 2 increasing positive finite temperatures (floats); else LadderError."""
     if v is None:
         return None
+    if isinstance(v, (torch.Tensor, np.ndarray)):  # an array as a list (0-d: its number)
+        v = v.tolist()
     if isinstance(v, bool):
         raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {v!r}")
     k = as_int(v)
@@ -84,14 +87,11 @@ def check_tempering(v: Any) -> Any:
         if k < 2:
             raise LadderError(f"needs at least 2 rungs (the target and one hotter), got {v}")
         return k
-    if isinstance(v, torch.Tensor):
-        v = v.tolist()
     if not isinstance(v, (list, tuple)):
         raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {type(v).__name__}")
-    try:
-        temps = [float(t) for t in v]
-    except (TypeError, ValueError):
-        raise LadderError(f"must be a list of numbers (temperatures), got {v!r}") from None
+    temps = [as_real(t) for t in v]  # numbers only: float() had read True as 1.0 and "2.5" as 2.5
+    if any(t is None for t in temps):
+        raise LadderError(f"must be a list of numbers (temperatures), got {v!r}")
     if len(temps) < 2:
         raise LadderError(f"needs at least 2 temperatures (the target and one hotter), got {temps}")
     if not all(math.isfinite(t) and t > 0 for t in temps):

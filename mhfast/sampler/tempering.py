@@ -121,7 +121,7 @@ class Tempered:
         self.inputs = torch.arange(B)  #: the original input index of each input still in the batch
         self.betas = ladder.initial_betas(self.tempering, self.target_temperature, B)
         self._betas_dev: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._ladder_all = 1.0 / self.betas
+        self._ladder_all = self._temperatures()
         self.label = torch.arange(K * C).repeat(B, 1)  # which replica's state each row holds (per input)
         self.last_end = torch.where(torch.arange(K * C) < C, 0, -1).repeat(B, 1)  # -1 none, 0 target, 1 hottest
         self.swaps = torch.zeros(2, B, K - 1, dtype=torch.float64)  # post-burn-in (proposed, accepted)
@@ -341,7 +341,17 @@ class Tempered:
 
     def _save_ladder(self) -> None:
         """The current ladders into the per-input record of every input of the run."""
-        self._ladder_all[self.inputs] = 1.0 / self.betas
+        self._ladder_all[self.inputs] = self._temperatures()
+
+    def _temperatures(self) -> torch.Tensor:
+        """f64[B, K]: the temperatures of the current ladders, as given where they were given: 1 / (1 / t) is not
+        t in float64 (154 of t = 0.01 ... 9.99), and a ladder passed back had been refused ("must start at
+        target_temperature"). The target rung is the target temperature, a fixed ladder the list given."""
+        temps = 1.0 / self.betas
+        if not self.tuned:
+            temps[:] = torch.tensor(self.tempering, dtype=torch.float64)
+        temps[:, 0] = self.target_temperature
+        return temps
 
 
 def _permuted(state: ChainState, perm: torch.Tensor) -> ChainState:

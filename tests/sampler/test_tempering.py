@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -493,10 +494,31 @@ def test_replicas_without_tempering_is_an_error_naming_both():
     ([2.0, 1.0], "strictly increasing"), ([1.0, 1.0], "strictly increasing"), ([1.0, -2.0], "> 0"),
     ([0.0, 1.0], "> 0"), ([1.0], "at least 2"), (1, "at least 2"), (0, "at least 2"), (True, "an int >= 2"),
     ([1.0, float("inf")], "finite"), ("hot", "an int >= 2 or a list"), ([2.0, 4.0], "must start at target"),
+    ([True, 2.0], "list of numbers"), (["1", "2.5"], "list of numbers"),  # (float() had read them as 1.0, 2.5)
 ])
 def test_bad_ladders_are_errors_naming_the_option(value, message):
     with pytest.raises(ValueError, match=f"tempering .*{message}"):
         mhfast.sample(_model(), 3, epochs=2, burn_in=0, tempering=value)
+
+
+def test_the_reported_ladder_is_the_one_used_and_can_be_passed_back():
+    """result.ladder had been 1 / (1 / t): 0.10999999999999999 for 0.11, so a tuned ladder passed back was refused
+    ("must start at target_temperature") and a fixed one came back changed. An array ladder is taken as a list."""
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (few epochs: the sparse-ladder and short burn-in warnings)
+        given = [0.11, 0.22, 0.45]
+        r = mhfast.sample(_model(), 3, chains=2, epochs=8, burn_in=4, target_temperature=0.11, tempering=given)
+        assert r.ladder[0].tolist() == given
+        tuned = mhfast.sample(_model(), 3, chains=2, epochs=8, burn_in=4, target_temperature=0.11, tempering=3)
+        assert tuned.ladder[0, 0].item() == 0.11
+        again = mhfast.sample(_model(), 3, chains=2, epochs=8, burn_in=4, target_temperature=0.11,
+                              tempering=tuned.ladder[0].tolist())
+        assert again.ladder[0].tolist() == tuned.ladder[0].tolist()
+        for array in (np.array(given), torch.tensor(given, dtype=torch.float64)):
+            r2 = mhfast.sample(_model(), 3, chains=2, epochs=8, burn_in=4, target_temperature=0.11, tempering=array)
+            assert r2.ladder[0].tolist() == given and torch.equal(r2.tokens, r.tokens)
 
 
 @pytest.mark.parametrize("kwargs,other", [(dict(sampler="gibbs"), "sampler"), (dict(anneal=0.1), "anneal")])
