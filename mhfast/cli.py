@@ -244,12 +244,16 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
         'model_or_path: no config.json'
         >>> as_flags("mhfast.sample: extra_energy: --hamming-reference 'r.txt': line 1 ...", argparse.Namespace())
         "--hamming-reference 'r.txt': line 1 ..."
+        >>> as_flags("mhfast.sample: extra_energy: the weighted sum overflows", argparse.Namespace(hamming=1e39))
+        'the energy terms (--hamming, --classifier): the weighted sum overflows'
         >>> as_flags("length 600 (+2 special tokens) has 602 tokens", argparse.Namespace(length=600))
         '--length 600 (+2 special tokens) has 602 tokens'
     """
     rest = message.split(": ", 1)[1] if message.startswith("mhfast.") and ": " in message else message
     if rest.startswith("extra_energy: --"):  # a term the command built from its flags names its flag itself
         return rest[len("extra_energy: "):]
+    if rest.startswith("extra_energy: ") and hasattr(args, "hamming"):  # the terms the flags made, all of them
+        return "the energy terms (--hamming, --classifier): " + rest[len("extra_energy: "):]
     for name, flag in API_FLAGS.items():
         if rest.startswith(name + ": ") and hasattr(args, flag[2:].replace("-", "_")):
             return flag + rest[len(name):]

@@ -46,6 +46,8 @@ def check(args: argparse.Namespace) -> None:
     """The flags' own checks (errors name the flag): two chains, arviz-stats, matplotlib, a writable folder."""
     from ..sampler.diagnostics import check_available
 
+    if args.plot_traces == "":  # (every later test reads the flag as true or false: "" had silently drawn nothing)
+        raise ValueError("--plot-traces: '' is no file name")
     asked = [flag for flag, on in (("--diagnostics", args.diagnostics), ("--plot-traces", args.plot_traces)) if on]
     if getattr(args, "method", "mh") != "mh":
         if asked:

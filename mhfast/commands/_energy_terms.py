@@ -75,14 +75,21 @@ def classifier_term(args: argparse.Namespace, pad_id: int, decode: Callable[[tor
         return None
     if not os.path.isdir(args.classifier):
         raise FileNotFoundError(f"--classifier: no such directory: {args.classifier!r}")
-    label: Any = int(args.classifier_label) if args.classifier_label.isdigit() else args.classifier_label
+    given = args.classifier_label  # ('²'.isdigit(), yet int('²') fails)
+    label: Any = int(given) if given.isascii() and given.isdigit() else given
     token_map = None
     if decode is not None and os.path.isfile(os.path.join(args.classifier, "tokenizer_config.json")):
         from ..models.hf import import_transformers
 
         tokenizer = import_transformers().AutoTokenizer.from_pretrained(args.classifier, local_files_only=True)
         token_map = text_token_map(tokenizer, decode)
-    return (HFClassifier(args.classifier, label=label, token_map=token_map, pad_id=pad_id), float(args.classifier_weight))
+    try:
+        term = HFClassifier(args.classifier, label=label, token_map=token_map, pad_id=pad_id)
+    except ValueError as e:  # (the class names its own argument: the command names the flag)
+        if "label" not in str(e):
+            raise
+        raise ValueError(f"--classifier-label {given!r}: {str(e).removeprefix('HFClassifier: ')}") from None
+    return (term, float(args.classifier_weight))
 
 
 def text_token_map(tokenizer: Any, decode: Callable[[torch.Tensor], str]) -> Callable[[torch.Tensor], Any]:

@@ -23,6 +23,7 @@ import torch
 
 from ..files import stdout_print
 from ..sampler import options
+from ..sampler.scalars import MAX_SIZE
 from ..sampler.tempering import counters_line
 from . import _diagnostics, _energy_terms
 
@@ -120,7 +121,7 @@ def _records(args: argparse.Namespace) -> list[Record] | None:
     """The start sequences of --init or --init-file, each naming where it came from (None without them)."""
     if args.init is not None:
         return [Record(text, f"--init {k}" if len(args.init) > 1 else "--init") for k, text in enumerate(args.init, 1)]
-    return read_sequences(args.init_file) if args.init_file else None
+    return read_sequences(args.init_file) if args.init_file is not None else None  # ("" is no file name)
 
 
 def _encode(lm: Any, record: Record) -> torch.Tensor:
@@ -135,9 +136,10 @@ def _encode(lm: Any, record: Record) -> torch.Tensor:
             raise ValueError("not valid UTF-8 text") from None
         ids = lm.encode(record.text)
         special = set(lm.special_ids) - {lm.mask_id}
-        if all(int(i) in special for i in ids):  # ([CLS] [SEP] of "" too: the API would name init)
-            raise ValueError("no token to sample (an empty sequence); give text, or --length N")
+        # first: a text of unknown words only is all special ids too ("x y": [CLS] [UNK] [UNK] [SEP]), not empty
         inner = _inner_special(ids.tolist(), special, _frame(lm))
+        if inner is None and all(int(i) in special for i in ids):  # ([CLS] [SEP] of "": the API would name init)
+            raise ValueError("no token to sample (an empty sequence); give text, or --length N")
         if inner is not None:  # ([UNK] would stay fixed, and print as nothing: the energies of another text)
             tokenizer = getattr(lm, "tokenizer", None)
             shown = tokenizer.convert_ids_to_tokens(inner[1]) if hasattr(tokenizer, "convert_ids_to_tokens") else \
@@ -223,11 +225,16 @@ def _inputs(lm: Any, args: argparse.Namespace, records: list[Record] | None) -> 
 
 def _check(args: argparse.Namespace) -> Any:
     """The validated sampler config (``--energy both`` checked as raw); errors name the flag."""
-    if args.length is not None and args.length < 1:
-        raise ValueError(f"--length must be an int >= 1, got {args.length}")
-    cfg = options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
+    if args.length is not None and not 1 <= args.length <= MAX_SIZE:
+        raise ValueError(f"--length must be an int in [1, {MAX_SIZE}], got {args.length}")
+    try:
+        cfg = options.config_from_args(args, energy="raw" if args.energy == "both" else args.energy)
+    except ValueError as e:  # (both is checked as its raw run: an error about the energy names what was given)
+        if args.energy == "both" and str(e).endswith(", got raw"):
+            raise ValueError(f"{str(e).removesuffix('raw')}both (its runs: raw, then local)") from None
+        raise
     _diagnostics.check(args)
-    if args.plot_traces:  # (the images are written after the run: never over a file it reads)
+    if args.plot_traces is not None:  # (the images are written after the run: never over a file it reads)
         from ..files.lock import check_distinct
 
         energies = ["raw", "local"] if args.energy == "both" else [args.energy]

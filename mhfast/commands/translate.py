@@ -60,6 +60,7 @@ from ..files.journal import CommittedOutput, StreamOutput, canonical, check_outp
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
 from ..sampler.result import target_label
+from ..sampler.scalars import MAX_SIZE
 from . import _diagnostics
 
 ITERATIONS_DEFAULT = 10  #: --iterations (Mask-Predict's decoder passes)
@@ -119,7 +120,8 @@ def max_threads() -> int:
     return 4 * (os.cpu_count() or 1)
 
 
-#: the most --iterations Mask-Predict takes
+#: the most --iterations Mask-Predict takes (one past int64 ran for hours: a decoding of T tokens re-masks fewer each
+#: round, and fairseq's own runs use 4-10)
 MAX_MASK_PREDICT_ITERATIONS = 10_000
 
 
@@ -127,12 +129,11 @@ def _check(args: argparse.Namespace, main: bool = True) -> None:
     """Every option checked before any work (the sampler's by the option spec); errors name the flag. ``main``:
     this process reads the input files and writes the output (torchrun: rank 0 only; the other ranks get the
     lines from it, so a file that only rank 0's machine has is no error on theirs)."""
-    for name in ("batch_size", "length_beam", "iterations"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {getattr(args, name)}")
-    if args.iterations > MAX_MASK_PREDICT_ITERATIONS:  # (one past int64 ran for hours: a decoding of T tokens
-        # re-masks fewer each round, and fairseq's own runs use 4-10)
-        raise ValueError(f"--iterations must be an int in [1, {MAX_MASK_PREDICT_ITERATIONS}], got {args.iterations}")
+    # (a huge beam had overflowed a float in the chunks' costs: a traceback)
+    for name, high in (("batch_size", MAX_SIZE), ("length_beam", MAX_SIZE),
+                       ("iterations", MAX_MASK_PREDICT_ITERATIONS)):
+        if not 1 <= getattr(args, name) <= high:
+            raise ValueError(f"--{name.replace('_', '-')} must be an int in [1, {high}], got {getattr(args, name)}")
     options.config_from_args(args, length_beam=args.length_beam)
     _check_method(args)
     _diagnostics.check(args)
@@ -140,7 +141,7 @@ def _check(args: argparse.Namespace, main: bool = True) -> None:
         raise ValueError(f"--threads must be in [0, {max_threads()}] (0: torch's default), got {args.threads}")
     if args.resume and not args.output:
         raise ValueError("--resume needs --output (a run to stdout cannot be continued)")
-    if args.model is None and (args.data or args.spm or args.tokenizer):
+    if args.model is None and any(v is not None for v in (args.data, args.spm, args.tokenizer)):  # ("" as well)
         raise ValueError("--data/--spm/--tokenizer go with --model CHECKPOINT (the bundled model has its own)")
     if args.model is not None and not args.data:
         raise ValueError("--model needs --data DICT_DIR (the folder with its dict.<lang>.txt files)")

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .scalars import as_int, as_real
+from .scalars import MAX_SIZE, as_int, as_real
 
 #: the hot end to begin with, as a multiple of the target temperature (then measured, see the module doc)
 HOT_START = 8.0
@@ -86,6 +86,8 @@ def check_tempering(v: Any) -> Any:
     if k is not None:
         if k < 2:
             raise LadderError(f"needs at least 2 rungs (the target and one hotter), got {v}")
+        if k > MAX_SIZE:  # (beyond, the memory check's float arithmetic overflowed: a traceback, not this error)
+            raise LadderError(f"must be an int in [2, {MAX_SIZE}] (rungs), got {v}")
         return k
     if not isinstance(v, (list, tuple)):
         raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {type(v).__name__}")

@@ -138,7 +138,8 @@ def _optional_int(low: int, high: int | None = None) -> Callable[[Any], Any]:
 
 
 def _float(low: float, *, strict: bool, high: float | None = None) -> Callable[[Any], Any]:
-    span = f"in ({low:g}, {high:g}]" if high is not None else f"a finite number {'>' if strict else '>='} {low:g}"
+    span = f"in {'(' if strict else '['}{low:g}, {high:g}]" if high is not None else \
+        f"a finite number {'>' if strict else '>='} {low:g}"
 
     @_described(span.replace("a finite number", "finite,"))
     def check(v: Any) -> Any:
@@ -232,11 +233,13 @@ def _bool(v: Any) -> Any:
     return v
 
 
-@_described("finite")
-def _finite(v: Any) -> Any:
+@_described("finite, within float32's range")
+def _weight(v: Any) -> Any:
+    """A term's weight: the terms are weighted into a float32 energy, so a weight beyond float32 (1e39) was caught
+    only at the first proposal, as the terms' overflow."""
     x = as_real(v)
-    if x is None or not math.isfinite(x):
-        raise OptionError(f"must be a finite number, got {v!r}")
+    if x is None or not math.isfinite(x) or abs(x) > FLOAT32_MAX:
+        raise OptionError(f"must be a finite number within float32's range (|w| <= {FLOAT32_MAX:.6g}), got {v!r}")
     return v if type(v) in (int, float) else x
 
 
@@ -542,7 +545,7 @@ SPEC: tuple[Option, ...] = (
     Option("sampler", "mh", _choice(SAMPLERS), "mh: single-site MH; gibbs: degenerate Gibbs (always accepts); "
            "block-mh: block proposals, exact MH ratio; block-gibbs: block proposals, always accepted",
            "3, 4.1, 6, 7.3", "choice", SAMPLERS),
-    Option("chains", 5, _int(1), "Markov chains per input", "5", "int"),
+    Option("chains", 5, _int(1, MAX_SIZE), "Markov chains per input", "5", "int"),
     Option("epochs", 33, _int(1, MAX_EPOCHS), "sweeps over the free positions", "5", "int"),
     Option("burn_in", 7, _int(0), "epochs before best-sample tracking and recording start (<= epochs)", "5", "int"),
     Option("order", "random", _choice(ORDERS), "position order of each sweep: a fresh random permutation per "
@@ -673,7 +676,7 @@ SPEC: tuple[Option, ...] = (
     Option("min_ess", None, _optional_float(0.0, strict=False), "with or without until_rhat: an input is "
            "converged only once every traced summary also has bulk and tail ESS of at least this (ArviZ "
            "recommends 100 per chain)", "-", "float", metavar="ESS"),
-    Option("length_beam", 1, _int(1), "length candidates per source (needs source=: conditional models)", "5", "int",
+    Option("length_beam", 1, _int(1, MAX_SIZE), "length candidates per source (needs source=: conditional models)", "5", "int",
            cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
@@ -685,8 +688,8 @@ SPEC: tuple[Option, ...] = (
            "AllowedTokens")(lambda v: _as_option_error(check_extra_energy, v)),
            "energy terms added to the MLM energy (product of experts; see mhfast.energy_terms): the target is "
            "exp(-(E + sum_k w_k f_k) / tau); MH and block MH only", "-", "terms", cli=False),
-    Option("hamming", 0.0, _float(0.0, strict=False), "weight of a Hamming-distance energy term to a reference "
-           "sequence per input (--hamming-reference; mhfast sample: default the --init sequences)", "-", "float",
+    Option("hamming", 0.0, _float(0.0, strict=False, high=FLOAT32_MAX), "weight of a Hamming-distance energy term "
+           "to a reference sequence per input (--hamming-reference; mhfast sample: default the --init sequences)", "-", "float",
            api=False, metavar="WEIGHT"),
     Option("hamming_reference", None, _path, "file with one reference per input line for --hamming (text for the "
            "model's tokenizer; translate: target sentences); a reference must have its sequence's length, special "
@@ -695,7 +698,7 @@ SPEC: tuple[Option, ...] = (
            "-log p(label | X) as an energy term (controlled generation)", "-", "str", api=False, metavar="DIR"),
     Option("classifier_label", "1", _label, "the classifier's label to steer toward (index or name; needs "
            "--classifier)", "-", "str", api=False, metavar="LABEL"),
-    Option("classifier_weight", 1.0, _finite, "weight of the classifier term (needs --classifier)", "-",
+    Option("classifier_weight", 1.0, _weight, "weight of the classifier term (needs --classifier)", "-",
            "float", api=False, metavar="WEIGHT"),
     Option("select", "energy_per_token", _choice(("energy_per_token", "energy")), "how the best length "
            "candidate of a source is chosen (needs source= and length_beam > 1)", "5", "choice",

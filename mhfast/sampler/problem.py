@@ -26,7 +26,7 @@ from ..models.base import check_model_ids, check_rows_fit, has_features, model_w
 from ..runtime.attention import without_cudnn_attention
 from .ladder import rungs
 from .options import display_name
-from .scalars import as_int
+from .scalars import MAX_SIZE, as_int
 
 
 def _err(name: str, msg: str) -> ValueError:
@@ -314,8 +314,8 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
     check_devices("mhfast.sample", init=init, free_positions=free_positions, source=source, input_ids=input_ids)
     context = candidate_lengths = None
     if length is not None:
-        if as_int(length) is None or length < 1:
-            raise _err("length", f"must be an int >= 1, got {length!r}")
+        if as_int(length) is None or not 1 <= length <= MAX_SIZE:  # (beyond: float overflow in the memory check)
+            raise _err("length", f"must be an int in [1, {MAX_SIZE}], got {length!r}")
         length = as_int(length)
         if free_positions is not None:  # the row is all masks, and masks must be free: nothing to choose
             raise _err("free_positions", "cannot be combined with length (every masked position is free); pass "

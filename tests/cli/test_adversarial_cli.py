@@ -32,7 +32,7 @@ SCORE = ["score", "--input", "{one}", "--model", "{bert}", "-q"]
 # -------------------------------------------------------------------- the sampler flags (both commands)
 SAMPLER_FLAGS: list[tuple[list[str], str]] = [
     (["--chains", "0"], "--chains"), (["--chains", "-1"], "--chains"), (["--chains", "x"], "--chains"),
-    (["--chains", "1.5"], "--chains"), (["--chains", "100000000000000"], ("x --chains", "lower --chains")),
+    (["--chains", "1.5"], "--chains"), (["--chains", "1000000000000"], ("x --chains", "lower --chains")),
     (["--epochs", "0"], "--epochs"), (["--epochs", "-3"], "--epochs"), (["--epochs", ""], "--epochs"),
     (["--burn-in", "-1"], "--burn-in"), (["--burn-in", "5"], "--burn-in"),
     (["--order", "sideways"], "--order"), (["--sampler", "hmc"], "--sampler"), (["--energy", "weird"], "--energy"),
@@ -85,6 +85,10 @@ SAMPLER_FLAGS: list[tuple[list[str], str]] = [
     (["--trace-every", "2"], "--trace-every (2) has no effect without --diagnostics"),
     (["--trace-every", "3"], "--trace-every (3) traces no sweep after --burn-in"),
     (["--delayed", "window:²"], "--delayed must be None, 'auto', 'window:K'"),  # ('²'.isdigit(): int() raised)
+    # (a review: 400 digits overflowed a float in the memory check, a traceback; "" drew nothing, silently)
+    (["--chains", "9" * 400], "--chains must be an int in [1, 1099511627776]"),
+    (["--tempering", "9" * 400], "--tempering must be an int in [2, 1099511627776] (rungs)"),
+    (["--plot-traces", ""], "--plot-traces: '' is no file name"),
     # an energy-term flag meets extra_energy's rules, named by its flag (not as extra_energy / sampler='gibbs')
     (["--hamming", "1", "--sampler", "gibbs"], "--hamming has no effect with --sampler gibbs"),
     (["--classifier", "{d}/nonexistent", "--sampler", "block-gibbs"],
@@ -118,6 +122,17 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
     (["sample", "--model", "{bert}", "--length", "-5"], "--length"),
     (["sample", "--model", "{bert}", "--length", "100000"], "length"),
     (["sample", "--model", "{bert}", "--length", "2.5"], "--length"),
+    (["sample", "--model", "{bert}", "--length", "9" * 400], "--length must be an int in [1, 1099511627776]"),
+    # (a review: "" had been taken as no --init-file, and the run sampled from --length's default)
+    (["sample", "--model", "{bert}", "--init-file", ""], "--init-file: no such file: ''"),
+    (["sample", "--model", "{bert}", "--init", "a b", "x y", "--epochs", "1", "--burn-in", "0"],
+     "--init 2: token 1 is '[UNK]'"),  # (unknown words only: it had said "an empty sequence")
+    (["sample", "--model", "{bert}", "--length", "4", "--delayed", "early:1", "--energy", "both"],
+     ("--delayed early:1 needs --energy local (its bound", "got both (its runs: raw, then local)")),
+    # (a weight beyond float32 had been caught at the first proposal, after the headers, named extra_energy)
+    (SAMPLE[:3] + ["--init", "a b c d", "--hamming", "1e39"], "--hamming must be in [0, 3.40282e+38], got 1e+39"),
+    (SAMPLE + ["--classifier", "{d}/nonexistent", "--classifier-weight", "-1e39"],
+     "--classifier-weight must be a finite number within float32's range"),
     (["sample", "--model", "{bert}", "--length", "3", "--init", "a"], "--init"),
     (["sample", "--model", "{bert}", "--init", "a " * 200, "--epochs", "1", "--burn-in", "0"],
      ("--init: the sequence has 202 tokens", "maximum of 40 positions")),
@@ -170,6 +185,8 @@ SAMPLE_ROWS: list[tuple[list[str], str]] = [
 TRANSLATE_ROWS: list[tuple[list[str], str]] = [
     (TRANSLATE + ["--threads", "100000"], "--threads"), (TRANSLATE + ["--threads", "-1"], "--threads"),
     (TRANSLATE + ["--threads", str(10 ** 9)], "--threads"), (TRANSLATE + ["--threads", "two"], "--threads"),
+    (TRANSLATE + ["--length-beam", "9" * 400], "--length-beam must be an int in [1, 1099511627776]"),
+    (TRANSLATE + ["--spm", ""], "--data/--spm/--tokenizer go with --model CHECKPOINT"),  # ("" had been ignored)
     (TRANSLATE + ["--batch-size", "0"], "--batch-size"), (TRANSLATE + ["--length-beam", "100000"], "error: --length-beam: at most"), (TRANSLATE + ["--length-beam", "0"], "--length-beam"),
     (TRANSLATE + ["--method", "mask-predict", "--iterations", "0"], "--iterations"),
     (TRANSLATE + ["--method", "mask-predict", "--iterations", "9" * 23], "--iterations must be an int in [1, 10000]"),

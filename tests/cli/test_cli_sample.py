@@ -78,7 +78,7 @@ def test_init_file_fasta_on_antiberty(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--chains", "0"], "--chains must be an int >= 1, got 0"),
+    (["--chains", "0"], "--chains must be an int in [1, 1099511627776], got 0"),
     (["--burn-in", "9", "--epochs", "2"], "--epochs (2) must be >= --burn-in (9)"),
     (["--model", "/does/not/exist"], "--model: no such model directory"),
     (["--init", "a", "--length", "3"], "not allowed with argument"),

@@ -138,7 +138,7 @@ def test_help_lists_every_sampler_option_with_the_spec_default(command):
 
 
 @pytest.mark.parametrize("flag,value,message", [
-    ("--chains", "0", "--chains must be an int >= 1, got 0"),
+    ("--chains", "0", "--chains must be an int in [1, 1099511627776], got 0"),
     ("--top-p", "1.5", "--top-p must be in (0, 1], got 1.5"),
     ("--anneal", "-1", "--anneal must be a finite number >= 0, got -1.0"),
     ("--seed", str(2 ** 63), f"--seed must be an int in [{-2 ** 63}, {2 ** 63 - 1}], got {2 ** 63}"),

@@ -302,7 +302,7 @@ def test_sample_hamming_flag_keeps_infills_close_to_the_init(tiny_dir):
 @pytest.mark.parametrize("argv,needle", [
     (["sample", "--length", "3", "--hamming", "1"], "--hamming needs --hamming-reference"),
     (["sample", "--length", "3", "--hamming-reference", "x.txt"], "no such file"),
-    (["sample", "--length", "3", "--hamming", "-1"], "--hamming must be a finite number >= 0"),
+    (["sample", "--length", "3", "--hamming", "-1"], "--hamming must be in [0, 3.40282e+38], got -1"),
     (["sample", "--length", "3", "--classifier", "/no/such/dir"], "--classifier: no such directory"),
     (["sample", "--length", "3", "--classifier-weight", "nan"], "--classifier-weight must be a finite number"),
     (["translate", "--input", "bundled", "--limit", "1", "--hamming", "1"], "--hamming needs --hamming-reference"),
@@ -311,6 +311,20 @@ def test_energy_term_flag_errors_are_one_line(tiny_dir, argv, needle):
     if argv[0] == "sample":
         argv = [argv[0], "--model", tiny_dir, *argv[1:]]
     code, out, err = run_main([*argv])
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+@pytest.mark.parametrize("label,needle", [
+    ("5", "--classifier-label '5': label must be in [0, 2), got 5"),
+    ("²", "--classifier-label '²': label '²' is not one of ['LABEL_0', 'LABEL_1']"),  # (int('²') had raised)
+])
+def test_a_bad_classifier_label_names_the_flag(tiny_dir, tmp_path, label, needle):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=12, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=16, num_labels=2)
+    transformers.BertForSequenceClassification(cfg).save_pretrained(tmp_path / "clf")
+    code, out, err = run_main(["sample", "--model", tiny_dir, "--length", "3", "--classifier", str(tmp_path / "clf"),
+                               "--classifier-label", label])
     assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 

@@ -406,7 +406,7 @@ def test_numpy_numbers_are_numbers():
     call = mhfast.sample(model, 3, chains=2, epochs=3, burn_in=1, seed=3, sampler="block-mh",
                          block_schedule=lambda e: np.int64(1 + e % 2))
     assert call.tokens.shape == (1, 2, 3)
-    with pytest.raises(ValueError, match="chains must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"chains must be an int in \[1, 1099511627776\]"):
         mhfast.sample(model, 3, chains=np.bool_(True))
     from mhfast.sampler.options import config_from_kwargs
 
