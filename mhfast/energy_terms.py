@@ -82,6 +82,16 @@ class Hamming:
         self.names = list(names) if names is not None else [f"Hamming reference row {b}" for b in
                                                              range(self.reference.shape[0])]
 
+    def check_inputs(self, num_inputs: int) -> None:
+        """A ValueError unless there is one reference for all inputs or one per input: with more rows than inputs,
+        the first rows had been used silently (references of another batch, or one line too many in a file).
+        Called once with the number of inputs of the whole run (:func:`normalize`; under torchrun before the
+        inputs are shared out)."""
+        R = self.reference.shape[0]
+        if R not in (1, num_inputs):
+            raise ValueError(f"Hamming has {R} reference rows for {num_inputs} inputs: give one reference for all "
+                             "inputs, or one per input")
+
     def check_rows(self, tokens: torch.Tensor, input_index: torch.Tensor, pad_id: int) -> None:
         """A ValueError naming the reference and both lengths unless every row of ``tokens`` (Long[N, T],
         padded at the end with the model's ``pad_id``) has the length of its reference (row
@@ -378,6 +388,13 @@ def normalize(value: Any, num_inputs: int, width: int, vocab_size: int, traced: 
         raise ValueError(f"mhfast.sample: extra_energy AllowedTokens mask has shape {tuple(allowed.shape)}, expected "
                          f"[{width}, {vocab_size}] or [{num_inputs}, {width}, {vocab_size}] (inputs, width, vocab)")
     terms = tuple(Term(t.fn, t.weight, name, t.wants_index) for t, name in zip(terms, _unique([t.name for t in terms])))
+    for t in terms:  # (a term of per-input data, e.g. Hamming's references: as many as there are inputs)
+        check = getattr(t.fn, "check_inputs", None)
+        if callable(check):
+            try:
+                check(num_inputs)
+            except ValueError as e:
+                raise ValueError(f"mhfast.sample: extra_energy: {e}") from None
     for t in terms if traced else ():  # the traces and diagnostics are keyed by name: it would hide that summary
         if t.name in ("e_raw", "e_local") or re.fullmatch(r"proj_\d+", t.name):
             raise ValueError(f"mhfast.sample: extra_energy: a term is named {t.name!r}, the name of a traced summary "

@@ -407,6 +407,26 @@ def test_a_hamming_reference_of_another_length_is_refused():
         mhfast.energy(model, init, extra_energy=[named])
 
 
+def test_more_hamming_references_than_inputs_are_refused():
+    """One reference for all inputs or one per input: with more rows than inputs the first ones had been used,
+    silently (references of another batch). mhfast.sample, mhfast.energy and the sharded sample say so."""
+    from mhfast import distributed
+
+    model = TabularMLM.random(num_tokens=V_ORD, length=4, seed=1)
+    init = torch.tensor([[0, 1, 2, 0], [1, 1, 1, 1]])
+    three = Hamming(torch.cat([init, init[:1]]))
+    message = r"extra_energy: Hamming has 3 reference rows for 2 inputs: give one reference for all inputs, or one"
+    with pytest.raises(ValueError, match=r"^mhfast\.sample: " + message):
+        mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[(three, 1.0)])
+    with pytest.raises(ValueError, match=r"^mhfast\.energy: " + message):
+        mhfast.energy(model, init, extra_energy=[three])
+    with pytest.raises(ValueError, match=message):
+        distributed.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[three])
+    for refs in (init[:1], init):  # one for all, one per input: as before
+        r = mhfast.sample(model, init=init, chains=1, epochs=1, burn_in=0, extra_energy=[Hamming(refs)])
+        assert r.terms.shape == (2, 1, 1)
+
+
 def test_the_best_state_is_the_targets_best_with_extra_terms():
     """best_energy / best_tokens are judged by the target, model energy plus the weighted terms: a best state kept
     by the model energy alone passed every test (no best-state check used an extra term)."""
