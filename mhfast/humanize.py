@@ -38,8 +38,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .energy_terms import Hamming
-from .models.base import position_limit
+from .energy_terms import AllowedTokens, Hamming
+from .models.base import AMINO_ACIDS, never_proposed, position_limit
 from .sampler.scalars import as_int, as_real
 
 #: The largest ``max_mutations`` and ``iterations`` taken: an antibody chain has ~130 residues, so a larger cap caps
@@ -176,6 +176,30 @@ def _parent_and_free(model: Any, parent: str, cdrs: Sequence[tuple[int, int]]) -
     return ids, free, framework
 
 
+def residue_ids(model: Any) -> torch.Tensor:
+    """Bool[V]: the model's ordinary tokens that are one of the 20 standard amino acids. Sapiens' and AntiBERTy's
+    ordinary tokens are exactly these; ESM's vocabulary also has X, B, U, Z, O, '.' and '-', which a humanized
+    framework must not take (a tiny ESM had put them in every variant)."""
+    allowed = torch.zeros(int(model.vocab_size), dtype=torch.bool)
+    ids = model.encode(AMINO_ACIDS).flatten()
+    allowed[ids[(ids >= 0) & (ids < allowed.numel())]] = True
+    return allowed & ~never_proposed(model)
+
+
+def _framework_residues(model: Any, ids: torch.Tensor, free: torch.Tensor) -> Any:
+    """An :class:`~mhfast.energy_terms.AllowedTokens` that keeps the free (framework) positions of ``ids``
+    (Long[1, T]) to the amino acids (:func:`residue_ids`) and the parent's own residue there, or None where the
+    model proposes nothing else anyway (Sapiens, AntiBERTy: their chains stay as they were)."""
+    residues = residue_ids(model)
+    if not bool((~never_proposed(model) & ~residues).any()):
+        return None
+    mask = torch.ones(ids.shape[1], residues.numel(), dtype=torch.bool)
+    at = free[0].nonzero().flatten()
+    mask[at] = residues
+    mask[at, ids[0, at]] = True  # the start is allowed (a rare residue of the parent, e.g. U, stays possible)
+    return AllowedTokens(mask)
+
+
 def _residues(model: Any, row: torch.Tensor) -> str:
     """The one-letter residues of a row by the model's ``decode``, whitespace dropped (a tokenizer that joins its
     tokens with spaces, as ESM's, had made every variant twice the parent's length, found only after the run)."""
@@ -238,6 +262,9 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
     cap = MutationCap(ids, max_mutations, pad_id=model.pad_id) if max_mutations is not None else None
     if cap is not None:
         terms.append((cap, 1.0))
+    allowed = _framework_residues(model, ids, free)
+    if allowed is not None:
+        terms.append(allowed)
     r = mhfast.sample(model, init=ids, free_positions=free, energy=energy, extra_energy=terms, record="epoch",
                       **options)
     # history holds the epochs after burn-in already; an input that until_rhat / min_ess stopped repeats its last
@@ -289,11 +316,10 @@ def sapiens_argmax(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], ite
         raise TypeError("model: needs position_logits (every position's prediction, nothing masked): a fairseq "
                         "masked LM such as load_sapiens()")
     ids, free, framework = _parent_and_free(model, parent, cdrs)
-    ordinary = torch.ones(model.vocab_size, dtype=torch.bool)
-    ordinary[list(model.special_ids)] = False
+    residues = residue_ids(model)  # (Sapiens' ordinary tokens: the 20 amino acids)
     x = ids.clone()
     for _ in range(iterations):
-        logits = model.position_logits(x).float().cpu()[0].masked_fill(~ordinary, float("-inf"))
+        logits = model.position_logits(x).float().cpu()[0].masked_fill(~residues, float("-inf"))
         x = torch.where(free, logits.argmax(-1)[None], ids)  # CDRs (and <s>, </s>) from the parent
     variant = _scored(model, parent, [_residues(model, x[0])], [0], float(hamming), energy)[0]
     p = _scored(model, parent, [parent], [0], 0.0, energy)[0]

@@ -23,9 +23,9 @@ from typing import Sequence
 
 import torch
 
+from .base import AMINO_ACIDS
 from .hf import HFMaskedLM, _loader_threads_joined, import_transformers, quiet_transformers
 
-AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 _CHECKPOINT = "AntiBERTy_md_smooth"
 
 

@@ -24,6 +24,10 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
+#: The 20 standard amino acids, one letter each: the residues of the protein models (AntiBERTy, Sapiens) and what
+#: a humanized framework may take (mhfast.humanize)
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+
 
 @runtime_checkable
 class MaskedLM(Protocol):

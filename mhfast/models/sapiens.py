@@ -27,9 +27,9 @@ from typing import Sequence
 
 import torch
 
+from .base import AMINO_ACIDS
 from .fairseq_mlm import FairseqMaskedLM, load_fairseq_mlm
 
-AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 INSTALL_COMMAND = "pip install --no-deps sapiens==1.0.5 pandas"
 CHECKPOINTS = {"H": "checkpoint_vh.pt", "L": "checkpoint_vl.pt"}
 

@@ -247,6 +247,28 @@ def test_a_tokenizer_that_spaces_its_residues_gives_residue_variants(lm):
     assert h.variants and all(len(v.sequence) == len(SHORT) for v in h.variants)
 
 
+def test_an_esm_vocabulary_humanizes_with_amino_acids_only(tmp_path):
+    """ESM's vocabulary has X, B, U, Z, O, '.' and '-' beside the 20 amino acids: a framework took them (every
+    variant of a tiny ESM had one). The framework keeps to the amino acids, and the parent's own residue stays
+    allowed where it is another (U here); Sapiens proposes nothing else, so its chains are as they were."""
+    transformers = pytest.importorskip("transformers")
+    from mhfast.models.hf import HFMaskedLM
+
+    toks = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO.-", "<null_1>", "<mask>"]
+    (tmp_path / "vocab.txt").write_text("\n".join(toks) + "\n")
+    torch.manual_seed(0)
+    cfg = transformers.EsmConfig(vocab_size=len(toks), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=32, pad_token_id=1, mask_token_id=32, token_dropout=False,
+                                 position_embedding_type="rotary")
+    esm = HFMaskedLM(transformers.EsmForMaskedLM(cfg).eval(), transformers.EsmTokenizer(str(tmp_path / "vocab.txt")))
+    parent = SHORT[:10] + "U" + SHORT[11:]
+    h = humanize(esm, parent, SHORT_CDRS, chains=4, epochs=4, burn_in=1, seed=0, top=50)
+    assert len(h.variants) > 3
+    for v in h.variants:
+        assert set(v.sequence[:10] + v.sequence[11:]) <= set(AMINO_ACIDS), v.sequence
+        assert v.sequence[10] in AMINO_ACIDS + "U"
+
+
 def test_a_model_that_is_not_residue_level_or_too_short_is_named(lm):
     with pytest.raises(ValueError, match=r"^model: its decode of the parent's tokens gives .*humanize needs a "
                                          r"residue-level model"):
