@@ -19,8 +19,10 @@ Example (a user-defined model):
 """
 from __future__ import annotations
 
+import contextlib
 import operator
-from typing import Any, Protocol, Sequence, runtime_checkable
+import threading
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -126,6 +128,43 @@ class RefinementModel(ConditionalMaskedLM, Protocol):
 #   and indices are valid (the sampler built them) and states whether rows hold ``pad_id`` (checked
 #   once): the model skips its value checks and data-dependent shapes, each a host sync on a GPU. The
 #   static-shape sampler step (``capture=``) needs a forward without host syncs.
+
+
+class PerThread:
+    """A value an adapter's context manager sets for the calling thread only (``static_inputs``' flag). One
+    attribute for every thread had let a second thread's call on the same adapter, during a sampler's run, take
+    the sampler's word for its rows: padded rows read as unpadded (a helper's review, 2026-12-02: logits off by
+    9.24 on a tiny BERT). A dict keyed by thread, not ``threading.local``, so that the adapter can still be
+    copied and pickled.
+
+    Example:
+        >>> flag = PerThread(None)
+        >>> with flag.set(True):
+        ...     flag.get()
+        True
+        >>> flag.get() is None
+        True
+    """
+
+    def __init__(self, default: Any = None) -> None:
+        self.default = default
+        self._values: dict[int, Any] = {}
+
+    def get(self) -> Any:
+        return self._values.get(threading.get_ident(), self.default)
+
+    @contextlib.contextmanager
+    def set(self, value: Any) -> Iterator[None]:
+        me = threading.get_ident()
+        had, before = me in self._values, self._values.get(me)
+        self._values[me] = value
+        try:
+            yield
+        finally:
+            if had:
+                self._values[me] = before
+            else:
+                self._values.pop(me, None)
 
 
 def check_positions(tokens: Any, positions: Any) -> None:

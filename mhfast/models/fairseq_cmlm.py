@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ..ids import id_row
-from .base import check_length, check_positions, check_reads, decode_ids
+from .base import PerThread, check_length, check_positions, check_reads, decode_ids
 
 INSTALL_COMMAND = ("pip install cython && env -u CUDA_HOME pip install --no-build-isolation "
                    "fairseq-fixed==0.12.3.1")
@@ -148,7 +148,7 @@ class FairseqCMLM:
         self.max_source_positions = int(self.model.encoder.max_positions())
         self.encoder_calls = 0
         self.decoder_rows = 0
-        self._static = False  #: inside static_inputs (read indices not checked)
+        self._static_flag = PerThread(False)  #: inside static_inputs, per thread (read indices not checked)
 
     @property
     def device(self) -> torch.device:
@@ -325,11 +325,13 @@ class FairseqCMLM:
     def static_inputs(self, has_pad: bool) -> Iterator[None]:
         """Inside: the caller (the sampler's static step) vouches for its read indices, so they are not checked
         (each check is a host sync on a GPU). The protocol's optional hook (mhfast.models.base)."""
-        before, self._static = self._static, True
-        try:
+        with self._static_flag.set(True):
             yield
-        finally:
-            self._static = before
+
+    @property
+    def _static(self) -> bool:
+        """Whether this thread is inside ``static_inputs``."""
+        return self._static_flag.get()
 
     def _check_rows(self, tokens: torch.Tensor, values: bool | None = None) -> None:
         """The rows' type and width, and (``values``; default: outside ``static_inputs``) their ids. A wrapper with

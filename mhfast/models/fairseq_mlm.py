@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_positions, check_reads, decode_ids
+from .base import PerThread, check_positions, check_reads, decode_ids
 from .fairseq_cmlm import INSTALL_COMMAND, _first_line, import_fairseq
 
 _INSTALL_HINT = "mhfast.models.fairseq_mlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): " + INSTALL_COMMAND
@@ -93,7 +93,7 @@ class FairseqMaskedLM:
                                          *fillers}))
         self.encoder = self.model.encoder.sentence_encoder
         self.max_length = int(self.model.encoder.max_positions())
-        self._static_inputs: bool | None = None  #: see static_inputs: None = test each call's rows
+        self._static_flag = PerThread(None)  #: see static_inputs: None = test each call's rows (per thread)
         self._stock_encoder = stock_encoder(self.encoder)  #: run_encoder may repeat its forward sync-free
 
     # -- protocol -------------------------------------------------------------------------------
@@ -189,11 +189,13 @@ class FairseqMaskedLM:
         """Inside: the caller vouches for its rows and read indices (no value checks, no host syncs); the
         protocol's optional hook (mhfast.models.base). ``has_pad`` stands in for fairseq's own padding test, a
         host sync (:func:`encoder_forward`)."""
-        before, self._static_inputs = self._static_inputs, bool(has_pad)
-        try:
+        with self._static_flag.set(bool(has_pad)):
             yield
-        finally:
-            self._static_inputs = before
+
+    @property
+    def _static_inputs(self) -> bool | None:
+        """This thread's ``static_inputs`` flag (None: outside it)."""
+        return self._static_flag.get()
 
     @property
     def device(self) -> torch.device:

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 
-from .base import check_reads
+from .base import PerThread, check_reads
 from .fairseq_cmlm import FairseqCMLM
 
 _LAYER_EXTRAS = ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
@@ -97,7 +97,7 @@ class FastCMLMDecoder:
             setattr(self, a, getattr(lm, a))
         self.output_layer = lm.output_layer
         self.decoder = lm.model.decoder
-        self._static = False  # inside static_inputs
+        self._static_flag = PerThread(False)  #: inside static_inputs, per thread
         # (context, per layer (keys, values) [S, H, Ls, hd] of every source, _weights_key()): the cache of
         # static_inputs calls
         self._encoder_kv: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]], tuple] | None = None
@@ -130,11 +130,13 @@ class FastCMLMDecoder:
         ``torch.unique`` of each call's sources, whose size depends on data): no host sync, so the sampler's static
         step can be captured as a CUDA graph. ``has_pad`` changes nothing here (the decoder's
         padding mask is computed on the device). The protocol's optional hook (mhfast.models.base)."""
-        before, self._static = self._static, True
-        try:
+        with self._static_flag.set(True):
             yield
-        finally:
-            self._static = before
+
+    @property
+    def _static(self) -> bool:
+        """Whether this thread is inside ``static_inputs``."""
+        return self._static_flag.get()
 
     # The adapter's own wrappers around masked_features_at / output_layer (they call nothing else of it).
     masked_features = FairseqCMLM.masked_features

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import check_length, check_reads
+from .base import PerThread, check_length, check_reads
 
 _INSTALL_HINT = "mhfast.models.hf needs the transformers package: pip install transformers"
 
@@ -239,7 +239,7 @@ class HFMaskedLM:
                     head = _HEADS[klass.__name__]
                     break
         self._head = head(model) if head is not None else None
-        self._static_inputs: bool | None = None  #: see static_inputs: None = test each call's rows
+        self._static_flag = PerThread(None)  #: see static_inputs: None = test each call's rows (per thread)
         self._body = model.base_model if head is not None else None
         if head is None:
             warnings.warn(f"mhfast: no head split known for {type(model).__name__}; using the full forward "
@@ -316,7 +316,8 @@ class HFMaskedLM:
                     context_index: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """:meth:`_prepare` for the ``*_at`` hooks: also checks ``row_index`` (Long[N], in [0, R))."""
         R = tokens.shape[0] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else None
-        check_reads(row_index, positions, R)  # (the positions' values: in _prepare, with its reads)
+        if self._static_inputs is None:  # (inside static_inputs the caller vouches for them: no host reads)
+            check_reads(row_index, positions, R)  # (the positions' values: in _prepare, with its reads)
         # _prepare checks tokens and builds the attention mask; its positions argument is one per row.
         tokens, _, attention_mask = self._prepare(tokens, torch.zeros(R or 0, dtype=torch.long), context,
                                                   context_index, reads=positions)
@@ -407,11 +408,13 @@ class HFMaskedLM:
             ...     lm.masked_logits(torch.tensor([[5, 3, 6]]), torch.tensor([1])).shape
             torch.Size([1, 9])
         """
-        before, self._static_inputs = self._static_inputs, bool(has_pad)
-        try:
+        with self._static_flag.set(bool(has_pad)):
             yield
-        finally:
-            self._static_inputs = before
+
+    @property
+    def _static_inputs(self) -> bool | None:
+        """This thread's ``static_inputs`` flag (None: outside it)."""
+        return self._static_flag.get()
 
     def _prepare(self, tokens: torch.Tensor, positions: torch.Tensor, context: Any,
                  context_index: torch.Tensor | None, reads: torch.Tensor | None = None
