@@ -150,6 +150,7 @@ def test_static_step_on_padded_inputs_gives_the_dynamic_chains():
     assert float(a.novel_rate.mean()) > 0 and torch.equal(a.tokens, b.tokens)
     torch.testing.assert_close(a.energy_local, b.energy_local, rtol=1e-5, atol=1e-4)
 
+
 def test_unknown_architecture_falls_back_to_full_forward(monkeypatch):
     monkeypatch.delitem(hf._HEADS, "BertForMaskedLM")
     model = tiny_model("bert")
