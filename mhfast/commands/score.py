@@ -190,12 +190,16 @@ def _round(x: float) -> float:
     return round(x, 6) + 0.0
 
 
+def _json_number(x: float) -> float | None:
+    """``x`` rounded, or None (JSON's null) for nan and inf: json.dumps wrote inf as ``Infinity``, which is no JSON."""
+    return _round(x) if math.isfinite(x) else None
+
+
 def format_record(s: Any, fmt: str, per_token: bool, per_word: bool) -> str:
     """One output line (without newline) for a :class:`mhfast.scoring.SequenceScore`."""
     if fmt == "jsonl":
         rec: dict = {"pll": _round(s.pll), "e_raw": _round(s.e_raw), "tokens": s.num_tokens,
-                     "words": s.num_words, "pppl": None if math.isnan(s.pppl) else _round(s.pppl),
-                     "pppl_word": None if math.isnan(s.pppl_word) else _round(s.pppl_word)}
+                     "words": s.num_words, "pppl": _json_number(s.pppl), "pppl_word": _json_number(s.pppl_word)}
         if per_token:
             rec["token_scores"] = [[t, _round(x)] for t, x in zip(s.tokens, s.token_scores)]
         if per_word:

@@ -186,6 +186,7 @@ class CommittedOutput:
                 f"{path!r} was not written by an mhfast command's --output") + "; rerun without --resume")
         record = read_record(path + PROGRESS_SUFFIX)
         check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
+        _warn_other_threads(record.get("torch_threads"))
         size = record["output_bytes"]
         check_output_there(path)
         name = describe(path, option)
@@ -215,7 +216,7 @@ class CommittedOutput:
         record = {"kind": KIND, "version": PROGRESS_VERSION, "spec": self.spec,
                   "spec_sha256": hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest(),
                   "lines_done": self.lines_done, "total_lines": self.total_lines,
-                  "output_bytes": self.size, "output_sha256": self._sha.hexdigest()}
+                  "output_bytes": self.size, "output_sha256": self._sha.hexdigest(), "torch_threads": _threads()}
         record["checksum"] = _checksum(record)
         return record
 
@@ -256,6 +257,28 @@ class CommittedOutput:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _threads() -> int:
+    """This process's torch threads (the writer's, recorded: not part of the spec, so that a run can resume on a
+    machine with other cores)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _warn_other_threads(began: Any) -> None:
+    """A warning where a resumed run has other torch threads than the run it continues had: fp32 sums round
+    otherwise, so its lines may differ in their last digits from one uninterrupted run's (the resume had been
+    silent, and a score file mixed both roundings: a review, 2026-12-02)."""
+    now = _threads()
+    if isinstance(began, int) and began != now:
+        import warnings
+
+        warnings.warn(f"--resume: this run has {now} torch thread(s), the run it continues had {began}: fp32 sums "
+                      "round otherwise, so the lines it adds may differ in their last digits from those of one "
+                      f"uninterrupted run (for the same bytes, set OMP_NUM_THREADS={began}, or --threads {began} "
+                      "where the command has it)", stacklevel=2)
 
 
 def read_record(path: str) -> dict:

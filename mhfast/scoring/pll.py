@@ -58,12 +58,28 @@ class SequenceScore:
     @property
     def pppl(self) -> float:
         """Pseudo-perplexity per token, ``exp(-PLL / tokens)`` (nan without tokens)."""
-        return math.exp(-self.pll / self.num_tokens) if self.num_tokens else math.nan
+        return _pppl(self.pll, self.num_tokens)
 
     @property
     def pppl_word(self) -> float:
         """Pseudo-perplexity per word, ``exp(-PLL / words)`` (nan without words)."""
-        return math.exp(-self.pll / self.num_words) if self.num_words else math.nan
+        return _pppl(self.pll, self.num_words)
+
+
+def _pppl(pll: float, n: int) -> float:
+    """``exp(-pll / n)``: nan for n = 0, inf past float's range. A word of many unlikely pieces (a URL, a DNA
+    string) gives over 709.78 nats per word, and math.exp raised OverflowError: a traceback from mhfast score.
+
+    Example:
+        >>> _pppl(-800.0, 1), _pppl(-2.0, 2), _pppl(0.0, 0)
+        (inf, 2.718281828459045, nan)
+    """
+    if not n:
+        return math.nan
+    try:
+        return math.exp(-pll / n)
+    except OverflowError:
+        return math.inf
 
 
 def corpus_pppl(scores: Sequence[SequenceScore], per: str = "token") -> float:
@@ -71,7 +87,7 @@ def corpus_pppl(scores: Sequence[SequenceScore], per: str = "token") -> float:
     if per not in ("token", "word"):
         raise ValueError(f"per: must be 'token' or 'word', got {per!r}")
     n = sum(s.num_tokens if per == "token" else s.num_words for s in scores)
-    return math.exp(-sum(s.pll for s in scores) / n) if n else math.nan
+    return _pppl(sum(s.pll for s in scores), n)
 
 
 def _result(enc: Encoded, scored: torch.Tensor, raw: torch.Tensor, local: torch.Tensor) -> SequenceScore:

@@ -173,6 +173,24 @@ def test_resume_after_an_interrupt_gives_the_bytes_of_one_run(bert_dir, tmp_path
     assert code == 2 and "changed" in err and err.count("\n") == 1
 
 
+def test_a_resume_with_other_torch_threads_says_its_lines_may_round_otherwise(bert_dir, tmp_path, monkeypatch):
+    """The thread count is no part of the run (a run may resume on another machine), but fp32 sums round otherwise
+    with it: a resume under torchrun's OMP_NUM_THREADS=1 of a 2-thread run mixed both roundings in one file,
+    silently (a review). The record keeps the writer's threads and a resume with others warns."""
+    from mhfast.files import journal
+
+    (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
+    part = tmp_path / "part.tsv"
+    base = ["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q", "-o", str(part)]
+    _interrupted_at_third_batch(base, monkeypatch)
+    began = json.loads((tmp_path / "part.tsv.progress").read_text())["torch_threads"]
+    assert began == torch.get_num_threads()
+    monkeypatch.setattr(journal, "_threads", lambda: began + 1)
+    with pytest.warns(UserWarning, match=rf"this run has {began + 1} torch thread\(s\), the run it continues had "
+                                         rf"{began}: .* OMP_NUM_THREADS={began}"):
+        assert run_main([*base, "--resume"])[0] == 0
+
+
 def test_resume_chunks_as_the_run_began_whatever_memory_is_free_now(bert_dir, tmp_path, monkeypatch):
     """Left at its default, the chunk size follows free memory, which the chunking's last bits then follow: a run
     reads it once, records it, and a resume with less memory free chunks as the run began (it read memory again:
@@ -289,6 +307,20 @@ def test_a_row_with_no_scored_token_prints_zero_like_an_empty_line(bert_dir, tmp
     assert code == 0 and "-0.0" not in out, out  # (JSONL printed "pll": -0.0 for the first line)
     first, empty = (json.loads(line) for line in out.splitlines())
     assert first == empty and first["pll"] == 0.0 and first["tokens"] == 0, first
+
+
+def test_a_pseudo_perplexity_past_float_is_inf_and_null_in_jsonl():
+    """A word of many unlikely pieces gives over 709.78 nats per word: math.exp raised OverflowError, a traceback
+    from mhfast score (a review: one 37-piece word at PLL -2211 on a tiny BERT). It is inf, null in JSONL (json.dumps
+    would write Infinity, which is no JSON); the corpus figure too."""
+    from mhfast.commands.score import format_record
+    from mhfast.scoring.pll import SequenceScore, corpus_pppl
+
+    s = SequenceScore(pll=-800.0, e_raw=0.0, tokens=["x"] * 100, token_scores=[-8.0] * 100, words=["w"],
+                      word_scores=[-800.0])
+    assert s.pppl_word == corpus_pppl([s], "word") == float("inf") and s.pppl == pytest.approx(2980.958)
+    assert format_record(s, "tsv", False, False).split("\t")[4:] == ["2980.957987", "inf"]
+    assert json.loads(format_record(s, "jsonl", False, False))["pppl_word"] is None
 
 
 def test_ids_lines_split_on_any_whitespace(bert_dir, tmp_path):
