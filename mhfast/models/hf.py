@@ -108,10 +108,14 @@ def _load_from_dir(path: str) -> Any:
         raise FileNotFoundError(f"model_or_path: no such model directory: {path!r}")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model_or_path: {path!r} has no config.json (not a HuggingFace model directory)")
+    # float32 whatever the checkpoint was saved in: transformers 5 loads a saved fp16/bf16 checkpoint in that dtype
+    # ("auto"), and then dtype=None / "float32" (no autocast) had forwarded in half precision, even on a CPU
+    # (transformers 4 loads float32 by default; its keyword was torch_dtype)
+    as_float32 = {"dtype": torch.float32} if int(transformers.__version__.split(".")[0]) >= 5 else {}
     with quiet_transformers(), _loader_threads_joined():
         try:
             model, info = transformers.AutoModelForMaskedLM.from_pretrained(
-                path, local_files_only=True, output_loading_info=True)
+                path, local_files_only=True, output_loading_info=True, **as_float32)
         except ValueError as e:  # config of a model type without a masked-LM class
             raise ValueError(f"model_or_path: {path!r} is not a masked language model: {e}") from None
         except (MemoryError, KeyboardInterrupt):
@@ -188,6 +192,11 @@ class HFMaskedLM:
             model = _load_from_dir(path)
             if tokenizer is None:
                 tokenizer = _load_tokenizer(path)
+                if tokenizer is None and special_ids is None:  # (an ESM config names only pad and mask)
+                    warnings.warn(f"model_or_path: {path!r} has no tokenizer files: the special tokens are only "
+                                  "those its config names, so tokens such as <cls> or <unk> may be proposed and "
+                                  "frame() adds no BOS; save the tokenizer beside the model, or pass special_ids=",
+                                  stacklevel=2)
         elif isinstance(model_or_path, transformers.PreTrainedModel):
             model = model_or_path
         else:

@@ -151,6 +151,34 @@ def test_static_step_on_padded_inputs_gives_the_dynamic_chains():
     torch.testing.assert_close(a.energy_local, b.energy_local, rtol=1e-5, atol=1e-4)
 
 
+def test_a_half_precision_checkpoint_loads_in_float32(tmp_path):
+    """transformers 5 loads a checkpoint saved in fp16 in fp16 ("auto"): the sampler's dtype=None / "float32" then
+    forwarded in half precision, even on a CPU. A directory loads in float32; dtype= still casts."""
+    import transformers
+
+    d = save_tiny_bert_dir(tmp_path / "bert")
+    transformers.AutoModelForMaskedLM.from_pretrained(d).half().save_pretrained(d)
+    assert load_masked_lm(d).dtype == torch.float32
+    assert HFMaskedLM(d, dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_a_directory_without_tokenizer_files_warns_that_its_specials_are_the_configs(tmp_path):
+    """An ESM config names only pad and mask: such a directory without tokenizer files loaded silently with <cls>
+    and <unk> proposable and a frame without BOS (a BERT's fails: its config names no mask)."""
+    import transformers
+
+    cfg = transformers.EsmConfig(vocab_size=33, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32, pad_token_id=1, mask_token_id=32,
+                                 position_embedding_type="rotary")
+    transformers.EsmForMaskedLM(cfg).save_pretrained(tmp_path / "esm")
+    with pytest.warns(UserWarning, match=r"has no tokenizer files: the special tokens are only those its config"):
+        lm = load_masked_lm(str(tmp_path / "esm"))
+    assert lm.special_ids == (1, 2, 32)  # (pad, eos from the config, mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # special_ids given: nothing to say
+        HFMaskedLM(str(tmp_path / "esm"), special_ids=(0, 1, 2, 3, 31, 32))
+
+
 def test_unknown_architecture_falls_back_to_full_forward(monkeypatch):
     monkeypatch.delitem(hf._HEADS, "BertForMaskedLM")
     model = tiny_model("bert")
