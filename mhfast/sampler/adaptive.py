@@ -170,12 +170,10 @@ class RunMonitor:
 
         One ArviZ call per diagnostic for all of them (their summaries side by side: ArviZ computes each summary
         on its own), not one per input: a call's overhead, not its arithmetic, dominated with few draws."""
-        if not inputs:
-            return []
+        draws = self.recorder.draws_since(self.cfg.burn_in)
+        if not inputs or draws < diagnostics.MIN_DRAWS or not check_due(draws):
+            return []  # (before any copy: a sweep not due had copied every input's D draws, O(D) per sweep)
         per_input = [self.recorder.input_draws(b, self.cfg.burn_in).numpy() for b in inputs]  # [C, D, S] each
-        draws = per_input[0].shape[1]
-        if draws < diagnostics.MIN_DRAWS or not check_due(draws):
-            return []
         columns, owner = [], []
         for i, x in enumerate(per_input):
             x = diagnostics.merge_ties(x)  # once, not again in varying() and in each diagnose() below

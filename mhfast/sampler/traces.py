@@ -127,6 +127,10 @@ class TraceRecorder:
         D = len(self.epochs)
         return self._buffer[:, :D].reshape(self.B, self.C, D, len(self.names)).clone()
 
+    def draws_since(self, first_epoch: int) -> int:
+        """How many sweeps from ``first_epoch`` on are recorded (what :meth:`input_draws` returns per chain)."""
+        return len(self.epochs) - bisect.bisect_left(self.epochs, first_epoch)
+
     def input_draws(self, b: int, first_epoch: int) -> torch.Tensor:
         """f32[C, D_b, S]: input ``b``'s draws from sweep ``first_epoch`` on (its chains only; no NaN while it runs)."""
         first = bisect.bisect_left(self.epochs, first_epoch)  # (epochs are recorded in increasing order)

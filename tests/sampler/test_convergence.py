@@ -229,6 +229,24 @@ def test_reducible_nucleus_is_flagged_and_never_converges():
     assert all(math.isnan(v) for stat in ("ess_bulk", "ess_tail", "mcse_mean") for v in d[stat].values()), d
 
 
+def test_draws_are_copied_only_for_the_checks_that_are_due(monkeypatch):
+    """Past 256 draws a check is due every draws // 128-th sweep, but every sweep had copied all inputs' draws
+    before asking (O(D) per sweep, quadratic in the run): only a due check reads them now."""
+    from mhfast.sampler.adaptive import check_due
+
+    reads = []
+    real = traces.TraceRecorder.input_draws
+    monkeypatch.setattr(traces.TraceRecorder, "input_draws", lambda self, b, first: reads.append(b) or real(self, b,
+                                                                                                           first))
+    model = agreeing_pair()
+    init = torch.tensor([[0, 0], [0, 0], [1, 1], [1, 1]])[None]  # closed classes: never converges
+    r = mhfast.sample(model, init=init, chains=4, epochs=400, burn_in=5, seed=0, energy="local", top_p=0.5,
+                      uniform_mix=0.0, until_rhat=1.01)
+    assert r.converged.tolist() == [False]
+    due = [d for d in range(diagnostics.MIN_DRAWS, 396) if check_due(d)]
+    assert len(reads) == len(due) < 391 - diagnostics.MIN_DRAWS  # (not every sweep after burn-in: 395)
+
+
 def test_two_equal_energy_modes_are_flagged_by_the_projections():
     model = coupled_modes()
     init = torch.tensor([[0] * 6] * 2 + [[1] * 6] * 2)[None]
