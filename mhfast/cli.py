@@ -35,7 +35,7 @@ from .allocator import tune_cpu_allocator
 from .files.errors import named
 from .files.journal import check_stdout
 from .models.compiled_blocks import CompileError
-from .sampler.options import flag_names
+from .sampler.options import OPTIONS, flag_names
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -246,6 +246,8 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
         "--hamming-reference 'r.txt': line 1 ..."
         >>> as_flags("mhfast.sample: extra_energy: the weighted sum overflows", argparse.Namespace(hamming=1e39))
         'the energy terms (--hamming, --classifier): the weighted sum overflows'
+        >>> as_flags("mhfast.sample: block_schedule gives blocks of 9", argparse.Namespace(block_schedule=[9]))
+        '--block-schedule gives blocks of 9'
         >>> as_flags("length 600 (+2 special tokens) has 602 tokens", argparse.Namespace(length=600))
         '--length 600 (+2 special tokens) has 602 tokens'
     """
@@ -260,6 +262,11 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
     # the adapters' frame(length) names the value it checks: "length 600 (+2 special tokens) has 602 tokens ..."
     if re.match(r"length \d+ \(\+\d+ special tokens?\)", rest) and getattr(args, "length", None) is not None:
         return "--" + rest
+    # a sampler option named as the API names it ("block_schedule gives blocks of 9 ...", "tempering: tuning ..."):
+    # its flag, where this command has it
+    first = re.match(r"([a-z_]+)(?=[: ])", rest)
+    if first and first.group(1) in OPTIONS and OPTIONS[first.group(1)].cli and hasattr(args, first.group(1)):
+        return OPTIONS[first.group(1)].flag + rest[first.end():]
     return message
 
 
