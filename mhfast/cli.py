@@ -263,10 +263,10 @@ def as_flags(message: str, args: argparse.Namespace) -> str:
     if re.match(r"length \d+ \(\+\d+ special tokens?\)", rest) and getattr(args, "length", None) is not None:
         return "--" + rest
     # a sampler option named as the API names it ("block_schedule gives blocks of 9 ...", "tempering: tuning ..."):
-    # its flag, where this command has it
-    first = re.match(r"([a-z_]+)(?=[: ])", rest)
-    if first and first.group(1) in OPTIONS and OPTIONS[first.group(1)].cli and hasattr(args, first.group(1)):
-        return OPTIONS[first.group(1)].flag + rest[first.end():]
+    # its flag, where this command has it (a plain word only before a colon: "start sequences" is English)
+    first = re.match(r"[a-z]+_[a-z_]+(?=[: ])|[a-z]+(?=:)", rest)
+    if first and first.group() in OPTIONS and OPTIONS[first.group()].cli and hasattr(args, first.group()):
+        return OPTIONS[first.group()].flag + rest[first.end():]
     return message
 
 
