@@ -138,12 +138,13 @@ def _load_classifier(path: str) -> Any:
     """``AutoModelForSequenceClassification`` from a local directory; a ValueError naming it when the
     files are damaged or the checkpoint has no classification head (a randomly initialized head
     would steer toward noise, silently)."""
-    from .models.hf import import_transformers, quiet_transformers
+    from .models.hf import float32_loading, import_transformers, quiet_transformers
 
+    transformers = import_transformers()
     try:
         with quiet_transformers():
-            model, info = import_transformers().AutoModelForSequenceClassification.from_pretrained(
-                path, local_files_only=True, output_loading_info=True)
+            model, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+                path, local_files_only=True, output_loading_info=True, **float32_loading(transformers))
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001 - bad config, missing or truncated weights

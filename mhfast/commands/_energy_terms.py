@@ -86,7 +86,7 @@ def classifier_term(args: argparse.Namespace, pad_id: int, decode: Callable[[tor
     try:
         term = HFClassifier(args.classifier, label=label, token_map=token_map, pad_id=pad_id)
     except ValueError as e:  # (the class names its own argument: the command names the flag)
-        if "label" not in str(e):
+        if not str(e).startswith("HFClassifier: label"):  # (a path or a config may say "label" too)
             raise
         raise ValueError(f"--classifier-label {given!r}: {str(e).removeprefix('HFClassifier: ')}") from None
     return (term, float(args.classifier_weight))

@@ -447,6 +447,10 @@ def run(args: argparse.Namespace) -> int:
         spec = output_spec(args, lines, refs, references)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
     digest = spec_digest(spec)
+    if args.threads:  # before --resume compares the record's torch threads with this run's
+        import torch
+
+        torch.set_num_threads(args.threads)
     with ExitStack() as stack:
         sink = _open_output_on_main(args, spec, len(lines), stack, world)
         with distributed.together(world):
@@ -470,10 +474,6 @@ def _start(args: argparse.Namespace, world: Any, sink: Any, lines: list[str], re
            references: list[str] | None, digest: str) -> tuple["ChunkWork", dict, list[str]]:
     """The model, the energy terms (``references``: the --hamming-reference lines), the statistics so far and
     (rank 0) the translations already committed."""
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     translator = _load(args)
     _check_sources(args, translator, lines)
     terms_for = _terms_factory(args, translator, references)

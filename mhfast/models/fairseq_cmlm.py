@@ -183,8 +183,10 @@ class FairseqCMLM:
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
                              f"got {ids.dtype} of shape {tuple(ids.shape)}")
         ids = ids.cpu()
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= len(self.src_dict)):
-            raise ValueError(f"sources: token ids must lie in [0, {len(self.src_dict)}) (source dictionary)")
+        outside = ids[(ids < 0) | (ids >= len(self.src_dict))]
+        if outside.numel():  # (worded as a list source's id: ids.id_row)
+            raise ValueError(f"sources: token id {int(outside[0])} is outside the source dictionary "
+                             f"[0, {len(self.src_dict)})")
         if (ids == self.src_dict.pad()).any():
             raise ValueError("sources: a source contains the pad id; pass unpadded sources")
         if ids.numel() == 0 or int(ids[-1]) != self.src_dict.eos():

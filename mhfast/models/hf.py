@@ -101,6 +101,14 @@ def _loader_threads_joined(timeout: float = 10.0):
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def float32_loading(transformers: Any) -> dict:
+    """``from_pretrained``'s keywords for a float32 model whatever dtype the checkpoint was saved in: transformers 5
+    loads a saved fp16/bf16 checkpoint in that dtype ("auto"), and then the sampler's dtype=None / "float32" (no
+    autocast) had forwarded in half precision, even on a CPU; transformers 4 loads float32 by default (its keyword
+    was torch_dtype)."""
+    return {"dtype": torch.float32} if int(transformers.__version__.split(".")[0]) >= 5 else {}
+
+
 def _load_from_dir(path: str) -> Any:
     """``AutoModelForMaskedLM.from_pretrained(path)`` offline, failing loudly on missing weights."""
     transformers = import_transformers()
@@ -108,14 +116,10 @@ def _load_from_dir(path: str) -> Any:
         raise FileNotFoundError(f"model_or_path: no such model directory: {path!r}")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"model_or_path: {path!r} has no config.json (not a HuggingFace model directory)")
-    # float32 whatever the checkpoint was saved in: transformers 5 loads a saved fp16/bf16 checkpoint in that dtype
-    # ("auto"), and then dtype=None / "float32" (no autocast) had forwarded in half precision, even on a CPU
-    # (transformers 4 loads float32 by default; its keyword was torch_dtype)
-    as_float32 = {"dtype": torch.float32} if int(transformers.__version__.split(".")[0]) >= 5 else {}
     with quiet_transformers(), _loader_threads_joined():
         try:
             model, info = transformers.AutoModelForMaskedLM.from_pretrained(
-                path, local_files_only=True, output_loading_info=True, **as_float32)
+                path, local_files_only=True, output_loading_info=True, **float32_loading(transformers))
         except ValueError as e:  # config of a model type without a masked-LM class
             raise ValueError(f"model_or_path: {path!r} is not a masked language model: {e}") from None
         except (MemoryError, KeyboardInterrupt):

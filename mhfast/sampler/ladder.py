@@ -91,7 +91,8 @@ def check_tempering(v: Any) -> Any:
         return k
     if not isinstance(v, (list, tuple)):
         raise LadderError(f"must be None, an int >= 2 or a list of temperatures, got {type(v).__name__}")
-    temps = [as_real(t) for t in v]  # numbers only: float() had read True as 1.0 and "2.5" as 2.5
+    # numbers only (float() had read True as 1.0 and "2.5" as 2.5); a 0-d tensor or array is its number
+    temps = [as_real(t.item() if isinstance(t, (torch.Tensor, np.ndarray)) and t.ndim == 0 else t) for t in v]
     if any(t is None for t in temps):
         raise LadderError(f"must be a list of numbers (temperatures), got {v!r}")
     if len(temps) < 2:

@@ -28,7 +28,7 @@ from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
 from ..sampler.scalars import MAX_SIZE, as_int
 from ..runtime.runner import ModelRunner, sum_terms
-from .budget import auto_max_tokens
+from .budget import auto_max_tokens, fixed_memory, free_memory
 from ..models.fast_forward import fast_forward_model
 from .terms import masked_terms
 
@@ -221,13 +221,13 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     lengths = (tokens != int(model.pad_id)).sum(dim=1)
     order = torch.argsort(lengths, descending=True, stable=True)
     T = int(lengths.max())
-    budget = max_tokens_per_batch
-    if budget is None:  # the logits' share sized for the narrowest scored row (auto_max_tokens says why)
-        scored = lengths[score_mask.any(dim=1)]
-        budget = auto_max_tokens(model, device, T, shortest=int(scored.min()) if scored.numel() else T)
+    budget, tokens_for = max_tokens_per_batch, None
+    if budget is None:  # each chunk sized for its own rows' width (auto_max_tokens says why), from one reading
+        tokens_for = _memory_budget(model, device, free_memory(device))
+        budget = tokens_for(T)
     runner = ModelRunner(fast_forward_model(model), context, budget, device)  # same terms, less work
     raw, local = masked_terms(runner, get_backend(backend), tokens.index_select(0, order)[:, :T],
-                              score_mask.index_select(0, order)[:, :T], max_tokens=budget,
+                              score_mask.index_select(0, order)[:, :T], max_tokens=budget, tokens_for=tokens_for,
                               ctx_index=None if ctx_index is None else ctx_index.index_select(0, order),
                               word_ids=None if word_ids is None else word_ids.to(device).index_select(0, order)[:, :T],
                               lengths=lengths.index_select(0, order))
@@ -235,6 +235,15 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     out_raw, out_local = raw.new_zeros(tokens.shape[0], full), local.new_zeros(tokens.shape[0], full)
     out_raw[order, :T], out_local[order, :T] = raw, local
     return out_raw, out_local
+
+
+def _memory_budget(model: Any, device: Any, memory: int) -> Any:
+    """``width -> tokens``: :func:`~mhfast.scoring.budget.auto_max_tokens` for rows of that width, from the one
+    reading ``memory`` (every chunk's size follows from it)."""
+    def tokens_for(width: int) -> int:
+        with fixed_memory(memory):
+            return auto_max_tokens(model, device, width)
+    return tokens_for
 
 
 def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = None, source: Any = None,
@@ -314,8 +323,9 @@ def _evaluate_terms(terms: Any, rows: torch.Tensor) -> tuple:
     computed on, where the sampler evaluates them too: ``e_local + e_extra`` needs no move)."""
     index = torch.arange(rows.shape[0], device=rows.device)
     try:
-        values = terms.evaluate(rows, index)
-        return values, terms.names, terms.weighted(values)
+        with torch.no_grad():  # (a term of modules with parameters: results that require grad, as sample's had)
+            values = terms.evaluate(rows, index)
+            return values, terms.names, terms.weighted(values)
     except (TypeError, ValueError) as e:  # a term's bad value, or a weighted sum past float32
         raise _renamed(e) from None
 

@@ -76,23 +76,21 @@ def _dims(model: Any) -> tuple[int, int, int]:
     return hidden, heads, vocab
 
 
-def auto_max_tokens(model: Any, device: Any, T: int, cap: int = DEFAULT_CAP, shortest: int | None = None) -> int:
-    """Tokens of masked copies per chunk for rows of width ``T`` that fit the memory budget; ``shortest``: the
-    narrowest row that will be scored (default ``T``).
+def auto_max_tokens(model: Any, device: Any, T: int, cap: int = DEFAULT_CAP) -> int:
+    """Tokens of masked copies per chunk for rows of width ``T`` that fit the memory budget.
 
-    Every masked copy has its own V-wide logits whatever its width, and a chunk of rows of width ``w`` holds
-    ``tokens // w`` of them: the logits' share per token is sized for the narrowest row. (Sized for the
-    longest, one 128-token row beside 400 rows of width 3 had put 291 rows of 250,002 logits, 278 MiB, in one
-    forward of a 64 MiB budget.)
+    Every masked copy has its own V-wide logits whatever its width: a chunk of narrower rows holds more of them
+    in the same tokens, so each chunk is sized for its own width (:func:`mhfast.scoring.api.compute_terms`: one
+    128-token row beside 400 rows of width 3 had put 291 rows of 250,002 logits, 278 MiB, in one forward of a
+    64 MiB budget sized for width 128).
 
     Example:
         >>> with fixed_memory(64 << 20):
-        ...     auto_max_tokens(None, "cpu", 128) > auto_max_tokens(None, "cpu", 128, shortest=3)
+        ...     auto_max_tokens(None, "cpu", 128) // 128 < auto_max_tokens(None, "cpu", 3) // 3
         True
     """
     hidden, heads, vocab = _dims(model)
-    narrowest = max(min(T, shortest if shortest is not None else T), 1)
     per_token = 4 * (12 * hidden + 2 * heads * T)  # hidden states, FFN, q/k/v and T attention weights/head
-    per_token += (3 * 4 * vocab) // narrowest  # one row's logits, log-softmax and head output, per token
+    per_token += (3 * 4 * vocab) // max(T, 1)  # one row's logits, log-softmax and head output, per token
     tokens = free_memory(device) // max(per_token, 1)
     return int(max(T, min(cap, tokens)))

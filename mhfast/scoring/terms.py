@@ -24,7 +24,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -46,7 +46,8 @@ def later_pieces(word_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
 
 def masked_terms(runner: ModelRunner, backend: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
                  max_tokens: int, ctx_index: torch.Tensor | None = None, word_ids: torch.Tensor | None = None,
-                 lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 lengths: torch.Tensor | None = None, tokens_for: Callable[[int], int] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(raw, local) f32[B, T]: ``-logit`` and ``-log p`` of each scored token given the rest (0 elsewhere).
 
     Args:
@@ -58,6 +59,9 @@ def masked_terms(runner: ModelRunner, backend: Any, tokens: torch.Tensor, score_
         ctx_index: Long[B] source of each row (conditional models).
         word_ids: Long[B, T] word of each position (-1: none); given = the within-word variant.
         lengths: Long[B] non-pad length of each row (default: all T).
+        tokens_for: the token budget of a chunk of rows of a given width (default: ``max_tokens`` for every
+            width); the memory budget's chunks (every masked copy has its own V-wide logits, so narrow rows
+            take fewer tokens each).
     """
     B, T = tokens.shape
     dev = tokens.device
@@ -69,7 +73,7 @@ def masked_terms(runner: ModelRunner, backend: Any, tokens: torch.Tensor, score_
     s = 0
     while s < seq.numel():
         Tc = int(row_width[s])  # rows are in sequence order: the first row of a chunk is its widest
-        n = max(1, max_tokens // max(Tc, 1))
+        n = max(1, (tokens_for(Tc) if tokens_for is not None else max_tokens) // max(Tc, 1))
         sq, ps = seq[s:s + n], pos[s:s + n]
         Tc = max(Tc, int(row_width[s:s + n].max()))
         rows = backend.masked_copies(tokens[:, :Tc].contiguous(), sq, ps, runner.mask_id)

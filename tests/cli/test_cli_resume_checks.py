@@ -85,6 +85,31 @@ def refused(cli, extra, capsys, needle: str, out: Path) -> None:
     assert (out.read_bytes() if out.exists() else None) == before  # untouched
 
 
+def test_a_resume_compares_the_threads_that_threads_sets(setup, capsys):
+    """--resume compared the record's torch threads with this process's before --threads took effect: the same
+    --threads on both runs warned (and advised the --threads given), default threads resumed with --threads 1 did
+    not (a review). The record keeps the count --threads set, and the resume compares with the count it sets."""
+    import warnings
+
+    import torch
+
+    cli, out = setup["cli"], setup["tmp"] / "out.txt"
+    before = torch.get_num_threads()
+    other = 1 if before > 1 else 2
+    try:
+        assert cli(["--output", str(out), "--threads", str(other)], capsys)[0] == 0
+        assert json.loads((setup["tmp"] / "out.txt.progress").read_text())["torch_threads"] == other
+        torch.set_num_threads(before)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the same --threads: nothing to say
+            assert cli(["--output", str(out), "--threads", str(other), "--resume"], capsys)[0] == 0
+        torch.set_num_threads(before)
+        with pytest.warns(UserWarning, match=rf"this run has {other + 1 if other == 1 else 1} torch thread"):
+            cli(["--output", str(out), "--threads", str(other + 1 if other == 1 else 1), "--resume"], capsys)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_refused_resume_leaves_no_file_behind(setup, capsys):
     """``--resume`` of an output that was removed: the message says so, and no empty output is made (the lock had
     created it: "does not match its progress record (0 bytes, ...)" and a 0-byte file left). ``--resume`` with

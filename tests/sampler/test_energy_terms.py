@@ -179,6 +179,9 @@ def test_a_term_with_parameters_builds_no_autograd_graph(where):
     grads = [k for k, v in vars(r).items() if isinstance(v, torch.Tensor) and v.requires_grad]
     assert grads == [] and r.energy.grad_fn is None
     r.energy.numpy()
+    if where == "extra_energy":  # mhfast.energy's terms too (its e_extra and terms had required grad)
+        e = mhfast.energy(TabularMLM.random(3, 5, seed=0), [[0, 1, 2, 0, 1]], extra_energy=[fn])
+        assert not any(v.requires_grad for v in (e.e_raw, e.e_local, e.e_extra, e.terms))
 
 
 def test_terms_are_never_evaluated_for_no_op_proposals():
@@ -262,6 +265,15 @@ def test_hf_classifier_term_steers_toward_its_label():
     assert torch.allclose(steered.terms[0, :, 0], clf(steered.tokens[0]), atol=1e-5)
 
 
+def test_a_half_precision_classifier_directory_loads_in_float32(tmp_path):
+    """As a masked LM's directory: transformers 5 had loaded a classifier saved in fp16 in fp16."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=12, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=16, num_labels=2)
+    transformers.BertForSequenceClassification(cfg).half().save_pretrained(tmp_path / "clf")
+    assert next(HFClassifier(str(tmp_path / "clf"), label=1).model.parameters()).dtype == torch.float32
+
+
 def test_hf_classifier_masks_the_classifiers_own_pad_id_by_default():
     """A RoBERTa classifier pads with 1 and starts every row with 0 (<s>): by default only id 1 is masked out of
     attention (config.pad_token_id), as with pad_id=1 given; a fixed 0 had masked <s> (1.68816 for 1.69247 in the
@@ -326,6 +338,12 @@ def test_a_bad_classifier_label_names_the_flag(tiny_dir, tmp_path, label, needle
     code, out, err = run_main(["sample", "--model", tiny_dir, "--length", "3", "--classifier", str(tmp_path / "clf"),
                                "--classifier-label", label])
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+    # a load error that says "label" (here the folder's name) is the classifier's, not the label's
+    (tmp_path / "my_labels").mkdir()
+    (tmp_path / "my_labels" / "config.json").write_text((tmp_path / "clf" / "config.json").read_text())
+    code, out, err = run_main(["sample", "--model", tiny_dir, "--length", "3", "--classifier",
+                               str(tmp_path / "my_labels"), "--classifier-label", label])
+    assert code == 2 and "--classifier-label" not in err and "my_labels" in err, err
 
 
 def test_mhfast_energy_reports_the_same_terms_as_sample():

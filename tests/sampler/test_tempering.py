@@ -516,7 +516,8 @@ def test_the_reported_ladder_is_the_one_used_and_can_be_passed_back():
         again = mhfast.sample(_model(), 3, chains=2, epochs=8, burn_in=4, target_temperature=0.11,
                               tempering=tuned.ladder[0].tolist())
         assert again.ladder[0].tolist() == tuned.ladder[0].tolist()
-        for array in (np.array(given), torch.tensor(given, dtype=torch.float64)):
+        for array in (np.array(given), torch.tensor(given, dtype=torch.float64),
+                      list(torch.tensor(given, dtype=torch.float64))):  # (a list of 0-d tensors, as float() took)
             r2 = mhfast.sample(_model(), 3, chains=2, epochs=8, burn_in=4, target_temperature=0.11, tempering=array)
             assert r2.ladder[0].tolist() == given and torch.equal(r2.tokens, r.tokens)
 

@@ -412,16 +412,17 @@ def test_a_chunk_of_short_rows_keeps_its_logits_within_the_memory_budget():
     sized the logits' share for the longest row, and one 128-token row beside 400 of width 3 put 291 rows of
     250,002 logits (278 MiB) in one forward of a 64 MiB budget. Now the rows of one forward fit, and the energies
     are those of each row scored alone."""
-    from mhfast.scoring.budget import fixed_memory
+    from mhfast.scoring.budget import auto_max_tokens, fixed_memory
 
     class BigVocab:  # a masked_logits adapter of XLM-R's vocabulary and width
         vocab_size, mask_id, pad_id, special_ids, width = 250002, 3, 1, (0, 1, 2, 3), 768
 
         def __init__(self):
-            self.peak_rows = 0
+            self.peak_rows, self.shapes = 0, []
 
         def masked_logits(self, tokens, positions):
             self.peak_rows = max(self.peak_rows, tokens.shape[0])
+            self.shapes.append(tuple(tokens.shape))
             return torch.zeros(tokens.shape[0], self.vocab_size).index_fill_(1, torch.tensor([5, 7]), 1.0)
 
     memory = 64 << 20
@@ -429,7 +430,11 @@ def test_a_chunk_of_short_rows_keeps_its_logits_within_the_memory_budget():
     long_row, short = [0] + [5] * 126 + [2], [[0, 7, 2]] * 400
     with fixed_memory(memory):
         e = mhfast.energy(model, [long_row] + short, backend="reference")
+        wide = auto_max_tokens(model, "cpu", 128) // 128
     assert model.peak_rows * model.vocab_size * 4 <= memory, model.peak_rows
+    # each chunk sized for its own width: the long row's are not shrunk to the short rows' (a review: sizing all
+    # for the narrowest had cut 128-wide chunks of XLM-R from about 59k tokens to 4k)
+    assert model.shapes[0] == (wide, 128) and wide > 1
     alone = mhfast.energy(BigVocab(), short[:1], backend="reference")
     assert torch.equal(e.e_local[1:], alone.e_local.expand(400))
 

@@ -44,7 +44,7 @@ def test_text_given_to_a_bare_cmlm_is_named(bundled):
     ([5] * 1029, r"sources\[1\] has 1030 tokens \(special tokens included\), more than the model's maximum of 1024 "
                  r"source positions"),
     (torch.full((1024,), 5), r"sources\[1\] has 1025 tokens"),  # measured with its EOS, as it is encoded
-    (torch.tensor([-3, 2]), r"sources\[1\]: token ids must lie in \[0, "),
+    (torch.tensor([-3, 2]), r"sources\[1\]: token id -3 is outside the source dictionary \[0, "),
     ([3, 2 ** 70], r"sources\[1\]: token id 1180591620717411303424 is outside the source dictionary \[0, "),
 ])
 def test_each_source_is_checked_and_named_by_its_own_index(bundled, bad, message):
