@@ -582,7 +582,7 @@ def test_cli_shows_the_tuning_warning_in_one_line_naming_the_flags(tmp_path):
     err = proc.stderr
     assert proc.returncode == 0, err
     assert err.count("\n") == 1, err
-    assert err.startswith("mhfast sample: warning: tempering: tuning round 1 left the ladder of input 0"), err
+    assert err.startswith("mhfast sample: warning: --tempering: tuning round 1 left the ladder of input 0"), err
     assert err.endswith("give --burn-in at least 2 sweeps more than --force-accept-epochs)\n"), err
 
 
