@@ -56,7 +56,7 @@ from typing import Any
 
 from ..files import (PROGRESS_VERSION, check_input, describe, file_sha256, line_of, read_records,
                      write_json_atomic)
-from ..files.journal import CommittedOutput, StreamOutput, canonical, check_output_there, is_special
+from ..files.journal import CommittedOutput, StreamOutput, check_output_there, is_special, spec_sha256
 from ..files.lock import OutputLock, check_distinct
 from ..sampler import options
 from ..sampler.result import target_label
@@ -245,11 +245,6 @@ def _energy_term_spec(args: argparse.Namespace, references: list[str] | None = N
                                         for f in sorted(os.listdir(value)) if os.path.isfile(os.path.join(value, f))}}
             out[opt.flag] = value
     return out
-
-
-def spec_digest(spec: dict) -> str:
-    """sha256 of an :func:`output_spec` (the statistics file names its run by it: ``options_hash``)."""
-    return hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------- files
@@ -446,7 +441,7 @@ def run(args: argparse.Namespace) -> int:
     with distributed.together(world):
         spec = output_spec(args, lines, refs, references)
     args.device = world.rank_device(args.device)  # (after the spec: the record keeps the --device given)
-    digest = spec_digest(spec)
+    digest = spec_sha256(spec)
     if args.threads:  # before --resume compares the record's torch threads with this run's
         import torch
 

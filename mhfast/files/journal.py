@@ -116,6 +116,12 @@ def canonical(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+def spec_sha256(spec: Any) -> str:
+    """sha256 of a run's spec as the progress record keeps it (:func:`canonical`): the record's ``spec_sha256``,
+    and the name translate's statistics file gives its run (``options_hash``)."""
+    return hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()
+
+
 def _checksum(record: dict) -> str:
     body = {k: v for k, v in record.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
@@ -214,7 +220,7 @@ class CommittedOutput:
 
     def _record(self) -> dict:
         record = {"kind": KIND, "version": PROGRESS_VERSION, "spec": self.spec,
-                  "spec_sha256": hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest(),
+                  "spec_sha256": spec_sha256(self.spec),
                   "lines_done": self.lines_done, "total_lines": self.total_lines,
                   "output_bytes": self.size, "output_sha256": self._sha.hexdigest(), "torch_threads": _threads()}
         record["checksum"] = _checksum(record)
