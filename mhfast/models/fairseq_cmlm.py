@@ -174,19 +174,12 @@ class FairseqCMLM:
         """
         if isinstance(source, str):
             return self.piece_ids(self.tokenizer(source) if self.tokenizer is not None else source)
-        if not isinstance(source, torch.Tensor):
-            # each id checked before it becomes a tensor: a float id had been truncated (5.5 read as 5, True as 1)
-            source = id_row(source, "sources: a source", len(self.src_dict), "sources: token id",
-                            "the source dictionary ")
-        ids = source
-        if ids.dtype != torch.long or ids.dim() != 1:
+        if isinstance(source, torch.Tensor) and (source.dtype != torch.long or source.dim() != 1):
             raise ValueError(f"sources: each source must be a string or a 1-D int64 tensor of token ids, "
-                             f"got {ids.dtype} of shape {tuple(ids.shape)}")
-        ids = ids.cpu()
-        outside = ids[(ids < 0) | (ids >= len(self.src_dict))]
-        if outside.numel():  # (worded as a list source's id: ids.id_row)
-            raise ValueError(f"sources: token id {int(outside[0])} is outside the source dictionary "
-                             f"[0, {len(self.src_dict)})")
+                             f"got {source.dtype} of shape {tuple(source.shape)}")
+        # each id checked before it becomes a tensor (a float id had been truncated: 5.5 read as 5, True as 1), a
+        # list's and a tensor's alike
+        ids = id_row(source, "sources: a source", len(self.src_dict), "sources: token id", "the source dictionary ")
         if (ids == self.src_dict.pad()).any():
             raise ValueError("sources: a source contains the pad id; pass unpadded sources")
         if ids.numel() == 0 or int(ids[-1]) != self.src_dict.eos():
