@@ -17,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from typing import Any, Sequence
 
@@ -28,7 +29,7 @@ from ..runtime.backend import get_backend
 from ..sampler.problem import check_devices, check_model_dtype, checked_padding, checked_positions, run_device
 from ..sampler.scalars import MAX_SIZE, as_int
 from ..runtime.runner import ModelRunner, sum_terms
-from .budget import auto_max_tokens, fixed_memory, free_memory
+from . import budget as memory_budget
 from ..models.fast_forward import fast_forward_model
 from .terms import masked_terms
 
@@ -223,7 +224,8 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     T = int(lengths.max())
     budget, tokens_for = max_tokens_per_batch, None
     if budget is None:  # each chunk sized for its own rows' width (auto_max_tokens says why), from one reading
-        tokens_for = _memory_budget(model, device, free_memory(device))
+        tokens_for = functools.partial(memory_budget.auto_max_tokens, model, device,
+                                       memory=memory_budget.free_memory(device))
         budget = tokens_for(T)
     runner = ModelRunner(fast_forward_model(model), context, budget, device)  # same terms, less work
     raw, local = masked_terms(runner, get_backend(backend), tokens.index_select(0, order)[:, :T],
@@ -235,15 +237,6 @@ def compute_terms(model: Any, tokens: torch.Tensor, score_mask: torch.Tensor, *,
     out_raw, out_local = raw.new_zeros(tokens.shape[0], full), local.new_zeros(tokens.shape[0], full)
     out_raw[order, :T], out_local[order, :T] = raw, local
     return out_raw, out_local
-
-
-def _memory_budget(model: Any, device: Any, memory: int) -> Any:
-    """``width -> tokens``: :func:`~mhfast.scoring.budget.auto_max_tokens` for rows of that width, from the one
-    reading ``memory`` (every chunk's size follows from it)."""
-    def tokens_for(width: int) -> int:
-        with fixed_memory(memory):
-            return auto_max_tokens(model, device, width)
-    return tokens_for
 
 
 def energy(model: Any, tokens: Any, *, free_positions: torch.Tensor | None = None, source: Any = None,

@@ -76,8 +76,9 @@ def _dims(model: Any) -> tuple[int, int, int]:
     return hidden, heads, vocab
 
 
-def auto_max_tokens(model: Any, device: Any, T: int, cap: int = DEFAULT_CAP) -> int:
-    """Tokens of masked copies per chunk for rows of width ``T`` that fit the memory budget.
+def auto_max_tokens(model: Any, device: Any, T: int, cap: int = DEFAULT_CAP, memory: int | None = None) -> int:
+    """Tokens of masked copies per chunk for rows of width ``T`` that fit the memory budget (``memory`` bytes; by
+    default :func:`free_memory`'s reading).
 
     Every masked copy has its own V-wide logits whatever its width: a chunk of narrower rows holds more of them
     in the same tokens, so each chunk is sized for its own width (:func:`mhfast.scoring.api.compute_terms`: one
@@ -92,5 +93,5 @@ def auto_max_tokens(model: Any, device: Any, T: int, cap: int = DEFAULT_CAP) -> 
     hidden, heads, vocab = _dims(model)
     per_token = 4 * (12 * hidden + 2 * heads * T)  # hidden states, FFN, q/k/v and T attention weights/head
     per_token += (3 * 4 * vocab) // max(T, 1)  # one row's logits, log-softmax and head output, per token
-    tokens = free_memory(device) // max(per_token, 1)
+    tokens = (free_memory(device) if memory is None else memory) // max(per_token, 1)
     return int(max(T, min(cap, tokens)))
