@@ -676,8 +676,8 @@ SPEC: tuple[Option, ...] = (
     Option("min_ess", None, _optional_float(0.0, strict=False), "with or without until_rhat: an input is "
            "converged only once every traced summary also has bulk and tail ESS of at least this (ArviZ "
            "recommends 100 per chain)", "-", "float", metavar="ESS"),
-    Option("length_beam", 1, _int(1, MAX_SIZE), "length candidates per source (needs source=: conditional models)", "5", "int",
-           cli=False),
+    Option("length_beam", 1, _int(1, MAX_SIZE), "length candidates per source (needs source=: conditional models)",
+           "5", "int", cli=False),
     Option("record", "final", _choice(("final", "epoch")), "'epoch' also returns the end-of-epoch states after "
            "burn-in", "-", "choice", ("final", "epoch"), cli=False),
     Option("replicas", False, _bool, "with tempering: also return the auxiliary replicas, every rung's final "
@@ -689,8 +689,8 @@ SPEC: tuple[Option, ...] = (
            "energy terms added to the MLM energy (product of experts; see mhfast.energy_terms): the target is "
            "exp(-(E + sum_k w_k f_k) / tau); MH and block MH only", "-", "terms", cli=False),
     Option("hamming", 0.0, _float(0.0, strict=False, high=FLOAT32_MAX), "weight of a Hamming-distance energy term "
-           "to a reference sequence per input (--hamming-reference; mhfast sample: default the --init sequences)", "-", "float",
-           api=False, metavar="WEIGHT"),
+           "to a reference sequence per input (--hamming-reference; mhfast sample: default the --init sequences)",
+           "-", "float", api=False, metavar="WEIGHT"),
     Option("hamming_reference", None, _path, "file with one reference per input line for --hamming (text for the "
            "model's tokenizer; translate: target sentences); a reference must have its sequence's length, special "
            "tokens included (for translate the predicted target length)", "-", "str", api=False, metavar="FILE"),
