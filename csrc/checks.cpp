@@ -17,6 +17,14 @@ namespace {
 constexpr auto kLong = at::ScalarType::Long;
 constexpr auto kFloat = at::ScalarType::Float;
 
+// The kernels divide in fp32: a temperature beyond FLT_MAX would be cast out of float's range (undefined), and one
+// below fp32's least positive number would be 0 there (the logits divided by zero, blamed on the logits).
+void check_fp32_temperature(const char* op, double temperature) {
+  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature >= FLT_TRUE_MIN && temperature <= FLT_MAX, "mhfast.",
+                    op, ": temperature must be a finite number in [", FLT_TRUE_MIN, ", ", FLT_MAX,
+                    "] (positive in fp32), got ", temperature);
+}
+
 void check_float_logits(const char* op, const at::Tensor& logits) {
   check_dtype(op, "logits", logits, {kFloat, at::ScalarType::Half, at::ScalarType::BFloat16});
 }
@@ -72,9 +80,7 @@ void check_propose_args(const at::Tensor& logits, const at::Tensor& current, dou
   check_size(op, "uniforms", uniforms, 0, logits.size(0), "rows of logits");
   check_same_device(op, "logits", logits, "current", current);
   check_same_device(op, "logits", logits, "uniforms", uniforms);
-  // The kernels divide in fp32: a temperature beyond FLT_MAX would be cast out of float's range (undefined).
-  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0 && temperature <= FLT_MAX, "mhfast.", op,
-                    ": temperature must be a finite number in (0, ", FLT_MAX, "] (fp32), got ", temperature);
+  check_fp32_temperature(op, temperature);
   // Written so that NaN fails too.
   TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
   // 1 would leave no nucleus at all (log(1 - uniform_mix) = -inf); NaN fails too.
@@ -112,6 +118,9 @@ void check_mh_accept_args(const at::Tensor& tokens, const at::Tensor& positions,
   check_same_device(op, "tokens", tokens, "positions", positions);
   check_same_device(op, "tokens", tokens, "proposed", proposed);
   for (const auto& [name, t] : per_chain) check_same_device(op, "tokens", tokens, name, *t);
+  check_no_overlap(op, "tokens", tokens, "positions", positions);
+  check_no_overlap(op, "tokens", tokens, "proposed", proposed);
+  for (const auto& [name, t] : per_chain) check_no_overlap(op, "tokens", tokens, name, *t);
 }
 
 void check_counter_uniforms_args(const at::Tensor& keys, int64_t epoch, int64_t step, int64_t stream,
@@ -156,9 +165,7 @@ void check_mh_propose_site_args(const at::Tensor& cache, const at::Tensor& token
   }
   TORCH_CHECK_VALUE(epoch >= 0 && step >= 0 && stream >= 0, "mhfast.", op,
                     ": epoch, step and stream must be >= 0, got ", epoch, ", ", step, ", ", stream);
-  // The kernels divide in fp32: a temperature beyond FLT_MAX would be cast out of float's range (undefined).
-  TORCH_CHECK_VALUE(std::isfinite(temperature) && temperature > 0 && temperature <= FLT_MAX, "mhfast.", op,
-                    ": temperature must be a finite number in (0, ", FLT_MAX, "] (fp32), got ", temperature);
+  check_fp32_temperature(op, temperature);
   TORCH_CHECK_VALUE(top_p > 0 && top_p <= 1, "mhfast.", op, ": top_p must be in (0, 1], got ", top_p);
   TORCH_CHECK_VALUE(!(act.size(0) > 0 && cache.size(2) == 0), "mhfast.", op,
                     ": cache must have at least one entry in dim 2 (vocabulary size 0)");
@@ -248,7 +255,10 @@ void check_commit_devices(const CommitSiteTensors& a) {
                          {"terms.e_local", &a.e_local_new}, {"terms.target", &a.target_new}, {"rows.seq", &a.seq},
                          {"rows.q", &a.q}}) {
     check_same_device(kCommit, "chains.tokens", a.tokens, x.first, *x.second);
+    if (x.second != &a.cache) check_no_overlap(kCommit, "chains.cache", a.cache, x.first, *x.second);
   }
+  for (const at::Tensor& o : a.outputs) check_no_overlap(kCommit, "chains.cache", a.cache, "rows.outputs", o);
+  if (a.beta_rows.has_value()) check_no_overlap(kCommit, "chains.cache", a.cache, "beta_rows", *a.beta_rows);
 }
 
 void check_commit_scalars(const CommitSiteTensors& a) {
@@ -312,6 +322,20 @@ void check_mh_site_rows_args(const at::Tensor& tokens, const at::Tensor& energy_
                     "] (len(ch) * (T - 1)), got ", num_rows);
 }
 
+namespace {
+
+// The first `written` of `args` (the tables an op writes in place) share no memory with any other argument.
+template <size_t N>
+void check_written_apart(const char* op, const Named (&args)[N], size_t written) {
+  for (size_t w = 0; w < written; ++w) {
+    for (const Named& x : args) {
+      if (x.second != args[w].second) check_no_overlap(op, args[w].first, *args[w].second, x.first, *x.second);
+    }
+  }
+}
+
+}  // namespace
+
 void check_mh_memo_lookup_args(const MemoLookupTensors& a) {
   const char* op = "mh_memo_lookup_";
   for (const Named& x : {Named{"table.stamp", &a.stamp}, {"table.hashes", &a.hashes}, {"table.stored", &a.stored},
@@ -344,6 +368,10 @@ void check_mh_memo_lookup_args(const MemoLookupTensors& a) {
                          {"changed", &a.changed}}) {
     check_same_device(op, "table.stamp", a.stamp, x.first, *x.second);
   }
+  const Named args[] = {{"table.stamp", &a.stamp}, {"table.hashes", &a.hashes}, {"table.stored", &a.stored},
+                        {"tokens", &a.tokens}, {"table.group", &a.group}, {"act", &a.act}, {"pos", &a.pos},
+                        {"proposed", &a.proposed}, {"changed", &a.changed}};
+  check_written_apart(op, args, 3);
   TORCH_CHECK_VALUE(a.ways >= 1, "mhfast.", op, ": ways must be an int >= 1, got ", a.ways);
   TORCH_CHECK_VALUE(S >= a.ways && S % a.ways == 0, "mhfast.", op,
                     ": table.stamp must have a positive multiple of ways (", a.ways,
@@ -392,6 +420,10 @@ void check_mh_memo_store_args(const MemoStoreTensors& a) {
                          {"local_new", &a.local_new}}) {
     check_same_device(op, "table.stamp", a.stamp, x.first, *x.second);
   }
+  const Named args[] = {{"table.stamp", &a.stamp}, {"table.raw", &a.raw}, {"table.local", &a.local},
+                        {"table.group", &a.group}, {"act", &a.act}, {"slot", &a.slot}, {"sel", &a.sel},
+                        {"raw_new", &a.raw_new}, {"local_new", &a.local_new}};
+  check_written_apart(op, args, 3);
   TORCH_CHECK_VALUE(a.num_misses >= 0 && a.num_misses <= n, "mhfast.", op, ": num_misses must be in [0, ", n,
                     "] (len(sel)), got ", a.num_misses);
   // A reservation is stamped -(step + 2): beyond INT64_MAX - 2 that overflows (undefined behaviour in C++).

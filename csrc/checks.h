@@ -15,6 +15,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "op_args.h"
 
@@ -58,6 +59,30 @@ inline void check_device_type(const char* op, const char* name, const at::Tensor
                               c10::DeviceType type) {
   TORCH_CHECK_VALUE(t.device().type() == type, "mhfast.", op, ": ", name, " must be on ",
                     c10::DeviceTypeName(type, /*lower_case=*/true), ", got ", t.device());
+}
+
+// A tensor an op writes in place shares no memory with another argument: the kernels read their inputs while
+// they write (an id already checked in range, then overwritten by the op itself, would index out of bounds; a
+// memo entry read after this very call rewrote it would be wrong). Conservative: two views of one storage whose
+// byte spans intersect are refused, even where their elements interleave without touching.
+inline void check_no_overlap(const char* op, const char* out_name, const at::Tensor& out, const char* name,
+                             const at::Tensor& t) {
+  // (symbolic sizes: traced by torch.compile or opcheck's dynamic-shape tests, where no memory is real)
+  for (const at::Tensor* x : {&out, &t}) {
+    if (x->unsafeGetTensorImpl()->has_symbolic_sizes_strides() || !x->has_storage()) return;
+  }
+  if (out.numel() == 0 || t.numel() == 0) return;
+  if (!out.storage().is_alias_of(t.storage())) return;
+  auto span = [](const at::Tensor& x) {  // [first, end) bytes of x's elements in its storage (strides >= 0)
+    int64_t last = x.storage_offset();
+    for (int64_t d = 0; d < x.dim(); ++d) last += (x.size(d) - 1) * x.stride(d);
+    const int64_t item = static_cast<int64_t>(x.element_size());
+    return std::make_pair(x.storage_offset() * item, (last + 1) * item);
+  };
+  const auto [a0, a1] = span(out);
+  const auto [b0, b1] = span(t);
+  TORCH_CHECK_VALUE(a1 <= b0 || b1 <= a0, "mhfast.", op, ": ", name, " shares memory with ", out_name,
+                    ", which the op writes in place; pass a copy (", name, ".clone())");
 }
 
 // Per-op metadata checks (identical on every backend).

@@ -104,6 +104,20 @@ def counters(op: str, epoch: object, step: object, stream: object) -> None:
         int64(op, name, c)
 
 
+def with_values(op: str, name: str, t: object) -> bool:
+    """True, after :func:`holds_values` for ``t`` (the references' value checks: a pure-PyTorch twin computes
+    values, so a meta tensor is refused naming it, where ``.item()`` deep inside had named nothing). Not a tensor:
+    True, and the type check that runs next names it.
+
+    Example:
+        >>> with_values("propose", "logits", torch.zeros(2, 3))
+        True
+    """
+    if isinstance(t, torch.Tensor):
+        holds_values(f"mhfast.{op}", name, t)
+    return True
+
+
 def number(op: str, name: str, x: object) -> None:
     """ValueError unless ``x`` is a Python number that a float holds (its range is checked in C++; an int like
     10**400 failed in float() with "int too large to convert to float", naming nothing)."""
@@ -295,6 +309,8 @@ def commit_site_types(chains, proposal, terms, rows, beta) -> None:
             isinstance(beta, bool) or not isinstance(beta, (int, float))):
         raise TypeError(f"mhfast.{op}: beta must be None, a number or a float64 tensor (one per chain row), "
                         f"got {type(beta).__name__}")
+    if beta is not None and not isinstance(beta, torch.Tensor):
+        number(op, "beta", beta)  # (10**400: float() had raised OverflowError, naming nothing)
 
 
 def mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, *, values: bool) -> None:

@@ -57,3 +57,13 @@ def raises_everywhere(op: str, args: tuple, match: str, raw: bool = True) -> Non
             assert re.search(match, str(e)), f"{name}.{op}: error {e!r} does not name {match!r}"
         else:
             pytest.fail(f"{name}.{op} accepted bad input (expected an error naming {match!r})")
+
+
+def raises_aliased(op: str, make_args, match: str) -> None:
+    """Every implementation of ``op`` (the typed wrapper, the reference, the raw op) raises a ValueError naming
+    ``match`` on the arguments ``make_args()`` returns, made anew for each call and passed uncloned: what is
+    checked is that they share memory (cloning, as :func:`raises_everywhere` does, would part them)."""
+    for name, fn in callables(op):
+        with pytest.raises(ValueError, match=match):
+            fn(*make_args())
+

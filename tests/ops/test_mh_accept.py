@@ -8,7 +8,7 @@ import torch
 
 import mhfast.ops as ops
 import mhfast.reference as reference
-from op_checks import raises_everywhere
+from op_checks import raises_aliased, raises_everywhere
 
 EXACT = dict(rtol=0, atol=0, equal_nan=True)
 
@@ -134,3 +134,33 @@ def test_bad_input_and_nothing_written(device):
         assert torch.equal(tokens, args[0]) and torch.equal(energy, args[3])
     other = "cpu" if device == "cuda" else "meta"
     raises_everywhere("mh_accept_", with_(4, args[4].to(other)), "energy_proposed", raw=device == "cuda")
+
+
+def test_an_argument_sharing_memory_with_tokens_is_refused(device):
+    """positions (or any argument) a view of tokens: the kernel checked the positions, then its own first write
+    changed one (2**40 here) and the next write landed past tokens' end (a segfault before the overlap check)."""
+    def aliased(name: str):
+        def make():
+            tokens = torch.tensor([[1, 2, 0, 0]], device=device)
+            z = torch.zeros(1, device=device)
+            args = [tokens, tokens[:, :2], torch.tensor([[2 ** 40, 0]], device=device), z, z, z, z,
+                    torch.ones(1, device=device), torch.full((1,), .5, device=device)]
+            if name == "proposed":  # the ids it writes, read from tokens itself
+                args[1], args[2] = torch.tensor([[0, 1]], device=device), tokens[:, 2:]
+            if name == "uniforms":  # a float view of the same bytes
+                args[1], args[2] = torch.tensor([[0, 1]], device=device), torch.tensor([[3, 4]], device=device)
+                args[8] = tokens.view(torch.float32)[0, :1]
+            return tuple(args)
+        return make
+
+    for name in ("positions", "proposed", "uniforms"):
+        raises_aliased("mh_accept_", aliased(name), f"{name} shares memory with tokens, which the op writes in "
+                                                    f"place")
+    # views of one storage that do not touch are fine: the tokens' first row, the positions from the second
+    both = torch.tensor([[1, 2, 0, 0], [0, 1, 0, 0]], device=device)
+    z = torch.zeros(1, device=device)
+    ops.mh_accept_(both[:1], both[1, :1], torch.tensor([7], device=device), z, z, z, z,
+                   torch.ones(1, device=device), torch.full((1,), .5, device=device))
+    assert both[0].tolist() == [7, 2, 0, 0]  # accepted (log .5 < 0): position 0 <- 7; the second row unchanged
+    assert both[1].tolist() == [0, 1, 0, 0]
+

@@ -11,7 +11,7 @@ import mhfast.ops as ops
 import mhfast.reference as reference
 from mhfast import op_types
 from mhfast.op_types import ChainRows, SiteProposal, SiteRows, SiteTerms
-from op_checks import raises_everywhere
+from op_checks import raises_aliased, raises_everywhere
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -177,6 +177,8 @@ def test_bad_input(device):
     raises_everywhere("mh_commit_site_", (*bad(2, target=terms.target[:, None]), *s), "terms.target")
     raises_everywhere("mh_commit_site_", (*bad(3, seq=rows.seq, q=rows.q[1:]), *s), "q")
     raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, float("nan"), 0, 0, 2), "beta")
+    raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, 10 ** 400, 0, 0, 2),
+                      "beta must be a finite number", raw=False)  # (the raw op's schema takes a float)
     raises_everywhere("mh_commit_site_", (chains, proposal, terms, rows, 1.0, -1, 0, 2), "epoch")
     for name, t, at in (("ch", proposal.ch, 6), ("ch", proposal.ch, -1), ("pos", proposal.pos, 4),
                         ("seq", rows.seq, 3), ("q", rows.q, -2)):
@@ -238,6 +240,19 @@ def test_bad_bundles_and_beta(device):
         short[i] = short[i][:-1]
         with pytest.raises(ValueError, match=f"{name} must hold {count} tensors"):
             torch.ops.mhfast.mh_commit_site_(*short)
+
+
+
+def test_rows_sharing_memory_with_the_cache_are_refused(device):
+    """A chunk of rows.outputs that is a view of chains.cache: the kernel read rows that its own earlier writes had
+    changed (a silent difference from the reference, which reads them all first)."""
+    def make():
+        chains, proposal, terms, rows = commit_inputs(6, 4, 3, 3, seed=1, device=device)
+        R = rows.seq.shape[0]
+        view = chains.cache.view(-1, 3)[:R]  # the first R cache rows of D = 3 features, as the model's output
+        return chains, proposal, terms, rows._replace(outputs=[view]), 1.0, 0, 0, 2
+
+    raises_aliased("mh_commit_site_", make, "rows.outputs shares memory with chains.cache")
 
 
 def _sample(energy: str, device: str, **kw):

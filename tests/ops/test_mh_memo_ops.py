@@ -9,7 +9,7 @@ import torch
 import mhfast.ops as ops
 import mhfast.reference as reference
 from mhfast.op_types import MemoTable
-from op_checks import raises_everywhere
+from op_checks import raises_aliased, raises_everywhere
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -244,3 +244,36 @@ def test_store_bad_input(device):
     # (not among the misses) change nothing
     ops.mh_memo_store_(*store_call(ok))
     assert stamp[0, 2].item() == 0 and raw[0, 2].tolist() == [1.0] * 3 and int((stamp >= 0).sum()) == 1
+
+
+def test_an_argument_sharing_memory_with_a_written_table_is_refused(device):
+    """act a view of table.stamp: the lookup's reservation rewrote act[1] to -7, then read group[-7] and
+    tokens[-7] (out of bounds, and a slot unlike the reference's). The same for the store and the terms."""
+    def lookup(view: str):
+        def make():
+            stamp, hashes, stored = memo_tables(1, 2, 1, device)[:3]
+            stamp[0, 0] = 1
+            act = stamp[0] if view == "act" else torch.tensor([0, 0], device=device)
+            tokens = stored[0] if view == "tokens" else torch.tensor([[3], [4]], device=device)
+            return lookup_call((stamp, hashes, stored, tokens, torch.tensor([0, 0], device=device), act,
+                                torch.tensor([0, 0], device=device), torch.tensor([5, 6], device=device),
+                                torch.tensor([True, True], device=device), 2, 5))
+        return make
+
+    raises_aliased("mh_memo_lookup_", lookup("act"), "act shares memory with table.stamp")
+    raises_aliased("mh_memo_lookup_", lookup("tokens"), "tokens shares memory with table.stored")
+
+    def store(view: str):
+        def make():
+            stamp, _, _, raw, local = memo_tables(2, 8, 3, device)
+            stamp[0, 2] = -2
+            slot = stamp[1, :3] if view == "slot" else torch.tensor([-1, 2, 5], device=device)
+            terms = raw[0, :2] if view == "raw_new" else torch.ones(2, 3, device=device)
+            return store_call((stamp, raw, local, torch.tensor([0, 0, 1], device=device),
+                               torch.tensor([2, 1, 0], device=device), slot, torch.tensor([1, 0], device=device),
+                               terms, torch.ones(2, 3, device=device), 2, 0))
+        return make
+
+    raises_aliased("mh_memo_store_", store("slot"), "slot shares memory with table.stamp")
+    raises_aliased("mh_memo_store_", store("raw_new"), "raw_new shares memory with table.raw")
+

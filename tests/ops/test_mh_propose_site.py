@@ -97,7 +97,7 @@ def test_bad_input(device):
     raises_everywhere("mh_propose_site", (*swap(5, blocked.long()), *s), "blocked")
     raises_everywhere("mh_propose_site", (*swap(5, blocked[1:]), *s), "blocked")
     raises_everywhere("mh_propose_site", (*ok, 1, -2, 1, 1.0, 0.9), "step")
-    for t in (0.0, float("nan"), 1e300):
+    for t in (0.0, float("nan"), 1e300, 1e-320):  # 1e-320: positive, but 0 in fp32
         raises_everywhere("mh_propose_site", (*ok, 1, 2, 1, t, 0.9), "temperature")
     raises_everywhere("mh_propose_site", (*ok, 1, 2, 1, 10 ** 400, 0.9), "temperature", raw=False)
     raises_everywhere("mh_propose_site", (*ok, 1, 2 ** 63, 1, 1.0, 0.9), "step must fit in 64 bits", raw=False)

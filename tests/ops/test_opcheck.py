@@ -54,6 +54,10 @@ def sample_inputs(device: str):
                                                               *d(torch.zeros(0).long(), torch.zeros(0).long(),
                                                                  torch.zeros(0).long(), torch.zeros(0).bool(), 8,
                                                                  3))))],
+        "counter_uniforms": [d(torch.arange(B) * 7919, 0, 1, 2), d(torch.tensor(5), 3, 0, 1),  # one 0-d key
+                             # transposed keys, with lanes
+                             d(torch.arange(6).reshape(2, 3).t(), 1, 2, 3, torch.arange(6).reshape(3, 2)),
+                             d(torch.zeros(0, dtype=torch.long), 0, 0, 0)],
         "mh_memo_store_": [memo_store_op_args(*store_call((
             torch.tensor([[-1, -3, -1, -1], [-3, -1, -1, -1]], device=device),  # reserved at step 1
             *memo_tables(2, 4, 3, device)[3:], *d(torch.tensor([0, 1, 1]), torch.tensor([1, 0, 2]),
@@ -64,7 +68,8 @@ def sample_inputs(device: str):
 
 
 @pytest.mark.parametrize("op", ["masked_copies", "gather_energies", "propose", "mh_accept_", "mh_propose_site",
-                                "mh_commit_site_", "mh_site_rows", "mh_memo_lookup_", "mh_memo_store_"])
+                                "mh_commit_site_", "mh_site_rows", "mh_memo_lookup_", "mh_memo_store_",
+                                "counter_uniforms"])
 def test_opcheck(device, op):
     for args in sample_inputs(device)[op]:
         torch.library.opcheck(getattr(torch.ops.mhfast, op).default, args)

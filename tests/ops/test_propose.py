@@ -226,6 +226,8 @@ def test_bad_input(device):
     raises_everywhere("propose", (logits[:, :0], current, 1.0, 0.9, u), "logits")
     for t in (0.0, -1.0, float("nan"), float("inf"), 1e300):  # 1e300: beyond fp32, where the kernels divide
         raises_everywhere("propose", (logits, current, t, 0.9, u), "temperature")
+    for t in (1e-320, 7e-46):  # positive, but 0 in fp32: the logits were divided by zero (blamed on the logits)
+        raises_everywhere("propose", (logits, current, t, 0.9, u), r"temperature must be a finite number in \[1.4")
     for huge in (10 ** 400, 10 ** 5000):  # no float holds them (and str() refuses the second: 4,300 digits at most)
         raises_everywhere("propose", (logits, current, huge, 0.9, u), "temperature must be a finite number",
                           raw=False)

@@ -86,3 +86,18 @@ def test_the_wrappers_take_meta_tensors_as_the_raw_ops_do():
                                                                        0).shape == (1, 3)
     proposed, logq_p, logq_c = ops.propose(meta(LOGITS), meta(CURRENT), 1.0, 0.9, meta(U))
     assert proposed.is_meta and proposed.shape == logq_p.shape == logq_c.shape == (1,)
+
+
+def test_the_references_name_a_meta_tensor():
+    """A pure-PyTorch twin computes values: on a meta tensor it is a ValueError naming the argument (the first value
+    read, Tensor.item() deep inside, had named nothing), where the compiled op answers with shapes."""
+    import mhfast.reference as reference
+
+    meta = lambda t: t.to("meta")  # noqa: E731
+    calls = {"tokens": lambda: reference.masked_copies(meta(TOKENS), meta(CURRENT), meta(CURRENT), 0),
+             "logits": lambda: reference.gather_energies(meta(LOGITS), meta(CURRENT), meta(CURRENT), 1)}
+    calls["logits "] = lambda: reference.propose(meta(LOGITS), meta(CURRENT), 1.0, 0.9, meta(U))
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"mhfast.[a-z_]+: {name.strip()} is on the meta device"):
+            call()
+
