@@ -25,7 +25,9 @@ from ..energy_terms import normalize as normalize_terms
 from ..models.base import check_model_ids, check_rows_fit, has_features, model_width, never_proposed
 from ..runtime.attention import without_cudnn_attention
 from .ladder import rungs
-from .options import display_name
+from .memo import ROWS_BUDGET_BYTES
+from .options import display_name, resolved_memo
+from .traces import PROJECTIONS
 from .scalars import MAX_SIZE, as_int
 
 
@@ -321,7 +323,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
             raise _err("free_positions", "cannot be combined with length (every masked position is free); pass "
                                          "init= with the fixed tokens in place to fix some")
         check_slots(model, 1, int(cfg.chains), length, cfg.device, "length",  # before the template row exists
-                    rungs(cfg.tempering))
+                    rungs(cfg.tempering), **footprint(cfg, cfg.device))
         rows = _template(model, length)[None]
     elif init is not None:
         rows = rows_from_init(init)
@@ -395,30 +397,48 @@ def available_memory(device: Any) -> int | None:
         return None
 
 
-def state_bytes(model: Any, inputs: int, chains: int, T: int) -> int:
-    """What ``inputs x chains`` chains of rows of ``T`` tokens hold at once, at least: per token slot the state
-    (:data:`BYTES_PER_SLOT`), the masked copies the first scoring builds (a row of T tokens per position) and
-    the model output kept per position (the MH cache: d features, or V logits); per chain its vectors and what a
-    step builds for it (a masked row and the V-wide proposal logits and probabilities).
+def state_bytes(model: Any, inputs: int, chains: int, T: int, *, replicas: int = 1, memo: int = 0,
+                draws: int = 0) -> int:
+    """What ``inputs x chains`` chains (``replicas`` each, under tempering) of rows of ``T`` tokens hold at once,
+    about: per token slot the state (:data:`BYTES_PER_SLOT`), the masked copies the first scoring builds (a row of
+    T tokens per position) and the model output kept per position (the MH cache: d features, or V logits); per
+    chain its vectors and what a step builds for it (a masked row and the V-wide proposal logits and
+    probabilities); the proposal memo's ``memo`` entries per chain (:mod:`mhfast.sampler.memo`: ids and two
+    terms per position, and the model rows it keeps, at most its rows budget); per returned chain the traces of
+    ``draws`` recorded sweeps (their buffer doubles when full) and the random projections' float64 temporaries.
 
-    A lower bound, not the peak: measured (peak RSS of one epoch, 2026-11-26) a chain's marginal cost is about
-    1.7x this on Sapiens (T=22, d=128) and 3-5x on the tests' tiny models (T <= 16, d = 16, where a step's
-    int64/float64 temporaries outweigh the state); the model's sub-batch activations come on top. So a run the
-    check lets through may still need a few times this; one it refuses cannot fit."""
+    Measured (the peak RSS of two epochs with 2,000 to 80,000 chains, 2026-12-02) the marginal cost of a chain is
+    0.9-1.6x this on the tests' tiny models (T <= 16, d = 16; memo on and off, 2 or 60 epochs, tempered) and
+    1.4x on Sapiens (T=22, d=128), where it had been 1.7x, and 3-6x on the tiny models, before the memo and the
+    traces counted; the model's sub-batch activations come on top. An estimate, then: a run the check lets
+    through may still need about 1.6x this, and one it refuses would have needed at least about 0.9x of it.
+
+    Example:
+        >>> from mhfast.models.tabular import TabularMLM
+        >>> lm = TabularMLM.random(3, 4, seed=0)
+        >>> state_bytes(lm, 1, 10, 4, memo=8) > state_bytes(lm, 1, 10, 4)   # the memo's entries count
+        True
+    """
     vocab = int(model.vocab_size)
     width = (model_width(model) if has_features(model) else None) or vocab
-    chains_total = inputs * chains
+    returned = inputs * chains
+    chains_total = returned * replicas
     per_slot = BYTES_PER_SLOT + 8 * T + 4 * width
-    per_chain = BYTES_PER_CHAIN + 8 * T + 8 * vocab
-    return chains_total * (T * per_slot + per_chain)
+    per_chain = BYTES_PER_CHAIN + 8 * T + 8 * vocab + memo * (16 + 16 * T)  # memo: stamp, hash, ids, two terms
+    memo_rows = min(ROWS_BUDGET_BYTES, chains_total * memo * T * width * 4)
+    summaries = 2 + PROJECTIONS  # (at least: the energies and the projections; extra terms add one each)
+    per_returned = 2 * draws * summaries * 4 + PROJECTIONS * T * 5 * 8  # trace buffer; lanes, uniforms, normals
+    return chains_total * (T * per_slot + per_chain) + memo_rows + returned * per_returned
 
 
-def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str, replicas: int = 1) -> None:
+def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str, replicas: int = 1, *,
+                memo: int = 0, draws: int = 0) -> None:
     """Reject ``inputs x chains x replicas`` chains of ``T`` tokens that cannot be held (index range, or more bytes
     than :func:`state_bytes` says they need than ``device`` has available) before anything of that size is
     allocated: a ValueError naming ``what`` and the chains option (``--chains`` from the command line), and the
     tempering option where ``replicas`` (its K rungs: every chain runs K replicas in the same batch) is above 1;
-    never an allocation failure or an out-of-memory kill halfway through.
+    never an allocation failure or an out-of-memory kill halfway through. ``memo`` and ``draws``: the proposal
+    memo's entries per chain and the traced sweeps (:func:`footprint`).
 
     Example:
         >>> from mhfast.models.tabular import TabularMLM
@@ -430,7 +450,7 @@ def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what:
     """
     rows = inputs * chains * replicas
     slots = rows * T
-    need = state_bytes(model, 1, rows, T)
+    need = state_bytes(model, inputs, chains, T, replicas=replicas, memo=memo, draws=draws)
     memory = available_memory(device)
     if slots <= MAX_TOKEN_SLOTS and (memory is None or need <= memory):
         return
@@ -445,12 +465,30 @@ def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what:
                f"more than {limit}: lower {lower}, or use shorter rows or fewer inputs at once")
 
 
+def footprint(cfg: Any, device: Any) -> dict[str, int]:
+    """The options that size a run's memory beside its chains: ``memo`` (the proposal memo's entries per chain, as
+    ``memo="auto"`` resolves where the memo acts) and ``draws`` (the traced sweeps; 0 off the CPU, since the traces
+    are host memory and the check asks the chains' device, and 0 under ``until_rhat``/``min_ess``, whose
+    ``epochs`` is only a cap: the trace buffer grows as the run goes).
+
+    Example:
+        >>> from mhfast.sampler.options import config_from_kwargs
+        >>> footprint(config_from_kwargs({"epochs": 40, "trace_every": 4}), "cpu")
+        {'memo': 8, 'draws': 10}
+    """
+    memo = resolved_memo(cfg, extra_terms=cfg.extra_energy is not None, delayed=cfg.delayed is not None)
+    on_cpu = torch.device(device if device is not None else "cpu").type == "cpu"
+    capped = cfg.until_rhat is not None or cfg.min_ess is not None
+    return {"memo": memo, "draws": int(cfg.epochs) // int(cfg.trace_every) if on_cpu and not capped else 0}
+
+
 def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
     """Reject rows longer than the model's position table (:func:`mhfast.models.base.check_rows_fit`, naming
     the row) and chains that cannot be held, before any allocation (never a crash deep inside the model)."""
     check_rows_fit(model, rows, int(model.pad_id), lambda b: f"mhfast.sample: {what} row {b}")
     # a tempered chain is K replicas in the same batch (tempering.Tempered.init copies each chain's start K times)
-    check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what, rungs(cfg.tempering))
+    check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what, rungs(cfg.tempering),
+                **footprint(cfg, device))
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:
