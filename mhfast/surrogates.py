@@ -57,6 +57,25 @@ class ModelEnergy:
         self.model, self.energy = model, energy
         self.max_tokens_per_batch, self.backend = max_tokens_per_batch, backend
 
+    def check_model(self, sampled: Any) -> None:
+        """A ValueError naming ``delayed`` unless the sampled model has this model's vocabulary (size, mask, pad and
+        special ids): called by :func:`mhfast.sample` before the run. A mismatch had surfaced as an energy error
+        naming neither (``mhfast.energy: tokens holds mask_id (2)``), or not at all (a larger vocabulary).
+
+        Example:
+            >>> from mhfast.models.tabular import TabularMLM
+            >>> model_energy(TabularMLM.random(3, 4, seed=1)).check_model(TabularMLM.random(3, 4, seed=0))
+        """
+        def vocabulary(m: Any) -> tuple:
+            return (int(m.vocab_size), int(m.mask_id), int(m.pad_id), tuple(sorted(int(i) for i in m.special_ids)))
+
+        mine, theirs = vocabulary(self.model), vocabulary(sampled)
+        if mine != theirs:
+            fields = "vocab_size, mask_id, pad_id, special_ids"
+            raise ValueError(f"mhfast.sample: delayed: model_energy's model has ({fields}) = {mine}, the sampled "
+                             f"model {theirs}: the surrogate's model must share the sampled model's vocabulary (the "
+                             "same token ids)")
+
     def __call__(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """f32[n]: the small model's energy of each row of ``tokens`` (``pos`` is not used: see the class)."""
         from .scoring import energy  # (at call time: mhfast.scoring imports the sampler's options)

@@ -228,6 +228,8 @@ def _kernel(cfg, runner: ModelRunner, problem):
     extra_terms = problem.terms is not None and bool(problem.terms.terms)
     num_energy = problem.energy_mask.sum(1)
     delayed = options.resolved_delayed(cfg, int(num_energy.max()), problem.device)  # (acts on some input)
+    if callable(getattr(cfg.delayed, "check_model", None)):  # a surrogate of another model (mhfast.surrogates)
+        cfg.delayed.check_model(runner.model)
     # with extra terms the memo acts only where delayed acceptance does: for every input (memo "auto" is off
     # otherwise; the memo changes no chain, only rows)
     everywhere = options.resolved_delayed(cfg, int(num_energy.min()), problem.device) is not None

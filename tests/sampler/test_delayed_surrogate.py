@@ -217,6 +217,9 @@ def test_surrogate_delta_is_antisymmetric():
     (lambda t, p: [0.0] * t.shape[0], ["delayed", "float tensor", "list"]),
     (lambda t, p: torch.zeros(t.shape[0], dtype=torch.bool), ["delayed", "float tensor", "bool"]),
     (object(), ["delayed", "callable"]),
+    # [N/2, 2]: 2 N numbers, but pairs of them (it had been flattened, pairing energies with other rows)
+    (lambda t, p: torch.zeros(t.shape[0] // 2, 2), ["delayed", "one energy per row"]),
+    (lambda t, p: torch.zeros(t.shape[0], device="meta"), ["delayed", "meta device"]),
 ])
 def test_bad_surrogates_are_clear_errors(delayed, words):
     model = TabularMLM.random(num_tokens=3, length=4, seed=0)
@@ -233,6 +236,24 @@ def test_block_mh_and_bad_model_energy_are_clear_errors():
     assert "delayed" in str(err.value) and "sampler" in str(err.value) and "block-mh" in str(err.value)
     with pytest.raises(ValueError, match="energy must be 'raw' or 'local'"):
         model_energy(model, "pll")
+
+
+def test_an_integer_surrogate_of_any_width_is_taken():
+    """int32 energies had been refused ("must return a float tensor") where int64 ones were taken."""
+    model = TabularMLM.random(num_tokens=3, length=4, seed=0)
+    runs = [mhfast.sample(model, 4, chains=3, epochs=3, burn_in=0, seed=2,
+                          delayed=lambda t, p, d=dtype: (t == 1).sum(1).to(d)) for dtype in (torch.int32, torch.long)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens) and runs[0].delayed_tested == runs[1].delayed_tested > 0
+
+
+def test_model_energy_of_another_vocabulary_is_refused():
+    """Its model must share the sampled model's token ids: a smaller vocabulary had failed inside mhfast.energy
+    ("tokens holds mask_id (2)", naming neither), a larger one ran with a surrogate of other tokens."""
+    big = TabularMLM.random(num_tokens=3, length=4, seed=0)
+    for other in (TabularMLM.random(num_tokens=2, length=4, seed=1), TabularMLM.random(num_tokens=4, length=4, seed=1)):
+        with pytest.raises(ValueError, match=r"^mhfast.sample: delayed: model_energy's model has \(vocab_size, "
+                                             r"mask_id, pad_id, special_ids\) = "):
+            mhfast.sample(big, 4, chains=3, epochs=2, burn_in=0, delayed=model_energy(other))
 
 
 @pytest.mark.parametrize("energy", ["raw", "local"])

@@ -34,16 +34,22 @@ def surrogate_delta(surrogate: Callable[..., Any], old: torch.Tensor, new: torch
     if n == 0:
         return torch.zeros(0, device=old.device)
     values = surrogate(torch.cat([old, new]), torch.cat([pos, pos]))
-    if not isinstance(values, torch.Tensor) or not (values.is_floating_point() or values.dtype == torch.long):
+    # any real dtype: an int32 had been refused where int64 was taken
+    if not isinstance(values, torch.Tensor) or values.dtype == torch.bool or values.is_complex():
         raise _bad(f"must return a float tensor of one energy per row, got {type(values).__name__}"
                    + (f" of dtype {values.dtype}" if isinstance(values, torch.Tensor) else ""))
-    if values.numel() != 2 * n:
+    if values.is_meta:
+        raise _bad("returned a tensor on the meta device, which holds no values")
+    if values.numel() != 2 * n or sum(size != 1 for size in values.shape) > 1:
+        # (an [N, 2] tensor of N = n had been flattened: its energies paired with other chains' rows)
         raise _bad(f"returned {tuple(values.shape)} for {2 * n} rows: it must return one energy per row (f32[N] "
                    "for tokens Long[N, T])")
-    values = values.reshape(2 * n).to(device=old.device, dtype=torch.float32)
-    if not bool(torch.isfinite(values).all()):  # (the one host read: a NaN would silently reject every proposal)
+    # the difference in the surrogate's own precision where it is finer than fp32 (float64), then fp32
+    values = values.reshape(2 * n).to(device=old.device, dtype=torch.promote_types(values.dtype, torch.float32))
+    if not bool(torch.isfinite(values.float()).all()):  # (the one host read: a NaN would silently reject every
+        # proposal; a float64 beyond fp32's range would be inf in the kernel's sums)
         raise _bad("returned a value that is not finite (NaN or inf); its energies must be finite numbers")
-    return values[n:] - values[:n]
+    return (values[n:] - values[:n]).float()
 
 
 def user_surrogate(delayed: Any) -> Callable[..., Any] | None:
