@@ -31,7 +31,7 @@ def flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             return parse_flags(f)
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return frozenset()
 
 

@@ -56,5 +56,7 @@ def check_native(dtype: torch.dtype | None, device: torch.device) -> None:
         what = (("this CPU has no AVX512-FP16/AMX-FP16 (x86) or ASIMDHP (Arm)" if fp16 else
                  "this CPU has no AVX512-BF16/AMX (x86) or BF16 (Arm)")
                 if device.type == "cpu" else "this GPU (compute capability < 8.0) emulates it")
+        if device.type == "cpu" and not cpu_info.flags():  # (unreadable /proc/cpuinfo, or not Linux: unknown)
+            what = "the CPU's features could not be read from /proc/cpuinfo: it may lack them"
         warnings.warn(f"mhfast.sample: dtype={str(dtype).replace('torch.', '')} has no native support here "
                       f"({what}): the model will run slower than in float32", RuntimeWarning, stacklevel=3)

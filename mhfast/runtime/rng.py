@@ -37,7 +37,8 @@ def chain_keys(seed: int, inputs: torch.Tensor, chains: torch.Tensor) -> torch.T
     A chain's key is fixed for the whole run, so the sampler computes it once and every draw
     only absorbs (epoch, step, stream, lane): :func:`uniforms_from_keys`.
     """
-    h = i64(mix_int(((seed % (1 << 64)) + 0x9E3779B97F4A7C15) & U64))
+    # int(): a numpy seed (np.int64(1)) took numpy's modulo and overflowed converting 2**64 to a C long
+    h = i64(mix_int(((int(seed) % (1 << 64)) + 0x9E3779B97F4A7C15) & U64))
     h = torch.full((), h, dtype=torch.int64, device=inputs.device)
     return absorb(absorb(h, inputs), chains)
 

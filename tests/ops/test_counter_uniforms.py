@@ -85,3 +85,12 @@ def test_counters_folded_into_keys_give_the_fused_ops_the_same_proposals(device)
                                   rng.PROPOSE, 0.9, 0.95)
         for a, b in zip(got, want):
             assert torch.equal(a, b)
+
+
+def test_a_numpy_seed_is_the_python_int():
+    """rng.uniforms/chain_keys with np.int64(1) had taken numpy's modulo and raised OverflowError (2**64 in a C
+    long)."""
+    import numpy as np
+    args = (torch.tensor([0, 1]), torch.tensor([0, 3]), 2, 1, rng.ACCEPT)
+    for seed in (1, -1, 2 ** 63 - 1):
+        assert torch.equal(rng.uniforms(np.int64(seed), *args), rng.uniforms(seed, *args))

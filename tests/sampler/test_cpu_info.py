@@ -126,3 +126,12 @@ def test_the_float16_warning_on_a_cpu_names_the_fp16_flags(monkeypatch):
     monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx2"}))
     with pytest.warns(RuntimeWarning, match="AVX512-FP16"):
         precision.check_native(torch.float16, torch.device("cpu"))
+
+
+def test_an_unreadable_cpu_is_unknown_not_lacking(monkeypatch):
+    """No flags read (no /proc/cpuinfo): the warning says the features are unknown; it had stated as a fact that the
+    CPU has no AVX512-BF16."""
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset())
+    with pytest.warns(RuntimeWarning, match=r"features could not be read") as got:
+        precision.check_native(torch.bfloat16, torch.device("cpu"))
+    assert "CPU has no" not in str(got[0].message)
