@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import torch
 
 from .energy_terms import AllowedTokens, Hamming
-from .models.base import AMINO_ACIDS, never_proposed, position_limit
+from .models.base import AMINO_ACIDS, never_proposed, position_limit, residue_letters
 from .sampler.scalars import as_int, as_real
 
 #: The largest ``max_mutations`` and ``iterations`` taken: an antibody chain has ~130 residues, so a larger cap caps
@@ -137,10 +137,11 @@ class MutationCap:
 
 def _normalized(parent: Any) -> str:
     """The parent's residues without whitespace, in upper case (a lower-case parent made every residue a
-    "mutation": the model's encode upper-cases, the mutation list compared the raw string)."""
+    "mutation": the model's encode upper-cases, the mutation list compared the raw string); ASCII letters only
+    (:func:`mhfast.models.base.residue_letters`)."""
     if not isinstance(parent, str):
         raise TypeError(f"parent: expected a string of one-letter residues, got {type(parent).__name__}")
-    residues = "".join(parent.split()).upper()
+    residues = residue_letters(parent)
     if not residues:  # (named the cdrs before: "span 23:34 is not within the 0 residues")
         raise ValueError("parent: no residues (an empty or blank sequence)")
     return residues

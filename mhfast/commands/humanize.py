@@ -101,13 +101,14 @@ def _check_method(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..humanize import humanize, sapiens_argmax
+    from ..models.base import residue_letters
     from ..models.loading import load_masked_lm
 
     cfg = _check(args)
     t0 = time.perf_counter()
     lm = load_masked_lm(args.model or f"sapiens-{(args.chain or 'H').lower()}", **({"device": args.device}
                                                                           if args.device else {}))
-    parent = "".join(args.parent.split()).upper()
+    parent = residue_letters(args.parent)
     if args.method == "biophi":
         h = sapiens_argmax(lm, parent, args.cdr, iterations=args.iterations, hamming=args.hamming,
                            energy=cfg.energy)

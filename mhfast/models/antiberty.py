@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from .base import AMINO_ACIDS
+from .base import AMINO_ACIDS, residue_letters
 from .hf import HFMaskedLM, _loader_threads_joined, import_transformers, quiet_transformers
 
 _CHECKPOINT = "AntiBERTy_md_smooth"
@@ -70,7 +70,7 @@ class AntiBERTyMaskedLM(HFMaskedLM):
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str of one-letter amino acids, got {type(text).__name__}")
         ids = [self.bos_id]
-        for k, ch in enumerate("".join(text.split()).upper()):
+        for k, ch in enumerate(residue_letters(text)):
             if ch in "_*":
                 ids.append(self.mask_id)
             elif ch in AMINO_ACIDS:

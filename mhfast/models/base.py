@@ -31,6 +31,18 @@ import torch
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 
 
+def residue_letters(text: str) -> str:
+    """A protein sequence's characters without whitespace, ASCII letters upper-cased. Only ASCII: ``str.upper``
+    turns some other letters into ASCII ones (``ß`` into ``SS``, ``ı`` into ``I``), which had read them as amino
+    acids and shifted every later residue (and the CDR spans) by one.
+
+    Example:
+        >>> residue_letters("ev qL"), residue_letters("aßc")
+        ('EVQL', 'AßC')
+    """
+    return "".join(c.upper() if c.isascii() else c for c in "".join(text.split()))
+
+
 @runtime_checkable
 class MaskedLM(Protocol):
     """A masked language model seen as an energy network (paper, section 2).

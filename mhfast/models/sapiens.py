@@ -27,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from .base import AMINO_ACIDS
+from .base import AMINO_ACIDS, residue_letters
 from .fairseq_mlm import FairseqMaskedLM, load_fairseq_mlm
 
 INSTALL_COMMAND = "pip install --no-deps sapiens==1.0.5 pandas"
@@ -87,7 +87,7 @@ class SapiensMaskedLM(FairseqMaskedLM):
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str of one-letter amino acids, got {type(text).__name__}")
         ids = [self.bos_id]
-        for k, ch in enumerate("".join(text.split()).upper()):
+        for k, ch in enumerate(residue_letters(text)):
             if ch in "_*X":
                 ids.append(self.mask_id)
             elif ch in AMINO_ACIDS:

@@ -177,6 +177,10 @@ def test_a_bad_parent_or_cdr_is_one_line_naming_the_flag(method):
     n, z = len(SHORT), SHORT[:10] + "Z" + SHORT[11:]
     for argv, needle in ((["--parent", SHORT, "--cdr", "23:99"], "--cdr: span 23:99"),
                          (["--parent", z, "--cdr", "23:34"], "--parent: 'Z' at position 10"),
+                         # upper() makes 'ß' 'SS' (two serines, shifting the CDRs), 'ı' an I: not amino acids
+                         (["--parent", SHORT[:10] + "ß" + SHORT[11:], "--cdr", "23:34"],
+                          "--parent: 'ß' at position 10 is not one of the 20 amino acids"),
+                         (["--parent", SHORT[:10] + "ı" + SHORT[11:], "--cdr", "23:34"], "--parent: 'ı' at position 10"),
                          (["--parent", SHORT, "--cdr", f"0:{n}"], f"--cdr: the spans cover all {n} residues")):
         code, out, err = run_main(["humanize", "--chain", "L", *argv, "--method", method, "-q"])
         assert code == 2 and err.count("\n") == 1 and needle in err and out == "", (argv, err)
