@@ -342,11 +342,11 @@ def check_sources(sources: Any) -> None:
 
 
 def bundled_test_file(path: str, option: str) -> str:
-    """``path`` itself, or for ``"bundled"`` the bundled test_2016_flickr source (``option == "--input"``)
-    or reference file; a missing bundled file is a FileNotFoundError naming ``option``."""
+    """``path`` itself, or for ``"bundled"`` the bundled test_2016_flickr source (``option`` ``"--input"`` or
+    ``"--src"``) or reference file; a missing bundled file is a FileNotFoundError naming ``option``."""
     if path != "bundled":
         return path
-    bundled = BUNDLED_TEST_SOURCE if option == "--input" else BUNDLED_TEST_REFERENCE
+    bundled = BUNDLED_TEST_SOURCE if option in ("--input", "--src") else BUNDLED_TEST_REFERENCE
     if not bundled.is_file():
         raise FileNotFoundError(f"{option} bundled: {bundled} is not there (bundled model not installed)")
     return str(bundled)

@@ -30,7 +30,8 @@ STAT_KEYS = ("acceptance_rate", "novel_rate", "e_raw", "e_local", "target_temper
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hyp", metavar="FILE", help="hypotheses, one per line")
     p.add_argument("--ref", metavar="FILE", help="references, one per line, or 'bundled' (test_2016_flickr.en)")
-    p.add_argument("--src", metavar="FILE", help="sources (only checked to have as many lines)")
+    p.add_argument("--src", metavar="FILE", help="sources (only checked to have as many lines), or 'bundled' "
+                   "(test_2016_flickr.de)")
     p.add_argument("--stats", metavar="FILE", help="JSON written by 'mhfast translate --stats-out'")
     p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
 
@@ -82,13 +83,19 @@ def _read_stats(path: str) -> dict:
             stats = json.load(f)
         if not isinstance(stats, dict) or not isinstance(stats.get("batches"), list):
             raise ValueError
-        epoch_table(stats)  # the fields are there and numeric
+        table = epoch_table(stats)  # the fields are there and numeric
+        # epochs 0..n-1 and no negative sentence count: the table's burn-in marks and means assume them (epochs
+        # -2..0 had divided by zero after half the table was printed; epochs 0 and 7 were called "every epoch")
+        if [row["epoch"] for row in table] != list(range(len(table))) or \
+                any(int(b.get("sentences", 0)) < 0 for b in stats["batches"]):
+            raise ValueError
         convergence_rows(stats)
         burn_in = stats.get("burn_in")  # an int >= 0 or null (a string failed after half the table was printed)
         if burn_in is not None and (type(burn_in) is not int or burn_in < 0):
             raise ValueError
     # (1e400 sentences: inf, not an int; IndexError: a batch's per-sentence lists of different lengths)
-    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, IndexError):
+    # (RecursionError: JSON nested thousands deep)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, IndexError, RecursionError):
         raise ValueError(f"--stats: {path!r} is not a statistics file of 'mhfast translate --stats-out'") from None
     return stats
 
@@ -208,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         refs = read_lines(ref_path, "--ref")
         counts = {"--hyp": len(hyps), "--ref": len(refs)}
         if args.src:
-            counts["--src"] = len(read_lines(args.src, "--src"))
+            counts["--src"] = len(read_lines(bundled_test_file(args.src, "--src"), "--src"))
         if len(set(counts.values())) > 1:
             raise ValueError("line counts differ: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if not hyps:

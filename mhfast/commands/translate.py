@@ -419,7 +419,7 @@ def _resumed_stats(args: argparse.Namespace, stats: dict, start: int) -> None:
         batches = [b for b in old["batches"] if b["end"] <= start]
         ok = old.get("options_hash") == stats["options_hash"] and [b["start"] for b in batches] == \
             [0] + [b["end"] for b in batches[:-1]] and (batches[-1]["end"] if batches else 0) == start
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # (RecursionError: JSON nested deep)
         ok = False
     if not ok and start > 0:
         raise ValueError(f"--resume: --stats-out {args.stats_out!r} does not hold the statistics of the first "

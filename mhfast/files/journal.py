@@ -298,7 +298,7 @@ def read_record(path: str) -> dict:
         record = json.loads(raw.decode("utf-8"))
         if not isinstance(record, dict):
             raise ValueError
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: JSON nested thousands deep)
         raise ValueError(f"--resume: {path!r} is not a valid progress file (truncated or corrupt); rerun "
                          "without --resume to start over") from None
     if record.get("kind") != KIND or record.get("version") != PROGRESS_VERSION:

@@ -187,6 +187,8 @@ def test_resume_verifies_model_input_options_record_and_output(setup, capsys):
     raw = json.dumps(record).encode()
     progress.write_bytes(raw[:len(raw) // 2])
     refused(cli, o, capsys, "not a valid progress file", out)
+    progress.write_text("[" * 100000)  # nested too deep for json (RecursionError: a traceback)
+    refused(cli, o, capsys, "not a valid progress file", out)
     progress.write_text(json.dumps({"options_hash": "0" * 64, "lines_done": 6, "output_bytes": len(full)}))
     refused(cli, o, capsys, "not a progress file of this mhfast version", out)
     progress.unlink()

@@ -409,6 +409,18 @@ def test_evaluate_matches_sacrebleu(tmp_path):
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in out and "nc:6|nw:0" in out  # the signatures
 
 
+def test_evaluate_takes_the_bundled_sources_as_it_takes_the_bundled_references(tmp_path):
+    """--src bundled had been "--src: no such file: 'bundled'" where --ref bundled was taken."""
+    from mhfast.translation import BUNDLED_TEST_REFERENCE
+
+    refs = BUNDLED_TEST_REFERENCE.read_text(encoding="utf-8").splitlines()
+    h = write_input(tmp_path / "h", refs)
+    code, out, err = run_main(["evaluate", "--hyp", str(h), "--ref", "bundled", "--src", "bundled"])
+    assert code == 0 and "BLEU = 100.00" in out, err
+    code, out, err = run_main(["evaluate", "--hyp", str(h), "--ref", "bundled", "--src", str(h)[:-1] + "x"])
+    assert code == 2 and "--src: no such file" in err
+
+
 def test_evaluate_errors_are_one_line(tmp_path):
     h = write_input(tmp_path / "h", ["a", "b"])
     r = write_input(tmp_path / "r", ["a", "b", "c"])
@@ -421,7 +433,17 @@ def test_evaluate_errors_are_one_line(tmp_path):
     word_burn_in = tmp_path / "word.json"  # (half the table was printed, then "'<' not supported ...")
     word_burn_in.write_text(json.dumps({"method": "mh", "burn_in": "x", "batches": [{"sentences": 2,
                                                                                    "epochs": epochs}]}))
-    cases = [
+    odd = {}  # epochs not 0..n-1 (-2..0 had divided by zero mid-table), a negative count, JSON nested too deep
+    for name, text in (("negative_epochs", json.dumps({"method": "mh", "burn_in": 1, "batches": [
+                            {"sentences": 1, "epochs": [dict(epochs[0], epoch=e) for e in (-2, -1, 0)]}]})),
+                       ("gap", json.dumps({"method": "mh", "burn_in": 3, "batches": [
+                            {"sentences": 1, "epochs": [dict(epochs[0], epoch=e) for e in (0, 7)]}]})),
+                       ("negative_sentences", json.dumps({"method": "mh", "burn_in": 0, "batches": [
+                            {"sentences": -3, "epochs": epochs}]})),
+                       ("deep", '{"batches": [' + "[" * 5000 + "]" * 5000 + "]}")):
+        odd[name] = tmp_path / f"{name}.json"
+        odd[name].write_text(text)
+    cases = [*[(["--stats", str(path)], "is not a statistics file") for path in odd.values()],
         (["--hyp", str(h), "--ref", str(r)], "line counts differ: --hyp 2, --ref 3"),
         (["--hyp", str(h), "--ref", str(h), "--src", str(r)], "--src 3"),
         (["--hyp", str(tmp_path / "missing"), "--ref", str(r)], "--hyp: no such file"),
