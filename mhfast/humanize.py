@@ -266,8 +266,13 @@ def humanize(model: Any, parent: str, cdrs: Sequence[tuple[int, int]], *, hammin
     allowed = _framework_residues(model, ids, free)
     if allowed is not None:
         terms.append(allowed)
-    r = mhfast.sample(model, init=ids, free_positions=free, energy=energy, extra_energy=terms, record="epoch",
-                      **options)
+    try:
+        r = mhfast.sample(model, init=ids, free_positions=free, energy=energy, extra_energy=terms, record="epoch",
+                          **options)
+    except ValueError as e:  # the sampler's init is the parent's row here (its memory check named "init")
+        if str(e).startswith("mhfast.sample: init x "):
+            raise ValueError(f"mhfast.humanize: parent x {str(e).removeprefix('mhfast.sample: init x ')}") from None
+        raise
     # history holds the epochs after burn-in already; an input that until_rhat / min_ess stopped repeats its last
     # state after epochs_run: those copies are not samples
     ran = int(r.epochs_run[0]) if r.epochs_run is not None else len(r.acceptance_rate)

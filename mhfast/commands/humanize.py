@@ -32,6 +32,10 @@ DESCRIPTION = " ".join(__doc__.split("\n\n")[1].split())
 DEFAULTS = dict(chains=8, epochs=6, burn_in=2, energy="local", hamming=1.0)
 
 
+#: The sampler's flags humanize refuses (:func:`_check` says why), so its --help leaves them out
+REFUSED = ("hamming_reference", "classifier", "classifier_label", "classifier_weight")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     h = p.add_argument_group("humanization")
     h.add_argument("--parent", required=True, metavar="SEQ", help="the parent variable region, one-letter residues")
@@ -46,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--top", type=int, default=10, metavar="K", help="print the K lowest-energy variants (mh)")
     h.add_argument("--iterations", type=int, default=1, metavar="N", help="argmax rounds (biophi; BioPhi's default 1)")
     options.add_arguments(p.add_argument_group("MH sampler (mhfast.sample; --hamming: weight per mutation from the "
-                                               "parent)"))
+                                               "parent)"), hidden=REFUSED,
+                          help_text={"hamming": "weight of the energy term that counts the mutations from the parent "
+                                                "(the nats one mutation costs)"})
     p.set_defaults(**DEFAULTS)
     p.add_argument("--quiet", "-q", action="store_true", help="print only the variants")
 
@@ -94,6 +100,9 @@ def _check_method(args: argparse.Namespace) -> None:
                          "holds the Hamming term to the parent and the mutation cap, which need an MH test (use mh or "
                          "block-mh)")
     _diagnostics.check_trace_every(args)
+    if args.start == "sampled":  # (it had failed inside the sampler, advising masks the parent cannot have)
+        raise ValueError("--start sampled cannot humanize: it draws a chain's masked residues, and the parent has "
+                         "none (use --start greedy, the parent itself, or random)")
     if args.capture != "none":
         raise ValueError(f"--capture {args.capture} cannot humanize: the static step does not evaluate the Hamming "
                          "term to the parent (use --capture none)")

@@ -1006,18 +1006,22 @@ def as_kwargs(cfg: Any, cli_only: bool = False) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser | Any, extra_choices: Mapping[str, Sequence[str]] = (),
-                  help_suffix: Mapping[str, str] = ()) -> None:
+                  help_suffix: Mapping[str, str] = (), hidden: Sequence[str] = (),
+                  help_text: Mapping[str, str] = ()) -> None:
     """Add every CLI sampler option to ``parser`` (an argparse parser or argument group).
 
     ``extra_choices`` lets a command accept more values of a choice option (``mhfast sample
-    --energy both``), explained by ``help_suffix``; names, defaults and messages stay the spec's.
+    --energy both``), explained by ``help_suffix``; names, defaults and messages stay the spec's. The options
+    ``hidden`` names are parsed but left out of ``--help`` (a command that refuses them, naming why);
+    ``help_text`` replaces an option's help where the command gives it another meaning.
     """
-    extra, suffix = dict(extra_choices), dict(help_suffix)
+    extra, suffix, text = dict(extra_choices), dict(help_suffix), dict(help_text)
     for opt in SPEC:
         if not opt.cli:
             continue
         section = f" (paper {opt.section})" if opt.section != "-" else ""
-        kw: dict = dict(default=opt.default, help=f"{opt.help}{suffix.get(opt.name, '')}{section}")
+        kw: dict = dict(default=opt.default, help=f"{text.get(opt.name, opt.help)}{suffix.get(opt.name, '')}"
+                        f"{section}" if opt.name not in hidden else argparse.SUPPRESS)
         if opt.type == "flag":  # a switch: --compile (absent: the default, False)
             kw["action"] = "store_true"
         elif opt.type == "choice":

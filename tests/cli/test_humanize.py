@@ -196,6 +196,9 @@ def test_a_bad_parent_or_cdr_is_one_line_naming_the_flag(method):
     (["--sampler", "block-gibbs", "--hamming", "0"], "--sampler block-gibbs cannot humanize"),
     (["--capture", "static"], "--capture static cannot humanize"),
     (["--trace-every", "2"], "--trace-every (2) has no effect without --until-rhat or --min-ess"),
+    # (it had failed in the sampler, advising masks the parent cannot have)
+    (["--start", "sampled"], "--start sampled cannot humanize"),
+    (["--classifier", "x"], "--hamming-reference/--classifier: humanize's Hamming reference is the parent"),
 ])
 def test_flags_the_method_ignores_or_cannot_honour_are_errors(flags, words, capsys):
     """Checked before the model loads: one line naming the flags (before, --method biophi dropped MH's flags
@@ -296,3 +299,25 @@ def test_a_masked_parent_residue_names_the_parent(lm):
     for bad in ("X", "*"):
         with pytest.raises(ValueError, match=r"^parent: a masked residue"):
             humanize(lm, SHORT[:5] + bad + SHORT[6:], SHORT_CDRS, chains=2, epochs=1, burn_in=0)
+
+
+def test_help_leaves_out_the_flags_humanize_refuses(capsys):
+    """--hamming-reference and the --classifier flags are parsed (to be refused, naming why) but not offered."""
+    from mhfast.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["humanize", "--help"])
+    shown = capsys.readouterr().out
+    assert "--hamming " in shown and "--max-mutations" in shown
+    for flag in ("--hamming-reference", "--classifier"):
+        assert flag not in shown, flag
+
+
+def test_too_many_chains_name_the_parent(capsys):
+    """The sampler's memory check named its init ("mhfast.sample: init x --chains"), which humanize has not."""
+    from mhfast.cli import main
+
+    assert main(["humanize", "--chain", "L", "--parent", SHORT, "--cdr", "23:34", "-q", "--chains", str(10 ** 11)]) == 2
+    err = capsys.readouterr().err
+    assert "error: mhfast.humanize: parent x --chains: 1 input(s) x 100000000000 chains" in err and "init" not in err
+
