@@ -200,9 +200,13 @@ class FastCMLMDecoder:
         """:meth:`_encoder_kv_of` every source of ``context``, computed by the first call with it and kept while
         calls bring the same context (a sampler run's: the encoder output never changes during the run)."""
         key = self._weights_key()
-        if self._encoder_kv is None or self._encoder_kv[0] is not context or self._encoder_kv[2] != key:
-            self._encoder_kv = (context, self._encoder_kv_of(memory.transpose(0, 1)), key)
-        return self._encoder_kv[1]
+        # read once into a local: static_inputs holds per thread, and another thread's run (another context) may
+        # replace the cache between this check and the return, which re-reading the attribute would then return
+        cached = self._encoder_kv
+        if cached is None or cached[0] is not context or cached[2] != key:
+            cached = (context, self._encoder_kv_of(memory.transpose(0, 1)), key)
+            self._encoder_kv = cached
+        return cached[1]
 
     def _weights_key(self) -> tuple:
         """What the cached keys/values depend on besides the context: each projection tensor's version (in-place
