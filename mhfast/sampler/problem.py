@@ -323,7 +323,7 @@ def build_problem(model: Any, cfg: Any, *, length: int | None = None, init: torc
             raise _err("free_positions", "cannot be combined with length (every masked position is free); pass "
                                          "init= with the fixed tokens in place to fix some")
         check_slots(model, 1, int(cfg.chains), length, cfg.device, "length",  # before the template row exists
-                    rungs(cfg.tempering), **footprint(cfg, cfg.device))
+                    rungs(cfg.tempering), **footprint(cfg))
         rows = _template(model, length)[None]
     elif init is not None:
         rows = rows_from_init(init)
@@ -397,21 +397,22 @@ def available_memory(device: Any) -> int | None:
         return None
 
 
-def state_bytes(model: Any, inputs: int, chains: int, T: int, *, replicas: int = 1, memo: int = 0,
-                draws: int = 0) -> int:
+def state_bytes(model: Any, inputs: int, chains: int, T: int, *, replicas: int = 1, memo: int = 0) -> int:
     """What ``inputs x chains`` chains (``replicas`` each, under tempering) of rows of ``T`` tokens hold at once,
     about: per token slot the state (:data:`BYTES_PER_SLOT`), the masked copies the first scoring builds (a row of
     T tokens per position) and the model output kept per position (the MH cache: d features, or V logits); per
     chain its vectors and what a step builds for it (a masked row and the V-wide proposal logits and
     probabilities); the proposal memo's ``memo`` entries per chain (:mod:`mhfast.sampler.memo`: ids and two
-    terms per position, and the model rows it keeps, at most its rows budget); per returned chain the traces of
-    ``draws`` recorded sweeps (their buffer doubles when full) and the random projections' float64 temporaries.
+    terms per position, and the model rows it keeps, at most its rows budget); per returned chain the random
+    projections' float64 temporaries of a traced sweep.
 
-    Measured (the peak RSS of two epochs with 2,000 to 80,000 chains, 2026-12-02) the marginal cost of a chain is
-    0.9-1.6x this on the tests' tiny models (T <= 16, d = 16; memo on and off, 2 or 60 epochs, tempered) and
-    1.4x on Sapiens (T=22, d=128), where it had been 1.7x, and 3-6x on the tiny models, before the memo and the
-    traces counted; the model's sub-batch activations come on top. An estimate, then: a run the check lets
-    through may still need about 1.6x this, and one it refuses would have needed at least about 0.9x of it.
+    Not counted: the traces, which grow as the run goes (5 or more floats per chain and traced sweep, in a buffer
+    that doubles), since ``epochs`` may be a cap the run never reaches (``until_rhat``, a ``progress`` callback
+    that stops it). Measured (the peak RSS of two epochs with 2,000 to 80,000 chains, 2026-12-02) the marginal
+    cost of a chain is 0.9-1.6x this on the tests' tiny models (T <= 16, d = 16; memo on and off, tempered) and
+    1.4x on Sapiens (T=22, d=128); it had been 3-6x and 1.7x before the memo counted. The model's sub-batch
+    activations come on top. An estimate, then: a run the check lets through may still need about 1.6x this, and
+    one it refuses would have needed at least about 0.9x of it.
 
     Example:
         >>> from mhfast.models.tabular import TabularMLM
@@ -426,19 +427,18 @@ def state_bytes(model: Any, inputs: int, chains: int, T: int, *, replicas: int =
     per_slot = BYTES_PER_SLOT + 8 * T + 4 * width
     per_chain = BYTES_PER_CHAIN + 8 * T + 8 * vocab + memo * (16 + 16 * T)  # memo: stamp, hash, ids, two terms
     memo_rows = min(ROWS_BUDGET_BYTES, chains_total * memo * T * width * 4)
-    summaries = 2 + PROJECTIONS  # (at least: the energies and the projections; extra terms add one each)
-    per_returned = 2 * draws * summaries * 4 + PROJECTIONS * T * 5 * 8  # trace buffer; lanes, uniforms, normals
-    return chains_total * (T * per_slot + per_chain) + memo_rows + returned * per_returned
+    projections = PROJECTIONS * T * 5 * 8  # a traced sweep's lanes, uniforms and normals
+    return chains_total * (T * per_slot + per_chain) + memo_rows + returned * projections
 
 
 def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what: str, replicas: int = 1, *,
-                memo: int = 0, draws: int = 0) -> None:
+                memo: int = 0) -> None:
     """Reject ``inputs x chains x replicas`` chains of ``T`` tokens that cannot be held (index range, or more bytes
     than :func:`state_bytes` says they need than ``device`` has available) before anything of that size is
     allocated: a ValueError naming ``what`` and the chains option (``--chains`` from the command line), and the
     tempering option where ``replicas`` (its K rungs: every chain runs K replicas in the same batch) is above 1;
-    never an allocation failure or an out-of-memory kill halfway through. ``memo`` and ``draws``: the proposal
-    memo's entries per chain and the traced sweeps (:func:`footprint`).
+    never an allocation failure or an out-of-memory kill halfway through. ``memo``: the proposal memo's entries
+    per chain (:func:`footprint`).
 
     Example:
         >>> from mhfast.models.tabular import TabularMLM
@@ -450,7 +450,7 @@ def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what:
     """
     rows = inputs * chains * replicas
     slots = rows * T
-    need = state_bytes(model, inputs, chains, T, replicas=replicas, memo=memo, draws=draws)
+    need = state_bytes(model, inputs, chains, T, replicas=replicas, memo=memo)
     memory = available_memory(device)
     if slots <= MAX_TOKEN_SLOTS and (memory is None or need <= memory):
         return
@@ -465,21 +465,16 @@ def check_slots(model: Any, inputs: int, chains: int, T: int, device: Any, what:
                f"more than {limit}: lower {lower}, or use shorter rows or fewer inputs at once")
 
 
-def footprint(cfg: Any, device: Any) -> dict[str, int]:
-    """The options that size a run's memory beside its chains: ``memo`` (the proposal memo's entries per chain, as
-    ``memo="auto"`` resolves where the memo acts) and ``draws`` (the traced sweeps; 0 off the CPU, since the traces
-    are host memory and the check asks the chains' device, and 0 under ``until_rhat``/``min_ess``, whose
-    ``epochs`` is only a cap: the trace buffer grows as the run goes).
+def footprint(cfg: Any) -> dict[str, int]:
+    """The options that size a run's memory beside its chains: ``memo``, the proposal memo's entries per chain
+    (as ``memo="auto"`` resolves where the memo acts).
 
     Example:
         >>> from mhfast.sampler.options import config_from_kwargs
-        >>> footprint(config_from_kwargs({"epochs": 40, "trace_every": 4}), "cpu")
-        {'memo': 8, 'draws': 10}
+        >>> footprint(config_from_kwargs({})), footprint(config_from_kwargs({"sampler": "gibbs"}))
+        ({'memo': 8}, {'memo': 0})
     """
-    memo = resolved_memo(cfg, extra_terms=cfg.extra_energy is not None, delayed=cfg.delayed is not None)
-    on_cpu = torch.device(device if device is not None else "cpu").type == "cpu"
-    capped = cfg.until_rhat is not None or cfg.min_ess is not None
-    return {"memo": memo, "draws": int(cfg.epochs) // int(cfg.trace_every) if on_cpu and not capped else 0}
+    return {"memo": resolved_memo(cfg, extra_terms=cfg.extra_energy is not None, delayed=cfg.delayed is not None)}
 
 
 def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any) -> None:
@@ -488,7 +483,7 @@ def _check_size(model: Any, cfg: Any, rows: torch.Tensor, what: str, device: Any
     check_rows_fit(model, rows, int(model.pad_id), lambda b: f"mhfast.sample: {what} row {b}")
     # a tempered chain is K replicas in the same batch (tempering.Tempered.init copies each chain's start K times)
     check_slots(model, int(rows.shape[0]), int(cfg.chains), int(rows.shape[1]), device, what, rungs(cfg.tempering),
-                **footprint(cfg, device))
+                **footprint(cfg))
 
 
 def _check_allowed(problem: Problem, model: Any) -> None:

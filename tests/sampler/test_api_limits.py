@@ -193,9 +193,9 @@ def test_chains_beyond_the_available_memory_are_refused_before_allocating(lm, mo
 
 
 def test_the_estimate_counts_the_memo_and_the_traces(monkeypatch):
-    """The proposal memo's entries (8 per chain by default), its rows and the traces are most of a small model's
-    chain: the estimate had left them out, and runs it let through used 3-6x what it said (measured peak RSS;
-    tempering=10**7 with 2 chains was killed by the OOM killer)."""
+    """The proposal memo's entries (8 per chain by default) and its rows are most of a small model's chain: the
+    estimate had left them out, and runs it let through used 3-6x what it said (measured peak RSS; tempering=10**7
+    with 2 chains was killed by the OOM killer)."""
     from mhfast.sampler import problem, state
 
     class Passed(Exception):
@@ -207,11 +207,11 @@ def test_the_estimate_counts_the_memo_and_the_traces(monkeypatch):
     model = TabularMLM.random(3, 6, seed=0)
     monkeypatch.setattr(problem, "available_memory", lambda device: 200 * 2 ** 20)
     monkeypatch.setattr(state.ChainState, "create", create)
-    # about 755 bytes a chain without them (75 MB here), 4.7 kB with the memo's 8 entries and 33 traced sweeps
+    # about 755 bytes a chain without them (75 MB here), 2.6 kB with the memo's 8 entries and rows (260 MB)
     with pytest.raises(ValueError, match=r"length x chains: 1 input\(s\) x 100000 chains .* more than the 0.2 GiB"):
         mhfast.sample(model, 6, chains=10 ** 5)
     with pytest.raises(Passed):
-        mhfast.sample(model, 6, chains=10 ** 5, memo=0, epochs=1, burn_in=0)
+        mhfast.sample(model, 6, chains=10 ** 5, memo=0)
     with pytest.raises(ValueError, match=r"tempering: 1 input\(s\) x 2 chains x 50000 replicas"):
         mhfast.sample(model, 6, chains=2, tempering=5 * 10 ** 4)
 
