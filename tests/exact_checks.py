@@ -149,13 +149,58 @@ def local_target(model, template: torch.Tensor, dtype: torch.dtype | None = None
     return states, torch.softmax(-e_local.double(), dim=0)
 
 
-def tv_and_bound(p: torch.Tensor, p_hat: torch.Tensor, n: int) -> tuple[float, float]:
+#: The goodness-of-fit test of :func:`tv_and_bound` fails below this p-value: an exact sampler's chains fail it once
+#: in a million checks (chi-square approximation), while the samplers with a wrong MH test that the TV bound let
+#: through (a dropped Hastings ratio in block MH, a skipped second stage, always-accepted swaps) sit at p < 1e-11.
+FIT_P = 1e-6
+
+
+def fit_p_value(p: torch.Tensor, p_hat: torch.Tensor, n: int) -> float:
+    """Pearson's chi-square p-value of ``n`` independent draws with frequencies ``p_hat`` against ``p``. States
+    expected fewer than 5 times are pooled into one bin (the chi-square approximation wants about 5 a bin), merged
+    into the smallest other bin if still short; a draw of a state of probability 0 gives 0.
+
+    Example:
+        >>> p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+        >>> fit_p_value(p, p, 1000) == 1.0, fit_p_value(p, torch.tensor([0.6, 0.3, 0.1]), 1000) < 1e-6
+        (True, True)
+    """
+    from scipy.stats import chi2
+
+    p, p_hat = p.double(), p_hat.double()
+    if bool(((p == 0) & (p_hat > 0)).any()):
+        return 0.0
+    expected, observed = p * n, p_hat * n
+    small = expected < 5
+    bins_e, bins_o = list(expected[~small]), list(observed[~small])
+    if bool(small.any()):
+        rest_e, rest_o = expected[small].sum(), observed[small].sum()
+        if rest_e < 5 and bins_e:
+            k = min(range(len(bins_e)), key=lambda i: float(bins_e[i]))
+            bins_e[k], bins_o[k] = bins_e[k] + rest_e, bins_o[k] + rest_o
+        else:
+            bins_e.append(rest_e)
+            bins_o.append(rest_o)
+    if len(bins_e) < 2:
+        return 1.0
+    e, o = torch.stack(bins_e), torch.stack(bins_o)
+    return float(chi2.sf(float(((o - e) ** 2 / e).sum()), len(bins_e) - 1))
+
+
+def tv_and_bound(p: torch.Tensor, p_hat: torch.Tensor, n: int, *, fit: bool = True) -> tuple[float, float]:
+    """The total variation of ``p_hat`` (frequencies of ``n`` independent draws) from ``p`` and its bound (three
+    times its expectation bound; tests/sampler/test_sampler_exact.py). With ``fit`` (not for the negative
+    controls, which expect a miss) it also asserts Pearson's chi-square test at :data:`FIT_P`: the TV bound alone
+    had let samplers with a wrong acceptance through on the smallest state spaces (a tests review)."""
     tv = 0.5 * float((p - p_hat).abs().sum())
     mean_bound = 0.5 * float(torch.sqrt(p * (1 - p) / n).sum())
+    if fit:
+        pv = fit_p_value(p, p_hat, n)
+        assert pv > FIT_P, f"chi-square p-value {pv:.3g} <= {FIT_P} (TV {tv:.4f}, bound {3 * mean_bound:.4f})"
     return tv, 3 * mean_bound
 
 
-def run_and_compare(device, model, template, free, *, energy, tau=1.0, n=N_CHAINS, **kwargs):
+def run_and_compare(device, model, template, free, *, energy, tau=1.0, n=N_CHAINS, fit=True, **kwargs):
     energy_mask = ~torch.isin(template, torch.tensor(sorted(set(model.special_ids) - {model.mask_id})))
     states = enumerate_states(model, template, free)
     p = target_distribution(model, states, energy_mask, energy, tau)
@@ -163,7 +208,7 @@ def run_and_compare(device, model, template, free, *, energy, tau=1.0, n=N_CHAIN
     result = sample(device, model, init=template[None], free_positions=free[None], chains=n, energy=energy,
                     target_temperature=start_tau, **kwargs)
     p_hat = empirical(states, result.tokens[0])
-    return (*tv_and_bound(p, p_hat, n), result)
+    return (*tv_and_bound(p, p_hat, n, fit=fit), result)
 
 
 def nucleus_connected(model, template, free, proposal_temperature, top_p) -> bool:

@@ -93,11 +93,13 @@ def _run(kwargs: dict) -> None:
     assert int(result.tokens.min()) >= 0 and int(result.tokens.max()) < 3, "a special id was sampled"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(st.fixed_dictionaries({}, optional=GOOD_VALUES))
 def test_valid_options_run_or_name_the_argument(kwargs):
-    # valid values may still be inconsistent together (burn_in > epochs, ...): a named ValueError then
-    _run(kwargs)
+    # valid values may still be inconsistent together (force_accept_epochs > epochs, ...): a named ValueError then.
+    # epochs and burn_in default to a short consistent pair: the defaults (33, 7) had stopped most runs at the
+    # epoch cap or refused them (burn_in 7 > epochs 2-3), so few examples reached the checks of the result
+    _run({"epochs": 3, "burn_in": 1, **kwargs})
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -70,13 +70,21 @@ def test_target_replicas_match_enumeration(name, kwargs, device):
     # chains are independent, so sd / sqrt(N) bounds the error (a neighbouring rung's temperature is > 7 away)
     assert torch.equal(r.replica_tokens[:, 0], r.tokens)
     e_raw, e_local = energies(model, states, torch.ones(3, dtype=torch.bool))
-    e = (e_raw if kwargs["energy"] == "raw" else e_local).double()
+    _assert_rungs_exact(name, r, (e_raw if kwargs["energy"] == "raw" else e_local).double(), states, burn_in=8)
+
+
+def _assert_rungs_exact(name: str, r, e: torch.Tensor, states: torch.Tensor, burn_in: int) -> None:
+    """Every rung of ``r`` (run with replicas=True), at its temperature of the final ladder: its final states (TV and
+    chi-square against exp(-e / temperature)) and its mean energy over the epochs after ``burn_in``, within 4
+    standard errors (a chain's mean over epochs varies no more than one draw, and the chains are independent, so
+    sd / sqrt(N) bounds the error; it catches swap errors at 9-25 standard errors)."""
+    n = r.tokens.shape[1]
     for k, temperature in enumerate(r.ladder[0].tolist()):
         p = torch.softmax(-e / temperature, dim=0)
-        tv, bound = tv_and_bound(p, empirical(states, r.replica_tokens[0, k]), N)
+        tv, bound = tv_and_bound(p, empirical(states, r.replica_tokens[0, k].cpu()), n)
         assert tv < bound, f"{name}, rung {k} (temperature {temperature:.3f}): TV {tv:.4f} >= bound {bound:.4f}"
         mean, sd = float((p * e).sum()), float((p * (e - (p * e).sum()) ** 2).sum().sqrt())
-        z = (float(r.replica_energy[0, k, :, 8:].double().mean()) - mean) / (sd / math.sqrt(N))
+        z = (float(r.replica_energy[0, k, :, burn_in:].double().mean()) - mean) / (sd / math.sqrt(n))
         assert abs(z) < 4, f"{name}, rung {k} (temperature {temperature:.3f}): mean energy {z:+.1f} SE off"
 
 
@@ -148,6 +156,14 @@ def test_tempered_static_step_matches_enumeration(energy, device):
     tv, bound, _ = run_and_compare(device, model, template, free, energy=energy, n=N, epochs=30, burn_in=8, seed=1,
                                    tempering=3, capture="cuda-graph" if device == "cuda" else "static")
     assert tv < bound, f"{energy}: TV {tv:.4f} >= bound {bound:.4f}"
+    # every rung, and the mean energies after burn-in: a swap with a wrong acceptance had passed the final states'
+    # checks of the target rung (chi-square p 0.003 and 2e-5 for always-accepted and sign-flipped swaps)
+    r = sample(device, model, init=template[None], free_positions=free[None], chains=N, energy=energy, epochs=30,
+               burn_in=8, seed=1, tempering=3, replicas=True, capture="cuda-graph" if device == "cuda" else "static")
+    mask = ~torch.isin(template, torch.tensor(sorted(set(model.special_ids) - {model.mask_id})))
+    states = enumerate_states(model, template, free)
+    e_raw, e_local = energies(model, states, mask)
+    _assert_rungs_exact(f"{energy}, static", r, (e_raw if energy == "raw" else e_local).double(), states, burn_in=8)
 
 
 # ---------------------------------------------------------------------------- crossing between modes
