@@ -83,7 +83,7 @@ def test_counters_folded_into_keys_give_the_fused_ops_the_same_proposals(device)
         want = ops.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, rng.PROPOSE, 0.9, 0.95)
         got = ops.mh_propose_site(cache, tokens, rng.counters_into_keys(keys, epoch, step), act, pos, blocked, 0, 0,
                                   rng.PROPOSE, 0.9, 0.95)
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert torch.equal(a, b)
 
 

@@ -80,7 +80,7 @@ def test_matches_reference_bit_for_bit(device, cache_dtype, beta):
         args = commit_inputs(M, T, D, n, seed, cache_dtype, device, k)
         b = betas(M, seed, device) if beta == "rows" else beta
         got, want, cache_got, cache_want = run_both(args, b)
-        for x, y in zip(got, want):
+        for x, y in zip(got, want, strict=True):
             assert x.dtype == y.dtype and torch.equal(x, y)
         assert torch.equal(cache_got, cache_want)
         if beta is None:
@@ -103,7 +103,7 @@ def test_beta_per_row_matches_reference_over_random_shapes(device, seed):
     dtype = (torch.float32, torch.bfloat16, torch.float16)[seed % 3]
     args = commit_inputs(M, T, D, n, seed, dtype, device)
     got, want, cache_got, cache_want = run_both(args, betas(M, seed, device), epoch=seed, step=2 * seed)
-    assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(got, want))
+    assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(got, want, strict=True))
     assert torch.equal(cache_got, cache_want)
     beta = 0.1 + 0.7 * seed / 11  # not a float32 number: the rounding matters
     same = run_both(args, torch.full((M,), beta, dtype=torch.float64, device=device))
@@ -146,7 +146,7 @@ def test_strided_views_and_no_moves(device):
     got = ops.mh_commit_site_(*strided, beta, 1, 2, 2)
     ref = cloned((chains, proposal, terms, rows))
     want = reference.mh_commit_site_(*ref, beta.contiguous(), 1, 2, 2)
-    for x, y in zip(got, want):
+    for x, y in zip(got, want, strict=True):
         assert torch.equal(x, y)
     assert torch.equal(wide[:, :, ::2], ref[0].cache)
     none = proposal._replace(**{f: t[:0] for f, t in proposal._asdict().items()})

@@ -128,14 +128,14 @@ def test_strided_inputs(device):
     want = ops.mh_memo_lookup_(MemoTable(*a, group), tokens, act, pos, prop, changed, 4, 0)
     got = ops.mh_memo_lookup_(MemoTable(*b, every_other(group)), tokens.t().contiguous().t(), every_other(act),
                               every_other(pos), every_other(prop), every_other(changed), 4, 0)
-    assert all(torch.equal(x, y) for x, y in zip(got, want)) and all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True)) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     misses = want[0][:7].nonzero().squeeze(1)
     terms = torch.randn(5, misses.numel(), device=device)
     ops.mh_memo_store_(MemoTable(*a, group), act, want[1], misses, terms.t(), 2 * terms.t(),
                        misses.numel(), 0)  # transposed term rows
     ops.mh_memo_store_(MemoTable(*b, every_other(group)), every_other(act), every_other(want[1]),
                        every_other(misses), terms.t().contiguous(), 2 * terms.t().contiguous(), misses.numel(), 0)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_empty_steps(device):

@@ -62,7 +62,7 @@ def test_strided_cache_and_repeated_chains(device):
     scalars = (0, 3, 1, 1.0, 1.0)
     got = ops.mh_propose_site(wide[:, ::2], tokens, keys, act, pos, blocked, *scalars)
     want = unfused(cache, tokens, keys, act, pos, blocked, *scalars)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
     transposed = cache.transpose(1, 2).contiguous().transpose(1, 2)  # dim-2 stride != 1: copied once
     for a, b in zip(ops.mh_propose_site(transposed, tokens, keys, act, pos, blocked, *scalars), want):

@@ -103,7 +103,7 @@ def test_zero_mix_is_the_nucleus_proposal(device):
     u = torch.rand(64).to(device)
     for fn in (ops.propose, reference.propose):
         a, b = fn(logits, current, 1.0, 0.6, u), fn(logits, current, 1.0, 0.6, u, 0.0)
-        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert torch.equal(reference.proposal_log_probs(logits.cpu(), 1.0, 0.6, 0.0),
                        reference.nucleus_log_probs(logits.cpu(), 1.0, 0.6))
 
