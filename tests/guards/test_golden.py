@@ -37,6 +37,28 @@ def test_sampler_golden(name):
     assert sorted(got) == sorted(want)
 
 
+@pytest.mark.parametrize("name", sorted(n for n in SAMPLER_GOLDEN if not n.startswith("mh-source")))
+def test_sampler_golden_energies_are_those_of_its_tokens(name):
+    """An independent check of what the goldens hold (the code wrote them, so they could hold its bugs): every
+    stored chain's energies are mhfast.energy's of its stored tokens, and each best energy is one of the best
+    tokens' energies (the conditional cases need their sources: left to the other tests)."""
+    import torch
+
+    import mhfast
+    from golden_cases import _tabular
+
+    model, g = _tabular(), SAMPLER_GOLDEN[name]
+    tokens, best = torch.tensor(g["tokens"]), torch.tensor(g["best_tokens"])
+    for b in range(tokens.shape[0]):
+        e = mhfast.energy(model, tokens[b])
+        assert torch.allclose(torch.tensor(g["energy_raw"][b]), e.e_raw, atol=1e-4), (name, b)
+        assert torch.allclose(torch.tensor(g["energy_local"][b]), e.e_local, atol=1e-4), (name, b)
+        eb = mhfast.energy(model, best[b])
+        stored = torch.tensor(g["best_energy"][b])
+        assert torch.allclose(stored, eb.e_raw, atol=1e-4) or torch.allclose(stored, eb.e_local, atol=1e-4), \
+            (name, b, stored, eb.e_raw, eb.e_local)
+
+
 DECIMAL = re.compile(r"-?\d+\.\d+")
 
 
