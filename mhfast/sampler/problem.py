@@ -403,7 +403,7 @@ def state_bytes(model: Any, inputs: int, chains: int, T: int, *, replicas: int =
     T tokens per position) and the model output kept per position (the MH cache: d features, or V logits); per
     chain its vectors and what a step builds for it (a masked row and the V-wide proposal logits and
     probabilities); the proposal memo's ``memo`` entries per chain (:mod:`mhfast.sampler.memo`: ids and two
-    terms per position, and the model rows it keeps, at most its rows budget); per returned chain the random
+    terms per position, and the model rows it keeps where they fit its rows budget); per returned chain the random
     projections' float64 temporaries of a traced sweep.
 
     Not counted: the traces, which grow as the run goes (5 or more floats per chain and traced sweep, in a buffer
@@ -426,7 +426,8 @@ def state_bytes(model: Any, inputs: int, chains: int, T: int, *, replicas: int =
     chains_total = returned * replicas
     per_slot = BYTES_PER_SLOT + 8 * T + 4 * width
     per_chain = BYTES_PER_CHAIN + 8 * T + 8 * vocab + memo * (16 + 16 * T)  # memo: stamp, hash, ids, two terms
-    memo_rows = min(ROWS_BUDGET_BYTES, chains_total * memo * T * width * 4)
+    memo_rows = chains_total * memo * T * width * 4  # kept only within the memo's rows budget
+    memo_rows = memo_rows if memo_rows <= ROWS_BUDGET_BYTES else 0
     projections = PROJECTIONS * T * 5 * 8  # a traced sweep's lanes, uniforms and normals
     return chains_total * (T * per_slot + per_chain) + memo_rows + returned * projections
 
