@@ -96,8 +96,9 @@ def _enumerated_target(model, states: torch.Tensor, energy: str) -> torch.Tensor
 
 def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) -> tuple[torch.Tensor, ...]:
     """By hand: the probability of each token y at position i after one delayed-acceptance step from ``x``
-    (q(y | x) alpha1 alpha2, the rest on x_i), the same for plain MH (two f64[V] vectors), and stage 1's
-    (sum over y != x_i of q(y) alpha1(y), sum of q(y))."""
+    (q(y | x) alpha1 alpha2, the rest on x_i); the same for three wrong kernels by name (plain MH, a stage 1
+    without its Hastings ratio, stage 1 alone), f64[V] each; and stage 1's (sum over y != x_i of q(y) alpha1(y),
+    sum of q(y))."""
     logq, words, d = one_site_moves(model, x, i, energy)
     window = (torch.arange(x.shape[0]) - i).abs() <= k
     d_exact, d_sur = d.sum(1), d[:, window].sum(1)
@@ -105,30 +106,37 @@ def _two_stage(model, x: torch.Tensor, i: int, k: int, energy: str, tau: float) 
     a1 = torch.clamp(torch.exp(-d_sur / tau + hastings), max=1.0)
     a2 = torch.clamp(torch.exp(-(d_exact - d_sur) / tau), max=1.0)
     a_mh = torch.clamp(torch.exp(-d_exact / tau + hastings), max=1.0)
+    a1_no_ratio = torch.clamp(torch.exp(-d_sur / tau), max=1.0)
     other = torch.tensor(words) != x[i]
     q_words = torch.exp(logq[words])
     stage1 = ((q_words * a1)[other].sum(), q_words[other].sum())
+    rivals = {"plain MH": a_mh, "a stage 1 without q's ratio": a1_no_ratio * a2, "stage 1 alone": a1}
     return (one_step_distribution(logq, words, int(x[i]), a1 * a2),
-            one_step_distribution(logq, words, int(x[i]), a_mh), stage1)
+            {name: one_step_distribution(logq, words, int(x[i]), a) for name, a in rivals.items()}, stage1)
 
 
 @pytest.mark.parametrize("energy", ["raw", "local"])
 def test_two_stage_probability_of_every_move(energy):
     """One step at one position (only it is free) from one state, 20000 chains: the empirical distribution of the
-    new token matches q alpha1 alpha2 computed by hand, and differs from plain MH's (the test has power)."""
+    new token matches q alpha1 alpha2 computed by hand, and differs from plain MH's, from a stage 1 that drops its
+    Hastings ratio and from stage 1 alone (the test has power against each)."""
     model = TabularMLM.random(num_tokens=5, length=6, seed=4, scale=1.5)
-    x, i, n, tau = torch.tensor([5, 6, 7, 5, 8, 6]) % model.vocab_size, 2, 20000, 0.8
+    i, n, tau = 2, 20000, 0.8
     words = ordinary_tokens(model)
-    x = torch.tensor([words[int(t) % len(words)] for t in x])
+    # From words (0, 1, 0, 0, 1, 1) every local-energy stage-1 ratio reached 1 with q's ratio or without it, so a
+    # stage 1 that dropped the ratio gave the same kernel. This start, found by enumerating all 5^6, is > 30 bounds
+    # from every rival for both energies.
+    x = torch.tensor([words[j] for j in (2, 1, 2, 3, 1, 4)])
     free = torch.zeros(6, dtype=torch.bool)
     free[i] = True
     r = mhfast.sample(model, init=x[None], free_positions=free[None], chains=n, epochs=1, burn_in=0, seed=9,
                       energy=energy, target_temperature=tau, delayed="window:1")
     got = torch.bincount(r.tokens[0, :, i], minlength=model.vocab_size).double() / n
-    want, mh, stage1 = _two_stage(model, x, i, 1, energy, tau)
+    want, rivals, stage1 = _two_stage(model, x, i, 1, energy, tau)
     bound = 5 * torch.sqrt(want * (1 - want) / n) + 1e-9
     assert bool(((got - want).abs() <= bound).all()), f"{got.tolist()} vs {want.tolist()}"
-    assert float((mh - want).abs().max()) > 10 * float(bound.max()), "plain MH's kernel must differ here"
+    for name, rival in rivals.items():
+        assert float((rival - want).abs().max()) > 10 * float(bound.max()), f"{name}'s kernel must differ here"
     # stage 1's pass rate among the changed proposals, by hand: sum_y q(y) alpha1(y) / sum_y q(y) over y != x_i
     rate, changed = r.delayed_passed / r.delayed_tested, r.delayed_tested / n
     want_rate = float(stage1[0] / stage1[1])
