@@ -104,20 +104,6 @@ def counters(op: str, epoch: object, step: object, stream: object) -> None:
         int64(op, name, c)
 
 
-def with_values(op: str, name: str, t: object) -> bool:
-    """True, after :func:`holds_values` for ``t`` (the references' value checks: a pure-PyTorch twin computes
-    values, so a meta tensor is refused naming it, where ``.item()`` deep inside had named nothing). Not a tensor:
-    True, and the type check that runs next names it.
-
-    Example:
-        >>> with_values("propose", "logits", torch.zeros(2, 3))
-        True
-    """
-    if isinstance(t, torch.Tensor):
-        holds_values(f"mhfast.{op}", name, t)
-    return True
-
-
 def number(op: str, name: str, x: object) -> None:
     """ValueError unless ``x`` is a Python number that a float holds (its range is checked in C++; an int like
     10**400 failed in float() with "int too large to convert to float", naming nothing)."""
@@ -144,7 +130,11 @@ def in_range(op: str, name: str, t: torch.Tensor, low: int, high: int, allow: in
 
 
 # ----------------------------------------------------------------------------------
-# Per-op checks: types, then metadata (C++), then with `values=True` the data checks.
+# Per-op checks: types, then metadata (C++), then with `values=True` the data checks. These
+# start by refusing a meta tensor, naming the op's first tensor (the C++ check has put every
+# tensor on one device): a pure-PyTorch reference computes values, and a meta tensor holds none
+# (the first read, Tensor.item() deep inside, had named nothing). The compiled wrappers pass
+# values=False for meta tensors, which the raw ops answer with shapes.
 # ----------------------------------------------------------------------------------
 
 
@@ -154,6 +144,7 @@ def masked_copies(tokens, seq_index, pos_index, mask_id, *, values: bool) -> Non
     ints(op, mask_id=mask_id)
     _ops.masked_copies_check(tokens, seq_index, pos_index)
     if values:
+        holds_values(f"mhfast.{op}", "tokens", tokens)
         in_range(op, "seq_index", seq_index, 0, tokens.shape[0])
         in_range(op, "pos_index", pos_index, 0, tokens.shape[1])
 
@@ -166,6 +157,7 @@ def gather_energies(logits, targets, seq_index, num_seqs, *, values: bool) -> No
     int64(op, "num_seqs", num_seqs)
     _ops.gather_energies_check(logits, targets, seq_index, num_seqs)
     if values:
+        holds_values(f"mhfast.{op}", "logits", logits)
         in_range(op, "targets", targets, 0, logits.shape[1])
         in_range(op, "seq_index", seq_index, 0, num_seqs)
 
@@ -178,6 +170,7 @@ def propose(logits, current, temperature, top_p, uniforms, uniform_mix=0.0, *, v
     number(op, "uniform_mix", uniform_mix)
     _ops.propose_check(logits, current, float(temperature), float(top_p), uniforms, float(uniform_mix))
     if values:
+        holds_values(f"mhfast.{op}", "logits", logits)
         in_range(op, "current", current, 0, logits.shape[1])
         # uniforms before the logits' values, in the CPU kernel's order (it checks them before its pass)
         if uniforms.numel() and bool(((uniforms < 0) | (uniforms > 1) | torch.isnan(uniforms)).any()):
@@ -199,6 +192,7 @@ def mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forwar
     _ops.mh_accept__check(tokens, positions, proposed, energy, energy_proposed, logq_forward, logq_reverse, beta,
                           uniforms)
     if values:
+        holds_values(f"mhfast.{op}", "tokens", tokens)
         # -1 marks an unused slot of a block proposal (chains whose block is shorter).
         in_range(op, "positions", positions, 0, tokens.shape[1], allow=-1 if positions.dim() == 2 else None)
 
@@ -219,6 +213,8 @@ def mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream,
     number(op, "top_p", top_p)
     _ops.mh_propose_site_check(cache, tokens, keys, act, pos, blocked, epoch, step, stream, float(temperature),
                                float(top_p))
+    if values:
+        holds_values(f"mhfast.{op}", "cache", cache)
     if not values or act.numel() == 0:
         return
     in_range(op, "act", act, 0, cache.shape[0])
@@ -242,6 +238,7 @@ def mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed,
     _ops.mh_site_rows_check(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows)
     if not values:
         return
+    holds_values(f"mhfast.{op}", "tokens", tokens)
     in_range(op, "ch", ch, 0, tokens.shape[0])
     in_range(op, "pos", pos, 0, tokens.shape[1])
     count = int(energy_mask.index_select(0, ch).sum()) - int(energy_mask[ch, pos].sum()) if ch.numel() else 0
@@ -257,6 +254,7 @@ def mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step, *, v
     ints(op, ways=ways, step=step)
     _ops.mh_memo_lookup__check(*op_types.memo_lookup_op_args(table, tokens, act, pos, proposed, changed, ways, step))
     if values:
+        holds_values(f"mhfast.{op}", "tokens", tokens)
         in_range(op, "act", act, 0, tokens.shape[0])
         in_range(op, "table.group", table.group, 0, table.stamp.shape[0])
         in_range(op, "pos", pos, 0, tokens.shape[1])
@@ -270,6 +268,8 @@ def mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step, 
     stamp, group = table.stamp, table.group
     _ops.mh_memo_store__check(*op_types.memo_store_op_args(table, act, slot, sel, raw_new, local_new, num_misses,
                                                            step))
+    if values:
+        holds_values(f"mhfast.{op}", "act", act)
     if not values or num_misses == 0:
         return
     misses = sel[:num_misses]
@@ -322,6 +322,7 @@ def mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, *,
     _ops.mh_commit_site__check(*op_types.commit_site_op_args(chains, proposal, terms, rows, beta, epoch, step, stream))
     if not values:
         return
+    holds_values(f"mhfast.{op}", "chains.tokens", chains.tokens)
     M, T = chains.tokens.shape
     ch = proposal.ch
     in_range(op, "proposal.ch", ch, 0, M)

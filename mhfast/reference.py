@@ -35,8 +35,7 @@ def masked_copies(tokens: torch.Tensor, seq_index: torch.Tensor, pos_index: torc
     Builds the T-way masked batch that scores a sequence (paper, section 2).
     Shapes: tokens Long[B,T], seq_index Long[N], pos_index Long[N] -> Long[N,T].
     """
-    _validate.masked_copies(tokens, seq_index, pos_index, mask_id,
-                            values=_validate.with_values("masked_copies", "tokens", tokens))
+    _validate.masked_copies(tokens, seq_index, pos_index, mask_id, values=True)
     out = tokens.index_select(0, seq_index)
     out[torch.arange(out.shape[0], device=out.device), pos_index] = mask_id
     return out
@@ -51,8 +50,7 @@ def gather_energies(logits: torch.Tensor, targets: torch.Tensor, seq_index: torc
     rows ``n`` with ``seq_index[n] == b``. Accumulates in fp32 whatever the logits' dtype.
     Returns ``(e_raw f32[num_seqs], e_local f32[num_seqs], token_logp f32[N])``.
     """
-    _validate.gather_energies(logits, targets, seq_index, num_seqs,
-                              values=_validate.with_values("gather_energies", "logits", logits))
+    _validate.gather_energies(logits, targets, seq_index, num_seqs, values=True)
     lf = logits.float()
     if lf.shape[0] == 0:
         zeros = torch.zeros(num_seqs, device=logits.device)
@@ -144,8 +142,7 @@ def propose(logits: torch.Tensor, current: torch.Tensor, temperature: float, top
     and of the current token under the same q, -inf where ``current`` cannot be proposed.
     A -inf logit is never proposed.
     """
-    _validate.propose(logits, current, temperature, top_p, uniforms, uniform_mix,
-                      values=_validate.with_values("propose", "logits", logits))
+    _validate.propose(logits, current, temperature, top_p, uniforms, uniform_mix, values=True)
     B = logits.shape[0]
     if B == 0:
         empty = torch.zeros(0, device=logits.device)
@@ -188,7 +185,7 @@ def mh_accept_(tokens: torch.Tensor, positions: torch.Tensor, proposed: torch.Te
     -1 marks an unused slot). Returns ``accepted`` Bool[B].
     """
     _validate.mh_accept_(tokens, positions, proposed, energy, energy_proposed, logq_forward,
-                         logq_reverse, beta, uniforms, values=_validate.with_values("mh_accept_", "tokens", tokens))
+                         logq_reverse, beta, uniforms, values=True)
     log_alpha = beta * (energy - energy_proposed) + logq_reverse - logq_forward
     accepted = torch.log(uniforms) < log_alpha  # NaN compares False: rejected
     pos = positions if positions.dim() == 2 else positions[:, None]
@@ -220,7 +217,7 @@ def mh_propose_site(cache: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
         ([1], [True])
     """
     _validate.mh_propose_site(cache, tokens, keys, act, pos, blocked, epoch, step, stream, temperature, top_p,
-                              values=_validate.with_values("mh_propose_site", "cache", cache))
+                              values=True)
     logits = cache[act, pos].masked_fill(blocked, float("-inf"))
     current = tokens[act, pos]
     uniforms = counter_uniforms(keys[act], epoch, step, stream, None)
@@ -249,7 +246,7 @@ def mh_site_rows(tokens: torch.Tensor, energy_mask: torch.Tensor, raw_terms: tor
         ([[5, 9, 7]], [0], [0], [[0, 9, 7]], [5])
     """
     _validate.mh_site_rows(tokens, energy_mask, raw_terms, local_terms, ch, pos, proposed, num_rows, mask_id,
-                           values=_validate.with_values("mh_site_rows", "tokens", tokens))
+                           values=True)
     j = torch.arange(ch.shape[0], device=tokens.device)
     x_new = tokens.index_select(0, ch)
     x_new[j, pos] = proposed
@@ -288,9 +285,7 @@ def mh_commit_site_(chains: ChainRows, proposal: SiteProposal, terms: SiteTerms,
         >>> out[0].tolist(), out[3].tolist(), out[5].tolist(), chains.cache[0, 0].tolist()
         ([[0, 2]], [2.0], [True], [1.0, 1.0, 1.0])
     """
-    _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream,
-                              values=_validate.with_values("mh_commit_site_", "chains.tokens",
-                                                           getattr(chains, "tokens", None)))
+    _validate.mh_commit_site_(chains, proposal, terms, rows, beta, epoch, step, stream, values=True)
     tokens, cache, ch = chains.tokens, chains.cache, proposal.ch
     n, dev = ch.shape[0], tokens.device
     energy = chains.target.index_select(0, ch)
@@ -395,8 +390,7 @@ def mh_memo_lookup_(table: MemoTable, tokens: torch.Tensor, act: torch.Tensor, p
         >>> order.tolist(), slot.tolist(), stamp.tolist(), stored[0, slot[0]].tolist()  # chain 1: same X' as 0
         ([True, False, False, True], [0, 0], [[-2, -1]], [1, 4, 3])
     """
-    _validate.mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step,
-                              values=_validate.with_values("mh_memo_lookup_", "tokens", tokens))
+    _validate.mh_memo_lookup_(table, tokens, act, pos, proposed, changed, ways, step, values=True)
     stamp, hashes, stored, group = table.stamp, table.hashes, table.stored, table.group
     A = act.shape[0]
     st, hs, sd = stamp.tolist(), hashes.tolist(), stored.tolist()
@@ -440,8 +434,7 @@ def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel:
         >>> stamp.tolist(), local[0, 0].tolist()
         ([[0, -1]], [2.0, 2.0, 2.0])
     """
-    _validate.mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step,
-                             values=_validate.with_values("mh_memo_store_", "act", act))
+    _validate.mh_memo_store_(table, act, slot, sel, raw_new, local_new, num_misses, step, values=True)
     stamp, raw, local, group = table.stamp, table.raw, table.local, table.group
     for j in range(num_misses):
         s = int(slot[sel[j]])

@@ -88,16 +88,44 @@ def test_the_wrappers_take_meta_tensors_as_the_raw_ops_do():
     assert proposed.is_meta and proposed.shape == logq_p.shape == logq_c.shape == (1,)
 
 
-def test_the_references_name_a_meta_tensor():
-    """A pure-PyTorch twin computes values: on a meta tensor it is a ValueError naming the argument (the first value
-    read, Tensor.item() deep inside, had named nothing), where the compiled op answers with shapes."""
+def _to_meta(x):
+    """``x`` with every tensor (inside bundles and lists too) moved to the meta device."""
+    if isinstance(x, torch.Tensor):
+        return x.to("meta")
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_to_meta(v) for v in x))
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(v) for v in x)
+    return x
+
+
+def _value_checked_calls() -> dict[str, tuple[str, tuple]]:
+    """Each reference that reads values, with valid arguments: the argument its meta error names, and the args."""
+    from test_mh_memo_ops import lookup_args, lookup_call, memo_tables, store_call
+    from test_mh_site_rows import site_rows_inputs
+
+    stamp, _, _, raw, local = memo_tables(2, 8, 3)
+    store = (stamp, raw, local, torch.tensor([0]), torch.tensor([0]), torch.tensor([0]), torch.tensor([0]),
+             torch.zeros(1, 3), torch.zeros(1, 3), 1, 0)
+    return {"masked_copies": ("tokens", (TOKENS, CURRENT, CURRENT, 0)),
+            "gather_energies": ("logits", (LOGITS, CURRENT, CURRENT, 1)),
+            "propose": ("logits", (LOGITS, CURRENT, 1.0, 0.9, U)),
+            "mh_accept_": ("tokens", (TOKENS.clone(), CURRENT, CURRENT, U, U, U, U, U, U)),
+            "mh_propose_site": ("cache", (*SITE, 1, 0, 1, 1.0, 1.0)),
+            "mh_site_rows": ("tokens", (*site_rows_inputs(4, 5, 2, 0), 0)),
+            "mh_commit_site_": ("chains.tokens", (*commit_inputs(9, 6, 5, 5, 0), 1.0, 1, 0, 2)),
+            "mh_memo_lookup_": ("tokens", lookup_call(lookup_args("cpu"))),
+            "mh_memo_store_": ("act", store_call(store))}
+
+
+@pytest.mark.parametrize("op", list(_value_checked_calls()))
+def test_the_references_name_a_meta_tensor(op):
+    """A pure-PyTorch twin computes values: on meta tensors every reference that reads values is a ValueError
+    naming the op's first tensor (the first value read, Tensor.item() deep inside, had named nothing), where the
+    compiled op answers with shapes. The same arguments on the CPU are valid (the reference runs)."""
     import mhfast.reference as reference
 
-    meta = lambda t: t.to("meta")  # noqa: E731
-    calls = {"tokens": lambda: reference.masked_copies(meta(TOKENS), meta(CURRENT), meta(CURRENT), 0),
-             "logits": lambda: reference.gather_energies(meta(LOGITS), meta(CURRENT), meta(CURRENT), 1)}
-    calls["logits "] = lambda: reference.propose(meta(LOGITS), meta(CURRENT), 1.0, 0.9, meta(U))
-    for name, call in calls.items():
-        with pytest.raises(ValueError, match=f"mhfast.[a-z_]+: {name.strip()} is on the meta device"):
-            call()
-
+    name, args = _value_checked_calls()[op]
+    getattr(reference, op)(*args)
+    with pytest.raises(ValueError, match=f"mhfast.{op}: {name} is on the meta device"):
+        getattr(reference, op)(*_to_meta(args))
