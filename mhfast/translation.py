@@ -160,11 +160,13 @@ class Translator:
         self.processor = processor
 
     def source_ids(self, text: str) -> torch.Tensor:
-        """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources: the processor's pieces,
-        through the CMLM's own tokenizer too when it has another one (a Translator built by hand), but not twice
-        when it is the processor's (:func:`load_translator` gives it that)."""
+        """``[bos] + ids + [eos]`` of a raw sentence, as translation_lev's training sources. A SentencePiece
+        processor's pieces are final. A processor of kind "none" only splits on spaces, so the CMLM's own
+        tokenizer, if it has one (a Translator built by hand), makes the pieces. (Pieces through a second
+        SentencePiece gain a "▁" each and change the translation: a second processor on the same model file is
+        another bound method, so the old identity test had applied both.)"""
         tokenizer = getattr(self.cmlm, "tokenizer", None)
-        if tokenizer is None or tokenizer == self.processor.encode:
+        if tokenizer is None or self.processor.kind == "spm" or tokenizer == self.processor.encode:
             return self.cmlm.piece_ids(self.processor.encode(text))
         return self.cmlm.source_ids(self.processor.encode(text))
 
@@ -191,7 +193,7 @@ class Translator:
                   sampler_options: dict | None = None, iterations: int = 10, length_beam: int = 1,
                   progress: Callable[[int, dict], None] | None = None,
                   extra_energy: Callable[[list[int]], Any] | None = None, diagnostics: bool = False) -> BatchOutput:
-        """Translate a batch of raw sentences (empty ones give empty hypotheses and cost nothing).
+        """Translate a batch of raw sentences (empty ones, with no piece, give empty hypotheses and cost nothing).
 
         Args:
             method: "mh" (mhfast.sample with ``source=``, best sample per source) or "mask-predict".
@@ -215,7 +217,9 @@ class Translator:
         input_ids = list(range(len(sources))) if input_ids is None else list(input_ids)
         if len(input_ids) != len(sources):
             raise ValueError(f"input_ids: {len(input_ids)} ids for {len(sources)} sources")
-        keep = [i for i, s in enumerate(sources) if s.strip()]
+        # empty: no piece (a zero-width space or a BOM is not whitespace to str.strip, but SentencePiece drops it,
+        # and the model had been decoded from [bos, eos], inventing a sentence)
+        keep = [i for i, s in enumerate(sources) if s.strip() and self.processor.encode(s).strip()]
         hyps = [Hypothesis("") for _ in sources]
         if not keep:
             return BatchOutput(hyps, [], 0, None)
@@ -240,6 +244,9 @@ class Translator:
 
         opts = dict(sampler_options or {})
         if extra_energy is not None:
+            if opts.get("extra_energy") is not None:  # (the argument's terms had silently replaced the option's)
+                raise ValueError("extra_energy: given both as translate's argument and in sampler_options; give "
+                                 "every term in one of them")
             opts["extra_energy"] = extra_energy([input_ids[i] for i in keep])
         res = mhfast.sample(self.cmlm, source=ids, length_beam=length_beam, input_ids=[input_ids[i] for i in keep],
                             progress=progress, **opts)

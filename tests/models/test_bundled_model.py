@@ -117,12 +117,27 @@ def test_sources_that_are_not_a_list_of_sentences_are_named(translator, sources,
 
 
 def test_whitespace_only_sources_give_empty_hypotheses_and_cost_nothing(translator):
-    """A source of spaces and tabs is empty: no hypothesis and no decoding (it was decoded from [bos, eos])."""
+    """A source of spaces and tabs is empty: no hypothesis and no decoding (it was decoded from [bos, eos]). So is
+    one that SentencePiece encodes to no piece (zero-width spaces, a BOM), though str.strip keeps it: it had been
+    decoded from [bos, eos] into "Ahis is going on." (a helper's review, 2026-12-02)."""
+    empty = [" \t ", "", "\u200b", "\ufeff", "\u200b\u200b \u200b"]
     for method in ("mask-predict", "mh"):
-        out = translator.translate(["Ein Hund läuft.", " \t ", ""], method=method,
+        out = translator.translate(["Ein Hund läuft.", *empty], method=method,
                                    sampler_options=dict(chains=1, epochs=1, burn_in=0) if method == "mh" else None)
         assert out.sentences == 1 and out.hypotheses[0].text, method
-        assert [h.text for h in out.hypotheses[1:]] == ["", ""] and out.hypotheses[1].tokens == [], method
+        assert [h.text for h in out.hypotheses[1:]] == [""] * len(empty) and out.hypotheses[1].tokens == [], method
+
+
+def test_extra_energy_given_twice_is_an_error(translator):
+    """translate(extra_energy=f, sampler_options={"extra_energy": g}): a ValueError naming both. f's terms had
+    silently replaced g's (a helper's review, 2026-12-02)."""
+    def terms(ids):
+        return [lambda tokens: torch.zeros(tokens.shape[0])]
+
+    mine = [(lambda tokens: torch.full((tokens.shape[0],), 1000.0), 1.0)]
+    with pytest.raises(ValueError, match=r"^extra_energy: given both as translate's argument and in sampler_options"):
+        translator.translate(["Ein Hund läuft."], extra_energy=terms,
+                             sampler_options=dict(chains=1, epochs=1, burn_in=0, extra_energy=mine))
 
 
 def test_target_ids_refuse_a_piece_the_target_dictionary_lacks(translator):
@@ -147,6 +162,21 @@ def test_the_translators_cmlm_tokenizes_string_sources(translator):
     by_ids = mask_predict(translator.cmlm, [ids], iterations=2, length_beam=1)
     assert torch.equal(by_string.tokens[0], by_ids.tokens[0])
     assert translator.detokenize(by_string.tokens[0]).startswith("A dog")
+
+
+def test_a_translator_built_by_hand_with_a_sentencepiece_processor_encodes_once(translator):
+    """Translator(the bundled CMLM, a new TextProcessor on the same spm.model): the same source ids, translation
+    and energy as the bundled translator's. The pieces had gone through SentencePiece twice (each gaining a "▁"):
+    "...across the grassy grass." for "...through the grass.", E_local 10.02 for 9.82."""
+    import mhfast
+    from mhfast.translation import BUNDLE_DIR, TextProcessor, Translator
+
+    by_hand = Translator(translator.cmlm, TextProcessor("spm", BUNDLE_DIR / "spm.model"))
+    text = "Ein Hund läuft über die Wiese."
+    assert torch.equal(by_hand.source_ids(text), translator.source_ids(text))
+    target = [translator.target_ids("A dog runs on the meadow.").tolist()]
+    assert torch.equal(mhfast.energy(by_hand, target, source=[text]).e_local,
+                       mhfast.energy(translator, target, source=[text]).e_local)
 
 
 def test_a_translator_built_by_hand_keeps_its_cmlms_tokenizer(translator):
