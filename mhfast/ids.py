@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Set
 from typing import Any, Sequence
 
 import torch
@@ -53,17 +54,18 @@ def id_row(ids: Any, name: str = "ids", vocab_size: int | None = None, what: str
     """
     if isinstance(ids, torch.Tensor):
         if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
-            raise TypeError(f"{name} must be a 1-D integer tensor of token ids, got {ids.dtype} of shape "
+            raise TypeError(f"{name} must be a 1-D int64 or int32 tensor of token ids, got {ids.dtype} of shape "
                             f"{tuple(ids.shape)}")
         values = ids.tolist()
     else:
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        # a set or a dict has no order of its own: its ids had been read in hash order, a row no one wrote
+        if isinstance(ids, (str, bytes, Set, Mapping)) or not hasattr(ids, "__iter__"):
             raise TypeError(f"{name} must be a 1-D sequence of int token ids, got {type(ids).__name__}")
         values = []
         for v in ids:
             try:
-                if isinstance(v, bool):
-                    raise TypeError
+                if isinstance(v, bool) or (isinstance(v, torch.Tensor) and v.dtype == torch.bool):
+                    raise TypeError  # (torch.tensor(True) is an index: operator.index had read it as id 1)
                 values.append(operator.index(v))  # an int, or numpy's; never a float
             except TypeError:
                 raise TypeError(f"{name} must be a 1-D sequence of int token ids, got {v!r}") from None

@@ -24,6 +24,11 @@ The algorithm, as in fairseq (``cmlm_transformer.forward_decoder``, ``_skeptical
 
 So ``iterations=10`` (fairseq's default ``max_iter``) makes 11 decoder passes.
 
+One consequence of fairseq's sort, kept for identity: BOS, EOS and pads score 0, so a model that gives a predicted
+token a log-probability of exactly 0 (probability 1 in its dtype) ties with them, and the sort may re-mask BOS or
+EOS, which the next pass then overwrites (fairseq picks the same positions). The bundled model gave no exact 0 on
+100 test sentences in fp32, bf16 or fp16 (a helper's review, 2026-12-02).
+
 Example::
 
     >>> from mhfast.models.fairseq_cmlm import load_fairseq_cmlm        # doctest: +SKIP
@@ -117,15 +122,20 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
     """
     from .models.base import RefinementModel
     from .sampler.problem import check_devices
+    from .sampler.scalars import as_int
 
+    if not isinstance(model, RefinementModel) and isinstance(getattr(model, "cmlm", None), RefinementModel):
+        model = model.cmlm  # a Translator, as mhfast.energy and mhfast.score take it
     if not isinstance(model, RefinementModel):
         missing = [n for n in ("encode", "decoder_log_probs", "predict_lengths", "bos_id", "eos_id", "mask_id",
                                "pad_id") if not hasattr(model, n)]
         raise TypeError(f"model: mask_predict needs a mhfast.models.base.RefinementModel (missing {', '.join(missing)})")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+    # numpy's ints count, as the sampler's options take them (np.int64(3) had been refused)
+    if as_int(iterations) is None or as_int(iterations) < 0:
         raise ValueError(f"iterations: expected an int >= 0, got {iterations!r}")
-    if isinstance(length_beam, bool) or not isinstance(length_beam, int) or length_beam < 1:
+    if as_int(length_beam) is None or as_int(length_beam) < 1:
         raise ValueError(f"length_beam: expected an int >= 1, got {length_beam!r}")
+    iterations, length_beam = as_int(iterations), as_int(length_beam)
     if length_strategy not in ("fairseq", "topk"):
         raise ValueError(f"length_strategy: expected 'fairseq' or 'topk', got {length_strategy!r}")
     check_devices("mhfast.mask_predict", sources=sources)
@@ -138,10 +148,40 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
         return _decode(model, sources, iterations, length_beam, length_strategy)
 
 
+# A model's outputs are checked as the sampler's runner checks them: a custom RefinementModel that breaks the
+# protocol had given silent [eos] hypotheses (a length of -1), garbage (NaN log-probabilities, a wrong vocabulary
+# size) or an error deep inside torch (a helper's review, 2026-12-02).
+def _checked_lengths(content: Any, S: int, k: int) -> torch.Tensor:
+    """``model.predict_lengths``'s Long[S, k] of lengths >= 0, else a ValueError naming it."""
+    if not isinstance(content, torch.Tensor) or content.dtype not in (torch.int64, torch.int32) or \
+            tuple(content.shape) != (S, k):
+        got = f"{content.dtype} of shape {tuple(content.shape)}" if isinstance(content, torch.Tensor) else \
+            type(content).__name__
+        raise ValueError(f"model.predict_lengths must return Long[{S}, {k}] (sources x length_beam), got {got}")
+    if content.numel() and int(content.min()) < 0:
+        raise ValueError(f"model.predict_lengths returned a length of {int(content.min())} (lengths count the "
+                         "target tokens without BOS/EOS: >= 0)")
+    return content.long()
+
+
+def _checked_log_probs(model: Any, lp: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """``model.decoder_log_probs``'s float[R, L, V] for ``tokens`` Long[R, L], without NaN, else a ValueError."""
+    R, L = tokens.shape
+    V = getattr(model, "vocab_size", None)
+    if not isinstance(lp, torch.Tensor) or not lp.is_floating_point() or lp.dim() != 3 or \
+            tuple(lp.shape[:2]) != (R, L) or (V is not None and lp.shape[2] != V):
+        got = f"{lp.dtype} of shape {tuple(lp.shape)}" if isinstance(lp, torch.Tensor) else type(lp).__name__
+        raise ValueError(f"model.decoder_log_probs must return float[{R}, {L}, {V if V is not None else 'V'}] "
+                         f"(rows x positions x vocab_size), got {got}")
+    if lp.numel() and bool(torch.isnan(lp).any()):
+        raise ValueError("model.decoder_log_probs returned NaN")
+    return lp
+
+
 def _decode(model: Any, sources: Sequence[Any], iterations: int, k: int, length_strategy: str) -> MaskPredictResult:
     """mask_predict's decoding, its arguments checked."""
     context = model.encode(sources)                                            # opaque to this function
-    content = model.predict_lengths(context, k, strategy=length_strategy)      # Long[S, k]
+    content = _checked_lengths(model.predict_lengths(context, k, strategy=length_strategy), len(sources), k)
     S = content.shape[0]
     total = (content + 2).reshape(-1)                                         # source-major rows
     if total.numel():  # fairseq's beam reaches k // 2 beyond the predicted length: past the table, name length_beam
@@ -155,7 +195,8 @@ def _decode(model: Any, sources: Sequence[Any], iterations: int, k: int, length_
     max_step = iterations + 1
     for step in range(max_step):
         masks = tokens.eq(unk)
-        best_scores, best_tokens = model.decoder_log_probs(tokens, context, context_index).max(-1)
+        best_scores, best_tokens = _checked_log_probs(model, model.decoder_log_probs(tokens, context, context_index),
+                                                      tokens).max(-1)
         if scores is None:
             scores = torch.zeros(tokens.shape, dtype=best_scores.dtype, device=tokens.device)
         tokens.masked_scatter_(masks, best_tokens[masks])

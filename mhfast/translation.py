@@ -189,6 +189,21 @@ class Translator:
         """Target ids (specials and padding dropped) -> raw text."""
         return self.processor.decode(self._tokens(ids))
 
+    def _mask_predict(self, ids: list[torch.Tensor], keep: list[int], hyps: list[Hypothesis], iterations: Any,
+                      length_beam: Any) -> BatchOutput:
+        """:meth:`translate`'s Mask-Predict: ``ids`` the kept sources' (``keep``: their indices), ``hyps`` filled in."""
+        from .mask_predict import mask_predict
+        from .sampler.scalars import as_int
+
+        if as_int(iterations) is None or as_int(iterations) < 1:  # (numpy's ints count)
+            raise ValueError(f"iterations: expected an int >= 1, got {iterations!r}")
+        out = mask_predict(self.cmlm, ids, iterations=as_int(iterations) - 1, length_beam=length_beam)
+        for j, i in enumerate(keep):
+            toks = self._tokens(out.tokens[j])
+            hyps[i] = Hypothesis(self.processor.decode(toks), toks, float(out.score[j]),
+                                 {"positional_scores": [float(x) for x in out.positional_scores[j]]})
+        return BatchOutput(hyps, [], len(keep), None)
+
     def translate(self, sources: Sequence[str], method: str = "mh", input_ids: Sequence[int] | None = None,
                   sampler_options: dict | None = None, iterations: int = 10, length_beam: int = 1,
                   progress: Callable[[int, dict], None] | None = None,
@@ -227,18 +242,9 @@ class Translator:
         for i, row in zip(keep, ids):  # named by its index in ``sources`` (the model's check sees only the kept)
             check_length(self.cmlm, len(row), f"sources[{i}]", side="source")
         if method == "mask-predict":
-            import mhfast
+            return self._mask_predict(ids, keep, hyps, iterations, length_beam)
 
-            if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-                raise ValueError(f"iterations: expected an int >= 1, got {iterations!r}")
-            out = mhfast.mask_predict(self.cmlm, ids, iterations=iterations - 1, length_beam=length_beam)
-            for j, i in enumerate(keep):
-                toks = self._tokens(out.tokens[j])
-                hyps[i] = Hypothesis(self.processor.decode(toks), toks, float(out.score[j]),
-                                     {"positional_scores": [float(x) for x in out.positional_scores[j]]})
-            return BatchOutput(hyps, [], len(keep), None)
-
-        import mhfast
+        from .sampler import sample
         from .sampler.options import OPTIONS
         from .sampler.result import summary_epochs
 
@@ -248,8 +254,8 @@ class Translator:
                 raise ValueError("extra_energy: given both as translate's argument and in sampler_options; give "
                                  "every term in one of them")
             opts["extra_energy"] = extra_energy([input_ids[i] for i in keep])
-        res = mhfast.sample(self.cmlm, source=ids, length_beam=length_beam, input_ids=[input_ids[i] for i in keep],
-                            progress=progress, **opts)
+        res = sample(self.cmlm, source=ids, length_beam=length_beam, input_ids=[input_ids[i] for i in keep],
+                     progress=progress, **opts)
         special = torch.tensor(sorted(set(self.cmlm.special_ids)), dtype=torch.long)
         energy = opts.get("energy", "raw")
         burn_in = int(opts.get("burn_in", OPTIONS["burn_in"].default))

@@ -221,7 +221,16 @@ def decode_ids(ids: torch.Tensor | Sequence[int], vocab_size: int) -> list[int]:
         Traceback (most recent call last):
         ...
         ValueError: ids: values must lie in [0, 5), got -1
+        >>> decode_ids(torch.tensor(2), 5)
+        Traceback (most recent call last):
+        ...
+        ValueError: ids: expected a 1-D sequence of ids, got a tensor of shape ()
     """
+    # a 0-d tensor or an int had failed with "'int' object is not iterable", naming nothing
+    if isinstance(ids, torch.Tensor) and ids.dim() != 1:
+        raise ValueError(f"ids: expected a 1-D sequence of ids, got a tensor of shape {tuple(ids.shape)}")
+    if not isinstance(ids, torch.Tensor) and (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__")):
+        raise ValueError(f"ids: expected a 1-D sequence of ids, got {type(ids).__name__}")
     out = []
     for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
         index = _index(i)

@@ -118,7 +118,7 @@ def pad_sequences(tokens: Any, pad_id: int, vocab_size: int | None = None) -> to
     lie in the vocabulary [0, ``vocab_size``) before they become a tensor)."""
     if isinstance(tokens, torch.Tensor):
         if tokens.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"mhfast.energy: tokens must be an integer tensor, got {tokens.dtype}")
+            raise TypeError(f"mhfast.energy: tokens must be an int64 or int32 tensor, got {tokens.dtype}")
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or 0 in tokens.shape:

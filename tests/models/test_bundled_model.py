@@ -128,6 +128,32 @@ def test_whitespace_only_sources_give_empty_hypotheses_and_cost_nothing(translat
         assert [h.text for h in out.hypotheses[1:]] == [""] * len(empty) and out.hypotheses[1].tokens == [], method
 
 
+def test_mask_predict_takes_a_translator(translator):
+    """mhfast.mask_predict(translator, ...) decodes with its CMLM, as mhfast.energy and mhfast.score take a
+    Translator (it had been a TypeError listing seven missing attributes)."""
+    import mhfast
+
+    ids = [translator.source_ids("Ein Hund läuft.")]
+    a = mhfast.mask_predict(translator, ids, iterations=2)
+    assert torch.equal(a.tokens[0], mhfast.mask_predict(translator.cmlm, ids, iterations=2).tokens[0])
+
+
+def test_translation_is_reachable_after_import_mhfast_and_takes_numpy_ints(translator):
+    """docs/scoring.md writes mhfast.translation.load_bundled_model() after `import mhfast` (an AttributeError in a
+    fresh interpreter); translate(iterations=np.int64(3)) is 3 (it had been refused)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    code = "import mhfast; print(mhfast.translation.load_bundled_model.__name__)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
+        == "load_bundled_model"
+    a = translator.translate(["Ein Hund läuft."], method="mask-predict", iterations=np.int64(3), length_beam=2)
+    b = translator.translate(["Ein Hund läuft."], method="mask-predict", iterations=3, length_beam=2)
+    assert a.hypotheses[0].text == b.hypotheses[0].text
+
+
 def test_extra_energy_given_twice_is_an_error(translator):
     """translate(extra_energy=f, sampler_options={"extra_energy": g}): a ValueError naming both. f's terms had
     silently replaced g's (a helper's review, 2026-12-02)."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -190,6 +191,52 @@ def test_mask_predict_bad_arguments(cmlm, sources):
         mhfast.mask_predict(cmlm, [])
     with pytest.raises(TypeError, match="model"):
         mhfast.mask_predict(object(), sources[:1])
+
+
+def test_mask_predict_takes_numpy_ints(cmlm, sources):
+    """np.int64 iterations and length_beam, as the sampler's options take them (they had been refused)."""
+    a = mhfast.mask_predict(cmlm, sources[:2], iterations=np.int64(3), length_beam=np.int32(2))
+    b = mhfast.mask_predict(cmlm, sources[:2], iterations=3, length_beam=2)
+    assert all(torch.equal(x, y) for x, y in zip(a.tokens, b.tokens, strict=True))
+
+
+class _Refiner:
+    """A RefinementModel of vocabulary 8 whose lengths and log-probabilities a test sets."""
+    vocab_size, mask_id, pad_id, bos_id, eos_id, special_ids = 8, 3, 1, 0, 2, (0, 1, 2, 3)
+
+    def __init__(self, lengths=None, log_probs=None):
+        self.lengths, self.log_probs = lengths, log_probs
+
+    def encode(self, sources):
+        return len(sources)
+
+    def predict_lengths(self, context, k, strategy="topk"):
+        return self.lengths(context, k) if self.lengths else torch.full((context, k), 3)
+
+    def decoder_log_probs(self, tokens, context, context_index):
+        if self.log_probs:
+            return self.log_probs(tokens)
+        return torch.randn(*tokens.shape, 8, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+
+    def masked_logits(self, tokens, positions, context=None, context_index=None):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("model, message", [
+    (_Refiner(lengths=lambda S, k: torch.full((S, k), -1)), r"^model.predict_lengths returned a length of -1"),
+    (_Refiner(lengths=lambda S, k: torch.full((S, k + 1), 3)), r"^model.predict_lengths must return Long\[2, 2\]"),
+    (_Refiner(lengths=lambda S, k: torch.full((S, k), 3.0)), r"^model.predict_lengths must return Long\[2, 2\] "
+                                                             r"\(sources x length_beam\), got torch.float32"),
+    (_Refiner(log_probs=lambda t: torch.full((*t.shape, 8), float("nan"))), r"^model.decoder_log_probs returned NaN"),
+    (_Refiner(log_probs=lambda t: torch.zeros(*t.shape, 5)), r"^model.decoder_log_probs must return float\[4, 5, 8\]"),
+    (_Refiner(log_probs=lambda t: torch.zeros(t.shape[0], 8)), r"^model.decoder_log_probs must return float"),
+])
+def test_mask_predict_checks_a_models_outputs(model, message):
+    """A custom model that breaks the protocol: a ValueError naming its method. A length of -1 had given silent
+    [eos] hypotheses, NaN or a wrong vocabulary size silent garbage, the rest errors deep inside torch."""
+    mhfast.mask_predict(_Refiner(), [[5], [6]], iterations=2, length_beam=2)  # the well-behaved model decodes
+    with pytest.raises(ValueError, match=message):
+        mhfast.mask_predict(model, [[5], [6]], iterations=2, length_beam=2)
 
 
 # ---------------------------------------------------------------------------- sampler

@@ -91,6 +91,11 @@ def assert_decode_names_ids_outside_the_dictionary(model) -> None:
     for bad in (-1, V):
         with pytest.raises(ValueError, match=re.escape(f"ids: values must lie in [0, {V}), got {bad}")):
             model.decode([4, bad])
+    # a 0-d tensor or an int had failed with "'int' object is not iterable"
+    with pytest.raises(ValueError, match=r"^ids: expected a 1-D sequence of ids, got a tensor of shape \(\)"):
+        model.decode(torch.tensor(4))
+    with pytest.raises(ValueError, match=r"^ids: expected a 1-D sequence of ids, got int"):
+        model.decode(4)
     with pytest.raises(ValueError, match=r"^positions: expected Long\[2\] like row_index, got torch.float32"):
         check_reads(torch.tensor([0, 1]), torch.tensor([1.0, 2.0]), rows=2)
 

@@ -174,6 +174,10 @@ def test_a_plain_transformers_object_is_wrapped(tmp_path):
     (dict(tokens=[[2, 5, 3]], max_tokens_per_batch=0), "max_tokens_per_batch"),
     (dict(tokens=[[2, 5, 3]], free_positions=torch.tensor([[True, False, False]])), "free_positions"),
     (dict(tokens=[[2, 5, 3]], source=["x"]), "source"),
+    # uint8 is an integer type: the message had said "must be an integer tensor, got torch.uint8"
+    (dict(tokens=torch.tensor([[2, 5, 3]], dtype=torch.uint8)), r"tokens must be an int64 or int32 tensor, got "
+                                                                 r"torch\.uint8"),
+    (dict(tokens=[torch.tensor([2, 5, 3], dtype=torch.int16)]), r"tokens\[0\] must be a 1-D int64 or int32 tensor"),
 ])
 def test_bad_arguments_name_the_argument(bert, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

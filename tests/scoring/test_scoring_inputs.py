@@ -41,6 +41,9 @@ def test_text_given_to_a_bare_cmlm_is_named(bundled):
 @pytest.mark.parametrize("bad, message", [
     ([5.5, 2], r"sources\[1\]: a source must be a 1-D sequence of int token ids, got 5\.5"),
     ([True, 7, 2], r"sources\[1\]: a source must be a 1-D sequence of int token ids, got True"),
+    # torch.tensor(True) had been read as id 1, and a set's ids in hash order (a helper's review, 2026-12-02)
+    ([7, torch.tensor(True), 2], r"sources\[1\]: a source must be a 1-D sequence of int token ids, got tensor\(True\)"),
+    ({7, 9, 2}, r"sources\[1\]: a source must be a 1-D sequence of int token ids, got set"),
     ([5] * 1029, r"sources\[1\] has 1030 tokens \(special tokens included\), more than the model's maximum of 1024 "
                  r"source positions"),
     (torch.full((1024,), 5), r"sources\[1\] has 1025 tokens"),  # measured with its EOS, as it is encoded
