@@ -8,7 +8,8 @@ Commit protocol (one chunk of translations = one record):
    (everything that decides the output) and a checksum of the record itself.
 
 A kill at any instant leaves the record of the last commit and an output that starts with the bytes
-it names (anything after them is a chunk that was being written: ``--resume`` cuts it off). A fresh
+it names (anything after them is a chunk that was being written: ``--resume`` cuts it off, warning; after a complete
+run nothing can have been in flight, and such bytes stay, with a warning). A fresh
 run writes its empty record BEFORE truncating the output, so an old record never describes a new file, and it
 does both only at :meth:`CommittedOutput.begin` (``score`` calls it once the model has loaded and every input
 line has been checked, ``translate`` at its first commit, which calls it): a run that fails before then (a
@@ -90,9 +91,13 @@ def write_bytes_atomic(path: str, data: bytes, what: str | None = None) -> None:
     A write that fails (disk full, EIO) removes its temporary file and raises a FileError naming ``what``
     (e.g. ``"--stats-out 'stats.json'"``; default: the path), never a bare ``[Errno 28]``.
     """
+    what = what or repr(path)
+    # a symlink's target is replaced, not the link (a --stats-out link had become a regular file, its target left
+    # stale, and a second run's lock, taken on the target, no longer matched the name)
+    path = os.path.realpath(path)
     tmp = f"{path}.tmp"
     try:
-        with named(what or repr(path), "write"):
+        with named(what, "write"):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
             try:
                 write_all(fd, data)
@@ -209,10 +214,7 @@ class CommittedOutput:
             if count_records is not None and count_records(committed) != record["lines_done"]:
                 raise ValueError(f"--resume: {path!r} holds {count_records(committed)} committed sentences, its "
                                  f"progress record says {record['lines_done']}; rerun without --resume to start over")
-            with named(name, "write"):
-                os.ftruncate(fd, size)  # drop the chunk a killed run was writing
-                os.fsync(fd)
-                os.lseek(fd, size, os.SEEK_SET)
+            _drop_uncommitted(fd, path, name, size, complete=record["lines_done"] == record["total_lines"])
         except BaseException:
             os.close(fd)
             raise
@@ -285,6 +287,27 @@ def _warn_other_threads(began: Any) -> None:
                       "round otherwise, so the lines it adds may differ in their last digits from those of one "
                       f"uninterrupted run (for the same bytes, set OMP_NUM_THREADS={began}, or --threads {began} "
                       "where the command has it)", stacklevel=2)
+
+
+def _drop_uncommitted(fd: int, path: str, name: str, size: int, complete: bool) -> None:
+    """Cut the output after its ``size`` committed bytes (the chunk a killed run was writing), with a warning
+    naming the bytes dropped; leave them, warning, where the run was complete: no chunk can have been in flight,
+    so they are someone else's (lines appended after a finished run had been deleted silently: a review,
+    2026-12-02)."""
+    import warnings
+
+    extra = os.fstat(fd).st_size - size
+    if extra > 0 and complete:
+        warnings.warn(f"--resume: {path!r} is complete; the {extra} bytes after its last committed line were not "
+                      "written by this run and are left as they are", stacklevel=3)
+        return
+    if extra > 0:
+        warnings.warn(f"--resume: dropping the {extra} bytes after the last committed line of {path!r} (the chunk "
+                      "the stopped run was writing: it is made again)", stacklevel=3)
+    with named(name, "write"):
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+        os.lseek(fd, size, os.SEEK_SET)
 
 
 def read_record(path: str) -> dict:
@@ -377,11 +400,11 @@ class StreamOutput:
     def to(cls, path: str | None, option: str = "--output") -> "StreamOutput":
         """stdout (``path`` None), or the device or FIFO at ``path`` opened for writing; I/O errors name
         ``option`` and the path."""
-        if path is None:
+        if path is None or std_stream(path) == 1:  # (reopening fd 1's file with "wb" had emptied it)
             return cls()
         name = describe(path, option)
         with named(name, "open"):
-            binary = open(path, "wb")
+            binary = open(path, "ab")  # a device or FIFO: appending is writing; stderr's file is not emptied
         return cls(binary, name)
 
     def begin(self) -> None:
@@ -413,11 +436,30 @@ class StreamOutput:
 
 
 def is_special(path: str) -> bool:
-    """True for an existing path that is not a regular file (a device such as /dev/null, a FIFO):
-    it cannot be truncated, fsynced, locked beside or replaced, only written as a stream."""
+    """True for an existing path that is not a regular file (a device such as /dev/null, a FIFO), or that is this
+    process's stdout or stderr under another name (``/dev/stdout`` when the shell redirects it to a file): it cannot
+    be truncated, fsynced, locked beside or replaced, only written as a stream. (``/dev/stdout >> log`` had been
+    taken for a file: the log emptied, a progress record written into /dev.)"""
     import stat
 
     try:
-        return not stat.S_ISREG(os.stat(path).st_mode)
+        st = os.stat(path)
     except FileNotFoundError:
         return False
+    return not stat.S_ISREG(st.st_mode) or std_stream(path) is not None
+
+
+def std_stream(path: str) -> int | None:
+    """1 or 2 where ``path`` is this process's stdout or stderr (the same file), else None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    for fd in (1, 2):
+        try:
+            other = os.fstat(fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino):
+            return fd
+    return None

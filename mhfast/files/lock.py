@@ -53,6 +53,7 @@ class OutputLock:
         if not self.path or self.path.endswith((os.sep, "/")) or os.path.isdir(self.path):
             # ("" resolved to the working folder, "new/" to new.lock beside it: a stray lock file, then a failure)
             raise ValueError(f"{what} is not a file name (a folder, or empty)")
+        _check_side_names(self.path, self.option, what)
         lock_file = f"{what} (its lock file {self.lock_path!r})"
         fd = _locked(self.lock_path, os.O_RDWR, lock_file, lambda fd: (
             f"{what}: another mhfast process (pid {os.pread(fd, 32, 0).decode('ascii', 'replace').strip() or '?'}) "
@@ -137,6 +138,35 @@ SIDE_FILES = {"--output": (PROGRESS_SUFFIX, PROGRESS_SUFFIX + ".tmp", LOCK_SUFFI
               "--stats-out": (".tmp", LOCK_SUFFIX)}
 
 
+def side_file(option: str, path: str, suffix: str) -> str:
+    """Where ``option``'s writer puts the side file ``suffix`` of ``path``: the lock beside the resolved path
+    (:class:`OutputLock`), the progress record beside the name given, and an atomic replacement's ``.tmp`` beside
+    its resolved target (journal.write_bytes_atomic replaces a symlink's target, not the link)."""
+    if suffix == LOCK_SUFFIX:
+        return os.path.realpath(path) + suffix
+    if suffix.endswith(".tmp"):
+        return os.path.realpath(path + suffix[:-len(".tmp")]) + ".tmp"
+    return path + suffix
+
+
+def _check_side_names(path: str, option: str, what: str) -> None:
+    """ValueError where a file this output's writer makes beside it would have a name longer than its folder
+    allows: refused before any work (``OUTPUT.progress.tmp`` of a 245-byte name had failed with "File name too
+    long" at the first commit, after a chunk of translations)."""
+    for suffix in SIDE_FILES.get(option, (LOCK_SUFFIX,)):
+        side = side_file(option, path, suffix)
+        folder = os.path.dirname(os.path.abspath(side))
+        try:
+            limit = os.pathconf(folder, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            limit = 255
+        name = os.path.basename(side)
+        if len(os.fsencode(name)) > limit:
+            raise ValueError(f"{what}: the name is too long for the file written beside it ({len(os.fsencode(name))}"
+                             f" bytes for {suffix!r}'s, more than the {limit} its folder allows); choose a shorter "
+                             "name")
+
+
 def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:
     """ValueError when an output path names an input, lies inside an input folder (a model directory), names
     another output, or names a file an output writes beside it (``--output``: ``.progress``, its
@@ -147,7 +177,7 @@ def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> No
     outs = [(k, str(v)) for k, v in outputs.items() if v is not None]
     ins = [(k, str(p)) for k, v in inputs.items() if v is not None
            for p in (v if isinstance(v, (list, tuple)) else [v]) if p is not None]
-    owned = [(k, f"{k}'s {suffix} file", v + suffix) for k, v in outs for suffix in SIDE_FILES.get(k, ())]
+    owned = [(k, f"{k}'s {suffix} file", side_file(k, v, suffix)) for k, v in outs for suffix in SIDE_FILES.get(k, ())]
     sides = [(side, path) for _, side, path in owned]
     for output, side, side_path in owned:
         for name, path in ins:  # the run would lock, record or replace into what it reads

@@ -140,3 +140,24 @@ def test_output_that_is_not_a_regular_file(cli, tmp_path):
                           (["--output", str(tmp_path / "no" / "out.txt")], "--output: folder")):
         code, out, err = cli(["--input", str(src), *extra])
         assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_output_naming_stdout_redirected_to_a_file_appends_as_a_stream(tiny_paths, tmp_path):
+    """``--output /dev/stdout >> log``: stdout's file is written as the stream it is (the log had been emptied and a
+    progress record written into /dev as if /dev/stdout were the output file). /proc/self/fd/1 is the same file
+    (journal.std_stream compares inodes)."""
+    name = "/dev/stdout"
+    src = tmp_path / "src.txt"
+    src.write_bytes(b"ein hund .\nzwei katzen .\n")
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"HEADER\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    with open(log, "ab") as out:
+        proc = subprocess.run([sys.executable, "-m", "mhfast", "translate", "--model", str(tiny_paths["checkpoint"]),
+                               "--data", str(tiny_paths["data"]), "--tokenizer", "none", "--method", "mask-predict",
+                               "--iterations", "2", "--quiet", "--input", str(src), "--output", name],
+                              stdout=out, stderr=subprocess.PIPE, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = log.read_bytes().decode("utf-8").split("\n")
+    assert lines[0] == "HEADER" and len(lines) == 4 and lines[1] and lines[2] and lines[3] == "", lines
+    assert not os.path.exists(name + ".progress") and not os.path.exists(str(log) + ".progress")

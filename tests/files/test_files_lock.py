@@ -158,7 +158,8 @@ def test_record_checks(tmp_path):
     out.close()
     with open(path, "ab") as f:
         f.write(b"thr")  # a torn third record
-    again = CommittedOutput.resume(path, {"options": {"--seed": 1}}, 3, lambda data: data.count(b"\n"))
+    with pytest.warns(UserWarning, match="dropping the 3 bytes"):
+        again = CommittedOutput.resume(path, {"options": {"--seed": 1}}, 3, lambda data: data.count(b"\n"))
     assert (again.lines_done, again.committed) == (2, b"one\ntwo\n")
     again.commit(b"three\n", 3)
     again.close()
@@ -192,7 +193,8 @@ def test_resume_cuts_a_torn_tail_longer_than_the_rest_and_reads_in_short_calls(t
         f.write(b"a chunk of a killed run, longer than the rest\n")
     real = os.pread
     monkeypatch.setattr(os, "pread", lambda fd, n, offset: real(fd, min(n, 3), offset))
-    again = CommittedOutput.resume(path, {"seed": 1}, 3, lambda data: data.count(b"\n"))
+    with pytest.warns(UserWarning, match=r"dropping the 46 bytes after the last committed line of .*out.txt"):
+        again = CommittedOutput.resume(path, {"seed": 1}, 3, lambda data: data.count(b"\n"))
     assert (again.lines_done, again.committed) == (2, b"one\ntwo\n")
     again.commit(b"x\n", 3)
     again.close()
@@ -233,3 +235,51 @@ def test_partial_writes_are_continued(tmp_path, monkeypatch):
     again = CommittedOutput.resume(path, {"seed": 1}, 2, lambda data: data.count(b"\n"))
     assert again.lines_done == 2
     again.close()
+
+
+def test_resume_of_a_complete_run_keeps_what_was_appended_after_it(tmp_path):
+    """Every line committed: no chunk can have been in flight, so bytes after them are someone else's; they stay,
+    with a warning (a finished run's output with notes appended had lost them to --resume, silently)."""
+    path = str(tmp_path / "out.txt")
+    out = CommittedOutput.start(path, {"seed": 1}, total_lines=1)
+    out.commit(b"one\n", 1)
+    out.close()
+    with open(path, "ab") as f:
+        f.write(b"# my notes\n")
+    with pytest.warns(UserWarning, match=r"is complete; the 11 bytes after its last committed line were not written "
+                                         r"by this run and are left as they are"):
+        again = CommittedOutput.resume(path, {"seed": 1}, 1, lambda data: data.count(b"\n"))
+    again.close()
+    with open(path, "rb") as f:
+        assert f.read() == b"one\n# my notes\n"
+
+
+def test_an_atomic_write_through_a_symlink_replaces_its_target(tmp_path):
+    """--stats-out through a symlink: the link stays and its target gets the bytes (the link had been replaced by a
+    regular file, its target left stale), so a second writer locking the target is refused while the first holds
+    the link's lock."""
+    from mhfast.files.journal import write_bytes_atomic
+
+    target, link = tmp_path / "stats.json", tmp_path / "link.json"
+    target.write_bytes(b"old")
+    link.symlink_to(target)
+    with OutputLock(str(link), "--stats-out"):
+        write_bytes_atomic(str(link), b"new")
+        assert link.is_symlink() and target.read_bytes() == b"new"
+        with pytest.raises(OutputInUse, match="another mhfast process"):
+            OutputLock(str(target), "--stats-out").acquire()
+    with pytest.raises(ValueError, match="name the same file"):
+        check_distinct({"--output": str(target) + ".tmp", "--stats-out": str(link)}, {})
+
+
+@pytest.mark.parametrize("option, suffix", [("--output", ".progress.tmp"), ("--stats-out", ".lock")])
+def test_a_name_too_long_for_its_side_files_is_refused_before_any_work(tmp_path, option, suffix):
+    """A name that fits but whose OUTPUT.progress.tmp does not: refused when locked, before any file is made (it
+    had failed with "File name too long" at the first commit, after a chunk of translations)."""
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    path = tmp_path / ("o" * (limit - len(suffix) + 1))
+    with pytest.raises(ValueError, match=rf"the name is too long for the file written beside it \(\d+ bytes for "
+                                         rf"'{suffix}'"):
+        OutputLock(str(path), option).acquire()
+    assert list(tmp_path.iterdir()) == []
+    OutputLock(str(tmp_path / ("o" * (limit - len(suffix)))), option).acquire().release()
