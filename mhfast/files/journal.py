@@ -300,6 +300,7 @@ def _drop_uncommitted(fd: int, path: str, name: str, size: int, complete: bool) 
     if extra > 0 and complete:
         warnings.warn(f"--resume: {path!r} is complete; the {extra} bytes after its last committed line were not "
                       "written by this run and are left as they are", stacklevel=3)
+        os.lseek(fd, size, os.SEEK_SET)  # where the object's committed bytes end (nothing more is written)
         return
     if extra > 0:
         warnings.warn(f"--resume: dropping the {extra} bytes after the last committed line of {path!r} (the chunk "

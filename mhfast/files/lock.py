@@ -162,9 +162,8 @@ def _check_side_names(path: str, option: str, what: str) -> None:
             limit = 255
         name = os.path.basename(side)
         if len(os.fsencode(name)) > limit:
-            raise ValueError(f"{what}: the name is too long for the file written beside it ({len(os.fsencode(name))}"
-                             f" bytes for {suffix!r}'s, more than the {limit} its folder allows); choose a shorter "
-                             "name")
+            raise ValueError(f"{what}: the name is too long for its {suffix} file beside it ({len(os.fsencode(name))}"
+                             f" bytes, more than the {limit} its folder allows); choose a shorter name")
 
 
 def check_distinct(outputs: dict[str, str | None], inputs: dict[str, Any]) -> None:
