@@ -129,7 +129,8 @@ def mask_predict(model: Any, sources: Sequence[Any], iterations: int = 10, lengt
     if not isinstance(model, RefinementModel):
         missing = [n for n in ("encode", "decoder_log_probs", "predict_lengths", "bos_id", "eos_id", "mask_id",
                                "pad_id") if not hasattr(model, n)]
-        raise TypeError(f"model: mask_predict needs a mhfast.models.base.RefinementModel (missing {', '.join(missing)})")
+        raise TypeError("model: mask_predict needs a mhfast.models.base.RefinementModel (missing "
+                        f"{', '.join(missing)})")
     # numpy's ints count, as the sampler's options take them (np.int64(3) had been refused)
     if as_int(iterations) is None or as_int(iterations) < 0:
         raise ValueError(f"iterations: expected an int >= 0, got {iterations!r}")

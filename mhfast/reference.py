@@ -444,4 +444,3 @@ def mh_memo_store_(table: MemoTable, act: torch.Tensor, slot: torch.Tensor, sel:
         raw[g, s] = raw_new[j]
         local[g, s] = local_new[j]
         stamp[g, s] = step
-
