@@ -50,7 +50,9 @@ def check_input(path: str | os.PathLike, option: str, missing: str | None = None
     if os.path.isdir(path):
         raise FileError(errno.EISDIR, f"{option}: {str(path)!r} is a directory, not a file")
     if not os.path.exists(path):
-        raise FileNotFoundError(missing or f"{option}: no such file: {str(path)!r}")
+        dash = " ('-' is a file name here, not stdin: leave the option out where it reads stdin)" if str(path) == "-" \
+            else ""
+        raise FileNotFoundError(missing or f"{option}: no such file: {str(path)!r}{dash}")
 
 
 def stdout_print(*values: Any, flush: bool = False) -> None:

@@ -26,7 +26,7 @@ def test_named_turns_an_oserror_into_one_naming_the_option_and_path():
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
 
-def test_check_input_tells_a_directory_from_a_missing_file(tmp_path):
+def test_check_input_tells_a_directory_from_a_missing_file(tmp_path, monkeypatch):
     with pytest.raises(FileError, match="--input: '.*' is a directory, not a file"):
         check_input(tmp_path, "--input")
     with pytest.raises(FileNotFoundError, match="--input: no such file: '.*nothing'"):
@@ -34,6 +34,10 @@ def test_check_input_tells_a_directory_from_a_missing_file(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     check_input(fifo, "--input")  # <(cmd) and devices are read as they are
+    monkeypatch.chdir(tmp_path)  # (no file named '-' there)
+    with pytest.raises(FileNotFoundError, match=r"^--input: no such file: '-' \('-' is a file name here, not stdin: "
+                                                r"leave the option out where it reads stdin\)$"):
+        check_input("-", "--input")
 
 
 @pytest.mark.parametrize("failing", ["write", "fsync"])
