@@ -32,15 +32,20 @@ def callables(op: str, raw: bool = True):
     return out
 
 
+def mapped(a, f):
+    """One argument with ``f`` applied to each tensor, also inside bundles and lists."""
+    if isinstance(a, torch.Tensor):
+        return f(a)
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return type(a)(*(mapped(x, f) for x in a))
+    if isinstance(a, list):
+        return [mapped(x, f) for x in a]
+    return a
+
+
 def cloned(a):
     """A copy of one argument: tensors cloned, also inside bundles and lists (in-place ops write nothing back)."""
-    if isinstance(a, torch.Tensor):
-        return a.clone()
-    if isinstance(a, tuple) and hasattr(a, "_fields"):
-        return type(a)(*(cloned(x) for x in a))
-    if isinstance(a, list):
-        return [cloned(x) for x in a]
-    return a
+    return mapped(a, torch.Tensor.clone)
 
 
 def raises_everywhere(op: str, args: tuple, match: str, raw: bool = True) -> None:

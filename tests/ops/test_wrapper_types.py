@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from op_checks import raises_everywhere  # noqa: E402
+from op_checks import mapped, raises_everywhere  # noqa: E402
 from test_mh_commit_site import commit_inputs  # noqa: E402
 
 KEYS = torch.tensor([3, 4])
@@ -88,17 +88,6 @@ def test_the_wrappers_take_meta_tensors_as_the_raw_ops_do():
     assert proposed.is_meta and proposed.shape == logq_p.shape == logq_c.shape == (1,)
 
 
-def _to_meta(x):
-    """``x`` with every tensor (inside bundles and lists too) moved to the meta device."""
-    if isinstance(x, torch.Tensor):
-        return x.to("meta")
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(_to_meta(v) for v in x))
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_meta(v) for v in x)
-    return x
-
-
 def _value_checked_calls() -> dict[str, tuple[str, tuple]]:
     """Each reference that reads values, with valid arguments: the argument its meta error names, and the args."""
     from test_mh_memo_ops import lookup_args, lookup_call, memo_tables, store_call
@@ -128,4 +117,4 @@ def test_the_references_name_a_meta_tensor(op):
     name, args = _value_checked_calls()[op]
     getattr(reference, op)(*args)
     with pytest.raises(ValueError, match=f"mhfast.{op}: {name} is on the meta device"):
-        getattr(reference, op)(*_to_meta(args))
+        getattr(reference, op)(*(mapped(a, lambda t: t.to("meta")) for a in args))
