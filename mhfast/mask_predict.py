@@ -166,7 +166,8 @@ def _checked_lengths(content: Any, S: int, k: int) -> torch.Tensor:
 
 
 def _checked_log_probs(model: Any, lp: Any, tokens: torch.Tensor) -> torch.Tensor:
-    """``model.decoder_log_probs``'s float[R, L, V] for ``tokens`` Long[R, L], without NaN, else a ValueError."""
+    """``model.decoder_log_probs``'s float[R, L, V] for ``tokens`` Long[R, L], else a ValueError (NaN is looked for
+    in the maxima, by :func:`_decode`: max propagates it)."""
     R, L = tokens.shape
     V = getattr(model, "vocab_size", None)
     if not isinstance(lp, torch.Tensor) or not lp.is_floating_point() or lp.dim() != 3 or \
@@ -174,8 +175,6 @@ def _checked_log_probs(model: Any, lp: Any, tokens: torch.Tensor) -> torch.Tenso
         got = f"{lp.dtype} of shape {tuple(lp.shape)}" if isinstance(lp, torch.Tensor) else type(lp).__name__
         raise ValueError(f"model.decoder_log_probs must return float[{R}, {L}, {V if V is not None else 'V'}] "
                          f"(rows x positions x vocab_size), got {got}")
-    if lp.numel() and bool(torch.isnan(lp).any()):
-        raise ValueError("model.decoder_log_probs returned NaN")
     return lp
 
 
@@ -193,11 +192,13 @@ def _decode(model: Any, sources: Sequence[Any], iterations: int, k: int, length_
 
     tokens = _initial_tokens(total, bos, eos, unk, pad)
     scores = None  # in the dtype of the model's log-probabilities (fairseq: the encoder's dtype)
+    nan = torch.zeros((), dtype=torch.bool, device=tokens.device)  # read once, after the loop: no sync per pass
     max_step = iterations + 1
     for step in range(max_step):
         masks = tokens.eq(unk)
         best_scores, best_tokens = _checked_log_probs(model, model.decoder_log_probs(tokens, context, context_index),
                                                       tokens).max(-1)
+        nan |= best_scores.isnan().any()
         if scores is None:
             scores = torch.zeros(tokens.shape, dtype=best_scores.dtype, device=tokens.device)
         tokens.masked_scatter_(masks, best_tokens[masks])
@@ -206,6 +207,8 @@ def _decode(model: Any, sources: Sequence[Any], iterations: int, k: int, length_
             remask = _skeptical_unmasking(scores, tokens.ne(pad), 1 - (step + 1) / max_step)
             tokens.masked_fill_(remask, unk)
             scores.masked_fill_(remask, 0.0)
+    if bool(nan):
+        raise ValueError("model.decoder_log_probs returned NaN")
 
     # fairseq's finalized_hypos: keep the non-pad positions, score = their mean (computed the same
     # way, row by row, so that the candidate choice below is bit-for-bit fairseq's).

@@ -165,10 +165,14 @@ class Translator:
         tokenizer, if it has one (a Translator built by hand), makes the pieces. (Pieces through a second
         SentencePiece gain a "▁" each and change the translation: a second processor on the same model file is
         another bound method, so the old identity test had applied both.)"""
+        return self._source_ids(self.processor.encode(text))
+
+    def _source_ids(self, pieces: str) -> torch.Tensor:
+        """:meth:`source_ids` of the processor's ``pieces`` of a sentence."""
         tokenizer = getattr(self.cmlm, "tokenizer", None)
         if tokenizer is None or self.processor.kind == "spm" or tokenizer == self.processor.encode:
-            return self.cmlm.piece_ids(self.processor.encode(text))
-        return self.cmlm.source_ids(self.processor.encode(text))
+            return self.cmlm.piece_ids(pieces)
+        return self.cmlm.source_ids(pieces)
 
     def target_ids(self, text: str) -> torch.Tensor:
         """``[bos] + ids + [eos]`` of a raw target sentence (a reference for a Hamming term). A piece that is not
@@ -234,11 +238,12 @@ class Translator:
             raise ValueError(f"input_ids: {len(input_ids)} ids for {len(sources)} sources")
         # empty: no piece (a zero-width space or a BOM is not whitespace to str.strip, but SentencePiece drops it,
         # and the model had been decoded from [bos, eos], inventing a sentence)
-        keep = [i for i, s in enumerate(sources) if s.strip() and self.processor.encode(s).strip()]
+        pieces = [self.processor.encode(s) if s.strip() else "" for s in sources]
+        keep = [i for i, p in enumerate(pieces) if p.strip()]
         hyps = [Hypothesis("") for _ in sources]
         if not keep:
             return BatchOutput(hyps, [], 0, None)
-        ids = [self.source_ids(sources[i]) for i in keep]
+        ids = [self._source_ids(pieces[i]) for i in keep]
         for i, row in zip(keep, ids):  # named by its index in ``sources`` (the model's check sees only the kept)
             check_length(self.cmlm, len(row), f"sources[{i}]", side="source")
         if method == "mask-predict":

@@ -447,15 +447,19 @@ def is_special(path: str) -> bool:
         st = os.stat(path)
     except FileNotFoundError:
         return False
-    return not stat.S_ISREG(st.st_mode) or std_stream(path) is not None
+    return not stat.S_ISREG(st.st_mode) or _std_fd(st) is not None
 
 
 def std_stream(path: str) -> int | None:
     """1 or 2 where ``path`` is this process's stdout or stderr (the same file), else None."""
     try:
-        st = os.stat(path)
+        return _std_fd(os.stat(path))
     except OSError:
         return None
+
+
+def _std_fd(st: os.stat_result) -> int | None:
+    """1 or 2 where the file of ``st`` is this process's stdout or stderr, else None."""
     for fd in (1, 2):
         try:
             other = os.fstat(fd)

@@ -43,7 +43,7 @@ class OutputLock:
 
     def __init__(self, path: str | os.PathLike, option: str = "--output"):
         self.path, self.option = str(path), option
-        self.lock_path = os.path.realpath(self.path) + LOCK_SUFFIX
+        self.lock_path = side_file(option, self.path, LOCK_SUFFIX)
         self.fd: int | None = None
         self.file_fd: int | None = None  #: the output itself, flocked too (hard links: one inode, many names)
         self.created = False  #: the output did not exist before this lock opened (created) it
