@@ -198,6 +198,7 @@ class CommittedOutput:
         record = read_record(path + PROGRESS_SUFFIX)
         check_record(record, canonical(spec), total_lines, path + PROGRESS_SUFFIX)
         _warn_other_threads(record.get("torch_threads"))
+        _warn_other_machine(record.get("machine"))
         size = record["output_bytes"]
         check_output_there(path)
         name = describe(path, option)
@@ -224,7 +225,8 @@ class CommittedOutput:
         record = {"kind": KIND, "version": PROGRESS_VERSION, "spec": self.spec,
                   "spec_sha256": spec_sha256(self.spec),
                   "lines_done": self.lines_done, "total_lines": self.total_lines,
-                  "output_bytes": self.size, "output_sha256": self._sha.hexdigest(), "torch_threads": _threads()}
+                  "output_bytes": self.size, "output_sha256": self._sha.hexdigest(), "torch_threads": _threads(),
+                  "machine": _machine()}
         record["checksum"] = _checksum(record)
         return record
 
@@ -287,6 +289,31 @@ def _warn_other_threads(began: Any) -> None:
                       "round otherwise, so the lines it adds may differ in their last digits from those of one "
                       f"uninterrupted run (for the same bytes, set OMP_NUM_THREADS={began}, or --threads {began} "
                       "where the command has it)", stacklevel=2)
+
+
+def _machine() -> str:
+    """The writer's CPU (model name, L2 cache) and torch version, recorded like its threads (no part of the spec:
+    a requeued job may resume on another node)."""
+    import torch
+
+    from ..runtime import cpu_info
+
+    return f"{cpu_info.name()}, {cpu_info.l2_bytes() >> 10} KiB L2, torch {torch.__version__}"
+
+
+def _warn_other_machine(began: Any) -> None:
+    """A warning where a resumed run's CPU or torch differs from the run it continues: their kernels round
+    otherwise, and the L2 cache sizes the default sub-batches (``--max-tokens-per-batch``), so the lines it adds
+    may differ in their last digits from one uninterrupted run's (a resume on another machine had been silent
+    about it: a review, 2026-12-02)."""
+    now = _machine()
+    if isinstance(began, str) and began != now:
+        import warnings
+
+        warnings.warn(f"--resume: this run is on {now}, the run it continues was on {began}: kernels and the "
+                      "default sub-batches (--max-tokens-per-batch) follow the CPU and torch, so the lines it adds "
+                      "may differ in their last digits from those of one uninterrupted run (for the same bytes, "
+                      "resume on the same kind of machine)", stacklevel=2)
 
 
 def _drop_uncommitted(fd: int, path: str, name: str, size: int, complete: bool) -> None:

@@ -78,6 +78,23 @@ def read_l2(cache_dir: str | os.PathLike = "/sys/devices/system/cpu/cpu0/cache")
 
 
 @functools.lru_cache(maxsize=None)
+def name() -> str:
+    """The CPU's model name (/proc/cpuinfo's ``model name``; else the architecture, ``aarch64``): what a resumed
+    run compares with the run it continues (:mod:`mhfast.files.journal`), as other kernels round otherwise."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except (OSError, UnicodeDecodeError):
+        pass
+    return platform.machine() or "unknown"
+
+
+@functools.lru_cache(maxsize=None)
 def l2_bytes() -> int:
     """One core's L2 cache in bytes: sysfs, else ``sysconf(SC_LEVEL2_CACHE_SIZE)``, else :data:`FALLBACK_L2`."""
     size = read_l2()

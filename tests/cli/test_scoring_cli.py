@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,32 @@ def test_a_resume_with_other_torch_threads_says_its_lines_may_round_otherwise(be
     monkeypatch.setattr(journal, "_threads", lambda: began + 1)
     with pytest.warns(UserWarning, match=rf"this run has {began + 1} torch thread\(s\), the run it continues had "
                                          rf"{began}: .* OMP_NUM_THREADS={began}"):
+        assert run_main([*base, "--resume"])[0] == 0
+
+
+def test_a_resume_on_another_machine_says_its_lines_may_round_otherwise(bert_dir, tmp_path, monkeypatch):
+    """Another CPU's kernels round otherwise, and its L2 cache sizes the default sub-batches; neither is part of
+    the run (a requeued job may land on another node), and a resume there had been silent (a review). The record
+    keeps the writer's CPU, L2 and torch, and a resume elsewhere warns; one on the same machine does not."""
+    import warnings
+
+    from mhfast.files import journal
+    from mhfast.runtime import cpu_info
+
+    (tmp_path / "in.txt").write_text("a b c\nd e\nf\ng a b\nc\n")
+    part = tmp_path / "part.tsv"
+    base = ["score", "--model", bert_dir, "-i", str(tmp_path / "in.txt"), "--batch-size", "2", "-q", "-o", str(part)]
+    _interrupted_at_third_batch(base, monkeypatch)
+    began = json.loads((tmp_path / "part.tsv.progress").read_text())["machine"]
+    assert began == f"{cpu_info.name()}, {cpu_info.l2_bytes() >> 10} KiB L2, torch {torch.__version__}"
+    monkeypatch.setattr(journal, "_machine", lambda: began.replace(" KiB L2", "0 KiB L2"))
+    with pytest.warns(UserWarning, match=r"this run is on .*0 KiB L2.*, the run it continues was on "
+                                         rf"{re.escape(began)}: .*--max-tokens-per-batch"):
+        assert run_main([*base, "--resume"])[0] == 0
+    monkeypatch.undo()
+    _interrupted_at_third_batch(base, monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same machine: no warning
         assert run_main([*base, "--resume"])[0] == 0
 
 
