@@ -663,14 +663,27 @@ def _share_terms(extra_energy: Any, rows: list[int], init: torch.Tensor, vocab_s
     return [one(i) for i in value] if isinstance(value, list) else None if value is None else one(value)
 
 
-_PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "epochs_run")
+#: :class:`mhfast.SampleResult`'s per-input fields, input first (None in a run without them: no extra_energy, no
+#: tempering, no traces); ``traces`` and ``replica_energy`` end in a dimension that grows with the epochs run
+_PER_INPUT = ("tokens", "lengths", "best_tokens", "best_energy", "energy", "energy_raw", "energy_local", "epochs_run",
+              "converged", "terms", "position_proposals", "position_accepted", "position_changed", "ladder",
+              "swap_rate", "round_trips", "replica_tokens", "traces", "replica_energy")
+#: its per-epoch fields, epoch first, and how a rank that ran fewer epochs (``until_rhat``: its inputs stopped
+#: early) is padded to the longest, as one process pads an input that left: counts with zeros, states repeated
+_PER_EPOCH = {"chain_proposals": "zeros", "chain_accepted": "zeros", "chain_novel": "zeros",
+              "terms_per_epoch": "repeat", "history": "repeat"}
+#: its fields that are the same for every input (taken from a rank that ran longest)
+_SHARED = ("term_names", "trace_names", "trace_epochs", "burn_in")
 
 
 def _sample_arguments(model: Any, init: Any, free_positions: Any, world: Any, cost: Any, options: dict
-                      ) -> tuple[Any, World]:
+                      ) -> tuple[Any, World, Any, dict]:
     """:func:`sample`'s own arguments checked before anything reads them (its costs read ``init``): the model
     (loaded from a name), ``init`` (Long[B, T] on a device with values), the others by type; ``input_ids`` is not
-    an option here (each rank's rows sample as their global indices). Returns ``(model, world)``."""
+    an option here (each rank's rows sample as their global indices). Returns ``(model, world, progress, the
+    sampler options)``: ``config``'s fields overridden by the keyword options, as :func:`mhfast.sample` merges
+    them (a term inside ``config`` had not been shared out with global rows: a review, 2026-12-02)."""
+    from .sampler.api import merged_options
     from .sampler.problem import check_devices, check_model, rows_from_init
 
     where = "mhfast.distributed.sample"
@@ -685,7 +698,14 @@ def _sample_arguments(model: Any, init: Any, free_positions: Any, world: Any, co
         raise TypeError(f"{where}: cost must be a callable row -> float or None, got {type(cost).__name__}")
     if "input_ids" in options:
         raise TypeError(f"{where}: input_ids is not an option here: each row samples as its index in init")
-    return model, world if world is not None else World()
+    progress, generator = options.pop("progress", None), options.pop("generator", None)
+    if progress is not None and not callable(progress):
+        raise ValueError(f"{where}: progress must be callable or None")
+    w = world if world is not None else World()
+    kwargs = merged_options(options.pop("config", None), None, options)
+    if generator is not None:  # rank 0's generator draws the seed, as in one process; every rank samples with it
+        kwargs["seed"] = on_main(lambda: merged_options(None, generator, kwargs)["seed"], w, lambda seed: seed)[1]
+    return model, w, progress, kwargs
 
 
 def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | None = None,
@@ -694,40 +714,100 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
     """:func:`mhfast.sample` over the rows of ``init`` sharded across ranks, gathered on every rank.
 
     Each rank samples its rows with their global indices as ``input_ids``, so every row's chains are
-    those of a one-process run. Returns a dict of the per-input fields of :class:`mhfast.SampleResult`
-    (``tokens``, ``best_tokens``, energies, ``lengths``, ``epochs_run``; padded to ``init``'s width) and the
-    per-chain proposal counts (``chain_proposals``/``_accepted``/``_novel``, Long[E, B, C]; zeros after an input
-    stopped, with ``until_rhat``) for all rows, in
-    order, plus ``rows_per_rank``. ``cost(row)`` (default: its length squared, the cost of an MH
-    sweep) balances the shards. Energy terms that read ``input_index`` (``extra_energy``) get the row of
-    ``init`` on every rank, and a per-input AllowedTokens mask is shared out with the rows.
+    those of a one-process run. Returns a dict of :class:`mhfast.SampleResult`'s per-input fields for all rows,
+    in order, equal to one process's: ``tokens``, ``best_tokens``, energies, ``lengths``, ``epochs_run``,
+    ``converged``, the extra terms' ``terms``/``terms_per_epoch``/``term_names``, the per-chain counts
+    (``chain_proposals``/``_accepted``/``_novel``, Long[E, B, C]; zeros after an input stopped, with
+    ``until_rhat``), ``position_*``, ``history`` (``record="epoch"``), the traces (``traces``, ``trace_names``,
+    ``trace_epochs``, ``burn_in``: for :func:`mhfast.sampler.diagnostics.diagnose`), the tempering fields
+    (``ladder``, ``swap_rate``, ``round_trips``, ``replica_*``), each None where one process's would be; plus the
+    ranks' summed ``model_rows`` and ``proposals``, and ``rows_per_rank``. ``cost(row)`` (default: its length
+    squared, the cost of an MH sweep) balances the shards. Energy terms that read ``input_index``
+    (``extra_energy``, also inside ``config``) get the row of ``init`` on every rank, and a per-input
+    AllowedTokens mask is shared out with the rows; every row is checked first as one process checks it, so an
+    error names the row of ``init``. With ``generator``, rank 0's draws the seed.
+
+    Example (one process; under torchrun every rank runs it):
+        >>> import torch, mhfast.distributed as dist
+        >>> from mhfast.models.tabular import TabularMLM
+        >>> m = TabularMLM.random(num_tokens=3, length=(3,), seed=0)
+        >>> out = dist.sample(m, init=torch.full((2, 3), m.mask_id), chains=2, epochs=2, burn_in=0)
+        >>> out["tokens"].shape, out["rows_per_rank"]
+        (torch.Size([2, 2, 3]), [2])
     """
     import mhfast
-    from .sampler.state import ChainCounts
+    from .sampler.options import config_from_kwargs
+    from .sampler.problem import build_problem
 
-    model, w = _sample_arguments(model, init, free_positions, world, cost, options)
-    options = {**options, "progress": checking_peers(options.get("progress"))}
+    model, w, progress, kwargs = _sample_arguments(model, init, free_positions, world, cost, options)
+    with together(w):  # every row checked as one process checks it: errors name rows of init, not of a share
+        build_problem(model, config_from_kwargs(kwargs, "mhfast.distributed.sample"), init=init,
+                      free_positions=free_positions)
     pad = int(model.pad_id)
     cost = cost or (lambda row: float(int((row != pad).sum())) ** 2)
     shards = shard([cost(r) for r in init], w.size)
     mine = shards[w.rank]
     items: dict[int, Any] = {}
+    totals = {"model_rows": 0, "proposals": 0, "epochs": 0}
     with together(w):  # bad rows on one rank: that rank raises its error, the others PeerFailed
         if mine:
             idx = torch.tensor(mine, dtype=torch.long)
             fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
-            share = dict(options)
-            if options.get("extra_energy") is not None:
-                share["extra_energy"] = _share_terms(options["extra_energy"], mine, init, int(model.vocab_size))
+            share = dict(kwargs)
+            if kwargs.get("extra_energy") is not None:
+                share["extra_energy"] = _share_terms(kwargs["extra_energy"], mine, init, int(model.vocab_size))
             r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
-                              input_ids=mine, **share)
-            for j, i in enumerate(mine):
-                items[i] = {**{k: getattr(r, k)[j].cpu() for k in _PER_INPUT},
-                            **{k: getattr(r, k)[:, j].cpu() for k in ChainCounts.FIELDS}}  # Long[E, B, C]
-    rows = gather(items, init.shape[0], w)
-    out = {k: torch.stack([row[k] for row in rows]) for k in _PER_INPUT}
-    epochs = max(row[ChainCounts.FIELDS[0]].shape[0] for row in rows)  # until_rhat: ranks may stop apart
-    grow = lambda t: torch.cat([t, t.new_zeros(epochs - t.shape[0], *t.shape[1:])])  # noqa: E731  (no proposals)
-    out.update({k: torch.stack([grow(row[k]) for row in rows], dim=1) for k in ChainCounts.FIELDS})
+                              input_ids=mine, progress=checking_peers(progress), **share)
+            items = {i: _input_fields(r, j) for j, i in enumerate(mine)}
+            totals = {"model_rows": r.model_rows, "proposals": r.proposals, "epochs": len(r.e_raw),
+                      **{k: getattr(r, k) for k in _SHARED}}
+    out = _assembled(gather(items, init.shape[0], w), gather({w.rank: totals}, w.size, w))
     out["rows_per_rank"] = [len(s) for s in shards]
     return out
+
+
+def _input_fields(r: Any, j: int) -> dict:
+    """Input ``j`` of the result ``r``: its per-input and per-epoch fields (None where ``r`` has none), on the CPU."""
+    fields = {k: None if getattr(r, k) is None else getattr(r, k)[j].cpu() for k in _PER_INPUT}
+    fields.update({k: None if getattr(r, k) is None else getattr(r, k)[:, j].cpu() for k in _PER_EPOCH})
+    return fields
+
+
+def _assembled(rows: list[dict], ranks: list[dict]) -> dict:
+    """The gathered inputs stacked in order; a field that grows with the epochs padded to the longest rank's (NaN
+    for ``traces``/``replica_energy``, as one process leaves them after an input stopped; :data:`_PER_EPOCH`)."""
+    longest = max(ranks, key=lambda t: t["epochs"])
+    out: dict[str, Any] = {k: longest.get(k) for k in _SHARED}
+    for k in _PER_INPUT:
+        if rows[0][k] is None:
+            out[k] = None
+            continue
+        dim = _GROWING.get(k)
+        out[k] = torch.stack([row[k] if dim is None else _padded(row[k], dim, max(r[k].shape[dim] for r in rows))
+                              for row in rows])
+    for k, how in _PER_EPOCH.items():
+        if rows[0][k] is None:
+            out[k] = None
+            continue
+        length = max(row[k].shape[0] for row in rows)
+        out[k] = torch.stack([_grown(row[k], length, how) for row in rows], dim=1)
+    out.update(model_rows=sum(t["model_rows"] for t in ranks), proposals=sum(t["proposals"] for t in ranks))
+    return out
+
+
+#: the per-input fields with a dimension of traced sweeps or epochs (of one input's slice), NaN after it stopped
+_GROWING = {"traces": -2, "replica_energy": -1}
+
+
+def _padded(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """``t`` grown to ``size`` along ``dim`` with NaN."""
+    shape = list(t.shape)
+    shape[dim] = size - t.shape[dim]
+    return torch.cat([t, t.new_full(shape, float("nan"))], dim=dim)
+
+
+def _grown(t: torch.Tensor, length: int, how: str) -> torch.Tensor:
+    """``t`` (epoch first) grown to ``length`` epochs: with zeros, or its last epoch repeated."""
+    more = length - t.shape[0]
+    tail = t.new_zeros(more, *t.shape[1:]) if how == "zeros" else t[-1:].expand(more, *t.shape[1:])
+    return torch.cat([t, tail])

@@ -91,7 +91,7 @@ def sample(model: Any, length: int | None = None, *, init: torch.Tensor | None =
     close to its threshold could go the other way; with a tabular model they are identical):
     """
     model = check_model(model)  # a name, a directory, a hub id or a plain transformers model object: loaded
-    cfg = options.config_from_kwargs(_merged_options(config, generator, sampler_options))
+    cfg = options.config_from_kwargs(merged_options(config, generator, sampler_options))
     if progress is not None and not callable(progress):
         raise ValueError("mhfast.sample: progress must be callable or None")
     # No autograd: a user's extra energy term or surrogate built of modules with parameters had grown one graph
@@ -129,7 +129,7 @@ def _with_counters(result: SampleResult, compiled: Any, kernel: Any) -> SampleRe
     return result
 
 
-def _merged_options(config: Any, generator: torch.Generator | None, given: dict) -> dict:
+def merged_options(config: Any, generator: torch.Generator | None, given: dict) -> dict:
     """The sampler options of one call: ``config``'s fields, overridden by the keyword options ``given``, with the
     seed drawn from ``generator`` when there is one (then no seed may be given: one of them would be ignored)."""
     merged = dict(given)

@@ -67,6 +67,20 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_progress_and_generator_are_checked_and_used_as_one_process_does():
+    """A progress that cannot be called had failed at the first epoch as "'int' object is not callable" (its
+    wrapper hid mhfast.sample's check: a review); a generator draws the seed as in one process (on rank 0)."""
+    model = TabularMLM.random(num_tokens=3, length=(3,), seed=2)
+    init = torch.full((2, 3), model.mask_id)
+    with pytest.raises(ValueError, match="mhfast.distributed.sample: progress must be callable or None"):
+        dist.sample(model, init=init, chains=2, epochs=1, burn_in=0, progress=5)
+    got = dist.sample(model, init=init, chains=2, epochs=3, burn_in=0, generator=torch.Generator().manual_seed(7))
+    one = mhfast.sample(model, init=init, chains=2, epochs=3, burn_in=0, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(got["tokens"], one.tokens)
+    with pytest.raises(ValueError, match="seed .* and generator cannot both be given"):
+        dist.sample(model, init=init, chains=2, epochs=1, burn_in=0, seed=3, generator=torch.Generator())
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -165,6 +179,88 @@ def test_per_input_energy_terms_over_ranks_equal_one_process(tmp_path):
         assert torch.equal(got[key], getattr(one, key)), key
 
 
+FIELDS_SCRIPT = textwrap.dedent("""
+    import sys, torch, mhfast.distributed as dist
+    sys.path.insert(0, sys.argv[2])
+    from test_distributed import FIELD_CASES, fields_problem
+    from mhfast.sampler.options import config_from_kwargs
+    w = dist.world(timeout_s=60)
+    model, init = fields_problem()
+    outs = [dist.sample(model, init=init, world=w, config=config_from_kwargs(kw)) for kw in FIELD_CASES]
+    if w.is_main:
+        torch.save(outs, sys.argv[1])
+""")
+
+
+def fields_problem():
+    model = TabularMLM.random(num_tokens=3, length=(2, 3, 4), seed=2)
+    m, p = model.mask_id, model.pad_id
+    return model, torch.tensor([[m, m, m, m], [0, 1, m, p], [m, m, 2, m], [m, m, p, p]])
+
+
+def _second_is_row(tokens, input_index):  # a user's term that reads the input's index
+    return (tokens[:, 1] != input_index.remainder(3)).float()
+
+
+#: options whose results have every optional field: terms (one reading input_index), history and traces; inputs
+#: that stop at other epochs (until_rhat: 30, 8, 16 and 10 of them, so rank 0 runs 30, rank 1 16); tempering
+FIELD_CASES = [dict(chains=3, epochs=6, burn_in=1, seed=4, extra_energy=[(_second_is_row, 0.5)], record="epoch",
+                    trace_every=1),
+               dict(chains=3, epochs=30, burn_in=2, seed=4, until_rhat=1.5, trace_every=1),
+               dict(chains=2, epochs=6, burn_in=3, seed=4, tempering=3, replicas=True, trace_every=1)]
+
+
+@pytest.mark.slow  # ~10 s
+def test_every_field_over_ranks_equals_one_process_with_options_in_config(tmp_path):
+    """dist.sample returns each of SampleResult's per-input fields as one process has it: terms and their names,
+    history, traces, convergence, tempering's, padded where a rank ran fewer epochs (until_rhat) as one process
+    pads an input that stopped. The options come through ``config``: a term in it that reads input_index had
+    been left unshared, so rank 1 read its inputs as 0 and 1 (another target, silently), and terms, convergence
+    and tempering's fields had not been returned at all (a review)."""
+    (rc0, _, err0), (rc1, _, err1) = _two_ranks(tmp_path, FIELDS_SCRIPT, str(tmp_path / "out.pt"),
+                                                str(Path(__file__).parent))
+    assert rc0 == rc1 == 0, (err0[-2000:], err1[-2000:])
+    model, init = fields_problem()
+    for kw, got in zip(FIELD_CASES, torch.load(tmp_path / "out.pt")):
+        one = mhfast.sample(model, init=init, **kw)
+        assert got["rows_per_rank"] == [2, 2]
+        for key, value in got.items():
+            if key != "rows_per_rank":
+                want = getattr(one, key)
+                if isinstance(value, torch.Tensor):
+                    torch.testing.assert_close(value, want, rtol=0, atol=0, equal_nan=True, msg=key)
+                else:
+                    assert value == want, key
+        assert {k for k in ("terms", "history", "converged", "ladder", "replica_energy") if got[k] is not None}
+    assert torch.load(tmp_path / "out.pt")[1]["epochs_run"].tolist() == [30, 8, 16, 10]
+
+
+BAD_ROW_SCRIPT = textwrap.dedent("""
+    import torch, mhfast.distributed as dist
+    from mhfast.models.tabular import TabularMLM
+    w = dist.world(timeout_s=60)
+    model = TabularMLM.random(num_tokens=3, length=(3,), seed=2)
+    free = torch.ones(4, 3, dtype=torch.bool)
+    free[3] = False  # row 3 has nothing to sample
+    init = torch.full((4, 3), model.mask_id)
+    init[3] = torch.tensor([0, 1, 2])
+    try:
+        dist.sample(model, init=init, free_positions=free, chains=2, epochs=1, burn_in=0, world=w)
+    except Exception as e:  # rank 0 raises the error, the others PeerFailed (naming it)
+        print("error:", type(e).__name__, e, flush=True)
+""")
+
+
+@pytest.mark.slow  # ~6 s
+def test_an_error_in_a_row_names_its_row_of_init_on_every_rank(tmp_path):
+    """Each rank had checked its own share, numbered from 0: row 3 was reported as row 1, a valid row (a review).
+    Every row is checked first as one process checks it."""
+    (rc0, out0, err0), (rc1, out1, err1) = _two_ranks(tmp_path, BAD_ROW_SCRIPT)
+    assert rc0 == rc1 == 0, (err0[-2000:], err1[-2000:])
+    assert out0.startswith("error: ValueError") and "free_positions row 3 leaves no free position" in out0, out0
+    assert out1.startswith("error: PeerFailed") and "row 3" in out1 and "row 1" not in out1 + out0, out1
+
+
 EXIT_SCRIPT = textwrap.dedent("""
     import atexit, torch, torch.distributed as td, mhfast.distributed as dist
     # atexit runs last-registered first: this check runs after mhfast's own exit handler.
@@ -197,10 +293,18 @@ AGREE_SCRIPT = textwrap.dedent("""
     w = dist.world(timeout_s=60)
     model = TabularMLM.random(num_tokens=3, length=(2, 3), seed=2)
     m = model.mask_id
-    init = torch.tensor([[m, m, m], [0, 9, m]])  # row 1 (rank 1's share) holds a token outside the vocabulary
+    init = torch.tensor([[m, m, m], [0, 1, m]])
+    calls = []
+
+    def fails_on_row_1(tokens, input_index):  # fails in rank 1's share, at its third call (checks come before)
+        calls.append(1)
+        if (input_index == 1).any() and len(calls) > 2:
+            raise ValueError("a term failed on row 1")
+        return tokens.new_zeros(tokens.shape[0], dtype=torch.float32)
+
     epochs = []
     try:
-        dist.sample(model, init=init, chains=3, epochs=2000, burn_in=0, world=w,
+        dist.sample(model, init=init, chains=3, epochs=2000, burn_in=0, world=w, extra_energy=fails_on_row_1,
                     progress=lambda e, s: epochs.append(e))
     except Exception as e:
         print(type(e).__name__, "|", e, "|", len(epochs), flush=True)
@@ -208,8 +312,9 @@ AGREE_SCRIPT = textwrap.dedent("""
 
 
 def test_a_rank_that_fails_makes_the_others_stop_quietly_within_an_epoch(tmp_path):
-    """mhfast.distributed.sample with a bad row on rank 1: rank 1 raises its own ValueError, rank 0 (2000 epochs
-    to go) stops at its next epoch with PeerFailed naming rank 1's error: no "Connection closed by peer"."""
+    """mhfast.distributed.sample with an energy term that fails in rank 1's share: rank 1 raises its own
+    ValueError, rank 0 (2000 epochs to go) stops at its next epoch with PeerFailed naming rank 1's error: no
+    "Connection closed by peer". (A bad token in rank 1's row is now found on every rank before sampling.)"""
     script = tmp_path / "agree.py"
     script.write_text(AGREE_SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), MASTER_ADDR="127.0.0.1",
@@ -221,7 +326,7 @@ def test_a_rank_that_fails_makes_the_others_stop_quietly_within_an_epoch(tmp_pat
     kind0, message0, epochs0 = outs[0][0].strip().split(" | ")
     kind1, message1, _ = outs[1][0].strip().split(" | ")
     assert (kind1, kind0) == ("ValueError", "PeerFailed"), outs
-    assert "init contains token id 9" in message1 and message0 == f"rank 1 failed: ValueError: {message1}"
+    assert "a term failed on row 1" in message1 and message0 == f"rank 1 failed: ValueError: {message1}"
     assert int(epochs0) < 20, f"rank 0 ran {epochs0} epochs after its peer failed"
 
 
