@@ -92,6 +92,17 @@ class Hamming:
             raise ValueError(f"Hamming has {R} reference rows for {num_inputs} inputs: give one reference for all "
                              "inputs, or one per input")
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """A ValueError naming the row and the id unless every reference id (padding aside) is one of the model's
+        ``vocab_size`` ids: an id no sequence can hold counted as a difference wherever it stood, silently (a
+        review). Called once by :func:`normalize`."""
+        inside = torch.arange(self.reference.shape[1]) < self._lengths()[:, None]
+        bad = (inside & ((self.reference < 0) | (self.reference >= vocab_size))).nonzero()
+        if bad.numel():
+            r, t = (int(i) for i in bad[0])
+            raise ValueError(f"{self.names[r]} holds id {int(self.reference[r, t])} at position {t}, outside the "
+                             f"model's vocabulary [0, {vocab_size})")
+
     def check_rows(self, tokens: torch.Tensor, input_index: torch.Tensor, pad_id: int) -> None:
         """A ValueError naming the reference and both lengths unless every row of ``tokens`` (Long[N, T],
         padded at the end with the model's ``pad_id``) has the length of its reference (row
@@ -198,6 +209,24 @@ class HFClassifier:
             config_pad = getattr(model.config, "pad_token_id", None) if token_map is None else None
             pad_id = config_pad if config_pad is not None else 0
         self.label, self.token_map, self.pad_id = label, token_map, int(pad_id)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """A ValueError unless every id of the sampled model's ``vocab_size`` has a classifier input: a shared
+        vocabulary at least as large, or a lookup ``token_map`` of at least ``vocab_size`` entries that are
+        classifier ids (a smaller one failed mid-run with a bare IndexError: a review). A callable ``token_map``
+        is the user's to check. Called once by :func:`normalize`."""
+        own = int(getattr(self.model.config, "vocab_size", 0) or 0)
+        if self.token_map is None and own and own < vocab_size:
+            raise ValueError(f"HFClassifier: the classifier's vocabulary has {own} ids, the sampled model's "
+                             f"{vocab_size}: without a token_map the ids are fed as they are (give a token_map)")
+        if isinstance(self.token_map, torch.Tensor):
+            table = self.token_map
+            if table.dim() != 1 or table.numel() < vocab_size or table.is_floating_point() or table.is_complex() \
+                    or table.dtype == torch.bool:
+                raise ValueError(f"HFClassifier: token_map must be a Long[V] lookup of at least the sampled "
+                                 f"model's {vocab_size} ids, got {table.dtype} of shape {tuple(table.shape)}")
+            if own and bool(((table[:vocab_size] < 0) | (table[:vocab_size] >= own)).any()):
+                raise ValueError(f"HFClassifier: token_map maps ids outside the classifier's vocabulary [0, {own})")
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         device = next(self.model.parameters()).device
@@ -308,6 +337,38 @@ def term_name(fn: Callable) -> str:
     return str(getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__)
 
 
+def _parameters(fn: Callable) -> list[inspect.Parameter] | None:
+    """``fn``'s parameters (a ``torch.nn.Module``'s ``forward``'s: its ``__call__`` takes ``*args``); None for
+    builtins without a signature (called with the tokens only)."""
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.forward
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def check_callable_as_term(fn: Callable) -> None:
+    """A ValueError naming the term unless ``fn(tokens)`` or ``fn(tokens, input_index)`` can bind: a third
+    argument without a default, or a keyword-only one, had failed at the first call with a bare TypeError.
+
+    Example:
+        >>> check_callable_as_term(lambda t, i, k: 0)
+        Traceback (most recent call last):
+        ValueError: term '<lambda>' needs argument 'k': a term is called as f(tokens) or f(tokens, input_index)
+    """
+    params = _parameters(fn)
+    if params is None:
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    needed = [p for p in positional[2:] if p.default is p.empty]
+    needed += [p for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    if needed or not (positional or any(p.kind is p.VAR_POSITIONAL for p in params)):
+        what = f"argument {needed[0].name!r}" if needed else "a positional argument"
+        raise ValueError(f"term {term_name(fn)!r} needs {what}: a term is called as f(tokens) or "
+                         "f(tokens, input_index)")
+
+
 def wants_index(fn: Callable) -> bool:
     """Whether a term is called as ``fn(tokens, input_index)``: after the tokens it declares a positional parameter
     without a default, one named ``input_index``, or ``*args``. A parameter with a default under another name keeps
@@ -320,13 +381,8 @@ def wants_index(fn: Callable) -> bool:
         ...                           lambda t, scale=2.0: 0, lambda *a: 0)]
         [False, True, True, False, True]
     """
-    if isinstance(fn, torch.nn.Module):
-        fn = fn.forward
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    except (TypeError, ValueError):  # builtins without a signature: called with tokens only
-        return False
+    params = [p for p in _parameters(fn) or ()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
     if params and params[0].kind is params[0].VAR_POSITIONAL:
         return True
     return any(p.kind is p.VAR_POSITIONAL or p.default is p.empty or p.name == "input_index" for p in params[1:])
@@ -350,6 +406,7 @@ def _term_or_constraint(item: Any) -> Term | AllowedTokens:
     fn, weight = (item if isinstance(item, tuple) and len(item) == 2 else (item, 1.0))
     if not callable(fn):
         raise ValueError(f"items must be callables or (callable, weight) pairs, got {item!r}")
+    check_callable_as_term(fn)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
         raise ValueError(f"weights must be finite numbers, got {weight!r}")
     return Term(fn, float(weight), term_name(fn), wants_index(fn))
@@ -389,13 +446,14 @@ def normalize(value: Any, num_inputs: int, width: int, vocab_size: int, traced: 
         raise ValueError(f"mhfast.sample: extra_energy AllowedTokens mask has shape {tuple(allowed.shape)}, expected "
                          f"[{width}, {vocab_size}] or [{num_inputs}, {width}, {vocab_size}] (inputs, width, vocab)")
     terms = tuple(Term(t.fn, t.weight, name, t.wants_index) for t, name in zip(terms, _unique([t.name for t in terms])))
-    for t in terms:  # (a term of per-input data, e.g. Hamming's references: as many as there are inputs)
-        check = getattr(t.fn, "check_inputs", None)
-        if callable(check):
-            try:
-                check(num_inputs)
-            except ValueError as e:
-                raise ValueError(f"mhfast.sample: extra_energy: {e}") from None
+    for t in terms:  # (a term of per-input data, e.g. Hamming's references: as many as there are inputs; ids)
+        for hook, arg in (("check_inputs", num_inputs), ("check_vocab", vocab_size)):
+            check = getattr(t.fn, hook, None)
+            if callable(check):
+                try:
+                    check(arg)
+                except ValueError as e:
+                    raise ValueError(f"mhfast.sample: extra_energy: {e}") from None
     for t in terms if traced else ():  # the traces and diagnostics are keyed by name: it would hide that summary
         if t.name in ("e_raw", "e_local") or re.fullmatch(r"proj_\d+", t.name):
             raise ValueError(f"mhfast.sample: extra_energy: a term is named {t.name!r}, the name of a traced summary "

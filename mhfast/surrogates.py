@@ -79,8 +79,12 @@ class ModelEnergy:
     def __call__(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """f32[n]: the small model's energy of each row of ``tokens`` (``pos`` is not used: see the class)."""
         from .scoring import energy  # (at call time: mhfast.scoring imports the sampler's options)
-        e = energy(self.model, tokens, energy=self.energy, max_tokens_per_batch=self.max_tokens_per_batch,
-                   backend=self.backend)
+        try:
+            e = energy(self.model, tokens, energy=self.energy, max_tokens_per_batch=self.max_tokens_per_batch,
+                       backend=self.backend)
+        except ValueError as err:  # (e.g. rows longer than its model takes: that message named neither)
+            raise ValueError(f"mhfast.sample: delayed: model_energy's model cannot score the sampled rows: {err}"
+                             ) from None
         return (e.e_raw if self.energy == "raw" else e.e_local).to(tokens.device)
 
     def __repr__(self) -> str:

@@ -258,6 +258,16 @@ def test_model_energy_of_another_vocabulary_is_refused():
             mhfast.sample(big, 4, chains=3, epochs=2, burn_in=0, delayed=model_energy(other))
 
 
+def test_a_model_energy_that_cannot_score_the_rows_names_delayed():
+    """A model of the same vocabulary that takes no rows of the sampled length passes the vocabulary check and
+    fails at the first step: its message had named neither delayed nor the surrogate (a review)."""
+    big = TabularMLM.random(num_tokens=3, length=(2, 3), seed=5)
+    short = TabularMLM.random(num_tokens=3, length=(2,), seed=6)
+    with pytest.raises(ValueError, match=r"^mhfast.sample: delayed: model_energy's model cannot score the sampled "
+                                         r"rows: .*length 3"):
+        mhfast.sample(big, 3, chains=2, epochs=2, burn_in=0, delayed=model_energy(short))
+
+
 @pytest.mark.parametrize("energy", ["raw", "local"])
 def test_memo_gives_the_same_chains_with_fewer_rows(energy):
     """The memo supplies numbers only (a hit forwards no rows; a miss rejected at stage 1 stores nothing; a miss a

@@ -233,6 +233,48 @@ def test_bad_extra_energy_arguments(kwargs, match):
         mhfast.sample(model3(), 3, chains=2, epochs=2, burn_in=0, **kwargs)
 
 
+def test_a_term_that_cannot_be_called_with_the_tokens_is_refused_before_sampling():
+    """A third argument without a default, a keyword-only one or none at all had failed at the first call with
+    a bare TypeError naming nothing of mhfast's (a review)."""
+    def three(tokens, input_index, k):
+        return tokens.sum(1).float()
+
+    def keyword(tokens, *, scale):
+        return tokens.sum(1).float()
+
+    for fn, needs in ((three, "argument 'k'"), (keyword, "argument 'scale'"), (lambda: 0, "a positional argument")):
+        with pytest.raises(ValueError, match=rf"^mhfast\.sample: extra_energy term '\S+' needs {needs}: a term is "
+                                             r"called as f\(tokens\) or f\(tokens, input_index\)"):
+            mhfast.sample(model3(), 3, chains=2, epochs=1, burn_in=0, extra_energy=[(fn, 1.0)])
+    mhfast.sample(model3(), 3, chains=2, epochs=1, burn_in=0, extra_energy=[lambda t, i=0, k=1: t.sum(1).float()])
+
+
+def test_ids_outside_the_vocabulary_are_refused_in_a_reference_and_a_classifier():
+    """A Hamming reference id that no sequence can hold had counted as a difference wherever it stood, and a
+    classifier with fewer ids than the sampled model (or a short token_map) failed mid-run with a bare IndexError
+    (a review). The padding of a reference is not an id."""
+    model = model3()
+    for bad in (torch.tensor([0, 99, 1]), torch.tensor([-1, 0, 1])):
+        with pytest.raises(ValueError, match=r"^mhfast\.sample: extra_energy: Hamming reference row 0 holds id "
+                                             rf"{int(bad[bad.ne(0) & bad.ne(1)][0])} at position \d, outside the "
+                                             rf"model's vocabulary \[0, {model.vocab_size}\)"):
+            mhfast.sample(model, 3, chains=2, epochs=1, burn_in=0, extra_energy=[Hamming(bad)])
+    padded = Hamming(torch.tensor([[0, 1, 2], [1, 2, -7]]), pad_id=-7)  # -7 pads row 1: no id
+    two_lengths = TabularMLM.random(num_tokens=V_ORD, length=(2, 3), seed=1)
+    mhfast.energy(two_lengths, torch.tensor([[0, 1, 2], [1, 2, two_lengths.pad_id]]), extra_energy=[padded])
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=3, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=8, num_labels=2)
+    small = transformers.BertForSequenceClassification(cfg).eval()
+    for clf, match in ((HFClassifier(small), "the classifier's vocabulary has 3 ids, the sampled model's 5"),
+                       (HFClassifier(small, token_map=torch.tensor([0, 1, 2])), r"token_map must be a Long\[V\]"),
+                       (HFClassifier(small, token_map=torch.tensor([0, 1, 2, 3, 0])), "token_map maps ids outside")):
+        with pytest.raises(ValueError, match=r"^mhfast\.sample: extra_energy: HFClassifier: " + match):
+            mhfast.sample(model, 3, chains=2, epochs=1, burn_in=0, extra_energy=[clf])
+    ok = HFClassifier(small, token_map=torch.tensor([0, 1, 2, 0, 0]))
+    assert mhfast.sample(model, 3, chains=2, epochs=1, burn_in=0, extra_energy=[ok]).terms.shape == (1, 2, 1)
+
+
 def test_allowed_tokens_must_leave_a_choice_and_allow_the_start():
     model = model3()
     none_left = torch.ones(3, model.vocab_size, dtype=torch.bool)
