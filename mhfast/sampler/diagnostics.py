@@ -103,11 +103,24 @@ def merge_rounding_ties(values: np.ndarray, rtol: float = TIE_RTOL) -> np.ndarra
     last = np.append(first[1:], ranked.size) - 1
     for i, end in zip(first.tolist(), last.tolist()):  # runs wider than tol (rare: dense values) are cut greedily
         while ranked[end] - ranked[i] > tol:
-            i = int(np.searchsorted(ranked, ranked[i] + tol, side="right"))
+            i = _next_group(ranked, i, tol)
             starts[i] = True
     flat[order] = ranked[starts][np.cumsum(starts) - 1]
     out[finite] = flat
     return out
+
+
+def _next_group(ranked: np.ndarray, i: int, tol: float) -> int:
+    """The first index j > i of the sorted ``ranked`` with ``ranked[j] - ranked[i] > tol``, where one exists: found
+    by a search for ``ranked[i] + tol``, then moved to agree with the difference the caller tests (the sum rounds:
+    0.4999998 + 2**-18 reached 0.5000036, a value more than 2**-18 above it, and the search ran past the array, an
+    IndexError in the diagnostics: a review)."""
+    j = int(np.searchsorted(ranked, ranked[i] + tol, side="right"))
+    while j > i + 1 and ranked[j - 1] - ranked[i] > tol:
+        j -= 1
+    while j < ranked.size and ranked[j] - ranked[i] <= tol:
+        j += 1
+    return j
 
 
 def merge_ties(draws: np.ndarray) -> np.ndarray:

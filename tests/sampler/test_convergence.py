@@ -135,6 +135,23 @@ def test_only_values_within_rounding_are_merged():
     assert abs(merged.mean() - dense.mean()) <= tol
 
 
+def test_a_group_cut_where_the_sum_rounds_stays_inside_the_values():
+    """The cut of a run wider than the tolerance searched for ranked[i] + tol, which rounds: with three values just
+    across 0.5 (tol 2**-18) the search went past the end, and diagnose raised an IndexError (a review). Each value
+    still moves to its group's smallest, by at most tol, for every such case found around 0.5 and 1024."""
+    x = np.array([0.4999998436984103, 0.5000017510470431, 0.500003658395676])
+    assert diagnostics.merge_rounding_ties(x).tolist() == [x[0], x[0], x[2]]
+    assert np.isfinite(diagnostics.diagnose(np.array([[*x, 0.1, 0.2], [0.3, 0.4, 0.2, 0.1, 0.3]])[:, :, None],
+                                            ["e"])["rhat"]["e"])
+    g = np.random.default_rng(0)
+    for centre in (0.5, 1024.0):
+        tol = diagnostics.TIE_RTOL * max(1.0, centre)
+        for _ in range(300):
+            v = np.sort(centre - g.uniform(0, tol) + g.uniform(0, 3 * tol, 12))
+            merged = diagnostics.merge_rounding_ties(v)
+            assert 0 <= (v - merged).min() and (v - merged).max() <= diagnostics.TIE_RTOL * max(1.0, v.max())
+
+
 def test_merging_once_gives_what_each_call_merging_gives():
     """adaptive.py merges an input's draws once (merge_ties) and asks varying() and diagnose() with
     ties_merged=True: merging again changes nothing, so the figures are those of the raw draws. Fails if the merge
