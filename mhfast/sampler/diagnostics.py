@@ -146,6 +146,14 @@ def diagnose(draws: np.ndarray, names: Sequence[str], stats: Sequence[str] = STA
     among :data:`STATS`, by ArviZ's array functions, each summary's rounding ties merged first (see the module
     doc) unless ``ties_merged`` says :func:`merge_ties` did that already."""
     a = array_stats()
+    shape = np.shape(draws)
+    if len(shape) != 3:
+        raise ValueError(f"diagnose: draws must be an array [chains, draws, summaries], got shape {shape}")
+    if len(names) != shape[2]:
+        raise ValueError(f"diagnose: names has {len(names)} entries, draws {shape[2]} summaries (its last axis)")
+    unknown = [s for s in stats if s not in STATS]
+    if unknown:
+        raise ValueError(f"diagnose: stats {unknown} are not among {list(STATS)}")
     x = np.asarray(draws, dtype=np.float64) if ties_merged else merge_ties(draws)
     x = np.ascontiguousarray(np.moveaxis(x, 2, 0))  # [S, C, D]
     funcs = {"rhat": lambda: a.rhat(x, chain_axis=-2, draw_axis=-1, method="rank"),

@@ -152,6 +152,19 @@ def test_a_group_cut_where_the_sum_rounds_stays_inside_the_values():
             assert 0 <= (v - merged).min() and (v - merged).max() <= diagnostics.TIE_RTOL * max(1.0, v.max())
 
 
+def test_diagnose_names_what_is_wrong_with_its_arguments():
+    """A [chains, draws] array (the summary axis forgotten) had raised a bare IndexError, an unknown statistic a
+    KeyError, and names of another count than the summaries were zipped silently: figures under the wrong name."""
+    draws = np.random.default_rng(0).normal(size=(2, 50, 2))
+    for args, message in (((draws[..., 0], ["e"]), r"draws must be an array \[chains, draws, summaries\], got "
+                                                   r"shape \(2, 50\)"),
+                          ((draws, ["e"]), "names has 1 entries, draws 2 summaries"),
+                          ((draws, ["e", "f", "g"]), "names has 3 entries, draws 2 summaries"),
+                          ((draws, ["e", "f"], ["ess"]), r"stats \['ess'\] are not among")):
+        with pytest.raises(ValueError, match="^diagnose: " + message):
+            diagnostics.diagnose(*args)
+
+
 def test_merging_once_gives_what_each_call_merging_gives():
     """adaptive.py merges an input's draws once (merge_ties) and asks varying() and diagnose() with
     ties_merged=True: merging again changes nothing, so the figures are those of the raw draws. Fails if the merge
