@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from .base import AMINO_ACIDS, residue_letters
+from .base import AMINO_ACIDS, decode_ids, residue_letters
 from .hf import HFMaskedLM, _loader_threads_joined, import_transformers, quiet_transformers
 
 _CHECKPOINT = "AntiBERTy_md_smooth"
@@ -83,8 +83,8 @@ class AntiBERTyMaskedLM(HFMaskedLM):
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
         """Residue string of ``ids`` ([CLS]/[SEP]/[PAD] dropped, [MASK] shown as ``_``, [UNK] as ``X``)."""
         out = []
-        for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
-            tok = self.id_to_token.get(int(i), "?")
+        for i in decode_ids(ids, self.vocab_size):  # (an unknown id had shown as "?", 7.5 as residue 7)
+            tok = self.id_to_token[i]
             if tok == "[MASK]":
                 out.append("_")
             elif tok == "[UNK]":

@@ -211,6 +211,27 @@ def check_reads(row_index: Any, positions: Any, rows: int | None, length: int | 
         raise ValueError(f"positions: values must lie in [0, {length})")
 
 
+#: the floating dtypes a model runs in, by name (the ``dtype`` option of :func:`mhfast.sample`, the loaders' ``dtype``)
+DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def weight_dtype(value: Any) -> torch.dtype | None:
+    """The ``dtype`` argument of a loader: None, one of :data:`DTYPE_NAMES`' dtypes or its name; a ValueError naming
+    ``dtype`` otherwise (the name ``"bfloat16"``, which mhfast.sample and the CLI take, had reached
+    ``model.to(dtype=...)`` as a string: a bare TypeError of torch's).
+
+    Example:
+        >>> weight_dtype("bfloat16"), weight_dtype(None)
+        (torch.bfloat16, None)
+    """
+    if value is None or (isinstance(value, torch.dtype) and value in DTYPE_NAMES.values()):
+        return value
+    if isinstance(value, str) and value in DTYPE_NAMES:
+        return DTYPE_NAMES[value]
+    raise ValueError(f"dtype: must be None or one of {', '.join(DTYPE_NAMES)} (a name or a torch dtype), "
+                     f"got {value!r}")
+
+
 def decode_ids(ids: torch.Tensor | Sequence[int], vocab_size: int) -> list[int]:
     """``ids`` as a list of ints in ``[0, vocab_size)`` for an adapter's ``decode``: a ValueError naming ``ids``
     otherwise (a negative id had wrapped around to the dictionary's last symbols, one past the end was a bare

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import PerThread, check_positions, check_reads, decode_ids
+from .base import PerThread, check_positions, check_reads, decode_ids, weight_dtype
 from .fairseq_cmlm import INSTALL_COMMAND, _first_line, import_fairseq
 
 _INSTALL_HINT = "mhfast.models.fairseq_mlm needs fairseq (on Python 3.11 the 'fairseq-fixed' fork): " + INSTALL_COMMAND
@@ -79,6 +79,7 @@ class FairseqMaskedLM:
                  dtype: torch.dtype | None = None) -> None:
         _fairseq()
         self.model = model.eval()
+        dtype = weight_dtype(dtype)
         if device is not None or dtype is not None:
             self.model.to(device=device, dtype=dtype)
         self.dictionary = dictionary

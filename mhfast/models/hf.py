@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .base import PerThread, check_length, check_reads
+from .base import PerThread, _index, check_length, check_reads, decode_ids, weight_dtype
 
 _INSTALL_HINT = "mhfast.models.hf needs the transformers package: pip install transformers"
 
@@ -145,6 +145,17 @@ def _load_tokenizer(path: str) -> Any | None:
             return None
 
 
+def _check_id_arguments(special_ids: Any, **ids: Any) -> None:
+    """A ValueError naming the argument unless each given id is an int and ``special_ids`` a sequence of them
+    (``mask_id=4.7`` had become 4 and ``True`` 1, silently; ``special_ids=5`` a bare TypeError: a review)."""
+    for name, value in ids.items():
+        if value is not None and _index(value) is None:
+            raise ValueError(f"{name}: must be an int (a token id), got {value!r}")
+    if special_ids is not None and (isinstance(special_ids, (str, bytes)) or not hasattr(special_ids, "__iter__")
+                                    or any(_index(i) is None for i in special_ids)):
+        raise ValueError(f"special_ids: must be a sequence of int token ids, got {special_ids!r}")
+
+
 class HFMaskedLM:
     """A transformers masked LM behind mhfast's model protocol (``FeatureMaskedLM`` when the head is known).
 
@@ -191,6 +202,7 @@ class HFMaskedLM:
                  special_ids: Sequence[int] | None = None, bos_id: int | None = None,
                  eos_id: int | None = None) -> None:
         transformers = import_transformers()
+        _check_id_arguments(mask_id=mask_id, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, special_ids=special_ids)
         if isinstance(model_or_path, (str, os.PathLike)):
             path = os.fspath(model_or_path)
             model = _load_from_dir(path)
@@ -203,9 +215,14 @@ class HFMaskedLM:
                                   stacklevel=2)
         elif isinstance(model_or_path, transformers.PreTrainedModel):
             model = model_or_path
+            if tokenizer is None and special_ids is None:  # (its config names pad and mask at most)
+                warnings.warn("model_or_path: a model object without a tokenizer or special_ids: the special tokens "
+                              "are only those its config names, so tokens such as [CLS], [SEP] or [UNK] may be "
+                              "proposed and frame() adds none; pass tokenizer= or special_ids=", stacklevel=2)
         else:
             raise TypeError("model_or_path: expected a transformers *ForMaskedLM model or a local model directory, "
                             f"got {type(model_or_path).__name__}")
+        dtype = weight_dtype(dtype)
         if device is not None or dtype is not None:
             model = model.to(device=device, dtype=dtype)
         self.model = model.eval()
@@ -367,8 +384,8 @@ class HFMaskedLM:
         return torch.tensor(self.tokenizer(text)["input_ids"], dtype=torch.long)
 
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
-        """Text of ``ids`` without special tokens."""
-        ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
+        """Text of ``ids`` without special tokens (a ValueError naming ``ids`` unless they are ids of this model)."""
+        ids = decode_ids(ids, self.vocab_size)
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids if i not in self.special_ids)
         return self.tokenizer.decode(ids, skip_special_tokens=True)

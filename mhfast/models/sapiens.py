@@ -27,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from .base import AMINO_ACIDS, residue_letters
+from .base import AMINO_ACIDS, decode_ids, residue_letters
 from .fairseq_mlm import FairseqMaskedLM, load_fairseq_mlm
 
 INSTALL_COMMAND = "pip install --no-deps sapiens==1.0.5 pandas"
@@ -102,8 +102,8 @@ class SapiensMaskedLM(FairseqMaskedLM):
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
         """Residue string of ``ids`` (``<s>``/``</s>``/``<pad>`` dropped, ``<mask>`` as ``_``, ``<unk>`` as ``X``)."""
         out = []
-        for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
-            tok = self.id_to_token.get(int(i), "?")
+        for i in decode_ids(ids, self.vocab_size):  # (an unknown id had shown as "?", 7.5 as residue 7)
+            tok = self.id_to_token[i]
             if tok == "<mask>":
                 out.append("_")
             elif tok == "<unk>":

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from ..models.base import DTYPE_NAMES
 from . import cpu_info
 
-NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+NAMES = DTYPE_NAMES
 
 
 def parse(value: Any) -> torch.dtype | None:

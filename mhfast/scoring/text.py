@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..ids import id_row
+from ..models.base import residue_letters
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,11 @@ def _from_ids(model: Any, ids: Any) -> Encoded:
 
 def _antiberty(model: Any, text: str) -> Encoded:
     ids = model.encode(text)
-    if bool((ids == model.mask_id).any()):
-        raise ValueError("text: '_'/'*' (a masked residue) cannot be scored")
+    masked = (ids == model.mask_id).nonzero().flatten()
+    if masked.numel():  # (named by its character: Sapiens reads 'X' as a mask too, which the message had not said)
+        k = int(masked[0]) - 1
+        raise ValueError(f"text: {residue_letters(text)[k]!r} at residue {k + 1} marks a masked residue, which cannot "
+                         "be scored")
     n = ids.numel() - 2
     word = torch.tensor([-1] + list(range(n)) + [-1], dtype=torch.long)
     pieces = ["[CLS]"] + [model.id_to_token[int(i)] for i in ids[1:-1]] + ["[SEP]"]

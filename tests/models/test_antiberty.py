@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import mhfast
 from mhfast import ops, reference
 from mhfast.models import hf
 from mhfast.models.antiberty import AMINO_ACIDS, load_antiberty
@@ -171,3 +172,20 @@ def test_infilling_a_cdr_like_span_never_changes_fixed_positions(lm):
     assert not bool(torch.isin(states[~fixed], torch.tensor(lm.special_ids)).any())
     # The span was actually sampled (temperature 2 proposals on 2 inputs x 2 chains x 2 epochs).
     assert bool((states[~fixed] != inputs[~fixed]).any())
+
+
+def test_decode_names_ids_outside_the_vocabulary_and_a_dtype_may_be_named(lm):
+    """decode had shown 99 and -1 as '?' and 7.5 as a residue; load_masked_lm("antiberty", dtype="bfloat16"), the
+    name mhfast.sample and the CLI take, had been a bare TypeError of torch's (a review)."""
+    from test_fairseq_mlm import assert_decode_names_ids_outside_the_dictionary
+
+    from mhfast.models.loading import load_masked_lm
+
+    assert_decode_names_ids_outside_the_dictionary(lm)
+    with pytest.raises(ValueError, match=r"^ids: expected ints, got 7\.5"):
+        lm.decode([7.5])
+    with pytest.raises(ValueError, match=r"text: '\*' at residue 2 marks a masked residue, which cannot be scored"):
+        mhfast.score(lm, ["E*QL"])
+    assert load_masked_lm("antiberty", dtype="bfloat16").dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"^dtype: must be None or one of float32, bfloat16, float16 .* got 'bf16'"):
+        load_masked_lm("antiberty", dtype="bf16")

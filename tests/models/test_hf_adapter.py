@@ -2,6 +2,8 @@
 padding is invisible, the fallback path, loading from a directory, frame(), and bad input."""
 from __future__ import annotations
 
+import re
+
 import threading
 import warnings
 
@@ -339,6 +341,30 @@ def test_dtype_and_empty_batch():
     assert out.dtype == torch.bfloat16 and out.shape == (3, 12)
     empty = lm.masked_features(torch.zeros(0, 6, dtype=torch.long), torch.zeros(0, dtype=torch.long))
     assert empty.shape == (0, 16)
+
+
+def test_id_arguments_dtype_names_and_a_bare_model_object_are_checked():
+    """mask_id=4.7 had become 4 and True 1, special_ids=5 a bare TypeError, dtype="bfloat16" a TypeError of torch's,
+    and decode took 7.5 as id 7; a model object with neither tokenizer nor special_ids proposes [CLS], [SEP] and
+    [UNK] as words, which only a directory without tokenizer files had been warned about (a review)."""
+    for bad in (dict(mask_id=4.7), dict(mask_id=True), dict(pad_id="0"), dict(bos_id=2.0)):
+        name, value = next(iter(bad.items()))
+        with pytest.raises(ValueError, match=rf"^{name}: must be an int \(a token id\), got {re.escape(repr(value))}"):
+            HFMaskedLM(tiny_model("bert"), **{**BERT_IDS, **bad})
+    for bad in (5, "01", [1.5]):
+        with pytest.raises(ValueError, match=r"^special_ids: must be a sequence of int token ids"):
+            HFMaskedLM(tiny_model("bert"), **{**BERT_IDS, "special_ids": bad})
+    assert HFMaskedLM(tiny_model("bert"), **BERT_IDS, dtype="bfloat16").dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"^dtype: must be None or one of float32, bfloat16, float16"):
+        HFMaskedLM(tiny_model("bert"), **BERT_IDS, dtype="float64")
+    with pytest.raises(ValueError, match=r"^ids: expected ints, got 7\.5"):
+        HFMaskedLM(tiny_model("bert"), **BERT_IDS).decode([7.5])
+    with pytest.warns(UserWarning, match=r"model_or_path: a model object without a tokenizer or special_ids: .*"
+                                         r"\[CLS\], \[SEP\] or \[UNK\] may be proposed"):
+        HFMaskedLM(tiny_model("bert"), mask_id=4, pad_id=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HFMaskedLM(tiny_model("bert"), **BERT_IDS)
 
 
 def test_bad_input_raises_clear_errors(tmp_path):

@@ -267,3 +267,15 @@ def test_score_over_two_torchrun_ranks_writes_the_bytes_of_one_process(tmp_path)
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert two.read_bytes() == one.read_bytes() and len(one.read_text().splitlines()) == 4
+
+
+def test_decode_names_ids_outside_the_vocabulary_and_x_is_named_as_a_mask(lm):
+    """Its decode had dropped the parent's id check: 99 and -1 showed as '?', 7.5 as a residue (a review). A
+    score of a row with 'X', which Sapiens reads as a mask, had named only '_'/'*'."""
+    from test_fairseq_mlm import assert_decode_names_ids_outside_the_dictionary
+
+    assert_decode_names_ids_outside_the_dictionary(lm)
+    with pytest.raises(ValueError, match=r"^ids: expected ints, got 7\.5"):
+        lm.decode([7.5])
+    with pytest.raises(ValueError, match=r"text: 'X' at residue 3 marks a masked residue, which cannot be scored"):
+        mhfast.score(lm, ["evXql"])
