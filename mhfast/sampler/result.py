@@ -141,16 +141,21 @@ class SampleResult:
     round_trips: torch.Tensor | None = None
     replica_tokens: torch.Tensor | None = None
     replica_energy: torch.Tensor | None = None
-    _diagnostics: list | None = field(default=None, repr=False, compare=False)
+    #: (the inputs it was computed from, per_input's list): recomputed when burn_in or the traces change
+    _diagnostics: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def diagnostics(self) -> list[dict[str, dict[str, float]]]:
         """Per input ``{"rhat": {...}, "ess_bulk": {...}, "ess_tail": {...}, "mcse_mean": {...}}``, each keyed by
         summary name (``trace_names``), over the post-burn-in draws by ArviZ's functions (computed once).
         A ValueError with fewer than 2 chains; an ImportError naming ``mhfast[diagnostics]`` without arviz-stats."""
-        if self._diagnostics is None:
-            self._diagnostics = diagnostics_report.per_input(self)
-        return self._diagnostics
+        # (cached, but for these inputs: a cache of the result as it was had outlived r.burn_in = 150, the old
+        # figures beside a summary() of the new draws: a review)
+        used = (self.burn_in, self.traces, self.trace_epochs, self.epochs_run)
+        cached = self._diagnostics
+        if cached is None or len(cached[0]) != len(used) or any(a is not b for a, b in zip(cached[0], used)):
+            self._diagnostics = (used, diagnostics_report.per_input(self))
+        return self._diagnostics[1]
 
     def summary(self, inputs: Any = None) -> str:
         """A compact diagnostics table (mean, sd, mcse_mean, ess_bulk, ess_tail, r_hat per input and summary, in

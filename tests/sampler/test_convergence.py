@@ -165,6 +165,50 @@ def test_diagnose_names_what_is_wrong_with_its_arguments():
             diagnostics.diagnose(*args)
 
 
+def test_one_huge_draw_does_not_hide_chains_that_have_not_mixed():
+    """The tolerance had come from a summary's largest |value|: one draw of 5e7 set it to ~190, every other draw
+    became one value, and two chains shifted by 0.8 sd from the other two read R-hat 1.0000, bulk ESS 400, enough for
+    until_rhat and min_ess (a review). Its magnitude is now a quantile of |values|: ArviZ's figures, as without it."""
+    g = np.random.default_rng(0)
+    x = g.normal(size=(4, 100))
+    x[2:] += 0.8
+    x[0, 50] = 5e7
+    d = diagnostics.diagnose(x[:, :, None], ["e"])
+    assert d["rhat"]["e"] == pytest.approx(float(array_stats.rhat(x, method="rank")), rel=1e-9)
+    assert d["rhat"]["e"] > 1.05 and d["ess_bulk"]["e"] < 100
+    assert not diagnostics.meets(d, 1.01, 400)
+    with pytest.raises(ValueError, match=r"rtol must be a finite number >= 0, got -1e-06"):
+        diagnostics.merge_rounding_ties(x, rtol=-1e-6)  # (it had never returned)
+
+
+def test_the_cached_diagnostics_follow_a_changed_burn_in():
+    """result.diagnostics is computed once, but it had stayed the figures of the old burn-in after r.burn_in = 30 or
+    dataclasses.replace(r, burn_in=30), beside a summary() of the new draws (a review)."""
+    import dataclasses
+
+    from mhfast.sampler import diagnostics_report
+
+    r = mhfast.sample(TabularMLM.random(3, 3, seed=0), 3, chains=4, epochs=40, burn_in=2, seed=0, start="random")
+    before = r.diagnostics
+    assert r.diagnostics is before  # (cached)
+    later = dataclasses.replace(r, burn_in=30)
+    assert later.diagnostics == diagnostics_report.per_input(later) != before
+    r.burn_in = 30
+    assert r.diagnostics == later.diagnostics
+
+
+def test_the_table_says_what_nan_means_where_it_shows_one():
+    """Chains that never moved give NaN figures, flagged nan! under a legend that spoke only of thresholds (a
+    review): the table says why a figure cannot be computed, and only where one shows."""
+    moving = np.random.default_rng(0).normal(size=(2, 50, 1))
+    for draws, has_nan in ((np.full((2, 50, 1), 3.0), True), (moving, False)):
+        table = diagnostics.format_table([("input 1", diagnostics.summary_rows(
+            draws, ["e"], diagnostics.diagnose(draws, ["e"])))], chains=2)
+        assert ("nan!" in table) == has_nan
+        assert table.endswith("nan = not computable: fewer than 4 draws per chain, a summary with one value in every "
+                              "draw (chains that never moved), or NaN draws") == has_nan
+
+
 def test_merging_once_gives_what_each_call_merging_gives():
     """adaptive.py merges an input's draws once (merge_ties) and asks varying() and diagnose() with
     ties_merged=True: merging again changes nothing, so the figures are those of the raw draws. Fails if the merge
