@@ -96,11 +96,12 @@ class Hamming:
         """A ValueError naming the row and the id unless every reference id (padding aside) is one of the model's
         ``vocab_size`` ids: an id no sequence can hold counted as a difference wherever it stood, silently (a
         review). Called once by :func:`normalize`."""
-        inside = torch.arange(self.reference.shape[1]) < self._lengths()[:, None]
-        bad = (inside & ((self.reference < 0) | (self.reference >= vocab_size))).nonzero()
+        ref = self.reference.cpu()  # (once, before sampling: a reference on a GPU is checked here too)
+        inside = torch.arange(ref.shape[1]) < self._lengths().cpu()[:, None]
+        bad = (inside & ((ref < 0) | (ref >= vocab_size))).nonzero()
         if bad.numel():
             r, t = (int(i) for i in bad[0])
-            raise ValueError(f"{self.names[r]} holds id {int(self.reference[r, t])} at position {t}, outside the "
+            raise ValueError(f"{self.names[r]} holds id {int(ref[r, t])} at position {t}, outside the "
                              f"model's vocabulary [0, {vocab_size})")
 
     def check_rows(self, tokens: torch.Tensor, input_index: torch.Tensor, pad_id: int) -> None:
