@@ -216,15 +216,16 @@ DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": 
 
 
 def weight_dtype(value: Any) -> torch.dtype | None:
-    """The ``dtype`` argument of a loader: None, one of :data:`DTYPE_NAMES`' dtypes or its name; a ValueError naming
-    ``dtype`` otherwise (the name ``"bfloat16"``, which mhfast.sample and the CLI take, had reached
+    """The ``dtype`` argument of a loader: None, a torch dtype (as given: mhfast.sample, energy and score name a
+    float64 model, which a model object cast by its user can be too) or one of :data:`DTYPE_NAMES`; a ValueError
+    naming ``dtype`` otherwise (the name ``"bfloat16"``, which mhfast.sample and the CLI take, had reached
     ``model.to(dtype=...)`` as a string: a bare TypeError of torch's).
 
     Example:
         >>> weight_dtype("bfloat16"), weight_dtype(None)
         (torch.bfloat16, None)
     """
-    if value is None or (isinstance(value, torch.dtype) and value in DTYPE_NAMES.values()):
+    if value is None or isinstance(value, torch.dtype):
         return value
     if isinstance(value, str) and value in DTYPE_NAMES:
         return DTYPE_NAMES[value]

@@ -356,7 +356,7 @@ def test_id_arguments_dtype_names_and_a_bare_model_object_are_checked():
             HFMaskedLM(tiny_model("bert"), **{**BERT_IDS, "special_ids": bad})
     assert HFMaskedLM(tiny_model("bert"), **BERT_IDS, dtype="bfloat16").dtype == torch.bfloat16
     with pytest.raises(ValueError, match=r"^dtype: must be None or one of float32, bfloat16, float16"):
-        HFMaskedLM(tiny_model("bert"), **BERT_IDS, dtype="float64")
+        HFMaskedLM(tiny_model("bert"), **BERT_IDS, dtype="double")
     with pytest.raises(ValueError, match=r"^ids: expected ints, got 7\.5"):
         HFMaskedLM(tiny_model("bert"), **BERT_IDS).decode([7.5])
     with pytest.warns(UserWarning, match=r"model_or_path: a model object without a tokenizer or special_ids: .*"
