@@ -641,12 +641,13 @@ class _GlobalInputs:
             check(tokens, self._global(input_index), pad_id)
 
 
-def _share_terms(extra_energy: Any, rows: list[int], init: torch.Tensor, vocab_size: int) -> Any:
+def _share_terms(extra_energy: Any, rows: list[int]) -> Any:
     """``extra_energy`` for the inputs ``rows`` (global indices) of one rank: terms that read ``input_index`` see
     the global rows (:class:`_GlobalInputs`), and an AllowedTokens mask with one entry per input keeps this
     rank's entries. The structure (a list, ``(term, weight)`` pairs) stays, so names and weights are the same.
-    Checked first against all of ``init``, as one process checks it (a mask of 5 rows for 3 inputs)."""
-    from .energy_terms import AllowedTokens, check_extra_energy, normalize, wants_index
+    (Checked before against all of ``init``, as one process checks it, by :func:`sample`'s ``build_problem``: a
+    mask of 5 rows for 3 inputs.)"""
+    from .energy_terms import AllowedTokens, check_extra_energy, wants_index
 
     index = torch.tensor(rows, dtype=torch.long)
 
@@ -659,7 +660,6 @@ def _share_terms(extra_energy: Any, rows: list[int], init: torch.Tensor, vocab_s
         return _GlobalInputs(item, index) if callable(item) and wants_index(item) else item
 
     value = check_extra_energy(extra_energy)
-    normalize(value, *init.shape, vocab_size)
     return [one(i) for i in value] if isinstance(value, list) else None if value is None else one(value)
 
 
@@ -755,7 +755,7 @@ def sample(model: Any, *, init: torch.Tensor, free_positions: torch.Tensor | Non
             fp = free_positions.index_select(0, idx.to(free_positions.device)) if free_positions is not None else None
             share = dict(kwargs)
             if kwargs.get("extra_energy") is not None:
-                share["extra_energy"] = _share_terms(kwargs["extra_energy"], mine, init, int(model.vocab_size))
+                share["extra_energy"] = _share_terms(kwargs["extra_energy"], mine)
             r = mhfast.sample(model, init=init.index_select(0, idx.to(init.device)), free_positions=fp,
                               input_ids=mine, progress=checking_peers(progress), **share)
             items = {i: _input_fields(r, j) for j, i in enumerate(mine)}
